@@ -1,0 +1,11 @@
+//! groundrl-core: the pure-Rust half of groundrl (no libtorch).
+//!
+//! Coordinate frames and Qwen2.5-VL's smart_resize, output parsing, rewards and metrics. Everything
+//! here is deterministic CPU code, usable as a library without the tensor side.
+
+pub mod frame;
+pub mod geometry;
+pub mod metrics;
+pub mod parse;
+pub mod resize;
+pub mod reward;

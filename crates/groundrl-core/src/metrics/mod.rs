@@ -1,0 +1,3 @@
+//! Evaluation metrics users compare with papers: COCO mAP (pycocotools semantics).
+
+pub mod coco;

@@ -1,0 +1,3 @@
+pub mod eval;
+pub mod reward;
+pub mod smart_resize;

@@ -1,0 +1,43 @@
+//! `groundrl`: the command line over groundrl's libraries. Each subcommand lives in
+//! `commands/<name>.rs` and only parses arguments, calls the library and prints.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod commands;
+
+/// Reinforcement learning of vision-language models on visual grounding and detection.
+#[derive(Parser)]
+#[command(name = "groundrl", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Qwen2.5-VL's smart_resize of an image size: resized size, patch grid, image tokens.
+    SmartResize(commands::smart_resize::Args),
+    /// Score model completions with a reward spec (JSONL in, JSONL out).
+    Reward(commands::reward::Args),
+    /// Evaluate predictions: COCO mAP as pycocotools computes it.
+    #[command(subcommand)]
+    Eval(commands::eval::EvalCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::SmartResize(args) => commands::smart_resize::run(args),
+        Command::Reward(args) => commands::reward::run(args),
+        Command::Eval(cmd) => commands::eval::run(cmd),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
