@@ -49,10 +49,9 @@ impl FromStr for Frame {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Frame::ALL
-            .into_iter()
-            .find(|f| f.name() == s)
-            .ok_or_else(|| format!("unknown frame {s:?}; expected one of pixel, resized, normalized, qwen1000"))
+        Frame::ALL.into_iter().find(|f| f.name() == s).ok_or_else(|| {
+            format!("unknown frame {s:?}; expected one of pixel, resized, normalized, qwen1000")
+        })
     }
 }
 
@@ -107,7 +106,12 @@ impl ImageFrames {
     pub fn convert_box(&self, bbox: BBox, from: Frame, to: Frame) -> BBox {
         let p1 = self.convert_point(Point::new(bbox.x1, bbox.y1), from, to);
         let p2 = self.convert_point(Point::new(bbox.x2, bbox.y2), from, to);
-        BBox { x1: p1.x, y1: p1.y, x2: p2.x, y2: p2.y }
+        BBox {
+            x1: p1.x,
+            y1: p1.y,
+            x2: p2.x,
+            y2: p2.y,
+        }
     }
 
     /// Decides the frame of raw coordinates (`[x, y]` or `[x1, y1, x2, y2]`) of unknown frame.
@@ -130,13 +134,18 @@ impl ImageFrames {
                 .find(|f| self.fits(values, *f))
                 .ok_or_else(|| FrameError::OutOfRange(values.to_vec()))?
         };
-        Ok(DetectedFrame { frame: chosen, matches_expected: chosen == expected })
+        Ok(DetectedFrame {
+            frame: chosen,
+            matches_expected: chosen == expected,
+        })
     }
 
     /// Whether `values` (alternating x, y) lie within the extent of `frame`.
     fn fits(&self, values: &[f64], frame: Frame) -> bool {
         let e = self.extent(frame);
-        values.chunks(2).all(|xy| xy[0] <= e.width && xy.get(1).is_none_or(|y| *y <= e.height))
+        values
+            .chunks(2)
+            .all(|xy| xy[0] <= e.width && xy.get(1).is_none_or(|y| *y <= e.height))
     }
 }
 
@@ -176,8 +185,14 @@ mod tests {
         let b = BBox::from_xyxy([966.0, 546.0, 1932.0, 1092.0]);
         let px = f.convert_box(b, Frame::Resized, Frame::Pixel);
         assert_eq!(px.xyxy(), [960.0, 540.0, 1920.0, 1080.0]);
-        assert_eq!(f.convert_box(px, Frame::Pixel, Frame::Normalized).xyxy(), [0.5, 0.5, 1.0, 1.0]);
-        assert_eq!(f.convert_box(px, Frame::Pixel, Frame::Qwen1000).xyxy(), [500.0, 500.0, 1000.0, 1000.0]);
+        assert_eq!(
+            f.convert_box(px, Frame::Pixel, Frame::Normalized).xyxy(),
+            [0.5, 0.5, 1.0, 1.0]
+        );
+        assert_eq!(
+            f.convert_box(px, Frame::Pixel, Frame::Qwen1000).xyxy(),
+            [500.0, 500.0, 1000.0, 1000.0]
+        );
         let p = f.convert_point(Point::new(500.0, 250.0), Frame::Qwen1000, Frame::Pixel);
         assert_eq!((p.x, p.y), (960.0, 270.0));
     }
@@ -187,22 +202,49 @@ mod tests {
         // seed 001 §2.2A: both boxes came from one run on ScreenSpot screenshots (2560x1440 here).
         let f = ImageFrames::from_original(2560, 1440, PixelBudget::default()).unwrap();
         let norm = f.detect(&[0.1, 0.2, 0.3, 0.4], Frame::Resized).unwrap();
-        assert_eq!(norm, DetectedFrame { frame: Frame::Normalized, matches_expected: false });
+        assert_eq!(
+            norm,
+            DetectedFrame {
+                frame: Frame::Normalized,
+                matches_expected: false
+            }
+        );
         let px = f.detect(&[2420.0, 146.0, 2512.0, 170.0], Frame::Resized).unwrap();
-        assert_eq!(px, DetectedFrame { frame: Frame::Resized, matches_expected: true });
+        assert_eq!(
+            px,
+            DetectedFrame {
+                frame: Frame::Resized,
+                matches_expected: true
+            }
+        );
     }
 
     #[test]
     fn falls_back_to_a_frame_that_fits() {
         // Resized extent of 1920x1080 is 1932x1092; an x of 1925 fits resized, not pixel.
         let f = full_hd();
-        assert_eq!(f.detect(&[1925.0, 10.0], Frame::Pixel).unwrap().frame, Frame::Resized);
+        assert_eq!(
+            f.detect(&[1925.0, 10.0], Frame::Pixel).unwrap().frame,
+            Frame::Resized
+        );
         // Small image: 0-1000 values above its size can only be the grid.
         let small = ImageFrames::from_original(320, 240, PixelBudget::default()).unwrap();
-        assert_eq!(small.detect(&[900.0, 800.0], Frame::Resized).unwrap().frame, Frame::Qwen1000);
-        assert!(matches!(small.detect(&[5000.0, 1.0], Frame::Resized), Err(FrameError::OutOfRange(_))));
-        assert!(matches!(small.detect(&[-1.0, 1.0], Frame::Resized), Err(FrameError::InvalidValues(_))));
-        assert!(matches!(small.detect(&[f64::NAN, 1.0], Frame::Resized), Err(FrameError::InvalidValues(_))));
+        assert_eq!(
+            small.detect(&[900.0, 800.0], Frame::Resized).unwrap().frame,
+            Frame::Qwen1000
+        );
+        assert!(matches!(
+            small.detect(&[5000.0, 1.0], Frame::Resized),
+            Err(FrameError::OutOfRange(_))
+        ));
+        assert!(matches!(
+            small.detect(&[-1.0, 1.0], Frame::Resized),
+            Err(FrameError::InvalidValues(_))
+        ));
+        assert!(matches!(
+            small.detect(&[f64::NAN, 1.0], Frame::Resized),
+            Err(FrameError::InvalidValues(_))
+        ));
     }
 
     #[test]

@@ -38,12 +38,22 @@ impl BBox {
 
     /// COCO and ScreenSpot store boxes as top-left corner plus width and height.
     pub fn from_xywh([x, y, w, h]: [f64; 4]) -> Self {
-        Self { x1: x, y1: y, x2: x + w, y2: y + h }
+        Self {
+            x1: x,
+            y1: y,
+            x2: x + w,
+            y2: y + h,
+        }
     }
 
     /// Centre plus width and height (YOLO-style).
     pub fn from_cxcywh([cx, cy, w, h]: [f64; 4]) -> Self {
-        Self { x1: cx - w / 2.0, y1: cy - h / 2.0, x2: cx + w / 2.0, y2: cy + h / 2.0 }
+        Self {
+            x1: cx - w / 2.0,
+            y1: cy - h / 2.0,
+            x2: cx + w / 2.0,
+            y2: cy + h / 2.0,
+        }
     }
 
     pub fn xyxy(&self) -> [f64; 4] {

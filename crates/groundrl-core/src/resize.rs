@@ -41,7 +41,10 @@ pub struct PixelBudget {
 
 impl Default for PixelBudget {
     fn default() -> Self {
-        Self { min_pixels: DEFAULT_MIN_PIXELS, max_pixels: DEFAULT_MAX_PIXELS }
+        Self {
+            min_pixels: DEFAULT_MIN_PIXELS,
+            max_pixels: DEFAULT_MAX_PIXELS,
+        }
     }
 }
 
@@ -71,7 +74,10 @@ pub fn smart_resize(height: u64, width: u64, budget: PixelBudget) -> Result<Resi
         return Err(ResizeError::ZeroSize { height, width });
     }
     if budget.min_pixels > budget.max_pixels {
-        return Err(ResizeError::PixelBounds { min_pixels: budget.min_pixels, max_pixels: budget.max_pixels });
+        return Err(ResizeError::PixelBounds {
+            min_pixels: budget.min_pixels,
+            max_pixels: budget.max_pixels,
+        });
     }
     let (h, w) = (height as f64, width as f64);
     let ratio = h.max(w) / h.min(w);
@@ -90,7 +96,10 @@ pub fn smart_resize(height: u64, width: u64, budget: PixelBudget) -> Result<Resi
         h_bar = (h * beta / factor).ceil() * factor;
         w_bar = (w * beta / factor).ceil() * factor;
     }
-    Ok(Resized { height: h_bar as u32, width: w_bar as u32 })
+    Ok(Resized {
+        height: h_bar as u32,
+        width: w_bar as u32,
+    })
 }
 
 #[cfg(test)]
@@ -98,7 +107,15 @@ mod tests {
     use super::*;
 
     fn resize(h: u64, w: u64, max: u64) -> (u32, u32) {
-        let r = smart_resize(h, w, PixelBudget { min_pixels: DEFAULT_MIN_PIXELS, max_pixels: max }).unwrap();
+        let r = smart_resize(
+            h,
+            w,
+            PixelBudget {
+                min_pixels: DEFAULT_MIN_PIXELS,
+                max_pixels: max,
+            },
+        )
+        .unwrap();
         (r.height, r.width)
     }
 
@@ -123,28 +140,53 @@ mod tests {
     #[test]
     fn screenshot_of_the_rollout_benchmark() {
         // issue 6: grid 1x52x94 is 1222 image tokens.
-        let r = Resized { height: 52 * 14, width: 94 * 14 };
+        let r = Resized {
+            height: 52 * 14,
+            width: 94 * 14,
+        };
         assert_eq!(r.image_tokens(), 1222);
     }
 
     #[test]
     fn refusals() {
         let b = PixelBudget::default();
-        assert!(matches!(smart_resize(0, 10, b), Err(ResizeError::ZeroSize { .. })));
-        assert!(matches!(smart_resize(10, 2010, b), Err(ResizeError::AspectRatio { .. })));
+        assert!(matches!(
+            smart_resize(0, 10, b),
+            Err(ResizeError::ZeroSize { .. })
+        ));
+        assert!(matches!(
+            smart_resize(10, 2010, b),
+            Err(ResizeError::AspectRatio { .. })
+        ));
         // exactly 200 is allowed
         assert!(smart_resize(10, 2000, b).is_ok());
-        let bad = PixelBudget { min_pixels: 10, max_pixels: 5 };
-        assert!(matches!(smart_resize(100, 100, bad), Err(ResizeError::PixelBounds { .. })));
+        let bad = PixelBudget {
+            min_pixels: 10,
+            max_pixels: 5,
+        };
+        assert!(matches!(
+            smart_resize(100, 100, bad),
+            Err(ResizeError::PixelBounds { .. })
+        ));
     }
 
     #[test]
     fn result_respects_budget_and_factor() {
-        for (h, w) in [(1, 1), (3, 500), (4000, 3000), (2160, 3840), (17, 33), (999, 1001)] {
+        for (h, w) in [
+            (1, 1),
+            (3, 500),
+            (4000, 3000),
+            (2160, 3840),
+            (17, 33),
+            (999, 1001),
+        ] {
             let r = smart_resize(h, w, PixelBudget::default()).unwrap();
             assert_eq!(r.height % FACTOR, 0);
             assert_eq!(r.width % FACTOR, 0);
-            assert!(u64::from(r.height) * u64::from(r.width) <= DEFAULT_MAX_PIXELS, "{h}x{w}");
+            assert!(
+                u64::from(r.height) * u64::from(r.width) <= DEFAULT_MAX_PIXELS,
+                "{h}x{w}"
+            );
         }
     }
 }

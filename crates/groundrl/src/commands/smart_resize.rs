@@ -30,10 +30,18 @@ struct Output {
 
 /// Prints `{"height", "width", "grid", "image_tokens"}`; a refused size exits with code 2.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let budget = PixelBudget { min_pixels: args.min_pixels, max_pixels: args.max_pixels };
+    let budget = PixelBudget {
+        min_pixels: args.min_pixels,
+        max_pixels: args.max_pixels,
+    };
     match smart_resize(args.height, args.width, budget) {
         Ok(r) => {
-            let out = Output { height: r.height, width: r.width, grid: r.grid(), image_tokens: r.image_tokens() };
+            let out = Output {
+                height: r.height,
+                width: r.width,
+                grid: r.grid(),
+                image_tokens: r.image_tokens(),
+            };
             println!("{}", serde_json::to_string(&out)?);
             Ok(ExitCode::SUCCESS)
         }
