@@ -1,0 +1,122 @@
+//! The canonical sample every importer produces and every command consumes.
+//!
+//! One sample is one question about one or more images with its exact answer. Targets always say
+//! their frame (see [`crate::frame`]), so the rest of the system never guesses what the numbers mean.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::frame::Frame;
+
+/// What the model is asked to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Task {
+    /// Click one element: answer a point (ScreenSpot, ScreenSpot-Pro, OSWorld-G).
+    PointGrounding,
+    /// Box one element named by an instruction.
+    BoxGrounding,
+    /// Box the object a referring expression describes (RefCOCO).
+    ReferringExpression,
+    /// Box every object of the asked categories, or answer "None" (COCO, OVDEval).
+    Detection,
+}
+
+/// An image on disk and its size in pixels, as stated by the dataset (checked by `data check`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ImageRef {
+    /// Path as stored; relative paths are relative to the dataset file's folder.
+    pub path: String,
+    pub width: u32,
+    pub height: u32,
+}
+
+/// The geometry of one target, in the sample's frame.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "coords", rename_all = "snake_case")]
+pub enum Shape {
+    /// `[x1, y1, x2, y2]`.
+    Box([f64; 4]),
+    /// `[x, y]`.
+    Point([f64; 2]),
+    /// Vertices in order (OSWorld-G polygon targets); a click inside counts (ray casting).
+    Polygon(Vec<[f64; 2]>),
+}
+
+/// One expected answer: a shape with its label (category name or element text), if any.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Target {
+    pub shape: Shape,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+}
+
+/// A piece of a chat message: text, or the image at an index of [`Sample::images`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Content {
+    Text { text: String },
+    Image { image: usize },
+}
+
+/// One chat turn (role `system`, `user`, `assistant` or `tool`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: String,
+    pub content: Vec<Content>,
+}
+
+/// A grounding or detection question with its exact answer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// Unique within its dataset; stable across conversions (ledgers and splits key on it).
+    pub id: String,
+    /// Dataset or generator family, e.g. `screenspot/mobile`, `coco/val2017`, `synth/toolbar`:
+    /// statistics are reported per source.
+    pub source: String,
+    pub task: Task,
+    pub images: Vec<ImageRef>,
+    /// What to find, in the dataset's words.
+    pub instruction: String,
+    /// Expected answers. Empty with `none = true` means the right answer is "none"/refusal.
+    pub targets: Vec<Target>,
+    /// The frame of every target's coordinates.
+    pub frame: Frame,
+    /// The correct answer is an explicit "none" (OVD negatives, OSWorld-G refusal items).
+    #[serde(default)]
+    pub none: bool,
+    /// The rendered chat prompt, when one has been made (see the prompt templates).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prompt: Vec<Message>,
+    /// Everything else the dataset says (data_type, platform, application, group, ui_type, ...).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, serde_json::Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_layout_is_stable() {
+        let s = Sample {
+            id: "ss-1".into(),
+            source: "screenspot/web".into(),
+            task: Task::PointGrounding,
+            images: vec![ImageRef { path: "a.png".into(), width: 1280, height: 720 }],
+            instruction: "open the menu".into(),
+            targets: vec![Target { shape: Shape::Box([1.0, 2.0, 3.0, 4.0]), label: None }],
+            frame: Frame::Pixel,
+            none: false,
+            prompt: vec![],
+            metadata: BTreeMap::from([("data_type".to_string(), serde_json::json!("icon"))]),
+        };
+        let text = serde_json::to_string(&s).unwrap();
+        assert_eq!(
+            text,
+            r#"{"id":"ss-1","source":"screenspot/web","task":"point_grounding","images":[{"path":"a.png","width":1280,"height":720}],"instruction":"open the menu","targets":[{"shape":{"type":"box","coords":[1.0,2.0,3.0,4.0]}}],"frame":"pixel","none":false,"metadata":{"data_type":"icon"}}"#
+        );
+        assert_eq!(serde_json::from_str::<Sample>(&text).unwrap(), s);
+    }
+}
