@@ -34,6 +34,7 @@ mod tests;
 use serde::Serialize;
 
 use crate::frame::Frame;
+use crate::geometry::BBox;
 
 pub use structure::parse_structure;
 
@@ -51,6 +52,33 @@ pub struct Parsed {
     pub confidence: Option<f64>,
     /// The tag structure, for format rewards.
     pub structure: Structure,
+}
+
+impl Parsed {
+    /// The boxes of the answer; empty unless the answer is boxes.
+    pub fn boxes(&self) -> &[RawBox] {
+        match &self.answer {
+            Answer::Boxes(boxes) => boxes,
+            _ => &[],
+        }
+    }
+
+    /// Where the answer clicks, in the answer's own frame: points as written, each box's centre
+    /// (ScreenSpot's convention), a tool call's `coordinate`; none for "no objects".
+    pub fn click_points(&self) -> Vec<[f64; 2]> {
+        match &self.answer {
+            Answer::Boxes(boxes) => boxes
+                .iter()
+                .map(|b| {
+                    let centre = BBox::from_xyxy(b.coords).centre();
+                    [centre.x, centre.y]
+                })
+                .collect(),
+            Answer::Points(points) => points.iter().map(|p| p.coords).collect(),
+            Answer::NoObjects => Vec::new(),
+            Answer::ToolCall(call) => call.coordinate().map(|p| p.coords).into_iter().collect(),
+        }
+    }
 }
 
 /// The answer of a completion.

@@ -147,6 +147,21 @@ fn json_wins_over_tuples_and_tuples_rescue_bad_prose_brackets() {
 }
 
 #[test]
+fn accessors_give_boxes_and_click_points() {
+    let p = parsed("[[0, 0, 10, 20], [2, 4, 4, 8]]");
+    assert_eq!(p.boxes().len(), 2);
+    assert_eq!(p.click_points(), vec![[5.0, 10.0], [3.0, 6.0]]);
+    let p = parsed("(1, 2) (3.5, 4)");
+    assert!(p.boxes().is_empty());
+    assert_eq!(p.click_points(), vec![[1.0, 2.0], [3.5, 4.0]]);
+    let p = parsed("<tool_call>{\"name\": \"click\", \"arguments\": {\"coordinate\": [7, 9]}}</tool_call>");
+    assert_eq!(p.click_points(), vec![[7.0, 9.0]]);
+    let p = parsed("<tool_call>{\"name\": \"wait\", \"arguments\": {}}</tool_call>");
+    assert!(p.click_points().is_empty());
+    assert!(parsed("None").click_points().is_empty());
+}
+
+#[test]
 fn failures_have_a_reason() {
     assert_eq!(parse_completion(""), Err(ParseFailure::Empty));
     assert_eq!(parse_completion(" \n<|im_end|>"), Err(ParseFailure::Empty));
