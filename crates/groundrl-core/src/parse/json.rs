@@ -1,9 +1,13 @@
 //! JSON answers: where to find them in a completion, and what their values mean.
 //!
 //! Search order (semantics.md §3): ```` ```json ```` fences, then any fence, then each bracketed span
-//! `[...]` / `{...}` of the text in turn. Each candidate is read as strict JSON first, then after
-//! [`repair`](super::repair::repair). The first candidate that reads as boxes or points wins; a
+//! `[...]` / `{...}` of the text in turn. Spans written one after another with only commas or
+//! whitespace between (models often list objects one per line without the enclosing `[...]`) are
+//! first read together as one list, then one by one. Each candidate is read as strict JSON first,
+//! then after [`repair`](super::repair::repair). The first candidate that reads as boxes or points wins; a
 //! candidate that does not is reported only if nothing else in the completion reads.
+
+use std::borrow::Cow;
 
 use serde_json::Value;
 
@@ -18,11 +22,19 @@ const POINT_KEYS: [&str; 2] = ["point_2d", "point"];
 
 /// Reads the first JSON answer in `region`.
 pub(super) fn json_answer(region: &str) -> Attempt {
-    let fenced = fences(region).into_iter().map(|content| (content, true));
-    let spans = bracket_spans(region).into_iter().map(|span| (span, false));
+    let fenced = fences(region)
+        .into_iter()
+        .map(|content| (Cow::Borrowed(content), true));
+    let spans = span_runs(region).into_iter().flat_map(|run| {
+        let together = (run.len() > 1).then(|| Cow::Owned(format!("[{}]", run.join(","))));
+        together
+            .into_iter()
+            .chain(run.into_iter().map(Cow::Borrowed))
+            .map(|c| (c, false))
+    });
     let mut first_error = None;
     for (candidate, in_fence) in fenced.chain(spans) {
-        match read_candidate(candidate, in_fence) {
+        match read_candidate(&candidate, in_fence) {
             Ok(found) => return Attempt::Found(found.0, found.1),
             Err(e) => {
                 first_error.get_or_insert(e);
@@ -79,9 +91,25 @@ fn fences(region: &str) -> Vec<&str> {
     json
 }
 
-/// Top-level bracketed spans of `text`, in order: from each `[` or `{` to its matching bracket, or to
-/// the end if it is never closed. Brackets inside quoted strings do not count.
-fn bracket_spans(text: &str) -> Vec<&str> {
+/// The bracketed spans of `text` grouped into runs of spans separated only by commas and whitespace.
+fn span_runs(text: &str) -> Vec<Vec<&str>> {
+    let mut runs: Vec<Vec<&str>> = Vec::new();
+    let mut previous_end = None;
+    for (start, end) in bracket_spans(text) {
+        let adjacent =
+            previous_end.is_some_and(|prev| text[prev..start].chars().all(|c| c == ',' || c.is_whitespace()));
+        match runs.last_mut() {
+            Some(run) if adjacent => run.push(&text[start..end]),
+            _ => runs.push(vec![&text[start..end]]),
+        }
+        previous_end = Some(end);
+    }
+    runs
+}
+
+/// Byte ranges of the top-level bracketed spans of `text`, in order: from each `[` or `{` to its
+/// matching bracket, or to the end if it is never closed. Brackets inside quoted strings do not count.
+fn bracket_spans(text: &str) -> Vec<(usize, usize)> {
     let mut spans = Vec::new();
     let mut depth = 0usize;
     let mut start = 0;
@@ -107,7 +135,7 @@ fn bracket_spans(text: &str) -> Vec<&str> {
             ']' | '}' if depth > 0 => {
                 depth -= 1;
                 if depth == 0 {
-                    spans.push(&text[start..=i]);
+                    spans.push((start, i + 1));
                 }
             }
             // Quotes open strings only inside a span: an apostrophe in prose is not a string.
@@ -116,7 +144,7 @@ fn bracket_spans(text: &str) -> Vec<&str> {
         }
     }
     if depth > 0 {
-        spans.push(&text[start..]);
+        spans.push((start, text.len()));
     }
     spans
 }
@@ -389,9 +417,28 @@ mod tests {
 
     #[test]
     fn spans_ignore_brackets_in_strings_and_apostrophes_in_prose() {
+        let text = r#"it's [{"a": "]"}] and [1"#;
+        assert_eq!(span_runs(text), vec![vec![r#"[{"a": "]"}]"#], vec!["[1"]]);
+    }
+
+    #[test]
+    fn spans_separated_by_commas_and_whitespace_form_one_run() {
         assert_eq!(
-            bracket_spans(r#"it's [{"a": "]"}] and [1"#),
-            vec![r#"[{"a": "]"}]"#, "[1"]
+            span_runs("{1},\n {2} [3] x [4]"),
+            vec![vec!["{1}", "{2}", "[3]"], vec!["[4]"]]
         );
+    }
+
+    #[test]
+    fn objects_listed_one_per_line_read_as_one_list() {
+        let text = "```json\n{\"bbox_2d\": [1, 2, 3, 4], \"label\": \"a\"}\n{\"bbox_2d\": [5, 6, 7, 8], \"label\": \"a\"}\n```";
+        let expected = boxes(&[[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]], Some("a"));
+        assert_eq!(found(text), (expected, Syntax::Json));
+    }
+
+    #[test]
+    fn a_run_that_does_not_read_together_is_read_span_by_span() {
+        let expected = boxes(&[[1.0, 2.0, 3.0, 4.0]], None);
+        assert_eq!(found("[see], [1, 2, 3, 4]"), (expected, Syntax::BareList));
     }
 }
