@@ -4,8 +4,8 @@
 //! `[...]` / `{...}` of the text in turn. Spans written one after another with only commas or
 //! whitespace between (models often list objects one per line without the enclosing `[...]`) are
 //! first read together as one list, then one by one. Each candidate is read as strict JSON first,
-//! then after [`repair`](super::repair::repair). The first candidate that reads as boxes or points wins; a
-//! candidate that does not is reported only if nothing else in the completion reads.
+//! then after [`repair`](super::repair::repair). The first candidate that reads as boxes or points
+//! wins; a candidate that does not is reported only if nothing else in the completion reads.
 
 use std::borrow::Cow;
 
@@ -35,7 +35,7 @@ pub(super) fn json_answer(region: &str) -> Attempt {
     let mut first_error = None;
     for (candidate, in_fence) in fenced.chain(spans) {
         match read_candidate(&candidate, in_fence) {
-            Ok(found) => return Attempt::Found(found.0, found.1),
+            Ok((answer, syntax)) => return Attempt::Found(answer, syntax),
             Err(e) => {
                 first_error.get_or_insert(e);
             }
@@ -431,7 +431,8 @@ mod tests {
 
     #[test]
     fn objects_listed_one_per_line_read_as_one_list() {
-        let text = "```json\n{\"bbox_2d\": [1, 2, 3, 4], \"label\": \"a\"}\n{\"bbox_2d\": [5, 6, 7, 8], \"label\": \"a\"}\n```";
+        let text = "```json\n{\"bbox_2d\": [1, 2, 3, 4], \"label\": \"a\"}\n\
+                    {\"bbox_2d\": [5, 6, 7, 8], \"label\": \"a\"}\n```";
         let expected = boxes(&[[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]], Some("a"));
         assert_eq!(found(text), (expected, Syntax::Json));
     }

@@ -218,8 +218,8 @@ mod tests {
 
     #[test]
     fn qwen_tokens_read_with_their_object_reference() {
-        let text = "<|object_ref_start|>the red car<|object_ref_end|> <|box_start|>(100,200),(300,400)<|box_end|>\
-                    <|box_start|>( 1 , 2 ),( 3 , 4 )<|box_end|>";
+        let text = "<|object_ref_start|>the red car<|object_ref_end|> \
+                    <|box_start|>(100,200),(300,400)<|box_end|><|box_start|>( 1 , 2 ),( 3 , 4 )<|box_end|>";
         let expected = vec![
             raw_box([100.0, 200.0, 300.0, 400.0], Some("the red car")),
             raw_box([1.0, 2.0, 3.0, 4.0], None),

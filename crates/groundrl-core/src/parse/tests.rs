@@ -206,8 +206,8 @@ proptest! {
             prop::sample::select(vec![
                 "<think>", "</think>", "<answer>", "</answer>", "<bbox>", "</bbox>", "<tool_call>",
                 "</tool_call>", "<|box_start|>", "<|box_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
-                "```json\n", "```", "[", "]", "{", "}", "(", ")", ",", "'", "\"", "\\", ":", "1", "-2.5", "1e999",
-                "None", "bbox_2d", "point_2d", "label", "confidence", "%", " ", "é",
+                "```json\n", "```", "[", "]", "{", "}", "(", ")", ",", "'", "\"", "\\", ":", "1", "-2.5",
+                "1e999", "None", "bbox_2d", "point_2d", "label", "confidence", "%", " ", "é",
             ]),
             0..40,
         )
