@@ -20,14 +20,17 @@ pub(super) fn tuple_points(region: &str) -> Attempt {
     }
 }
 
-/// Whether the answer is the word "None" (any case), alone apart from quotes, a code fence or a full
-/// stop. Only the whole answer counts: "None of the boxes fit" is not a claim that nothing is there.
+/// Whether the answer is the word "None" (any case), alone apart from quotes, a (json) code fence or
+/// a full stop. Only the whole answer counts: "None of the boxes fit" does not say nothing is there.
 pub(super) fn is_none_word(region: &str) -> bool {
-    let word = region
-        .trim()
-        .trim_start_matches("```")
-        .trim_end_matches("```")
-        .trim();
+    let region = region.trim();
+    let word = match region.strip_prefix("```") {
+        Some(fenced) => {
+            let inner = fenced.trim_end_matches("```");
+            inner.strip_prefix("json").unwrap_or(inner).trim()
+        }
+        None => region,
+    };
     let word = word.trim_matches(|c| matches!(c, '"' | '\'' | '`' | '.')).trim();
     word.eq_ignore_ascii_case("none")
 }
@@ -57,10 +60,17 @@ mod tests {
 
     #[test]
     fn none_word_alone_means_no_objects() {
-        for text in ["None", " none.\n", "\"NONE\"", "```\nNone\n```", "`none`"] {
+        for text in [
+            "None",
+            " none.\n",
+            "\"NONE\"",
+            "```\nNone\n```",
+            "```json\nNone\n```",
+            "`none`",
+        ] {
             assert!(is_none_word(text), "{text:?}");
         }
-        for text in ["None of these", "nothing", "", "[None]"] {
+        for text in ["None of these", "nothing", "", "[None]", "jsonnone"] {
             assert!(!is_none_word(text), "{text:?}");
         }
     }
