@@ -99,7 +99,7 @@ mod tests {
     fn perfect_box_scores_one() {
         let b = lb("dog", [10.0, 10.0, 50.0, 60.0]);
         check(
-            single_image_ap(&[b.clone()], &[b]),
+            single_image_ap(std::slice::from_ref(&b), std::slice::from_ref(&b)),
             (1.0, 1.0),
             (0.9999999999999998, 0.9999999999999999),
         );
@@ -170,11 +170,20 @@ mod tests {
     #[test]
     fn nothing_to_average_gives_zero() {
         let b = lb("dog", [0.0, 0.0, 10.0, 10.0]);
-        assert_eq!(single_image_ap(&[], &[b.clone()]), SingleImageAp::ZERO);
-        assert_eq!(single_image_ap(&[b.clone()], &[]), SingleImageAp::ZERO);
+        assert_eq!(
+            single_image_ap(&[], std::slice::from_ref(&b)),
+            SingleImageAp::ZERO
+        );
+        assert_eq!(
+            single_image_ap(std::slice::from_ref(&b), &[]),
+            SingleImageAp::ZERO
+        );
         // Inverted ground truth: negative area, outside every range, nothing counted.
         let inverted = lb("dog", [10.0, 0.0, 0.0, 10.0]);
-        assert_eq!(single_image_ap(&[inverted], &[b.clone()]), SingleImageAp::ZERO);
+        assert_eq!(
+            single_image_ap(&[inverted], std::slice::from_ref(&b)),
+            SingleImageAp::ZERO
+        );
         let nan = lb("dog", [f64::NAN, 0.0, 10.0, 10.0]);
         assert_eq!(single_image_ap(&[b], &[nan]), SingleImageAp::ZERO);
     }
