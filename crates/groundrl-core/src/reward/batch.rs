@@ -44,6 +44,17 @@ pub fn score_batch(spec: &RewardSpec, inputs: &[RewardInput]) -> Vec<Result<Scor
 
 /// Scores one record.
 pub fn score_one(spec: &RewardSpec, input: &RewardInput) -> Result<Scored, InputError> {
+    let parsed = parse_completion(&input.completion);
+    score_parsed(spec, input, parsed.as_ref())
+}
+
+/// Scores one record whose completion was already parsed (a trainer that parsed it for other
+/// purposes need not parse it again).
+pub fn score_parsed(
+    spec: &RewardSpec,
+    input: &RewardInput,
+    parsed: Result<&Parsed, &ParseFailure>,
+) -> Result<Scored, InputError> {
     let length = record_length(spec, input)?;
     let target = &input.target;
     let scoring = ScoringFrame::new(target, target.image_frames(spec.budget)?);
@@ -54,8 +65,7 @@ pub fn score_one(spec: &RewardSpec, input: &RewardInput) -> Result<Scored, Input
             format!("missing; component `{name}` needs the image size in the {} frame", scoring.frame),
         ));
     }
-    let parsed = parse_completion(&input.completion);
-    let (prediction, parse) = read_answer(spec, &scoring, parsed.as_ref(), target.frame)?;
+    let (prediction, parse) = read_answer(spec, &scoring, parsed, target.frame)?;
     let targets = scoring.target_boxes(target);
     let scene = Scene {
         targets: &targets,
@@ -65,7 +75,7 @@ pub fn score_one(spec: &RewardSpec, input: &RewardInput) -> Result<Scored, Input
     };
     let record = Record {
         scene,
-        parsed: parsed.as_ref(),
+        parsed,
         completion: &input.completion,
         length,
     };

@@ -25,7 +25,7 @@ pub mod spec;
 
 use crate::geometry::{BBox, LabeledBox, Point};
 
-pub use batch::{ParseInfo, Scored, score_batch, score_one};
+pub use batch::{ParseInfo, Scored, score_batch, score_one, score_parsed};
 pub use input::{InputError, RewardInput, Target, TargetBox};
 pub use spec::{RewardSpec, SpecError};
 
