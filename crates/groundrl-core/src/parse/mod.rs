@@ -117,33 +117,3 @@ pub fn parse_completion(text: &str) -> Result<Parsed, ParseFailure> {
     let _ = text;
     todo!("parser: see issue 2")
 }
-
-// Stand-in for the parser's accessors (branch `parse`), so rewards compile before that merge;
-// replaced by the parser's own versions when `parse` is merged.
-impl Parsed {
-    /// The boxes of the answer (empty unless the answer is boxes).
-    pub fn boxes(&self) -> &[RawBox] {
-        match &self.answer {
-            Answer::Boxes(b) => b,
-            _ => &[],
-        }
-    }
-
-    /// Click points: points as given, box centres, a tool call's `coordinate`.
-    pub fn click_points(&self) -> Vec<[f64; 2]> {
-        match &self.answer {
-            Answer::Boxes(b) => b
-                .iter()
-                .map(|b| [(b.coords[0] + b.coords[2]) / 2.0, (b.coords[1] + b.coords[3]) / 2.0])
-                .collect(),
-            Answer::Points(p) => p.iter().map(|p| p.coords).collect(),
-            Answer::NoObjects => vec![],
-            Answer::ToolCall(call) => call
-                .arguments
-                .get("coordinate")
-                .and_then(|c| serde_json::from_value::<[f64; 2]>(c.clone()).ok())
-                .into_iter()
-                .collect(),
-        }
-    }
-}
