@@ -2,10 +2,41 @@
 //!
 //! It never panics and never executes anything: model output is data. A completion that holds no
 //! usable answer gives a [`ParseFailure`] with a reason, which callers count as a metric.
+//!
+//! ```
+//! use groundrl_core::parse::{parse_completion, Answer, Syntax};
+//!
+//! let text = "<think>The chair is left.</think><answer>```json\n\
+//!             [{\"bbox_2d\": [38, 95, 113, 164], \"label\": \"chair\"}]\n```</answer>";
+//! let parsed = parse_completion(text).unwrap();
+//! assert_eq!(parsed.syntax, Syntax::Json);
+//! assert!(parsed.structure.think_then_answer);
+//! let Answer::Boxes(boxes) = parsed.answer else { panic!("boxes expected") };
+//! assert_eq!(boxes[0].coords, [38.0, 95.0, 113.0, 164.0]);
+//! ```
+//!
+//! Where the answer is read from: the last `<answer>` block, else what follows `</think>`, else the
+//! whole completion. Syntaxes are tried from the most explicit to the most lenient (see
+//! [`parse_completion`]); coordinates are returned as written, and resolving their frame is the
+//! caller's job ([`crate::frame::ImageFrames::detect`]), helped by [`Parsed::frame_hint`].
+
+mod confidence;
+mod cursor;
+mod json;
+mod plain;
+mod repair;
+mod structure;
+mod tags;
+
+#[cfg(test)]
+mod tests;
 
 use serde::Serialize;
 
 use crate::frame::Frame;
+use crate::geometry::BBox;
+
+pub use structure::parse_structure;
 
 /// What the parser found in one completion.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -21,6 +52,33 @@ pub struct Parsed {
     pub confidence: Option<f64>,
     /// The tag structure, for format rewards.
     pub structure: Structure,
+}
+
+impl Parsed {
+    /// The boxes of the answer; empty unless the answer is boxes.
+    pub fn boxes(&self) -> &[RawBox] {
+        match &self.answer {
+            Answer::Boxes(boxes) => boxes,
+            _ => &[],
+        }
+    }
+
+    /// Where the answer clicks, in the answer's own frame: points as written, each box's centre
+    /// (ScreenSpot's convention), a tool call's `coordinate`; none for "no objects".
+    pub fn click_points(&self) -> Vec<[f64; 2]> {
+        match &self.answer {
+            Answer::Boxes(boxes) => boxes
+                .iter()
+                .map(|b| {
+                    let centre = BBox::from_xyxy(b.coords).centre();
+                    [centre.x, centre.y]
+                })
+                .collect(),
+            Answer::Points(points) => points.iter().map(|p| p.coords).collect(),
+            Answer::NoObjects => Vec::new(),
+            Answer::ToolCall(call) => call.coordinate().map(|p| p.coords).into_iter().collect(),
+        }
+    }
 }
 
 /// The answer of a completion.
@@ -56,6 +114,25 @@ pub struct RawPoint {
 pub struct ToolCall {
     pub name: String,
     pub arguments: serde_json::Value,
+}
+
+impl ToolCall {
+    /// The `coordinate` argument `[x, y]` of GUI-agent calls (`{"action": "left_click", "coordinate":
+    /// [x, y]}`), which ScreenSpot-style evaluation takes as the click.
+    pub fn coordinate(&self) -> Option<RawPoint> {
+        let values = self.arguments.get("coordinate")?.as_array()?;
+        match values
+            .iter()
+            .map(serde_json::Value::as_f64)
+            .collect::<Option<Vec<_>>>()?[..]
+        {
+            [x, y] => Some(RawPoint {
+                coords: [x, y],
+                label: None,
+            }),
+            _ => None,
+        }
+    }
 }
 
 /// Which syntax matched.
@@ -113,7 +190,64 @@ impl ParseFailure {
 }
 
 /// Parses one completion.
+///
+/// Syntaxes, in the order tried on the answer region:
+/// 1. the word "None" alone: [`Answer::NoObjects`];
+/// 2. tags, which decide the answer once present (a malformed tag is [`ParseFailure::Malformed`]):
+///    `<tool_call>`, Qwen `<|box_start|>` tokens, `<bbox>`;
+/// 3. lenient fallbacks, where the first that reads wins: JSON (fenced, then bracketed spans, each
+///    strict then repaired; a flat number list outside a fence is a [`Syntax::BareList`]), then
+///    `(x, y)` points. If none reads, the first fallback's error is reported, else
+///    [`ParseFailure::NoAnswer`].
+///
+/// The confidence is looked for in the whole completion, since models state it outside the answer.
 pub fn parse_completion(text: &str) -> Result<Parsed, ParseFailure> {
-    let _ = text;
-    todo!("parser: see issue 2")
+    let text = structure::strip_end_tokens(text);
+    if text.trim().is_empty() {
+        return Err(ParseFailure::Empty);
+    }
+    let (answer, syntax) = read_answer(structure::answer_region(text))?;
+    Ok(Parsed {
+        answer,
+        syntax,
+        frame_hint: (syntax == Syntax::QwenBoxTokens).then_some(Frame::Qwen1000),
+        confidence: confidence::stated_confidence(text),
+        structure: parse_structure(text),
+    })
+}
+
+/// The outcome of looking for one syntax in the answer region.
+#[derive(Debug)]
+enum Attempt {
+    /// The syntax does not occur.
+    Absent,
+    Found(Answer, Syntax),
+    /// The syntax occurs but does not hold a valid answer; the reason names what is wrong.
+    Invalid(String),
+}
+
+fn read_answer(region: &str) -> Result<(Answer, Syntax), ParseFailure> {
+    if plain::is_none_word(region) {
+        return Ok((Answer::NoObjects, Syntax::NoneWord));
+    }
+    let tagged: [fn(&str) -> Attempt; 3] = [tags::tool_call, tags::qwen_boxes, tags::bbox_tags];
+    for read in tagged {
+        match read(region) {
+            Attempt::Absent => {}
+            Attempt::Found(answer, syntax) => return Ok((answer, syntax)),
+            Attempt::Invalid(reason) => return Err(ParseFailure::Malformed(reason)),
+        }
+    }
+    let lenient: [fn(&str) -> Attempt; 2] = [json::json_answer, plain::tuple_points];
+    let mut first_error = None;
+    for read in lenient {
+        match read(region) {
+            Attempt::Absent => {}
+            Attempt::Found(answer, syntax) => return Ok((answer, syntax)),
+            Attempt::Invalid(reason) => {
+                first_error.get_or_insert(reason);
+            }
+        }
+    }
+    Err(first_error.map_or(ParseFailure::NoAnswer, ParseFailure::Malformed))
 }
