@@ -113,7 +113,7 @@ fn bad_lines_are_named_skipped_and_fail_the_run() {
     let dir = std::env::temp_dir().join(format!("groundrl-cli-reward-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let input = dir.join("bad.jsonl");
-    let good = r#"{"completion": "<answer>[0, 0, 10, 10]</answer>", "target": {"boxes": [{"bbox": [0, 0, 10, 10]}], "frame": "pixel", "image_size": [100, 100]}, "num_tokens": 5}"#;
+    let good = r#"{"completion": "<answer>[0, 0, 10, 10]</answer>", "target": {"boxes": [{"bbox": [0, 0, 10, 10]}], "frame": "pixel", "image_size": [100, 100], "resized_size": [100, 100]}, "num_tokens": 5}"#;
     let text = [
         good,
         "{not json",
@@ -136,7 +136,7 @@ fn bad_lines_are_named_skipped_and_fail_the_run() {
     assert!(stderr.contains("line 3: completion: missing"), "{stderr}");
     assert!(stderr.contains("line 5: target: unknown variant `pixels`"), "{stderr}");
     assert!(stderr.contains("line 6: num_tokens: missing; component `length` needs it"), "{stderr}");
-    assert!(stderr.contains("line 7: target.image_size: missing; needed to compare an answer in the normalized"), "{stderr}");
+    assert!(stderr.contains("line 7: target.image_size: missing; needed to compare an answer in the resized frame with a target in the pixel frame"), "{stderr}");
     assert!(stderr.contains("scored 2 lines, 5 bad lines"), "{stderr}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
