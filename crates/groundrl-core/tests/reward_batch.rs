@@ -48,8 +48,12 @@ fn seed_001_mix_of_frames_scores_both_answers() {
     // seed 001 §2.2A: one run answered [0.1,0.2,0.3,0.4] and [2420,146,2512,170]; a frame-blind
     // reward scored both 0. The first is normalized, the second in resized pixels.
     let s = spec(IOU);
-    let norm = score_parsed(&s, &screenshot([256.0, 288.0, 768.0, 576.0]), Ok(&boxes(&[([0.1, 0.2, 0.3, 0.4], "")])))
-        .unwrap();
+    let norm = score_parsed(
+        &s,
+        &screenshot([256.0, 288.0, 768.0, 576.0]),
+        Ok(&boxes(&[([0.1, 0.2, 0.3, 0.4], "")])),
+    )
+    .unwrap();
     assert!((norm.components[0] - 1.0).abs() < 1e-12, "{norm:?}");
     assert_eq!(norm.parse.frame, Some(Frame::Normalized));
     // 2420/2548*2560 etc.: the pixel target of that resized box
@@ -82,10 +86,20 @@ fn frame_hint_overrides_detection_and_out_of_range_is_a_parse_failure() {
     let far = boxes(&[([5000.0, 10.0, 5100.0, 50.0], "")]);
     let scored = score_parsed(&s, &input, Ok(&far)).unwrap();
     assert!(!scored.parse.ok);
-    assert!(scored.parse.error.as_deref().unwrap().contains("outside the image"));
+    assert!(
+        scored
+            .parse
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("outside the image")
+    );
     assert_eq!((scored.total, scored.parse.frame), (0.0, None));
     let failed = score_parsed(&s, &input, Err(&ParseFailure::NoAnswer)).unwrap();
-    assert_eq!(failed.parse.error.as_deref(), Some("no coordinates, box list or tool call found"));
+    assert_eq!(
+        failed.parse.error.as_deref(),
+        Some("no coordinates, box list or tool call found")
+    );
 }
 
 #[test]
@@ -96,14 +110,18 @@ fn without_image_size_frames_must_agree() {
     // the model answers resized pixels; nothing can be converted
     let e = score_parsed(&s, &input, Ok(&boxes(&[([10.0, 10.0, 20.0, 20.0], "")]))).unwrap_err();
     assert_eq!(e.field, "target.image_size");
-    assert!(e.problem.contains("resized") && e.problem.contains("normalized"), "{e}");
+    assert!(
+        e.problem.contains("resized") && e.problem.contains("normalized"),
+        "{e}"
+    );
     // an answer in the target's own frame is scored there
     let s_norm = spec(&format!("model_frame = \"normalized\"\n{IOU}"));
     let same = score_parsed(&s_norm, &input, Ok(&boxes(&[([0.5, 0.5, 1.0, 0.75], "")]))).unwrap();
     assert_eq!(same.components, vec![0.5]);
     // dense distance needs the image extent: known for normalized, not for pixels
     let dense = spec("[components.d]\nkind = \"dense_distance\"\nweight = 1\n");
-    let pixel_target = record(json!({"completion": "", "target": {"boxes": [{"bbox": [0, 0, 1, 1]}], "frame": "pixel"}}));
+    let pixel_target =
+        record(json!({"completion": "", "target": {"boxes": [{"bbox": [0, 0, 1, 1]}], "frame": "pixel"}}));
     let e = score_parsed(&dense, &pixel_target, Ok(&boxes(&[]))).unwrap_err();
     assert_eq!(e.field, "target.image_size");
     assert!(e.problem.contains("`d`"), "{e}");

@@ -80,8 +80,10 @@ fn ap_spec() -> RewardSpec {
 }
 
 fn json_boxes(boxes: &[[u32; 4]]) -> String {
-    let items: Vec<String> =
-        boxes.iter().map(|b| format!(r#"{{"bbox_2d": {b:?}, "label": "cat"}}"#)).collect();
+    let items: Vec<String> = boxes
+        .iter()
+        .map(|b| format!(r#"{{"bbox_2d": {b:?}, "label": "cat"}}"#))
+        .collect();
     format!("```json\n[{}]\n```", items.join(", "))
 }
 
@@ -90,7 +92,10 @@ fn per_sample_ap_depends_on_listing_order() {
     let spec = ap_spec();
     let hit = [0, 0, 10, 10];
     let miss = [50, 50, 60, 60];
-    let records = [detection_record(&json_boxes(&[hit, miss])), detection_record(&json_boxes(&[miss, hit]))];
+    let records = [
+        detection_record(&json_boxes(&[hit, miss])),
+        detection_record(&json_boxes(&[miss, hit])),
+    ];
     let scored = score_batch(&spec, &records);
     let first = scored[0].as_ref().unwrap();
     let second = scored[1].as_ref().unwrap();

@@ -32,7 +32,15 @@ fn cosine(len: f64, correct: bool) -> f64 {
     lo + 0.5 * (hi - lo) * (1.0 + (std::f64::consts::PI * len / 512.0).cos())
 }
 
-const NAMES: [&str; 7] = ["iou", "click", "detection", "ap", "format", "length", "repetition"];
+const NAMES: [&str; 7] = [
+    "iou",
+    "click",
+    "detection",
+    "ap",
+    "format",
+    "length",
+    "repetition",
+];
 const WEIGHTS: [f64; 7] = [0.3, 0.1, 0.3, 0.1, 0.1, 0.1, 0.1];
 
 fn assert_line(line: &Value, id: &str, expected: [f64; 7], frame: Option<&str>, ok: bool) {
@@ -42,11 +50,17 @@ fn assert_line(line: &Value, id: &str, expected: [f64; 7], frame: Option<&str>, 
     assert_eq!(names, NAMES, "{id}: components in spec order");
     for (name, want) in NAMES.iter().zip(expected) {
         let got = rewards[*name].as_f64().unwrap();
-        assert!((got - want).abs() < 1e-12, "{id}: {name} = {got}, expected {want}");
+        assert!(
+            (got - want).abs() < 1e-12,
+            "{id}: {name} = {got}, expected {want}"
+        );
     }
     let total: f64 = WEIGHTS.iter().zip(expected).map(|(w, v)| w * v).sum();
     let got_total = line["reward"].as_f64().unwrap();
-    assert!((got_total - total).abs() < 1e-12, "{id}: total {got_total}, expected {total}");
+    assert!(
+        (got_total - total).abs() < 1e-12,
+        "{id}: total {got_total}, expected {total}"
+    );
     assert_eq!(line["parse"]["ok"], ok, "{id}");
     assert_eq!(line["parse"]["frame"].as_str(), frame, "{id}");
     assert_eq!(line["parse"]["error"].is_null(), ok, "{id}");
@@ -64,11 +78,28 @@ fn shipped_example_scores_as_computed_by_hand() {
     assert_eq!(lines.len(), 10);
     // input fields are kept, in order, before the added ones
     let keys: Vec<&str> = lines[0].as_object().unwrap().keys().map(String::as_str).collect();
-    assert_eq!(keys, ["id", "completion", "target", "num_tokens", "reward", "rewards", "parse"]);
+    assert_eq!(
+        keys,
+        [
+            "id",
+            "completion",
+            "target",
+            "num_tokens",
+            "reward",
+            "rewards",
+            "parse"
+        ]
+    );
 
     let r = Some("resized");
     // resized [10,10,60,35] x2 = the pixel target exactly
-    assert_line(&lines[0], "ground-think", [1.0, 1.0, 1.0, 1.0, 1.0, cosine(20.0, true), 0.0], r, true);
+    assert_line(
+        &lines[0],
+        "ground-think",
+        [1.0, 1.0, 1.0, 1.0, 1.0, cosine(20.0, true), 0.0],
+        r,
+        true,
+    );
     // cat and dog exact, dog listed twice: weighted_sum 0.7 + 0.3 * (1 - (0 + 1/3) / 2);
     // AP 1 (the duplicate comes after the hit) times odLength 2/3; one of 3 items repeated
     let ws = 0.7 + 0.3 * (1.0 - (1.0 / 3.0) / 2.0);
@@ -80,12 +111,36 @@ fn shipped_example_scores_as_computed_by_hand() {
         true,
     );
     // Qwen-VL box tokens are on the 0-1000 grid whatever model_frame says
-    assert_line(&lines[2], "qwen-box-tokens", [1.0, 1.0, 1.0, 1.0, 0.0, cosine(15.0, true), 0.0], Some("qwen1000"), true);
+    assert_line(
+        &lines[2],
+        "qwen-box-tokens",
+        [1.0, 1.0, 1.0, 1.0, 0.0, cosine(15.0, true), 0.0],
+        Some("qwen1000"),
+        true,
+    );
     // a click (250,125) resized = (500,250) pixels, inside; no box for IoU or detection
-    assert_line(&lines[3], "tool-call-click", [0.0, 1.0, 0.0, 0.0, 0.0, cosine(30.0, false), 0.0], r, true);
+    assert_line(
+        &lines[3],
+        "tool-call-click",
+        [0.0, 1.0, 0.0, 0.0, 0.0, cosine(30.0, false), 0.0],
+        r,
+        true,
+    );
     // "None" against a "none" target is right everywhere
-    assert_line(&lines[4], "none-answer", [1.0, 1.0, 1.0, 1.0, 1.0, cosine(12.0, true), 0.0], None, true);
-    assert_line(&lines[5], "unparseable", [0.0, 0.0, 0.0, 0.0, 0.0, cosine(7.0, false), 0.0], None, false);
+    assert_line(
+        &lines[4],
+        "none-answer",
+        [1.0, 1.0, 1.0, 1.0, 1.0, cosine(12.0, true), 0.0],
+        None,
+        true,
+    );
+    assert_line(
+        &lines[5],
+        "unparseable",
+        [0.0, 0.0, 0.0, 0.0, 0.0, cosine(7.0, false), 0.0],
+        None,
+        false,
+    );
     // numbers in [0, 1] are normalized: [100,100,300,200] pixels
     assert_line(
         &lines[6],
@@ -95,12 +150,35 @@ fn shipped_example_scores_as_computed_by_hand() {
         true,
     );
     // 5000 fits no frame of a 1000x500 image: a scoring failure, not a crash
-    assert_line(&lines[7], "outside-every-frame", [0.0, 0.0, 0.0, 0.0, 0.0, cosine(18.0, false), 0.0], None, false);
-    assert!(lines[7]["parse"]["error"].as_str().unwrap().contains("outside the image"));
+    assert_line(
+        &lines[7],
+        "outside-every-frame",
+        [0.0, 0.0, 0.0, 0.0, 0.0, cosine(18.0, false), 0.0],
+        None,
+        false,
+    );
+    assert!(
+        lines[7]["parse"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("outside the image")
+    );
     // right box, wrong label: weighted_sum records IoU 0 (0.3 for completeness), AP drops it
-    assert_line(&lines[8], "label-mismatch", [1.0, 1.0, 0.3, 0.0, 1.0, cosine(40.0, false), 0.0], r, true);
+    assert_line(
+        &lines[8],
+        "label-mismatch",
+        [1.0, 1.0, 0.3, 0.0, 1.0, cosine(40.0, false), 0.0],
+        r,
+        true,
+    );
     // 600 tokens exceed max_length 512
-    assert_line(&lines[9], "resized-target", [1.0, 1.0, 1.0, 1.0, 1.0, -1.0, 0.0], r, true);
+    assert_line(
+        &lines[9],
+        "resized-target",
+        [1.0, 1.0, 1.0, 1.0, 1.0, -1.0, 0.0],
+        r,
+        true,
+    );
 
     assert!(
         stderr.contains("scored 10 lines, 0 bad lines, 2 parse failures; answer frames: none 3, normalized 1, qwen1000 1, resized 5"),
@@ -134,8 +212,14 @@ fn bad_lines_are_named_skipped_and_fail_the_run() {
     assert_eq!(lines[0]["rewards"]["iou"], 1.0);
     assert!(stderr.contains("line 2: line: not valid JSON"), "{stderr}");
     assert!(stderr.contains("line 3: completion: missing"), "{stderr}");
-    assert!(stderr.contains("line 5: target: unknown variant `pixels`"), "{stderr}");
-    assert!(stderr.contains("line 6: num_tokens: missing; component `length` needs it"), "{stderr}");
+    assert!(
+        stderr.contains("line 5: target: unknown variant `pixels`"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("line 6: num_tokens: missing; component `length` needs it"),
+        "{stderr}"
+    );
     assert!(stderr.contains("line 7: target.image_size: missing; needed to compare an answer in the resized frame with a target in the pixel frame"), "{stderr}");
     assert!(stderr.contains("scored 2 lines, 5 bad lines"), "{stderr}");
     std::fs::remove_dir_all(&dir).unwrap();
@@ -146,11 +230,18 @@ fn a_bad_spec_is_refused_before_reading_input() {
     let dir = std::env::temp_dir().join(format!("groundrl-cli-spec-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let spec = dir.join("spec.toml");
-    std::fs::write(&spec, "[components.iou]\nkind = \"iou\"\nweight = 1\nthreshold = 0.5\n").unwrap();
+    std::fs::write(
+        &spec,
+        "[components.iou]\nkind = \"iou\"\nweight = 1\nthreshold = 0.5\n",
+    )
+    .unwrap();
     let (out, lines) = run_reward(&spec, &dir.join("missing.jsonl"));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1));
     assert!(lines.is_empty());
-    assert!(stderr.contains("components.iou") && stderr.contains("threshold"), "{stderr}");
+    assert!(
+        stderr.contains("components.iou") && stderr.contains("threshold"),
+        "{stderr}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -62,7 +62,10 @@ pub fn score_parsed(
     if let (None, Some(name)) = (image_extent, spec.needs_image_extent()) {
         return Err(InputError::new(
             "target.image_size",
-            format!("missing; component `{name}` needs the image size in the {} frame", scoring.frame),
+            format!(
+                "missing; component `{name}` needs the image size in the {} frame",
+                scoring.frame
+            ),
         ));
     }
     let (prediction, parse) = read_answer(spec, &scoring, parsed, target.frame)?;
@@ -80,7 +83,12 @@ pub fn score_parsed(
         length,
     };
     let components = evaluate(spec, &record);
-    let total = spec.components().iter().zip(&components).map(|(c, v)| c.weight * v).sum();
+    let total = spec
+        .components()
+        .iter()
+        .zip(&components)
+        .map(|(c, v)| c.weight * v)
+        .sum();
     Ok(Scored {
         total,
         components,
@@ -91,7 +99,10 @@ pub fn score_parsed(
 /// `L` of length rewards: `num_tokens`, or a word count where a component asks for words.
 fn record_length(spec: &RewardSpec, input: &RewardInput) -> Result<RecordLength, InputError> {
     if let (None, Some(name)) = (input.num_tokens, spec.needs_num_tokens()) {
-        return Err(InputError::new("num_tokens", format!("missing; component `{name}` needs it")));
+        return Err(InputError::new(
+            "num_tokens",
+            format!("missing; component `{name}` needs it"),
+        ));
     }
     Ok(RecordLength {
         tokens: input.num_tokens.unwrap_or(0),
@@ -134,7 +145,9 @@ fn read_answer(
     {
         return Err(InputError::new(
             "target.image_size",
-            format!("missing; needed to compare an answer in the {f} frame with a target in the {target_frame} frame"),
+            format!(
+                "missing; needed to compare an answer in the {f} frame with a target in the {target_frame} frame"
+            ),
         ));
     }
     let prediction = scoring.prediction(parsed, frame.unwrap_or(scoring.frame));

@@ -89,6 +89,9 @@ impl Scene<'_> {
     /// The best value of `score` over every target box: against several targets a single answer
     /// is scored by the one it fits best.
     pub fn best_over_targets(&self, score: impl Fn(&BBox) -> f64) -> f64 {
-        self.targets.iter().map(|t| score(&t.bbox)).fold(f64::NEG_INFINITY, f64::max)
+        self.targets
+            .iter()
+            .map(|t| score(&t.bbox))
+            .fold(f64::NEG_INFINITY, f64::max)
     }
 }

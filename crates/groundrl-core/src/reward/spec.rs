@@ -163,7 +163,9 @@ impl RewardSpec {
             .map(|(name, value)| parse_component(name, value))
             .collect::<Result<Vec<_>, _>>()?;
         if components.is_empty() {
-            return Err(SpecError::Invalid("no components: add at least one [components.NAME] table".into()));
+            return Err(SpecError::Invalid(
+                "no components: add at least one [components.NAME] table".into(),
+            ));
         }
         let eval_order = evaluation_order(&components)?;
         Ok(Self {
@@ -225,7 +227,9 @@ fn parse_component(name: String, value: toml::Value) -> Result<Component, SpecEr
     if !weight.is_finite() {
         return Err(fail(format!("weight must be finite, got {weight}")));
     }
-    let kind: Kind = toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| fail(e.message().into()))?;
+    let kind: Kind = toml::Value::Table(table)
+        .try_into()
+        .map_err(|e: toml::de::Error| fail(e.message().into()))?;
     check_params(&kind).map_err(fail)?;
     Ok(Component { name, weight, kind })
 }
@@ -244,7 +248,7 @@ fn check_params(kind: &Kind) -> Result<(), String> {
         Kind::CosineLength(p) => finite("correct_threshold", p.correct_threshold),
         Kind::Confidence(p) => finite("correct_threshold", p.correct_threshold),
         Kind::Repetition(p) if p.ngram == 0 => Err("ngram must be at least 1".into()),
-        Kind::Repetition(p) if !(p.max_penalty <= 0.0) => {
+        Kind::Repetition(p) if p.max_penalty.is_nan() || p.max_penalty > 0.0 => {
             Err(format!("max_penalty must be <= 0, got {}", p.max_penalty))
         }
         _ => Ok(()),
@@ -252,11 +256,19 @@ fn check_params(kind: &Kind) -> Result<(), String> {
 }
 
 fn in_unit_interval(key: &str, v: f64) -> Result<(), String> {
-    if (0.0..=1.0).contains(&v) { Ok(()) } else { Err(format!("{key} must be in [0, 1], got {v}")) }
+    if (0.0..=1.0).contains(&v) {
+        Ok(())
+    } else {
+        Err(format!("{key} must be in [0, 1], got {v}"))
+    }
 }
 
 fn finite(key: &str, v: f64) -> Result<(), String> {
-    if v.is_finite() { Ok(()) } else { Err(format!("{key} must be finite, got {v}")) }
+    if v.is_finite() {
+        Ok(())
+    } else {
+        Err(format!("{key} must be finite, got {v}"))
+    }
 }
 
 /// Orders components so each comes after the one it reads correctness from; refuses unknown
@@ -270,7 +282,10 @@ fn evaluation_order(components: &[Component]) -> Result<Vec<usize>, SpecError> {
         };
         match components.iter().position(|c| c.name == from) {
             Some(j) if j != i => Ok(Some(j)),
-            Some(_) => Err(component_error(&components[i].name, "correct_from names the component itself")),
+            Some(_) => Err(component_error(
+                &components[i].name,
+                "correct_from names the component itself",
+            )),
             None => Err(component_error(
                 &components[i].name,
                 &format!("correct_from names {from:?}, which is not a component of this spec"),

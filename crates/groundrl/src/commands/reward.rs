@@ -46,7 +46,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let out: Box<dyn Write> = if args.output.as_os_str() == "-" {
         Box::new(std::io::stdout().lock())
     } else {
-        let file = File::create(&args.output).with_context(|| format!("cannot create {}", args.output.display()))?;
+        let file =
+            File::create(&args.output).with_context(|| format!("cannot create {}", args.output.display()))?;
         Box::new(file)
     };
     let mut out = BufWriter::new(out);
@@ -65,7 +66,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     score_chunk(&spec, chunk, &mut out, &mut summary)?;
     out.flush().context("cannot write output")?;
     print_summary(&summary);
-    Ok(if summary.bad > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    Ok(if summary.bad > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// Reads, scores and writes one chunk of `(line number, text)`, in order.
@@ -158,6 +163,10 @@ fn print_summary(s: &Summary) {
         s.scored,
         s.bad,
         s.parse_failures,
-        if frames.is_empty() { "-".to_string() } else { frames.join(", ") }
+        if frames.is_empty() {
+            "-".to_string()
+        } else {
+            frames.join(", ")
+        }
     );
 }
