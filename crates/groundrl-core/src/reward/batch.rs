@@ -171,16 +171,14 @@ struct Record<'a> {
 fn evaluate(spec: &RewardSpec, record: &Record) -> Vec<f64> {
     let mut values = vec![0.0; spec.components().len()];
     for &i in spec.eval_order() {
-        let is_correct = |from: &str, threshold: f64| {
-            // The spec was validated: `from` names a component evaluated before this one.
-            spec.index_of(from).is_some_and(|j| values[j] >= threshold)
-        };
+        // The spec orders every correctness source before its users.
+        let is_correct = |threshold: f64| spec.correctness_source(i).is_some_and(|j| values[j] >= threshold);
         values[i] = component_value(&spec.components()[i].kind, record, is_correct);
     }
     values
 }
 
-fn component_value(kind: &Kind, r: &Record, is_correct: impl Fn(&str, f64) -> bool) -> f64 {
+fn component_value(kind: &Kind, r: &Record, is_correct: impl Fn(f64) -> bool) -> f64 {
     let scene = &r.scene;
     match kind {
         Kind::Iou(p) => box_overlap::iou_reward(scene, p.overlap),
@@ -196,13 +194,13 @@ fn component_value(kind: &Kind, r: &Record, is_correct: impl Fn(&str, f64) -> bo
                 length::LengthUnit::Tokens => r.length.tokens,
                 length::LengthUnit::Words => r.length.words,
             };
-            length::cosine_length(l, is_correct(&p.correct_from, p.correct_threshold), p)
+            length::cosine_length(l, is_correct(p.correct_threshold), p)
         }
         Kind::Repetition(p) => repetition::repetition_penalty(r.completion, scene.prediction, p),
         Kind::Format(p) => format::format_reward(r.parsed, p),
         Kind::Confidence(p) => {
             let stated = r.parsed.ok().and_then(|parsed| parsed.confidence);
-            confidence::calibration_reward(stated, is_correct(&p.correct_from, p.correct_threshold), p)
+            confidence::calibration_reward(stated, is_correct(p.correct_threshold), p)
         }
     }
 }
