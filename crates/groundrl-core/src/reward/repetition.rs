@@ -65,7 +65,8 @@ pub fn repetition_penalty(completion: &str, prediction: Option<&Prediction>, p: 
     } else {
         text_ngrams(completion, p.ngram)
     };
-    if total == 0 {
+    if unique == total {
+        // also covers `total == 0`; and avoids writing `-0.0` for "no repetition"
         return 0.0;
     }
     (1.0 - unique as f64 / total as f64) * p.max_penalty
@@ -101,7 +102,8 @@ mod tests {
         assert_eq!(repetition_penalty("a b a b a", None, &text(2)), -0.5);
         // case is folded: "A b a B a" is the same
         assert_eq!(repetition_penalty("A b a B a", None, &text(2)), -0.5);
-        assert_eq!(repetition_penalty("a b c d", None, &text(2)), 0.0);
+        let none = repetition_penalty("a b c d", None, &text(2));
+        assert_eq!((none, none.is_sign_positive()), (0.0, true), "0, not -0");
         // fewer words than n
         assert_eq!(repetition_penalty("a a a", None, &text(6)), 0.0);
         assert_eq!(repetition_penalty("", None, &text(1)), 0.0);
