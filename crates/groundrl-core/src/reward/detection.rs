@@ -402,4 +402,28 @@ mod tests {
         // AP keeps label case (VLM-R1's dictionary lookup): "Cat" is dropped, nothing is left
         assert_eq!(ap_reward(&scene(&gt, Some(&wrong_label)), &p), 0.0);
     }
+
+    proptest::proptest! {
+        /// Greedy's matching is one of those Hungarian chooses from, so Hungarian never scores less.
+        #[test]
+        fn hungarian_never_scores_below_greedy(
+            gt in proptest::collection::vec((proptest::array::uniform4(0u8..40), 0u8..2), 1..5),
+            pr in proptest::collection::vec((proptest::array::uniform4(0u8..40), 0u8..2), 1..5),
+        ) {
+            let to_boxes = |v: &[([u8; 4], u8)]| -> Vec<LabeledBox> {
+                v.iter()
+                    .map(|(c, l)| {
+                        let [a, b, w, h] = c.map(f64::from);
+                        lb([a, b, a + w + 1.0, b + h + 1.0], if *l == 0 { "cat" } else { "dog" })
+                    })
+                    .collect()
+            };
+            let targets = to_boxes(&gt);
+            let p = pred(to_boxes(&pr));
+            let s = scene(&targets, Some(&p));
+            let (g, h) = (weighted_sum(&s, &greedy()), weighted_sum(&s, &hungarian()));
+            proptest::prop_assert!(h >= g - 1e-12, "hungarian {h} < greedy {g}");
+            proptest::prop_assert!((0.0..=1.0 + 1e-12).contains(&h));
+        }
+    }
 }
