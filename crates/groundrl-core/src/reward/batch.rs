@@ -55,7 +55,7 @@ pub fn score_parsed(
     input: &RewardInput,
     parsed: Result<&Parsed, &ParseFailure>,
 ) -> Result<Scored, InputError> {
-    let length = record_length(spec, input)?;
+    check_num_tokens(spec, input)?;
     let target = &input.target;
     let scoring = ScoringFrame::new(target, target.image_frames(spec.budget)?);
     let image_extent = scoring.image_extent();
@@ -80,7 +80,7 @@ pub fn score_parsed(
         scene,
         parsed,
         completion: &input.completion,
-        length,
+        num_tokens: input.num_tokens.unwrap_or(0),
     };
     let components = evaluate(spec, &record);
     let total = spec
@@ -96,24 +96,15 @@ pub fn score_parsed(
     })
 }
 
-/// `L` of length rewards: `num_tokens`, or a word count where a component asks for words.
-fn record_length(spec: &RewardSpec, input: &RewardInput) -> Result<RecordLength, InputError> {
-    if let (None, Some(name)) = (input.num_tokens, spec.needs_num_tokens()) {
-        return Err(InputError::new(
+/// Refuses a record without `num_tokens` when a component counts tokens.
+fn check_num_tokens(spec: &RewardSpec, input: &RewardInput) -> Result<(), InputError> {
+    match (input.num_tokens, spec.needs_num_tokens()) {
+        (None, Some(name)) => Err(InputError::new(
             "num_tokens",
             format!("missing; component `{name}` needs it"),
-        ));
+        )),
+        _ => Ok(()),
     }
-    Ok(RecordLength {
-        tokens: input.num_tokens.unwrap_or(0),
-        words: input.completion.split_whitespace().count() as u64,
-    })
-}
-
-#[derive(Clone, Copy)]
-struct RecordLength {
-    tokens: u64,
-    words: u64,
 }
 
 /// Places the parsed answer in the scoring frame. A parse or frame failure gives no prediction
@@ -124,21 +115,21 @@ fn read_answer(
     parsed: Result<&Parsed, &ParseFailure>,
     target_frame: Frame,
 ) -> Result<(Option<Prediction>, ParseInfo), InputError> {
-    let failed = |error: String, frame| {
+    let failed = |error: String| {
         let info = ParseInfo {
             ok: false,
             error: Some(error),
-            frame,
+            frame: None,
         };
         Ok((None, info))
     };
     let parsed = match parsed {
         Ok(p) => p,
-        Err(failure) => return failed(failure.to_string(), None),
+        Err(failure) => return failed(failure.to_string()),
     };
     let frame = match scoring.answer_frame(parsed, spec.model_frame, spec.detect_frame) {
         Ok(frame) => frame,
-        Err(why) => return failed(why, None),
+        Err(why) => return failed(why),
     };
     if let (None, Some(f)) = (scoring.frames, frame)
         && f != target_frame
@@ -164,7 +155,8 @@ struct Record<'a> {
     scene: Scene<'a>,
     parsed: Result<&'a Parsed, &'a ParseFailure>,
     completion: &'a str,
-    length: RecordLength,
+    /// The record's `num_tokens` (0 where absent and no component needs it).
+    num_tokens: u64,
 }
 
 /// Every component's value, in spec order, computing `correct_from` sources first.
@@ -191,8 +183,8 @@ fn component_value(kind: &Kind, r: &Record, is_correct: impl Fn(f64) -> bool) ->
         Kind::WeightedSum(p) => detection::weighted_sum(scene, p),
         Kind::CosineLength(p) => {
             let l = match p.length_unit {
-                length::LengthUnit::Tokens => r.length.tokens,
-                length::LengthUnit::Words => r.length.words,
+                length::LengthUnit::Tokens => r.num_tokens,
+                length::LengthUnit::Words => r.completion.split_whitespace().count() as u64,
             };
             length::cosine_length(l, is_correct(p.correct_threshold), p)
         }
