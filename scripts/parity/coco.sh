@@ -2,7 +2,8 @@
 # Randomized parity of `groundrl eval coco --json` against live pycocotools 2.0.11: 60 generated cases
 # (fixed seed) covering crowd boxes, tied scores, empty images, categories without ground truth or
 # without detections, tiny to huge boxes across the area ranges, an `area` field that differs from w*h,
-# annotation id 0, and more than 100 detections per image. All 12 stats must agree to 1e-12.
+# annotation id 0, and more than 100 detections per image. All 12 stats must agree to 1e-12 and the
+# printed 12-line summary must equal the text pycocotools prints.
 # Prints one line per failing stat, then `coco parity: N passed, M failed`; exits 1 on any failure.
 #
 # The binary: $GROUNDRL_BIN if set; else target/release/groundrl if it exists; else target/debug/groundrl

@@ -86,23 +86,32 @@ def make_case(rng, index):
 
 
 def pycocotools_stats(gt_path, dt_path):
+    """The 12 stats and the text `summarize()` prints."""
     with contextlib.redirect_stdout(io.StringIO()):
         coco_gt = COCO(str(gt_path))
         coco_dt = coco_gt.loadRes(str(dt_path))
         e = COCOeval(coco_gt, coco_dt, "bbox")
         e.evaluate()
         e.accumulate()
+    summary = io.StringIO()
+    with contextlib.redirect_stdout(summary):
         e.summarize()
-    return [float(s) for s in e.stats]
+    return [float(s) for s in e.stats], summary.getvalue()
 
 
-def groundrl_stats(binary, gt_path, dt_path):
-    out = subprocess.run([binary, "eval", "coco", "--gt", str(gt_path), "--dt", str(dt_path), "--json"],
+def run_groundrl(binary, gt_path, dt_path, *flags):
+    out = subprocess.run([binary, "eval", "coco", "--gt", str(gt_path), "--dt", str(dt_path), *flags],
                          capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"exit {out.returncode}: {out.stderr.strip()}")
-    stats = json.loads(out.stdout)
-    return [stats[k] for k in KEYS]
+    return out.stdout
+
+
+def groundrl_stats(binary, gt_path, dt_path):
+    """The 12 stats (`--json`) and the first 12 lines of the text output."""
+    stats = json.loads(run_groundrl(binary, gt_path, dt_path, "--json"))
+    text = run_groundrl(binary, gt_path, dt_path)
+    return [stats[k] for k in KEYS], "".join(text.splitlines(keepends=True)[:12])
 
 
 def main():
@@ -119,9 +128,9 @@ def main():
             gt_path, dt_path = Path(tmp, f"gt{index}.json"), Path(tmp, f"dt{index}.json")
             gt_path.write_text(json.dumps(gt))
             dt_path.write_text(json.dumps(dt))
-            expected = pycocotools_stats(gt_path, dt_path)
+            expected, expected_text = pycocotools_stats(gt_path, dt_path)
             try:
-                ours = groundrl_stats(args.bin, gt_path, dt_path)
+                ours, text = groundrl_stats(args.bin, gt_path, dt_path)
             except RuntimeError as err:
                 print(f"case {index}: groundrl failed: {err}")
                 failed += 1
@@ -129,6 +138,8 @@ def main():
             bad = [(k, o, e) for k, o, e in zip(KEYS, ours, expected) if not abs(o - e) <= TOLERANCE]
             for key, o, e in bad:
                 print(f"case {index} (seed {args.seed}): {key}: groundrl {o!r}, pycocotools {e!r}")
+            if text != expected_text:
+                bad.append(("summary text", text, expected_text))
             identical += sum(o == e for o, e in zip(ours, expected))
             compared += len(KEYS)
             failed += bool(bad)

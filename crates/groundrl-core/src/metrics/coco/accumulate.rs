@@ -1,7 +1,7 @@
 //! Per category: the precision/recall curve over all images' detections, sampled at 101 recall
 //! thresholds (pycocotools' `accumulate`).
 
-use super::evaluate::CellEval;
+use super::evaluate::{CellEval, Thresholds};
 use super::params::{
     AREA_RANGES, AreaRange, IOU_50, IOU_THRESHOLDS, MAX_DET_100, MAX_DETS, RECALL_THRESHOLDS,
 };
@@ -51,24 +51,32 @@ pub(super) fn accumulate_category(cells: &[CellEval]) -> CategoryCurves {
         recall: vec![-1.0; T * A * M],
         at50: Counts::default(),
     };
+    let mut curve = Curve::default();
     for (m, &max_det) in MAX_DETS.iter().enumerate() {
         let ranked = rank_across_images(cells, max_det);
         for a in 0..A {
             let ground_truths: usize = cells.iter().map(|c| c.areas[a].counted_gts).sum();
+            let outcomes: Vec<Outcome> = ranked
+                .iter()
+                .map(|&(c, d)| (cells[c].areas[a].matched[d], cells[c].areas[a].ignored[d]))
+                .collect();
             for t in 0..T {
-                let counts = cumulative_counts(cells, &ranked, a, t);
-                if (t, a, m) == (IOU_50, AreaRange::All.index(), MAX_DET_100) {
-                    let (tp, fp) = counts.last().copied().unwrap_or((0, 0));
+                let at50 = (t, a, m) == (IOU_50, AreaRange::All.index(), MAX_DET_100);
+                if ground_truths == 0 && !at50 {
+                    continue;
+                }
+                let (true_positives, false_positives) = curve.trace(&outcomes, t, ground_truths);
+                if at50 {
                     curves.at50 = Counts {
-                        true_positives: tp,
-                        false_positives: fp,
+                        true_positives,
+                        false_positives,
                         ground_truths,
                     };
                 }
                 if ground_truths == 0 {
                     continue;
                 }
-                let (precision, recall) = sampled_curve(&counts, ground_truths);
+                let (precision, recall) = curve.sample();
                 curves.recall[(t * A + a) * M + m] = recall;
                 for (r, p) in precision.into_iter().enumerate() {
                     curves.precision[((t * R + r) * A + a) * M + m] = p;
@@ -96,59 +104,59 @@ fn rank_across_images(cells: &[CellEval], max_det: usize) -> Vec<(usize, usize)>
     ranked
 }
 
-/// Running `(true positives, false positives)` after each ranked detection. Ignored detections keep
-/// their place in the list (repeating the previous counts), as in pycocotools.
-fn cumulative_counts(
-    cells: &[CellEval],
-    ranked: &[(usize, usize)],
-    a: usize,
-    t: usize,
-) -> Vec<(usize, usize)> {
-    let (mut tp, mut fp) = (0, 0);
-    ranked
-        .iter()
-        .map(|&(c, d)| {
-            let matches = &cells[c].areas[a];
-            let i = t * cells[c].scores.len() + d;
-            if !matches.ignored[i] {
-                if matches.matched[i] {
+/// A ranked detection's (matched, ignored) threshold sets.
+type Outcome = (Thresholds, Thresholds);
+
+/// The precision/recall points after each ranked detection at one setting; the buffers are reused
+/// across settings.
+#[derive(Default)]
+struct Curve {
+    recall: Vec<f64>,
+    precision: Vec<f64>,
+}
+
+impl Curve {
+    /// Traces the points at threshold `t` and returns the final (true, false) positive counts. Ignored
+    /// detections keep their place in the list (repeating the previous point), as in pycocotools.
+    fn trace(&mut self, outcomes: &[Outcome], t: usize, ground_truths: usize) -> (usize, usize) {
+        self.recall.clear();
+        self.precision.clear();
+        let (mut tp, mut fp) = (0, 0);
+        for &(matched, ignored) in outcomes {
+            if !ignored.contains(t) {
+                if matched.contains(t) {
                     tp += 1;
                 } else {
                     fp += 1;
                 }
             }
-            (tp, fp)
-        })
-        .collect()
-}
+            self.recall.push(tp as f64 / ground_truths as f64);
+            self.precision.push(tp as f64 / (fp as f64 + tp as f64 + EPS));
+        }
+        (tp, fp)
+    }
 
-/// Precision at each recall threshold (the precision envelope: the best precision at that recall or
-/// beyond, 0 past the final recall) and the final recall (0 with no detection).
-fn sampled_curve(counts: &[(usize, usize)], ground_truths: usize) -> ([f64; R], f64) {
-    let recall: Vec<f64> = counts
-        .iter()
-        .map(|&(tp, _)| tp as f64 / ground_truths as f64)
-        .collect();
-    let mut precision: Vec<f64> = counts
-        .iter()
-        .map(|&(tp, fp)| tp as f64 / (fp as f64 + tp as f64 + EPS))
-        .collect();
-    for i in (1..precision.len()).rev() {
-        if precision[i] > precision[i - 1] {
-            precision[i - 1] = precision[i];
+    /// Precision at each recall threshold (from the envelope: the best precision at that recall or
+    /// beyond; 0 past the final recall) and the final recall (0 with no detection).
+    fn sample(&mut self) -> ([f64; R], f64) {
+        let precision = &mut self.precision;
+        for i in (1..precision.len()).rev() {
+            if precision[i] > precision[i - 1] {
+                precision[i - 1] = precision[i];
+            }
         }
-    }
-    let mut sampled = [0.0; R];
-    let mut i = 0;
-    for (r, &threshold) in RECALL_THRESHOLDS.iter().enumerate() {
-        // The first rank whose recall reaches the threshold (`np.searchsorted(..., side="left")`).
-        while i < recall.len() && recall[i] < threshold {
-            i += 1;
+        let mut sampled = [0.0; R];
+        let mut i = 0;
+        for (r, &threshold) in RECALL_THRESHOLDS.iter().enumerate() {
+            // The first rank whose recall reaches the threshold (`np.searchsorted(..., side="left")`).
+            while i < self.recall.len() && self.recall[i] < threshold {
+                i += 1;
+            }
+            let Some(&p) = precision.get(i) else { break };
+            sampled[r] = p;
         }
-        let Some(&p) = precision.get(i) else { break };
-        sampled[r] = p;
+        (sampled, self.recall.last().copied().unwrap_or(0.0))
     }
-    (sampled, recall.last().copied().unwrap_or(0.0))
 }
 
 #[cfg(test)]
@@ -169,11 +177,31 @@ mod tests {
 
     const ALL: usize = 0;
 
+    /// The sampled curve at threshold 0 of ranked outcomes written as `T` (true positive), `F`
+    /// (false positive) or `I` (ignored).
+    fn sampled_curve(outcomes: &str, ground_truths: usize) -> ([f64; R], f64) {
+        let mut curve = Curve::default();
+        let outcomes: Vec<Outcome> = outcomes
+            .chars()
+            .map(|kind| {
+                let (mut matched, mut ignored) = (Thresholds::default(), Thresholds::default());
+                match kind {
+                    'T' => matched.insert(0),
+                    'I' => ignored.insert(0),
+                    _ => {}
+                }
+                (matched, ignored)
+            })
+            .collect();
+        curve.trace(&outcomes, 0, ground_truths);
+        curve.sample()
+    }
+
     #[test]
     fn envelope_and_sampling_hand_computed() {
         // Ranked: TP, FP, TP over 2 ground truths. Raw precision 1, 1/2, 2/3 -> envelope 1, 2/3, 2/3.
         // Recall 0.5, 0.5, 1: thresholds 0..=0.5 take rank 0 (1.0), 0.51..=1 take rank 2 (2/3).
-        let (sampled, recall) = sampled_curve(&[(1, 0), (1, 1), (2, 1)], 2);
+        let (sampled, recall) = sampled_curve("TFT", 2);
         assert_eq!(recall, 1.0);
         assert!(sampled[..=50].iter().all(|&p| p == 1.0 / (1.0 + EPS)));
         assert!(sampled[51..].iter().all(|&p| p == 2.0 / (3.0 + EPS)));
@@ -181,11 +209,14 @@ mod tests {
 
     #[test]
     fn precision_is_zero_past_final_recall() {
-        let (sampled, recall) = sampled_curve(&[(1, 0)], 4);
+        let (sampled, recall) = sampled_curve("T", 4);
         assert_eq!(recall, 0.25);
         assert_eq!(sampled[25], 1.0 / (1.0 + EPS));
         assert!(sampled[26..].iter().all(|&p| p == 0.0));
-        assert_eq!(sampled_curve(&[], 4), ([0.0; R], 0.0));
+        assert_eq!(sampled_curve("", 4), ([0.0; R], 0.0));
+        // Ignored detections change nothing: an ignored one first has precision 0 but recall 0 too,
+        // and the envelope lifts it.
+        assert_eq!(sampled_curve("IT", 4), sampled_curve("T", 4));
     }
 
     #[test]

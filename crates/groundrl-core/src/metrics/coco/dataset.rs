@@ -82,14 +82,20 @@ impl fmt::Display for RecordRef {
     }
 }
 
-fn record_error(list: &'static str, index: usize, image_id: Option<i64>, problem: String) -> CocoError {
-    CocoError::Record {
-        record: RecordRef {
+impl RecordRef {
+    fn new(list: &'static str, index: usize, image_id: Option<i64>) -> Self {
+        Self {
             list,
             index,
             image_id,
-        },
-        problem,
+        }
+    }
+
+    fn error(&self, problem: String) -> CocoError {
+        CocoError::Record {
+            record: self.clone(),
+            problem,
+        }
     }
 }
 
@@ -149,24 +155,14 @@ struct RawDetection {
 }
 
 /// A present field or an error naming it.
-fn required<T>(
-    value: Option<T>,
-    field: &str,
-    at: (&'static str, usize, Option<i64>),
-) -> Result<T, CocoError> {
-    value.ok_or_else(|| record_error(at.0, at.1, at.2, format!("field `{field}` is missing or null")))
+fn required<T>(value: Option<T>, field: &str, at: &RecordRef) -> Result<T, CocoError> {
+    value.ok_or_else(|| at.error(format!("field `{field}` is missing or null")))
 }
 
-fn four_numbers(bbox: Vec<f64>, at: (&'static str, usize, Option<i64>)) -> Result<[f64; 4], CocoError> {
+fn four_numbers(bbox: Vec<f64>, at: &RecordRef) -> Result<[f64; 4], CocoError> {
     let n = bbox.len();
-    bbox.try_into().map_err(|_| {
-        record_error(
-            at.0,
-            at.1,
-            at.2,
-            format!("field `bbox` has {n} numbers, expected 4"),
-        )
-    })
+    bbox.try_into()
+        .map_err(|_| at.error(format!("field `bbox` has {n} numbers, expected 4")))
 }
 
 /// Parses a ground-truth JSON document. `iscrowd` defaults to 0 when absent; `name` to "".
@@ -182,13 +178,13 @@ pub fn parse_ground_truth(json: &[u8]) -> Result<GroundTruth, CocoError> {
         image_ids: images
             .into_iter()
             .enumerate()
-            .map(|(i, im)| required(im.id, "id", ("images", i, None)))
+            .map(|(i, im)| required(im.id, "id", &RecordRef::new("images", i, None)))
             .collect::<Result<_, _>>()?,
         categories: categories
             .into_iter()
             .enumerate()
             .map(|(i, c)| {
-                let id = required(c.id, "id", ("categories", i, None))?;
+                let id = required(c.id, "id", &RecordRef::new("categories", i, None))?;
                 Ok(Category {
                     id,
                     name: c.name.unwrap_or_default(),
@@ -204,7 +200,7 @@ pub fn parse_ground_truth(json: &[u8]) -> Result<GroundTruth, CocoError> {
 }
 
 fn annotation(index: usize, a: RawAnnotation) -> Result<GtAnnotation, CocoError> {
-    let at = ("annotations", index, a.image_id);
+    let at = &RecordRef::new("annotations", index, a.image_id);
     Ok(GtAnnotation {
         id: required(a.id, "id", at)?,
         image_id: required(a.image_id, "image_id", at)?,
@@ -223,7 +219,7 @@ pub fn parse_detections(json: &[u8]) -> Result<Vec<Detection>, CocoError> {
     raw.into_iter()
         .enumerate()
         .map(|(index, d)| {
-            let at = ("detections", index, d.image_id);
+            let at = &RecordRef::new("detections", index, d.image_id);
             Ok(Detection {
                 image_id: required(d.image_id, "image_id", at)?,
                 category_id: required(d.category_id, "category_id", at)?,
@@ -254,7 +250,8 @@ pub(super) fn resolve<'a>(gt: &'a GroundTruth, detections: &[Detection]) -> Resu
     ranks("annotations", gt.annotations.iter().map(|a| a.id))?;
     let mut annotation_cells = Vec::with_capacity(gt.annotations.len());
     for (i, a) in gt.annotations.iter().enumerate() {
-        let fail = |problem| record_error("annotations", i, Some(a.image_id), problem);
+        let at = RecordRef::new("annotations", i, Some(a.image_id));
+        let fail = |problem| at.error(problem);
         annotation_cells.push(cell_of(a.image_id, a.category_id, &images, &categories).map_err(fail)?);
         check_box(&a.bbox).map_err(fail)?;
         if !(a.area.is_finite() && a.area >= 0.0) {
@@ -266,7 +263,8 @@ pub(super) fn resolve<'a>(gt: &'a GroundTruth, detections: &[Detection]) -> Resu
     }
     let mut detection_cells = Vec::with_capacity(detections.len());
     for (i, d) in detections.iter().enumerate() {
-        let fail = |problem| record_error("detections", i, Some(d.image_id), problem);
+        let at = RecordRef::new("detections", i, Some(d.image_id));
+        let fail = |problem| at.error(problem);
         detection_cells.push(cell_of(d.image_id, d.category_id, &images, &categories).map_err(fail)?);
         check_box(&d.bbox).map_err(fail)?;
         if !d.score.is_finite() {
@@ -287,12 +285,7 @@ fn ranks(list: &'static str, ids: impl Iterator<Item = i64>) -> Result<HashMap<i
     let mut seen = HashSet::new();
     for (i, id) in ids.enumerate() {
         if !seen.insert(id) {
-            return Err(record_error(
-                list,
-                i,
-                None,
-                format!("field `id`: {id} appears twice"),
-            ));
+            return Err(RecordRef::new(list, i, None).error(format!("field `id`: {id} appears twice")));
         }
     }
     let mut sorted: Vec<i64> = seen.into_iter().collect();

@@ -108,13 +108,28 @@ pub(super) fn coco_iou(dt: &DtBox, gt: &GtBox) -> f64 {
     inter / union
 }
 
-/// Matching of one cell's capped detections in one area range, per IoU threshold.
+/// A set of IoU thresholds, by index into [`IOU_THRESHOLDS`] (bit `t` for threshold `t`): one small
+/// word per detection keeps the accumulation pass over all detections cache-friendly.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Thresholds(u16);
+
+impl Thresholds {
+    pub fn contains(self, t: usize) -> bool {
+        self.0 >> t & 1 == 1
+    }
+
+    pub fn insert(&mut self, t: usize) {
+        self.0 |= 1 << t;
+    }
+}
+
+/// Matching of one cell's capped detections in one area range.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct AreaMatches {
-    /// `matched[t * n + d]`: detection `d` matched a ground truth at threshold `t`.
-    pub matched: Vec<bool>,
-    /// `ignored[t * n + d]`: detection `d` counts neither as true nor false positive.
-    pub ignored: Vec<bool>,
+    /// Per detection: the thresholds at which it matched a ground truth.
+    pub matched: Vec<Thresholds>,
+    /// Per detection: the thresholds at which it counts neither as true nor as false positive.
+    pub ignored: Vec<Thresholds>,
     /// Ground truths that count (not crowd, area inside the range).
     pub counted_gts: usize,
 }
@@ -159,9 +174,8 @@ fn match_in_range(dts: &[&DtBox], gts: &[GtBox], ious: &[f64], range: AreaRange)
         .filter(|&g| !ignored_gt[g])
         .chain((0..gts.len()).filter(|&g| ignored_gt[g]))
         .collect();
-    let n = dts.len();
-    let mut matched = vec![false; IOU_THRESHOLDS.len() * n];
-    let mut ignored = vec![false; IOU_THRESHOLDS.len() * n];
+    let mut matched = vec![Thresholds::default(); dts.len()];
+    let mut ignored = vec![Thresholds::default(); dts.len()];
     let mut taken = vec![false; gts.len()];
     for (t, &threshold) in IOU_THRESHOLDS.iter().enumerate() {
         taken.fill(false);
@@ -169,13 +183,17 @@ fn match_in_range(dts: &[&DtBox], gts: &[GtBox], ious: &[f64], range: AreaRange)
             let row = &ious[d * gts.len()..(d + 1) * gts.len()];
             if let Some(g) = best_match(row, &order, gts, &ignored_gt, &taken, threshold) {
                 taken[g] = true;
-                ignored[t * n + d] = ignored_gt[g];
+                if ignored_gt[g] {
+                    ignored[d].insert(t);
+                }
                 // pycocotools stores the matched annotation's id and tests it for truth: id 0 reads as
                 // no match (the detection becomes a false positive). Reproduced for identical results.
-                matched[t * n + d] = gts[g].id != 0;
+                if gts[g].id != 0 {
+                    matched[d].insert(t);
+                }
             }
-            if !matched[t * n + d] && range.excludes(dt.area) {
-                ignored[t * n + d] = true;
+            if !matched[d].contains(t) && range.excludes(dt.area) {
+                ignored[d].insert(t);
             }
         }
     }
@@ -226,14 +244,15 @@ mod tests {
         DtBox::new(bbox, score)
     }
 
-    /// `matched`/`ignored` of area "all" at threshold index `t`.
+    /// Per detection, matched and ignored in `range` at threshold index `t`.
+    fn flags_in(eval: &CellEval, range: AreaRange, t: usize) -> (Vec<bool>, Vec<bool>) {
+        let a = &eval.areas[range.index()];
+        let matched = a.matched.iter().map(|m| m.contains(t)).collect();
+        (matched, a.ignored.iter().map(|i| i.contains(t)).collect())
+    }
+
     fn flags(eval: &CellEval, t: usize) -> (Vec<bool>, Vec<bool>) {
-        let n = eval.scores.len();
-        let a = &eval.areas[0];
-        (
-            a.matched[t * n..(t + 1) * n].to_vec(),
-            a.ignored[t * n..(t + 1) * n].to_vec(),
-        )
+        flags_in(eval, AreaRange::All, t)
     }
 
     #[test]
@@ -309,17 +328,15 @@ mod tests {
             ],
         };
         let eval = evaluate_cell(&cell);
-        let small = &eval.areas[AreaRange::Small.index()];
-        assert_eq!(small.counted_gts, 0);
+        assert_eq!(eval.areas[AreaRange::Small.index()].counted_gts, 0);
         // Detection 0 matches the (ignored) ground truth -> ignored; detection 1 is small -> counts.
         assert_eq!(
-            (&small.matched[..2], &small.ignored[..2]),
-            (&[true, false][..], &[true, false][..])
+            flags_in(&eval, AreaRange::Small, 0),
+            (vec![true, false], vec![true, false])
         );
-        let medium = &eval.areas[AreaRange::Medium.index()];
         assert_eq!(
-            (&medium.matched[..2], &medium.ignored[..2]),
-            (&[true, false][..], &[false, true][..])
+            flags_in(&eval, AreaRange::Medium, 0),
+            (vec![true, false], vec![false, true])
         );
     }
 

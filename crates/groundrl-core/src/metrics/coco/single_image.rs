@@ -26,8 +26,9 @@ impl SingleImageAp {
 /// `stats[1]` (AP50), each 0.0 where pycocotools has nothing to average: no ground truth, no prediction
 /// left after dropping unknown labels (VLM-R1 returns 0.0 in both cases), or no ground truth counted
 /// (every ground-truth box has a negative area, i.e. one inverted side). Predicted boxes with a
-/// non-finite coordinate are dropped; inverted predicted boxes are dropped too, which changes nothing
-/// (their IoU is 0 and their negative area puts them out of every area range, so COCOeval ignores them).
+/// non-finite coordinate are dropped. Inverted predicted boxes are kept, as VLM-R1 keeps them: they
+/// never match; with one inverted side the area is negative, out of every range, so COCOeval ignores
+/// them; with both sides inverted the area is positive and they count as false positives.
 pub fn single_image_ap(gt: &[LabeledBox], predictions: &[LabeledBox]) -> SingleImageAp {
     let mut labels: Vec<&str> = Vec::new();
     for b in gt {
@@ -42,7 +43,7 @@ pub fn single_image_ap(gt: &[LabeledBox], predictions: &[LabeledBox]) -> SingleI
             cells[k].gts.push(GtBox::new(i as i64 + 1, xywh, area, false));
         }
     }
-    for b in predictions.iter().filter(|b| b.bbox.is_well_formed()) {
+    for b in predictions.iter().filter(|b| b.bbox.is_finite()) {
         if let Some(k) = labels.iter().position(|&l| l == b.label) {
             cells[k].dts.push(DtBox::new(vlm_r1_box(b).0, 1.0));
         }
@@ -167,6 +168,19 @@ mod tests {
             SingleImageAp::ZERO
         );
     }
+    #[test]
+    fn inverted_predictions_behave_as_in_vlm_r1() {
+        let gt = [lb("dog", [0.0, 0.0, 10.0, 10.0])];
+        let hit = lb("dog", [0.0, 0.0, 10.0, 10.0]);
+        // Both sides inverted: positive area, a false positive ranked before the hit.
+        let both = lb("dog", [10.0, 10.0, 0.0, 0.0]);
+        check(single_image_ap(&gt, &[both, hit.clone()]), (0.5, 0.5), (0.5, 0.5));
+        // One side inverted: negative area, ignored.
+        let one = lb("dog", [10.0, 0.0, 0.0, 10.0]);
+        let bits = (0.9999999999999998, 0.9999999999999999);
+        check(single_image_ap(&gt, &[one, hit]), (1.0, 1.0), bits);
+    }
+
     #[test]
     fn nothing_to_average_gives_zero() {
         let b = lb("dog", [0.0, 0.0, 10.0, 10.0]);

@@ -1,0 +1,101 @@
+//! COCO evaluation on a synthetic in-memory set (500 images, 20 categories, 100 detections per image),
+//! JSON loading excluded: `cargo bench -p groundrl-core --bench coco`.
+
+use std::hint::black_box;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use groundrl_core::metrics::coco::{Category, Detection, GroundTruth, GtAnnotation, evaluate};
+
+/// A small deterministic generator (xorshift64*), so the bench needs no extra crate.
+struct Rng(u64);
+
+impl Rng {
+    fn unit(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn range(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * self.unit()
+    }
+
+    fn index(&mut self, n: usize) -> usize {
+        ((self.unit() * n as f64) as usize).min(n - 1)
+    }
+}
+
+fn synthetic(images: usize, categories: usize, dets_per_image: usize) -> (GroundTruth, Vec<Detection>) {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut gt = GroundTruth {
+        image_ids: (1..=images as i64).collect(),
+        categories: (1..=categories as i64)
+            .map(|id| Category {
+                id,
+                name: format!("c{id}"),
+            })
+            .collect(),
+        annotations: Vec::new(),
+    };
+    let mut dts = Vec::new();
+    for image_id in 1..=images as i64 {
+        let first = gt.annotations.len();
+        for _ in 0..1 + rng.index(10) {
+            let bbox = [
+                rng.range(0.0, 600.0),
+                rng.range(0.0, 400.0),
+                rng.range(4.0, 400.0),
+                rng.range(4.0, 400.0),
+            ];
+            gt.annotations.push(GtAnnotation {
+                id: gt.annotations.len() as i64 + 1,
+                image_id,
+                category_id: 1 + rng.index(categories) as i64,
+                bbox,
+                area: bbox[2] * bbox[3],
+                iscrowd: false,
+            });
+        }
+        for _ in 0..dets_per_image {
+            let (bbox, category_id) = if rng.unit() < 0.3 {
+                let a = &gt.annotations[first + rng.index(gt.annotations.len() - first)];
+                let [x, y, w, h] = a.bbox;
+                (
+                    [
+                        x + rng.range(-3.0, 3.0),
+                        y + rng.range(-3.0, 3.0),
+                        w * rng.range(0.8, 1.2),
+                        h,
+                    ],
+                    a.category_id,
+                )
+            } else {
+                let b = [
+                    rng.range(0.0, 600.0),
+                    rng.range(0.0, 400.0),
+                    rng.range(4.0, 300.0),
+                    rng.range(4.0, 300.0),
+                ];
+                (b, 1 + rng.index(categories) as i64)
+            };
+            dts.push(Detection {
+                image_id,
+                category_id,
+                bbox,
+                score: (rng.unit() * 1000.0).round() / 1000.0,
+            });
+        }
+    }
+    (gt, dts)
+}
+
+fn bench_evaluate(c: &mut Criterion) {
+    let (gt, dts) = synthetic(500, 20, 100);
+    c.bench_function("coco evaluate 500 images x 20 categories x 100 dets", |b| {
+        b.iter(|| evaluate(black_box(&gt), black_box(&dts)).map(|e| e.stats.ap))
+    });
+}
+
+criterion_group!(benches, bench_evaluate);
+criterion_main!(benches);
