@@ -9,7 +9,9 @@ use groundrl_core::frame::Frame;
 use serde_json::json;
 
 fn fixture(relative: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/data").join(relative)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/data")
+        .join(relative)
 }
 
 fn boxes(sample: &Sample) -> Vec<[f64; 4]> {
@@ -24,12 +26,20 @@ fn boxes(sample: &Sample) -> Vec<[f64; 4]> {
 }
 
 fn labels(sample: &Sample) -> Vec<&str> {
-    sample.targets.iter().map(|t| t.label.as_deref().unwrap_or("")).collect()
+    sample
+        .targets
+        .iter()
+        .map(|t| t.label.as_deref().unwrap_or(""))
+        .collect()
 }
 
 /// `(record, field)` of each skipped record.
 fn skipped(loaded: &Loaded) -> Vec<(&str, &str)> {
-    loaded.skipped.iter().map(|e| (e.record.as_str(), e.field.as_str())).collect()
+    loaded
+        .skipped
+        .iter()
+        .map(|e| (e.record.as_str(), e.field.as_str()))
+        .collect()
 }
 
 #[test]
@@ -43,7 +53,14 @@ fn screenspot_converts_xywh_and_reads_sizes_from_image_headers() {
     assert_eq!(first.task, Task::PointGrounding);
     assert_eq!(first.frame, Frame::Pixel);
     let path = images.join("mobile_1.png").display().to_string();
-    assert_eq!(first.images, vec![ImageRef { path, width: 40, height: 30 }]);
+    assert_eq!(
+        first.images,
+        vec![ImageRef {
+            path,
+            width: 40,
+            height: 30
+        }]
+    );
     assert_eq!(boxes(first), vec![[4.0, 5.0, 14.0, 11.0]]);
     assert_eq!(first.metadata["data_type"], json!("icon"));
     assert_eq!(first.metadata["data_source"], json!("ios"));
@@ -51,8 +68,15 @@ fn screenspot_converts_xywh_and_reads_sizes_from_image_headers() {
     assert_eq!((second.images[0].width, second.images[0].height), (24, 48));
     assert_eq!(boxes(second), vec![[0.5, 10.0, 20.5, 12.25]]);
     assert_eq!(second.instruction, "tap \"Sign in\"");
-    assert_eq!(skipped(&loaded), vec![("record 2", "img_filename"), ("record 3", "bbox")]);
-    assert!(loaded.skipped[0].problem.contains("missing.png"), "{}", loaded.skipped[0]);
+    assert_eq!(
+        skipped(&loaded),
+        vec![("record 2", "img_filename"), ("record 3", "bbox")]
+    );
+    assert!(
+        loaded.skipped[0].problem.contains("missing.png"),
+        "{}",
+        loaded.skipped[0]
+    );
     assert!(loaded.skipped[0].file.ends_with("screenspot_mobile.json"));
 }
 
@@ -64,9 +88,18 @@ fn screenspot_pro_keeps_xyxy_sizes_and_slice_fields() {
     assert_eq!(s.id, "screenspot-pro/pycharm_macos_0");
     assert_eq!(s.source, "screenspot-pro/Dev");
     assert_eq!((s.images[0].width, s.images[0].height), (3840, 2160));
-    assert!(s.images[0].path.ends_with("screenspot_pro/pycharm_macos/screenshot_01.png"));
+    assert!(
+        s.images[0]
+            .path
+            .ends_with("screenspot_pro/pycharm_macos/screenshot_01.png")
+    );
     assert_eq!(boxes(s), vec![[2532.0, 208.0, 2558.0, 234.0]]);
-    for (key, value) in [("platform", "macos"), ("application", "pycharm"), ("group", "Dev"), ("ui_type", "icon")] {
+    for (key, value) in [
+        ("platform", "macos"),
+        ("application", "pycharm"),
+        ("group", "Dev"),
+        ("ui_type", "icon"),
+    ] {
         assert_eq!(s.metadata[key], json!(value), "{key}");
     }
     assert_eq!(s.metadata["instruction_cn"], json!("运行当前文件"));
@@ -100,30 +133,64 @@ fn osworld_g_boxes_polygons_and_refusals() {
 }
 
 fn coco(subset: Subset, mode: Mode) -> (Loaded, CocoStats) {
-    coco::import(&fixture("coco/instances_val2017.json"), Some(Path::new("/coco/val2017")), subset, mode).unwrap()
+    coco::import(
+        &fixture("coco/instances_val2017.json"),
+        Some(Path::new("/coco/val2017")),
+        subset,
+        mode,
+    )
+    .unwrap()
 }
 
 fn image_ids(loaded: &Loaded) -> Vec<u64> {
-    loaded.samples.iter().map(|s| s.metadata["image_id"].as_u64().unwrap()).collect()
+    loaded
+        .samples
+        .iter()
+        .map(|s| s.metadata["image_id"].as_u64().unwrap())
+        .collect()
 }
 
 #[test]
 fn coco_full_all_mode_asks_every_category_and_keeps_empty_images_as_none() {
     let (loaded, stats) = coco(Subset::Full, Mode::All);
     assert_eq!(image_ids(&loaded), vec![1, 2, 3, 4, 5]);
-    assert_eq!(stats, CocoStats { excluded_by_subset: 0, excluded_no_boxes: 0, crowd_boxes_skipped: 1 });
+    assert_eq!(
+        stats,
+        CocoStats {
+            excluded_by_subset: 0,
+            excluded_no_boxes: 0,
+            crowd_boxes_skipped: 1
+        }
+    );
     // Bad annotations: unknown image, negative width.
-    assert_eq!(skipped(&loaded), vec![("annotation id 128", "image_id"), ("annotation id 129", "bbox")]);
+    assert_eq!(
+        skipped(&loaded),
+        vec![("annotation id 128", "image_id"), ("annotation id 129", "bbox")]
+    );
     let second = &loaded.samples[1];
     assert_eq!(second.id, "coco/val2017/2");
     assert_eq!(second.source, "coco/val2017");
     assert_eq!(second.instruction, "person, car, dog");
     assert_eq!(second.metadata["categories"], json!(["person", "car", "dog"]));
-    assert_eq!(boxes(second), vec![[1.0, 2.0, 4.0, 6.0], [100.0, 100.0, 160.0, 130.0]]);
+    assert_eq!(
+        boxes(second),
+        vec![[1.0, 2.0, 4.0, 6.0], [100.0, 100.0, 160.0, 130.0]]
+    );
     assert_eq!(labels(second), vec!["person", "car"]);
-    assert_eq!(second.images[0], ImageRef { path: "/coco/val2017/000000000002.jpg".into(), width: 640, height: 480 });
+    assert_eq!(
+        second.images[0],
+        ImageRef {
+            path: "/coco/val2017/000000000002.jpg".into(),
+            width: 640,
+            height: 480
+        }
+    );
     let crowded = &loaded.samples[2];
-    assert_eq!(labels(crowded), vec!["car", "car"], "the crowd person is not a target");
+    assert_eq!(
+        labels(crowded),
+        vec!["car", "car"],
+        "the crowd person is not a target"
+    );
     assert_eq!(crowded.metadata["crowd_categories"], json!(["person"]));
     let empty = &loaded.samples[3];
     assert!(empty.none && empty.targets.is_empty());
@@ -170,7 +237,11 @@ fn coco_pos_2_and_pos_3() {
     assert_eq!(image_ids(&pos2), vec![2]);
     assert_eq!(stats2.excluded_by_subset, 4);
     let (pos3, stats3) = coco(Subset::Pos3, Mode::Positive);
-    assert_eq!(image_ids(&pos3), vec![2, 3, 5], "13 boxes is too many, 10 is not, no box is excluded");
+    assert_eq!(
+        image_ids(&pos3),
+        vec![2, 3, 5],
+        "13 boxes is too many, 10 is not, no box is excluded"
+    );
     assert_eq!(stats3.excluded_by_subset, 2);
 }
 
@@ -183,7 +254,14 @@ fn odvg_detection_and_grounding_lines() {
     assert_eq!(detection.id, "odvg/o365_sample/1");
     assert_eq!(detection.source, "odvg/o365_sample");
     assert_eq!(detection.task, Task::Detection);
-    assert_eq!(detection.images[0], ImageRef { path: "/data/o365/obj_1.jpg".into(), width: 800, height: 600 });
+    assert_eq!(
+        detection.images[0],
+        ImageRef {
+            path: "/data/o365/obj_1.jpg".into(),
+            width: 800,
+            height: 600
+        }
+    );
     assert_eq!(detection.instruction, "person, cup");
     assert_eq!(labels(detection), vec!["person", "cup", "cup"]);
     assert_eq!(boxes(detection)[2], [400.0, 40.0, 460.0, 95.0]);
@@ -205,10 +283,17 @@ fn refcoco_one_sample_per_sentence() {
     assert_eq!(first.task, Task::ReferringExpression);
     assert_eq!(first.source, "refcoco/train");
     assert_eq!(first.instruction, "the lady");
-    assert_eq!(boxes(first), vec![[103.93, 299.99, 103.93 + 134.22, 299.99 + 177.39]]);
+    assert_eq!(
+        boxes(first),
+        vec![[103.93, 299.99, 103.93 + 134.22, 299.99 + 177.39]]
+    );
     assert_eq!(labels(first), vec!["person"]);
     assert_eq!((first.images[0].width, first.images[0].height), (427, 640));
-    assert!(first.images[0].path.ends_with("refcoco/COCO_train2014_000000581857.jpg"));
+    assert!(
+        first.images[0]
+            .path
+            .ends_with("refcoco/COCO_train2014_000000581857.jpg")
+    );
     assert_eq!(loaded.samples[2].source, "refcoco/testA");
     assert_eq!(skipped(&loaded), vec![("ref_id 2", "ann_id")]);
 }

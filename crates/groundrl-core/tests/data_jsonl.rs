@@ -12,14 +12,26 @@ fn sample(id: &str) -> Sample {
         id: id.into(),
         source: "screenspot/web".into(),
         task: Task::PointGrounding,
-        images: vec![ImageRef { path: "img/a.png".into(), width: 1280, height: 720 }],
+        images: vec![ImageRef {
+            path: "img/a.png".into(),
+            width: 1280,
+            height: 720,
+        }],
         instruction: "open the menu".into(),
-        targets: vec![Target { shape: Shape::Box([1.0, 2.0, 3.5, 4.0]), label: Some("menu".into()) }],
+        targets: vec![Target {
+            shape: Shape::Box([1.0, 2.0, 3.5, 4.0]),
+            label: Some("menu".into()),
+        }],
         frame: Frame::Pixel,
         none: false,
         prompt: vec![Message {
             role: "user".into(),
-            content: vec![Content::Image { image: 0 }, Content::Text { text: "open the menu".into() }],
+            content: vec![
+                Content::Image { image: 0 },
+                Content::Text {
+                    text: "open the menu".into(),
+                },
+            ],
         }],
         metadata: BTreeMap::from([("data_type".to_string(), json!("icon"))]),
     }
@@ -60,8 +72,11 @@ fn bad_lines_are_skipped_with_line_and_field_and_strict_mode_fails() {
 
     let loaded = read_jsonl(&path).unwrap();
     assert_eq!(loaded.samples.len(), 1);
-    let found: Vec<(&str, &str)> =
-        loaded.skipped.iter().map(|e| (e.record.as_str(), e.field.as_str())).collect();
+    let found: Vec<(&str, &str)> = loaded
+        .skipped
+        .iter()
+        .map(|e| (e.record.as_str(), e.field.as_str()))
+        .collect();
     assert_eq!(
         found,
         vec![
@@ -73,7 +88,13 @@ fn bad_lines_are_skipped_with_line_and_field_and_strict_mode_fails() {
         ]
     );
     let message = loaded.skipped[0].to_string();
-    assert!(message.starts_with(&format!("{}: line 3: task: unknown variant `clicking`", path.display())), "{message}");
+    assert!(
+        message.starts_with(&format!(
+            "{}: line 3: task: unknown variant `clicking`",
+            path.display()
+        )),
+        "{message}"
+    );
 
     match read_jsonl(&path).unwrap().strict() {
         Err(DataError::Record(e)) => assert_eq!(e.record, "line 3"),

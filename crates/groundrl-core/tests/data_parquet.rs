@@ -15,29 +15,46 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde_json::json;
 
 fn samples() -> Vec<Sample> {
-    let image = |p: &str, w, h| ImageRef { path: p.into(), width: w, height: h };
+    let image = |p: &str, w, h| ImageRef {
+        path: p.into(),
+        width: w,
+        height: h,
+    };
     let rendered = Sample {
         id: "ss/0".into(),
         source: "screenspot/web".into(),
         task: Task::PointGrounding,
         images: vec![image("a.png", 1280, 720), image("b.png", 640, 480)],
         instruction: "open the menu".into(),
-        targets: vec![Target { shape: Shape::Box([1.0, 2.5, 3.0, 4.0]), label: None }],
+        targets: vec![Target {
+            shape: Shape::Box([1.0, 2.5, 3.0, 4.0]),
+            label: None,
+        }],
         frame: Frame::Pixel,
         none: false,
         prompt: vec![
-            Message { role: "system".into(), content: vec![Content::Text { text: "You ground.".into() }] },
+            Message {
+                role: "system".into(),
+                content: vec![Content::Text {
+                    text: "You ground.".into(),
+                }],
+            },
             Message {
                 role: "user".into(),
                 content: vec![
                     Content::Image { image: 0 },
                     Content::Text { text: "then ".into() },
                     Content::Image { image: 1 },
-                    Content::Text { text: "open the menu".into() },
+                    Content::Text {
+                        text: "open the menu".into(),
+                    },
                 ],
             },
         ],
-        metadata: BTreeMap::from([("data_type".to_string(), json!("icon")), ("n".to_string(), json!(3))]),
+        metadata: BTreeMap::from([
+            ("data_type".to_string(), json!("icon")),
+            ("n".to_string(), json!(3)),
+        ]),
     };
     let refusal = Sample {
         id: "og/1".into(),
@@ -58,8 +75,14 @@ fn samples() -> Vec<Sample> {
         images: vec![image("d.png", 100, 100)],
         instruction: "cat, dog".into(),
         targets: vec![
-            Target { shape: Shape::Polygon(vec![[0.0, 0.0], [5.0, 0.0], [5.0, 5.0]]), label: Some("cat".into()) },
-            Target { shape: Shape::Point([0.25, 0.5]), label: Some("dog".into()) },
+            Target {
+                shape: Shape::Polygon(vec![[0.0, 0.0], [5.0, 0.0], [5.0, 5.0]]),
+                label: Some("cat".into()),
+            },
+            Target {
+                shape: Shape::Point([0.25, 0.5]),
+                label: Some("dog".into()),
+            },
         ],
         frame: Frame::Normalized,
         none: false,
@@ -84,11 +107,25 @@ fn written_file_has_verl_columns_and_values() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("val.parquet");
     write_parquet(&path, &samples(), "val").unwrap();
-    let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).unwrap()).unwrap().build().unwrap();
+    let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).unwrap())
+        .unwrap()
+        .build()
+        .unwrap();
     let batch = reader.into_iter().next().unwrap().unwrap();
     assert_eq!(batch.schema().as_ref(), &verl_schema());
-    let names: Vec<&str> = verl_schema().fields().iter().map(|f| f.name().as_str()).collect();
-    assert_eq!(names, ["data_source", "prompt", "images", "ability", "reward_model", "extra_info"]);
+    let schema = verl_schema();
+    let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "data_source",
+            "prompt",
+            "images",
+            "ability",
+            "reward_model",
+            "extra_info"
+        ]
+    );
 
     let prompt = batch.column(1).as_any().downcast_ref::<ListArray>().unwrap();
     let first = prompt.value(0);
@@ -105,10 +142,15 @@ fn written_file_has_verl_columns_and_values() {
     let truth = reward.column(1).as_any().downcast_ref::<StringArray>().unwrap();
     assert_eq!(
         truth.value(0),
-        r#"{"task":"point_grounding","frame":"pixel","none":false,"image_sizes":[[1280,720],[640,480]],"targets":[{"shape":{"type":"box","coords":[1.0,2.5,3.0,4.0]}}]}"#
+        r#"{"frame":"pixel","image_sizes":[[1280,720],[640,480]],"none":false,"targets":[{"shape":{"coords":[1.0,2.5,3.0,4.0],"type":"box"}}],"task":"point_grounding"}"#
     );
     let extra = batch.column(5).as_any().downcast_ref::<StructArray>().unwrap();
-    let split = extra.column_by_name("split").unwrap().as_any().downcast_ref::<StringArray>().unwrap();
+    let split = extra
+        .column_by_name("split")
+        .unwrap()
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .unwrap();
     assert_eq!(split.value(2), "val");
 }
 
@@ -119,7 +161,10 @@ fn refuses_prompts_verl_would_misread() {
     bad[0].prompt[1].content.swap(0, 2);
     let err = write_parquet(&dir.path().join("x.parquet"), &bad, "train").unwrap_err();
     let text = err.to_string();
-    assert!(text.contains("sample 0 (id ss/0): prompt[1].content[0]: image 1 comes where verl expects image 0"), "{text}");
+    assert!(
+        text.contains("sample 0 (id ss/0): prompt[1].content[0]: image 1 comes where verl expects image 0"),
+        "{text}"
+    );
 }
 
 fn strings(values: &[Option<&str>]) -> ArrayRef {
@@ -134,7 +179,12 @@ fn utf8(name: &str) -> Field {
 fn singleton_lists(values: ArrayRef) -> ArrayRef {
     let item = Arc::new(Field::new("item", values.data_type().clone(), true));
     let lengths = vec![1; values.len()];
-    Arc::new(ListArray::new(item, OffsetBuffer::from_lengths(lengths), values, None))
+    Arc::new(ListArray::new(
+        item,
+        OffsetBuffer::from_lengths(lengths),
+        values,
+        None,
+    ))
 }
 
 /// Rows as seed 002 and the Hugging Face `datasets` writer make them: `data_source` as a list,
@@ -153,12 +203,18 @@ fn reads_verl_style_variants_and_reports_bad_rows() {
     );
     let reward = StructArray::new(
         Fields::from(vec![utf8("style"), utf8("ground_truth")]),
-        vec![strings(&[Some("rule"), Some("rule")]), strings(&[Some(truth), Some(truth)])],
+        vec![
+            strings(&[Some("rule"), Some("rule")]),
+            strings(&[Some(truth), Some(truth)]),
+        ],
         None,
     );
     let extra = StructArray::new(
         Fields::from(vec![utf8("id"), utf8("instruction")]),
-        vec![strings(&[Some("v/0"), Some("v/1")]), strings(&[Some("click OK"), Some("click OK")])],
+        vec![
+            strings(&[Some("v/0"), Some("v/1")]),
+            strings(&[Some("click OK"), Some("click OK")]),
+        ],
         None,
     );
     let prompt = r#"[{"role": "user", "content": "<image>click OK"}]"#;
@@ -170,11 +226,18 @@ fn reads_verl_style_variants_and_reports_bad_rows() {
         Arc::new(reward),
         Arc::new(extra),
     ];
-    let fields: Vec<Field> = ["data_source", "prompt", "images", "ability", "reward_model", "extra_info"]
-        .iter()
-        .zip(&columns)
-        .map(|(name, c)| Field::new(*name, c.data_type().clone(), true))
-        .collect();
+    let fields: Vec<Field> = [
+        "data_source",
+        "prompt",
+        "images",
+        "ability",
+        "reward_model",
+        "extra_info",
+    ]
+    .iter()
+    .zip(&columns)
+    .map(|(name, c)| Field::new(*name, c.data_type().clone(), true))
+    .collect();
     let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("verl.parquet");
@@ -187,13 +250,31 @@ fn reads_verl_style_variants_and_reports_bad_rows() {
     let s = &loaded.samples[0];
     assert_eq!(s.id, "v/0");
     assert_eq!(s.source, "arc_vision");
-    assert_eq!(s.images, vec![ImageRef { path: "/img/a.png".into(), width: 200, height: 100 }]);
-    assert_eq!(s.targets, vec![Target { shape: Shape::Point([5.0, 6.0]), label: None }]);
+    assert_eq!(
+        s.images,
+        vec![ImageRef {
+            path: "/img/a.png".into(),
+            width: 200,
+            height: 100
+        }]
+    );
+    assert_eq!(
+        s.targets,
+        vec![Target {
+            shape: Shape::Point([5.0, 6.0]),
+            label: None
+        }]
+    );
     assert_eq!(
         s.prompt,
         vec![Message {
             role: "user".into(),
-            content: vec![Content::Image { image: 0 }, Content::Text { text: "click OK".into() }]
+            content: vec![
+                Content::Image { image: 0 },
+                Content::Text {
+                    text: "click OK".into()
+                }
+            ]
         }]
     );
     assert_eq!(loaded.skipped.len(), 1);

@@ -10,7 +10,11 @@ fn samples(n: usize) -> Vec<Sample> {
             id: format!("s{i}"),
             source: "synth/test".into(),
             task: Task::BoxGrounding,
-            images: vec![ImageRef { path: format!("{i}.png"), width: 10, height: 10 }],
+            images: vec![ImageRef {
+                path: format!("{i}.png"),
+                width: 10,
+                height: 10,
+            }],
             instruction: "x".into(),
             targets: vec![],
             frame: Frame::Pixel,
@@ -32,9 +36,20 @@ fn subsample_is_seeded_prefix_stable_and_in_input_order() {
     let large = ids(&subsample(all.clone(), 100, 42));
     assert_eq!(small.len(), 60);
     assert_eq!(large.len(), 100);
-    assert!(small.iter().all(|id| large.contains(id)), "the 60 are among the 100");
-    assert_eq!(small, ids(&subsample(all.clone(), 60, 42)), "same seed, same subset");
-    assert_ne!(small, ids(&subsample(all.clone(), 60, 43)), "another seed, another subset");
+    assert!(
+        small.iter().all(|id| large.contains(id)),
+        "the 60 are among the 100"
+    );
+    assert_eq!(
+        small,
+        ids(&subsample(all.clone(), 60, 42)),
+        "same seed, same subset"
+    );
+    assert_ne!(
+        small,
+        ids(&subsample(all.clone(), 60, 43)),
+        "another seed, another subset"
+    );
     let positions: Vec<usize> = small.iter().map(|id| id[1..].parse().unwrap()).collect();
     assert!(positions.windows(2).all(|w| w[0] < w[1]), "input order kept");
     // Independent of file order: a reversed file gives the same ids.
@@ -59,7 +74,10 @@ fn split_partitions_exactly_and_deterministically() {
     let ratios = parse_ratios("train=0.8,val=0.1,test=0.1").unwrap();
     let parts = split(samples(103), &ratios, 7);
     let sizes: Vec<(String, usize)> = parts.iter().map(|(n, s)| (n.clone(), s.len())).collect();
-    assert_eq!(sizes, vec![("train".into(), 83), ("val".into(), 10), ("test".into(), 10)]);
+    assert_eq!(
+        sizes,
+        vec![("train".into(), 83), ("val".into(), 10), ("test".into(), 10)]
+    );
     let mut all: Vec<String> = parts.iter().flat_map(|(_, s)| ids(s)).collect();
     all.sort();
     let mut expected = ids(&samples(103));
@@ -72,8 +90,19 @@ fn split_partitions_exactly_and_deterministically() {
 
 #[test]
 fn ratio_parsing_rejects_bad_input() {
-    assert_eq!(parse_ratios("a=0.5, b=0.5").unwrap(), vec![("a".into(), 0.5), ("b".into(), 0.5)]);
-    for bad in ["a=0.5", "a=0.5,a=0.5", "a=x,b=1", "a", "=1", "a=-0.5,b=1.5", "a=NaN"] {
+    assert_eq!(
+        parse_ratios("a=0.5, b=0.5").unwrap(),
+        vec![("a".into(), 0.5), ("b".into(), 0.5)]
+    );
+    for bad in [
+        "a=0.5",
+        "a=0.5,a=0.5",
+        "a=x,b=1",
+        "a",
+        "=1",
+        "a=-0.5,b=1.5",
+        "a=NaN",
+    ] {
         assert!(parse_ratios(bad).is_err(), "{bad}");
     }
 }

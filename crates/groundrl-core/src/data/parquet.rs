@@ -16,7 +16,7 @@
 //! - `ability` (string): the task name (`point_grounding`, `detection`, ...).
 //! - `reward_model` (struct `{style: "rule", ground_truth: string}`): `ground_truth` is a JSON object
 //!   `{"task", "frame", "none", "image_sizes": [[w, h], ...], "targets": [...]}`: everything a reward
-//!   needs, coordinates with their frame and the image sizes to convert them.
+//!   needs, coordinates with their frame and the image sizes to convert them (keys written sorted).
 //! - `extra_info` (struct `{id, index, split, instruction, prompt_rendered, metadata}`): `metadata`
 //!   is the sample's metadata as a JSON string (its keys differ per dataset, a struct could not hold
 //!   them all); `index` is the row number and `split` the caller's split name.
@@ -32,7 +32,9 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float32Type, Float64Type, Int32Type, Int64Type, UInt32Type, UInt64Type};
-use arrow_array::{Array, ArrayRef, BooleanArray, Int64Array, ListArray, RecordBatch, StringArray, StructArray};
+use arrow_array::{
+    Array, ArrayRef, BooleanArray, Int64Array, ListArray, RecordBatch, StringArray, StructArray,
+};
 use arrow_buffer::OffsetBuffer;
 use arrow_schema::{ArrowError, DataType, Field, Fields, Schema};
 use parquet::arrow::ArrowWriter;
@@ -146,7 +148,12 @@ fn strings<'a>(values: impl IntoIterator<Item = &'a str>) -> ArrayRef {
 fn list_column(fields: Fields, lengths: Vec<usize>, columns: Vec<ArrayRef>) -> ArrayRef {
     let values = StructArray::new(fields.clone(), columns, None);
     let item = Arc::new(Field::new("item", DataType::Struct(fields), false));
-    Arc::new(ListArray::new(item, OffsetBuffer::from_lengths(lengths), Arc::new(values), None))
+    Arc::new(ListArray::new(
+        item,
+        OffsetBuffer::from_lengths(lengths),
+        Arc::new(values),
+        None,
+    ))
 }
 
 /// One record batch of `samples` with their verl `messages`; its first row is row `first_index`.
@@ -160,17 +167,27 @@ fn batch(
     let prompt = list_column(
         message_fields(),
         messages.iter().map(Vec::len).collect(),
-        vec![strings(flat.clone().map(|m| m.0.as_str())), strings(flat.map(|m| m.1.as_str()))],
+        vec![
+            strings(flat.clone().map(|m| m.0.as_str())),
+            strings(flat.map(|m| m.1.as_str())),
+        ],
     );
     let images = list_column(
         image_fields(),
         samples.iter().map(|s| s.images.len()).collect(),
-        vec![strings(samples.iter().flat_map(|s| s.images.iter().map(|i| i.path.as_str())))],
+        vec![strings(
+            samples
+                .iter()
+                .flat_map(|s| s.images.iter().map(|i| i.path.as_str())),
+        )],
     );
     let truths: Vec<String> = samples.iter().map(ground_truth_json).collect();
     let reward_model = StructArray::new(
         reward_fields(),
-        vec![strings(samples.iter().map(|_| "rule")), strings(truths.iter().map(String::as_str))],
+        vec![
+            strings(samples.iter().map(|_| "rule")),
+            strings(truths.iter().map(String::as_str)),
+        ],
         None,
     );
     let metadata: Vec<String> = samples.iter().map(|s| json!(s.metadata).to_string()).collect();
@@ -178,10 +195,14 @@ fn batch(
         extra_fields(),
         vec![
             strings(samples.iter().map(|s| s.id.as_str())),
-            Arc::new(Int64Array::from_iter_values((0..samples.len()).map(|i| (first_index + i) as i64))),
+            Arc::new(Int64Array::from_iter_values(
+                (0..samples.len()).map(|i| (first_index + i) as i64),
+            )),
             strings(samples.iter().map(|_| split)),
             strings(samples.iter().map(|s| s.instruction.as_str())),
-            Arc::new(BooleanArray::from_iter(samples.iter().map(|s| Some(!s.prompt.is_empty())))),
+            Arc::new(BooleanArray::from_iter(
+                samples.iter().map(|s| Some(!s.prompt.is_empty())),
+            )),
             strings(metadata.iter().map(String::as_str)),
         ],
         None,
@@ -222,11 +243,15 @@ fn ground_truth_json(sample: &Sample) -> String {
 pub fn write_parquet(path: &Path, samples: &[Sample], split: &str) -> Result<(), DataError> {
     let parquet_error = |e: parquet::errors::ParquetError| DataError::format(path, e);
     let file = File::create(path).map_err(|e| DataError::io(path, e))?;
-    let props = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
-    let mut writer = ArrowWriter::try_new(file, Arc::new(verl_schema()), Some(props)).map_err(parquet_error)?;
+    let props = WriterProperties::builder()
+        .set_compression(Compression::SNAPPY)
+        .build();
+    let mut writer =
+        ArrowWriter::try_new(file, Arc::new(verl_schema()), Some(props)).map_err(parquet_error)?;
     for (chunk_index, chunk) in samples.chunks(BATCH_ROWS).enumerate() {
         let first = chunk_index * BATCH_ROWS;
-        let located = |i: usize, e: FieldError| e.at(path, format!("sample {} (id {})", first + i, chunk[i].id));
+        let located =
+            |i: usize, e: FieldError| e.at(path, format!("sample {} (id {})", first + i, chunk[i].id));
         let messages: Vec<_> = (chunk.iter().enumerate())
             .map(|(i, s)| verl_messages(s).map_err(|e| located(i, e)))
             .collect::<Result<_, _>>()?;
@@ -300,7 +325,10 @@ fn cell(array: &dyn Array, row: usize) -> Result<Value, String> {
 }
 
 fn list_json(values: &dyn Array) -> Result<Value, String> {
-    (0..values.len()).map(|i| cell(values, i)).collect::<Result<Vec<_>, _>>().map(Value::Array)
+    (0..values.len())
+        .map(|i| cell(values, i))
+        .collect::<Result<Vec<_>, _>>()
+        .map(Value::Array)
 }
 
 /// The groundrl fields of `extra_info`.
@@ -322,19 +350,39 @@ fn rendered_by_default() -> bool {
 fn row_to_sample(row: &Map<String, Value>) -> Result<Sample, FieldError> {
     let get = |name: &str| row.get(name).cloned().unwrap_or(Value::Null);
     let source = data_source(get("data_source"))?;
-    let truth_text = get("reward_model").get("ground_truth").cloned().unwrap_or(Value::Null);
+    let truth_text = get("reward_model")
+        .get("ground_truth")
+        .cloned()
+        .unwrap_or(Value::Null);
     let truth: GroundTruth = match truth_text {
-        Value::String(text) => serde_json::from_str(&text)
-            .map_err(|e| FieldError::new("reward_model.ground_truth", format!("not groundrl ground truth: {e}")))?,
-        other => return Err(FieldError::new("reward_model.ground_truth", format!("expected a JSON string, got {other}"))),
+        Value::String(text) => serde_json::from_str(&text).map_err(|e| {
+            FieldError::new(
+                "reward_model.ground_truth",
+                format!("not groundrl ground truth: {e}"),
+            )
+        })?,
+        other => {
+            return Err(FieldError::new(
+                "reward_model.ground_truth",
+                format!("expected a JSON string, got {other}"),
+            ));
+        }
     };
     let extra: ExtraInfo = from_json_value(get("extra_info")).map_err(|e| prefixed("extra_info", e))?;
     let paths = image_paths(get("images"))?;
     if paths.len() != truth.image_sizes.len() {
-        let problem = format!("{} images but ground truth gives {} sizes", paths.len(), truth.image_sizes.len());
+        let problem = format!(
+            "{} images but ground truth gives {} sizes",
+            paths.len(),
+            truth.image_sizes.len()
+        );
         return Err(FieldError::new("images", problem));
     }
-    let prompt = if extra.prompt_rendered { messages(get("prompt"))? } else { Vec::new() };
+    let prompt = if extra.prompt_rendered {
+        messages(get("prompt"))?
+    } else {
+        Vec::new()
+    };
     let sample = Sample {
         id: extra.id,
         source,
@@ -356,8 +404,15 @@ fn row_to_sample(row: &Map<String, Value>) -> Result<Sample, FieldError> {
 }
 
 fn prefixed(prefix: &str, e: FieldError) -> FieldError {
-    let field = if e.field == "record" { prefix.to_string() } else { format!("{prefix}.{}", e.field) };
-    FieldError { field, problem: e.problem }
+    let field = if e.field == "record" {
+        prefix.to_string()
+    } else {
+        format!("{prefix}.{}", e.field)
+    };
+    FieldError {
+        field,
+        problem: e.problem,
+    }
 }
 
 /// `data_source` as a string, or a one-element list of one (seed 002's "arrived as an array").
@@ -371,7 +426,10 @@ fn data_source(value: Value) -> Result<String, FieldError> {
         }
         _ => {}
     }
-    Err(FieldError::new("data_source", format!("expected a string, got {value}")))
+    Err(FieldError::new(
+        "data_source",
+        format!("expected a string, got {value}"),
+    ))
 }
 
 /// Image paths from structs with `image` or `path`, or from plain strings.
@@ -382,7 +440,9 @@ fn image_paths(value: Value) -> Result<Vec<String>, FieldError> {
     let path_of = |(i, item): (usize, Value)| {
         let path = match &item {
             Value::String(s) => Some(s.clone()),
-            Value::Object(o) => ["image", "path"].iter().find_map(|k| o.get(*k).and_then(Value::as_str).map(String::from)),
+            Value::Object(o) => ["image", "path"]
+                .iter()
+                .find_map(|k| o.get(*k).and_then(Value::as_str).map(String::from)),
             _ => None,
         };
         path.ok_or_else(|| {
@@ -416,7 +476,10 @@ fn messages(value: Value) -> Result<Vec<Message>, FieldError> {
     for (m, message) in verl.into_iter().enumerate() {
         let content = message_content(message.content, &mut next_image)
             .map_err(|problem| FieldError::new(format!("prompt[{m}].content"), problem))?;
-        out.push(Message { role: message.role, content });
+        out.push(Message {
+            role: message.role,
+            content,
+        });
     }
     Ok(out)
 }
@@ -424,7 +487,9 @@ fn messages(value: Value) -> Result<Vec<Message>, FieldError> {
 fn message_content(content: Value, next_image: &mut usize) -> Result<Vec<Content>, String> {
     let mut image = || {
         *next_image += 1;
-        Content::Image { image: *next_image - 1 }
+        Content::Image {
+            image: *next_image - 1,
+        }
     };
     match content {
         Value::String(text) => {

@@ -110,7 +110,10 @@ impl Sample {
         for (i, image) in self.images.iter().enumerate() {
             if image.width == 0 || image.height == 0 {
                 let size = format!("{}x{}", image.width, image.height);
-                return Err(FieldError::new(format!("images[{i}]"), format!("size {size} is empty")));
+                return Err(FieldError::new(
+                    format!("images[{i}]"),
+                    format!("size {size} is empty"),
+                ));
             }
         }
         if self.none && !self.targets.is_empty() {
@@ -172,9 +175,16 @@ mod tests {
             id: "ss-1".into(),
             source: "screenspot/web".into(),
             task: Task::PointGrounding,
-            images: vec![ImageRef { path: "a.png".into(), width: 1280, height: 720 }],
+            images: vec![ImageRef {
+                path: "a.png".into(),
+                width: 1280,
+                height: 720,
+            }],
             instruction: "open the menu".into(),
-            targets: vec![Target { shape: Shape::Box([1.0, 2.0, 3.0, 4.0]), label: None }],
+            targets: vec![Target {
+                shape: Shape::Box([1.0, 2.0, 3.0, 4.0]),
+                label: None,
+            }],
             frame: Frame::Pixel,
             none: false,
             prompt: vec![],

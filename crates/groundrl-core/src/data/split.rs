@@ -27,7 +27,11 @@ pub fn subsample(samples: Vec<Sample>, n: usize, seed: u64) -> Vec<Sample> {
     for i in seeded_order(&samples, seed).into_iter().take(n) {
         keep[i] = true;
     }
-    samples.into_iter().zip(keep).filter_map(|(s, k)| k.then_some(s)).collect()
+    samples
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(s, k)| k.then_some(s))
+        .collect()
 }
 
 /// Parses `train=0.9,val=0.1`: names unique, ratios positive, summing to 1 (within 1e-6).

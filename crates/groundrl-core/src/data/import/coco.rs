@@ -104,14 +104,23 @@ impl Instances {
 
     fn check(&self, ann: &CocoAnnotation) -> Result<(), FieldError> {
         if !self.images.contains_key(&ann.image_id) {
-            return Err(FieldError::new("image_id", format!("no image has id {}", ann.image_id)));
+            return Err(FieldError::new(
+                "image_id",
+                format!("no image has id {}", ann.image_id),
+            ));
         }
         if !self.categories.contains_key(&ann.category_id) {
-            return Err(FieldError::new("category_id", format!("no category has id {}", ann.category_id)));
+            return Err(FieldError::new(
+                "category_id",
+                format!("no category has id {}", ann.category_id),
+            ));
         }
         let [_, _, w, h] = ann.bbox;
         if !BBox::from_xywh(ann.bbox).is_well_formed() || w < 0.0 || h < 0.0 {
-            return Err(FieldError::new("bbox", format!("{:?} is not a finite [x, y, w, h] box", ann.bbox)));
+            return Err(FieldError::new(
+                "bbox",
+                format!("{:?} is not a finite [x, y, w, h] box", ann.bbox),
+            ));
         }
         Ok(())
     }
@@ -134,7 +143,9 @@ impl FromStr for Subset {
             "pos_1" => Ok(Subset::Pos1),
             "pos_2" => Ok(Subset::Pos2),
             "pos_3" => Ok(Subset::Pos3),
-            _ => Err(format!("unknown subset {s:?}; expected full, pos_1, pos_2 or pos_3")),
+            _ => Err(format!(
+                "unknown subset {s:?}; expected full, pos_1, pos_2 or pos_3"
+            )),
         }
     }
 }
@@ -212,7 +223,12 @@ pub fn import(
             stats.crowd_boxes_skipped += 1;
             crowd.entry(ann.image_id).or_default().push(ann.category_id);
         } else {
-            boxes.entry(ann.image_id).or_default().entry(ann.category_id).or_default().push(ann);
+            boxes
+                .entry(ann.image_id)
+                .or_default()
+                .entry(ann.category_id)
+                .or_default()
+                .push(ann);
         }
     }
     let split = stem_after(path, "instances_");
@@ -223,7 +239,12 @@ pub fn import(
             continue;
         };
         let asked: Vec<u64> = match mode {
-            Mode::All => instances.categories.keys().copied().filter(|c| !dropped.contains(c)).collect(),
+            Mode::All => instances
+                .categories
+                .keys()
+                .copied()
+                .filter(|c| !dropped.contains(c))
+                .collect(),
             Mode::Positive | Mode::OneBox => kept.keys().copied().collect(),
         };
         if asked.is_empty() {
@@ -252,7 +273,11 @@ fn apply_subset(subset: Subset, kept: &mut BoxesByCategory) -> Option<Vec<u64>> 
     let keep = match subset {
         Subset::Full => true,
         Subset::Pos1 => {
-            let dropped: Vec<u64> = kept.iter().filter(|(_, b)| b.len() > 10).map(|(c, _)| *c).collect();
+            let dropped: Vec<u64> = kept
+                .iter()
+                .filter(|(_, b)| b.len() > 10)
+                .map(|(c, _)| *c)
+                .collect();
             kept.retain(|c, _| !dropped.contains(c));
             return (!kept.is_empty()).then_some(dropped);
         }
@@ -323,7 +348,9 @@ impl ImageContext<'_> {
             source,
             task: Task::Detection,
             images: vec![ImageRef {
-                path: image_path(self.path, self.images_dir, &image.file_name).display().to_string(),
+                path: image_path(self.path, self.images_dir, &image.file_name)
+                    .display()
+                    .to_string(),
                 width: image.width,
                 height: image.height,
             }],

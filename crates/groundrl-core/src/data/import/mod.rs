@@ -35,7 +35,10 @@ pub(crate) fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T, DataError
 /// The file's stem without `prefix` (`instances_val2017.json`, `instances_` -> `val2017`): importers
 /// name sources and ids after it.
 pub(crate) fn stem_after(path: &Path, prefix: &str) -> String {
-    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
     stem.strip_prefix(prefix).unwrap_or(&stem).to_string()
 }
 
@@ -115,6 +118,9 @@ pub(crate) fn stated_size(field: &str, [w, h]: [f64; 2]) -> Result<(u32, u32), F
     if whole(w) && whole(h) {
         Ok((w as u32, h as u32))
     } else {
-        Err(FieldError::new(field, format!("[{w}, {h}] is not a size in whole pixels")))
+        Err(FieldError::new(
+            field,
+            format!("[{w}, {h}] is not a size in whole pixels"),
+        ))
     }
 }

@@ -87,10 +87,18 @@ fn to_sample(line: Line, image: String, stem: &str, number: usize) -> Result<Sam
             metadata.insert("caption".to_string(), json!(g.caption));
             g.regions.into_iter().map(|r| (r.bbox, r.phrase)).collect()
         }
-        _ => return Err(FieldError::new("record", "needs exactly one of detection and grounding")),
+        _ => {
+            return Err(FieldError::new(
+                "record",
+                "needs exactly one of detection and grounding",
+            ));
+        }
     };
     if labelled.is_empty() {
-        return Err(FieldError::new("record", "has no instance or region: nothing to ask"));
+        return Err(FieldError::new(
+            "record",
+            "has no instance or region: nothing to ask",
+        ));
     }
     let mut asked: Vec<String> = Vec::new();
     for (_, label) in &labelled {
@@ -101,13 +109,20 @@ fn to_sample(line: Line, image: String, stem: &str, number: usize) -> Result<Sam
     metadata.insert("categories".to_string(), json!(asked));
     let targets: Vec<Target> = labelled
         .into_iter()
-        .map(|(bbox, label)| Target { shape: Shape::Box(bbox), label: Some(label) })
+        .map(|(bbox, label)| Target {
+            shape: Shape::Box(bbox),
+            label: Some(label),
+        })
         .collect();
     Ok(Sample {
         id: format!("odvg/{stem}/{number}"),
         source: format!("odvg/{stem}"),
         task: Task::Detection,
-        images: vec![ImageRef { path: image, width: line.width, height: line.height }],
+        images: vec![ImageRef {
+            path: image,
+            width: line.width,
+            height: line.height,
+        }],
         instruction: asked.join(", "),
         none: false,
         targets,

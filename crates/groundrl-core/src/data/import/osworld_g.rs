@@ -39,13 +39,21 @@ fn target(box_type: &str, coords: &[f64]) -> Result<Option<Target>, FieldError> 
         "refusal" => return Ok(None),
         "bbox" => match coords {
             &[x, y, w, h] => Shape::Box(BBox::from_xywh([x, y, w, h]).xyxy()),
-            _ => return Err(FieldError::new("box_coordinates", format!("bbox needs 4 numbers, got {}", coords.len()))),
+            _ => {
+                return Err(FieldError::new(
+                    "box_coordinates",
+                    format!("bbox needs 4 numbers, got {}", coords.len()),
+                ));
+            }
         },
         "polygon" if coords.len() >= 6 && coords.len() % 2 == 0 => {
             Shape::Polygon(coords.chunks(2).map(|xy| [xy[0], xy[1]]).collect())
         }
         "polygon" => {
-            let problem = format!("polygon needs an even count of 6 or more numbers, got {}", coords.len());
+            let problem = format!(
+                "polygon needs an even count of 6 or more numbers, got {}",
+                coords.len()
+            );
             return Err(FieldError::new("box_coordinates", problem));
         }
         other => {

@@ -68,7 +68,9 @@ pub fn import(refs: &Path, instances: &Path, images_dir: Option<&Path>) -> Resul
             label: Some(coco.categories[&ann.category_id].clone()),
         };
         let image_ref = ImageRef {
-            path: image_path(instances, images_dir, &image.file_name).display().to_string(),
+            path: image_path(instances, images_dir, &image.file_name)
+                .display()
+                .to_string(),
             width: image.width,
             height: image.height,
         };

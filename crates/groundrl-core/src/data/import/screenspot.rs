@@ -36,9 +36,16 @@ pub fn import(path: &Path, images_dir: Option<&Path>) -> Result<Loaded, DataErro
             id: format!("screenspot/{split}/{index}"),
             source: format!("screenspot/{split}"),
             task: Task::PointGrounding,
-            images: vec![ImageRef { path: image.display().to_string(), width, height }],
+            images: vec![ImageRef {
+                path: image.display().to_string(),
+                width,
+                height,
+            }],
             instruction: r.instruction,
-            targets: vec![Target { shape: Shape::Box(BBox::from_xywh(r.bbox).xyxy()), label: None }],
+            targets: vec![Target {
+                shape: Shape::Box(BBox::from_xywh(r.bbox).xyxy()),
+                label: None,
+            }],
             frame: Frame::Pixel,
             none: false,
             prompt: vec![],

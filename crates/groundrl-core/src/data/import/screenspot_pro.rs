@@ -51,12 +51,17 @@ pub fn import(path: &Path, images_dir: Option<&Path>) -> Result<Loaded, DataErro
             source: format!("screenspot-pro/{}", r.group),
             task: Task::PointGrounding,
             images: vec![ImageRef {
-                path: image_path(path, images_dir, &r.img_filename).display().to_string(),
+                path: image_path(path, images_dir, &r.img_filename)
+                    .display()
+                    .to_string(),
                 width,
                 height,
             }],
             instruction: r.instruction,
-            targets: vec![Target { shape: Shape::Box(r.bbox), label: None }],
+            targets: vec![Target {
+                shape: Shape::Box(r.bbox),
+                label: None,
+            }],
             frame: Frame::Pixel,
             none: false,
             prompt: vec![],

@@ -91,7 +91,11 @@ pub(crate) fn report_skipped(skipped: &[RecordError], strict: bool) -> anyhow::R
 /// `read N records from X: M samples, K skipped` on stdout.
 pub(crate) fn print_read(path: &Path, loaded: &Loaded) {
     let (good, bad) = (loaded.samples.len(), loaded.skipped.len());
-    println!("read {} records from {}: {good} samples, {bad} skipped", good + bad, path.display());
+    println!(
+        "read {} records from {}: {good} samples, {bad} skipped",
+        good + bad,
+        path.display()
+    );
 }
 
 /// `wrote N samples to X`, then one line per source with its count.
