@@ -8,7 +8,8 @@
 //!   detection sample whose "categories" are the region phrases; the caption stays in the metadata.
 //!
 //! Boxes are already corners in pixels. An instance needs its `category` name: label-map files
-//! (`label` ids only) are not read.
+//! (`label` ids only) are not read. OVDEval's own annotation files are COCO-layout JSON and go
+//! through [`super::coco`]; their per-image negative phrases are not read yet.
 
 use std::collections::BTreeMap;
 use std::fs::File;
