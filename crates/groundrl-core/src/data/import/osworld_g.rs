@@ -46,7 +46,7 @@ fn target(box_type: &str, coords: &[f64]) -> Result<Option<Target>, FieldError> 
                 ));
             }
         },
-        "polygon" if coords.len() >= 6 && coords.len() % 2 == 0 => {
+        "polygon" if coords.len() >= 6 && coords.len().is_multiple_of(2) => {
             Shape::Polygon(coords.chunks(2).map(|xy| [xy[0], xy[1]]).collect())
         }
         "polygon" => {
