@@ -53,7 +53,10 @@ fn convert_reports_skipped_records_and_per_source_counts() {
     ]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let stdout = text(&o.stdout);
-    assert!(stdout.contains("screenspot_mobile.json: 2 samples, 2 bad records skipped"), "{stdout}");
+    assert!(
+        stdout.contains("screenspot_mobile.json: 2 samples, 2 bad records skipped"),
+        "{stdout}"
+    );
     assert!(stdout.contains("  screenspot/mobile: 2"), "{stdout}");
     let stderr = text(&o.stderr);
     assert!(

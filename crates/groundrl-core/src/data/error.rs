@@ -114,6 +114,10 @@ pub fn from_json_str<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, Fi
 fn field_error_from_path<E: fmt::Display>(e: &serde_path_to_error::Error<E>) -> FieldError {
     // `.` is the record itself; `?` a place the parser could not name (e.g. broken JSON syntax).
     let path = e.path().to_string();
-    let field = if path == "." || path == "?" { "record".to_string() } else { path };
+    let field = if path == "." || path == "?" {
+        "record".to_string()
+    } else {
+        path
+    };
     FieldError::new(field, e.inner())
 }

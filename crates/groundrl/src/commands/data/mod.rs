@@ -88,12 +88,11 @@ pub(crate) fn report_skipped(skipped: &[RecordError], strict: bool) -> anyhow::R
     Ok(())
 }
 
-/// `read N records from X: M samples, K skipped` on stdout.
+/// `read X: M samples, K bad records skipped` on stdout.
 pub(crate) fn print_read(path: &Path, loaded: &Loaded) {
     let (good, bad) = (loaded.samples.len(), loaded.skipped.len());
     println!(
-        "read {} records from {}: {good} samples, {bad} skipped",
-        good + bad,
+        "read {}: {good} samples, {bad} bad records skipped",
         path.display()
     );
 }
