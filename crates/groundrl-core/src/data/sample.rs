@@ -197,4 +197,42 @@ mod tests {
         );
         assert_eq!(serde_json::from_str::<Sample>(&text).unwrap(), s);
     }
+
+    #[test]
+    fn validate_names_the_first_bad_field() {
+        let good = Sample {
+            id: "x".into(),
+            source: "synth/test".into(),
+            task: Task::Detection,
+            images: vec![ImageRef {
+                path: "a.png".into(),
+                width: 10,
+                height: 10,
+            }],
+            instruction: "cat".into(),
+            targets: vec![Target {
+                shape: Shape::Point([1.0, 2.0]),
+                label: Some("cat".into()),
+            }],
+            frame: Frame::Pixel,
+            none: false,
+            prompt: vec![],
+            metadata: BTreeMap::new(),
+        };
+        assert_eq!(good.validate(), Ok(()));
+        let field_of = |edit: fn(&mut Sample)| {
+            let mut s = good.clone();
+            edit(&mut s);
+            s.validate().unwrap_err().field
+        };
+        assert_eq!(field_of(|s| s.none = true), "targets");
+        assert_eq!(field_of(|s| s.images.clear()), "images");
+        assert_eq!(field_of(|s| s.images[0].height = 0), "images[0]");
+        assert_eq!(
+            field_of(|s| s.targets[0].shape = Shape::Point([f64::NAN, 1.0])),
+            "targets[0].shape"
+        );
+        let two_vertices = |s: &mut Sample| s.targets[0].shape = Shape::Polygon(vec![[0.0, 0.0], [1.0, 1.0]]);
+        assert_eq!(field_of(two_vertices), "targets[0].shape");
+    }
 }
