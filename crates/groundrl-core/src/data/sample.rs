@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::error::FieldError;
 use crate::frame::Frame;
+use crate::geometry::BBox;
 
 /// What the model is asked to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -94,6 +96,75 @@ pub struct Sample {
     pub metadata: BTreeMap<String, serde_json::Value>,
 }
 
+impl Sample {
+    /// Checks what every consumer relies on: at least one image with a positive size, finite
+    /// well-formed shapes, polygons of three or more vertices, no targets on a "none" sample, prompt
+    /// images that exist. Returns the first problem, naming its field.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        if self.id.is_empty() {
+            return Err(FieldError::new("id", "is empty"));
+        }
+        if self.images.is_empty() {
+            return Err(FieldError::new("images", "no image"));
+        }
+        for (i, image) in self.images.iter().enumerate() {
+            if image.width == 0 || image.height == 0 {
+                let size = format!("{}x{}", image.width, image.height);
+                return Err(FieldError::new(
+                    format!("images[{i}]"),
+                    format!("size {size} is empty"),
+                ));
+            }
+        }
+        if self.none && !self.targets.is_empty() {
+            return Err(FieldError::new("targets", "a \"none\" sample has no targets"));
+        }
+        for (i, target) in self.targets.iter().enumerate() {
+            target
+                .shape
+                .check()
+                .map_err(|problem| FieldError::new(format!("targets[{i}].shape"), problem))?;
+        }
+        self.check_prompt_images()
+    }
+
+    fn check_prompt_images(&self) -> Result<(), FieldError> {
+        for (m, message) in self.prompt.iter().enumerate() {
+            for (c, content) in message.content.iter().enumerate() {
+                if let Content::Image { image } = content
+                    && *image >= self.images.len()
+                {
+                    let field = format!("prompt[{m}].content[{c}].image");
+                    let problem = format!("index {image} but the sample has {} images", self.images.len());
+                    return Err(FieldError::new(field, problem));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Shape {
+    /// Finite coordinates, `x1 <= x2` and `y1 <= y2` for boxes, three or more vertices for polygons.
+    pub fn check(&self) -> Result<(), String> {
+        let coords: Vec<f64> = match self {
+            Shape::Box(b) => b.to_vec(),
+            Shape::Point(p) => p.to_vec(),
+            Shape::Polygon(vs) => vs.iter().flatten().copied().collect(),
+        };
+        if coords.iter().any(|v| !v.is_finite()) {
+            return Err(format!("coordinates {coords:?} are not finite"));
+        }
+        match self {
+            Shape::Box(b) if !BBox::from_xyxy(*b).is_well_formed() => {
+                Err(format!("box {b:?} has x1 > x2 or y1 > y2"))
+            }
+            Shape::Polygon(vs) if vs.len() < 3 => Err(format!("polygon has {} vertices, needs 3", vs.len())),
+            _ => Ok(()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,5 +196,43 @@ mod tests {
             r#"{"id":"ss-1","source":"screenspot/web","task":"point_grounding","images":[{"path":"a.png","width":1280,"height":720}],"instruction":"open the menu","targets":[{"shape":{"type":"box","coords":[1.0,2.0,3.0,4.0]}}],"frame":"pixel","none":false,"metadata":{"data_type":"icon"}}"#
         );
         assert_eq!(serde_json::from_str::<Sample>(&text).unwrap(), s);
+    }
+
+    #[test]
+    fn validate_names_the_first_bad_field() {
+        let good = Sample {
+            id: "x".into(),
+            source: "synth/test".into(),
+            task: Task::Detection,
+            images: vec![ImageRef {
+                path: "a.png".into(),
+                width: 10,
+                height: 10,
+            }],
+            instruction: "cat".into(),
+            targets: vec![Target {
+                shape: Shape::Point([1.0, 2.0]),
+                label: Some("cat".into()),
+            }],
+            frame: Frame::Pixel,
+            none: false,
+            prompt: vec![],
+            metadata: BTreeMap::new(),
+        };
+        assert_eq!(good.validate(), Ok(()));
+        let field_of = |edit: fn(&mut Sample)| {
+            let mut s = good.clone();
+            edit(&mut s);
+            s.validate().unwrap_err().field
+        };
+        assert_eq!(field_of(|s| s.none = true), "targets");
+        assert_eq!(field_of(|s| s.images.clear()), "images");
+        assert_eq!(field_of(|s| s.images[0].height = 0), "images[0]");
+        assert_eq!(
+            field_of(|s| s.targets[0].shape = Shape::Point([f64::NAN, 1.0])),
+            "targets[0].shape"
+        );
+        let two_vertices = |s: &mut Sample| s.targets[0].shape = Shape::Polygon(vec![[0.0, 0.0], [1.0, 1.0]]);
+        assert_eq!(field_of(two_vertices), "targets[0].shape");
     }
 }
