@@ -142,7 +142,7 @@ fn written_file_has_verl_columns_and_values() {
     let truth = reward.column(1).as_any().downcast_ref::<StringArray>().unwrap();
     assert_eq!(
         truth.value(0),
-        r#"{"frame":"pixel","image_sizes":[[1280,720],[640,480]],"none":false,"targets":[{"shape":{"coords":[1.0,2.5,3.0,4.0],"type":"box"}}],"task":"point_grounding"}"#
+        r#"{"task":"point_grounding","frame":"pixel","none":false,"image_sizes":[[1280,720],[640,480]],"targets":[{"shape":{"type":"box","coords":[1.0,2.5,3.0,4.0]}}]}"#
     );
     let extra = batch.column(5).as_any().downcast_ref::<StructArray>().unwrap();
     let split = extra

@@ -16,7 +16,7 @@
 //! - `ability` (string): the task name (`point_grounding`, `detection`, ...).
 //! - `reward_model` (struct `{style: "rule", ground_truth: string}`): `ground_truth` is a JSON object
 //!   `{"task", "frame", "none", "image_sizes": [[w, h], ...], "targets": [...]}`: everything a reward
-//!   needs, coordinates with their frame and the image sizes to convert them (keys written sorted).
+//!   needs, coordinates with their frame and the image sizes to convert them (fields in a fixed order).
 //! - `extra_info` (struct `{id, index, split, instruction, prompt_rendered, metadata}`): `metadata`
 //!   is the sample's metadata as a JSON string (its keys differ per dataset, a struct could not hold
 //!   them all); `index` is the row number and `split` the caller's split name.
@@ -235,7 +235,7 @@ fn ground_truth_json(sample: &Sample) -> String {
         image_sizes: sample.images.iter().map(|i| [i.width, i.height]).collect(),
         targets: sample.targets.clone(),
     };
-    json!(truth).to_string()
+    serde_json::to_string(&truth).expect("ground truth is plain data")
 }
 
 /// Writes `samples` to `path` in verl's layout (snappy-compressed), `split` going to
