@@ -2,22 +2,20 @@
 //! thresholds (pycocotools' `accumulate`).
 
 use super::evaluate::{CellEval, Thresholds};
-use super::params::{
-    AREA_RANGES, AreaRange, IOU_50, IOU_THRESHOLDS, MAX_DET_100, MAX_DETS, RECALL_THRESHOLDS,
-};
+use super::params::{AreaRange, IOU_50, IOU_THRESHOLDS, MAX_DET_100, MAX_DETS, RECALL_THRESHOLDS, Scope};
 
 /// `np.spacing(1)`, added to the precision denominator so that no detection gives 0, not NaN.
 const EPS: f64 = 2.220446049250313e-16;
 
 const T: usize = IOU_THRESHOLDS.len();
 const R: usize = RECALL_THRESHOLDS.len();
-const A: usize = AREA_RANGES.len();
-const M: usize = MAX_DETS.len();
 
-/// One category's slice of pycocotools' `eval['precision']` and `eval['recall']`. Entries stay -1
-/// where the category has no counted ground truth in that area range.
+/// One category's slice of pycocotools' `eval['precision']` and `eval['recall']`, over the settings of
+/// one [`Scope`]. Entries stay -1 where the category has no counted ground truth in that area range.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct CategoryCurves {
+    /// The settings computed; `a` and `m` below are positions in its lists.
+    pub scope: Scope,
     /// Interpolated precision, `[t][r][a][m]`.
     pub precision: Vec<f64>,
     /// Final recall, `[t][a][m]`.
@@ -35,33 +33,46 @@ pub struct Counts {
 }
 
 impl CategoryCurves {
-    pub fn precision_at(&self, t: usize, r: usize, a: usize, m: usize) -> f64 {
-        self.precision[((t * R + r) * A + a) * M + m]
+    fn new(scope: Scope) -> Self {
+        let settings = scope.areas.len() * scope.max_dets.len();
+        Self {
+            scope,
+            precision: vec![-1.0; T * R * settings],
+            recall: vec![-1.0; T * settings],
+            at50: Counts::default(),
+        }
     }
 
+    /// Index of setting `(a, m)` at threshold row `row` (`t` for recall, `t * R + r` for precision).
+    fn index(&self, row: usize, a: usize, m: usize) -> usize {
+        (row * self.scope.areas.len() + a) * self.scope.max_dets.len() + m
+    }
+
+    /// Precision at IoU `t`, recall threshold `r`, setting `(a, m)` (positions in the scope).
+    pub fn precision_at(&self, t: usize, r: usize, a: usize, m: usize) -> f64 {
+        self.precision[self.index(t * R + r, a, m)]
+    }
+
+    /// Final recall at IoU `t`, setting `(a, m)` (positions in the scope).
     pub fn recall_at(&self, t: usize, a: usize, m: usize) -> f64 {
-        self.recall[(t * A + a) * M + m]
+        self.recall[self.index(t, a, m)]
     }
 }
 
-/// Builds one category's curves from its cells (in image order).
-pub(super) fn accumulate_category(cells: &[CellEval]) -> CategoryCurves {
-    let mut curves = CategoryCurves {
-        precision: vec![-1.0; T * R * A * M],
-        recall: vec![-1.0; T * A * M],
-        at50: Counts::default(),
-    };
+/// Builds one category's curves from its cells (in image order, matched in the same `scope`).
+pub(super) fn accumulate_category(cells: &[CellEval], scope: &Scope) -> CategoryCurves {
+    let mut curves = CategoryCurves::new(*scope);
     let mut curve = Curve::default();
-    for (m, &max_det) in MAX_DETS.iter().enumerate() {
-        let ranked = rank_across_images(cells, max_det);
-        for a in 0..A {
+    for (m, &max_det) in scope.max_dets.iter().enumerate() {
+        let ranked = rank_across_images(cells, MAX_DETS[max_det]);
+        for (a, &area) in scope.areas.iter().enumerate() {
             let ground_truths: usize = cells.iter().map(|c| c.areas[a].counted_gts).sum();
             let outcomes: Vec<Outcome> = ranked
                 .iter()
                 .map(|&(c, d)| (cells[c].areas[a].matched[d], cells[c].areas[a].ignored[d]))
                 .collect();
             for t in 0..T {
-                let at50 = (t, a, m) == (IOU_50, AreaRange::All.index(), MAX_DET_100);
+                let at50 = (t, area, max_det) == (IOU_50, AreaRange::All, MAX_DET_100);
                 if ground_truths == 0 && !at50 {
                     continue;
                 }
@@ -77,9 +88,11 @@ pub(super) fn accumulate_category(cells: &[CellEval]) -> CategoryCurves {
                     continue;
                 }
                 let (precision, recall) = curve.sample();
-                curves.recall[(t * A + a) * M + m] = recall;
+                let at = curves.index(t, a, m);
+                curves.recall[at] = recall;
                 for (r, p) in precision.into_iter().enumerate() {
-                    curves.precision[((t * R + r) * A + a) * M + m] = p;
+                    let at = curves.index(t * R + r, a, m);
+                    curves.precision[at] = p;
                 }
             }
         }
@@ -162,17 +175,25 @@ impl Curve {
 #[cfg(test)]
 mod tests {
     use super::super::evaluate::{Cell, DtBox, GtBox, evaluate_cell};
+    use super::super::params::FULL_SCOPE;
     use super::*;
 
+    fn accumulate_category(cells: &[CellEval]) -> CategoryCurves {
+        super::accumulate_category(cells, &FULL_SCOPE)
+    }
+
     fn cell(gts: &[[f64; 4]], dts: &[([f64; 4], f64)]) -> CellEval {
-        evaluate_cell(&Cell {
-            gts: gts
-                .iter()
-                .enumerate()
-                .map(|(i, &b)| GtBox::new(i as i64 + 1, b, b[2] * b[3], false))
-                .collect(),
-            dts: dts.iter().map(|&(b, s)| DtBox::new(b, s)).collect(),
-        })
+        evaluate_cell(
+            &Cell {
+                gts: gts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &b)| GtBox::new(i as i64 + 1, b, b[2] * b[3], false))
+                    .collect(),
+                dts: dts.iter().map(|&(b, s)| DtBox::new(b, s)).collect(),
+            },
+            &FULL_SCOPE,
+        )
     }
 
     const ALL: usize = 0;
