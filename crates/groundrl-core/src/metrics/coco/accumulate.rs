@@ -12,13 +12,15 @@ const R: usize = RECALL_THRESHOLDS.len();
 
 /// One category's slice of pycocotools' `eval['precision']` and `eval['recall']`, over the settings of
 /// one [`Scope`]. Entries stay -1 where the category has no counted ground truth in that area range.
+/// Laid out setting by setting (pycocotools' arrays are `[t][r][k][a][m]`), so that the values one
+/// statistic averages lie next to each other.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct CategoryCurves {
     /// The settings computed; `a` and `m` below are positions in its lists.
     pub scope: Scope,
-    /// Interpolated precision, `[t][r][a][m]`.
+    /// Interpolated precision, `[a][m][t][r]`.
     pub precision: Vec<f64>,
-    /// Final recall, `[t][a][m]`.
+    /// Final recall, `[a][m][t]`.
     pub recall: Vec<f64>,
     /// Counts at IoU 0.5, area "all", 100 detections, for precision and recall at 0.5.
     pub at50: Counts,
@@ -37,25 +39,39 @@ impl CategoryCurves {
         let settings = scope.areas.len() * scope.max_dets.len();
         Self {
             scope,
-            precision: vec![-1.0; T * R * settings],
-            recall: vec![-1.0; T * settings],
+            precision: vec![-1.0; settings * T * R],
+            recall: vec![-1.0; settings * T],
             at50: Counts::default(),
         }
     }
 
-    /// Index of setting `(a, m)` at threshold row `row` (`t` for recall, `t * R + r` for precision).
-    fn index(&self, row: usize, a: usize, m: usize) -> usize {
-        (row * self.scope.areas.len() + a) * self.scope.max_dets.len() + m
+    /// Position of setting `(a, m)` (positions in the scope) among the settings.
+    fn setting(&self, a: usize, m: usize) -> usize {
+        a * self.scope.max_dets.len() + m
+    }
+
+    /// Interpolated precision of setting `(a, m)`, `[t][r]`.
+    pub fn precision_of(&self, a: usize, m: usize) -> &[f64] {
+        let start = self.setting(a, m) * T * R;
+        &self.precision[start..start + T * R]
+    }
+
+    /// Final recall of setting `(a, m)`, `[t]`.
+    pub fn recall_of(&self, a: usize, m: usize) -> &[f64] {
+        let start = self.setting(a, m) * T;
+        &self.recall[start..start + T]
     }
 
     /// Precision at IoU `t`, recall threshold `r`, setting `(a, m)` (positions in the scope).
+    #[cfg(test)]
     pub fn precision_at(&self, t: usize, r: usize, a: usize, m: usize) -> f64 {
-        self.precision[self.index(t * R + r, a, m)]
+        self.precision_of(a, m)[t * R + r]
     }
 
     /// Final recall at IoU `t`, setting `(a, m)` (positions in the scope).
+    #[cfg(test)]
     pub fn recall_at(&self, t: usize, a: usize, m: usize) -> f64 {
-        self.recall[self.index(t, a, m)]
+        self.recall_of(a, m)[t]
     }
 }
 
@@ -88,12 +104,10 @@ pub(super) fn accumulate_category(cells: &[CellEval], scope: &Scope) -> Category
                     continue;
                 }
                 let (precision, recall) = curve.sample();
-                let at = curves.index(t, a, m);
-                curves.recall[at] = recall;
-                for (r, p) in precision.into_iter().enumerate() {
-                    let at = curves.index(t * R + r, a, m);
-                    curves.precision[at] = p;
-                }
+                let s = curves.setting(a, m);
+                curves.recall[s * T + t] = recall;
+                let start = (s * T + t) * R;
+                curves.precision[start..start + R].copy_from_slice(&precision);
             }
         }
     }

@@ -133,14 +133,28 @@ impl StatSpec {
         else {
             return Vec::new();
         };
-        let mut out = Vec::new();
-        for t in ious {
-            if self.precision {
-                for r in 0..RECALL_THRESHOLDS.len() {
-                    out.extend(curves.iter().map(|c| c.precision_at(t, r, a, m)));
-                }
-            } else {
-                out.extend(curves.iter().map(|c| c.recall_at(t, a, m)));
+        let per_iou = if self.precision {
+            RECALL_THRESHOLDS.len()
+        } else {
+            1
+        };
+        let rows = ious.start * per_iou..ious.end * per_iou;
+        let columns: Vec<&[f64]> = curves
+            .iter()
+            .map(|c| {
+                let values = if self.precision {
+                    c.precision_of(a, m)
+                } else {
+                    c.recall_of(a, m)
+                };
+                &values[rows.clone()]
+            })
+            .collect();
+        // Each category's values are contiguous; interleaving them row by row needs no index arithmetic.
+        let mut out = vec![0.0; rows.len() * curves.len()];
+        for (k, column) in columns.iter().enumerate() {
+            for (row, &v) in out.chunks_exact_mut(curves.len()).zip(column.iter()) {
+                row[k] = v;
             }
         }
         out
