@@ -34,8 +34,11 @@ impl SingleImageAp {
 /// category in one thread: the reward calls this once per sample, already in parallel over samples.
 pub fn single_image_ap(gt: &[LabeledBox], predictions: &[LabeledBox]) -> SingleImageAp {
     let labels = distinct_labels(gt);
-    let kept = |b: &&LabeledBox| b.bbox.is_finite() && labels.contains(&b.label.as_str());
-    if !predictions.iter().any(|b| kept(&b)) {
+    // No prediction left (none finite with a known label): 0, as VLM-R1 returns, with no evaluation.
+    if !predictions
+        .iter()
+        .any(|b| b.bbox.is_finite() && labels.contains(&b.label.as_str()))
+    {
         return SingleImageAp::ZERO;
     }
     let mut cell = Cell::default();
@@ -253,9 +256,8 @@ mod equivalence {
 
         /// A box with the given label; `inverted` percent of them have one or both sides inverted.
         fn labeled(&mut self, label: &str, inverted: u64) -> LabeledBox {
-            let (x1, y1) = (self.coord(), self.coord());
+            let (mut x1, mut y1) = (self.coord(), self.coord());
             let (mut x2, mut y2) = (x1 + self.coord(), y1 + self.coord());
-            let (mut x1, mut y1) = (x1, y1);
             if self.chance(inverted) {
                 std::mem::swap(&mut x1, &mut x2);
                 if self.chance(50) {
@@ -400,6 +402,7 @@ mod equivalence {
             scored += usize::from(fast.ap > 0.0 && fast.ap < 1.0);
         }
         // The cases reach the public path and the interesting values, not only the zero shortcut.
-        assert!(via_public > 800 && scored > 1000, "{via_public} {scored}");
+        // 2665 and 3201 of the 4000 cases with this seed.
+        assert!(via_public > 2000 && scored > 2500, "{via_public} {scored}");
     }
 }
