@@ -103,11 +103,9 @@ pub(super) fn accumulate_category(cells: &[CellEval], scope: &Scope) -> Category
                 if ground_truths == 0 {
                     continue;
                 }
-                let (precision, recall) = curve.sample();
                 let s = curves.setting(a, m);
-                curves.recall[s * T + t] = recall;
                 let start = (s * T + t) * R;
-                curves.precision[start..start + R].copy_from_slice(&precision);
+                curves.recall[s * T + t] = curve.sample_into(&mut curves.precision[start..start + R]);
             }
         }
     }
@@ -163,26 +161,25 @@ impl Curve {
         (tp, fp)
     }
 
-    /// Precision at each recall threshold (from the envelope: the best precision at that recall or
-    /// beyond; 0 past the final recall) and the final recall (0 with no detection).
-    fn sample(&mut self) -> ([f64; R], f64) {
+    /// Writes the precision at each recall threshold into `sampled` (from the envelope: the best
+    /// precision at that recall or beyond; 0 past the final recall) and returns the final recall (0 with
+    /// no detection). Written in place: the per-sample AP runs this ten times per category.
+    fn sample_into(&mut self, sampled: &mut [f64]) -> f64 {
         let precision = &mut self.precision;
         for i in (1..precision.len()).rev() {
             if precision[i] > precision[i - 1] {
                 precision[i - 1] = precision[i];
             }
         }
-        let mut sampled = [0.0; R];
         let mut i = 0;
-        for (r, &threshold) in RECALL_THRESHOLDS.iter().enumerate() {
+        for (slot, &threshold) in sampled.iter_mut().zip(&RECALL_THRESHOLDS) {
             // The first rank whose recall reaches the threshold (`np.searchsorted(..., side="left")`).
             while i < self.recall.len() && self.recall[i] < threshold {
                 i += 1;
             }
-            let Some(&p) = precision.get(i) else { break };
-            sampled[r] = p;
+            *slot = precision.get(i).copied().unwrap_or(0.0);
         }
-        (sampled, self.recall.last().copied().unwrap_or(0.0))
+        self.recall.last().copied().unwrap_or(0.0)
     }
 }
 
@@ -229,7 +226,9 @@ mod tests {
             })
             .collect();
         curve.trace(&outcomes, 0, ground_truths);
-        curve.sample()
+        let mut sampled = [-1.0; R];
+        let recall = curve.sample_into(&mut sampled);
+        (sampled, recall)
     }
 
     #[test]
