@@ -1,10 +1,14 @@
 //! COCO evaluation on a synthetic in-memory set (500 images, 20 categories, 100 detections per image),
-//! JSON loading excluded: `cargo bench -p groundrl-core --bench coco`.
+//! JSON loading excluded, and the per-sample AP reward on 10k seeded samples:
+//! `cargo bench -p groundrl-core --bench coco`.
 
 use std::hint::black_box;
 
-use criterion::{Criterion, criterion_group, criterion_main};
-use groundrl_core::metrics::coco::{Category, Detection, GroundTruth, GtAnnotation, evaluate};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use groundrl_core::geometry::{BBox, LabeledBox};
+use groundrl_core::metrics::coco::{
+    Category, Detection, GroundTruth, GtAnnotation, evaluate, single_image_ap,
+};
 
 /// A small deterministic generator (xorshift64*), so the bench needs no extra crate.
 struct Rng(u64);
@@ -97,5 +101,66 @@ fn bench_evaluate(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench_evaluate);
+/// One reward sample: 1-8 ground-truth boxes over 3 labels; each answered with probability 0.8 by a
+/// jittered copy (its label wrong one time in ten), plus 0-2 stray boxes, in shuffled order.
+fn reward_sample(rng: &mut Rng) -> (Vec<LabeledBox>, Vec<LabeledBox>) {
+    const LABELS: [&str; 3] = ["person", "car", "dog"];
+    let labeled = |xyxy, label: &str| LabeledBox {
+        bbox: BBox::from_xyxy(xyxy),
+        label: label.to_string(),
+    };
+    let mut gt = Vec::new();
+    let mut predictions = Vec::new();
+    for _ in 0..1 + rng.index(8) {
+        let (x, y) = (rng.range(0.0, 600.0), rng.range(0.0, 400.0));
+        let (w, h) = (rng.range(8.0, 300.0), rng.range(8.0, 300.0));
+        let label = LABELS[rng.index(LABELS.len())];
+        gt.push(labeled([x, y, x + w, y + h], label));
+        if rng.unit() < 0.8 {
+            let jitter = |rng: &mut Rng, v: f64, size: f64| v + size * rng.range(-0.15, 0.15);
+            let xyxy = [
+                jitter(rng, x, w),
+                jitter(rng, y, h),
+                jitter(rng, x + w, w),
+                jitter(rng, y + h, h),
+            ];
+            let label = if rng.unit() < 0.1 {
+                LABELS[rng.index(3)]
+            } else {
+                label
+            };
+            predictions.push(labeled(xyxy, label));
+        }
+    }
+    for _ in 0..rng.index(3) {
+        let (x, y) = (rng.range(0.0, 600.0), rng.range(0.0, 400.0));
+        let xyxy = [x, y, x + rng.range(8.0, 200.0), y + rng.range(8.0, 200.0)];
+        predictions.push(labeled(xyxy, LABELS[rng.index(3)]));
+    }
+    for i in (1..predictions.len()).rev() {
+        predictions.swap(i, rng.index(i + 1));
+    }
+    (gt, predictions)
+}
+
+fn bench_single_image_ap(c: &mut Criterion) {
+    const SAMPLES: usize = 10_000;
+    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+    let samples: Vec<_> = (0..SAMPLES).map(|_| reward_sample(&mut rng)).collect();
+    let mut group = c.benchmark_group("single_image_ap");
+    group
+        .sample_size(10)
+        .throughput(Throughput::Elements(SAMPLES as u64));
+    group.bench_function("10k samples, 1-8 gt, jittered predictions", |b| {
+        b.iter(|| {
+            black_box(&samples)
+                .iter()
+                .map(|(gt, predictions)| single_image_ap(gt, predictions).ap)
+                .sum::<f64>()
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_evaluate, bench_single_image_ap);
 criterion_main!(benches);

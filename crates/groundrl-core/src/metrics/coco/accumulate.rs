@@ -2,25 +2,25 @@
 //! thresholds (pycocotools' `accumulate`).
 
 use super::evaluate::{CellEval, Thresholds};
-use super::params::{
-    AREA_RANGES, AreaRange, IOU_50, IOU_THRESHOLDS, MAX_DET_100, MAX_DETS, RECALL_THRESHOLDS,
-};
+use super::params::{AreaRange, IOU_50, IOU_THRESHOLDS, MAX_DET_100, MAX_DETS, RECALL_THRESHOLDS, Scope};
 
 /// `np.spacing(1)`, added to the precision denominator so that no detection gives 0, not NaN.
 const EPS: f64 = 2.220446049250313e-16;
 
 const T: usize = IOU_THRESHOLDS.len();
 const R: usize = RECALL_THRESHOLDS.len();
-const A: usize = AREA_RANGES.len();
-const M: usize = MAX_DETS.len();
 
-/// One category's slice of pycocotools' `eval['precision']` and `eval['recall']`. Entries stay -1
-/// where the category has no counted ground truth in that area range.
+/// One category's slice of pycocotools' `eval['precision']` and `eval['recall']`, over the settings of
+/// one [`Scope`]. Entries stay -1 where the category has no counted ground truth in that area range.
+/// Laid out setting by setting (pycocotools' arrays are `[t][r][k][a][m]`), so that the values one
+/// statistic averages lie next to each other.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct CategoryCurves {
-    /// Interpolated precision, `[t][r][a][m]`.
+    /// The settings computed; `a` and `m` below are positions in its lists.
+    pub scope: Scope,
+    /// Interpolated precision, `[a][m][t][r]`.
     pub precision: Vec<f64>,
-    /// Final recall, `[t][a][m]`.
+    /// Final recall, `[a][m][t]`.
     pub recall: Vec<f64>,
     /// Counts at IoU 0.5, area "all", 100 detections, for precision and recall at 0.5.
     pub at50: Counts,
@@ -35,33 +35,60 @@ pub struct Counts {
 }
 
 impl CategoryCurves {
-    pub fn precision_at(&self, t: usize, r: usize, a: usize, m: usize) -> f64 {
-        self.precision[((t * R + r) * A + a) * M + m]
+    fn new(scope: Scope) -> Self {
+        let settings = scope.areas.len() * scope.max_dets.len();
+        Self {
+            scope,
+            precision: vec![-1.0; settings * T * R],
+            recall: vec![-1.0; settings * T],
+            at50: Counts::default(),
+        }
     }
 
+    /// Position of setting `(a, m)` (positions in the scope) among the settings.
+    fn setting(&self, a: usize, m: usize) -> usize {
+        a * self.scope.max_dets.len() + m
+    }
+
+    /// Interpolated precision of setting `(a, m)`, `[t][r]`.
+    pub fn precision_of(&self, a: usize, m: usize) -> &[f64] {
+        let start = self.setting(a, m) * T * R;
+        &self.precision[start..start + T * R]
+    }
+
+    /// Final recall of setting `(a, m)`, `[t]`.
+    pub fn recall_of(&self, a: usize, m: usize) -> &[f64] {
+        let start = self.setting(a, m) * T;
+        &self.recall[start..start + T]
+    }
+
+    /// Precision at IoU `t`, recall threshold `r`, setting `(a, m)` (positions in the scope).
+    #[cfg(test)]
+    pub fn precision_at(&self, t: usize, r: usize, a: usize, m: usize) -> f64 {
+        self.precision_of(a, m)[t * R + r]
+    }
+
+    /// Final recall at IoU `t`, setting `(a, m)` (positions in the scope).
+    #[cfg(test)]
     pub fn recall_at(&self, t: usize, a: usize, m: usize) -> f64 {
-        self.recall[(t * A + a) * M + m]
+        self.recall_of(a, m)[t]
     }
 }
 
-/// Builds one category's curves from its cells (in image order).
-pub(super) fn accumulate_category(cells: &[CellEval]) -> CategoryCurves {
-    let mut curves = CategoryCurves {
-        precision: vec![-1.0; T * R * A * M],
-        recall: vec![-1.0; T * A * M],
-        at50: Counts::default(),
-    };
+/// Builds one category's curves from its cells (in image order, matched in the same `scope`).
+pub(super) fn accumulate_category(cells: &[CellEval], scope: &Scope) -> CategoryCurves {
+    let mut curves = CategoryCurves::new(*scope);
     let mut curve = Curve::default();
-    for (m, &max_det) in MAX_DETS.iter().enumerate() {
-        let ranked = rank_across_images(cells, max_det);
-        for a in 0..A {
+    for (m, &max_det) in scope.max_dets.iter().enumerate() {
+        let ranked = rank_across_images(cells, MAX_DETS[max_det]);
+        for (a, &area) in scope.areas.iter().enumerate() {
             let ground_truths: usize = cells.iter().map(|c| c.areas[a].counted_gts).sum();
             let outcomes: Vec<Outcome> = ranked
                 .iter()
                 .map(|&(c, d)| (cells[c].areas[a].matched[d], cells[c].areas[a].ignored[d]))
                 .collect();
             for t in 0..T {
-                let at50 = (t, a, m) == (IOU_50, AreaRange::All.index(), MAX_DET_100);
+                let at50 = (t, area, max_det) == (IOU_50, AreaRange::All, MAX_DET_100);
                 if ground_truths == 0 && !at50 {
                     continue;
                 }
@@ -76,11 +103,9 @@ pub(super) fn accumulate_category(cells: &[CellEval]) -> CategoryCurves {
                 if ground_truths == 0 {
                     continue;
                 }
-                let (precision, recall) = curve.sample();
-                curves.recall[(t * A + a) * M + m] = recall;
-                for (r, p) in precision.into_iter().enumerate() {
-                    curves.precision[((t * R + r) * A + a) * M + m] = p;
-                }
+                let s = curves.setting(a, m);
+                let start = (s * T + t) * R;
+                curves.recall[s * T + t] = curve.sample_into(&mut curves.precision[start..start + R]);
             }
         }
     }
@@ -136,43 +161,50 @@ impl Curve {
         (tp, fp)
     }
 
-    /// Precision at each recall threshold (from the envelope: the best precision at that recall or
-    /// beyond; 0 past the final recall) and the final recall (0 with no detection).
-    fn sample(&mut self) -> ([f64; R], f64) {
+    /// Writes the precision at each recall threshold into `sampled` (from the envelope: the best
+    /// precision at that recall or beyond; 0 past the final recall) and returns the final recall (0 with
+    /// no detection). Written in place: the per-sample AP runs this ten times per category.
+    fn sample_into(&mut self, sampled: &mut [f64]) -> f64 {
         let precision = &mut self.precision;
         for i in (1..precision.len()).rev() {
             if precision[i] > precision[i - 1] {
                 precision[i - 1] = precision[i];
             }
         }
-        let mut sampled = [0.0; R];
         let mut i = 0;
-        for (r, &threshold) in RECALL_THRESHOLDS.iter().enumerate() {
+        for (slot, &threshold) in sampled.iter_mut().zip(&RECALL_THRESHOLDS) {
             // The first rank whose recall reaches the threshold (`np.searchsorted(..., side="left")`).
             while i < self.recall.len() && self.recall[i] < threshold {
                 i += 1;
             }
-            let Some(&p) = precision.get(i) else { break };
-            sampled[r] = p;
+            *slot = precision.get(i).copied().unwrap_or(0.0);
         }
-        (sampled, self.recall.last().copied().unwrap_or(0.0))
+        self.recall.last().copied().unwrap_or(0.0)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::evaluate::{Cell, DtBox, GtBox, evaluate_cell};
+    use super::super::params::FULL_SCOPE;
     use super::*;
 
+    fn accumulate_category(cells: &[CellEval]) -> CategoryCurves {
+        super::accumulate_category(cells, &FULL_SCOPE)
+    }
+
     fn cell(gts: &[[f64; 4]], dts: &[([f64; 4], f64)]) -> CellEval {
-        evaluate_cell(&Cell {
-            gts: gts
-                .iter()
-                .enumerate()
-                .map(|(i, &b)| GtBox::new(i as i64 + 1, b, b[2] * b[3], false))
-                .collect(),
-            dts: dts.iter().map(|&(b, s)| DtBox::new(b, s)).collect(),
-        })
+        evaluate_cell(
+            &Cell {
+                gts: gts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &b)| GtBox::new(i as i64 + 1, b, b[2] * b[3], false))
+                    .collect(),
+                dts: dts.iter().map(|&(b, s)| DtBox::new(b, s)).collect(),
+            },
+            &FULL_SCOPE,
+        )
     }
 
     const ALL: usize = 0;
@@ -194,7 +226,9 @@ mod tests {
             })
             .collect();
         curve.trace(&outcomes, 0, ground_truths);
-        curve.sample()
+        let mut sampled = [-1.0; R];
+        let recall = curve.sample_into(&mut sampled);
+        (sampled, recall)
     }
 
     #[test]

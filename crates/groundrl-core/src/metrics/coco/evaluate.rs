@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use crate::geometry::BBox;
 
 use super::dataset::{Detection, GtAnnotation};
-use super::params::{AREA_RANGES, AreaRange, IOU_THRESHOLDS, MAX_DET_100, MAX_DETS};
+use super::params::{AreaRange, IOU_THRESHOLDS, Scope};
 
 /// A ground-truth box as matching sees it.
 #[derive(Clone, Debug)]
@@ -139,27 +139,32 @@ pub(super) struct AreaMatches {
 pub(super) struct CellEval {
     /// Scores of the kept detections, highest first.
     pub scores: Vec<f64>,
-    /// Indexed like [`AREA_RANGES`].
-    pub areas: [AreaMatches; 4],
+    /// Indexed like the `areas` of the [`Scope`] evaluated.
+    pub areas: Vec<AreaMatches>,
 }
 
-pub(super) fn evaluate_cell(cell: &Cell) -> CellEval {
-    let dts = ranked_detections(&cell.dts);
+/// Matches one cell in each area range of `scope`, keeping its largest cap of detections.
+pub(super) fn evaluate_cell(cell: &Cell, scope: &Scope) -> CellEval {
+    let dts = ranked_detections(&cell.dts, scope.largest_cap());
     let ious: Vec<f64> = dts
         .iter()
         .flat_map(|dt| cell.gts.iter().map(|gt| coco_iou(dt, gt)))
         .collect();
     CellEval {
         scores: dts.iter().map(|d| d.score).collect(),
-        areas: AREA_RANGES.map(|range| match_in_range(&dts, &cell.gts, &ious, range)),
+        areas: scope
+            .areas
+            .iter()
+            .map(|&range| match_in_range(&dts, &cell.gts, &ious, range))
+            .collect(),
     }
 }
 
-/// Highest score first, ties in input order (numpy's stable mergesort), at most 100.
-fn ranked_detections(dts: &[DtBox]) -> Vec<&DtBox> {
+/// Highest score first, ties in input order (numpy's stable mergesort), at most `cap`.
+fn ranked_detections(dts: &[DtBox], cap: usize) -> Vec<&DtBox> {
     let mut ranked: Vec<&DtBox> = dts.iter().collect();
     ranked.sort_by(|a, b| b.score.partial_cmp(&a.score).unwrap_or(std::cmp::Ordering::Equal));
-    ranked.truncate(MAX_DETS[MAX_DET_100]);
+    ranked.truncate(cap);
     ranked
 }
 
@@ -234,7 +239,12 @@ fn best_match(
 
 #[cfg(test)]
 mod tests {
+    use super::super::params::FULL_SCOPE;
     use super::*;
+
+    fn evaluate_cell(cell: &Cell) -> CellEval {
+        super::evaluate_cell(cell, &FULL_SCOPE)
+    }
 
     fn gt(id: i64, bbox: [f64; 4], crowd: bool) -> GtBox {
         GtBox::new(id, bbox, bbox[2] * bbox[3], crowd)

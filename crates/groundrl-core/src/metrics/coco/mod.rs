@@ -64,6 +64,7 @@ pub use summary::{CategoryMetrics, CocoEval, Stats};
 
 use accumulate::{CategoryCurves, accumulate_category};
 use evaluate::{Cell, CellEval, DtBox, GtBox, evaluate_cell, group_cells};
+use params::FULL_SCOPE;
 
 /// Evaluates detections against a ground truth held in memory, after checking both.
 pub fn evaluate(gt: &GroundTruth, detections: &[Detection]) -> Result<CocoEval, CocoError> {
@@ -87,8 +88,8 @@ fn curves_by_category(cells: &[Vec<Cell>]) -> Vec<CategoryCurves> {
     cells
         .par_iter()
         .map(|cells| {
-            let evals: Vec<CellEval> = cells.iter().map(evaluate_cell).collect();
-            accumulate_category(&evals)
+            let evals: Vec<CellEval> = cells.iter().map(|c| evaluate_cell(c, &FULL_SCOPE)).collect();
+            accumulate_category(&evals, &FULL_SCOPE)
         })
         .collect()
 }

@@ -19,6 +19,42 @@ pub const MAX_DETS: [usize; 3] = [1, 10, 100];
 /// Index of the largest cap (100), the one AP is reported at.
 pub const MAX_DET_100: usize = 2;
 
+/// The settings an evaluation computes curves for: area ranges and detection caps (indices into
+/// [`MAX_DETS`]), each in pycocotools' order, largest cap last. The full evaluation needs all of them;
+/// the per-sample reward reads only AP and AP50, so it computes one setting of the twelve and skips
+/// the rest of the work (and the memory for it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Scope {
+    pub areas: &'static [AreaRange],
+    pub max_dets: &'static [usize],
+}
+
+/// Every setting: what `COCOeval` computes and its 12 stats need.
+pub const FULL_SCOPE: Scope = Scope {
+    areas: &AREA_RANGES,
+    max_dets: &[0, 1, MAX_DET_100],
+};
+
+/// Area "all" and 100 detections: all that AP and AP50 (`stats[0]`, `stats[1]`) read.
+pub const AP_SCOPE: Scope = Scope {
+    areas: &[AreaRange::All],
+    max_dets: &[MAX_DET_100],
+};
+
+impl Scope {
+    /// Positions of `area` and cap index `max_det` in this scope, if it holds both.
+    pub fn position(&self, area: AreaRange, max_det: usize) -> Option<(usize, usize)> {
+        let a = self.areas.iter().position(|&x| x == area)?;
+        let m = self.max_dets.iter().position(|&x| x == max_det)?;
+        Some((a, m))
+    }
+
+    /// The cap matching keeps detections up to (pycocotools' `maxDets[-1]`).
+    pub fn largest_cap(&self) -> usize {
+        self.max_dets.last().map_or(0, |&m| MAX_DETS[m])
+    }
+}
+
 /// numpy's `linspace(start, stop, N)`: `i * step + start`, last value exactly `stop`.
 const fn linspace<const N: usize>(start: f64, stop: f64) -> [f64; N] {
     let step = (stop - start) / (N - 1) as f64;
@@ -96,6 +132,14 @@ mod tests {
         assert_eq!(IOU_THRESHOLDS[9], 0.95);
         assert_eq!(RECALL_THRESHOLDS[57], 0.5700000000000001);
         assert_eq!(RECALL_THRESHOLDS[100], 1.0);
+    }
+
+    #[test]
+    fn scopes_hold_what_their_users_read() {
+        assert_eq!(FULL_SCOPE.position(AreaRange::Large, 1), Some((3, 1)));
+        assert_eq!(AP_SCOPE.position(AreaRange::All, MAX_DET_100), Some((0, 0)));
+        assert_eq!(AP_SCOPE.position(AreaRange::Small, MAX_DET_100), None);
+        assert_eq!((FULL_SCOPE.largest_cap(), AP_SCOPE.largest_cap()), (100, 100));
     }
 
     #[test]

@@ -123,18 +123,38 @@ const STAT_SPECS: [StatSpec; 12] = [
 
 impl StatSpec {
     /// The selected entries in numpy's C order (IoU, then recall threshold, then category), so that
-    /// the mean sums them in the same order.
+    /// the mean sums them in the same order. All curves come from one evaluation, so they share one
+    /// scope; none is selected if that scope lacks this statistic's setting (the mean is then -1).
     fn entries(&self, curves: &[CategoryCurves]) -> Vec<f64> {
         let ious = self.iou.map_or(0..IOU_THRESHOLDS.len(), |t| t..t + 1);
-        let a = self.area.index();
-        let mut out = Vec::new();
-        for t in ious {
-            if self.precision {
-                for r in 0..RECALL_THRESHOLDS.len() {
-                    out.extend(curves.iter().map(|c| c.precision_at(t, r, a, self.max_det)));
-                }
-            } else {
-                out.extend(curves.iter().map(|c| c.recall_at(t, a, self.max_det)));
+        let Some((a, m)) = curves
+            .first()
+            .and_then(|c| c.scope.position(self.area, self.max_det))
+        else {
+            return Vec::new();
+        };
+        let per_iou = if self.precision {
+            RECALL_THRESHOLDS.len()
+        } else {
+            1
+        };
+        let rows = ious.start * per_iou..ious.end * per_iou;
+        let columns: Vec<&[f64]> = curves
+            .iter()
+            .map(|c| {
+                let values = if self.precision {
+                    c.precision_of(a, m)
+                } else {
+                    c.recall_of(a, m)
+                };
+                &values[rows.clone()]
+            })
+            .collect();
+        // Each category's values are contiguous; interleaving them row by row needs no index arithmetic.
+        let mut out = vec![0.0; rows.len() * curves.len()];
+        for (k, column) in columns.iter().enumerate() {
+            for (row, &v) in out.chunks_exact_mut(curves.len()).zip(column.iter()) {
+                row[k] = v;
             }
         }
         out
@@ -251,6 +271,13 @@ impl CocoEval {
             at50,
         }
     }
+}
+
+/// `stats[0]` (AP) and `stats[1]` (AP50) alone, computed as [`CocoEval::new`] computes them; -1 where
+/// there is nothing to average. The curves need only area "all" and 100 detections
+/// ([`AP_SCOPE`](super::params::AP_SCOPE)).
+pub(super) fn ap_and_ap50(curves: &[CategoryCurves]) -> (f64, f64) {
+    (STAT_SPECS[0].compute(curves), STAT_SPECS[1].compute(curves))
 }
 
 fn category_ap(curves: &CategoryCurves, iou: Option<usize>) -> Option<f64> {
