@@ -24,6 +24,8 @@ enum Command {
     /// Evaluate predictions: COCO mAP as pycocotools computes it.
     #[command(subcommand)]
     Eval(commands::eval::EvalCommand),
+    /// Generate the synthetic GUI grounding dataset (screenshots + samples.jsonl).
+    Synth(commands::synth::Args),
 }
 
 fn main() -> ExitCode {
@@ -32,6 +34,7 @@ fn main() -> ExitCode {
         Command::SmartResize(args) => commands::smart_resize::run(args),
         Command::Reward(args) => commands::reward::run(args),
         Command::Eval(cmd) => commands::eval::run(cmd),
+        Command::Synth(args) => commands::synth::run(args),
     };
     match result {
         Ok(code) => code,

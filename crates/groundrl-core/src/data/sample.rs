@@ -104,9 +104,16 @@ mod tests {
             id: "ss-1".into(),
             source: "screenspot/web".into(),
             task: Task::PointGrounding,
-            images: vec![ImageRef { path: "a.png".into(), width: 1280, height: 720 }],
+            images: vec![ImageRef {
+                path: "a.png".into(),
+                width: 1280,
+                height: 720,
+            }],
             instruction: "open the menu".into(),
-            targets: vec![Target { shape: Shape::Box([1.0, 2.0, 3.0, 4.0]), label: None }],
+            targets: vec![Target {
+                shape: Shape::Box([1.0, 2.0, 3.0, 4.0]),
+                label: None,
+            }],
             frame: Frame::Pixel,
             none: false,
             prompt: vec![],

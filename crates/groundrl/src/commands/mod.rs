@@ -1,3 +1,4 @@
 pub mod eval;
 pub mod reward;
 pub mod smart_resize;
+pub mod synth;
