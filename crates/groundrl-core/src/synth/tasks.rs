@@ -184,52 +184,38 @@ fn detection_tasks(elements: &[Element]) -> Vec<SynthTask> {
         .collect()
 }
 
-/// The nearest element in direction `dir` of element `a` that shares at least half of its extent
-/// across that direction and is close (a gap of at most twice the taller height); `None` when there
-/// is none or two are equally near, so the answer is never ambiguous.
+/// The nearest element in direction `dir` of element `a`, within twice the taller height. Every
+/// element overlapping `a` sideways competes; the answer is `None` unless the nearest one is alone at
+/// its distance and shares at least half of the smaller extent, so the instruction is never ambiguous.
 fn neighbour(elements: &[Element], a: usize, dir: Direction) -> Option<usize> {
     let anchor = elements[a].rect;
-    let mut near: Vec<(u32, usize)> = elements
+    let mut near: Vec<(u32, bool, usize)> = elements
         .iter()
         .enumerate()
         .filter(|&(i, _)| i != a)
         .filter_map(|(i, el)| {
-            let gap = gap_in_direction(anchor, el.rect, dir)?;
-            (gap <= 2 * anchor.h.max(el.rect.h)).then_some((gap, i))
+            let (gap, mostly_shared) = gap_in_direction(anchor, el.rect, dir)?;
+            (gap <= 2 * anchor.h.max(el.rect.h)).then_some((gap, mostly_shared, i))
         })
         .collect();
     near.sort_unstable();
     match near.as_slice() {
-        [(gap, i), rest @ ..] if rest.first().is_none_or(|(next, _)| next > gap) => Some(*i),
+        [(gap, true, i), rest @ ..] if rest.first().is_none_or(|(next, _, _)| next > gap) => Some(*i),
         _ => None,
     }
 }
 
-/// The distance from `from` to `to` when `to` lies in direction `dir` and overlaps it sideways by at
-/// least half of the smaller extent.
-fn gap_in_direction(from: Rect, to: Rect, dir: Direction) -> Option<u32> {
+/// The distance from `from` to `to` when `to` lies in direction `dir` and overlaps it sideways, and
+/// whether the overlap is at least half of the smaller extent.
+fn gap_in_direction(from: Rect, to: Rect, dir: Direction) -> Option<(u32, bool)> {
     let overlap = |a1: u32, a2: u32, b1: u32, b2: u32| a2.min(b2).saturating_sub(a1.max(b1));
+    let rows = || overlap(from.y, from.bottom(), to.y, to.bottom());
+    let columns = || overlap(from.x, from.right(), to.x, to.right());
     let (gap, shared, smaller) = match dir {
-        Direction::Right => (
-            to.x.checked_sub(from.right())?,
-            overlap(from.y, from.bottom(), to.y, to.bottom()),
-            from.h.min(to.h),
-        ),
-        Direction::Left => (
-            from.x.checked_sub(to.right())?,
-            overlap(from.y, from.bottom(), to.y, to.bottom()),
-            from.h.min(to.h),
-        ),
-        Direction::Below => (
-            to.y.checked_sub(from.bottom())?,
-            overlap(from.x, from.right(), to.x, to.right()),
-            from.w.min(to.w),
-        ),
-        Direction::Above => (
-            from.y.checked_sub(to.bottom())?,
-            overlap(from.x, from.right(), to.x, to.right()),
-            from.w.min(to.w),
-        ),
+        Direction::Right => (to.x.checked_sub(from.right())?, rows(), from.h.min(to.h)),
+        Direction::Left => (from.x.checked_sub(to.right())?, rows(), from.h.min(to.h)),
+        Direction::Below => (to.y.checked_sub(from.bottom())?, columns(), from.w.min(to.w)),
+        Direction::Above => (from.y.checked_sub(to.bottom())?, columns(), from.w.min(to.w)),
     };
-    (2 * shared >= smaller).then_some(gap)
+    (shared > 0).then_some((gap, 2 * shared >= smaller))
 }
