@@ -11,4 +11,5 @@ pub mod parse;
 pub mod prompt;
 pub mod resize;
 pub mod reward;
+pub mod rng;
 pub mod synth;

@@ -26,6 +26,9 @@ enum Command {
     Eval(commands::eval::EvalCommand),
     /// Generate the synthetic GUI grounding dataset (screenshots + samples.jsonl).
     Synth(commands::synth::Args),
+    /// Datasets: convert benchmarks to samples (JSONL, verl Parquet), split, subsample.
+    #[command(subcommand)]
+    Data(commands::data::DataCommand),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +38,7 @@ fn main() -> ExitCode {
         Command::Reward(args) => commands::reward::run(args),
         Command::Eval(cmd) => commands::eval::run(cmd),
         Command::Synth(args) => commands::synth::run(args),
+        Command::Data(cmd) => commands::data::run(cmd),
     };
     match result {
         Ok(code) => code,

@@ -1,11 +1,11 @@
 //! Screen layouts, one per generator family: where each element goes. Elements are placed in rows
 //! inside the window with a gap between them, so no two overlap and every box is exact.
 
-use rand::RngExt;
-use rand_chacha::ChaCha8Rng;
+use crate::rng::SplitMix64;
 
 use super::draw::Rect;
 use super::font::text_size;
+use super::random::Draws;
 use super::vocab::{self, TextPicker, Words};
 use super::widgets::{Element, ICON_COLOURS, Icon, IconShape, Kind, Style};
 
@@ -82,7 +82,7 @@ impl Flow {
 }
 
 /// Lays out one screen of `family`.
-pub fn layout(family: Family, rng: &mut ChaCha8Rng, input: LayoutInput) -> Vec<Element> {
+pub fn layout(family: Family, rng: &mut SplitMix64, input: LayoutInput) -> Vec<Element> {
     let mut builder = Builder {
         rng,
         elements: Vec::new(),
@@ -99,7 +99,7 @@ pub fn layout(family: Family, rng: &mut ChaCha8Rng, input: LayoutInput) -> Vec<E
 
 /// Layout state shared by the families.
 struct Builder<'r, 'a> {
-    rng: &'r mut ChaCha8Rng,
+    rng: &'r mut SplitMix64,
     elements: Vec<Element>,
     input: LayoutInput<'a>,
     /// Icons already on screen: each (shape, colour) appears once.
@@ -147,7 +147,7 @@ impl Builder<'_, '_> {
     fn toolbar(&mut self) {
         let mut flow = Flow::new(self.input.area, self.gap());
         let side = self.input.style.text_box("M").1 + self.gap();
-        let icons = self.rng.random_range(2..=6);
+        let icons = self.rng.between(2, 6);
         for _ in 0..icons {
             let Some(rect) = flow.place(side, side) else { break };
             if self.full() {
@@ -163,12 +163,12 @@ impl Builder<'_, '_> {
             });
         }
         flow.next_row();
-        let tabs = self.rng.random_range(2..=5);
+        let tabs = self.rng.between(2, 5);
         self.text_row(&mut flow, Kind::Tab, vocab::TABS, tabs);
         while !self.full() && flow.y < flow.area.bottom() {
             flow.next_row();
             let before = self.elements.len();
-            let per_row = self.rng.random_range(1..=4);
+            let per_row = self.rng.between(1, 4);
             self.text_row(&mut flow, Kind::Button, vocab::BUTTONS, per_row);
             if self.elements.len() == before {
                 return;
@@ -181,12 +181,12 @@ impl Builder<'_, '_> {
     fn new_icon(&mut self) -> Icon {
         loop {
             let mut icon = Icon {
-                shape: IconShape::ALL[self.rng.random_range(0..IconShape::ALL.len())],
-                colour: self.rng.random_range(0..ICON_COLOURS.len()),
+                shape: IconShape::ALL[self.rng.between(0, IconShape::ALL.len() - 1)],
+                colour: self.rng.between(0, ICON_COLOURS.len() - 1),
             };
-            if !self.icons.is_empty() && self.rng.random_bool(self.input.distractor_rate) {
-                let twin = self.icons[self.rng.random_range(0..self.icons.len())];
-                if self.rng.random_bool(0.5) {
+            if !self.icons.is_empty() && self.rng.chance(self.input.distractor_rate) {
+                let twin = *self.rng.pick(&self.icons).expect("icons is not empty");
+                if self.rng.chance(0.5) {
                     icon.shape = twin.shape;
                 } else {
                     icon.colour = twin.colour;
@@ -202,7 +202,7 @@ impl Builder<'_, '_> {
     fn dialog(&mut self) {
         let mut flow = Flow::new(self.input.area, self.gap());
         let style = self.input.style;
-        for _ in 0..self.rng.random_range(1..=4) {
+        for _ in 0..self.rng.between(1, 4) {
             if self.elements.len() + 2 > self.input.max_elements {
                 break;
             }
@@ -210,7 +210,7 @@ impl Builder<'_, '_> {
                 break;
             };
             let (lw, h) = style.text_box(&label);
-            let field_w = (style.font_px * self.rng.random_range(6.0..14.0)) as u32;
+            let field_w = (style.font_px * self.rng.uniform(6.0, 14.0)) as u32;
             let (Some(label_rect), Some(field_rect)) = (flow.place(lw, h), flow.place(field_w, h)) else {
                 break;
             };
@@ -218,7 +218,7 @@ impl Builder<'_, '_> {
             self.push(Kind::TextField, field_rect, None);
             flow.next_row();
         }
-        for _ in 0..self.rng.random_range(1..=3) {
+        for _ in 0..self.rng.between(1, 3) {
             if self.elements.len() + 2 > self.input.max_elements {
                 break;
             }
@@ -230,7 +230,7 @@ impl Builder<'_, '_> {
             let (Some(box_rect), Some(label_rect)) = (flow.place(side, side), flow.place(lw, h)) else {
                 break;
             };
-            let checked = self.rng.random_bool(0.5);
+            let checked = self.rng.chance(0.5);
             self.elements.push(Element {
                 kind: Kind::Checkbox,
                 rect: box_rect,
@@ -241,14 +241,14 @@ impl Builder<'_, '_> {
             self.push(Kind::Label, label_rect, Some(label));
             flow.next_row();
         }
-        let buttons = self.rng.random_range(2..=3);
+        let buttons = self.rng.between(2, 3);
         self.text_row(&mut flow, Kind::Button, vocab::BUTTONS, buttons);
     }
 
     fn list(&mut self) {
         let area = self.input.area;
         let mut menu = Flow::new(area, self.gap());
-        let menus = self.rng.random_range(3..=5);
+        let menus = self.rng.between(3, 5);
         self.text_row(&mut menu, Kind::MenuItem, vocab::MENUS, menus);
         menu.next_row();
         let top = menu.y.min(area.bottom());
@@ -261,9 +261,9 @@ impl Builder<'_, '_> {
             area.right().saturating_sub(side_x),
             area.bottom() - top,
         );
-        let items = self.rng.random_range(3..=10);
+        let items = self.rng.between(3, 10);
         self.column(list_area, Kind::ListItem, vocab::LIST_ITEMS, items, Some(list_w));
-        let buttons = self.rng.random_range(1..=4);
+        let buttons = self.rng.between(1, 4);
         self.column(side_area, Kind::Button, vocab::BUTTONS, buttons, None);
     }
 

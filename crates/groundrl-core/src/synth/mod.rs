@@ -3,8 +3,8 @@
 //! Each screenshot is a procedurally drawn window (toolbar, dialog or list family, in one of several
 //! themes) whose elements' boxes are known exactly, with several tasks about it: click by visible
 //! text, by icon, by position relative to another element, and "find all" detection. The same seed
-//! gives byte-identical PNGs and JSONL: screenshot `i` draws from its own ChaCha8 stream `i` of the
-//! seed, so rayon's scheduling cannot change anything.
+//! gives byte-identical PNGs and JSONL: screenshot `i` draws from its own generator, seeded by the
+//! seed and `i` alone, so rayon's scheduling cannot change anything.
 //!
 //! ```no_run
 //! use groundrl_core::synth::{Difficulty, SynthConfig, generate};
@@ -16,6 +16,7 @@
 pub mod draw;
 pub mod font;
 pub mod layout;
+mod random;
 pub mod tasks;
 pub mod theme;
 pub mod vocab;
@@ -25,13 +26,13 @@ mod output;
 
 use std::str::FromStr;
 
+use crate::rng::{SplitMix64, keyed};
 use image::RgbImage;
-use rand::{RngExt, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 
 use self::draw::{Rect, fill_rect, framed_rect};
 use self::font::draw_text;
 use self::layout::{Family, LayoutInput, layout};
+use self::random::Draws;
 use self::tasks::{SynthTask, make_tasks};
 use self::theme::{THEMES, Theme};
 use self::vocab::TextPicker;
@@ -151,16 +152,15 @@ const MIN_TEXT_PX: f32 = 10.0;
 
 /// Draws screenshot `index` of `config`; depends only on the seed, the index and the knobs.
 pub fn render_screenshot(config: &SynthConfig, index: u64) -> Screenshot {
-    let mut rng = ChaCha8Rng::seed_from_u64(config.seed);
-    rng.set_stream(index);
+    let mut rng = SplitMix64::new(keyed(config.seed, &format!("synth/{index}")));
     let knobs = &config.knobs;
     let (width, height) = config
         .size
-        .unwrap_or_else(|| knobs.sizes[rng.random_range(0..knobs.sizes.len())]);
-    let family = Family::ALL[rng.random_range(0..Family::ALL.len())];
-    let theme = &THEMES[rng.random_range(0..THEMES.len())];
+        .unwrap_or_else(|| *rng.pick(&knobs.sizes).expect("knobs list at least one size"));
+    let family = Family::ALL[rng.between(0, Family::ALL.len() - 1)];
+    let theme = &THEMES[rng.between(0, THEMES.len() - 1)];
     let (lo, hi) = knobs.text_height;
-    let font_px = (height as f32 * rng.random_range(lo..=hi)).max(MIN_TEXT_PX);
+    let font_px = (height as f32 * rng.uniform(lo, hi)).max(MIN_TEXT_PX);
     let style = Style {
         font_px,
         border: (font_px / 12.0).round().max(1.0) as u32,
@@ -192,18 +192,19 @@ pub fn render_screenshot(config: &SynthConfig, index: u64) -> Screenshot {
 }
 
 /// Where the window goes: the whole image when easy, else a random part of at least half of each side.
-fn window_rect((w, h): (u32, u32), rng: &mut ChaCha8Rng, difficulty: Difficulty) -> Rect {
+fn window_rect((w, h): (u32, u32), rng: &mut SplitMix64, difficulty: Difficulty) -> Rect {
     if difficulty == Difficulty::Easy {
         return Rect::new(0, 0, w, h);
     }
-    let (ww, wh) = (rng.random_range(w / 2..=w), rng.random_range(h / 2..=h));
-    Rect::new(rng.random_range(0..=w - ww), rng.random_range(0..=h - wh), ww, wh)
+    let between = |rng: &mut SplitMix64, lo: u32, hi: u32| rng.between(lo as usize, hi as usize) as u32;
+    let (ww, wh) = (between(rng, w / 2, w), between(rng, h / 2, h));
+    Rect::new(between(rng, 0, w - ww), between(rng, 0, h - wh), ww, wh)
 }
 
 /// Draws the window frame and title bar; returns the area left for the content.
 fn draw_window(
     image: &mut RgbImage,
-    rng: &mut ChaCha8Rng,
+    rng: &mut SplitMix64,
     theme: &Theme,
     style: &Style,
     knobs: &Knobs,

@@ -2,8 +2,7 @@
 //! texts and icons are unique per screenshot (see `vocab` and `layout`), and a relative instruction
 //! names the single nearest element in one direction of a uniquely named anchor.
 
-use rand::seq::SliceRandom;
-use rand_chacha::ChaCha8Rng;
+use crate::rng::SplitMix64;
 
 use super::draw::Rect;
 use super::widgets::{Element, Kind};
@@ -69,17 +68,17 @@ impl Direction {
 
 /// Up to `count` tasks: one detection task, then click tasks taking turns between text, icon and
 /// relative ones, each on a different target element.
-pub fn make_tasks(elements: &[Element], rng: &mut ChaCha8Rng, count: usize) -> Vec<SynthTask> {
+pub fn make_tasks(elements: &[Element], rng: &mut SplitMix64, count: usize) -> Vec<SynthTask> {
     let mut pools = [
         text_tasks(elements),
         icon_tasks(elements),
         relative_tasks(elements),
     ];
     for pool in &mut pools {
-        pool.shuffle(rng);
+        rng.shuffle(pool);
     }
     let mut detection = detection_tasks(elements);
-    detection.shuffle(rng);
+    rng.shuffle(&mut detection);
     let mut tasks: Vec<SynthTask> = detection.into_iter().take(1.min(count)).collect();
     let mut used_targets: Vec<usize> = Vec::new();
     while tasks.len() < count && pools.iter().any(|p| !p.is_empty()) {

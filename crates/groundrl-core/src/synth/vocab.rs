@@ -4,9 +4,8 @@
 
 use std::collections::HashSet;
 
-use rand::RngExt;
-use rand::seq::IndexedRandom;
-use rand_chacha::ChaCha8Rng;
+use super::random::Draws;
+use crate::rng::SplitMix64;
 
 /// A list of look-alike groups.
 pub type Words = &'static [&'static [&'static str]];
@@ -117,19 +116,19 @@ pub struct TextPicker {
 impl TextPicker {
     /// A word from `words` not yet on the screenshot, or `None` when all are used. With probability
     /// `distractor_rate` it comes from a group one of whose words is already on screen.
-    pub fn pick(&mut self, rng: &mut ChaCha8Rng, words: Words, distractor_rate: f64) -> Option<String> {
+    pub fn pick(&mut self, rng: &mut SplitMix64, words: Words, distractor_rate: f64) -> Option<String> {
         let started: Vec<_> = words.iter().filter(|g| self.has_free_and_used(g)).collect();
-        let group = if !started.is_empty() && rng.random_bool(distractor_rate) {
-            *started.choose(rng)?
+        let group = if !started.is_empty() && rng.chance(distractor_rate) {
+            *rng.pick(&started)?
         } else {
             let free: Vec<_> = words
                 .iter()
                 .filter(|g| g.iter().any(|w| !self.is_used(w)))
                 .collect();
-            *free.choose(rng)?
+            *rng.pick(&free)?
         };
         let free: Vec<&str> = group.iter().copied().filter(|w| !self.is_used(w)).collect();
-        let word = free.choose(rng)?.to_string();
+        let word = rng.pick(&free)?.to_string();
         self.used.insert(word.to_lowercase());
         Some(word)
     }
@@ -146,11 +145,10 @@ impl TextPicker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::SeedableRng;
 
     #[test]
     fn picks_every_word_once_then_none() {
-        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut rng = SplitMix64::new(1);
         let mut picker = TextPicker::default();
         let total: usize = MENUS.iter().map(|g| g.len()).sum();
         let mut got: Vec<String> = (0..total)
@@ -168,7 +166,7 @@ mod tests {
 
     #[test]
     fn full_distractor_rate_stays_in_the_started_group() {
-        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        let mut rng = SplitMix64::new(7);
         let mut picker = TextPicker::default();
         picker.used.insert("save".into());
         let second = picker.pick(&mut rng, BUTTONS, 1.0).unwrap();
