@@ -27,7 +27,9 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let ratios = parse_ratios(&args.ratios).map_err(anyhow::Error::msg).context("--ratios")?;
+    let ratios = parse_ratios(&args.ratios)
+        .map_err(anyhow::Error::msg)
+        .context("--ratios")?;
     let format = FileFormat::of(&args.input)?;
     let loaded = read_samples(&args.input)?;
     report_skipped(&loaded.skipped, args.strict)?;
