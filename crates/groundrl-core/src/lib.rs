@@ -8,6 +8,8 @@ pub mod frame;
 pub mod geometry;
 pub mod metrics;
 pub mod parse;
+pub mod prompt;
 pub mod resize;
 pub mod reward;
 pub mod rng;
+pub mod synth;

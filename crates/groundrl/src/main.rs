@@ -24,6 +24,8 @@ enum Command {
     /// Evaluate predictions: COCO mAP as pycocotools computes it.
     #[command(subcommand)]
     Eval(commands::eval::EvalCommand),
+    /// Generate the synthetic GUI grounding dataset (screenshots + samples.jsonl).
+    Synth(commands::synth::Args),
     /// Datasets: convert benchmarks to samples (JSONL, verl Parquet), split, subsample.
     #[command(subcommand)]
     Data(commands::data::DataCommand),
@@ -35,6 +37,7 @@ fn main() -> ExitCode {
         Command::SmartResize(args) => commands::smart_resize::run(args),
         Command::Reward(args) => commands::reward::run(args),
         Command::Eval(cmd) => commands::eval::run(cmd),
+        Command::Synth(args) => commands::synth::run(args),
         Command::Data(cmd) => commands::data::run(cmd),
     };
     match result {

@@ -4,11 +4,14 @@
 //! - [`jsonl`] and [`parquet`]: the two file formats (Parquet in verl's multimodal RL layout);
 //! - [`import`]: ScreenSpot, ScreenSpot-Pro, OSWorld-G, COCO, ODVG and RefCOCO to samples;
 //! - [`split`]: seeded, prefix-stable subsamples and splits;
+//! - [`lint`] and [`check`]: text problems in prompts, and samples that disagree with their images;
 //! - [`error`]: errors naming file, record and field, and [`Loaded`] (samples plus skipped records).
 
+pub mod check;
 pub mod error;
 pub mod import;
 pub mod jsonl;
+pub mod lint;
 pub mod parquet;
 pub mod sample;
 pub mod split;

@@ -2,3 +2,4 @@ pub mod data;
 pub mod eval;
 pub mod reward;
 pub mod smart_resize;
+pub mod synth;

@@ -1,10 +1,12 @@
-//! `groundrl data`: convert benchmarks to samples, split them, subsample them.
+//! `groundrl data`: convert benchmarks to samples, split them, subsample them, lint and check them.
 //!
 //! Sample files are JSON Lines (`.jsonl`) or verl-layout Parquet (`.parquet`), chosen by extension.
 //! Every command reads on past bad records, lists each one on stderr (file, record, field, problem)
 //! and prints a summary; `--strict` makes the first bad record an error instead.
 
+pub mod check;
 pub mod convert;
+pub mod lint;
 pub mod sample;
 pub mod split;
 
@@ -23,6 +25,10 @@ pub enum DataCommand {
     Split(split::Args),
     /// Take a seeded subsample of n samples; the same seed gives nested subsets as n grows.
     Sample(sample::Args),
+    /// Find text problems in instructions and prompts; exit code 1 if any.
+    Lint(lint::Args),
+    /// Check samples against their images and write previews; exit code 1 if any problem.
+    Check(check::Args),
 }
 
 pub fn run(cmd: DataCommand) -> anyhow::Result<ExitCode> {
@@ -30,6 +36,8 @@ pub fn run(cmd: DataCommand) -> anyhow::Result<ExitCode> {
         DataCommand::Convert(args) => convert::run(args),
         DataCommand::Split(args) => split::run(args),
         DataCommand::Sample(args) => sample::run(args),
+        DataCommand::Lint(args) => lint::run(args),
+        DataCommand::Check(args) => check::run(args),
     }
 }
 

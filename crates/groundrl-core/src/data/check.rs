@@ -1,0 +1,292 @@
+//! `data check`: does each sample agree with its image? Images exist and decode, stated sizes match,
+//! targets are well formed, non-degenerate and inside the image in their frame. Also draws preview PNGs
+//! with the targets and the instruction, to look at what a model will be trained on.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+
+use super::{Sample, Shape};
+use crate::frame::{Frame, ImageFrames};
+use crate::resize::PixelBudget;
+use crate::synth::draw::{Rect, fill_rect, stroke_rect};
+use crate::synth::font::{draw_text, text_size};
+
+/// A kind of problem; the summary counts them per source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Problem {
+    MissingImage,
+    UndecodableImage,
+    SizeMismatch,
+    /// Non-finite coordinates, x1 > x2, a polygon with fewer than 3 vertices.
+    MalformedTarget,
+    /// A box of zero width or height.
+    DegenerateBox,
+    /// A coordinate outside the image, in the sample's frame.
+    OutsideImage,
+    /// A `none` sample with targets, or a question without targets that is not marked `none`.
+    NoneInconsistent,
+}
+
+impl Problem {
+    pub fn name(self) -> &'static str {
+        match self {
+            Problem::MissingImage => "missing-image",
+            Problem::UndecodableImage => "undecodable-image",
+            Problem::SizeMismatch => "size-mismatch",
+            Problem::MalformedTarget => "malformed-target",
+            Problem::DegenerateBox => "degenerate-box",
+            Problem::OutsideImage => "outside-image",
+            Problem::NoneInconsistent => "none-inconsistent",
+        }
+    }
+}
+
+/// One problem of one sample.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Issue {
+    pub sample_id: String,
+    pub source: String,
+    pub problem: Problem,
+    pub detail: String,
+}
+
+impl fmt::Display for Issue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} ({}): {}: {}",
+            self.sample_id,
+            self.source,
+            self.problem.name(),
+            self.detail
+        )
+    }
+}
+
+/// Every issue found, and counts per (problem, source).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CheckReport {
+    pub samples: usize,
+    pub issues: Vec<Issue>,
+}
+
+impl CheckReport {
+    pub fn counts(&self) -> BTreeMap<(Problem, String), usize> {
+        let mut counts = BTreeMap::new();
+        for issue in &self.issues {
+            *counts.entry((issue.problem, issue.source.clone())).or_default() += 1;
+        }
+        counts
+    }
+}
+
+/// An image as found on disk: its decoded size, or why it has none.
+type Decoded = Result<(u32, u32), (Problem, String)>;
+
+/// Checks `samples`, whose relative image paths are relative to `base`. Each distinct image is decoded
+/// once, in parallel.
+pub fn check(samples: &[Sample], base: &Path) -> CheckReport {
+    let mut paths: Vec<&str> = samples
+        .iter()
+        .flat_map(|s| s.images.iter().map(|i| i.path.as_str()))
+        .collect();
+    paths.sort_unstable();
+    paths.dedup();
+    let decoded: HashMap<&str, Decoded> = paths.par_iter().map(|&p| (p, decode(&base.join(p)))).collect();
+    let issues = samples.iter().flat_map(|s| check_sample(s, &decoded)).collect();
+    CheckReport {
+        samples: samples.len(),
+        issues,
+    }
+}
+
+fn decode(path: &Path) -> Decoded {
+    if !path.exists() {
+        return Err((
+            Problem::MissingImage,
+            format!("{} does not exist", path.display()),
+        ));
+    }
+    let img =
+        image::open(path).map_err(|e| (Problem::UndecodableImage, format!("{}: {e}", path.display())))?;
+    Ok((img.width(), img.height()))
+}
+
+fn check_sample(sample: &Sample, decoded: &HashMap<&str, Decoded>) -> Vec<Issue> {
+    let mut issues = Vec::new();
+    let mut add = |problem, detail: String| {
+        issues.push(Issue {
+            sample_id: sample.id.clone(),
+            source: sample.source.clone(),
+            problem,
+            detail,
+        })
+    };
+    for (i, image) in sample.images.iter().enumerate() {
+        match &decoded[image.path.as_str()] {
+            Err((problem, detail)) => add(*problem, detail.clone()),
+            Ok((w, h)) if (*w, *h) != (image.width, image.height) => add(
+                Problem::SizeMismatch,
+                format!(
+                    "images[{i}] is stated {}x{} but {} is {w}x{h}",
+                    image.width, image.height, image.path
+                ),
+            ),
+            Ok(_) => {}
+        }
+    }
+    if sample.none != sample.targets.is_empty() {
+        let detail = format!("none = {} with {} targets", sample.none, sample.targets.len());
+        add(Problem::NoneInconsistent, detail);
+    }
+    let Some(image) = sample.images.first() else {
+        return issues;
+    };
+    let extent = frame_extent(sample.frame, image.width, image.height);
+    for (t, target) in sample.targets.iter().enumerate() {
+        if let Err(problem) = target.shape.check() {
+            add(Problem::MalformedTarget, format!("targets[{t}]: {problem}"));
+            continue;
+        }
+        if let Shape::Box([x1, y1, x2, y2]) = target.shape
+            && (x1 == x2 || y1 == y2)
+        {
+            add(
+                Problem::DegenerateBox,
+                format!("targets[{t}]: box {:?} has no area", [x1, y1, x2, y2]),
+            );
+        }
+        if let Some((w, h)) = extent
+            && points(&target.shape).any(|[x, y]| x < 0.0 || y < 0.0 || x > w || y > h)
+        {
+            let frame = sample.frame;
+            add(
+                Problem::OutsideImage,
+                format!(
+                    "targets[{t}]: {:?} leaves the {w}x{h} {frame} frame",
+                    target.shape
+                ),
+            );
+        }
+    }
+    issues
+}
+
+/// The width and height of the image in `frame` (resized: with the default pixel budget); `None` when
+/// the stated size cannot be resized.
+fn frame_extent(frame: Frame, width: u32, height: u32) -> Option<(f64, f64)> {
+    let frames =
+        ImageFrames::from_original(u64::from(width), u64::from(height), PixelBudget::default()).ok()?;
+    let size = frames.extent(frame);
+    Some((size.width, size.height))
+}
+
+fn points(shape: &Shape) -> Box<dyn Iterator<Item = [f64; 2]> + '_> {
+    match shape {
+        Shape::Box([x1, y1, x2, y2]) => Box::new([[*x1, *y1], [*x2, *y2]].into_iter()),
+        Shape::Point(p) => Box::new(std::iter::once(*p)),
+        Shape::Polygon(vs) => Box::new(vs.iter().copied()),
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PreviewError {
+    #[error("sample {id}: cannot read {path}: {source}")]
+    Read {
+        id: String,
+        path: PathBuf,
+        source: image::ImageError,
+    },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: image::ImageError,
+    },
+    #[error("cannot create {path}: {source}")]
+    Folder { path: PathBuf, source: std::io::Error },
+}
+
+/// Colour of drawn targets: a magenta that GUI themes and photos rarely contain.
+const TARGET_COLOUR: [u8; 3] = [255, 0, 200];
+
+/// Writes up to `n` previews, spread evenly over `samples`, as `out/preview_NNN.png`: the first image
+/// with every target outlined (points as small squares) and the instruction on a dark strip at the top.
+pub fn write_previews(
+    samples: &[Sample],
+    base: &Path,
+    out: &Path,
+    n: usize,
+) -> Result<Vec<PathBuf>, PreviewError> {
+    std::fs::create_dir_all(out).map_err(|source| PreviewError::Folder {
+        path: out.to_path_buf(),
+        source,
+    })?;
+    let picked: Vec<&Sample> = (0..n.min(samples.len()))
+        .map(|k| &samples[k * samples.len() / n.min(samples.len())])
+        .collect();
+    picked
+        .par_iter()
+        .enumerate()
+        .map(|(k, sample)| {
+            let path = out.join(format!("preview_{k:03}.png"));
+            let image = preview(sample, base)?;
+            image.save(&path).map_err(|source| PreviewError::Write {
+                path: path.clone(),
+                source,
+            })?;
+            Ok(path)
+        })
+        .collect()
+}
+
+fn preview(sample: &Sample, base: &Path) -> Result<image::RgbImage, PreviewError> {
+    let Some(first) = sample.images.first() else {
+        return Ok(image::RgbImage::new(1, 1));
+    };
+    let path = base.join(&first.path);
+    let read_err = |source| PreviewError::Read {
+        id: sample.id.clone(),
+        path: path.clone(),
+        source,
+    };
+    let mut img = image::open(&path).map_err(read_err)?.to_rgb8();
+    let (w, h) = img.dimensions();
+    let line = (w.max(h) / 400).max(2);
+    let frames = ImageFrames::from_original(u64::from(w), u64::from(h), PixelBudget::default()).ok();
+    for target in &sample.targets {
+        let Some(frames) = frames else { break };
+        if let Some(rect) = pixel_rect(&target.shape, sample.frame, &frames, line) {
+            stroke_rect(&mut img, rect, line, TARGET_COLOUR);
+        }
+    }
+    let font_px = (h as f32 / 40.0).clamp(12.0, 40.0);
+    let caption = format!("{}: {}", sample.id, sample.instruction);
+    let (_, text_h) = text_size(&caption, font_px);
+    fill_rect(&mut img, Rect::new(0, 0, w, text_h + 4), [0, 0, 0]);
+    draw_text(&mut img, 2, 2, &caption, font_px, [255, 255, 255]);
+    Ok(img)
+}
+
+/// The target's bounding rectangle in original-image pixels, clipped to the image; a point becomes a
+/// small square around it.
+fn pixel_rect(shape: &Shape, frame: Frame, frames: &ImageFrames, grow: u32) -> Option<Rect> {
+    let (w, h) = (frames.original.width, frames.original.height);
+    let pts: Vec<_> = points(shape)
+        .map(|[x, y]| frames.convert_point(crate::geometry::Point::new(x, y), frame, Frame::Pixel))
+        .collect();
+    let pad = if matches!(shape, Shape::Point(_)) {
+        f64::from(grow * 3)
+    } else {
+        0.0
+    };
+    let x1 = pts.iter().map(|p| p.x).fold(f64::INFINITY, f64::min) - pad;
+    let y1 = pts.iter().map(|p| p.y).fold(f64::INFINITY, f64::min) - pad;
+    let x2 = pts.iter().map(|p| p.x).fold(f64::NEG_INFINITY, f64::max) + pad;
+    let y2 = pts.iter().map(|p| p.y).fold(f64::NEG_INFINITY, f64::max) + pad;
+    let (x1, y1) = (x1.clamp(0.0, w - 1.0) as u32, y1.clamp(0.0, h - 1.0) as u32);
+    let (x2, y2) = (x2.clamp(0.0, w).ceil() as u32, y2.clamp(0.0, h).ceil() as u32);
+    (x2 > x1 && y2 > y1).then(|| Rect::new(x1, y1, x2 - x1, y2 - y1))
+}
