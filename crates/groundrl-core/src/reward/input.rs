@@ -1,0 +1,303 @@
+//! One record to score, and how its target and the model's answer are brought into one frame.
+//!
+//! A record (one JSONL line):
+//! `{"completion": str, "target": {"boxes": [{"bbox": [x1,y1,x2,y2], "label": str}],
+//!   "frame": "pixel"|"normalized"|"qwen1000"|"resized", "image_size": [w,h],
+//!   "resized_size": [w,h] (optional), "none": bool (optional)}, "num_tokens": int (optional)}`.
+//!
+//! Frames (seed 001 lost its rewards to mixing them): target boxes are in `target.frame`; the answer
+//! is in the spec's `model_frame`, unless the parser saw a syntax that implies a frame (Qwen-VL box
+//! tokens: 0-1000) or, with `detect_frame`, its numbers do not fit `model_frame` and do fit another
+//! ([`ImageFrames::detect`]). With `image_size` both sides are converted to original pixels before
+//! scoring; `resized_size`, when absent, is computed with smart_resize under the spec's budget.
+//! Without `image_size` nothing can be converted or detected: the answer must be in the target's
+//! frame, and scoring happens there.
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::frame::{Frame, ImageFrames, Size};
+use crate::geometry::{BBox, LabeledBox, Point};
+use crate::parse::Parsed;
+use crate::resize::PixelBudget;
+
+/// One record: a completion and what it should have found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RewardInput {
+    pub completion: String,
+    pub target: Target,
+    /// Tokens of the completion, for length rewards.
+    pub num_tokens: Option<u64>,
+}
+
+/// Ground truth of one record.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Target {
+    #[serde(default)]
+    pub boxes: Vec<TargetBox>,
+    pub frame: Frame,
+    /// Original image `[width, height]`.
+    #[serde(default)]
+    pub image_size: Option<[u64; 2]>,
+    /// Resized image `[width, height]` as the processor made it.
+    #[serde(default)]
+    pub resized_size: Option<[u64; 2]>,
+    /// The object is absent: the right answer is "None".
+    #[serde(default)]
+    pub none: bool,
+}
+
+/// One ground-truth box; a missing label is `""` (as VLM-R1 reads it).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetBox {
+    pub bbox: [f64; 4],
+    #[serde(default)]
+    pub label: String,
+}
+
+/// A problem with one field of a record; the record cannot be scored.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {problem}")]
+pub struct InputError {
+    pub field: String,
+    pub problem: String,
+}
+
+impl InputError {
+    pub fn new(field: &str, problem: impl Into<String>) -> Self {
+        Self {
+            field: field.to_string(),
+            problem: problem.into(),
+        }
+    }
+}
+
+impl RewardInput {
+    /// Reads the fields this module needs from a JSON object; other fields are ignored (callers
+    /// keep them).
+    pub fn from_json_object(obj: &Map<String, Value>) -> Result<Self, InputError> {
+        let completion = match obj.get("completion") {
+            Some(Value::String(s)) => s.clone(),
+            Some(other) => return Err(InputError::new("completion", format!("expected a string, got {other}"))),
+            None => return Err(InputError::new("completion", "missing")),
+        };
+        let target_value = obj.get("target").ok_or_else(|| InputError::new("target", "missing"))?;
+        let target = Target::deserialize(target_value).map_err(|e| InputError::new("target", e.to_string()))?;
+        target.validate()?;
+        let num_tokens = match obj.get("num_tokens") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(v.as_u64().ok_or_else(|| {
+                InputError::new("num_tokens", format!("expected a non-negative integer, got {v}"))
+            })?),
+        };
+        Ok(Self {
+            completion,
+            target,
+            num_tokens,
+        })
+    }
+}
+
+impl Target {
+    /// Checks what the types cannot: well-formed boxes, "none" without boxes.
+    pub fn validate(&self) -> Result<(), InputError> {
+        if self.none && !self.boxes.is_empty() {
+            return Err(InputError::new("target.none", "is true but boxes are given"));
+        }
+        for (i, b) in self.boxes.iter().enumerate() {
+            let [x1, y1, x2, y2] = b.bbox;
+            if !(x1 <= x2 && y1 <= y2) {
+                return Err(InputError::new(
+                    &format!("target.boxes[{i}].bbox"),
+                    format!("{:?} is not [x1, y1, x2, y2] with x1 <= x2 and y1 <= y2", b.bbox),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Original and resized sizes of the image, when `image_size` is given.
+    pub fn image_frames(&self, budget: PixelBudget) -> Result<Option<ImageFrames>, InputError> {
+        let Some([w, h]) = self.image_size else {
+            return Ok(None);
+        };
+        match self.resized_size {
+            Some([rw, rh]) if rw == 0 || rh == 0 => {
+                Err(InputError::new("target.resized_size", format!("[{rw}, {rh}] has a zero side")))
+            }
+            Some([rw, rh]) => Ok(Some(ImageFrames {
+                original: Size::new(w as f64, h as f64),
+                resized: Size::new(rw as f64, rh as f64),
+            })),
+            None => ImageFrames::from_original(w, h, budget)
+                .map(Some)
+                .map_err(|e| InputError::new("target.image_size", e.to_string())),
+        }
+    }
+}
+
+/// The common frame a record is scored in, and what is known about it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ScoringFrame {
+    /// Conversions, when the image size is known (scoring then happens in original pixels).
+    pub frames: Option<ImageFrames>,
+    /// The frame both sides end up in.
+    pub frame: Frame,
+}
+
+impl ScoringFrame {
+    pub fn new(target: &Target, frames: Option<ImageFrames>) -> Self {
+        let frame = if frames.is_some() { Frame::Pixel } else { target.frame };
+        Self { frames, frame }
+    }
+
+    /// The whole image's width and height in the scoring frame, when known.
+    pub fn image_extent(&self) -> Option<Size> {
+        match (self.frames, self.frame) {
+            (Some(f), frame) => Some(f.extent(frame)),
+            (None, Frame::Normalized) => Some(Size::new(1.0, 1.0)),
+            (None, Frame::Qwen1000) => Some(Size::new(1000.0, 1000.0)),
+            (None, _) => None,
+        }
+    }
+
+    /// Target boxes in the scoring frame.
+    pub fn target_boxes(&self, target: &Target) -> Vec<LabeledBox> {
+        target
+            .boxes
+            .iter()
+            .map(|b| LabeledBox {
+                bbox: self.convert_box(BBox::from_xyxy(b.bbox), target.frame),
+                label: b.label.clone(),
+            })
+            .collect()
+    }
+
+    fn convert_box(&self, b: BBox, from: Frame) -> BBox {
+        self.frames.map_or(b, |f| f.convert_box(b, from, self.frame))
+    }
+
+    fn convert_point(&self, p: Point, from: Frame) -> Point {
+        self.frames.map_or(p, |f| f.convert_point(p, from, self.frame))
+    }
+
+    /// The frame the answer's numbers are read in (see the module docs); `Err` explains why the
+    /// answer could not be given a frame (a scoring failure, not a bad record).
+    pub fn answer_frame(
+        &self,
+        parsed: &Parsed,
+        model_frame: Frame,
+        detect: bool,
+    ) -> Result<Option<Frame>, String> {
+        let values = answer_values(parsed);
+        if values.is_empty() {
+            return Ok(None);
+        }
+        let frame = match (parsed.frame_hint, self.frames) {
+            (Some(hint), _) => hint,
+            (None, Some(frames)) if detect => {
+                frames.detect(&values, model_frame).map_err(|e| e.to_string())?.frame
+            }
+            (None, _) => model_frame,
+        };
+        Ok(Some(frame))
+    }
+
+    /// The answer's boxes and clicks converted from `from` to the scoring frame.
+    pub fn prediction(&self, parsed: &Parsed, from: Frame) -> super::Prediction {
+        let boxes = parsed
+            .boxes()
+            .iter()
+            .map(|b| LabeledBox {
+                bbox: self.convert_box(BBox::from_xyxy(b.coords), from),
+                label: b.label.clone().unwrap_or_default(),
+            })
+            .collect();
+        let clicks =
+            parsed.click_points().into_iter().map(|[x, y]| self.convert_point(Point::new(x, y), from)).collect();
+        super::Prediction {
+            boxes,
+            clicks,
+            no_objects: matches!(parsed.answer, crate::parse::Answer::NoObjects),
+        }
+    }
+}
+
+/// Every coordinate of the answer, for frame detection: box corners, then click points.
+fn answer_values(parsed: &Parsed) -> Vec<f64> {
+    let corners = parsed.boxes().iter().flat_map(|b| b.coords);
+    corners.chain(parsed.click_points().into_iter().flatten()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn input(v: Value) -> Result<RewardInput, InputError> {
+        RewardInput::from_json_object(v.as_object().unwrap())
+    }
+
+    #[test]
+    fn reads_a_record_and_names_bad_fields() {
+        let ok = input(json!({
+            "completion": "x", "num_tokens": 12, "id": 7,
+            "target": {"boxes": [{"bbox": [1, 2, 3, 4], "label": "cat"}], "frame": "pixel", "image_size": [10, 20]}
+        }))
+        .unwrap();
+        assert_eq!(ok.num_tokens, Some(12));
+        assert_eq!(ok.target.boxes[0].bbox, [1.0, 2.0, 3.0, 4.0]);
+        let field = |v: Value| input(v).unwrap_err().field;
+        assert_eq!(field(json!({"target": {"frame": "pixel"}})), "completion");
+        assert_eq!(field(json!({"completion": 3, "target": {"frame": "pixel"}})), "completion");
+        assert_eq!(field(json!({"completion": ""})), "target");
+        let e = input(json!({"completion": "", "target": {"frame": "pixels"}})).unwrap_err();
+        assert!(e.problem.contains("pixels"), "{e}");
+        let e = input(json!({"completion": "", "target": {"frame": "pixel", "imagesize": [1, 1]}})).unwrap_err();
+        assert!(e.problem.contains("imagesize"), "{e}");
+        let inverted = json!({"completion": "", "target": {"frame": "pixel", "boxes": [{"bbox": [5, 0, 1, 1]}]}});
+        assert_eq!(input(inverted).unwrap_err().field, "target.boxes[0].bbox");
+        let none_with_boxes = json!({"completion": "", "target": {"frame": "pixel", "none": true, "boxes": [{"bbox": [0, 0, 1, 1]}]}});
+        assert_eq!(input(none_with_boxes).unwrap_err().field, "target.none");
+        assert_eq!(
+            field(json!({"completion": "", "num_tokens": -1, "target": {"frame": "pixel"}})),
+            "num_tokens"
+        );
+    }
+
+    #[test]
+    fn resized_size_is_computed_or_taken() {
+        let mut t = input(json!({"completion": "", "target": {"frame": "pixel", "image_size": [1920, 1080]}}))
+            .unwrap()
+            .target;
+        let f = t.image_frames(PixelBudget::default()).unwrap().unwrap();
+        assert_eq!(f.resized, Size::new(1932.0, 1092.0));
+        t.resized_size = Some([1000, 500]);
+        assert_eq!(t.image_frames(PixelBudget::default()).unwrap().unwrap().resized, Size::new(1000.0, 500.0));
+        t.image_size = Some([0, 5]);
+        t.resized_size = None;
+        assert_eq!(t.image_frames(PixelBudget::default()).unwrap_err().field, "target.image_size");
+    }
+
+    #[test]
+    fn targets_are_converted_to_pixels() {
+        let t = input(json!({"completion": "", "target": {
+            "frame": "normalized", "image_size": [200, 100], "boxes": [{"bbox": [0.5, 0.5, 1.0, 1.0]}]}}))
+        .unwrap()
+        .target;
+        let sf = ScoringFrame::new(&t, t.image_frames(PixelBudget::default()).unwrap());
+        assert_eq!(sf.frame, Frame::Pixel);
+        assert_eq!(sf.target_boxes(&t)[0].bbox.xyxy(), [100.0, 50.0, 200.0, 100.0]);
+        assert_eq!(sf.image_extent(), Some(Size::new(200.0, 100.0)));
+        let no_size = Target {
+            image_size: None,
+            ..t.clone()
+        };
+        let sf = ScoringFrame::new(&no_size, None);
+        assert_eq!(sf.frame, Frame::Normalized);
+        assert_eq!(sf.target_boxes(&no_size)[0].bbox.xyxy(), [0.5, 0.5, 1.0, 1.0]);
+        assert_eq!(sf.image_extent(), Some(Size::new(1.0, 1.0)));
+    }
+}
