@@ -122,7 +122,7 @@ impl GroundingReport {
             .collect();
         let _ = writeln!(
             out,
-            "answer frames: {} ({} not in the model frame, {})",
+            "answer frames: {}; {} not in the model frame ({})",
             if frames.is_empty() {
                 "none".to_string()
             } else {
