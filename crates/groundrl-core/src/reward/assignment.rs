@@ -21,7 +21,11 @@ impl Weights {
 pub fn max_weight_matching(w: &Weights) -> Vec<(usize, usize)> {
     // The method assigns every row of a rows <= cols problem; transpose otherwise.
     let transposed = w.rows > w.cols;
-    let (n, m) = if transposed { (w.cols, w.rows) } else { (w.rows, w.cols) };
+    let (n, m) = if transposed {
+        (w.cols, w.rows)
+    } else {
+        (w.rows, w.cols)
+    };
     let cost = |i: usize, j: usize| {
         let (r, c) = if transposed { (j, i) } else { (i, j) };
         -w.get(r, c)

@@ -44,6 +44,17 @@ pub fn score_batch(spec: &RewardSpec, inputs: &[RewardInput]) -> Vec<Result<Scor
 
 /// Scores one record.
 pub fn score_one(spec: &RewardSpec, input: &RewardInput) -> Result<Scored, InputError> {
+    let parsed = parse_completion(&input.completion);
+    score_parsed(spec, input, parsed.as_ref())
+}
+
+/// Scores one record whose completion was already parsed (a trainer that parsed it for other
+/// purposes need not parse it again).
+pub fn score_parsed(
+    spec: &RewardSpec,
+    input: &RewardInput,
+    parsed: Result<&Parsed, &ParseFailure>,
+) -> Result<Scored, InputError> {
     let length = record_length(spec, input)?;
     let target = &input.target;
     let scoring = ScoringFrame::new(target, target.image_frames(spec.budget)?);
@@ -51,11 +62,13 @@ pub fn score_one(spec: &RewardSpec, input: &RewardInput) -> Result<Scored, Input
     if let (None, Some(name)) = (image_extent, spec.needs_image_extent()) {
         return Err(InputError::new(
             "target.image_size",
-            format!("missing; component `{name}` needs the image size in the {} frame", scoring.frame),
+            format!(
+                "missing; component `{name}` needs the image size in the {} frame",
+                scoring.frame
+            ),
         ));
     }
-    let parsed = parse_completion(&input.completion);
-    let (prediction, parse) = read_answer(spec, &scoring, parsed.as_ref(), target.frame)?;
+    let (prediction, parse) = read_answer(spec, &scoring, parsed, target.frame)?;
     let targets = scoring.target_boxes(target);
     let scene = Scene {
         targets: &targets,
@@ -65,12 +78,17 @@ pub fn score_one(spec: &RewardSpec, input: &RewardInput) -> Result<Scored, Input
     };
     let record = Record {
         scene,
-        parsed: parsed.as_ref(),
+        parsed,
         completion: &input.completion,
         length,
     };
     let components = evaluate(spec, &record);
-    let total = spec.components().iter().zip(&components).map(|(c, v)| c.weight * v).sum();
+    let total = spec
+        .components()
+        .iter()
+        .zip(&components)
+        .map(|(c, v)| c.weight * v)
+        .sum();
     Ok(Scored {
         total,
         components,
@@ -81,7 +99,10 @@ pub fn score_one(spec: &RewardSpec, input: &RewardInput) -> Result<Scored, Input
 /// `L` of length rewards: `num_tokens`, or a word count where a component asks for words.
 fn record_length(spec: &RewardSpec, input: &RewardInput) -> Result<RecordLength, InputError> {
     if let (None, Some(name)) = (input.num_tokens, spec.needs_num_tokens()) {
-        return Err(InputError::new("num_tokens", format!("missing; component `{name}` needs it")));
+        return Err(InputError::new(
+            "num_tokens",
+            format!("missing; component `{name}` needs it"),
+        ));
     }
     Ok(RecordLength {
         tokens: input.num_tokens.unwrap_or(0),
@@ -124,7 +145,9 @@ fn read_answer(
     {
         return Err(InputError::new(
             "target.image_size",
-            format!("missing; needed to compare an answer in the {f} frame with a target in the {target_frame} frame"),
+            format!(
+                "missing; needed to compare an answer in the {f} frame with a target in the {target_frame} frame"
+            ),
         ));
     }
     let prediction = scoring.prediction(parsed, frame.unwrap_or(scoring.frame));
@@ -148,16 +171,14 @@ struct Record<'a> {
 fn evaluate(spec: &RewardSpec, record: &Record) -> Vec<f64> {
     let mut values = vec![0.0; spec.components().len()];
     for &i in spec.eval_order() {
-        let is_correct = |from: &str, threshold: f64| {
-            // The spec was validated: `from` names a component evaluated before this one.
-            spec.index_of(from).is_some_and(|j| values[j] >= threshold)
-        };
+        // The spec orders every correctness source before its users.
+        let is_correct = |threshold: f64| spec.correctness_source(i).is_some_and(|j| values[j] >= threshold);
         values[i] = component_value(&spec.components()[i].kind, record, is_correct);
     }
     values
 }
 
-fn component_value(kind: &Kind, r: &Record, is_correct: impl Fn(&str, f64) -> bool) -> f64 {
+fn component_value(kind: &Kind, r: &Record, is_correct: impl Fn(f64) -> bool) -> f64 {
     let scene = &r.scene;
     match kind {
         Kind::Iou(p) => box_overlap::iou_reward(scene, p.overlap),
@@ -173,13 +194,13 @@ fn component_value(kind: &Kind, r: &Record, is_correct: impl Fn(&str, f64) -> bo
                 length::LengthUnit::Tokens => r.length.tokens,
                 length::LengthUnit::Words => r.length.words,
             };
-            length::cosine_length(l, is_correct(&p.correct_from, p.correct_threshold), p)
+            length::cosine_length(l, is_correct(p.correct_threshold), p)
         }
         Kind::Repetition(p) => repetition::repetition_penalty(r.completion, scene.prediction, p),
         Kind::Format(p) => format::format_reward(r.parsed, p),
         Kind::Confidence(p) => {
             let stated = r.parsed.ok().and_then(|parsed| parsed.confidence);
-            confidence::calibration_reward(stated, is_correct(&p.correct_from, p.correct_threshold), p)
+            confidence::calibration_reward(stated, is_correct(p.correct_threshold), p)
         }
     }
 }

@@ -101,7 +101,10 @@ mod tests {
 
     #[test]
     fn first_box_against_best_target() {
-        let targets = [labeled([100.0, 100.0, 110.0, 110.0]), labeled([0.0, 0.0, 10.0, 10.0])];
+        let targets = [
+            labeled([100.0, 100.0, 110.0, 110.0]),
+            labeled([0.0, 0.0, 10.0, 10.0]),
+        ];
         // first box overlaps the second target by 25 of a 175 union; the second box is ignored
         let pred = boxes(&[[5.0, 5.0, 15.0, 15.0], [100.0, 100.0, 110.0, 110.0]]);
         let s = scene(&targets, Some(&pred));
@@ -118,7 +121,10 @@ mod tests {
             clicks: vec![Point::new(5.0, 5.0)],
             no_objects: false,
         };
-        assert_eq!(iou_reward(&scene(&targets, Some(&point_only)), Overlap::Continuous), 0.0);
+        assert_eq!(
+            iou_reward(&scene(&targets, Some(&point_only)), Overlap::Continuous),
+            0.0
+        );
         assert_eq!(giou_reward(&scene(&targets, Some(&point_only))), -1.0);
         assert_eq!(iou_reward(&scene(&targets, None), Overlap::Continuous), 0.0);
         assert_eq!(giou_reward(&scene(&targets, None)), -1.0);

@@ -113,7 +113,11 @@ fn iou_matrix(preds: &[LabeledBox], targets: &[LabeledBox], overlap: Overlap) ->
 
 /// The IoU a matched pair contributes: 0 when the lower-cased labels differ.
 fn recorded_iou(iou: f64, pred: &LabeledBox, target: &LabeledBox) -> f64 {
-    if pred.label.to_lowercase() == target.label.to_lowercase() { iou } else { 0.0 }
+    if pred.label.to_lowercase() == target.label.to_lowercase() {
+        iou
+    } else {
+        0.0
+    }
 }
 
 /// Greedy matching; returns the recorded IoU of each matched pair.
@@ -151,12 +155,17 @@ fn hungarian_match(
 ) -> Vec<f64> {
     let (n_gt, n_pred) = (targets.len() as f64, preds.len() as f64);
     let per_pair = params.completeness_weight * (0.5 / n_gt + 0.5 / n_pred);
-    let recorded_at = |p: usize, t: usize| recorded_iou(ious.values[p * ious.cols + t], &preds[p], &targets[t]);
+    let recorded_at =
+        |p: usize, t: usize| recorded_iou(ious.values[p * ious.cols + t], &preds[p], &targets[t]);
     let values = (0..ious.rows)
         .flat_map(|p| (0..ious.cols).map(move |t| (p, t)))
         .map(|(p, t)| {
             let eligible = ious.values[p * ious.cols + t] >= params.iou_threshold;
-            if eligible { params.position_weight * recorded_at(p, t) / n_gt + per_pair } else { 0.0 }
+            if eligible {
+                params.position_weight * recorded_at(p, t) / n_gt + per_pair
+            } else {
+                0.0
+            }
         })
         .collect();
     let gains = Weights {
@@ -164,7 +173,10 @@ fn hungarian_match(
         cols: ious.cols,
         values,
     };
-    max_weight_matching(&gains).into_iter().map(|(p, t)| recorded_at(p, t)).collect()
+    max_weight_matching(&gains)
+        .into_iter()
+        .map(|(p, t)| recorded_at(p, t))
+        .collect()
 }
 
 /// The weighted_sum formula from the recorded IoUs of the matched pairs.
@@ -208,7 +220,9 @@ pub fn ap_reward(scene: &Scene, params: &ApParams) -> f64 {
         return indicator(prediction.is_empty());
     }
     let preds = &prediction.boxes;
-    let any_known_label = preds.iter().any(|p| scene.targets.iter().any(|t| t.label == p.label));
+    let any_known_label = preds
+        .iter()
+        .any(|p| scene.targets.iter().any(|t| t.label == p.label));
     if !any_known_label {
         return 0.0;
     }
@@ -275,9 +289,15 @@ mod tests {
 
     #[test]
     fn weighted_sum_hand_computed() {
-        let gt = [lb([0.0, 0.0, 10.0, 10.0], "cat"), lb([20.0, 0.0, 30.0, 10.0], "dog")];
+        let gt = [
+            lb([0.0, 0.0, 10.0, 10.0], "cat"),
+            lb([20.0, 0.0, 30.0, 10.0], "dog"),
+        ];
         // pred 0 matches gt 0 at IoU 80/100 (x 0..8); pred 1 hits nothing (false alarm)
-        let p = pred(vec![lb([0.0, 0.0, 8.0, 10.0], "Cat"), lb([50.0, 50.0, 60.0, 60.0], "dog")]);
+        let p = pred(vec![
+            lb([0.0, 0.0, 8.0, 10.0], "Cat"),
+            lb([50.0, 50.0, 60.0, 60.0], "dog"),
+        ]);
         // position 0.8/2; miss 1/2; false alarm 1/2; completeness 0.5
         let expected = 0.7 * 0.4 + 0.3 * 0.5;
         let got = weighted_sum(&scene(&gt, Some(&p)), &greedy());
@@ -315,7 +335,10 @@ mod tests {
     fn greedy_tie_goes_to_first_prediction() {
         // both predictions fit the target equally (IoU 0.5) but carry different labels
         let gt = [lb([0.0, 0.0, 10.0, 10.0], "cat")];
-        let p = pred(vec![lb([0.0, 0.0, 5.0, 10.0], "dog"), lb([5.0, 0.0, 10.0, 10.0], "cat")]);
+        let p = pred(vec![
+            lb([0.0, 0.0, 5.0, 10.0], "dog"),
+            lb([5.0, 0.0, 10.0, 10.0], "cat"),
+        ]);
         // the "dog" box wins the tie: recorded 0; false alarm 1/2
         let expected = 0.3 * (1.0 - 0.25);
         assert!((weighted_sum(&scene(&gt, Some(&p)), &greedy()) - expected).abs() < 1e-15);
@@ -326,7 +349,10 @@ mod tests {
         // pred 0 fits gt 0 at 0.9 and gt 1 at 0.6; pred 1 fits gt 0 at 0.6 only.
         // Build with 1-D overlaps: boxes of height 10.
         let gt = [lb([0.0, 0.0, 10.0, 10.0], ""), lb([1.0, 0.0, 11.0, 10.0], "")];
-        let p = pred(vec![lb([0.5, 0.0, 10.5, 10.0], ""), lb([-2.0, 0.0, 8.0, 10.0], "")]);
+        let p = pred(vec![
+            lb([0.5, 0.0, 10.5, 10.0], ""),
+            lb([-2.0, 0.0, 8.0, 10.0], ""),
+        ]);
         // IoUs: p0-g0 9.5/10.5, p0-g1 9.5/10.5, p1-g0 8/12, p1-g1 7/13 (< 0.5 + ...)
         let ious = iou_matrix(&p.boxes, &gt, Overlap::Continuous);
         assert_eq!(ious.values, vec![9.5 / 10.5, 9.5 / 10.5, 8.0 / 12.0, 7.0 / 13.0]);

@@ -58,10 +58,14 @@ fn syntaxes<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Syntax>, D::Error> {
     names
         .iter()
         .map(|name| {
-            SYNTAX_NAMES.iter().find(|(_, n)| n == name).map(|(s, _)| *s).ok_or_else(|| {
-                let known: Vec<_> = SYNTAX_NAMES.iter().map(|(_, n)| *n).collect();
-                serde::de::Error::custom(format!("unknown syntax {name:?}; expected one of {known:?}"))
-            })
+            SYNTAX_NAMES
+                .iter()
+                .find(|(_, n)| n == name)
+                .map(|(s, _)| *s)
+                .ok_or_else(|| {
+                    let known: Vec<_> = SYNTAX_NAMES.iter().map(|(_, n)| *n).collect();
+                    serde::de::Error::custom(format!("unknown syntax {name:?}; expected one of {known:?}"))
+                })
         })
         .collect()
 }
@@ -74,7 +78,11 @@ pub fn format_reward(parsed: Result<&Parsed, &ParseFailure>, p: &FormatParams) -
     let tags_ok = !p.think_answer || parsed.structure.think_then_answer;
     let syntax_ok = p.syntax.is_empty() || p.syntax.contains(&parsed.syntax);
     let answer_ok = p.answer.is_empty() || p.answer.contains(&AnswerKind::of(&parsed.answer));
-    if tags_ok && syntax_ok && answer_ok { 1.0 } else { 0.0 }
+    if tags_ok && syntax_ok && answer_ok {
+        1.0
+    } else {
+        0.0
+    }
 }
 
 #[cfg(test)]
@@ -106,7 +114,8 @@ mod tests {
     #[test]
     fn requirements_each_matter() {
         let strict: FormatParams =
-            toml::from_str("think_answer = true\nsyntax = [\"json\"]\nanswer = [\"boxes\", \"no_objects\"]").unwrap();
+            toml::from_str("think_answer = true\nsyntax = [\"json\"]\nanswer = [\"boxes\", \"no_objects\"]")
+                .unwrap();
         let good = parsed(one_box(), Syntax::Json, true);
         assert_eq!(format_reward(Ok(&good), &strict), 1.0);
         let no_tags = parsed(one_box(), Syntax::Json, false);
@@ -115,7 +124,10 @@ mod tests {
         assert_eq!(format_reward(Ok(&tag_syntax), &strict), 0.0);
         let none = parsed(Answer::NoObjects, Syntax::Json, true);
         assert_eq!(format_reward(Ok(&none), &strict), 1.0);
-        assert_eq!(format_reward(Err(&ParseFailure::Empty), &FormatParams::default()), 0.0);
+        assert_eq!(
+            format_reward(Err(&ParseFailure::Empty), &FormatParams::default()),
+            0.0
+        );
         assert_eq!(format_reward(Ok(&tag_syntax), &FormatParams::default()), 1.0);
     }
 
@@ -124,7 +136,9 @@ mod tests {
         for (syntax, name) in SYNTAX_NAMES {
             assert_eq!(serde_json::to_value(syntax).unwrap(), serde_json::json!(name));
         }
-        let err = toml::from_str::<FormatParams>("syntax = [\"jsn\"]").unwrap_err().to_string();
+        let err = toml::from_str::<FormatParams>("syntax = [\"jsn\"]")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("unknown syntax \"jsn\""), "{err}");
     }
 }

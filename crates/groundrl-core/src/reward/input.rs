@@ -80,11 +80,19 @@ impl RewardInput {
     pub fn from_json_object(obj: &Map<String, Value>) -> Result<Self, InputError> {
         let completion = match obj.get("completion") {
             Some(Value::String(s)) => s.clone(),
-            Some(other) => return Err(InputError::new("completion", format!("expected a string, got {other}"))),
+            Some(other) => {
+                return Err(InputError::new(
+                    "completion",
+                    format!("expected a string, got {other}"),
+                ));
+            }
             None => return Err(InputError::new("completion", "missing")),
         };
-        let target_value = obj.get("target").ok_or_else(|| InputError::new("target", "missing"))?;
-        let target = Target::deserialize(target_value).map_err(|e| InputError::new("target", e.to_string()))?;
+        let target_value = obj
+            .get("target")
+            .ok_or_else(|| InputError::new("target", "missing"))?;
+        let target =
+            Target::deserialize(target_value).map_err(|e| InputError::new("target", e.to_string()))?;
         target.validate()?;
         let num_tokens = match obj.get("num_tokens") {
             None | Some(Value::Null) => None,
@@ -124,9 +132,10 @@ impl Target {
             return Ok(None);
         };
         match self.resized_size {
-            Some([rw, rh]) if rw == 0 || rh == 0 => {
-                Err(InputError::new("target.resized_size", format!("[{rw}, {rh}] has a zero side")))
-            }
+            Some([rw, rh]) if rw == 0 || rh == 0 => Err(InputError::new(
+                "target.resized_size",
+                format!("[{rw}, {rh}] has a zero side"),
+            )),
             Some([rw, rh]) => Ok(Some(ImageFrames {
                 original: Size::new(w as f64, h as f64),
                 resized: Size::new(rw as f64, rh as f64),
@@ -149,7 +158,11 @@ pub struct ScoringFrame {
 
 impl ScoringFrame {
     pub fn new(target: &Target, frames: Option<ImageFrames>) -> Self {
-        let frame = if frames.is_some() { Frame::Pixel } else { target.frame };
+        let frame = if frames.is_some() {
+            Frame::Pixel
+        } else {
+            target.frame
+        };
         Self { frames, frame }
     }
 
@@ -198,7 +211,10 @@ impl ScoringFrame {
         let frame = match (parsed.frame_hint, self.frames) {
             (Some(hint), _) => hint,
             (None, Some(frames)) if detect => {
-                frames.detect(&values, model_frame).map_err(|e| e.to_string())?.frame
+                frames
+                    .detect(&values, model_frame)
+                    .map_err(|e| e.to_string())?
+                    .frame
             }
             (None, _) => model_frame,
         };
@@ -215,8 +231,11 @@ impl ScoringFrame {
                 label: b.label.clone().unwrap_or_default(),
             })
             .collect();
-        let clicks =
-            parsed.click_points().into_iter().map(|[x, y]| self.convert_point(Point::new(x, y), from)).collect();
+        let clicks = parsed
+            .click_points()
+            .into_iter()
+            .map(|[x, y]| self.convert_point(Point::new(x, y), from))
+            .collect();
         super::Prediction {
             boxes,
             clicks,
@@ -228,7 +247,9 @@ impl ScoringFrame {
 /// Every coordinate of the answer, for frame detection: box corners, then click points.
 fn answer_values(parsed: &Parsed) -> Vec<f64> {
     let corners = parsed.boxes().iter().flat_map(|b| b.coords);
-    corners.chain(parsed.click_points().into_iter().flatten()).collect()
+    corners
+        .chain(parsed.click_points().into_iter().flatten())
+        .collect()
 }
 
 #[cfg(test)]
@@ -251,13 +272,18 @@ mod tests {
         assert_eq!(ok.target.boxes[0].bbox, [1.0, 2.0, 3.0, 4.0]);
         let field = |v: Value| input(v).unwrap_err().field;
         assert_eq!(field(json!({"target": {"frame": "pixel"}})), "completion");
-        assert_eq!(field(json!({"completion": 3, "target": {"frame": "pixel"}})), "completion");
+        assert_eq!(
+            field(json!({"completion": 3, "target": {"frame": "pixel"}})),
+            "completion"
+        );
         assert_eq!(field(json!({"completion": ""})), "target");
         let e = input(json!({"completion": "", "target": {"frame": "pixels"}})).unwrap_err();
         assert!(e.problem.contains("pixels"), "{e}");
-        let e = input(json!({"completion": "", "target": {"frame": "pixel", "imagesize": [1, 1]}})).unwrap_err();
+        let e =
+            input(json!({"completion": "", "target": {"frame": "pixel", "imagesize": [1, 1]}})).unwrap_err();
         assert!(e.problem.contains("imagesize"), "{e}");
-        let inverted = json!({"completion": "", "target": {"frame": "pixel", "boxes": [{"bbox": [5, 0, 1, 1]}]}});
+        let inverted =
+            json!({"completion": "", "target": {"frame": "pixel", "boxes": [{"bbox": [5, 0, 1, 1]}]}});
         assert_eq!(input(inverted).unwrap_err().field, "target.boxes[0].bbox");
         let none_with_boxes = json!({"completion": "", "target": {"frame": "pixel", "none": true, "boxes": [{"bbox": [0, 0, 1, 1]}]}});
         assert_eq!(input(none_with_boxes).unwrap_err().field, "target.none");
@@ -269,16 +295,23 @@ mod tests {
 
     #[test]
     fn resized_size_is_computed_or_taken() {
-        let mut t = input(json!({"completion": "", "target": {"frame": "pixel", "image_size": [1920, 1080]}}))
-            .unwrap()
-            .target;
+        let mut t =
+            input(json!({"completion": "", "target": {"frame": "pixel", "image_size": [1920, 1080]}}))
+                .unwrap()
+                .target;
         let f = t.image_frames(PixelBudget::default()).unwrap().unwrap();
         assert_eq!(f.resized, Size::new(1932.0, 1092.0));
         t.resized_size = Some([1000, 500]);
-        assert_eq!(t.image_frames(PixelBudget::default()).unwrap().unwrap().resized, Size::new(1000.0, 500.0));
+        assert_eq!(
+            t.image_frames(PixelBudget::default()).unwrap().unwrap().resized,
+            Size::new(1000.0, 500.0)
+        );
         t.image_size = Some([0, 5]);
         t.resized_size = None;
-        assert_eq!(t.image_frames(PixelBudget::default()).unwrap_err().field, "target.image_size");
+        assert_eq!(
+            t.image_frames(PixelBudget::default()).unwrap_err().field,
+            "target.image_size"
+        );
     }
 
     #[test]

@@ -25,7 +25,7 @@ pub mod spec;
 
 use crate::geometry::{BBox, LabeledBox, Point};
 
-pub use batch::{ParseInfo, Scored, score_batch, score_one};
+pub use batch::{ParseInfo, Scored, score_batch, score_one, score_parsed};
 pub use input::{InputError, RewardInput, Target, TargetBox};
 pub use spec::{RewardSpec, SpecError};
 
@@ -89,6 +89,9 @@ impl Scene<'_> {
     /// The best value of `score` over every target box: against several targets a single answer
     /// is scored by the one it fits best.
     pub fn best_over_targets(&self, score: impl Fn(&BBox) -> f64) -> f64 {
-        self.targets.iter().map(|t| score(&t.bbox)).fold(f64::NEG_INFINITY, f64::max)
+        self.targets
+            .iter()
+            .map(|t| score(&t.bbox))
+            .fold(f64::NEG_INFINITY, f64::max)
     }
 }

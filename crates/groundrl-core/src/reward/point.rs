@@ -81,8 +81,8 @@ fn gaussian_coverage(pred: &BBox, target: &BBox) -> f64 {
         return 0.0;
     };
     let (cp, ct) = (pred.centre(), target.centre());
-    let distance = bhattacharyya_axis(cp.x - ct.x, px * px, tx * tx)
-        + bhattacharyya_axis(cp.y - ct.y, py * py, ty * ty);
+    let distance =
+        bhattacharyya_axis(cp.x - ct.x, px * px, tx * tx) + bhattacharyya_axis(cp.y - ct.y, py * py, ty * ty);
     (-distance).exp()
 }
 
@@ -149,7 +149,10 @@ mod tests {
         let t = target([10.0, 10.0, 30.0, 20.0]);
         assert_eq!(gaussian_point_reward(&scene(&t, &click(20.0, 15.0))), 1.0);
         // dx = 10 (1 sigma), dy = 5 (1 sigma): exp(-0.5 * 2) = exp(-1)
-        assert_eq!(gaussian_point_reward(&scene(&t, &click(30.0, 20.0))), (-1.0f64).exp());
+        assert_eq!(
+            gaussian_point_reward(&scene(&t, &click(30.0, 20.0))),
+            (-1.0f64).exp()
+        );
         let flat = target([10.0, 10.0, 30.0, 10.0]);
         assert_eq!(gaussian_point_reward(&scene(&flat, &click(20.0, 10.0))), 0.0);
     }
@@ -187,7 +190,10 @@ mod tests {
         let t = target([10.0, 0.0, 30.0, 20.0]);
         assert_eq!(dense_distance_reward(&scene(&t, &click(20.0, 10.0))), 2.0);
         // inside at distance 10: 1 + 1 - 100/8000
-        assert_eq!(dense_distance_reward(&scene(&t, &click(30.0, 10.0))), 2.0 - 100.0 / 8000.0);
+        assert_eq!(
+            dense_distance_reward(&scene(&t, &click(30.0, 10.0))),
+            2.0 - 100.0 / 8000.0
+        );
         // outside at (100, 50): exactly dmax away
         assert_eq!(dense_distance_reward(&scene(&t, &click(100.0, 50.0))), 0.0);
     }

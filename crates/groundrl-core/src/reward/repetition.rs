@@ -57,7 +57,10 @@ pub fn repetition_penalty(completion: &str, prediction: Option<&Prediction>, p: 
         RepetitionMode::Auto => !boxes.is_empty(),
     };
     let (unique, total) = if items {
-        let keys: HashSet<_> = boxes.iter().map(|b| (b.bbox.xyxy().map(f64::to_bits), &b.label)).collect();
+        let keys: HashSet<_> = boxes
+            .iter()
+            .map(|b| (b.bbox.xyxy().map(f64::to_bits), &b.label))
+            .collect();
         (keys.len(), boxes.len())
     } else {
         text_ngrams(completion, p.ngram)
@@ -122,7 +125,10 @@ mod tests {
         };
         let auto = RepetitionParams::default();
         // 3 distinct of 4: -0.25, whatever the text says
-        assert_eq!(repetition_penalty("same same same same same same", Some(&pred), &auto), -0.25);
+        assert_eq!(
+            repetition_penalty("same same same same same same", Some(&pred), &auto),
+            -0.25
+        );
         // auto falls back to text when there are no boxes: 6-grams of 7 equal words, 1 of 2
         let none = Prediction::default();
         assert_eq!(repetition_penalty("w w w w w w w", Some(&none), &auto), -0.5);

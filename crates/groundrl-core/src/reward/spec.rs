@@ -47,6 +47,8 @@ pub struct RewardSpec {
     components: Vec<Component>,
     /// Component indices with every `correct_from` source before its user.
     eval_order: Vec<usize>,
+    /// For each component, the one it reads correctness from (`correct_from`), resolved.
+    sources: Vec<Option<usize>>,
 }
 
 /// One named, weighted component.
@@ -163,15 +165,19 @@ impl RewardSpec {
             .map(|(name, value)| parse_component(name, value))
             .collect::<Result<Vec<_>, _>>()?;
         if components.is_empty() {
-            return Err(SpecError::Invalid("no components: add at least one [components.NAME] table".into()));
+            return Err(SpecError::Invalid(
+                "no components: add at least one [components.NAME] table".into(),
+            ));
         }
-        let eval_order = evaluation_order(&components)?;
+        let sources = correctness_sources(&components)?;
+        let eval_order = evaluation_order(&components, &sources)?;
         Ok(Self {
             model_frame: file.model_frame,
             detect_frame: file.detect_frame,
             budget,
             components,
             eval_order,
+            sources,
         })
     }
 
@@ -185,9 +191,9 @@ impl RewardSpec {
         &self.eval_order
     }
 
-    /// Position of the component called `name`.
-    pub fn index_of(&self, name: &str) -> Option<usize> {
-        self.components.iter().position(|c| c.name == name)
+    /// Index of the component that component `i` reads its correctness from, if any.
+    pub fn correctness_source(&self, i: usize) -> Option<usize> {
+        self.sources[i]
     }
 
     /// The first component that needs the record's `num_tokens`, if any.
@@ -225,7 +231,9 @@ fn parse_component(name: String, value: toml::Value) -> Result<Component, SpecEr
     if !weight.is_finite() {
         return Err(fail(format!("weight must be finite, got {weight}")));
     }
-    let kind: Kind = toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| fail(e.message().into()))?;
+    let kind: Kind = toml::Value::Table(table)
+        .try_into()
+        .map_err(|e: toml::de::Error| fail(e.message().into()))?;
     check_params(&kind).map_err(fail)?;
     Ok(Component { name, weight, kind })
 }
@@ -244,7 +252,7 @@ fn check_params(kind: &Kind) -> Result<(), String> {
         Kind::CosineLength(p) => finite("correct_threshold", p.correct_threshold),
         Kind::Confidence(p) => finite("correct_threshold", p.correct_threshold),
         Kind::Repetition(p) if p.ngram == 0 => Err("ngram must be at least 1".into()),
-        Kind::Repetition(p) if !(p.max_penalty <= 0.0) => {
+        Kind::Repetition(p) if p.max_penalty.is_nan() || p.max_penalty > 0.0 => {
             Err(format!("max_penalty must be <= 0, got {}", p.max_penalty))
         }
         _ => Ok(()),
@@ -252,35 +260,50 @@ fn check_params(kind: &Kind) -> Result<(), String> {
 }
 
 fn in_unit_interval(key: &str, v: f64) -> Result<(), String> {
-    if (0.0..=1.0).contains(&v) { Ok(()) } else { Err(format!("{key} must be in [0, 1], got {v}")) }
+    if (0.0..=1.0).contains(&v) {
+        Ok(())
+    } else {
+        Err(format!("{key} must be in [0, 1], got {v}"))
+    }
 }
 
 fn finite(key: &str, v: f64) -> Result<(), String> {
-    if v.is_finite() { Ok(()) } else { Err(format!("{key} must be finite, got {v}")) }
+    if v.is_finite() {
+        Ok(())
+    } else {
+        Err(format!("{key} must be finite, got {v}"))
+    }
 }
 
-/// Orders components so each comes after the one it reads correctness from; refuses unknown
-/// references and cycles. Each component reads from at most one other, so following the chain of
-/// sources from any component either ends or comes back: a chain longer than the component count
-/// is a cycle.
-fn evaluation_order(components: &[Component]) -> Result<Vec<usize>, SpecError> {
-    let source = |i: usize| -> Result<Option<usize>, SpecError> {
-        let Some(from) = components[i].kind.correct_from() else {
+/// The component each one reads its correctness from; refuses unknown names and self-references.
+fn correctness_sources(components: &[Component]) -> Result<Vec<Option<usize>>, SpecError> {
+    let resolve = |(i, c): (usize, &Component)| {
+        let Some(from) = c.kind.correct_from() else {
             return Ok(None);
         };
-        match components.iter().position(|c| c.name == from) {
+        match components.iter().position(|other| other.name == from) {
             Some(j) if j != i => Ok(Some(j)),
-            Some(_) => Err(component_error(&components[i].name, "correct_from names the component itself")),
+            Some(_) => Err(component_error(
+                &c.name,
+                "correct_from names the component itself",
+            )),
             None => Err(component_error(
-                &components[i].name,
+                &c.name,
                 &format!("correct_from names {from:?}, which is not a component of this spec"),
             )),
         }
     };
+    components.iter().enumerate().map(resolve).collect()
+}
+
+/// Orders components so each comes after its correctness source; refuses cycles. Each component
+/// reads from at most one other, so following the chain of sources from any component either ends
+/// or comes back: a chain longer than the component count is a cycle.
+fn evaluation_order(components: &[Component], sources: &[Option<usize>]) -> Result<Vec<usize>, SpecError> {
     let mut depth = vec![0usize; components.len()];
     for (i, d) in depth.iter_mut().enumerate() {
         let mut at = i;
-        while let Some(next) = source(at)? {
+        while let Some(next) = sources[at] {
             *d += 1;
             if *d > components.len() {
                 return Err(component_error(&components[i].name, "correct_from forms a cycle"));

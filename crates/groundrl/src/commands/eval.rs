@@ -1,8 +1,111 @@
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Context;
+use groundrl_core::metrics::coco::{self, CocoEval, Counts};
 
 #[derive(clap::Subcommand)]
-pub enum EvalCommand {}
+pub enum EvalCommand {
+    /// COCO bbox AP/AR of a results file, exactly as pycocotools 2.0.11 computes it. Prints the 12-line
+    /// summary pycocotools prints, then precision and recall at IoU 0.5 (see `--per-category`).
+    Coco(CocoArgs),
+}
+
+#[derive(clap::Args)]
+pub struct CocoArgs {
+    /// Ground truth: COCO JSON with `images`, `annotations`, `categories`.
+    #[arg(long)]
+    gt: PathBuf,
+    /// Results: a JSON list of `{image_id, category_id, bbox: [x, y, w, h], score}`.
+    #[arg(long)]
+    dt: PathBuf,
+    /// Print only one JSON object with the 12 stats (AP, AP50, AP75, APs, APm, APl, AR1, AR10, AR100,
+    /// ARs, ARm, ARl), at full precision; -1 where pycocotools has -1.
+    #[arg(long)]
+    json: bool,
+    /// Also print a table of AP, AP50, precision and recall at IoU 0.5 for each category.
+    #[arg(long)]
+    per_category: bool,
+    /// Print on stderr the seconds spent loading the JSON files and evaluating.
+    #[arg(long)]
+    timing: bool,
+}
 
 pub fn run(cmd: EvalCommand) -> anyhow::Result<ExitCode> {
-    match cmd {}
+    match cmd {
+        EvalCommand::Coco(args) => run_coco(args),
+    }
+}
+
+fn run_coco(args: CocoArgs) -> anyhow::Result<ExitCode> {
+    let start = Instant::now();
+    let gt =
+        coco::load_ground_truth(&args.gt).with_context(|| format!("ground truth {}", args.gt.display()))?;
+    let dt = coco::load_detections(&args.dt).with_context(|| format!("results {}", args.dt.display()))?;
+    let loaded = Instant::now();
+    let eval = coco::evaluate(&gt, &dt)
+        .with_context(|| format!("{} against {}", args.dt.display(), args.gt.display()))?;
+    if args.timing {
+        let (load, evaluate) = (loaded - start, loaded.elapsed());
+        eprintln!(
+            "timing: load {:.3} s, evaluate {:.3} s",
+            load.as_secs_f64(),
+            evaluate.as_secs_f64()
+        );
+    }
+    if args.json {
+        println!("{}", serde_json::to_string(&eval.stats)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    print!("{}", eval.stats);
+    println!();
+    print_at50(&eval.at50);
+    if args.per_category {
+        println!();
+        print_per_category(&eval);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Precision and recall at IoU 0.5 over all categories (definition: `groundrl_core::metrics::coco` docs).
+fn print_at50(c: &Counts) {
+    let tp = c.true_positives;
+    let setting = "@[ IoU=0.50      | area=   all | maxDets=100 ]";
+    println!(
+        " Precision {setting} = {}  ({tp} TP of {} detections)",
+        fixed(c.precision()),
+        tp + c.false_positives
+    );
+    println!(
+        " Recall    {setting} = {}  ({tp} TP of {} ground truths)",
+        fixed(c.recall()),
+        c.ground_truths
+    );
+}
+
+fn print_per_category(eval: &CocoEval) {
+    println!(
+        "{:>11}  {:<20} {:>6} {:>6} {:>6} {:>6} {:>7} {:>7}",
+        "category_id", "name", "AP", "AP50", "P@.5", "R@.5", "GT", "det"
+    );
+    for c in &eval.per_category {
+        let dets = c.at50.true_positives + c.at50.false_positives;
+        println!(
+            "{:>11}  {:<20} {:>6} {:>6} {:>6} {:>6} {:>7} {:>7}",
+            c.category_id,
+            c.name,
+            fixed(c.ap),
+            fixed(c.ap50),
+            fixed(c.at50.precision()),
+            fixed(c.at50.recall()),
+            c.at50.ground_truths,
+            dets
+        );
+    }
+}
+
+/// Three decimals, or "-" where the value is undefined.
+fn fixed(value: Option<f64>) -> String {
+    value.map_or_else(|| "-".to_string(), |v| format!("{v:.3}"))
 }
