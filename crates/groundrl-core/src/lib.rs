@@ -10,3 +10,4 @@ pub mod metrics;
 pub mod parse;
 pub mod resize;
 pub mod reward;
+pub mod rng;

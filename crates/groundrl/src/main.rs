@@ -24,6 +24,9 @@ enum Command {
     /// Evaluate predictions: COCO mAP as pycocotools computes it.
     #[command(subcommand)]
     Eval(commands::eval::EvalCommand),
+    /// Datasets: convert benchmarks to samples (JSONL, verl Parquet), split, subsample.
+    #[command(subcommand)]
+    Data(commands::data::DataCommand),
 }
 
 fn main() -> ExitCode {
@@ -32,6 +35,7 @@ fn main() -> ExitCode {
         Command::SmartResize(args) => commands::smart_resize::run(args),
         Command::Reward(args) => commands::reward::run(args),
         Command::Eval(cmd) => commands::eval::run(cmd),
+        Command::Data(cmd) => commands::data::run(cmd),
     };
     match result {
         Ok(code) => code,

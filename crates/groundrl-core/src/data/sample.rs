@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::error::FieldError;
 use crate::frame::Frame;
+use crate::geometry::BBox;
 
 /// What the model is asked to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -92,6 +94,72 @@ pub struct Sample {
     /// Everything else the dataset says (data_type, platform, application, group, ui_type, ...).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, serde_json::Value>,
+}
+
+impl Sample {
+    /// Checks what every consumer relies on: at least one image with a positive size, finite
+    /// well-formed shapes, polygons of three or more vertices, no targets on a "none" sample, prompt
+    /// images that exist. Returns the first problem, naming its field.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        if self.id.is_empty() {
+            return Err(FieldError::new("id", "is empty"));
+        }
+        if self.images.is_empty() {
+            return Err(FieldError::new("images", "no image"));
+        }
+        for (i, image) in self.images.iter().enumerate() {
+            if image.width == 0 || image.height == 0 {
+                let size = format!("{}x{}", image.width, image.height);
+                return Err(FieldError::new(format!("images[{i}]"), format!("size {size} is empty")));
+            }
+        }
+        if self.none && !self.targets.is_empty() {
+            return Err(FieldError::new("targets", "a \"none\" sample has no targets"));
+        }
+        for (i, target) in self.targets.iter().enumerate() {
+            target
+                .shape
+                .check()
+                .map_err(|problem| FieldError::new(format!("targets[{i}].shape"), problem))?;
+        }
+        self.check_prompt_images()
+    }
+
+    fn check_prompt_images(&self) -> Result<(), FieldError> {
+        for (m, message) in self.prompt.iter().enumerate() {
+            for (c, content) in message.content.iter().enumerate() {
+                if let Content::Image { image } = content
+                    && *image >= self.images.len()
+                {
+                    let field = format!("prompt[{m}].content[{c}].image");
+                    let problem = format!("index {image} but the sample has {} images", self.images.len());
+                    return Err(FieldError::new(field, problem));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Shape {
+    /// Finite coordinates, `x1 <= x2` and `y1 <= y2` for boxes, three or more vertices for polygons.
+    pub fn check(&self) -> Result<(), String> {
+        let coords: Vec<f64> = match self {
+            Shape::Box(b) => b.to_vec(),
+            Shape::Point(p) => p.to_vec(),
+            Shape::Polygon(vs) => vs.iter().flatten().copied().collect(),
+        };
+        if coords.iter().any(|v| !v.is_finite()) {
+            return Err(format!("coordinates {coords:?} are not finite"));
+        }
+        match self {
+            Shape::Box(b) if !BBox::from_xyxy(*b).is_well_formed() => {
+                Err(format!("box {b:?} has x1 > x2 or y1 > y2"))
+            }
+            Shape::Polygon(vs) if vs.len() < 3 => Err(format!("polygon has {} vertices, needs 3", vs.len())),
+            _ => Ok(()),
+        }
+    }
 }
 
 #[cfg(test)]

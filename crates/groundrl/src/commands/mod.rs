@@ -1,3 +1,4 @@
+pub mod data;
 pub mod eval;
 pub mod reward;
 pub mod smart_resize;

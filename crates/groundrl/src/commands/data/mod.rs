@@ -1,0 +1,107 @@
+//! `groundrl data`: convert benchmarks to samples, split them, subsample them.
+//!
+//! Sample files are JSON Lines (`.jsonl`) or verl-layout Parquet (`.parquet`), chosen by extension.
+//! Every command reads on past bad records, lists each one on stderr (file, record, field, problem)
+//! and prints a summary; `--strict` makes the first bad record an error instead.
+
+pub mod convert;
+pub mod sample;
+pub mod split;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use groundrl_core::data::{Loaded, RecordError, Sample, jsonl, parquet};
+
+#[derive(clap::Subcommand)]
+pub enum DataCommand {
+    /// Convert a benchmark's files (or a sample file) to samples in JSONL or Parquet.
+    Convert(convert::Args),
+    /// Split samples into seeded parts of given ratios (e.g. train=0.9,val=0.1).
+    Split(split::Args),
+    /// Take a seeded subsample of n samples; the same seed gives nested subsets as n grows.
+    Sample(sample::Args),
+}
+
+pub fn run(cmd: DataCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        DataCommand::Convert(args) => convert::run(args),
+        DataCommand::Split(args) => split::run(args),
+        DataCommand::Sample(args) => sample::run(args),
+    }
+}
+
+/// The two sample file formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FileFormat {
+    Jsonl,
+    Parquet,
+}
+
+impl FileFormat {
+    pub(crate) fn of(path: &Path) -> anyhow::Result<Self> {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("jsonl") => Ok(FileFormat::Jsonl),
+            Some("parquet") => Ok(FileFormat::Parquet),
+            _ => bail!("{}: expected a .jsonl or .parquet file", path.display()),
+        }
+    }
+
+    pub(crate) fn extension(self) -> &'static str {
+        match self {
+            FileFormat::Jsonl => "jsonl",
+            FileFormat::Parquet => "parquet",
+        }
+    }
+}
+
+/// Reads a sample file of either format.
+pub(crate) fn read_samples(path: &Path) -> anyhow::Result<Loaded> {
+    Ok(match FileFormat::of(path)? {
+        FileFormat::Jsonl => jsonl::read_jsonl(path)?,
+        FileFormat::Parquet => parquet::read_parquet(path)?,
+    })
+}
+
+/// Writes a sample file of either format; Parquet's `extra_info.split` is the file stem.
+pub(crate) fn write_samples(path: &Path, samples: &[Sample]) -> anyhow::Result<()> {
+    match FileFormat::of(path)? {
+        FileFormat::Jsonl => jsonl::write_jsonl(path, samples)?,
+        FileFormat::Parquet => {
+            let split = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+            parquet::write_parquet(path, samples, split)?
+        }
+    }
+    Ok(())
+}
+
+/// Lists skipped records on stderr, then fails in strict mode if there were any.
+pub(crate) fn report_skipped(skipped: &[RecordError], strict: bool) -> anyhow::Result<()> {
+    for e in skipped {
+        eprintln!("skipped: {e}");
+    }
+    if strict && let Some(first) = skipped.first() {
+        return Err(first.clone()).context("--strict: stopping at the first bad record");
+    }
+    Ok(())
+}
+
+/// `read N records from X: M samples, K skipped` on stdout.
+pub(crate) fn print_read(path: &Path, loaded: &Loaded) {
+    let (good, bad) = (loaded.samples.len(), loaded.skipped.len());
+    println!("read {} records from {}: {good} samples, {bad} skipped", good + bad, path.display());
+}
+
+/// `wrote N samples to X`, then one line per source with its count.
+pub(crate) fn print_written(path: &Path, samples: &[Sample]) {
+    println!("wrote {} samples to {}", samples.len(), path.display());
+    let mut per_source: BTreeMap<&str, usize> = BTreeMap::new();
+    for s in samples {
+        *per_source.entry(&s.source).or_default() += 1;
+    }
+    for (source, count) in per_source {
+        println!("  {source}: {count}");
+    }
+}
