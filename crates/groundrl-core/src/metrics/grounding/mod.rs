@@ -5,7 +5,9 @@
 //! and vertices ([`hit`]). A refusal item (`Sample::none`, OSWorld-G `refusal`) is correct only if the
 //! model explicitly refuses ("None"); a refusal on any other item is wrong. Everything is compared in
 //! original image pixels: targets are converted from the sample's frame, answers from theirs
-//! ([`resolve`]).
+//! ([`resolve`]). One click is scored per item, as ScreenSpot's scripts do: the first point or box
+//! of an answer. An item with several targets is hit by a click in any of them. The image clicked
+//! on is the sample's first.
 //!
 //! Every sample stays in the denominator, as ScreenSpot-Pro's `wrong_format` does:
 //! - a completion that gives no usable click is a *parse failure*: wrong, counted by reason;
