@@ -20,14 +20,20 @@
 //! Results are broken down per slice ([`slices`]) and rendered by [`report`].
 //!
 //! ```
+//! use groundrl_core::data::Sample;
 //! use groundrl_core::metrics::grounding::{evaluate, read_predictions, EvalOptions};
-//! # let samples: Vec<groundrl_core::data::Sample> = vec![];
-//! # let text = "";
-//! let predictions = read_predictions(text)?;
-//! # if samples.is_empty() { return Ok::<(), groundrl_core::metrics::grounding::GroundingError>(()); }
-//! let report = evaluate(&samples, &predictions, &EvalOptions::default())?;
+//!
+//! let sample: Sample = serde_json::from_str(
+//!     r#"{"id": "s1", "source": "screenspot/web", "task": "point_grounding",
+//!         "images": [{"path": "a.png", "width": 1120, "height": 560}], "instruction": "open the menu",
+//!         "targets": [{"shape": {"type": "box", "coords": [100, 100, 200, 150]}}], "frame": "pixel"}"#,
+//! )
+//! .unwrap();
+//! // Qwen2.5-VL answers in resized pixels; 1120x560 is not resized, so (150, 125) is in the box.
+//! let predictions = read_predictions(r#"{"id": "s1", "completion": "(150, 125)"}"#).unwrap();
+//! let report = evaluate(&[sample], &predictions, &EvalOptions::default()).unwrap();
+//! assert_eq!((report.overall.n, report.overall.correct), (1, 1));
 //! println!("{}", report.to_text());
-//! # Ok::<(), groundrl_core::metrics::grounding::GroundingError>(())
 //! ```
 
 pub mod hit;
