@@ -10,6 +10,8 @@ pub enum EvalCommand {
     /// COCO bbox AP/AR of a results file, exactly as pycocotools 2.0.11 computes it. Prints the 12-line
     /// summary pycocotools prints, then precision and recall at IoU 0.5 (see `--per-category`).
     Coco(CocoArgs),
+    /// Click accuracy as ScreenSpot, ScreenSpot-Pro and OSWorld-G report it, per slice.
+    Grounding(super::eval_grounding::Args),
 }
 
 #[derive(clap::Args)]
@@ -35,6 +37,7 @@ pub struct CocoArgs {
 pub fn run(cmd: EvalCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         EvalCommand::Coco(args) => run_coco(args),
+        EvalCommand::Grounding(args) => super::eval_grounding::run(args),
     }
 }
 
