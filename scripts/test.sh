@@ -19,7 +19,8 @@ cargo test --workspace
 shopt -s nullglob
 parity=(scripts/parity/*.sh)
 if [ ${#parity[@]} -gt 0 ]; then
-  cargo build --quiet -p groundrl
+  # `cargo test` built the binary for the CLI tests; a separate `cargo build` could resolve other
+  # features and rebuild the dependency tree.
   export GROUNDRL_BIN=$PWD/target/debug/groundrl
   for script in "${parity[@]}"; do
     echo "== $script"
