@@ -5,17 +5,8 @@ use std::time::Instant;
 use anyhow::Context;
 use groundrl_core::metrics::coco::{self, CocoEval, Counts};
 
-#[derive(clap::Subcommand)]
-pub enum EvalCommand {
-    /// COCO bbox AP/AR of a results file, exactly as pycocotools 2.0.11 computes it. Prints the 12-line
-    /// summary pycocotools prints, then precision and recall at IoU 0.5 (see `--per-category`).
-    Coco(CocoArgs),
-    /// Click accuracy as ScreenSpot, ScreenSpot-Pro and OSWorld-G report it, per slice.
-    Grounding(super::eval_grounding::Args),
-}
-
 #[derive(clap::Args)]
-pub struct CocoArgs {
+pub struct Args {
     /// Ground truth: COCO JSON with `images`, `annotations`, `categories`.
     #[arg(long)]
     gt: PathBuf,
@@ -34,14 +25,7 @@ pub struct CocoArgs {
     timing: bool,
 }
 
-pub fn run(cmd: EvalCommand) -> anyhow::Result<ExitCode> {
-    match cmd {
-        EvalCommand::Coco(args) => run_coco(args),
-        EvalCommand::Grounding(args) => super::eval_grounding::run(args),
-    }
-}
-
-fn run_coco(args: CocoArgs) -> anyhow::Result<ExitCode> {
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let start = Instant::now();
     let gt =
         coco::load_ground_truth(&args.gt).with_context(|| format!("ground truth {}", args.gt.display()))?;
