@@ -8,10 +8,10 @@ use groundrl_core::data::jsonl::read_jsonl;
 use groundrl_core::data::lint::lint;
 use groundrl_core::data::{Sample, Shape, Task};
 use groundrl_core::frame::Frame;
-use groundrl_core::prompt::{ModelKind, Preset, PromptStyle, Reasoning, apply};
+use groundrl_core::prompt::{ModelKind, Preset, PromptStyle, Reasoning, build_prompt};
 use groundrl_core::synth::{Difficulty, SynthConfig, generate};
 
-fn generated(name: &str, difficulty: Difficulty) -> (PathBuf, Vec<Sample>) {
+fn generated(name: &str, difficulty: Difficulty, prompt: Option<PromptStyle>) -> (PathBuf, Vec<Sample>) {
     let dir = std::env::temp_dir().join(format!("groundrl-synth-quality-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let config = SynthConfig {
@@ -19,6 +19,7 @@ fn generated(name: &str, difficulty: Difficulty) -> (PathBuf, Vec<Sample>) {
         seed: 5,
         size: None,
         knobs: difficulty.knobs(),
+        prompt,
     };
     generate(&config, &dir).unwrap();
     let loaded = read_jsonl(&dir.join("samples.jsonl")).unwrap();
@@ -29,24 +30,36 @@ fn generated(name: &str, difficulty: Difficulty) -> (PathBuf, Vec<Sample>) {
 #[test]
 fn generated_data_is_lint_and_check_clean_with_and_without_prompts() {
     for (name, difficulty) in [("easy", Difficulty::Easy), ("hard", Difficulty::Hard)] {
-        let (dir, mut samples) = generated(name, difficulty);
-        assert_eq!(lint(&samples), vec![]);
-        let report = check(&samples, &dir);
-        assert_eq!(report.samples, samples.len());
+        let (plain_dir, plain) = generated(name, difficulty, None);
+        assert_eq!(lint(&plain), vec![]);
+        assert!(plain.iter().all(|s| s.prompt.is_empty()));
+        let report = check(&plain, &plain_dir);
+        assert_eq!(report.samples, plain.len());
         assert_eq!(report.issues, vec![]);
-        for s in &mut samples {
-            let preset = if s.task == Task::Detection {
-                Preset::OvdJson
+        std::fs::remove_dir_all(plain_dir).unwrap();
+
+        let style = PromptStyle {
+            preset: Preset::Box,
+            reasoning: Reasoning::Enhanced,
+            model: ModelKind::Instruct,
+            frame: Frame::Resized,
+        };
+        let (dir, samples) = generated(&format!("{name}-prompted"), difficulty, Some(style));
+        assert_eq!(samples.len(), plain.len());
+        for s in &samples {
+            // The generator asks each task in its own format, whatever preset the style names.
+            let format = if s.task == Task::Detection {
+                "json_list"
             } else {
-                Preset::Point
+                "point"
             };
-            let style = PromptStyle {
-                preset,
-                reasoning: Reasoning::Enhanced,
-                model: ModelKind::Instruct,
-                frame: Frame::Resized,
-            };
-            apply(s, &style).unwrap();
+            assert_eq!(s.metadata["answer_format"], format, "{}", s.id);
+            assert_eq!(
+                s.prompt,
+                build_prompt(s, &style.for_task(s.task)).unwrap(),
+                "{}",
+                s.id
+            );
         }
         assert_eq!(lint(&samples), vec![]);
         let previews = write_previews(&samples, &dir, &dir.join("previews"), 3).unwrap();
@@ -63,7 +76,7 @@ fn generated_data_is_lint_and_check_clean_with_and_without_prompts() {
 
 #[test]
 fn check_names_each_problem_and_counts_it_per_source() {
-    let (dir, samples) = generated("broken", Difficulty::Easy);
+    let (dir, samples) = generated("broken", Difficulty::Easy, None);
     let mut broken: Vec<Sample> = samples[..5].to_vec();
     broken[0].images[0].path = "images/missing.png".into();
     broken[1].images[0].width += 1;
@@ -101,7 +114,7 @@ fn check_names_each_problem_and_counts_it_per_source() {
 
 #[test]
 fn normalized_and_qwen1000_frames_are_checked_against_their_own_extent() {
-    let (dir, samples) = generated("frames", Difficulty::Easy);
+    let (dir, samples) = generated("frames", Difficulty::Easy, None);
     let mut s = samples[1].clone();
     s.frame = Frame::Normalized;
     s.targets.truncate(1);

@@ -17,6 +17,7 @@ fn config(difficulty: Difficulty, seed: u64, screenshots: u64) -> SynthConfig {
         seed,
         size: None,
         knobs: difficulty.knobs(),
+        prompt: None,
     }
 }
 

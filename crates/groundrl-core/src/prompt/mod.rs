@@ -20,7 +20,7 @@ use std::sync::LazyLock;
 use minijinja::{Environment, UndefinedBehavior, context};
 use serde_json::json;
 
-use crate::data::{Content, Message, Sample};
+use crate::data::{Content, Message, Sample, Task};
 use crate::frame::Frame;
 
 /// The answer format a prompt asks for.
@@ -41,6 +41,15 @@ impl Preset {
             Preset::Point => "point",
             Preset::Box => "box",
             Preset::OvdJson => "json_list",
+        }
+    }
+
+    /// The format a task is naturally answered in: a click point, one box, or the OVD JSON list.
+    pub fn for_task(task: Task) -> Preset {
+        match task {
+            Task::PointGrounding => Preset::Point,
+            Task::BoxGrounding | Task::ReferringExpression => Preset::Box,
+            Task::Detection => Preset::OvdJson,
         }
     }
 
@@ -87,6 +96,17 @@ pub struct PromptStyle {
     pub model: ModelKind,
     /// The frame the model must answer in.
     pub frame: Frame,
+}
+
+impl PromptStyle {
+    /// The style for `task` with this style's reasoning, model kind and frame: datasets that mix
+    /// tasks (the synthetic generator's) ask each sample in its own format.
+    pub fn for_task(&self, task: Task) -> PromptStyle {
+        PromptStyle {
+            preset: Preset::for_task(task),
+            ..*self
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

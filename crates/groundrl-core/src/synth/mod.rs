@@ -8,7 +8,7 @@
 //!
 //! ```no_run
 //! use groundrl_core::synth::{Difficulty, SynthConfig, generate};
-//! let config = SynthConfig { screenshots: 100, seed: 0, size: None, knobs: Difficulty::Easy.knobs() };
+//! let config = SynthConfig { screenshots: 100, seed: 0, size: None, knobs: Difficulty::Easy.knobs(), prompt: None };
 //! let summary = generate(&config, std::path::Path::new("synth-out")).unwrap();
 //! println!("{} samples", summary.samples);
 //! ```
@@ -26,6 +26,7 @@ mod output;
 
 use std::str::FromStr;
 
+use crate::prompt::PromptStyle;
 use crate::rng::{SplitMix64, keyed};
 use image::RgbImage;
 
@@ -135,6 +136,9 @@ pub struct SynthConfig {
     /// A fixed (width, height); `None` picks from `knobs.sizes`.
     pub size: Option<(u32, u32)>,
     pub knobs: Knobs,
+    /// Attach a chat prompt to every sample, in the format of its task ([`PromptStyle::for_task`]);
+    /// `None` leaves `Sample::prompt` empty.
+    pub prompt: Option<PromptStyle>,
 }
 
 /// One drawn screenshot with its elements and tasks.

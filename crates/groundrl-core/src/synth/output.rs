@@ -15,6 +15,7 @@ use super::tasks::TaskKind;
 use super::{Screenshot, SynthConfig, render_screenshot};
 use crate::data::{ImageRef, Sample, Shape, Target, Task};
 use crate::frame::Frame;
+use crate::prompt::{self, PromptError};
 
 /// Screenshots drawn in parallel before their samples are appended to the JSONL.
 const CHUNK: u64 = 256;
@@ -28,6 +29,8 @@ pub enum SynthError {
         path: PathBuf,
         source: image::ImageError,
     },
+    #[error(transparent)]
+    Prompt(#[from] PromptError),
 }
 
 /// Counts of what `generate` wrote.
@@ -83,7 +86,13 @@ fn write_screenshot(config: &SynthConfig, index: u64, out: &Path) -> Result<Vec<
     encoder
         .write_image(shot.image.as_raw(), w, h, image::ExtendedColorType::Rgb8)
         .map_err(|source| SynthError::Png { path, source })?;
-    Ok(samples_of(&shot, config, index, &relative))
+    let mut samples = samples_of(&shot, config, index, &relative);
+    if let Some(style) = &config.prompt {
+        for sample in &mut samples {
+            prompt::apply(sample, &style.for_task(sample.task))?;
+        }
+    }
+    Ok(samples)
 }
 
 /// The samples of one screenshot: targets in original-image pixels, `[x1, y1, x2, y2]` covering

@@ -3,6 +3,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
+use groundrl_core::frame::Frame;
+use groundrl_core::prompt::{ModelKind, Preset, PromptStyle, Reasoning};
 use groundrl_core::synth::{Difficulty, SynthConfig, generate};
 
 /// Difficulty presets and their knobs:
@@ -33,6 +35,52 @@ pub struct Args {
     /// Chance, 0 to 1, that a new label or icon is a look-alike of one already on screen.
     #[arg(long)]
     distractor_rate: Option<f64>,
+    /// Attach a chat prompt to every sample, worded for this kind of model (format instructions in
+    /// the user turn for instruct models, in a system prompt for base models), in each task's format:
+    /// a click point, or the OVD JSON list for detection. Without it samples carry no prompt.
+    #[arg(long, value_enum)]
+    prompt: Option<PromptModel>,
+    /// With --prompt: think before answering, in seed 004's standard or enhanced think/answer words.
+    #[arg(long, value_enum, default_value = "none")]
+    reasoning: PromptReasoning,
+    /// With --prompt: the frame the prompt asks answers in (resized for Qwen2.5-VL).
+    #[arg(long, default_value = "resized")]
+    answer_frame: Frame,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum PromptModel {
+    Instruct,
+    Base,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum PromptReasoning {
+    None,
+    Standard,
+    Enhanced,
+}
+
+impl Args {
+    /// The prompt style `--prompt`, `--reasoning` and `--answer-frame` describe; the preset is a
+    /// placeholder, since the generator picks each task's own (`PromptStyle::for_task`).
+    fn prompt_style(&self) -> Option<PromptStyle> {
+        let model = match self.prompt? {
+            PromptModel::Instruct => ModelKind::Instruct,
+            PromptModel::Base => ModelKind::Base,
+        };
+        let reasoning = match self.reasoning {
+            PromptReasoning::None => Reasoning::None,
+            PromptReasoning::Standard => Reasoning::Standard,
+            PromptReasoning::Enhanced => Reasoning::Enhanced,
+        };
+        Some(PromptStyle {
+            preset: Preset::Point,
+            reasoning,
+            model,
+            frame: self.answer_frame,
+        })
+    }
 }
 
 fn parse_size(s: &str) -> Result<(u32, u32), String> {
@@ -58,6 +106,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         knobs.distractor_rate = rate;
     }
     let config = SynthConfig {
+        prompt: args.prompt_style(),
         screenshots: args.n,
         seed: args.seed,
         size: args.size,
