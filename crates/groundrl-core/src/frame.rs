@@ -10,6 +10,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::geometry::{BBox, Point};
+use crate::named::parse_name;
 use crate::resize::{PixelBudget, ResizeError, smart_resize};
 
 /// The frame a coordinate is expressed in.
@@ -49,9 +50,7 @@ impl FromStr for Frame {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Frame::ALL.into_iter().find(|f| f.name() == s).ok_or_else(|| {
-            format!("unknown frame {s:?}; expected one of pixel, resized, normalized, qwen1000")
-        })
+        parse_name(s, "frame", &Frame::ALL, Frame::name)
     }
 }
 

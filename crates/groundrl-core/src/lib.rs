@@ -7,6 +7,7 @@ pub mod data;
 pub mod frame;
 pub mod geometry;
 pub mod metrics;
+pub mod named;
 pub mod parse;
 pub mod prompt;
 pub mod resize;

@@ -26,6 +26,7 @@ mod output;
 
 use std::str::FromStr;
 
+use crate::named::parse_name;
 use crate::prompt::PromptStyle;
 use crate::rng::{SplitMix64, keyed};
 use image::RgbImage;
@@ -103,12 +104,12 @@ impl FromStr for Difficulty {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "easy" => Ok(Difficulty::Easy),
-            "medium" => Ok(Difficulty::Medium),
-            "hard" => Ok(Difficulty::Hard),
-            _ => Err(format!("unknown difficulty {s:?}; expected easy, medium or hard")),
-        }
+        parse_name(
+            s,
+            "difficulty",
+            &[Difficulty::Easy, Difficulty::Medium, Difficulty::Hard],
+            Difficulty::name,
+        )
     }
 }
 

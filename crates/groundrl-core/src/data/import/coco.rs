@@ -40,6 +40,7 @@ use crate::data::error::{DataError, FieldError, Loaded, RecordError};
 use crate::data::{ImageRef, Sample, Shape, Target, Task};
 use crate::frame::Frame;
 use crate::geometry::BBox;
+use crate::named::parse_name;
 
 /// The three top-level arrays of a COCO annotation file, records still undecoded so that one bad
 /// record is skipped rather than failing the file.
@@ -138,15 +139,12 @@ pub enum Subset {
 impl FromStr for Subset {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "full" => Ok(Subset::Full),
-            "pos_1" => Ok(Subset::Pos1),
-            "pos_2" => Ok(Subset::Pos2),
-            "pos_3" => Ok(Subset::Pos3),
-            _ => Err(format!(
-                "unknown subset {s:?}; expected full, pos_1, pos_2 or pos_3"
-            )),
-        }
+        parse_name(
+            s,
+            "subset",
+            &[Subset::Full, Subset::Pos1, Subset::Pos2, Subset::Pos3],
+            Subset::name,
+        )
     }
 }
 
@@ -172,12 +170,7 @@ pub enum Mode {
 impl FromStr for Mode {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "all" => Ok(Mode::All),
-            "positive" => Ok(Mode::Positive),
-            "one-box" => Ok(Mode::OneBox),
-            _ => Err(format!("unknown mode {s:?}; expected all, positive or one-box")),
-        }
+        parse_name(s, "mode", &[Mode::All, Mode::Positive, Mode::OneBox], Mode::name)
     }
 }
 
