@@ -1,7 +1,11 @@
 //! groundrl-tensor: the tensor side of groundrl on tch 0.24.0 / libtorch 2.11.0.
 //!
-//! It will hold the Qwen2.5-VL model, the rollout engine and the GRPO trainer. For now it holds the
-//! device choice every one of them needs.
+//! - [`qwen2_5_vl`]: the Qwen2.5-VL model (vision tower, M-RoPE decoder), loaded from and saved to HF folders.
+//! - [`processor`]: what turns a chat with images into model inputs exactly as HF's processor does
+//!   (image preprocessing, tokenizer, chat template).
+
+pub mod processor;
+pub mod qwen2_5_vl;
 
 pub use tch;
 

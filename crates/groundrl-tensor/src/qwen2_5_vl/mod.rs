@@ -1,0 +1,3 @@
+//! Qwen2.5-VL on libtorch.
+
+pub mod config;
