@@ -58,6 +58,12 @@ pub fn checkpoint_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
 
 /// Copies the checkpoint in `dir` into the variables of `vs` (converted to each variable's dtype).
 pub fn load_into(vs: &nn::VarStore, dir: &Path) -> Result<(), ModelError> {
+    load_part_into(vs, dir, "")
+}
+
+/// Like [`load_into`] for a part of the model: only stored tensors whose (canonical) name starts with
+/// `prefix` are read, e.g. `visual.` for a vision tower on its own.
+pub fn load_part_into(vs: &nn::VarStore, dir: &Path, prefix: &str) -> Result<(), ModelError> {
     let mut pending: HashMap<String, Tensor> = vs.variables();
     let mut unused: Vec<String> = Vec::new();
     for file in checkpoint_files(dir)? {
@@ -65,6 +71,9 @@ pub fn load_into(vs: &nn::VarStore, dir: &Path) -> Result<(), ModelError> {
         let tensors = SafeTensors::deserialize(&bytes).map_err(|e| ModelError::file(&file, e))?;
         for (name, view) in tensors.tensors() {
             let canonical = canonical_name(&name);
+            if !canonical.starts_with(prefix) {
+                continue;
+            }
             match pending.remove(canonical.as_ref()) {
                 Some(mut var) => copy_into(&mut var, &canonical, &view, &file)?,
                 None => unused.push(name),
