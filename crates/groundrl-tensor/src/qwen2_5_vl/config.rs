@@ -105,7 +105,8 @@ impl Qwen25VlConfig {
             None => &empty,
         };
         let fields = Fields(top);
-        let tied = fields.bool("tie_word_embeddings", false)? || Fields(text_obj).bool("tie_word_embeddings", false)?;
+        let tied = fields.bool("tie_word_embeddings", false)?
+            || Fields(text_obj).bool("tie_word_embeddings", false)?;
         let config = Self {
             text: text_config(Fields(text_obj), fields)?,
             vision: vision_config(Fields(vision_obj))?,
@@ -167,7 +168,10 @@ impl Qwen25VlConfig {
             ));
         }
         if let Some(bad) = v.fullatt_block_indexes.iter().find(|&&i| i < 0 || i >= v.depth) {
-            return Err(format!("vision fullatt_block_indexes has {bad}, outside 0..{}", v.depth));
+            return Err(format!(
+                "vision fullatt_block_indexes has {bad}, outside 0..{}",
+                v.depth
+            ));
         }
         if v.out_hidden_size != t.hidden_size {
             return Err(format!(
@@ -175,9 +179,17 @@ impl Qwen25VlConfig {
                 v.out_hidden_size, t.hidden_size
             ));
         }
-        let ids = [self.image_token_id, self.video_token_id, self.vision_start_token_id, self.vision_end_token_id];
+        let ids = [
+            self.image_token_id,
+            self.video_token_id,
+            self.vision_start_token_id,
+            self.vision_end_token_id,
+        ];
         if let Some(id) = ids.iter().find(|&&id| id < 0 || id >= t.vocab_size) {
-            return Err(format!("special token id {id} is outside the vocabulary (size {})", t.vocab_size));
+            return Err(format!(
+                "special token id {id} is outside the vocabulary (size {})",
+                t.vocab_size
+            ));
         }
         Ok(())
     }
@@ -241,7 +253,10 @@ fn text_config(f: Fields, top: Fields) -> Result<TextConfig, String> {
     let heads = f.int("num_attention_heads", 64)?;
     // Released checkpoints: `rope_scaling: {type: "mrope", mrope_section}` and a top-level `rope_theta`;
     // transformers 5.x: `rope_parameters: {rope_theta, mrope_section}`.
-    let rope = f.object("rope_parameters")?.or(f.object("rope_scaling")?).map(Fields);
+    let rope = f
+        .object("rope_parameters")?
+        .or(f.object("rope_scaling")?)
+        .map(Fields);
     let rope_theta = match rope.map(|r| r.opt_float("rope_theta")).transpose()?.flatten() {
         Some(theta) => theta,
         None => f.float("rope_theta", top.float("rope_theta", 1_000_000.0)?)?,
@@ -253,7 +268,11 @@ fn text_config(f: Fields, top: Fields) -> Result<TextConfig, String> {
     let eos_token_ids = match f.0.get("eos_token_id").or(top.0.get("eos_token_id")) {
         None => vec![151645],
         Some(Value::Null) => vec![],
-        Some(Value::Array(ids)) => ids.iter().map(as_int).collect::<Option<_>>().ok_or("`eos_token_id` list")?,
+        Some(Value::Array(ids)) => ids
+            .iter()
+            .map(as_int)
+            .collect::<Option<_>>()
+            .ok_or("`eos_token_id` list")?,
         Some(id) => vec![as_int(id).ok_or("`eos_token_id` is not an integer")?],
     };
     Ok(TextConfig {
@@ -274,7 +293,8 @@ fn text_config(f: Fields, top: Fields) -> Result<TextConfig, String> {
 }
 
 fn vision_config(f: Fields) -> Result<VisionConfig, String> {
-    f.require_silu("hidden_act").map_err(|e| format!("vision_config: {e}"))?;
+    f.require_silu("hidden_act")
+        .map_err(|e| format!("vision_config: {e}"))?;
     let rope_theta = match f.object("rope_parameters")? {
         Some(r) => Fields(r).float("rope_theta", 10000.0)?,
         None => 10000.0,
@@ -295,7 +315,9 @@ fn vision_config(f: Fields) -> Result<VisionConfig, String> {
         spatial_merge_size: f.int("spatial_merge_size", 2).map_err(vision)?,
         window_size: f.int("window_size", 112).map_err(vision)?,
         out_hidden_size: f.int("out_hidden_size", 3584).map_err(vision)?,
-        fullatt_block_indexes: f.int_list("fullatt_block_indexes", &[7, 15, 23, 31]).map_err(vision)?,
+        fullatt_block_indexes: f
+            .int_list("fullatt_block_indexes", &[7, 15, 23, 31])
+            .map_err(vision)?,
         tokens_per_second: f.int("tokens_per_second", 4).map_err(vision)?,
         rope_theta,
     })
@@ -313,7 +335,9 @@ impl<'a> Fields<'a> {
     fn opt_int(self, key: &str) -> Result<Option<i64>, String> {
         match self.0.get(key) {
             None | Some(Value::Null) => Ok(None),
-            Some(v) => as_int(v).map(Some).ok_or_else(|| format!("`{key}` is not an integer: {v}")),
+            Some(v) => as_int(v)
+                .map(Some)
+                .ok_or_else(|| format!("`{key}` is not an integer: {v}")),
         }
     }
 
@@ -324,7 +348,10 @@ impl<'a> Fields<'a> {
     fn opt_float(self, key: &str) -> Result<Option<f64>, String> {
         match self.0.get(key) {
             None | Some(Value::Null) => Ok(None),
-            Some(v) => v.as_f64().map(Some).ok_or_else(|| format!("`{key}` is not a number: {v}")),
+            Some(v) => v
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| format!("`{key}` is not a number: {v}")),
         }
     }
 
@@ -335,7 +362,9 @@ impl<'a> Fields<'a> {
     fn bool(self, key: &str, default: bool) -> Result<bool, String> {
         match self.0.get(key) {
             None | Some(Value::Null) => Ok(default),
-            Some(v) => v.as_bool().ok_or_else(|| format!("`{key}` is not true/false: {v}")),
+            Some(v) => v
+                .as_bool()
+                .ok_or_else(|| format!("`{key}` is not true/false: {v}")),
         }
     }
 
@@ -350,9 +379,11 @@ impl<'a> Fields<'a> {
     fn int_list(self, key: &str, default: &[i64]) -> Result<Vec<i64>, String> {
         match self.0.get(key) {
             None | Some(Value::Null) => Ok(default.to_vec()),
-            Some(Value::Array(items)) => {
-                items.iter().map(as_int).collect::<Option<_>>().ok_or_else(|| format!("`{key}` has a non-integer"))
-            }
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(as_int)
+                .collect::<Option<_>>()
+                .ok_or_else(|| format!("`{key}` has a non-integer")),
             Some(v) => Err(format!("`{key}` is not a list: {v}")),
         }
     }
@@ -389,13 +420,23 @@ mod tests {
     #[test]
     fn reads_the_released_flat_layout() {
         let c = Qwen25VlConfig::from_json(&released_3b()).unwrap();
-        assert_eq!((c.text.hidden_size, c.text.num_hidden_layers, c.text.num_key_value_heads), (2048, 36, 2));
+        assert_eq!(
+            (
+                c.text.hidden_size,
+                c.text.num_hidden_layers,
+                c.text.num_key_value_heads
+            ),
+            (2048, 36, 2)
+        );
         assert_eq!(c.text.head_dim(), 128);
         assert_eq!(c.text.mrope_section, vec![16, 24, 24]);
         assert_eq!(c.text.rope_theta, 1e6);
         assert_eq!(c.text.eos_token_ids, vec![151645]);
         assert!(c.tie_word_embeddings);
-        assert_eq!((c.vision.hidden_size, c.vision.head_dim(), c.vision.patch_dim()), (1280, 80, 1176));
+        assert_eq!(
+            (c.vision.hidden_size, c.vision.head_dim(), c.vision.patch_dim()),
+            (1280, 80, 1176)
+        );
         assert_eq!(c.vision.rope_theta, 10000.0);
         assert_eq!(c.video_token_id, 151656);
     }
@@ -405,7 +446,10 @@ mod tests {
         let c = Qwen25VlConfig::from_json(&released_3b()).unwrap();
         let again = Qwen25VlConfig::from_json(&c.to_json()).unwrap();
         assert_eq!(c, again);
-        assert_eq!(c.to_json()["text_config"]["rope_parameters"]["mrope_section"], json!([16, 24, 24]));
+        assert_eq!(
+            c.to_json()["text_config"]["rope_parameters"]["mrope_section"],
+            json!([16, 24, 24])
+        );
     }
 
     #[test]
@@ -423,13 +467,25 @@ mod tests {
     fn inconsistent_shapes_are_refused_with_the_field_named() {
         let mut v = released_3b();
         v["rope_scaling"]["mrope_section"] = json!([16, 24, 20]);
-        assert!(Qwen25VlConfig::from_json(&v).unwrap_err().contains("mrope_section"));
+        assert!(
+            Qwen25VlConfig::from_json(&v)
+                .unwrap_err()
+                .contains("mrope_section")
+        );
         let mut v = released_3b();
         v["vision_config"]["out_hidden_size"] = json!(1024);
-        assert!(Qwen25VlConfig::from_json(&v).unwrap_err().contains("out_hidden_size"));
+        assert!(
+            Qwen25VlConfig::from_json(&v)
+                .unwrap_err()
+                .contains("out_hidden_size")
+        );
         let mut v = released_3b();
         v["num_key_value_heads"] = json!("two");
-        assert!(Qwen25VlConfig::from_json(&v).unwrap_err().contains("num_key_value_heads"));
+        assert!(
+            Qwen25VlConfig::from_json(&v)
+                .unwrap_err()
+                .contains("num_key_value_heads")
+        );
         let mut v = released_3b();
         v["hidden_act"] = json!("gelu");
         assert!(Qwen25VlConfig::from_json(&v).unwrap_err().contains("silu"));

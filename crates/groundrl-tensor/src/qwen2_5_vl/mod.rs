@@ -1,6 +1,8 @@
 //! Qwen2.5-VL on libtorch: configuration, checkpoint tensors, the vision tower and the M-RoPE decoder.
 
 pub mod config;
+pub mod rope_index;
+pub mod text;
 pub mod weights;
 
 use std::fmt::Display;
@@ -18,7 +20,12 @@ pub enum ModelError {
     #[error("{place}: missing {what}")]
     Missing { what: String, place: String },
     #[error("{place}: tensor `{name}` has shape {found:?}, the config expects {expected:?}")]
-    Shape { name: String, expected: Vec<i64>, found: Vec<i64>, place: String },
+    Shape {
+        name: String,
+        expected: Vec<i64>,
+        found: Vec<i64>,
+        place: String,
+    },
     #[error("{place}: {} tensor(s) not used by the model: {}", names.len(), names.iter().take(5).cloned().collect::<Vec<_>>().join(", "))]
     Unexpected { names: Vec<String>, place: String },
     #[error("bad model input: {0}")]
@@ -29,10 +36,16 @@ pub enum ModelError {
 
 impl ModelError {
     pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
-        Self::Io { path: path.display().to_string(), source }
+        Self::Io {
+            path: path.display().to_string(),
+            source,
+        }
     }
 
     pub(crate) fn file(path: &Path, problem: impl Display) -> Self {
-        Self::File { path: path.display().to_string(), problem: problem.to_string() }
+        Self::File {
+            path: path.display().to_string(),
+            problem: problem.to_string(),
+        }
     }
 }

@@ -47,7 +47,9 @@ pub fn checkpoint_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
         .ok_or_else(|| ModelError::file(&index, "no `weight_map` object"))?;
     let mut shards: Vec<PathBuf> = Vec::new();
     for file in map.values() {
-        let file = file.as_str().ok_or_else(|| ModelError::file(&index, "a `weight_map` value is not a string"))?;
+        let file = file
+            .as_str()
+            .ok_or_else(|| ModelError::file(&index, "a `weight_map` value is not a string"))?;
         let path = dir.join(file);
         if !shards.contains(&path) {
             shards.push(path);
@@ -64,6 +66,15 @@ pub fn load_into(vs: &nn::VarStore, dir: &Path) -> Result<(), ModelError> {
 /// Like [`load_into`] for a part of the model: only stored tensors whose (canonical) name starts with
 /// `prefix` are read, e.g. `visual.` for a vision tower on its own.
 pub fn load_part_into(vs: &nn::VarStore, dir: &Path, prefix: &str) -> Result<(), ModelError> {
+    load_matching_into(vs, dir, |name| name.starts_with(prefix))
+}
+
+/// Like [`load_into`] for the stored tensors whose (canonical) name `wanted` accepts; others are skipped.
+pub fn load_matching_into(
+    vs: &nn::VarStore,
+    dir: &Path,
+    wanted: impl Fn(&str) -> bool,
+) -> Result<(), ModelError> {
     let mut pending: HashMap<String, Tensor> = vs.variables();
     let mut unused: Vec<String> = Vec::new();
     for file in checkpoint_files(dir)? {
@@ -71,7 +82,7 @@ pub fn load_part_into(vs: &nn::VarStore, dir: &Path, prefix: &str) -> Result<(),
         let tensors = SafeTensors::deserialize(&bytes).map_err(|e| ModelError::file(&file, e))?;
         for (name, view) in tensors.tensors() {
             let canonical = canonical_name(&name);
-            if !canonical.starts_with(prefix) {
+            if !wanted(&canonical) {
                 continue;
             }
             match pending.remove(canonical.as_ref()) {
@@ -88,7 +99,10 @@ pub fn load_part_into(vs: &nn::VarStore, dir: &Path, prefix: &str) -> Result<(),
     }
     if !unused.is_empty() {
         unused.sort();
-        return Err(ModelError::Unexpected { names: unused, place: dir.display().to_string() });
+        return Err(ModelError::Unexpected {
+            names: unused,
+            place: dir.display().to_string(),
+        });
     }
     Ok(())
 }
@@ -104,7 +118,10 @@ fn copy_into(var: &mut Tensor, name: &str, view: &TensorView, file: &Path) -> Re
         });
     }
     let kind = kind_of(view.dtype()).ok_or_else(|| {
-        ModelError::file(file, format!("tensor `{name}` has unsupported dtype {:?}", view.dtype()))
+        ModelError::file(
+            file,
+            format!("tensor `{name}` has unsupported dtype {:?}", view.dtype()),
+        )
     })?;
     let source = Tensor::f_from_data_size(view.data(), &found, kind)?;
     tch::no_grad(|| var.f_copy_(&source))?;
@@ -127,7 +144,11 @@ fn dtype_of(kind: Kind) -> Result<Dtype, ModelError> {
         Kind::BFloat16 => Dtype::BF16,
         Kind::Half => Dtype::F16,
         Kind::Double => Dtype::F64,
-        other => return Err(ModelError::Input(format!("cannot save tensors of kind {other:?}"))),
+        other => {
+            return Err(ModelError::Input(format!(
+                "cannot save tensors of kind {other:?}"
+            )));
+        }
     })
 }
 
@@ -140,12 +161,19 @@ struct HostTensor {
 
 impl HostTensor {
     fn new(tensor: &Tensor, kind: Kind) -> Result<Self, ModelError> {
-        let host = tensor.f_to_kind(kind)?.f_to_device(tch::Device::Cpu)?.f_contiguous()?;
+        let host = tensor
+            .f_to_kind(kind)?
+            .f_to_device(tch::Device::Cpu)?
+            .f_contiguous()?;
         let numel = host.numel();
         let mut bytes = vec![0u8; numel * kind.elt_size_in_bytes()];
         host.f_copy_data_u8(&mut bytes, numel)?;
         let shape = host.size().iter().map(|&d| d as usize).collect();
-        Ok(Self { dtype: dtype_of(kind)?, shape, bytes })
+        Ok(Self {
+            dtype: dtype_of(kind)?,
+            shape,
+            bytes,
+        })
     }
 }
 
@@ -180,7 +208,10 @@ pub fn save_from(vs: &nn::VarStore, dir: &Path, kind: Kind) -> Result<(), ModelE
             shard_bytes = 0;
         }
         shard_bytes += host.bytes.len();
-        shards.last_mut().expect("shards starts non-empty").push((name.clone(), host));
+        shards
+            .last_mut()
+            .expect("shards starts non-empty")
+            .push((name.clone(), host));
     }
     let metadata = Some(HashMap::from([("format".to_owned(), "pt".to_owned())]));
     if shards.len() == 1 {
@@ -209,7 +240,8 @@ fn write_shard(
     path: &Path,
 ) -> Result<(), ModelError> {
     let views = shard.iter().map(|(name, host)| (name.as_str(), host));
-    safetensors::tensor::serialize_to_file(views, metadata.clone(), path).map_err(|e| ModelError::file(path, e))
+    safetensors::tensor::serialize_to_file(views, metadata.clone(), path)
+        .map_err(|e| ModelError::file(path, e))
 }
 
 #[cfg(test)]
@@ -218,9 +250,18 @@ mod tests {
 
     #[test]
     fn transformers_5_names_map_to_the_released_layout() {
-        assert_eq!(canonical_name("model.visual.blocks.0.attn.qkv.weight"), "visual.blocks.0.attn.qkv.weight");
-        assert_eq!(canonical_name("model.language_model.layers.3.mlp.up_proj.weight"), "model.layers.3.mlp.up_proj.weight");
-        assert_eq!(canonical_name("model.layers.3.mlp.up_proj.weight"), "model.layers.3.mlp.up_proj.weight");
+        assert_eq!(
+            canonical_name("model.visual.blocks.0.attn.qkv.weight"),
+            "visual.blocks.0.attn.qkv.weight"
+        );
+        assert_eq!(
+            canonical_name("model.language_model.layers.3.mlp.up_proj.weight"),
+            "model.layers.3.mlp.up_proj.weight"
+        );
+        assert_eq!(
+            canonical_name("model.layers.3.mlp.up_proj.weight"),
+            "model.layers.3.mlp.up_proj.weight"
+        );
         assert_eq!(canonical_name("lm_head.weight"), "lm_head.weight");
     }
 
@@ -228,7 +269,10 @@ mod tests {
         let vs = nn::VarStore::new(tch::Device::Cpu);
         let root = vs.root();
         let _ = root.sub("model").sub("norm").ones("weight", &[4]);
-        let _ = root.sub("visual").sub("merger").randn("weight", &[2, 3], 0.0, 1.0);
+        let _ = root
+            .sub("visual")
+            .sub("merger")
+            .randn("weight", &[2, 3], 0.0, 1.0);
         vs
     }
 
@@ -255,7 +299,11 @@ mod tests {
         save_from(&store(), dir.path(), Kind::Float).unwrap();
 
         let bigger = store();
-        let _ = bigger.root().sub("model").sub("embed_tokens").zeros("weight", &[5, 4]);
+        let _ = bigger
+            .root()
+            .sub("model")
+            .sub("embed_tokens")
+            .zeros("weight", &[5, 4]);
         let err = load_into(&bigger, dir.path()).unwrap_err().to_string();
         assert!(err.contains("model.embed_tokens.weight"), "{err}");
 
@@ -266,9 +314,16 @@ mod tests {
 
         let reshaped = nn::VarStore::new(tch::Device::Cpu);
         let _ = reshaped.root().sub("model").sub("norm").ones("weight", &[5]);
-        let _ = reshaped.root().sub("visual").sub("merger").zeros("weight", &[2, 3]);
+        let _ = reshaped
+            .root()
+            .sub("visual")
+            .sub("merger")
+            .zeros("weight", &[2, 3]);
         let err = load_into(&reshaped, dir.path()).unwrap_err().to_string();
-        assert!(err.contains("model.norm.weight") && err.contains("[5]") && err.contains("[4]"), "{err}");
+        assert!(
+            err.contains("model.norm.weight") && err.contains("[5]") && err.contains("[4]"),
+            "{err}"
+        );
 
         let empty = tempfile::tempdir().unwrap();
         let err = load_into(&store(), empty.path()).unwrap_err().to_string();
