@@ -1,0 +1,230 @@
+//! The whole Qwen2.5-VL: the vision tower's features replace the image placeholder tokens' embeddings,
+//! then the M-RoPE decoder runs over the sequence. One `VarStore` holds every parameter under the
+//! released checkpoints' names, so loading, saving and optimizers see one flat set.
+
+use std::path::Path;
+
+use tch::{Device, Kind, Tensor, nn};
+
+use super::rope_index::{Grid, RopeIndex, RopeSpec};
+use super::text::{AttentionMask, Rotary, TextModel};
+use super::vision::VisionTower;
+use super::{ModelError, Qwen25VlConfig, weights};
+
+/// A batch of token sequences of one length (left padding marked by the attention mask) with the
+/// images their placeholders stand for, in order of appearance.
+#[derive(Debug, Default)]
+pub struct Batch {
+    pub input_ids: Vec<Vec<i64>>,
+    /// 1 for real tokens, 0 for padding; `None` when no row is padded.
+    pub attention_mask: Option<Vec<Vec<i64>>>,
+    /// (patches, patch_dim) as the image processor makes them, all images concatenated.
+    pub pixel_values: Option<Tensor>,
+    pub image_grids: Vec<Grid>,
+}
+
+/// A batch on the device, ready for the decoder layers.
+#[derive(Debug)]
+pub struct Prepared {
+    /// (B, L) int64.
+    pub ids: Tensor,
+    /// (B, L, hidden) token embeddings with image features in place of the placeholders.
+    pub embeds: Tensor,
+    pub rotary: Rotary,
+    pub mask: AttentionMask,
+    pub rope: RopeIndex,
+}
+
+#[derive(Debug)]
+pub struct Qwen25Vl {
+    pub config: Qwen25VlConfig,
+    vs: nn::VarStore,
+    pub vision: VisionTower,
+    pub text: TextModel,
+}
+
+impl Qwen25Vl {
+    /// A randomly initialised model (transformers' init) on `device` with parameters of `kind`.
+    pub fn new(config: &Qwen25VlConfig, device: Device, kind: Kind) -> Self {
+        let mut vs = nn::VarStore::new(device);
+        let root = vs.root();
+        let vision = VisionTower::new(root.sub("visual"), &config.vision);
+        let text = TextModel::new(&root, &config.text, config.tie_word_embeddings);
+        vs.set_kind(kind);
+        Self { config: config.clone(), vs, vision, text }
+    }
+
+    /// Loads `config.json` and the safetensors checkpoint of an HF folder.
+    pub fn load(dir: &Path, device: Device, kind: Kind) -> Result<Self, ModelError> {
+        let config = Qwen25VlConfig::load(&dir.join("config.json"))?;
+        let model = Self::new(&config, device, kind);
+        weights::load_into(&model.vs, dir)?;
+        Ok(model)
+    }
+
+    /// Writes `config.json` and the weights (in the parameters' dtype) into `dir`, as transformers does.
+    pub fn save(&self, dir: &Path) -> Result<(), ModelError> {
+        std::fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
+        let path = dir.join("config.json");
+        let mut config = self.config.to_json();
+        config["dtype"] = serde_json::json!(dtype_name(self.kind()));
+        let text = serde_json::to_string_pretty(&config).map_err(|e| ModelError::file(&path, e))?;
+        std::fs::write(&path, text + "\n").map_err(|e| ModelError::io(&path, e))?;
+        weights::save_from(&self.vs, dir, self.kind())
+    }
+
+    pub fn var_store(&self) -> &nn::VarStore {
+        &self.vs
+    }
+
+    pub fn device(&self) -> Device {
+        self.vs.device()
+    }
+
+    /// The parameters' dtype.
+    pub fn kind(&self) -> Kind {
+        self.vs.kind()
+    }
+
+    /// Stops (or restarts) training of the vision tower: its parameters stop requiring gradients and
+    /// its forward runs without recording a graph.
+    pub fn set_vision_trainable(&self, trainable: bool) {
+        for (name, var) in self.vs.variables() {
+            if name.starts_with("visual.") {
+                let _ = var.set_requires_grad(trainable);
+            }
+        }
+    }
+
+    fn vision_trainable(&self) -> bool {
+        self.vs.variables().iter().any(|(name, var)| name.starts_with("visual.") && var.requires_grad())
+    }
+
+    fn rope_spec(&self) -> RopeSpec {
+        RopeSpec {
+            image_token_id: self.config.image_token_id,
+            video_token_id: self.config.video_token_id,
+            spatial_merge_size: self.config.vision.spatial_merge_size,
+            tokens_per_second: self.config.vision.tokens_per_second,
+        }
+    }
+
+    /// Embeddings with image features in place, positions, rotary tables and the attention mask.
+    pub fn prepare(&self, batch: &Batch) -> Result<Prepared, ModelError> {
+        let (rows, len) = batch_shape(batch)?;
+        let device = self.device();
+        let flat: Vec<i64> = batch.input_ids.concat();
+        let ids = Tensor::from_slice(&flat).view([rows, len]).to_device(device);
+        let mut embeds = self.text.embed(&ids);
+        if let Some(pixels) = &batch.pixel_values {
+            let features = self.image_features(pixels, &batch.image_grids)?.to_kind(embeds.kind());
+            embeds = self.place_features(&ids, embeds, &features)?;
+        }
+        let rope = RopeIndex::new(&self.rope_spec(), &batch.input_ids, batch.attention_mask.as_deref(), &batch.image_grids, &[], &[])?;
+        let positions: Vec<i64> = rope.positions.iter().flat_map(|c| c.concat()).collect();
+        let positions = Tensor::from_slice(&positions).view([3, rows, len]).to_device(device);
+        let rotary = Rotary::new(&self.config.text, &positions, embeds.kind());
+        let mask = match &batch.attention_mask {
+            Some(m) if m.iter().flatten().any(|&v| v == 0) => {
+                let m = Tensor::from_slice(&m.concat()).view([rows, len]).to_device(device);
+                AttentionMask::causal_with_padding(&m)
+            }
+            _ => AttentionMask::Causal,
+        };
+        Ok(Prepared { ids, embeds, rotary, mask, rope })
+    }
+
+    /// The vision tower's merged features (images' tokens, hidden), without a graph when it is frozen.
+    pub fn image_features(&self, pixels: &Tensor, grids: &[Grid]) -> Result<Tensor, ModelError> {
+        let pixels = pixels.to_device(self.device());
+        if self.vision_trainable() {
+            self.vision.forward(&pixels, grids)
+        } else {
+            tch::no_grad(|| self.vision.forward(&pixels, grids))
+        }
+    }
+
+    /// Writes image features over the image placeholder tokens' embeddings, in order.
+    fn place_features(&self, ids: &Tensor, embeds: Tensor, features: &Tensor) -> Result<Tensor, ModelError> {
+        let placeholders = ids.eq(self.config.image_token_id);
+        let count = placeholders.sum(Kind::Int64).int64_value(&[]);
+        if count != features.size()[0] {
+            return Err(ModelError::Input(format!(
+                "{count} image placeholder tokens but the images give {} features",
+                features.size()[0]
+            )));
+        }
+        Ok(embeds.masked_scatter(&placeholders.unsqueeze(-1), features))
+    }
+
+    /// Final normed hidden states (B, L, hidden).
+    pub fn hidden_states(&self, batch: &Batch) -> Result<Tensor, ModelError> {
+        let p = self.prepare(batch)?;
+        Ok(self.text.forward(&p.embeds, &p.rotary, &p.mask))
+    }
+
+    /// Vocabulary logits (B, L, vocab) at every position: for tests and evaluation, not for training.
+    pub fn logits(&self, batch: &Batch) -> Result<Tensor, ModelError> {
+        Ok(self.text.logits(&self.hidden_states(batch)?))
+    }
+
+    /// Log-probabilities (B, L) f32 of the tokens where `scored` (B, L) is true, each predicted from the
+    /// position before it; 0 elsewhere. Only scored positions are projected to the vocabulary, `chunk`
+    /// rows at a time, so full-vocabulary logits never exist for the whole batch.
+    pub fn token_logprobs(&self, batch: &Batch, scored: &Tensor, chunk: i64) -> Result<Tensor, ModelError> {
+        let p = self.prepare(batch)?;
+        let hidden = self.text.forward(&p.embeds, &p.rotary, &p.mask);
+        logprobs_at(&self.text, &hidden, &p.ids, scored, chunk)
+    }
+}
+
+/// See [`Qwen25Vl::token_logprobs`]; `hidden` are final normed hidden states (B, L, hidden).
+pub fn logprobs_at(text: &TextModel, hidden: &Tensor, ids: &Tensor, scored: &Tensor, chunk: i64) -> Result<Tensor, ModelError> {
+    let (rows, len) = (ids.size()[0], ids.size()[1]);
+    if scored.size() != [rows, len] {
+        return Err(ModelError::Input(format!("scored mask has shape {:?}, ids {:?}", scored.size(), ids.size())));
+    }
+    let scored = scored.to_device(ids.device()).to_kind(Kind::Bool);
+    if scored.narrow(1, 0, 1).any().int64_value(&[]) != 0 {
+        return Err(ModelError::Input("the first token of a row has no prediction to score".into()));
+    }
+    // Token (b, i) is predicted by hidden (b, i - 1): flatten and pick those rows.
+    let targets_at = scored.view([-1]).nonzero().squeeze_dim(1);
+    let predictors_at = &targets_at - 1;
+    let h = hidden.view([rows * len, -1]).index_select(0, &predictors_at);
+    let targets = ids.view([-1]).index_select(0, &targets_at);
+    let chunk = chunk.max(1);
+    let mut parts = Vec::new();
+    let n = targets.size()[0];
+    let mut start = 0;
+    while start < n {
+        let size = chunk.min(n - start);
+        let logits = text.logits(&h.narrow(0, start, size)).to_kind(Kind::Float);
+        let logprobs = logits.log_softmax(-1, Kind::Float).gather(1, &targets.narrow(0, start, size).unsqueeze(1), false);
+        parts.push(logprobs.squeeze_dim(1));
+        start += size;
+    }
+    let values = if parts.is_empty() { Tensor::zeros([0], (Kind::Float, ids.device())) } else { Tensor::cat(&parts, 0) };
+    let out = Tensor::zeros([rows * len], (Kind::Float, ids.device()));
+    Ok(out.index_put(&[Some(targets_at)], &values, false).view([rows, len]))
+}
+
+fn batch_shape(batch: &Batch) -> Result<(i64, i64), ModelError> {
+    let rows = batch.input_ids.len();
+    let len = batch.input_ids.first().map_or(0, Vec::len);
+    if rows == 0 || len == 0 {
+        return Err(ModelError::Input("empty batch".into()));
+    }
+    if let Some(bad) = batch.input_ids.iter().position(|r| r.len() != len) {
+        return Err(ModelError::Input(format!("row {bad} has {} tokens, row 0 has {len}", batch.input_ids[bad].len())));
+    }
+    Ok((rows as i64, len as i64))
+}
+
+fn dtype_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::BFloat16 => "bfloat16",
+        Kind::Half => "float16",
+        _ => "float32",
+    }
+}
