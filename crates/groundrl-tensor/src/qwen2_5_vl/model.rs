@@ -47,10 +47,11 @@ impl Qwen25Vl {
     /// A randomly initialised model (transformers' init) on `device` with parameters of `kind`.
     pub fn new(config: &Qwen25VlConfig, device: Device, kind: Kind) -> Self {
         let mut vs = nn::VarStore::new(device);
+        // Set before any variable exists, so parameters are created in `kind` (no f32 copy on the device).
+        vs.set_kind(kind);
         let root = vs.root();
         let vision = VisionTower::new(root.sub("visual"), &config.vision);
         let text = TextModel::new(&root, &config.text, config.tie_word_embeddings);
-        vs.set_kind(kind);
         Self { config: config.clone(), vs, vision, text }
     }
 

@@ -1,0 +1,158 @@
+//! Built-in model shapes: the released Qwen2.5-VL-3B (for benchmarks on random weights, since no
+//! weights can be downloaded here) and `tiny`, small enough to train on a CPU in tests and the demo.
+
+use super::config::{Qwen25VlConfig, TextConfig, VisionConfig};
+
+/// Token ids the model config must name; they come from the tokenizer the preset ships with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpecialIds {
+    pub vocab_size: i64,
+    pub image: i64,
+    pub video: i64,
+    pub vision_start: i64,
+    pub vision_end: i64,
+    pub endoftext: i64,
+    pub im_end: i64,
+}
+
+/// Qwen's real ids (semantics.md §2), used by the 3B shape.
+pub const QWEN_IDS: SpecialIds = SpecialIds {
+    vocab_size: 151936,
+    image: 151655,
+    video: 151656,
+    vision_start: 151652,
+    vision_end: 151653,
+    endoftext: 151643,
+    im_end: 151645,
+};
+
+/// Qwen2.5-VL-3B-Instruct's shape: about 3.75B parameters, tied embeddings.
+pub fn qwen2_5_vl_3b() -> Qwen25VlConfig {
+    with_ids(
+        QWEN_IDS,
+        TextConfig {
+            vocab_size: 0,
+            hidden_size: 2048,
+            intermediate_size: 11008,
+            num_hidden_layers: 36,
+            num_attention_heads: 16,
+            num_key_value_heads: 2,
+            rms_norm_eps: 1e-6,
+            rope_theta: 1_000_000.0,
+            mrope_section: vec![16, 24, 24],
+            max_position_embeddings: 128_000,
+            bos_token_id: None,
+            eos_token_ids: vec![],
+            pad_token_id: None,
+        },
+        VisionConfig {
+            depth: 32,
+            hidden_size: 1280,
+            intermediate_size: 3420,
+            num_heads: 16,
+            in_channels: 3,
+            patch_size: 14,
+            temporal_patch_size: 2,
+            spatial_merge_size: 2,
+            window_size: 112,
+            out_hidden_size: 2048,
+            fullatt_block_indexes: vec![7, 15, 23, 31],
+            tokens_per_second: 2,
+            rope_theta: 10000.0,
+        },
+        true,
+    )
+}
+
+/// A few-million-parameter model with the real architecture (window and full-attention vision blocks,
+/// GQA, M-RoPE), sized to learn the synthetic grounding tasks on a CPU.
+pub fn tiny(ids: SpecialIds) -> Qwen25VlConfig {
+    with_ids(
+        ids,
+        TextConfig {
+            vocab_size: 0,
+            hidden_size: 128,
+            intermediate_size: 384,
+            num_hidden_layers: 4,
+            num_attention_heads: 4,
+            num_key_value_heads: 2,
+            rms_norm_eps: 1e-6,
+            rope_theta: 10_000.0,
+            mrope_section: vec![4, 6, 6],
+            max_position_embeddings: 4096,
+            bos_token_id: None,
+            eos_token_ids: vec![],
+            pad_token_id: None,
+        },
+        VisionConfig {
+            depth: 4,
+            hidden_size: 64,
+            intermediate_size: 128,
+            num_heads: 2,
+            in_channels: 3,
+            patch_size: 14,
+            temporal_patch_size: 2,
+            spatial_merge_size: 2,
+            window_size: 112,
+            out_hidden_size: 128,
+            fullatt_block_indexes: vec![1, 3],
+            tokens_per_second: 2,
+            rope_theta: 10000.0,
+        },
+        true,
+    )
+}
+
+fn with_ids(ids: SpecialIds, mut text: TextConfig, vision: VisionConfig, tied: bool) -> Qwen25VlConfig {
+    text.vocab_size = ids.vocab_size;
+    text.bos_token_id = Some(ids.endoftext);
+    text.eos_token_ids = vec![ids.im_end];
+    text.pad_token_id = Some(ids.endoftext);
+    Qwen25VlConfig {
+        text,
+        vision,
+        image_token_id: ids.image,
+        video_token_id: ids.video,
+        vision_start_token_id: ids.vision_start,
+        vision_end_token_id: ids.vision_end,
+        tie_word_embeddings: tied,
+    }
+}
+
+/// Parameter count of a config, computed from the shapes (no model built).
+pub fn parameter_count(c: &Qwen25VlConfig) -> i64 {
+    let (t, v) = (&c.text, &c.vision);
+    let kv = t.num_key_value_heads * t.head_dim();
+    let attn = t.hidden_size * (t.hidden_size + 2 * kv) + (t.hidden_size + 2 * kv) + t.hidden_size * t.hidden_size;
+    let layer = attn + 3 * t.hidden_size * t.intermediate_size + 2 * t.hidden_size;
+    let heads = if c.tie_word_embeddings { 1 } else { 2 };
+    let text = t.num_hidden_layers * layer + heads * t.vocab_size * t.hidden_size + t.hidden_size;
+    let vh = v.hidden_size;
+    let block = 3 * vh * vh + 3 * vh + vh * vh + vh + 3 * vh * v.intermediate_size + 2 * v.intermediate_size + vh + 2 * vh;
+    let merged = vh * v.spatial_merge_size * v.spatial_merge_size;
+    let merger = vh + merged * merged + merged + merged * v.out_hidden_size + v.out_hidden_size;
+    text + v.depth * block + v.patch_dim() * vh + merger
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_3b_shape_is_valid_and_has_about_3_75b_parameters() {
+        let c = qwen2_5_vl_3b();
+        c.validate().unwrap();
+        let n = parameter_count(&c);
+        // semantics.md §2: "About 3.75B parameters in all".
+        assert!((3_700_000_000..3_800_000_000).contains(&n), "{n}");
+    }
+
+    #[test]
+    fn tiny_is_valid_with_small_ids() {
+        let ids = SpecialIds { vocab_size: 600, image: 590, video: 591, vision_start: 588, vision_end: 589, endoftext: 585, im_end: 587 };
+        let c = tiny(ids);
+        c.validate().unwrap();
+        assert_eq!(c.text.eos_token_ids, vec![587]);
+        assert!(parameter_count(&c) < 5_000_000);
+    }
+}
