@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The GPU machine's measurement session for the Qwen2.5-VL model, in one go:
+#   1. the tiny HF goldens regenerated there (CPU and CUDA) and compared with the committed ones;
+#   2. bf16 logits parity with transformers on the full 3B shape (random init, one 1262-token screenshot);
+#   3. forward and training-step time and device memory of the 3B shape.
+# It expects the GPU build of the CLI at .device/groundrl (scripts/gpu/build.sh makes it) and writes a
+# short table at the end. Usage on the GPU machine: bash scripts/gpu/run.sh
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+py=${PYTHON:-/opt/torch/.venv/bin/python}
+torch_lib=$($py -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
+export LD_LIBRARY_PATH=$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+bin=$root/.device/groundrl
+work=${WORK:-/tmp/groundrl-gpu}
+out=${OUT:-$work/out}
+mkdir -p "$work" "$out"
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+
+echo "== 1. tiny goldens on this machine (cpu, cuda) vs committed"
+for dev in cpu cuda; do
+  $py "$root/scripts/goldens/qwen2_5_vl.py" --out "$work/goldens-$dev" --device "$dev" 2>&1 | grep -E "tiny_|transformers"
+done
+$py - "$root/crates/groundrl-tensor/tests/fixtures/qwen2_5_vl" "$work" <<'EOF'
+import sys
+from safetensors.torch import load_file
+committed, work = sys.argv[1], sys.argv[2]
+for name in ["tiny_a", "tiny_b"]:
+    ref = load_file(f"{committed}/{name}/expected.safetensors")
+    for dev in ["cpu", "cuda"]:
+        new = load_file(f"{work}/goldens-{dev}/{name}/expected.safetensors")
+        diffs = {k: (ref[k].double() - new[k].double()).abs().max().item() for k in ref}
+        print(f"{name} regenerated on {dev}: max |diff| vs committed {diffs}")
+EOF
+
+echo "== 2. 3B bf16 parity"
+"$bin" model init --preset 3b --out "$work/q3b" --dtype bf16 --device cuda || exit 1
+$py "$root/scripts/gpu/qwen2_5_vl_3b_parity.py" --model "$work/q3b" --work "$work" || exit 1
+"$bin" model logits --model "$work/q3b" --inputs "$work/inputs.safetensors" --out "$work/ours_logits.safetensors" \
+  --dtype bf16 --device cuda || exit 1
+$py "$root/scripts/gpu/qwen2_5_vl_3b_parity.py" --model "$work/q3b" --work "$work" --compare | tee "$out/parity_3b.json"
+
+echo "== 3. 3B speed and memory (one process per phase)"
+bench() { "$bin" model bench --preset 3b --dtype bf16 --device cuda "$@" | tee -a "$out/bench_3b.jsonl"; }
+bench --phase forward --rows 8
+bench --phase forward --rows 64
+bench --phase train --rows 4 --freeze-vision
+bench --phase train-checkpoint --rows 8 --freeze-vision
+bench --phase train-checkpoint --rows 8
+bench --phase train --rows 1
