@@ -29,6 +29,9 @@ enum Command {
     /// Datasets: convert benchmarks to samples (JSONL, verl Parquet), split, subsample.
     #[command(subcommand)]
     Data(commands::data::DataCommand),
+    /// Qwen2.5-VL models on libtorch: make (random init), run for logits, benchmark.
+    #[command(subcommand)]
+    Model(commands::model::ModelCommand),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +42,7 @@ fn main() -> ExitCode {
         Command::Eval(cmd) => commands::eval::run(cmd),
         Command::Synth(args) => commands::synth::run(args),
         Command::Data(cmd) => commands::data::run(cmd),
+        Command::Model(cmd) => commands::model::run(cmd),
     };
     match result {
         Ok(code) => code,

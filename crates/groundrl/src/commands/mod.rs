@@ -1,5 +1,6 @@
 pub mod data;
 pub mod eval;
+pub mod model;
 pub mod reward;
 pub mod smart_resize;
 pub mod synth;

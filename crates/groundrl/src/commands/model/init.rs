@@ -1,0 +1,42 @@
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::bail;
+use groundrl_tensor::qwen2_5_vl::{Qwen25Vl, presets};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// `3b`: Qwen2.5-VL-3B's shape (config and weights only: no tokenizer can be shipped for it).
+    #[arg(long)]
+    preset: String,
+    /// Folder to write (created if missing).
+    #[arg(long)]
+    out: PathBuf,
+    #[arg(long, default_value_t = 0)]
+    seed: i64,
+    #[arg(long, default_value = "f32")]
+    dtype: String,
+    /// Where the random weights are made (`cuda` is much faster for the 3B shape).
+    #[arg(long, default_value = "cpu")]
+    device: String,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let kind = super::parse_dtype(&args.dtype)?;
+    let device = super::parse_device(&args.device)?;
+    let config = match args.preset.as_str() {
+        "3b" => presets::qwen2_5_vl_3b(),
+        other => bail!("unknown preset {other:?}: use 3b"),
+    };
+    groundrl_tensor::tch::manual_seed(args.seed);
+    let model = Qwen25Vl::new(&config, device, kind);
+    model.save(&args.out)?;
+    eprintln!(
+        "{} ({} parameters, {:?}) written to {}",
+        args.preset,
+        presets::parameter_count(&config),
+        kind,
+        args.out.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
