@@ -40,13 +40,23 @@ impl StepShape {
 /// completion tokens to score.
 pub fn synthetic_batch(config: &Qwen25VlConfig, shape: &StepShape, seed: u64) -> (Batch, Tensor) {
     let mut rng = groundrl_core::rng::SplitMix64::new(seed);
-    let text_ids = config.vision_start_token_id.min(config.image_token_id).min(config.text.vocab_size);
-    let mut text = |n: i64| (0..n).map(|_| rng.below(text_ids as u64) as i64).collect::<Vec<i64>>();
+    let text_ids = config
+        .vision_start_token_id
+        .min(config.image_token_id)
+        .min(config.text.vocab_size);
+    let mut text = |n: i64| {
+        (0..n)
+            .map(|_| rng.below(text_ids as u64) as i64)
+            .collect::<Vec<i64>>()
+    };
     let mut rows = Vec::new();
     for _ in 0..shape.rows {
         let mut row = text(shape.prompt_text);
         row.push(config.vision_start_token_id);
-        row.extend(std::iter::repeat_n(config.image_token_id, shape.image_tokens(config) as usize));
+        row.extend(std::iter::repeat_n(
+            config.image_token_id,
+            shape.image_tokens(config) as usize,
+        ));
         row.push(config.vision_end_token_id);
         row.extend(text(shape.completion));
         rows.push(row);
@@ -56,7 +66,9 @@ pub fn synthetic_batch(config: &Qwen25VlConfig, shape: &StepShape, seed: u64) ->
     let pixel_values = Tensor::randn([patches, config.vision.patch_dim()], (Kind::Float, Device::Cpu));
     let len = shape.row_len(config);
     let scored = Tensor::zeros([shape.rows, len], (Kind::Bool, Device::Cpu));
-    let _ = scored.narrow(1, len - shape.completion, shape.completion).fill_(1);
+    let _ = scored
+        .narrow(1, len - shape.completion, shape.completion)
+        .fill_(1);
     let batch = Batch {
         input_ids: rows,
         attention_mask: None,
@@ -68,7 +80,11 @@ pub fn synthetic_batch(config: &Qwen25VlConfig, shape: &StepShape, seed: u64) ->
 
 /// Milliseconds of one call of `f`, after waiting for the device to finish (median of `iters` runs
 /// after one warm-up).
-pub fn time_ms(device: Device, iters: usize, mut f: impl FnMut() -> Result<(), ModelError>) -> Result<f64, ModelError> {
+pub fn time_ms(
+    device: Device,
+    iters: usize,
+    mut f: impl FnMut() -> Result<(), ModelError>,
+) -> Result<f64, ModelError> {
     f()?;
     synchronize(device);
     let mut times = Vec::with_capacity(iters);
@@ -95,7 +111,12 @@ pub fn forward(model: &Qwen25Vl, batch: &Batch) -> Result<(), ModelError> {
 
 /// One training step's compute: forward with a graph, log-probs of the scored tokens (chunked), a
 /// mean log-prob loss, backward into the parameters' gradients (which are then cleared).
-pub fn train_step(model: &Qwen25Vl, batch: &Batch, scored: &Tensor, checkpoint: bool) -> Result<(), ModelError> {
+pub fn train_step(
+    model: &Qwen25Vl,
+    batch: &Batch,
+    scored: &Tensor,
+    checkpoint: bool,
+) -> Result<(), ModelError> {
     let run = model.training_forward(batch, checkpoint)?;
     let logprobs = logprobs_at(&model.text, &run.hidden, &run.prepared.ids, scored, 4096)?;
     let loss = -logprobs.sum(Kind::Float) / scored.sum(Kind::Float).to_device(logprobs.device());

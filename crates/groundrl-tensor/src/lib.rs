@@ -4,6 +4,8 @@
 //! - [`processor`]: what turns a chat with images into model inputs exactly as HF's processor does
 //!   (image preprocessing, tokenizer, chat template).
 
+pub mod attention;
+pub mod bench;
 pub mod processor;
 pub mod qwen2_5_vl;
 

@@ -1,14 +1,19 @@
 //! Qwen2.5-VL on libtorch: configuration, checkpoint tensors, the vision tower and the M-RoPE decoder.
 
 pub mod config;
+pub mod model;
+pub mod presets;
 pub mod rope_index;
 pub mod text;
+pub mod training;
+pub mod vision;
 pub mod weights;
 
 use std::fmt::Display;
 use std::path::Path;
 
 pub use config::{Qwen25VlConfig, TextConfig, VisionConfig};
+pub use model::{Batch, Qwen25Vl};
 
 /// What can go wrong loading, saving or running the model; each names the file, tensor or input at fault.
 #[derive(Debug, thiserror::Error)]

@@ -52,7 +52,12 @@ impl Qwen25Vl {
         let root = vs.root();
         let vision = VisionTower::new(root.sub("visual"), &config.vision);
         let text = TextModel::new(&root, &config.text, config.tie_word_embeddings);
-        Self { config: config.clone(), vs, vision, text }
+        Self {
+            config: config.clone(),
+            vs,
+            vision,
+            text,
+        }
     }
 
     /// Loads `config.json` and the safetensors checkpoint of an HF folder.
@@ -98,7 +103,10 @@ impl Qwen25Vl {
     }
 
     fn vision_trainable(&self) -> bool {
-        self.vs.variables().iter().any(|(name, var)| name.starts_with("visual.") && var.requires_grad())
+        self.vs
+            .variables()
+            .iter()
+            .any(|(name, var)| name.starts_with("visual.") && var.requires_grad())
     }
 
     fn rope_spec(&self) -> RopeSpec {
@@ -118,21 +126,40 @@ impl Qwen25Vl {
         let ids = Tensor::from_slice(&flat).view([rows, len]).to_device(device);
         let mut embeds = self.text.embed(&ids);
         if let Some(pixels) = &batch.pixel_values {
-            let features = self.image_features(pixels, &batch.image_grids)?.to_kind(embeds.kind());
+            let features = self
+                .image_features(pixels, &batch.image_grids)?
+                .to_kind(embeds.kind());
             embeds = self.place_features(&ids, embeds, &features)?;
         }
-        let rope = RopeIndex::new(&self.rope_spec(), &batch.input_ids, batch.attention_mask.as_deref(), &batch.image_grids, &[], &[])?;
+        let rope = RopeIndex::new(
+            &self.rope_spec(),
+            &batch.input_ids,
+            batch.attention_mask.as_deref(),
+            &batch.image_grids,
+            &[],
+            &[],
+        )?;
         let positions: Vec<i64> = rope.positions.iter().flat_map(|c| c.concat()).collect();
-        let positions = Tensor::from_slice(&positions).view([3, rows, len]).to_device(device);
+        let positions = Tensor::from_slice(&positions)
+            .view([3, rows, len])
+            .to_device(device);
         let rotary = Rotary::new(&self.config.text, &positions, embeds.kind());
         let mask = match &batch.attention_mask {
             Some(m) if m.iter().flatten().any(|&v| v == 0) => {
-                let m = Tensor::from_slice(&m.concat()).view([rows, len]).to_device(device);
+                let m = Tensor::from_slice(&m.concat())
+                    .view([rows, len])
+                    .to_device(device);
                 AttentionMask::causal_with_padding(&m)
             }
             _ => AttentionMask::Causal,
         };
-        Ok(Prepared { ids, embeds, rotary, mask, rope })
+        Ok(Prepared {
+            ids,
+            embeds,
+            rotary,
+            mask,
+            rope,
+        })
     }
 
     /// The vision tower's merged features (images' tokens, hidden), without a graph when it is frozen.
@@ -180,14 +207,26 @@ impl Qwen25Vl {
 }
 
 /// See [`Qwen25Vl::token_logprobs`]; `hidden` are final normed hidden states (B, L, hidden).
-pub fn logprobs_at(text: &TextModel, hidden: &Tensor, ids: &Tensor, scored: &Tensor, chunk: i64) -> Result<Tensor, ModelError> {
+pub fn logprobs_at(
+    text: &TextModel,
+    hidden: &Tensor,
+    ids: &Tensor,
+    scored: &Tensor,
+    chunk: i64,
+) -> Result<Tensor, ModelError> {
     let (rows, len) = (ids.size()[0], ids.size()[1]);
     if scored.size() != [rows, len] {
-        return Err(ModelError::Input(format!("scored mask has shape {:?}, ids {:?}", scored.size(), ids.size())));
+        return Err(ModelError::Input(format!(
+            "scored mask has shape {:?}, ids {:?}",
+            scored.size(),
+            ids.size()
+        )));
     }
     let scored = scored.to_device(ids.device()).to_kind(Kind::Bool);
     if scored.narrow(1, 0, 1).any().int64_value(&[]) != 0 {
-        return Err(ModelError::Input("the first token of a row has no prediction to score".into()));
+        return Err(ModelError::Input(
+            "the first token of a row has no prediction to score".into(),
+        ));
     }
     // Token (b, i) is predicted by hidden (b, i - 1): flatten and pick those rows.
     let targets_at = scored.view([-1]).nonzero().squeeze_dim(1);
@@ -201,13 +240,23 @@ pub fn logprobs_at(text: &TextModel, hidden: &Tensor, ids: &Tensor, scored: &Ten
     while start < n {
         let size = chunk.min(n - start);
         let logits = text.logits(&h.narrow(0, start, size)).to_kind(Kind::Float);
-        let logprobs = logits.log_softmax(-1, Kind::Float).gather(1, &targets.narrow(0, start, size).unsqueeze(1), false);
+        let logprobs = logits.log_softmax(-1, Kind::Float).gather(
+            1,
+            &targets.narrow(0, start, size).unsqueeze(1),
+            false,
+        );
         parts.push(logprobs.squeeze_dim(1));
         start += size;
     }
-    let values = if parts.is_empty() { Tensor::zeros([0], (Kind::Float, ids.device())) } else { Tensor::cat(&parts, 0) };
+    let values = if parts.is_empty() {
+        Tensor::zeros([0], (Kind::Float, ids.device()))
+    } else {
+        Tensor::cat(&parts, 0)
+    };
     let out = Tensor::zeros([rows * len], (Kind::Float, ids.device()));
-    Ok(out.index_put(&[Some(targets_at)], &values, false).view([rows, len]))
+    Ok(out
+        .index_put(&[Some(targets_at)], &values, false)
+        .view([rows, len]))
 }
 
 fn batch_shape(batch: &Batch) -> Result<(i64, i64), ModelError> {
@@ -217,7 +266,10 @@ fn batch_shape(batch: &Batch) -> Result<(i64, i64), ModelError> {
         return Err(ModelError::Input("empty batch".into()));
     }
     if let Some(bad) = batch.input_ids.iter().position(|r| r.len() != len) {
-        return Err(ModelError::Input(format!("row {bad} has {} tokens, row 0 has {len}", batch.input_ids[bad].len())));
+        return Err(ModelError::Input(format!(
+            "row {bad} has {} tokens, row 0 has {len}",
+            batch.input_ids[bad].len()
+        )));
     }
     Ok((rows as i64, len as i64))
 }

@@ -123,12 +123,20 @@ fn with_ids(ids: SpecialIds, mut text: TextConfig, vision: VisionConfig, tied: b
 pub fn parameter_count(c: &Qwen25VlConfig) -> i64 {
     let (t, v) = (&c.text, &c.vision);
     let kv = t.num_key_value_heads * t.head_dim();
-    let attn = t.hidden_size * (t.hidden_size + 2 * kv) + (t.hidden_size + 2 * kv) + t.hidden_size * t.hidden_size;
+    let attn =
+        t.hidden_size * (t.hidden_size + 2 * kv) + (t.hidden_size + 2 * kv) + t.hidden_size * t.hidden_size;
     let layer = attn + 3 * t.hidden_size * t.intermediate_size + 2 * t.hidden_size;
     let heads = if c.tie_word_embeddings { 1 } else { 2 };
     let text = t.num_hidden_layers * layer + heads * t.vocab_size * t.hidden_size + t.hidden_size;
     let vh = v.hidden_size;
-    let block = 3 * vh * vh + 3 * vh + vh * vh + vh + 3 * vh * v.intermediate_size + 2 * v.intermediate_size + vh + 2 * vh;
+    let block = 3 * vh * vh
+        + 3 * vh
+        + vh * vh
+        + vh
+        + 3 * vh * v.intermediate_size
+        + 2 * v.intermediate_size
+        + vh
+        + 2 * vh;
     let merged = vh * v.spatial_merge_size * v.spatial_merge_size;
     let merger = vh + merged * merged + merged + merged * v.out_hidden_size + v.out_hidden_size;
     text + v.depth * block + v.patch_dim() * vh + merger
@@ -149,7 +157,15 @@ mod tests {
 
     #[test]
     fn tiny_is_valid_with_small_ids() {
-        let ids = SpecialIds { vocab_size: 600, image: 590, video: 591, vision_start: 588, vision_end: 589, endoftext: 585, im_end: 587 };
+        let ids = SpecialIds {
+            vocab_size: 600,
+            image: 590,
+            video: 591,
+            vision_start: 588,
+            vision_end: 589,
+            endoftext: 585,
+            im_end: 587,
+        };
         let c = tiny(ids);
         c.validate().unwrap();
         assert_eq!(c.text.eos_token_ids, vec![587]);

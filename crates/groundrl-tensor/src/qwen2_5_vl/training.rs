@@ -35,23 +35,42 @@ struct Checkpoint {
 impl Qwen25Vl {
     /// Runs the model for a training step; `checkpoint` trades a second forward of each decoder
     /// block during backward for not keeping its activations.
-    pub fn training_forward(&self, batch: &Batch, checkpoint: bool) -> Result<TrainingForward<'_>, ModelError> {
+    pub fn training_forward(
+        &self,
+        batch: &Batch,
+        checkpoint: bool,
+    ) -> Result<TrainingForward<'_>, ModelError> {
         let prepared = self.prepare(batch)?;
         if !checkpoint {
-            let hidden = self.text.forward(&prepared.embeds, &prepared.rotary, &prepared.mask);
-            return Ok(TrainingForward { model: self, hidden, prepared, checkpoint: None });
+            let hidden = self
+                .text
+                .forward(&prepared.embeds, &prepared.rotary, &prepared.mask);
+            return Ok(TrainingForward {
+                model: self,
+                hidden,
+                prepared,
+                checkpoint: None,
+            });
         }
         let mut block_inputs = Vec::with_capacity(self.text.layers.len());
         let last = tch::no_grad(|| {
-            self.text.layers.iter().fold(prepared.embeds.detach(), |x, layer| {
-                let out = layer.forward(&x, &prepared.rotary, &prepared.mask);
-                block_inputs.push(x);
-                out
-            })
+            self.text
+                .layers
+                .iter()
+                .fold(prepared.embeds.detach(), |x, layer| {
+                    let out = layer.forward(&x, &prepared.rotary, &prepared.mask);
+                    block_inputs.push(x);
+                    out
+                })
         })
         .set_requires_grad(true);
         let hidden = self.text.final_norm(&last);
-        Ok(TrainingForward { model: self, hidden, prepared, checkpoint: Some(Checkpoint { block_inputs, last }) })
+        Ok(TrainingForward {
+            model: self,
+            hidden,
+            prepared,
+            checkpoint: Some(Checkpoint { block_inputs, last }),
+        })
     }
 }
 

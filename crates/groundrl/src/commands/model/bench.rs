@@ -70,15 +70,24 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             Qwen25Vl::new(&config, device, kind)
         }
     };
-    let shape = StepShape { rows: args.rows, grid: parse_grid(&args.grid)?, prompt_text: args.prompt_text, completion: args.completion };
+    let shape = StepShape {
+        rows: args.rows,
+        grid: parse_grid(&args.grid)?,
+        prompt_text: args.prompt_text,
+        completion: args.completion,
+    };
     let (batch, scored) = bench::synthetic_batch(&model.config, &shape, 0);
     if args.freeze_vision {
         model.set_vision_trainable(false);
     }
     let ms = match args.phase.as_str() {
         "forward" => bench::time_ms(device, args.iters, || bench::forward(&model, &batch))?,
-        "train" => bench::time_ms(device, args.iters, || bench::train_step(&model, &batch, &scored, false))?,
-        "train-checkpoint" => bench::time_ms(device, args.iters, || bench::train_step(&model, &batch, &scored, true))?,
+        "train" => bench::time_ms(device, args.iters, || {
+            bench::train_step(&model, &batch, &scored, false)
+        })?,
+        "train-checkpoint" => bench::time_ms(device, args.iters, || {
+            bench::train_step(&model, &batch, &scored, true)
+        })?,
         other => bail!("unknown phase {other:?}: use forward, train or train-checkpoint"),
     };
     let tokens_per_row = shape.row_len(&model.config);

@@ -31,7 +31,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let model = Qwen25Vl::load(&args.model, device, kind)?;
     let batch = read_batch(&args.inputs)?;
     let logits = groundrl_tensor::tch::no_grad(|| model.logits(&batch))?;
-    let logits = logits.to_kind(Kind::Float).to_device(groundrl_tensor::tch::Device::Cpu);
+    let logits = logits
+        .to_kind(Kind::Float)
+        .to_device(groundrl_tensor::tch::Device::Cpu);
     Tensor::write_safetensors(&[("logits", &logits)], &args.out)
         .with_context(|| format!("writing {}", args.out.display()))?;
     eprintln!("logits {:?} written to {}", logits.size(), args.out.display());
@@ -45,16 +47,25 @@ fn read_batch(path: &PathBuf) -> anyhow::Result<Batch> {
         .collect();
     let rows = |t: &Tensor| -> anyhow::Result<Vec<Vec<i64>>> {
         if t.dim() != 2 {
-            bail!("{}: expected a (B, L) tensor, found shape {:?}", path.display(), t.size());
+            bail!(
+                "{}: expected a (B, L) tensor, found shape {:?}",
+                path.display(),
+                t.size()
+            );
         }
         Ok(Vec::<Vec<i64>>::try_from(&t.to_kind(Kind::Int64))?)
     };
-    let input_ids = named.remove("input_ids").with_context(|| format!("{}: no `input_ids`", path.display()))?;
+    let input_ids = named
+        .remove("input_ids")
+        .with_context(|| format!("{}: no `input_ids`", path.display()))?;
     let attention_mask = named.remove("attention_mask").map(|m| rows(&m)).transpose()?;
     let image_grids = match named.remove("image_grid_thw") {
         Some(g) => Vec::<Vec<i64>>::try_from(&g.to_kind(Kind::Int64))?
             .into_iter()
-            .map(|g| <[i64; 3]>::try_from(g).map_err(|g| anyhow::anyhow!("image_grid_thw row {g:?} is not 3 values")))
+            .map(|g| {
+                <[i64; 3]>::try_from(g)
+                    .map_err(|g| anyhow::anyhow!("image_grid_thw row {g:?} is not 3 values"))
+            })
             .collect::<anyhow::Result<_>>()?,
         None => vec![],
     };

@@ -48,7 +48,9 @@ pub(crate) fn parse_device(name: &str) -> anyhow::Result<Device> {
         },
     };
     if device.is_cuda() && !groundrl_tensor::tch::Cuda::is_available() {
-        bail!("device {name} asked for, but CUDA is not available (build with --features cuda on a GPU machine)");
+        bail!(
+            "device {name} asked for, but CUDA is not available (build with --features cuda on a GPU machine)"
+        );
     }
     Ok(device)
 }

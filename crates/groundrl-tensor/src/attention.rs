@@ -1,0 +1,242 @@
+//! Variable-length, non-causal attention over packed sequences, on libtorch's fused attention.
+//!
+//! Vision towers attend within many short segments of one packed token sequence: Qwen2.5-VL's windows
+//! (about a hundred 64-patch windows per screenshot, in 28 of its 32 blocks) and whole images in the
+//! others. One `scaled_dot_product_attention` call per segment would cost thousands of kernel launches
+//! per image; one call over the whole sequence with a block-diagonal mask would do quadratic work and
+//! rule out the flash kernels, which take no mask. Segments of equal length, though, stack into one
+//! batch: [`SegmentPlan`] groups them by length, gathers each group's rows into a `(count, heads, len,
+//! head_dim)` batch and runs one SDPA call per distinct length (libtorch then picks the flash or
+//! memory-efficient kernel on the GPU), and scatters the results back. Windows come in at most four
+//! lengths (full, cut at the right edge, at the bottom, or both), so a block costs a handful of calls.
+
+use tch::{Device, Kind, Tensor};
+
+use crate::qwen2_5_vl::ModelError;
+
+/// Segments of one length, stacked into one attention batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Group {
+    len: i64,
+    count: i64,
+}
+
+/// How to run attention within given segments of a packed sequence: the grouping by length and the
+/// row permutations, worked out once on the host and reused by every layer that attends the same way.
+#[derive(Debug)]
+pub struct SegmentPlan {
+    groups: Vec<Group>,
+    total: i64,
+    /// Packed rows in group order (each group's segments back to back); `None` when that is the
+    /// identity, so no gather is needed.
+    gather: Option<Tensor>,
+    /// The inverse of `gather`: where each packed row's output sits in group order.
+    scatter: Option<Tensor>,
+}
+
+impl SegmentPlan {
+    /// Plans attention within consecutive segments of these lengths (in rows); empty segments are
+    /// skipped. Index tensors are made on `device`.
+    pub fn new(segment_lengths: &[i64], device: Device) -> Result<Self, ModelError> {
+        if let Some(bad) = segment_lengths.iter().find(|&&len| len < 0) {
+            return Err(ModelError::Input(format!(
+                "attention segment length {bad} is negative"
+            )));
+        }
+        let groups = group_by_length(segment_lengths);
+        let order = group_order(segment_lengths, &groups);
+        let total = order.len() as i64;
+        let identity = order.iter().enumerate().all(|(i, &row)| i as i64 == row);
+        let (gather, scatter) = if identity {
+            (None, None)
+        } else {
+            let mut inverse = vec![0i64; order.len()];
+            for (position, &row) in order.iter().enumerate() {
+                inverse[row as usize] = position as i64;
+            }
+            (
+                Some(index_tensor(&order, device)?),
+                Some(index_tensor(&inverse, device)?),
+            )
+        };
+        Ok(Self {
+            groups,
+            total,
+            gather,
+            scatter,
+        })
+    }
+
+    /// Fused attention calls one [`SegmentPlan::attend`] makes: one per distinct segment length.
+    pub fn sdpa_calls(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// Attention of each row to the rows of its own segment, softmax scaled by 1/sqrt(head_dim).
+    /// `q`, `k`, `v`: (total rows, heads, head_dim), one dtype; returns the same shape.
+    pub fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor, ModelError> {
+        let shape = q.size();
+        let [rows, heads, head_dim] = shape[..] else {
+            return Err(ModelError::Input(format!(
+                "attention wants (rows, heads, head_dim), got {shape:?}"
+            )));
+        };
+        if rows != self.total || k.size() != shape || v.size() != shape {
+            return Err(ModelError::Input(format!(
+                "attention over {} rows got q {shape:?}, k {:?}, v {:?}",
+                self.total,
+                k.size(),
+                v.size()
+            )));
+        }
+        let gathered = |t: &Tensor| match &self.gather {
+            Some(index) => t.f_index_select(0, index),
+            None => Ok(t.shallow_clone()),
+        };
+        let (q, k, v) = (gathered(q)?, gathered(k)?, gathered(v)?);
+        let mut outputs = Vec::with_capacity(self.groups.len());
+        let mut start = 0;
+        for group in &self.groups {
+            let rows = group.len * group.count;
+            let batch = |t: &Tensor| -> Result<Tensor, ModelError> {
+                let slice = t.f_narrow(0, start, rows)?;
+                Ok(slice
+                    .f_reshape([group.count, group.len, heads, head_dim])?
+                    .f_transpose(1, 2)?)
+            };
+            let out = Tensor::f_scaled_dot_product_attention(
+                &batch(&q)?,
+                &batch(&k)?,
+                &batch(&v)?,
+                None::<Tensor>,
+                0.0,
+                false,
+                None,
+                false,
+            )?;
+            outputs.push(out.f_transpose(1, 2)?.f_reshape([rows, heads, head_dim])?);
+            start += rows;
+        }
+        let packed = match outputs.len() {
+            0 => return Ok(q.f_zeros_like()?),
+            1 => outputs.pop().expect("one output"),
+            _ => Tensor::f_cat(&outputs, 0)?,
+        };
+        match &self.scatter {
+            Some(index) => Ok(packed.f_index_select(0, index)?),
+            None => Ok(packed),
+        }
+    }
+}
+
+/// Attention within consecutive segments of these lengths; see [`SegmentPlan`] to reuse the plan.
+pub fn varlen_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    segment_lengths: &[i64],
+) -> Result<Tensor, ModelError> {
+    SegmentPlan::new(segment_lengths, q.device())?.attend(q, k, v)
+}
+
+/// Distinct non-zero lengths in order of first appearance (so that segments of distinct lengths, like
+/// whole images, keep their packed order and need no gather), with how many segments have each.
+fn group_by_length(segment_lengths: &[i64]) -> Vec<Group> {
+    let mut groups: Vec<Group> = Vec::new();
+    for &len in segment_lengths.iter().filter(|&&len| len > 0) {
+        match groups.iter_mut().find(|g| g.len == len) {
+            Some(group) => group.count += 1,
+            None => groups.push(Group { len, count: 1 }),
+        }
+    }
+    groups
+}
+
+/// Packed row indices listed group by group, each group's segments in packed order.
+fn group_order(segment_lengths: &[i64], groups: &[Group]) -> Vec<i64> {
+    let mut starts = Vec::with_capacity(segment_lengths.len());
+    let mut start = 0;
+    for &len in segment_lengths {
+        starts.push(start);
+        start += len;
+    }
+    let mut order = Vec::with_capacity(start as usize);
+    for group in groups {
+        for (&len, &first) in segment_lengths.iter().zip(&starts) {
+            if len == group.len {
+                order.extend(first..first + len);
+            }
+        }
+    }
+    order
+}
+
+fn index_tensor(values: &[i64], device: Device) -> Result<Tensor, ModelError> {
+    Ok(Tensor::f_from_slice(values)?
+        .f_to_device(device)?
+        .f_to_kind(Kind::Int64)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Softmax attention written out for one segment at a time, as the reference.
+    fn naive(q: &Tensor, k: &Tensor, v: &Tensor, lengths: &[i64]) -> Tensor {
+        let scale = 1.0 / (q.size()[2] as f64).sqrt();
+        let mut outputs = Vec::new();
+        let mut start = 0;
+        for &len in lengths {
+            let [qs, ks, vs] = [q, k, v].map(|t| t.narrow(0, start, len).transpose(0, 1));
+            let weights = (qs.matmul(&ks.transpose(1, 2)) * scale).softmax(-1, Kind::Float);
+            outputs.push(weights.matmul(&vs).transpose(0, 1));
+            start += len;
+        }
+        Tensor::cat(&outputs, 0)
+    }
+
+    fn random_qkv(rows: i64) -> [Tensor; 3] {
+        tch::manual_seed(7);
+        [(); 3].map(|_| Tensor::randn([rows, 3, 8], (Kind::Float, Device::Cpu)))
+    }
+
+    #[test]
+    fn grouped_attention_matches_a_loop_over_segments() {
+        let lengths = [5, 3, 5, 1, 0, 3, 7, 5, 16];
+        let [q, k, v] = random_qkv(lengths.iter().sum());
+        let plan = SegmentPlan::new(&lengths, Device::Cpu).unwrap();
+        assert_eq!(plan.sdpa_calls(), 5);
+        let diff = (plan.attend(&q, &k, &v).unwrap() - naive(&q, &k, &v, &lengths))
+            .abs()
+            .max();
+        assert!(diff.double_value(&[]) < 1e-5, "max diff {diff}");
+    }
+
+    #[test]
+    fn segments_of_distinct_lengths_need_no_gather() {
+        let plan = SegmentPlan::new(&[6, 2, 4], Device::Cpu).unwrap();
+        assert!(plan.gather.is_none() && plan.scatter.is_none());
+        let [q, k, v] = random_qkv(12);
+        let diff = (plan.attend(&q, &k, &v).unwrap() - naive(&q, &k, &v, &[6, 2, 4]))
+            .abs()
+            .max();
+        assert!(diff.double_value(&[]) < 1e-5, "max diff {diff}");
+    }
+
+    #[test]
+    fn group_order_lists_equal_lengths_together() {
+        let lengths = [2, 1, 2, 1];
+        let groups = group_by_length(&lengths);
+        assert_eq!(groups, [Group { len: 2, count: 2 }, Group { len: 1, count: 2 }]);
+        assert_eq!(group_order(&lengths, &groups), [0, 1, 3, 4, 2, 5]);
+    }
+
+    #[test]
+    fn mismatched_rows_and_negative_lengths_are_errors() {
+        let [q, k, v] = random_qkv(4);
+        let err = varlen_attention(&q, &k, &v, &[2, 3]).unwrap_err().to_string();
+        assert!(err.contains("5 rows"), "{err}");
+        let err = SegmentPlan::new(&[2, -1], Device::Cpu).unwrap_err().to_string();
+        assert!(err.contains("negative"), "{err}");
+    }
+}

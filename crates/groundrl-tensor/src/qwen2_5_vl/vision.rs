@@ -1,0 +1,474 @@
+//! Qwen2.5-VL's vision tower: patch embedding, window/full-attention blocks with 2D rotary positions,
+//! and the patch merger, computing what transformers 5.17's `Qwen2_5_VisionTransformerPretrainedModel`
+//! returns as `pooler_output`.
+//!
+//! Patches arrive image by image, each image's patches grouped by `merge x merge` blocks (the processor's
+//! order). The blocks run in *window order*: merged tokens regrouped so that each attention window is a
+//! contiguous run, which is what lets [`SegmentPlan`] batch the windows. The merger's output is put back
+//! into the processor's order at the end. The integer bookkeeping for that is [`window_layout`], done on
+//! the host once per call; everything else runs on the parameters' device in their dtype (f32 or bf16),
+//! with the same f32 islands as transformers (RMSNorm statistics, rotary embedding).
+
+use tch::nn::{self, Init, LinearConfig};
+use tch::{Device, Kind, TchError, Tensor};
+
+use super::{ModelError, VisionConfig};
+use crate::attention::SegmentPlan;
+
+/// transformers' initializer_range for the tower's weights (random-init presets only).
+const INIT_STD: f64 = 0.02;
+/// transformers' epsilon for every RMSNorm in the tower.
+const NORM_EPS: f64 = 1e-6;
+
+/// Where each patch of a call goes: the window order and the attention segments, worked out on the host.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WindowLayout {
+    /// For each merged token in window order, its index in the processor's order (over all images).
+    pub merged_order: Vec<i64>,
+    /// Patches in each window, in window order: the segments of windowed attention.
+    pub window_lengths: Vec<i64>,
+    /// Patches in each frame (one per image for stills): the segments of full attention.
+    pub frame_lengths: Vec<i64>,
+    /// (row, column) of each patch in window order, in patches within its image: the rotary positions.
+    pub patch_positions: Vec<[i64; 2]>,
+}
+
+/// Patches the grids hold, after checking that each is positive and splits into merge blocks.
+pub fn patch_count(grid_thw: &[[i64; 3]], merge: i64) -> Result<i64, ModelError> {
+    let mut total = 0i64;
+    for (i, &[t, h, w]) in grid_thw.iter().enumerate() {
+        if t <= 0 || h <= 0 || w <= 0 || merge <= 0 || h % merge != 0 || w % merge != 0 {
+            return Err(ModelError::Input(format!(
+                "image {i} has grid (t, h, w) = ({t}, {h}, {w}); each must be positive and h, w \
+                 multiples of spatial_merge_size {merge}"
+            )));
+        }
+        let patches = t.checked_mul(h).and_then(|th| th.checked_mul(w));
+        total = patches
+            .and_then(|p| total.checked_add(p))
+            .ok_or_else(|| ModelError::Input(format!("image grids {grid_thw:?} overflow a patch count")))?;
+    }
+    Ok(total)
+}
+
+/// The window order of a call's patches. Each frame's `h/merge x w/merge` grid of merged tokens is cut
+/// into `window x window` tiles in raster order (tiles at the right and bottom edges are cut short; a
+/// window is `window_size / (patch_size * merge)` merged tokens across), each tile's merged tokens in
+/// raster order, frames and images one after another. Every merged token carries its `merge x merge`
+/// patches along, so windows hold whole merge blocks.
+pub fn window_layout(grid_thw: &[[i64; 3]], merge: i64, window: i64) -> Result<WindowLayout, ModelError> {
+    let patches = patch_count(grid_thw, merge)?;
+    if window <= 0 {
+        return Err(ModelError::Input(format!(
+            "attention windows of {window} merged tokens"
+        )));
+    }
+    let mut layout = WindowLayout {
+        patch_positions: Vec::with_capacity(patches as usize),
+        ..Default::default()
+    };
+    let mut frame_start = 0;
+    for &[frames, h, w] in grid_thw {
+        let (rows, cols) = (h / merge, w / merge);
+        for _ in 0..frames {
+            layout.frame_lengths.push(h * w);
+            layout.push_frame_windows(frame_start, [rows, cols], window, merge);
+            frame_start += rows * cols;
+        }
+    }
+    Ok(layout)
+}
+
+impl WindowLayout {
+    /// One frame's windows, its merged tokens numbered from `frame_start` row by row.
+    fn push_frame_windows(&mut self, frame_start: i64, [rows, cols]: [i64; 2], window: i64, merge: i64) {
+        // `window` is positive (checked by the caller), so the steps are too.
+        for top in (0..rows).step_by(window as usize) {
+            for left in (0..cols).step_by(window as usize) {
+                let tile_rows = top..(top + window).min(rows);
+                let tile_cols = left..(left + window).min(cols);
+                let tokens = (tile_rows.end - top) * (tile_cols.end - left);
+                self.window_lengths.push(tokens * merge * merge);
+                for row in tile_rows {
+                    for col in tile_cols.clone() {
+                        self.merged_order.push(frame_start + row * cols + col);
+                        self.push_block_positions(row, col, merge);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Rotary positions of one merged token's patches, in the processor's order within a merge block.
+    fn push_block_positions(&mut self, row: i64, col: i64, merge: i64) {
+        for i in 0..merge {
+            for j in 0..merge {
+                self.patch_positions.push([row * merge + i, col * merge + j]);
+            }
+        }
+    }
+
+    /// For each merged token in the processor's order, its place in window order.
+    fn inverse_order(&self) -> Vec<i64> {
+        let mut inverse = vec![0i64; self.merged_order.len()];
+        for (place, &token) in self.merged_order.iter().enumerate() {
+            inverse[token as usize] = place as i64;
+        }
+        inverse
+    }
+}
+
+/// The vision tower, its variables named as in the checkpoint relative to its path (`visual.` there).
+#[derive(Debug)]
+pub struct VisionTower {
+    /// Conv3d weight (hidden, channels, temporal, patch, patch); applied as one matmul per patch row.
+    patch_embed: Tensor,
+    blocks: Vec<Block>,
+    merger: Merger,
+    /// Whether each block attends over whole frames (else within windows).
+    full_attention: Vec<bool>,
+    hidden: i64,
+    heads: i64,
+    patch_dim: i64,
+    merge: i64,
+    /// Window edge in merged tokens.
+    window: i64,
+    rope_theta: f64,
+}
+
+impl VisionTower {
+    /// Creates the tower's variables under `p`, initialised as transformers does (normal(0, 0.02)
+    /// weights, zero biases, unit norms), in `p`'s dtype and device.
+    pub fn new(p: nn::Path, cfg: &VisionConfig) -> Self {
+        let hidden = cfg.hidden_size;
+        let dims = [
+            hidden,
+            cfg.in_channels,
+            cfg.temporal_patch_size,
+            cfg.patch_size,
+            cfg.patch_size,
+        ];
+        let patch_embed = (&p / "patch_embed" / "proj").var(
+            "weight",
+            &dims,
+            Init::Randn {
+                mean: 0.0,
+                stdev: INIT_STD,
+            },
+        );
+        let blocks = (0..cfg.depth)
+            .map(|i| Block::new(&p / "blocks" / i, cfg))
+            .collect();
+        let full_attention = (0..cfg.depth)
+            .map(|i| cfg.fullatt_block_indexes.contains(&i))
+            .collect();
+        Self {
+            patch_embed,
+            blocks,
+            merger: Merger::new(&p / "merger", cfg),
+            full_attention,
+            hidden,
+            heads: cfg.num_heads,
+            patch_dim: cfg.patch_dim(),
+            merge: cfg.spatial_merge_size,
+            window: cfg.window_size / (cfg.patch_size * cfg.spatial_merge_size),
+            rope_theta: cfg.rope_theta,
+        }
+    }
+
+    /// Merged image features, (sum over images of t*h*w / merge², out_hidden_size), image by image in
+    /// the processor's order, in the parameters' dtype. `pixel_values`: (sum of t*h*w, patch_dim) rows
+    /// as the processor makes them, any float dtype and device; `grid_thw`: each image's patch grid.
+    pub fn forward(&self, pixel_values: &Tensor, grid_thw: &[[i64; 3]]) -> Result<Tensor, ModelError> {
+        self.check_pixels(pixel_values, patch_count(grid_thw, self.merge)?)?;
+        let layout = window_layout(grid_thw, self.merge, self.window)?;
+        let device = self.patch_embed.device();
+        let unit = self.merge * self.merge;
+        let to_windows = index_tensor(&layout.merged_order, device)?;
+        let rotary = Rotary::new(
+            &layout.patch_positions,
+            self.hidden / self.heads,
+            self.rope_theta,
+            device,
+        )?;
+        let windows = SegmentPlan::new(&layout.window_lengths, device)?;
+        let frames = SegmentPlan::new(&layout.frame_lengths, device)?;
+
+        let tokens = layout.merged_order.len() as i64;
+        let mut x = self.embed(pixel_values)?.f_reshape([tokens, unit, self.hidden])?;
+        x = x
+            .f_index_select(0, &to_windows)?
+            .f_reshape([tokens * unit, self.hidden])?;
+        for (block, &full) in self.blocks.iter().zip(&self.full_attention) {
+            x = block.forward(&x, &rotary, if full { &frames } else { &windows })?;
+        }
+        let merged = self.merger.forward(&x)?;
+        Ok(merged.f_index_select(0, &index_tensor(&layout.inverse_order(), device)?)?)
+    }
+
+    fn check_pixels(&self, pixel_values: &Tensor, patches: i64) -> Result<(), ModelError> {
+        let size = pixel_values.size();
+        if size != [patches, self.patch_dim] {
+            return Err(ModelError::Input(format!(
+                "pixel_values has shape {size:?}; the image grids need ({patches}, {}): one row of \
+                 channels x temporal x patch x patch values per patch",
+                self.patch_dim
+            )));
+        }
+        if !pixel_values.f_is_floating_point()? {
+            return Err(ModelError::Input(format!(
+                "pixel_values are {:?}, not floats",
+                pixel_values.kind()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The Conv3d patch embedding: its kernel equals its stride and covers a whole patch row, so it is
+    /// one matmul of the rows with the flattened kernel (same sums, no im2col).
+    fn embed(&self, pixel_values: &Tensor) -> Result<Tensor, TchError> {
+        let weight = self.patch_embed.f_reshape([self.hidden, self.patch_dim])?;
+        let pixels = pixel_values
+            .f_to_device(weight.device())?
+            .f_to_kind(weight.kind())?;
+        pixels.f_linear(&weight, None::<Tensor>)
+    }
+}
+
+/// One transformer block: pre-norm attention and SwiGLU MLP with residuals.
+#[derive(Debug)]
+struct Block {
+    norm1: Tensor,
+    norm2: Tensor,
+    qkv: nn::Linear,
+    proj: nn::Linear,
+    gate: nn::Linear,
+    up: nn::Linear,
+    down: nn::Linear,
+    heads: i64,
+}
+
+impl Block {
+    fn new(p: nn::Path, cfg: &VisionConfig) -> Self {
+        let (hidden, inner) = (cfg.hidden_size, cfg.intermediate_size);
+        let attn = &p / "attn";
+        let mlp = &p / "mlp";
+        Self {
+            norm1: norm_weight(&p / "norm1", hidden),
+            norm2: norm_weight(&p / "norm2", hidden),
+            qkv: linear(&attn / "qkv", hidden, 3 * hidden),
+            proj: linear(&attn / "proj", hidden, hidden),
+            gate: linear(&mlp / "gate_proj", hidden, inner),
+            up: linear(&mlp / "up_proj", hidden, inner),
+            down: linear(&mlp / "down_proj", inner, hidden),
+            heads: cfg.num_heads,
+        }
+    }
+
+    fn forward(&self, x: &Tensor, rotary: &Rotary, plan: &SegmentPlan) -> Result<Tensor, ModelError> {
+        let x = x.f_add(&self.attention(&rms_norm(x, &self.norm1)?, rotary, plan)?)?;
+        let h = rms_norm(&x, &self.norm2)?;
+        let gated = apply(&h, &self.gate)?.f_silu()?.f_mul(&apply(&h, &self.up)?)?;
+        Ok(x.f_add(&apply(&gated, &self.down)?)?)
+    }
+
+    fn attention(&self, x: &Tensor, rotary: &Rotary, plan: &SegmentPlan) -> Result<Tensor, ModelError> {
+        let (rows, hidden) = x.size2()?;
+        let qkv = apply(x, &self.qkv)?.f_reshape([rows, 3, self.heads, hidden / self.heads])?;
+        let qk = rotary.apply(&qkv.f_narrow(1, 0, 2)?)?;
+        let out = plan.attend(&qk.f_select(1, 0)?, &qk.f_select(1, 1)?, &qkv.f_select(1, 2)?)?;
+        Ok(apply(&out.f_reshape([rows, hidden])?, &self.proj)?)
+    }
+}
+
+/// The patch merger: RMSNorm, each merge block's patches concatenated, then Linear-GELU-Linear.
+#[derive(Debug)]
+struct Merger {
+    norm: Tensor,
+    fc1: nn::Linear,
+    fc2: nn::Linear,
+    width: i64,
+}
+
+impl Merger {
+    fn new(p: nn::Path, cfg: &VisionConfig) -> Self {
+        let width = cfg.hidden_size * cfg.spatial_merge_size * cfg.spatial_merge_size;
+        let mlp = &p / "mlp";
+        Self {
+            norm: norm_weight(&p / "ln_q", cfg.hidden_size),
+            fc1: linear(&mlp / 0, width, width),
+            fc2: linear(&mlp / 2, width, cfg.out_hidden_size),
+            width,
+        }
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor, TchError> {
+        let tokens = x.size()[0] * x.size()[1] / self.width;
+        let blocks = rms_norm(x, &self.norm)?.f_reshape([tokens, self.width])?;
+        apply(&apply(&blocks, &self.fc1)?.f_gelu("none")?, &self.fc2)
+    }
+}
+
+/// The 2D rotary embedding of a call's patches, in window order: f32 cos and sin of shape
+/// (rows, 1, 1, head_dim), broadcasting over the q/k pair and the heads.
+struct Rotary {
+    cos: Tensor,
+    sin: Tensor,
+}
+
+impl Rotary {
+    /// A quarter of each head's dimensions turns with the patch row, a quarter with the column, at
+    /// frequencies theta^(-2i / (head_dim/2)); the halves repeat so that `rotate_half` pairs i with
+    /// i + head_dim/2.
+    fn new(positions: &[[i64; 2]], head_dim: i64, theta: f64, device: Device) -> Result<Self, TchError> {
+        let rows = positions.len() as i64;
+        let spatial = head_dim / 2;
+        let exponents =
+            Tensor::f_arange_start_step(0, spatial, 2, (Kind::Float, Device::Cpu))?.f_div_scalar(spatial)?;
+        let inv_freq = Tensor::f_pow_scalar(theta, &exponents)?
+            .f_reciprocal()?
+            .f_to_device(device)?;
+        let flat: Vec<i64> = positions.iter().flatten().copied().collect();
+        let positions = Tensor::f_from_slice(&flat)?
+            .f_to_device(device)?
+            .f_to_kind(Kind::Float)?;
+        let freqs = positions
+            .f_reshape([rows, 2, 1])?
+            .f_mul(&inv_freq)?
+            .f_reshape([rows, spatial])?;
+        let angles = Tensor::f_cat(&[&freqs, &freqs], -1)?.f_reshape([rows, 1, 1, head_dim])?;
+        Ok(Self {
+            cos: angles.f_cos()?,
+            sin: angles.f_sin()?,
+        })
+    }
+
+    /// Rotates (rows, pair, heads, head_dim) query/key vectors in f32, back in their dtype.
+    fn apply(&self, x: &Tensor) -> Result<Tensor, TchError> {
+        let kind = x.kind();
+        let x = x.f_to_kind(Kind::Float)?;
+        let half = x.size()[3] / 2;
+        let rotated = Tensor::f_cat(
+            &[&x.f_narrow(3, half, half)?.f_neg()?, &x.f_narrow(3, 0, half)?],
+            3,
+        )?;
+        x.f_mul(&self.cos)?
+            .f_add(&rotated.f_mul(&self.sin)?)?
+            .f_to_kind(kind)
+    }
+}
+
+/// RMSNorm as transformers computes it: statistics in f32, cast back, then scaled by the weight.
+fn rms_norm(x: &Tensor, weight: &Tensor) -> Result<Tensor, TchError> {
+    let x32 = x.f_to_kind(Kind::Float)?;
+    let mean_square = x32.f_square()?.f_mean_dim(-1, true, Kind::Float)?;
+    let normed = x32.f_mul(&mean_square.f_add_scalar(NORM_EPS)?.f_rsqrt()?)?;
+    weight.f_mul(&normed.f_to_kind(x.kind())?)
+}
+
+fn apply(x: &Tensor, layer: &nn::Linear) -> Result<Tensor, TchError> {
+    x.f_linear(&layer.ws, layer.bs.as_ref())
+}
+
+fn linear(p: nn::Path, in_dim: i64, out_dim: i64) -> nn::Linear {
+    let config = LinearConfig {
+        ws_init: Init::Randn {
+            mean: 0.0,
+            stdev: INIT_STD,
+        },
+        bs_init: Some(Init::Const(0.0)),
+        bias: true,
+    };
+    nn::linear(p, in_dim, out_dim, config)
+}
+
+fn norm_weight(p: nn::Path, size: i64) -> Tensor {
+    p.var("weight", &[size], Init::Const(1.0))
+}
+
+fn index_tensor(values: &[i64], device: Device) -> Result<Tensor, TchError> {
+    Tensor::f_from_slice(values)?.f_to_device(device)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Merged tokens of a 1x6x10 patch grid (3x5 merged) numbered row by row, tiled by 2x2 windows.
+    #[test]
+    fn windows_tile_the_merged_grid_in_raster_order_with_short_edge_tiles() {
+        let layout = window_layout(&[[1, 6, 10]], 2, 2).unwrap();
+        #[rustfmt::skip]
+        let expected = [
+            0, 1, 5, 6,   2, 3, 7, 8,   4, 9,
+            10, 11,       12, 13,       14,
+        ];
+        assert_eq!(layout.merged_order, expected);
+        assert_eq!(layout.window_lengths, [16, 16, 8, 8, 8, 4]);
+        assert_eq!(layout.frame_lengths, [60]);
+        assert_eq!(layout.inverse_order()[..6], [0, 1, 4, 5, 8, 2]);
+    }
+
+    #[test]
+    fn patch_positions_follow_merge_blocks_in_window_order() {
+        let layout = window_layout(&[[1, 4, 4]], 2, 1).unwrap();
+        assert_eq!(layout.merged_order, [0, 1, 2, 3]);
+        assert_eq!(layout.window_lengths, [4, 4, 4, 4]);
+        let first_two: Vec<[i64; 2]> = layout.patch_positions[..8].to_vec();
+        assert_eq!(
+            first_two,
+            [[0, 0], [0, 1], [1, 0], [1, 1], [0, 2], [0, 3], [1, 2], [1, 3]]
+        );
+        assert_eq!(layout.patch_positions[12], [2, 2]);
+    }
+
+    #[test]
+    fn images_and_frames_follow_one_another() {
+        let layout = window_layout(&[[2, 2, 4], [1, 4, 2]], 2, 4).unwrap();
+        // Image 0: two frames of 1x2 merged tokens (one window each); image 1: 2x1 merged tokens.
+        assert_eq!(layout.merged_order, [0, 1, 2, 3, 4, 5]);
+        assert_eq!(layout.window_lengths, [8, 8, 8]);
+        assert_eq!(layout.frame_lengths, [8, 8, 8]);
+        assert_eq!(layout.patch_positions[8], [0, 0]);
+        assert_eq!(layout.patch_positions[20], [2, 0]);
+    }
+
+    #[test]
+    fn a_grid_that_fills_its_windows_exactly_gets_no_empty_window() {
+        let layout = window_layout(&[[1, 8, 8]], 2, 2).unwrap();
+        assert_eq!(layout.window_lengths, [16; 4]);
+        assert_eq!(layout.merged_order[4..8], [2, 3, 6, 7]);
+    }
+
+    /// A 1x52x94 screenshot: 26x47 merged tokens in 4x4 windows, 7x12 = 84 windows in four shapes
+    /// (4x4, 4x3 at the right edge, 2x4 at the bottom, 2x3 in the corner): four attention calls.
+    #[test]
+    fn a_screenshot_needs_four_attention_calls_per_windowed_block() {
+        let layout = window_layout(&[[1, 52, 94]], 2, 4).unwrap();
+        assert_eq!(layout.window_lengths.len(), 84);
+        let count = |len| layout.window_lengths.iter().filter(|&&l| l == len).count();
+        assert_eq!([count(64), count(48), count(32), count(24)], [66, 6, 11, 1]);
+        assert_eq!(
+            SegmentPlan::new(&layout.window_lengths, Device::Cpu)
+                .unwrap()
+                .sdpa_calls(),
+            4
+        );
+        assert_eq!(
+            SegmentPlan::new(&layout.frame_lengths, Device::Cpu)
+                .unwrap()
+                .sdpa_calls(),
+            1
+        );
+    }
+
+    #[test]
+    fn bad_grids_are_input_errors() {
+        for grid in [[1, 6, 9], [0, 6, 10], [1, -2, 4]] {
+            let err = window_layout(&[grid], 2, 2).unwrap_err();
+            assert!(matches!(err, ModelError::Input(_)), "{err}");
+        }
+        assert!(patch_count(&[[1, i64::MAX - 1, 2]], 2).is_err());
+        assert!(window_layout(&[[1, 4, 4]], 2, 0).is_err());
+    }
+}
