@@ -2,4 +2,5 @@
 
 pub mod chat_template;
 pub mod image;
+pub mod tiny_tokenizer;
 pub mod tokenizer;
