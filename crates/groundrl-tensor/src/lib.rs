@@ -6,6 +6,7 @@
 
 pub mod attention;
 pub mod bench;
+pub mod hf_folder;
 pub mod processor;
 pub mod qwen2_5_vl;
 

@@ -44,8 +44,14 @@ pub struct Qwen25Vl {
 }
 
 impl Qwen25Vl {
-    /// A randomly initialised model (transformers' init) on `device` with parameters of `kind`.
-    pub fn new(config: &Qwen25VlConfig, device: Device, kind: Kind) -> Self {
+    /// A randomly initialised model (transformers' init) on `device` with parameters of `kind`; the
+    /// same seed gives the same weights (on one device kind), also when other threads draw random
+    /// numbers meanwhile through this constructor.
+    pub fn new(config: &Qwen25VlConfig, device: Device, kind: Kind, seed: i64) -> Self {
+        // libtorch has one global generator: hold it for the whole initialisation.
+        static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _guard = INIT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        tch::manual_seed(seed);
         let mut vs = nn::VarStore::new(device);
         // Set before any variable exists, so parameters are created in `kind` (no f32 copy on the device).
         vs.set_kind(kind);
@@ -63,7 +69,8 @@ impl Qwen25Vl {
     /// Loads `config.json` and the safetensors checkpoint of an HF folder.
     pub fn load(dir: &Path, device: Device, kind: Kind) -> Result<Self, ModelError> {
         let config = Qwen25VlConfig::load(&dir.join("config.json"))?;
-        let model = Self::new(&config, device, kind);
+        // The random init is overwritten by the checkpoint; zeros would do, but one constructor is simpler.
+        let model = Self::new(&config, device, kind, 0);
         weights::load_into(&model.vs, dir)?;
         Ok(model)
     }

@@ -2,34 +2,29 @@
 //! weights can be downloaded here) and `tiny`, small enough to train on a CPU in tests and the demo.
 
 use super::config::{Qwen25VlConfig, TextConfig, VisionConfig};
+use crate::processor::tokenizer::SpecialIds;
 
-/// Token ids the model config must name; they come from the tokenizer the preset ships with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SpecialIds {
-    pub vocab_size: i64,
-    pub image: i64,
-    pub video: i64,
-    pub vision_start: i64,
-    pub vision_end: i64,
-    pub endoftext: i64,
-    pub im_end: i64,
-}
-
-/// Qwen's real ids (semantics.md §2), used by the 3B shape.
+/// Qwen's real special ids (semantics.md §2), used by the 3B shape.
 pub const QWEN_IDS: SpecialIds = SpecialIds {
-    vocab_size: 151936,
-    image: 151655,
-    video: 151656,
+    endoftext: 151643,
+    im_start: 151644,
+    im_end: 151645,
     vision_start: 151652,
     vision_end: 151653,
-    endoftext: 151643,
-    im_end: 151645,
+    image_pad: 151655,
+    video_pad: 151656,
+    eos: 151645,
+    pad: 151643,
 };
+
+/// Qwen2.5-VL's vocabulary size (embedding rows; a little larger than the tokenizer's token count).
+pub const QWEN_VOCAB_SIZE: i64 = 151936;
 
 /// Qwen2.5-VL-3B-Instruct's shape: about 3.75B parameters, tied embeddings.
 pub fn qwen2_5_vl_3b() -> Qwen25VlConfig {
     with_ids(
-        QWEN_IDS,
+        QWEN_VOCAB_SIZE,
+        &QWEN_IDS,
         TextConfig {
             vocab_size: 0,
             hidden_size: 2048,
@@ -66,8 +61,9 @@ pub fn qwen2_5_vl_3b() -> Qwen25VlConfig {
 
 /// A few-million-parameter model with the real architecture (window and full-attention vision blocks,
 /// GQA, M-RoPE), sized to learn the synthetic grounding tasks on a CPU.
-pub fn tiny(ids: SpecialIds) -> Qwen25VlConfig {
+pub fn tiny(vocab_size: i64, ids: &SpecialIds) -> Qwen25VlConfig {
     with_ids(
+        vocab_size,
         ids,
         TextConfig {
             vocab_size: 0,
@@ -103,18 +99,24 @@ pub fn tiny(ids: SpecialIds) -> Qwen25VlConfig {
     )
 }
 
-fn with_ids(ids: SpecialIds, mut text: TextConfig, vision: VisionConfig, tied: bool) -> Qwen25VlConfig {
-    text.vocab_size = ids.vocab_size;
-    text.bos_token_id = Some(ids.endoftext);
-    text.eos_token_ids = vec![ids.im_end];
-    text.pad_token_id = Some(ids.endoftext);
+fn with_ids(
+    vocab_size: i64,
+    ids: &SpecialIds,
+    mut text: TextConfig,
+    vision: VisionConfig,
+    tied: bool,
+) -> Qwen25VlConfig {
+    text.vocab_size = vocab_size;
+    text.bos_token_id = Some(ids.endoftext.into());
+    text.eos_token_ids = vec![ids.eos.into()];
+    text.pad_token_id = Some(ids.pad.into());
     Qwen25VlConfig {
         text,
         vision,
-        image_token_id: ids.image,
-        video_token_id: ids.video,
-        vision_start_token_id: ids.vision_start,
-        vision_end_token_id: ids.vision_end,
+        image_token_id: ids.image_pad.into(),
+        video_token_id: ids.video_pad.into(),
+        vision_start_token_id: ids.vision_start.into(),
+        vision_end_token_id: ids.vision_end.into(),
         tie_word_embeddings: tied,
     }
 }

@@ -63,11 +63,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         None => {
             let config = match args.preset.as_str() {
                 "3b" => presets::qwen2_5_vl_3b(),
-                "tiny" => presets::tiny(presets::QWEN_IDS),
+                "tiny" => presets::tiny(presets::QWEN_VOCAB_SIZE, &presets::QWEN_IDS),
                 other => bail!("unknown preset {other:?}: use 3b or tiny"),
             };
-            groundrl_tensor::tch::manual_seed(0);
-            Qwen25Vl::new(&config, device, kind)
+            Qwen25Vl::new(&config, device, kind, 0)
         }
     };
     let shape = StepShape {

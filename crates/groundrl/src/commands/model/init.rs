@@ -2,11 +2,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::bail;
+use groundrl_tensor::hf_folder;
 use groundrl_tensor::qwen2_5_vl::{Qwen25Vl, presets};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// `3b`: Qwen2.5-VL-3B's shape (config and weights only: no tokenizer can be shipped for it).
+    /// `tiny`: a small model with our tokenizer, chat template and a CPU-sized pixel budget (complete
+    /// folder); `3b`: Qwen2.5-VL-3B's shape (config and weights only: no tokenizer can be shipped for it).
     #[arg(long)]
     preset: String,
     /// Folder to write (created if missing).
@@ -26,10 +28,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let device = super::parse_device(&args.device)?;
     let config = match args.preset.as_str() {
         "3b" => presets::qwen2_5_vl_3b(),
-        other => bail!("unknown preset {other:?}: use 3b"),
+        "tiny" => {
+            hf_folder::write_tiny(&args.out, args.seed, kind)?;
+            eprintln!("tiny ({kind:?}) written to {}", args.out.display());
+            return Ok(ExitCode::SUCCESS);
+        }
+        other => bail!("unknown preset {other:?}: use tiny or 3b"),
     };
-    groundrl_tensor::tch::manual_seed(args.seed);
-    let model = Qwen25Vl::new(&config, device, kind);
+    let model = Qwen25Vl::new(&config, device, kind, args.seed);
     model.save(&args.out)?;
     eprintln!(
         "{} ({} parameters, {:?}) written to {}",

@@ -1,0 +1,160 @@
+//! An HF model folder as a whole: the model and its processor loaded together and checked against each
+//! other, a trained model saved back with the source folder's processor files, and the built-in
+//! `tiny` preset written in the same format.
+
+use std::path::{Path, PathBuf};
+
+use tch::{Device, Kind};
+
+use crate::processor::chat_template::{CHAT_TEMPLATE_JINJA_FILE, QWEN2_5_VL_TEMPLATE};
+use crate::processor::image::ImageProcessor;
+use crate::processor::tiny_tokenizer::{self, write_tiny_tokenizer};
+use crate::processor::tokenizer::SpecialIds;
+use crate::processor::{PREPROCESSOR_CONFIG_FILE, Processor, ProcessorError};
+use crate::qwen2_5_vl::{ModelError, Qwen25Vl, presets};
+
+#[derive(Debug, thiserror::Error)]
+pub enum FolderError {
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error(transparent)]
+    Processor(#[from] ProcessorError),
+    #[error("{dir}: {problem}")]
+    Inconsistent { dir: String, problem: String },
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+}
+
+fn io(path: &Path, source: std::io::Error) -> FolderError {
+    FolderError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// A model with the processor that makes its inputs.
+#[derive(Debug)]
+pub struct HfModel {
+    pub model: Qwen25Vl,
+    pub processor: Processor,
+}
+
+/// Loads model and processor of `dir` and checks that the tokenizer's special ids are the ones the
+/// model config names (a mismatch would put image features on the wrong tokens).
+pub fn load(dir: &Path, device: Device, kind: Kind) -> Result<HfModel, FolderError> {
+    let processor = Processor::from_folder(dir)?;
+    let model = Qwen25Vl::load(dir, device, kind)?;
+    check_ids(
+        dir,
+        &model,
+        &processor.tokenizer.special_ids(),
+        processor.tokenizer.vocab_size(),
+    )?;
+    Ok(HfModel { model, processor })
+}
+
+fn check_ids(dir: &Path, model: &Qwen25Vl, ids: &SpecialIds, vocab: usize) -> Result<(), FolderError> {
+    let c = &model.config;
+    let pairs = [
+        ("image_token_id", c.image_token_id, ids.image_pad),
+        ("video_token_id", c.video_token_id, ids.video_pad),
+        ("vision_start_token_id", c.vision_start_token_id, ids.vision_start),
+        ("vision_end_token_id", c.vision_end_token_id, ids.vision_end),
+    ];
+    for (field, config, tokenizer) in pairs {
+        if config != i64::from(tokenizer) {
+            return Err(FolderError::Inconsistent {
+                dir: dir.display().to_string(),
+                problem: format!("config.json {field} is {config}, the tokenizer's token has id {tokenizer}"),
+            });
+        }
+    }
+    if vocab as i64 > c.text.vocab_size {
+        return Err(FolderError::Inconsistent {
+            dir: dir.display().to_string(),
+            problem: format!(
+                "the tokenizer has {vocab} tokens, the model's vocab_size is {}",
+                c.text.vocab_size
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Files of a model folder that hold weights or the model config; everything else belongs to the
+/// processor (tokenizer, chat template, preprocessor and generation configs) and is copied as is.
+fn is_model_file(name: &str) -> bool {
+    name == "config.json"
+        || name.ends_with(".safetensors")
+        || name == "model.safetensors.index.json"
+        || name.ends_with(".bin")
+        || name == "pytorch_model.bin.index.json"
+}
+
+/// Saves `model` into `out` with the processor files of `source` copied unchanged, so the result is
+/// a complete folder transformers loads (and so is ours). `out` may not be `source`.
+pub fn save(model: &Qwen25Vl, source: &Path, out: &Path) -> Result<(), FolderError> {
+    if same_path(source, out) {
+        return Err(FolderError::Inconsistent {
+            dir: out.display().to_string(),
+            problem: "saving over the source folder is refused (its files would be replaced mid-copy)".into(),
+        });
+    }
+    model.save(out)?;
+    for entry in std::fs::read_dir(source).map_err(|e| io(source, e))? {
+        let entry = entry.map_err(|e| io(source, e))?;
+        let name = entry.file_name();
+        let is_file = entry.file_type().map_err(|e| io(&entry.path(), e))?.is_file();
+        if is_file && !is_model_file(&name.to_string_lossy()) {
+            std::fs::copy(entry.path(), out.join(&name)).map_err(|e| io(&entry.path(), e))?;
+        }
+    }
+    Ok(())
+}
+
+fn same_path(a: &Path, b: &Path) -> bool {
+    let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| PathBuf::from(p));
+    canonical(a) == canonical(b)
+}
+
+/// Image budget of the tiny preset: up to 256 merged image tokens per image (448x448 pixels), so a
+/// CPU can train on screenshots.
+pub const TINY_MAX_PIXELS: u64 = 448 * 448;
+
+/// Writes the `tiny` preset into `dir`: random-init model (seeded), the tiny tokenizer with our
+/// Qwen2.5-VL chat template, and a preprocessor config with a CPU-sized pixel budget.
+pub fn write_tiny(dir: &Path, seed: i64, kind: Kind) -> Result<(), FolderError> {
+    write_tiny_tokenizer(dir).map_err(ProcessorError::from)?;
+    let ids = tiny_ids();
+    let config = presets::tiny(i64::from(tiny_tokenizer::VOCAB_SIZE), &ids);
+    let model = Qwen25Vl::new(&config, Device::Cpu, kind, seed);
+    model.save(dir)?;
+    let image = ImageProcessor {
+        max_pixels: TINY_MAX_PIXELS,
+        ..ImageProcessor::default()
+    };
+    let path = dir.join(PREPROCESSOR_CONFIG_FILE);
+    let json = image.to_json().map_err(ProcessorError::from)?;
+    std::fs::write(&path, json).map_err(|e| io(&path, e))?;
+    // transformers' processor (not its tokenizer) reads the template from this file, as released
+    // checkpoints ship it; the tokenizer config carries the same text.
+    let path = dir.join(CHAT_TEMPLATE_JINJA_FILE);
+    std::fs::write(&path, QWEN2_5_VL_TEMPLATE).map_err(|e| io(&path, e))?;
+    Ok(())
+}
+
+/// The tiny tokenizer's special ids.
+pub fn tiny_ids() -> SpecialIds {
+    use tiny_tokenizer::*;
+    SpecialIds {
+        endoftext: ENDOFTEXT_ID,
+        im_start: IM_START_ID,
+        im_end: IM_END_ID,
+        vision_start: VISION_START_ID,
+        vision_end: VISION_END_ID,
+        image_pad: IMAGE_PAD_ID,
+        video_pad: VIDEO_PAD_ID,
+        eos: IM_END_ID,
+        pad: ENDOFTEXT_ID,
+    }
+}
