@@ -120,7 +120,7 @@ pub fn train_step(
     let run = model.training_forward(batch, checkpoint)?;
     let logprobs = logprobs_at(&model.text, &run.hidden, &run.prepared.ids, scored, 4096)?;
     let loss = -logprobs.sum(Kind::Float) / scored.sum(Kind::Float).to_device(logprobs.device());
-    run.backward(&loss);
+    run.backward(&loss)?;
     for mut var in model.var_store().trainable_variables() {
         let _ = var.zero_grad();
     }

@@ -164,7 +164,7 @@ fn gradients(hf: &HfModel, batch: &Batch, checkpoint: bool) -> HashMap<String, T
     )
     .unwrap();
     let loss = -lp.sum(Kind::Float) / 10.0;
-    run.backward(&loss);
+    run.backward(&loss).unwrap();
     vs.variables()
         .into_iter()
         .filter(|(_, v)| v.grad().defined())

@@ -109,7 +109,7 @@ impl Qwen25Vl {
         }
     }
 
-    fn vision_trainable(&self) -> bool {
+    pub(crate) fn vision_trainable(&self) -> bool {
         self.vs
             .variables()
             .iter()
@@ -127,15 +127,22 @@ impl Qwen25Vl {
 
     /// Embeddings with image features in place, positions, rotary tables and the attention mask.
     pub fn prepare(&self, batch: &Batch) -> Result<Prepared, ModelError> {
+        self.prepare_with(batch, |pixels, grids| self.image_features(pixels, grids))
+    }
+
+    /// [`Self::prepare`] with the image features made by `features(pixel_values, grids)`.
+    pub(crate) fn prepare_with(
+        &self,
+        batch: &Batch,
+        features: impl FnOnce(&Tensor, &[Grid]) -> Result<Tensor, ModelError>,
+    ) -> Result<Prepared, ModelError> {
         let (rows, len) = batch_shape(batch)?;
         let device = self.device();
         let flat: Vec<i64> = batch.input_ids.concat();
         let ids = Tensor::from_slice(&flat).view([rows, len]).to_device(device);
         let mut embeds = self.text.embed(&ids);
         if let Some(pixels) = &batch.pixel_values {
-            let features = self
-                .image_features(pixels, &batch.image_grids)?
-                .to_kind(embeds.kind());
+            let features = features(&pixels.to_device(device), &batch.image_grids)?.to_kind(embeds.kind());
             embeds = self.place_features(&ids, embeds, &features)?;
         }
         let rope = RopeIndex::new(

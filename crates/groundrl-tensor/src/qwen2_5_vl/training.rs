@@ -6,11 +6,15 @@
 //! of `sum(output * grad)`). Peak activation memory is one block's graph plus one hidden state per
 //! block, instead of every block's graph. libtorch's C++ autograd has no checkpoint function reachable
 //! from tch, so the recompute is driven from here; the results equal plain autograd (tested).
+//! The vision tower's blocks are checkpointed the same way when it is trained (a frozen tower keeps
+//! no graph at all).
 
 use tch::{Kind, Tensor};
 
 use super::ModelError;
 use super::model::{Batch, Prepared, Qwen25Vl};
+use super::rope_index::Grid;
+use super::vision::{VisionRun, VisionTower};
 
 /// A forward pass whose output can be back-propagated into the model's parameters.
 #[derive(Debug)]
@@ -30,6 +34,61 @@ struct Checkpoint {
     block_inputs: Vec<Tensor>,
     /// The last block's output as a leaf: the loss's graph starts here.
     last: Tensor,
+    /// The vision tower's part, when it is trained.
+    vision: Option<VisionCheckpoint>,
+}
+
+#[derive(Debug)]
+struct VisionCheckpoint {
+    run: VisionRun,
+    block_inputs: Vec<Tensor>,
+    /// The last vision block's output as a leaf; the merger's graph starts here.
+    last: Tensor,
+}
+
+/// The vision tower's blocks without a graph, the merger with one (from a leaf).
+fn vision_forward(
+    tower: &VisionTower,
+    pixels: &Tensor,
+    grids: &[Grid],
+) -> Result<(Tensor, VisionCheckpoint), ModelError> {
+    let run = tower.start(pixels, grids)?;
+    let mut block_inputs = Vec::with_capacity(tower.depth());
+    let mut x = run.input.detach();
+    tch::no_grad(|| -> Result<(), ModelError> {
+        for i in 0..tower.depth() {
+            let out = tower.run_block(i, &x, &run)?;
+            block_inputs.push(std::mem::replace(&mut x, out));
+        }
+        Ok(())
+    })?;
+    let last = x.set_requires_grad(true);
+    let features = tower.finish(&last, &run)?;
+    Ok((
+        features,
+        VisionCheckpoint {
+            run,
+            block_inputs,
+            last,
+        },
+    ))
+}
+
+/// Back-propagates `grad` of block outputs through `blocks` in reverse, recomputing each from its
+/// saved input; returns the gradient of the first block's input.
+fn recompute_backward(
+    mut grad: Tensor,
+    inputs: &[Tensor],
+    block: impl Fn(usize, &Tensor) -> Result<Tensor, ModelError>,
+) -> Result<Tensor, ModelError> {
+    for (i, input) in inputs.iter().enumerate().rev() {
+        let input = input.detach().set_requires_grad(true);
+        let output = block(i, &input)?;
+        // Only the gradient of this sum matters (it is `grad`); f32 keeps the unused value finite.
+        (output * &grad).sum(Kind::Float).backward();
+        grad = input.grad();
+    }
+    Ok(grad)
 }
 
 impl Qwen25Vl {
@@ -40,8 +99,8 @@ impl Qwen25Vl {
         batch: &Batch,
         checkpoint: bool,
     ) -> Result<TrainingForward<'_>, ModelError> {
-        let prepared = self.prepare(batch)?;
         if !checkpoint {
+            let prepared = self.prepare(batch)?;
             let hidden = self
                 .text
                 .forward(&prepared.embeds, &prepared.rotary, &prepared.mask);
@@ -52,6 +111,16 @@ impl Qwen25Vl {
                 checkpoint: None,
             });
         }
+        let mut vision = None;
+        let prepared = if self.vision_trainable() {
+            self.prepare_with(batch, |pixels, grids| {
+                let (features, tape) = vision_forward(&self.vision, pixels, grids)?;
+                vision = Some(tape);
+                Ok(features)
+            })?
+        } else {
+            self.prepare(batch)?
+        };
         let mut block_inputs = Vec::with_capacity(self.text.layers.len());
         let last = tch::no_grad(|| {
             self.text
@@ -69,29 +138,36 @@ impl Qwen25Vl {
             model: self,
             hidden,
             prepared,
-            checkpoint: Some(Checkpoint { block_inputs, last }),
+            checkpoint: Some(Checkpoint {
+                block_inputs,
+                last,
+                vision,
+            }),
         })
     }
 }
 
 impl TrainingForward<'_> {
     /// Back-propagates `loss` (a scalar computed from [`Self::hidden`]) into the parameters' gradients.
-    pub fn backward(self, loss: &Tensor) {
-        let Some(checkpoint) = self.checkpoint else {
-            loss.backward();
-            return;
-        };
+    pub fn backward(self, loss: &Tensor) -> Result<(), ModelError> {
         loss.backward();
-        let mut grad = checkpoint.last.grad();
-        for (layer, input) in self.model.text.layers.iter().zip(&checkpoint.block_inputs).rev() {
-            let input = input.detach().set_requires_grad(true);
-            let output = layer.forward(&input, &self.prepared.rotary, &self.prepared.mask);
-            // Only the gradient of this sum matters (it is `grad`); f32 keeps the unused value finite.
-            (output * &grad).sum(Kind::Float).backward();
-            grad = input.grad();
+        let Some(checkpoint) = self.checkpoint else {
+            return Ok(());
+        };
+        let (layers, p) = (&self.model.text.layers, &self.prepared);
+        let grad = recompute_backward(checkpoint.last.grad(), &checkpoint.block_inputs, |i, x| {
+            Ok(layers[i].forward(x, &p.rotary, &p.mask))
+        })?;
+        if p.embeds.requires_grad() {
+            (&p.embeds * &grad).sum(Kind::Float).backward();
         }
-        if self.prepared.embeds.requires_grad() {
-            (&self.prepared.embeds * &grad).sum(Kind::Float).backward();
+        if let Some(vision) = checkpoint.vision {
+            let tower = &self.model.vision;
+            let grad = recompute_backward(vision.last.grad(), &vision.block_inputs, |i, x| {
+                tower.run_block(i, x, &vision.run)
+            })?;
+            (&vision.run.input * &grad).sum(Kind::Float).backward();
         }
+        Ok(())
     }
 }

@@ -118,6 +118,18 @@ impl WindowLayout {
     }
 }
 
+/// One call's inputs in window order with what every block needs (see [`VisionTower::start`]).
+#[derive(Debug)]
+pub struct VisionRun {
+    /// Patch embeddings in window order (patches, hidden), with a graph to the patch embedding.
+    pub input: Tensor,
+    rotary: Rotary,
+    windows: SegmentPlan,
+    frames: SegmentPlan,
+    /// Merged token order back from window order to the processor's.
+    inverse: Tensor,
+}
+
 /// The vision tower, its variables named as in the checkpoint relative to its path (`visual.` there).
 #[derive(Debug)]
 pub struct VisionTower {
@@ -180,6 +192,18 @@ impl VisionTower {
     /// the processor's order, in the parameters' dtype. `pixel_values`: (sum of t*h*w, patch_dim) rows
     /// as the processor makes them, any float dtype and device; `grid_thw`: each image's patch grid.
     pub fn forward(&self, pixel_values: &Tensor, grid_thw: &[[i64; 3]]) -> Result<Tensor, ModelError> {
+        let run = self.start(pixel_values, grid_thw)?;
+        let mut x = run.input.shallow_clone();
+        for i in 0..self.blocks.len() {
+            x = self.run_block(i, &x, &run)?;
+        }
+        self.finish(&x, &run)
+    }
+
+    /// The first part of [`Self::forward`]: checks, window layout, rotary table, patch embedding in
+    /// window order. Exposed with [`Self::run_block`] and [`Self::finish`] so that training can
+    /// recompute blocks one at a time (gradient checkpointing).
+    pub fn start(&self, pixel_values: &Tensor, grid_thw: &[[i64; 3]]) -> Result<VisionRun, ModelError> {
         self.check_pixels(pixel_values, patch_count(grid_thw, self.merge)?)?;
         let layout = window_layout(grid_thw, self.merge, self.window)?;
         let device = self.patch_embed.device();
@@ -193,17 +217,40 @@ impl VisionTower {
         )?;
         let windows = SegmentPlan::new(&layout.window_lengths, device)?;
         let frames = SegmentPlan::new(&layout.frame_lengths, device)?;
-
         let tokens = layout.merged_order.len() as i64;
-        let mut x = self.embed(pixel_values)?.f_reshape([tokens, unit, self.hidden])?;
-        x = x
+        let input = self
+            .embed(pixel_values)?
+            .f_reshape([tokens, unit, self.hidden])?
             .f_index_select(0, &to_windows)?
             .f_reshape([tokens * unit, self.hidden])?;
-        for (block, &full) in self.blocks.iter().zip(&self.full_attention) {
-            x = block.forward(&x, &rotary, if full { &frames } else { &windows })?;
-        }
-        let merged = self.merger.forward(&x)?;
-        Ok(merged.f_index_select(0, &index_tensor(&layout.inverse_order(), device)?)?)
+        let inverse = index_tensor(&layout.inverse_order(), device)?;
+        Ok(VisionRun {
+            input,
+            rotary,
+            windows,
+            frames,
+            inverse,
+        })
+    }
+
+    /// Number of transformer blocks.
+    pub fn depth(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Block `i` applied to `x` (patches in window order, hidden).
+    pub fn run_block(&self, i: usize, x: &Tensor, run: &VisionRun) -> Result<Tensor, ModelError> {
+        let plan = if self.full_attention[i] {
+            &run.frames
+        } else {
+            &run.windows
+        };
+        self.blocks[i].forward(x, &run.rotary, plan)
+    }
+
+    /// The merger over the last block's output, back in the processor's token order.
+    pub fn finish(&self, x: &Tensor, run: &VisionRun) -> Result<Tensor, ModelError> {
+        Ok(self.merger.forward(x)?.f_index_select(0, &run.inverse)?)
     }
 
     fn check_pixels(&self, pixel_values: &Tensor, patches: i64) -> Result<(), ModelError> {
@@ -311,6 +358,7 @@ impl Merger {
 
 /// The 2D rotary embedding of a call's patches, in window order: f32 cos and sin of shape
 /// (rows, 1, 1, head_dim), broadcasting over the q/k pair and the heads.
+#[derive(Debug)]
 struct Rotary {
     cos: Tensor,
     sin: Tensor,
