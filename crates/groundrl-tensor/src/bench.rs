@@ -122,7 +122,7 @@ pub fn train_step(
     let loss = -logprobs.sum(Kind::Float) / scored.sum(Kind::Float).to_device(logprobs.device());
     run.backward(&loss)?;
     for mut var in model.var_store().trainable_variables() {
-        let _ = var.zero_grad();
+        var.zero_grad();
     }
     Ok(())
 }

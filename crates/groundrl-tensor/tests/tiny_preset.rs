@@ -149,7 +149,7 @@ fn config_and_tokenizer_ids_must_agree() {
 fn gradients(hf: &HfModel, batch: &Batch, checkpoint: bool) -> HashMap<String, Tensor> {
     let vs = hf.model.var_store();
     for mut var in vs.trainable_variables() {
-        let _ = var.zero_grad();
+        var.zero_grad();
     }
     let run = hf.model.training_forward(batch, checkpoint).unwrap();
     let len = batch.input_ids[0].len() as i64;

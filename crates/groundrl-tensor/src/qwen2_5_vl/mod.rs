@@ -1,6 +1,7 @@
 //! Qwen2.5-VL on libtorch: configuration, checkpoint tensors, the vision tower and the M-RoPE decoder.
 
 pub mod config;
+mod layers;
 pub mod model;
 pub mod presets;
 pub mod rope_index;

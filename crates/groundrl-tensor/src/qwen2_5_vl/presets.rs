@@ -160,15 +160,17 @@ mod tests {
     #[test]
     fn tiny_is_valid_with_small_ids() {
         let ids = SpecialIds {
-            vocab_size: 600,
-            image: 590,
-            video: 591,
+            endoftext: 585,
+            im_start: 586,
+            im_end: 587,
             vision_start: 588,
             vision_end: 589,
-            endoftext: 585,
-            im_end: 587,
+            image_pad: 590,
+            video_pad: 591,
+            eos: 587,
+            pad: 585,
         };
-        let c = tiny(ids);
+        let c = tiny(600, &ids);
         c.validate().unwrap();
         assert_eq!(c.text.eos_token_ids, vec![587]);
         assert!(parameter_count(&c) < 5_000_000);

@@ -9,58 +9,7 @@
 use tch::{Kind, Tensor, nn};
 
 use super::config::TextConfig;
-
-/// A linear layer's parameters; `bias` only where the checkpoint has one.
-#[derive(Debug)]
-pub(crate) struct Linear {
-    pub weight: Tensor,
-    pub bias: Option<Tensor>,
-}
-
-impl Linear {
-    /// Variables `weight` (out, in) and optionally `bias` under `p`, initialised like transformers
-    /// (normal with std `init_std`, zero bias).
-    pub fn new(p: nn::Path, inputs: i64, outputs: i64, bias: bool, init_std: f64) -> Self {
-        let weight = p.var(
-            "weight",
-            &[outputs, inputs],
-            nn::Init::Randn {
-                mean: 0.0,
-                stdev: init_std,
-            },
-        );
-        let bias = bias.then(|| p.zeros("bias", &[outputs]));
-        Self { weight, bias }
-    }
-
-    pub fn forward(&self, x: &Tensor) -> Tensor {
-        x.linear(&self.weight, self.bias.as_ref())
-    }
-}
-
-/// Root-mean-square norm, computed in f32 whatever the activations' dtype.
-#[derive(Debug)]
-pub(crate) struct RmsNorm {
-    pub weight: Tensor,
-    pub eps: f64,
-}
-
-impl RmsNorm {
-    pub fn new(p: nn::Path, size: i64, eps: f64) -> Self {
-        Self {
-            weight: p.ones("weight", &[size]),
-            eps,
-        }
-    }
-
-    pub fn forward(&self, x: &Tensor) -> Tensor {
-        let kind = x.kind();
-        let x32 = x.to_kind(Kind::Float);
-        let variance = x32.square().mean_dim(-1, true, Kind::Float);
-        let normed = (x32 * (variance + self.eps).rsqrt()).to_kind(kind);
-        &self.weight * normed
-    }
-}
+use super::layers::{INIT_STD, Linear, RmsNorm};
 
 /// `[-x2, x1]` for `x = [x1, x2]` split in halves on the last dimension.
 pub(crate) fn rotate_half(x: &Tensor) -> Tensor {
@@ -256,9 +205,6 @@ pub struct TextModel {
     /// Absent when tied to the embedding.
     lm_head: Option<Tensor>,
 }
-
-/// transformers' `initializer_range` default, used for random-init presets.
-pub const INIT_STD: f64 = 0.02;
 
 impl TextModel {
     /// Variables under `root`: `model.embed_tokens`, `model.layers.N.*`, `model.norm`, and `lm_head` unless tied.

@@ -9,14 +9,13 @@
 //! the host once per call; everything else runs on the parameters' device in their dtype (f32 or bf16),
 //! with the same f32 islands as transformers (RMSNorm statistics, rotary embedding).
 
-use tch::nn::{self, Init, LinearConfig};
+use tch::nn::{self, Init};
 use tch::{Device, Kind, TchError, Tensor};
 
+use super::layers::{INIT_STD, Linear, RmsNorm};
 use super::{ModelError, VisionConfig};
 use crate::attention::SegmentPlan;
 
-/// transformers' initializer_range for the tower's weights (random-init presets only).
-const INIT_STD: f64 = 0.02;
 /// transformers' epsilon for every RMSNorm in the tower.
 const NORM_EPS: f64 = 1e-6;
 
@@ -285,13 +284,13 @@ impl VisionTower {
 /// One transformer block: pre-norm attention and SwiGLU MLP with residuals.
 #[derive(Debug)]
 struct Block {
-    norm1: Tensor,
-    norm2: Tensor,
-    qkv: nn::Linear,
-    proj: nn::Linear,
-    gate: nn::Linear,
-    up: nn::Linear,
-    down: nn::Linear,
+    norm1: RmsNorm,
+    norm2: RmsNorm,
+    qkv: Linear,
+    proj: Linear,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
     heads: i64,
 }
 
@@ -301,39 +300,42 @@ impl Block {
         let attn = &p / "attn";
         let mlp = &p / "mlp";
         Self {
-            norm1: norm_weight(&p / "norm1", hidden),
-            norm2: norm_weight(&p / "norm2", hidden),
-            qkv: linear(&attn / "qkv", hidden, 3 * hidden),
-            proj: linear(&attn / "proj", hidden, hidden),
-            gate: linear(&mlp / "gate_proj", hidden, inner),
-            up: linear(&mlp / "up_proj", hidden, inner),
-            down: linear(&mlp / "down_proj", inner, hidden),
+            norm1: RmsNorm::new(&p / "norm1", hidden, NORM_EPS),
+            norm2: RmsNorm::new(&p / "norm2", hidden, NORM_EPS),
+            qkv: Linear::new(&attn / "qkv", hidden, 3 * hidden, true, INIT_STD),
+            proj: Linear::new(&attn / "proj", hidden, hidden, true, INIT_STD),
+            gate: Linear::new(&mlp / "gate_proj", hidden, inner, true, INIT_STD),
+            up: Linear::new(&mlp / "up_proj", hidden, inner, true, INIT_STD),
+            down: Linear::new(&mlp / "down_proj", inner, hidden, true, INIT_STD),
             heads: cfg.num_heads,
         }
     }
 
     fn forward(&self, x: &Tensor, rotary: &Rotary, plan: &SegmentPlan) -> Result<Tensor, ModelError> {
-        let x = x.f_add(&self.attention(&rms_norm(x, &self.norm1)?, rotary, plan)?)?;
-        let h = rms_norm(&x, &self.norm2)?;
-        let gated = apply(&h, &self.gate)?.f_silu()?.f_mul(&apply(&h, &self.up)?)?;
-        Ok(x.f_add(&apply(&gated, &self.down)?)?)
+        let x = x.f_add(&self.attention(&self.norm1.forward(x), rotary, plan)?)?;
+        let h = self.norm2.forward(&x);
+        let gated = self.gate.forward(&h).f_silu()?.f_mul(&self.up.forward(&h))?;
+        Ok(x.f_add(&self.down.forward(&gated))?)
     }
 
     fn attention(&self, x: &Tensor, rotary: &Rotary, plan: &SegmentPlan) -> Result<Tensor, ModelError> {
         let (rows, hidden) = x.size2()?;
-        let qkv = apply(x, &self.qkv)?.f_reshape([rows, 3, self.heads, hidden / self.heads])?;
+        let qkv = self
+            .qkv
+            .forward(x)
+            .f_reshape([rows, 3, self.heads, hidden / self.heads])?;
         let qk = rotary.apply(&qkv.f_narrow(1, 0, 2)?)?;
         let out = plan.attend(&qk.f_select(1, 0)?, &qk.f_select(1, 1)?, &qkv.f_select(1, 2)?)?;
-        Ok(apply(&out.f_reshape([rows, hidden])?, &self.proj)?)
+        Ok(self.proj.forward(&out.f_reshape([rows, hidden])?))
     }
 }
 
 /// The patch merger: RMSNorm, each merge block's patches concatenated, then Linear-GELU-Linear.
 #[derive(Debug)]
 struct Merger {
-    norm: Tensor,
-    fc1: nn::Linear,
-    fc2: nn::Linear,
+    norm: RmsNorm,
+    fc1: Linear,
+    fc2: Linear,
     width: i64,
 }
 
@@ -342,17 +344,17 @@ impl Merger {
         let width = cfg.hidden_size * cfg.spatial_merge_size * cfg.spatial_merge_size;
         let mlp = &p / "mlp";
         Self {
-            norm: norm_weight(&p / "ln_q", cfg.hidden_size),
-            fc1: linear(&mlp / 0, width, width),
-            fc2: linear(&mlp / 2, width, cfg.out_hidden_size),
+            norm: RmsNorm::new(&p / "ln_q", cfg.hidden_size, NORM_EPS),
+            fc1: Linear::new(&mlp / 0, width, width, true, INIT_STD),
+            fc2: Linear::new(&mlp / 2, width, cfg.out_hidden_size, true, INIT_STD),
             width,
         }
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor, TchError> {
         let tokens = x.size()[0] * x.size()[1] / self.width;
-        let blocks = rms_norm(x, &self.norm)?.f_reshape([tokens, self.width])?;
-        apply(&apply(&blocks, &self.fc1)?.f_gelu("none")?, &self.fc2)
+        let blocks = self.norm.forward(x).f_reshape([tokens, self.width])?;
+        Ok(self.fc2.forward(&self.fc1.forward(&blocks).f_gelu("none")?))
     }
 }
 
@@ -404,34 +406,6 @@ impl Rotary {
             .f_add(&rotated.f_mul(&self.sin)?)?
             .f_to_kind(kind)
     }
-}
-
-/// RMSNorm as transformers computes it: statistics in f32, cast back, then scaled by the weight.
-fn rms_norm(x: &Tensor, weight: &Tensor) -> Result<Tensor, TchError> {
-    let x32 = x.f_to_kind(Kind::Float)?;
-    let mean_square = x32.f_square()?.f_mean_dim(-1, true, Kind::Float)?;
-    let normed = x32.f_mul(&mean_square.f_add_scalar(NORM_EPS)?.f_rsqrt()?)?;
-    weight.f_mul(&normed.f_to_kind(x.kind())?)
-}
-
-fn apply(x: &Tensor, layer: &nn::Linear) -> Result<Tensor, TchError> {
-    x.f_linear(&layer.ws, layer.bs.as_ref())
-}
-
-fn linear(p: nn::Path, in_dim: i64, out_dim: i64) -> nn::Linear {
-    let config = LinearConfig {
-        ws_init: Init::Randn {
-            mean: 0.0,
-            stdev: INIT_STD,
-        },
-        bs_init: Some(Init::Const(0.0)),
-        bias: true,
-    };
-    nn::linear(p, in_dim, out_dim, config)
-}
-
-fn norm_weight(p: nn::Path, size: i64) -> Tensor {
-    p.var("weight", &[size], Init::Const(1.0))
 }
 
 fn index_tensor(values: &[i64], device: Device) -> Result<Tensor, TchError> {
