@@ -4,7 +4,8 @@
 #   2. bf16 logits parity with transformers on the full 3B shape (random init, one 1262-token screenshot);
 #   3. forward and training-step time and device memory of the 3B shape.
 # It expects the GPU build of the CLI at .device/groundrl (scripts/gpu/build.sh makes it) and writes a
-# short table at the end. Usage on the GPU machine: bash scripts/gpu/run.sh
+# short table at the end. Usage on the GPU machine: bash scripts/gpu/run.sh [goldens] [parity] [bench]
+# (all three when none is named; each fits one 10-minute device call).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 py=${PYTHON:-/opt/torch/.venv/bin/python}
@@ -15,7 +16,10 @@ work=${WORK:-/tmp/groundrl-gpu}
 out=${OUT:-$work/out}
 mkdir -p "$work" "$out"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+parts=${*:-goldens parity bench}
+want() { [[ " $parts " == *" $1 "* ]]; }
 
+if want goldens; then
 echo "== 1. tiny goldens on this machine (cpu, cuda) vs committed"
 for dev in cpu cuda; do
   $py "$root/scripts/goldens/qwen2_5_vl.py" --out "$work/goldens-$dev" --device "$dev" 2>&1 | grep -E "tiny_|transformers"
@@ -31,14 +35,18 @@ for name in ["tiny_a", "tiny_b"]:
         diffs = {k: (ref[k].double() - new[k].double()).abs().max().item() for k in ref}
         print(f"{name} regenerated on {dev}: max |diff| vs committed {diffs}")
 EOF
+fi
 
+if want parity; then
 echo "== 2. 3B bf16 parity"
 "$bin" model init --preset 3b --out "$work/q3b" --dtype bf16 --device cuda || exit 1
 $py "$root/scripts/gpu/qwen2_5_vl_3b_parity.py" --model "$work/q3b" --work "$work" || exit 1
 "$bin" model logits --model "$work/q3b" --inputs "$work/inputs.safetensors" --out "$work/ours_logits.safetensors" \
   --dtype bf16 --device cuda || exit 1
 $py "$root/scripts/gpu/qwen2_5_vl_3b_parity.py" --model "$work/q3b" --work "$work" --compare | tee "$out/parity_3b.json"
+fi
 
+if want bench; then
 echo "== 3. 3B speed and memory (one process per phase)"
 bench() { "$bin" model bench --preset 3b --dtype bf16 --device cuda "$@" | tee -a "$out/bench_3b.jsonl"; }
 bench --phase forward --rows 8
@@ -47,3 +55,4 @@ bench --phase train --rows 4 --freeze-vision
 bench --phase train-checkpoint --rows 8 --freeze-vision
 bench --phase train-checkpoint --rows 8
 bench --phase train --rows 1
+fi
