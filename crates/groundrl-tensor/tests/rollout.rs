@@ -434,3 +434,21 @@ fn bad_requests_are_errors() {
     req.prompt.image_grids.clear();
     assert!(engine.generate(&[req]).is_err());
 }
+
+#[test]
+fn runs_with_bf16_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    hf_folder::write_tiny(dir.path(), 0, Kind::Float).unwrap();
+    let hf = hf_folder::load(dir.path(), Device::Cpu, Kind::BFloat16).unwrap();
+    let engine = Engine::new(&hf.model, &hf.processor);
+    let out = engine
+        .generate(&[
+            request(&hf, 0, 2, 0, &sampled(1, 6)),
+            request(&hf, 1, 1, 0, &greedy(6, vec![])),
+        ])
+        .unwrap();
+    assert!(
+        out.iter()
+            .all(|c| c.tokens.len() == 6 && c.logprobs.iter().all(|l| l.is_finite() && *l <= 0.0))
+    );
+}

@@ -54,6 +54,21 @@ impl Rows {
         rows
     }
 
+    /// The host-side end tracking of every row, with its request's limits and stops.
+    fn ends<'r>(&self, requests: &'r [GenerationRequest]) -> Vec<RowEnd<'r>> {
+        self.prompt
+            .iter()
+            .map(|&p| {
+                let params = &requests[p].params;
+                RowEnd::new(
+                    params.max_new_tokens,
+                    &params.stop_token_ids,
+                    &params.stop_strings,
+                )
+            })
+            .collect()
+    }
+
     fn len(&self) -> i64 {
         self.prompt.len() as i64
     }
@@ -96,21 +111,35 @@ impl<'a> Engine<'a> {
         if let Some(mask) = &batch.attention_mask {
             cache.set_padding(&Tensor::from_slice2(mask).index_select(0, &expand.to_device(Device::Cpu)));
         }
-        let mut logits = self.prefill(&prepared, &mut cache, &expand);
+        let logits = self.prefill(&prepared, &mut cache, &expand);
         let first_position = self.first_positions(requests, &prepared, &expand);
         let mut state = Decoding::new(self, requests, &rows, steps);
-        let mut ends: Vec<RowEnd> = rows
-            .prompt
-            .iter()
-            .map(|&p| {
-                let params = &requests[p].params;
-                RowEnd::new(
-                    params.max_new_tokens,
-                    &params.stop_token_ids,
-                    &params.stop_strings,
-                )
-            })
-            .collect();
+        let mut ends = rows.ends(requests);
+        let done = self.decode(
+            &mut cache,
+            &mut state,
+            &mut ends,
+            logits,
+            prompt_len,
+            &first_position,
+        )?;
+        let logprobs = host_rows(&state.logprobs.narrow(1, 0, done as i64))?;
+        Ok(completions(&rows, ends, logprobs))
+    }
+
+    /// Selects tokens from `logits` and feeds them back until every row has ended or the longest
+    /// `max_new_tokens` is reached; returns the number of steps taken. The token of step `s` is written
+    /// at cache column `prompt length + s` at M-RoPE position `first_position + s`.
+    fn decode(
+        &self,
+        cache: &mut KvCache,
+        state: &mut Decoding,
+        ends: &mut [RowEnd],
+        mut logits: Tensor,
+        prompt_len: i64,
+        first_position: &Tensor,
+    ) -> Result<usize, RolloutError> {
+        let steps = state.steps();
         let (mut synced, mut done) = (0, 0);
         while done < steps {
             let token = state.step(done, &logits);
@@ -119,18 +148,17 @@ impl<'a> Engine<'a> {
                 break;
             }
             if done - synced >= self.sync_every.max(1) {
-                let all_ended = self.sync(&mut state, &mut ends, synced, done)?;
+                let all_ended = self.sync(state, ends, synced, done)?;
                 synced = done;
                 if all_ended {
                     break;
                 }
             }
-            let column = prompt_len + done as i64 - 1;
-            logits = self.decode_step(&mut cache, &token, column, &(&first_position + (done as i64 - 1)));
+            let step = done as i64 - 1;
+            logits = self.decode_step(cache, &token, prompt_len + step, &(first_position + step));
         }
-        self.sync(&mut state, &mut ends, synced, done)?;
-        let logprobs = host_rows(&state.logprobs.narrow(1, 0, done as i64))?;
-        Ok(completions(&rows, ends, logprobs))
+        self.sync(state, ends, synced, done)?;
+        Ok(done)
     }
 
     /// The prompts as one left-padded batch (tensors shared, not copied).
@@ -296,6 +324,10 @@ impl Decoding {
         let full = self.limits.le(column + 1);
         self.finished = self.finished.logical_or(&stopped).logical_or(&full);
         token
+    }
+
+    fn steps(&self) -> usize {
+        self.tokens.size()[1] as usize
     }
 
     fn mark_finished(&mut self, rows: &[i64]) {
