@@ -3,12 +3,14 @@
 //! - [`qwen2_5_vl`]: the Qwen2.5-VL model (vision tower, M-RoPE decoder), loaded from and saved to HF folders.
 //! - [`processor`]: what turns a chat with images into model inputs exactly as HF's processor does
 //!   (image preprocessing, tokenizer, chat template).
+//! - [`rollout`]: batched generation with a KV cache, seeded sampling and the sampled tokens' log-probs.
 
 pub mod attention;
 pub mod bench;
 pub mod hf_folder;
 pub mod processor;
 pub mod qwen2_5_vl;
+pub mod rollout;
 
 pub use tch;
 
