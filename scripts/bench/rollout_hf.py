@@ -1,4 +1,4 @@
-"""HF transformers' generate on the rollout benchmark's shape, to compare with `groundrl model bench-rollout`.
+"""HF transformers' generate on the rollout benchmark's shape, to compare with `groundrl bench rollout`.
 
 The same inputs as our benchmark: a random-init Qwen2.5-VL-3B folder (written by `groundrl model init
 --preset 3b`), one screenshot prompt of 1,262 tokens per prompt (grid 1x52x94, 1,222 image tokens),

@@ -16,7 +16,7 @@ work=${WORK:-/tmp/groundrl-gpu}
 out=${OUT:-$work/out}
 mkdir -p "$work" "$out"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-parts=${*:-goldens parity bench}
+parts=${*:-goldens parity bench rollout}
 want() { [[ " $parts " == *" $1 "* ]]; }
 
 if want goldens; then
@@ -48,11 +48,22 @@ fi
 
 if want bench; then
 echo "== 3. 3B speed and memory (one process per phase)"
-bench() { "$bin" model bench --preset 3b --dtype bf16 --device cuda "$@" | tee -a "$out/bench_3b.jsonl"; }
+bench() { "$bin" bench model --preset 3b --dtype bf16 --device cuda "$@" | tee -a "$out/bench_3b.jsonl"; }
 bench --phase forward --rows 8
 bench --phase forward --rows 64
 bench --phase train --rows 4 --freeze-vision
 bench --phase train-checkpoint --rows 8 --freeze-vision
 bench --phase train-checkpoint --rows 8
 bench --phase train --rows 1
+fi
+
+if want rollout; then
+echo "== 4. rollout: groundrl vs HF generate, 3B shape, 1,262-token screenshot prompts, 128 new tokens"
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+case "$gpu" in *H100*) bw=3350 ;; *) bw=4800 ;; esac
+for n in 1 8; do
+  "$bin" bench rollout --preset 3b --dtype bf16 --device cuda --prompts 8 --n $n --bandwidth-gbs $bw | tee -a "$out/rollout_3b.jsonl"
+done
+[ -d "$work/q3b" ] || "$bin" model init --preset 3b --out "$work/q3b" --dtype bf16 --device cuda
+$py "$root/scripts/bench/rollout_hf.py" --model "$work/q3b" 2>&1 | grep '^{' | tee -a "$out/rollout_3b.jsonl"
 fi

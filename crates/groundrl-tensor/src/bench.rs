@@ -8,9 +8,10 @@ use std::time::Instant;
 
 use tch::{Device, Kind, Tensor};
 
+use crate::processor::Encoded;
 use crate::qwen2_5_vl::model::{Batch, Qwen25Vl, logprobs_at};
 use crate::qwen2_5_vl::rope_index::Grid;
-use crate::qwen2_5_vl::{ModelError, Qwen25VlConfig};
+use crate::qwen2_5_vl::{ModelError, Qwen25VlConfig, presets};
 
 /// The shape of one synthetic batch.
 #[derive(Clone, Copy, Debug)]
@@ -146,4 +147,40 @@ pub fn cuda_memory_in_use() -> Option<u64> {
         let (mut free, mut total) = (0usize, 0usize);
         (get(&mut free, &mut total) == 0).then(|| (total - free) as u64)
     }
+}
+
+/// `prompts` screenshot prompts of `shape` (text, vision start, image tokens, vision end; no
+/// completion) with random ids and pixels, as the rollout engine takes them.
+pub fn rollout_prompts(
+    config: &Qwen25VlConfig,
+    shape: &StepShape,
+    prompts: usize,
+    seed: u64,
+) -> Vec<Encoded> {
+    let one_row = StepShape {
+        rows: 1,
+        completion: 0,
+        ..*shape
+    };
+    (0..prompts as u64)
+        .map(|i| {
+            let (mut batch, _) = synthetic_batch(config, &one_row, seed.wrapping_add(i));
+            Encoded {
+                input_ids: batch.input_ids.remove(0),
+                pixel_values: batch.pixel_values,
+                image_grids: batch.image_grids,
+            }
+        })
+        .collect()
+}
+
+/// Bytes a decode step must read at least: every decoder weight once (the vision tower is not used
+/// in decoding; the tied embedding is read whole as the output head) plus the keys and values of
+/// every row's filled cache, at `context` tokens per row.
+pub fn decode_step_bytes(config: &Qwen25VlConfig, kind: Kind, rows: i64, context: i64) -> f64 {
+    let t = &config.text;
+    let weights = presets::text_parameter_count(config) as f64;
+    let kv_per_token = 2 * t.num_hidden_layers * t.num_key_value_heads * t.head_dim();
+    let element = kind.elt_size_in_bytes() as f64;
+    (weights + (rows * context * kv_per_token) as f64) * element
 }

@@ -29,9 +29,12 @@ enum Command {
     /// Datasets: convert benchmarks to samples (JSONL, verl Parquet), split, subsample.
     #[command(subcommand)]
     Data(commands::data::DataCommand),
-    /// Qwen2.5-VL models on libtorch: make (random init), run for logits, benchmark.
+    /// Qwen2.5-VL models on libtorch: make (random init), run for logits.
     #[command(subcommand)]
     Model(commands::model::ModelCommand),
+    /// Measure the model and the rollout engine on synthetic screenshot batches.
+    #[command(subcommand)]
+    Bench(commands::bench::BenchCommand),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +46,7 @@ fn main() -> ExitCode {
         Command::Synth(args) => commands::synth::run(args),
         Command::Data(cmd) => commands::data::run(cmd),
         Command::Model(cmd) => commands::model::run(cmd),
+        Command::Bench(cmd) => commands::bench::run(cmd),
     };
     match result {
         Ok(code) => code,

@@ -26,7 +26,7 @@ use tokenizers::{
 };
 
 use super::chat_template::QWEN2_5_VL_TEMPLATE;
-use super::tokenizer::{TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, TokenizerError};
+use super::tokenizer::{TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, Tokenizer, TokenizerConfig, TokenizerError};
 
 /// The regex of Qwen2's Split pre-tokenizer (letters with one leading non-letter, single digits,
 /// punctuation runs with trailing newlines, whitespace runs).
@@ -142,6 +142,20 @@ fn qwen2_pre_tokenizer() -> Result<PreTokenizerWrapper, TokenizerError> {
 /// tokenizer_config.json as Qwen2.5-VL ships it: added tokens by id (HF 5.x rebuilds the
 /// tokenizer from vocab and merges and takes the added tokens from here), eos `<|im_end|>`,
 /// pad `<|endoftext|>`, no bos or unk, and the chat template.
+/// The tiny tokenizer in memory, as [`write_tiny_tokenizer`] writes it (for tools that need a
+/// tokenizer but no folder, e.g. benchmarks of random-init models).
+pub fn tiny_tokenizer() -> Result<Tokenizer, TokenizerError> {
+    let config = match tiny_tokenizer_config() {
+        Value::Object(map) => TokenizerConfig(map),
+        _ => {
+            return Err(TokenizerError::Build(
+                "the tiny tokenizer config is not an object".into(),
+            ));
+        }
+    };
+    Tokenizer::new(build_tiny_tokenizer()?, config)
+}
+
 fn tiny_tokenizer_config() -> Value {
     let mut decoder = Map::new();
     for (id, &(content, special)) in (ENDOFTEXT_ID..).zip(ADDED_TOKENS.iter()) {

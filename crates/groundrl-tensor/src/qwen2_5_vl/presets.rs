@@ -121,15 +121,21 @@ fn with_ids(
     }
 }
 
-/// Parameter count of a config, computed from the shapes (no model built).
-pub fn parameter_count(c: &Qwen25VlConfig) -> i64 {
-    let (t, v) = (&c.text, &c.vision);
+/// Parameters of the language model alone (embedding, decoder layers, final norm, untied head).
+pub fn text_parameter_count(c: &Qwen25VlConfig) -> i64 {
+    let t = &c.text;
     let kv = t.num_key_value_heads * t.head_dim();
     let attn =
         t.hidden_size * (t.hidden_size + 2 * kv) + (t.hidden_size + 2 * kv) + t.hidden_size * t.hidden_size;
     let layer = attn + 3 * t.hidden_size * t.intermediate_size + 2 * t.hidden_size;
     let heads = if c.tie_word_embeddings { 1 } else { 2 };
-    let text = t.num_hidden_layers * layer + heads * t.vocab_size * t.hidden_size + t.hidden_size;
+    t.num_hidden_layers * layer + heads * t.vocab_size * t.hidden_size + t.hidden_size
+}
+
+/// Parameter count of a config, computed from the shapes (no model built).
+pub fn parameter_count(c: &Qwen25VlConfig) -> i64 {
+    let v = &c.vision;
+    let text = text_parameter_count(c);
     let vh = v.hidden_size;
     let block = 3 * vh * vh
         + 3 * vh

@@ -1,6 +1,5 @@
 //! `groundrl model`: make, run and measure Qwen2.5-VL models (HF folders) on libtorch.
 
-pub mod bench;
 pub mod init;
 pub mod logits;
 
@@ -15,15 +14,12 @@ pub enum ModelCommand {
     Init(init::Args),
     /// Run a model on inputs from a safetensors file and write its logits (for parity checks).
     Logits(logits::Args),
-    /// Time a forward and a training step on synthetic screenshot batches; print device memory.
-    Bench(bench::Args),
 }
 
 pub fn run(cmd: ModelCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         ModelCommand::Init(args) => init::run(args),
         ModelCommand::Logits(args) => logits::run(args),
-        ModelCommand::Bench(args) => bench::run(args),
     }
 }
 

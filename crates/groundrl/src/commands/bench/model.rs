@@ -1,8 +1,11 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use groundrl_tensor::bench::{self, StepShape};
+
+use super::parse_grid;
+use crate::commands::model::{parse_device, parse_dtype};
 use groundrl_tensor::qwen2_5_vl::{Qwen25Vl, presets};
 use serde::Serialize;
 
@@ -56,8 +59,8 @@ struct Report {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let kind = super::parse_dtype(&args.dtype)?;
-    let device = super::parse_device(&args.device)?;
+    let kind = parse_dtype(&args.dtype)?;
+    let device = parse_device(&args.device)?;
     let model = match &args.model {
         Some(dir) => Qwen25Vl::load(dir, device, kind)?,
         None => {
@@ -101,13 +104,4 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     println!("{}", serde_json::to_string(&report)?);
     Ok(ExitCode::SUCCESS)
-}
-
-fn parse_grid(text: &str) -> anyhow::Result<[i64; 3]> {
-    let parts: Vec<i64> = text
-        .split('x')
-        .map(|p| p.trim().parse::<i64>())
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("grid {text:?} is not TxHxW"))?;
-    <[i64; 3]>::try_from(parts).map_err(|_| anyhow::anyhow!("grid {text:?} is not TxHxW"))
 }
