@@ -167,10 +167,9 @@ impl Rotary {
         let half = cfg.head_dim() / 2;
         let exponents =
             Tensor::arange_start_step(0, cfg.head_dim(), 2, (Kind::Float, device)) / cfg.head_dim() as f64;
-        let inv_freq = Tensor::from(cfg.rope_theta as f32)
-            .to_device(device)
-            .pow(&exponents)
-            .reciprocal();
+        // theta ** exponents as transformers writes it (a scalar base); no host-to-device copy, which
+        // would synchronise the stream at every decode step.
+        let inv_freq = Tensor::pow_scalar(cfg.rope_theta, &exponents).reciprocal();
         // (3, B, L, half): every component's angle for every frequency.
         let angles = positions.to_kind(Kind::Float).unsqueeze(-1) * inv_freq.view([1, 1, 1, half]);
         let mut chunks = Vec::with_capacity(cfg.mrope_section.len());
