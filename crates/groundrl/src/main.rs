@@ -32,6 +32,8 @@ enum Command {
     /// Qwen2.5-VL models on libtorch: make (random init), run for logits.
     #[command(subcommand)]
     Model(commands::model::ModelCommand),
+    /// Offline rollouts of a model over a dataset: n completions per sample (JSONL).
+    Rollout(commands::rollout::Args),
     /// Measure the model and the rollout engine on synthetic screenshot batches.
     #[command(subcommand)]
     Bench(commands::bench::BenchCommand),
@@ -47,6 +49,7 @@ fn main() -> ExitCode {
         Command::Data(cmd) => commands::data::run(cmd),
         Command::Model(cmd) => commands::model::run(cmd),
         Command::Bench(cmd) => commands::bench::run(cmd),
+        Command::Rollout(args) => commands::rollout::run(args),
     };
     match result {
         Ok(code) => code,
