@@ -3,9 +3,14 @@
 pub mod model;
 pub mod rollout;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
+use anyhow::{Context, bail};
+use groundrl_tensor::qwen2_5_vl::{Qwen25Vl, presets};
+use groundrl_tensor::tch::{Device, Kind};
+
+use crate::commands::model::{parse_device, parse_dtype};
 
 #[derive(clap::Subcommand)]
 pub enum BenchCommand {
@@ -30,4 +35,39 @@ pub(crate) fn parse_grid(text: &str) -> anyhow::Result<[i64; 3]> {
         .collect::<Result<_, _>>()
         .with_context(|| format!("grid {text:?} is not TxHxW"))?;
     <[i64; 3]>::try_from(parts).map_err(|_| anyhow::anyhow!("grid {text:?} is not TxHxW"))
+}
+
+/// The model a benchmark runs: a folder, or a random-init built-in shape.
+#[derive(clap::Args)]
+pub struct ModelArgs {
+    /// HF model folder; without it, a random-init model of `--preset` is built on the device.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Built-in shape for a random-init model: `3b` (Qwen2.5-VL-3B) or `tiny` (with Qwen's vocabulary).
+    #[arg(long, default_value = "3b")]
+    preset: String,
+    #[arg(long, default_value = "bf16")]
+    dtype: String,
+    #[arg(long, default_value = "auto")]
+    device: String,
+}
+
+impl ModelArgs {
+    /// The model with its device and parameter dtype.
+    pub(crate) fn load(&self) -> anyhow::Result<(Qwen25Vl, Device, Kind)> {
+        let kind = parse_dtype(&self.dtype)?;
+        let device = parse_device(&self.device)?;
+        let model = match &self.model {
+            Some(dir) => Qwen25Vl::load(dir, device, kind)?,
+            None => {
+                let config = match self.preset.as_str() {
+                    "3b" => presets::qwen2_5_vl_3b(),
+                    "tiny" => presets::tiny(presets::QWEN_VOCAB_SIZE, &presets::QWEN_IDS),
+                    other => bail!("unknown preset {other:?}: use 3b or tiny"),
+                };
+                Qwen25Vl::new(&config, device, kind, 0)
+            }
+        };
+        Ok((model, device, kind))
+    }
 }

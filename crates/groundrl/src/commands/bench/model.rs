@@ -1,26 +1,16 @@
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::bail;
 use groundrl_tensor::bench::{self, StepShape};
 
-use super::parse_grid;
-use crate::commands::model::{parse_device, parse_dtype};
-use groundrl_tensor::qwen2_5_vl::{Qwen25Vl, presets};
+use super::{ModelArgs, parse_grid};
+use groundrl_tensor::qwen2_5_vl::presets;
 use serde::Serialize;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// HF model folder; without it, a random-init model of `--preset` is built on the device.
-    #[arg(long)]
-    model: Option<PathBuf>,
-    /// Built-in shape for a random-init model: `3b` (Qwen2.5-VL-3B) or `tiny`.
-    #[arg(long, default_value = "3b")]
-    preset: String,
-    #[arg(long, default_value = "bf16")]
-    dtype: String,
-    #[arg(long, default_value = "auto")]
-    device: String,
+    #[command(flatten)]
+    model: ModelArgs,
     /// Sequences in the batch.
     #[arg(long, default_value_t = 8)]
     rows: i64,
@@ -59,19 +49,7 @@ struct Report {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let kind = parse_dtype(&args.dtype)?;
-    let device = parse_device(&args.device)?;
-    let model = match &args.model {
-        Some(dir) => Qwen25Vl::load(dir, device, kind)?,
-        None => {
-            let config = match args.preset.as_str() {
-                "3b" => presets::qwen2_5_vl_3b(),
-                "tiny" => presets::tiny(presets::QWEN_VOCAB_SIZE, &presets::QWEN_IDS),
-                other => bail!("unknown preset {other:?}: use 3b or tiny"),
-            };
-            Qwen25Vl::new(&config, device, kind, 0)
-        }
-    };
+    let (model, device, _) = args.model.load()?;
     let shape = StepShape {
         rows: args.rows,
         grid: parse_grid(&args.grid)?,

@@ -1,31 +1,20 @@
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::bail;
 use groundrl_tensor::bench::{self, StepShape};
 use groundrl_tensor::processor::Processor;
 use groundrl_tensor::processor::chat_template::ChatTemplate;
 use groundrl_tensor::processor::image::ImageProcessor;
 use groundrl_tensor::processor::tiny_tokenizer::tiny_tokenizer;
-use groundrl_tensor::qwen2_5_vl::{Qwen25Vl, presets};
 use groundrl_tensor::rollout::{Engine, GenerationRequest, SamplingParams};
 use serde::Serialize;
 
-use super::parse_grid;
-use crate::commands::model::{parse_device, parse_dtype};
+use super::{ModelArgs, parse_grid};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// HF model folder; without it, a random-init model of `--preset` (`3b` or `tiny`).
-    #[arg(long)]
-    model: Option<PathBuf>,
-    #[arg(long, default_value = "3b")]
-    preset: String,
-    #[arg(long, default_value = "bf16")]
-    dtype: String,
-    #[arg(long, default_value = "auto")]
-    device: String,
+    #[command(flatten)]
+    model: ModelArgs,
     /// Distinct prompts (each with its own screenshot).
     #[arg(long, default_value_t = 8)]
     prompts: usize,
@@ -64,15 +53,7 @@ struct Report {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let kind = parse_dtype(&args.dtype)?;
-    let device = parse_device(&args.device)?;
-    let model = match &args.model {
-        Some(dir) => Qwen25Vl::load(dir, device, kind)?,
-        None => match args.preset.as_str() {
-            "3b" => Qwen25Vl::new(&presets::qwen2_5_vl_3b(), device, kind, 0),
-            other => bail!("unknown preset {other:?}: use 3b, or --model DIR"),
-        },
-    };
+    let (model, device, kind) = args.model.load()?;
     // Random prompts need no real tokenizer; the tiny one supplies the pad id (stop strings are unused).
     let processor = Processor {
         tokenizer: tiny_tokenizer()?,
