@@ -99,7 +99,8 @@ pub fn time_ms(
     Ok(times[times.len() / 2])
 }
 
-fn synchronize(device: Device) {
+/// Waits until the device has finished its queued work (nothing to wait for on the CPU).
+pub fn synchronize(device: Device) {
     if let Device::Cuda(i) = device {
         tch::Cuda::synchronize(i as i64);
     }

@@ -270,10 +270,10 @@ fn text_config(f: Fields, top: Fields) -> Result<TextConfig, String> {
         Some(Value::Null) => vec![],
         Some(Value::Array(ids)) => ids
             .iter()
-            .map(as_int)
+            .map(Value::as_i64)
             .collect::<Option<_>>()
             .ok_or("`eos_token_id` list")?,
-        Some(id) => vec![as_int(id).ok_or("`eos_token_id` is not an integer")?],
+        Some(id) => vec![id.as_i64().ok_or("`eos_token_id` is not an integer")?],
     };
     Ok(TextConfig {
         vocab_size: f.int("vocab_size", 152064)?,
@@ -323,10 +323,6 @@ fn vision_config(f: Fields) -> Result<VisionConfig, String> {
     })
 }
 
-fn as_int(v: &Value) -> Option<i64> {
-    v.as_i64()
-}
-
 /// Typed reads of a JSON object's fields with defaults; errors name the field.
 #[derive(Clone, Copy)]
 struct Fields<'a>(&'a Map<String, Value>);
@@ -335,7 +331,8 @@ impl<'a> Fields<'a> {
     fn opt_int(self, key: &str) -> Result<Option<i64>, String> {
         match self.0.get(key) {
             None | Some(Value::Null) => Ok(None),
-            Some(v) => as_int(v)
+            Some(v) => v
+                .as_i64()
                 .map(Some)
                 .ok_or_else(|| format!("`{key}` is not an integer: {v}")),
         }
@@ -381,7 +378,7 @@ impl<'a> Fields<'a> {
             None | Some(Value::Null) => Ok(default.to_vec()),
             Some(Value::Array(items)) => items
                 .iter()
-                .map(as_int)
+                .map(Value::as_i64)
                 .collect::<Option<_>>()
                 .ok_or_else(|| format!("`{key}` has a non-integer")),
             Some(v) => Err(format!("`{key}` is not a list: {v}")),

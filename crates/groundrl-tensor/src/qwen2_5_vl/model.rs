@@ -142,7 +142,7 @@ impl Qwen25Vl {
         let ids = Tensor::from_slice(&flat).view([rows, len]).to_device(device);
         let mut embeds = self.text.embed(&ids);
         if let Some(pixels) = &batch.pixel_values {
-            let features = features(&pixels.to_device(device), &batch.image_grids)?.to_kind(embeds.kind());
+            let features = features(pixels, &batch.image_grids)?.to_kind(embeds.kind());
             embeds = self.place_features(&ids, embeds, &features)?;
         }
         let rope = RopeIndex::new(
@@ -178,11 +178,10 @@ impl Qwen25Vl {
 
     /// The vision tower's merged features (images' tokens, hidden), without a graph when it is frozen.
     pub fn image_features(&self, pixels: &Tensor, grids: &[Grid]) -> Result<Tensor, ModelError> {
-        let pixels = pixels.to_device(self.device());
         if self.vision_trainable() {
-            self.vision.forward(&pixels, grids)
+            self.vision.forward(pixels, grids)
         } else {
-            tch::no_grad(|| self.vision.forward(&pixels, grids))
+            tch::no_grad(|| self.vision.forward(pixels, grids))
         }
     }
 

@@ -109,7 +109,11 @@ impl<'a> Engine<'a> {
         let prompt_len = prepared.ids.size()[1];
         let mut cache = self.cache(rows.len(), prompt_len + steps as i64 - 1);
         if let Some(mask) = &batch.attention_mask {
-            cache.set_padding(&Tensor::from_slice2(mask).index_select(0, &expand.to_device(Device::Cpu)));
+            cache.set_padding(
+                &Tensor::from_slice2(mask)
+                    .to_device(device)
+                    .index_select(0, &expand),
+            );
         }
         let logits = self.prefill(&prepared, &mut cache, &expand);
         let first_position = self.first_positions(requests, &prepared, &expand);
@@ -205,8 +209,8 @@ impl<'a> Engine<'a> {
     fn first_positions(&self, requests: &[GenerationRequest], p: &Prepared, expand: &Tensor) -> Tensor {
         let per_prompt: Vec<i64> = requests
             .iter()
-            .zip(&p.rope.deltas)
-            .map(|(r, delta)| r.prompt.input_ids.len() as i64 + delta)
+            .enumerate()
+            .map(|(row, r)| p.rope.decode_position(row, r.prompt.input_ids.len() as i64))
             .collect();
         Tensor::from_slice(&per_prompt)
             .to_device(expand.device())

@@ -175,8 +175,10 @@ fn encode(hf: &HfModel, sample: &Sample, base: &Path) -> anyhow::Result<Encoded>
 
 fn request(args: &Args, hf: &HfModel, prompt: Encoded, position: u64) -> GenerationRequest {
     let mut stop_token_ids = hf.model.config.text.eos_token_ids.clone();
-    stop_token_ids.push(i64::from(hf.processor.tokenizer.special_ids().eos));
-    stop_token_ids.dedup();
+    let eos = i64::from(hf.processor.tokenizer.special_ids().eos);
+    if !stop_token_ids.contains(&eos) {
+        stop_token_ids.push(eos);
+    }
     GenerationRequest {
         prompt,
         n: args.n,

@@ -131,8 +131,6 @@ fn time(
 ) -> anyhow::Result<f64> {
     let start = Instant::now();
     f()?;
-    if let groundrl_tensor::tch::Device::Cuda(i) = device {
-        groundrl_tensor::tch::Cuda::synchronize(i as i64);
-    }
+    bench::synchronize(device);
     Ok(start.elapsed().as_secs_f64())
 }
