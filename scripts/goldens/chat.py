@@ -6,7 +6,7 @@ renders conversations with `apply_chat_template` (its own template and small fea
 `<|image_pad|>` through Qwen2_5_VLProcessor's text path with real dummy images, and encodes tricky strings.
 Writes tests/fixtures/chat/{meta,conversations,expansion,encode}.json.
 
-Run: /work/main/.cache/venv-hf/bin/python scripts/goldens/chat.py
+Run: "$(scripts/hf-env.sh)" scripts/goldens/chat.py
 """
 
 import json

@@ -6,7 +6,7 @@ backend on the same inputs and prints how far it is from the torchvision backend
 
 Run with the HF reference environment (transformers 5.17, torch 2.11, torchvision 0.26), on CPU:
 
-    /work/main/.cache/venv-hf/bin/python scripts/goldens/image_processor.py
+    "$(scripts/hf-env.sh)" scripts/goldens/image_processor.py
 
 Storage, to keep the fixtures small: every value of `pixel_values` is a per-channel function of one
 uint8 pixel of the resized image (normalize is elementwise). So a case stores `codes`, HF's patchified

@@ -9,8 +9,8 @@ For each tiny config it writes, under crates/groundrl-tensor/tests/fixtures/qwen
 The two configs exercise: window padding (merged grids that are not multiples of the window), full-attention
 blocks, several images in one row, left padding, a text-only row, GQA, tied and untied embeddings.
 
-Run with transformers 5.17 and torch 2.11 (the GPU machine has both; so does the venv of scripts/hf-env.sh):
-  python scripts/goldens/qwen2_5_vl.py [--out DIR] [--device cpu|cuda]
+Run with transformers 5.17 and torch 2.11 (the GPU machine has both; so does scripts/hf-env.sh's venv):
+  "$(scripts/hf-env.sh)" scripts/goldens/qwen2_5_vl.py [--out DIR] [--device cpu|cuda]
 Everything runs in float32 with TF32 off, so CPU and GPU goldens agree to float rounding.
 """
 

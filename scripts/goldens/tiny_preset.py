@@ -8,7 +8,7 @@ crates/groundrl-tensor/tests/fixtures/tiny_preset/golden.safetensors with input_
 image_grid_thw, a pixel_values checksum and the logits of each row's last 16 positions. The Rust test
 rebuilds the folder from the same seed and must reproduce all of it.
 
-Usage: python scripts/goldens/tiny_preset.py --model DIR
+Usage: "$(scripts/hf-env.sh)" scripts/goldens/tiny_preset.py --model DIR
 """
 
 import argparse
