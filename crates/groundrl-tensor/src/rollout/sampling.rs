@@ -3,7 +3,10 @@
 //!
 //! The uniforms come from [`uniforms`]: SplitMix64 streams keyed by (seed, sample index), one draw per
 //! step, so a sample's random numbers, and with them its completion, do not depend on the batch it
-//! runs in. Drawing is inverse-CDF sampling over the filtered distribution sorted by probability.
+//! runs in. Drawing is inverse-CDF sampling: over the distribution sorted by probability for rows that
+//! filter (top-k or top-p), over the vocabulary in id order for rows that do not, which spares the
+//! full-vocabulary sort (the costliest kernel of a decoding step) whenever no row filters. Each row's
+//! rule is its own, so its completion still does not depend on its batch.
 
 use groundrl_core::rng::{SplitMix64, keyed};
 use tch::{Device, Kind, Tensor};
@@ -21,6 +24,10 @@ pub struct Sampler {
     top_p: Tensor,
     /// (vocab,) bool: tokens never selected (the vision placeholders and markers).
     banned: Tensor,
+    /// (rows,) bool: the row filters by top-k or top-p, and draws in sorted order.
+    filters: Tensor,
+    /// Some row filters (else the sort is skipped).
+    any_filters: bool,
 }
 
 /// One row's settings, as given.
@@ -43,6 +50,11 @@ impl Sampler {
             .map(|r| if r.top_k > 0 { r.top_k.min(vocab) } else { vocab })
             .collect();
         let greedy: Vec<bool> = rows.iter().map(|r| r.temperature == 0.0).collect();
+        let filters: Vec<bool> = rows
+            .iter()
+            .zip(&top_k)
+            .map(|(r, &k)| r.temperature != 0.0 && (k < vocab || r.top_p < 1.0))
+            .collect();
         let ban = Tensor::zeros([vocab], (Kind::Bool, device));
         let ban = ban.index_fill(0, &Tensor::from_slice(banned).to_device(device), 1);
         Self {
@@ -51,6 +63,8 @@ impl Sampler {
             top_k: Tensor::from_slice(&top_k).to_device(device),
             top_p: floats(|r| r.top_p),
             banned: ban,
+            any_filters: filters.contains(&true),
+            filters: Tensor::from_slice(&filters).to_device(device),
         }
     }
 
@@ -68,8 +82,19 @@ impl Sampler {
         (tokens, picked)
     }
 
-    /// Inverse-CDF draw after top-k and top-p filtering of `allowed` (rows, vocab), in sorted order.
+    /// One token per row from `allowed` (rows, vocab) (scaled logits, banned tokens at -inf) and
+    /// `uniforms` (rows,), by each row's rule (see the module doc).
     fn draw(&self, allowed: &Tensor, uniforms: &Tensor) -> Tensor {
+        let plain = draw_in_id_order(allowed, uniforms);
+        if !self.any_filters {
+            return plain;
+        }
+        self.draw_filtered(allowed, uniforms)
+            .where_self(&self.filters, &plain)
+    }
+
+    /// Inverse-CDF draw after top-k and top-p filtering of `allowed` (rows, vocab), in sorted order.
+    fn draw_filtered(&self, allowed: &Tensor, uniforms: &Tensor) -> Tensor {
         let vocab = allowed.size()[1];
         let (sorted, order) = allowed.sort(-1, true);
         let rank = Tensor::arange(vocab, (Kind::Int64, allowed.device())).unsqueeze(0);
@@ -79,16 +104,29 @@ impl Sampler {
         // kept set is the smallest whose mass reaches top_p (transformers' rule).
         let before = probs.cumsum(-1, Kind::Float) - &probs;
         let probs = probs.masked_fill(&before.ge_tensor(&self.top_p.unsqueeze(1)), 0.0);
-        let cdf = probs.cumsum(-1, Kind::Float);
-        let target = uniforms.to_kind(Kind::Float) * cdf.select(1, vocab - 1);
         // Kept tokens are a prefix of the sorted order; rounding must not step past it.
-        let kept = probs.gt(0.0).sum_dim_intlist(-1, false, Kind::Int64);
-        let index = cdf
-            .le_tensor(&target.unsqueeze(1))
-            .sum_dim_intlist(-1, false, Kind::Int64)
-            .minimum(&(kept - 1).clamp_min(0));
+        let last_kept = probs.gt(0.0).sum_dim_intlist(-1, false, Kind::Int64) - 1;
+        let index = inverse_cdf(&probs, uniforms).minimum(&last_kept.clamp_min(0));
         order.gather(1, &index.unsqueeze(1), false).squeeze_dim(1)
     }
+}
+
+/// Inverse-CDF draw over the whole distribution of `allowed` (rows, vocab) in token-id order.
+fn draw_in_id_order(allowed: &Tensor, uniforms: &Tensor) -> Tensor {
+    let probs = allowed.softmax(-1, Kind::Float);
+    // Rounding must not step past the last token that can be drawn (banned ones have probability 0).
+    let ids = Tensor::arange(allowed.size()[1], (Kind::Int64, allowed.device())).unsqueeze(0);
+    let last_drawable = ids.masked_fill(&probs.eq(0.0), 0).amax(&[-1][..], false);
+    inverse_cdf(&probs, uniforms).minimum(&last_drawable)
+}
+
+/// Per row, the first index whose cumulative probability exceeds `uniform × total` (`probs` (rows,
+/// vocab) need not be normalised).
+fn inverse_cdf(probs: &Tensor, uniforms: &Tensor) -> Tensor {
+    let cdf = probs.cumsum(-1, Kind::Float);
+    let target = uniforms.to_kind(Kind::Float) * cdf.select(1, probs.size()[1] - 1);
+    cdf.le_tensor(&target.unsqueeze(1))
+        .sum_dim_intlist(-1, false, Kind::Int64)
 }
 
 /// (rows, steps) f32 uniforms in [0, 1): row r's step s is the s-th draw of the SplitMix64 stream
@@ -101,4 +139,50 @@ pub fn uniforms(seeds: &[u64], samples: &[u64], steps: usize) -> Tensor {
         values.extend((0..steps).map(|_| (rng.next_u64() >> 40) as f32 / (1u32 << 24) as f32));
     }
     Tensor::from_slice(&values).view([seeds.len() as i64, steps as i64])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(top_k: i64, top_p: f64) -> RowSettings {
+        RowSettings {
+            temperature: 1.0,
+            top_k,
+            top_p,
+        }
+    }
+
+    /// Draws of one row whose probabilities are [0.1, 0.2, 0.3, 0.4], at each of `uniforms`.
+    fn draws(row: RowSettings, banned: &[i64], uniforms: &[f32]) -> Vec<i64> {
+        let sampler = Sampler::new(&vec![row; uniforms.len()], 4, banned, Device::Cpu);
+        let probs = Tensor::from_slice(&[0.1f32, 0.2, 0.3, 0.4]).log();
+        let logits = probs.unsqueeze(0).expand([uniforms.len() as i64, 4], false);
+        let (tokens, _) = sampler.sample(&logits, &Tensor::from_slice(uniforms));
+        Vec::<i64>::try_from(tokens).unwrap()
+    }
+
+    #[test]
+    fn unfiltered_rows_draw_in_id_order() {
+        // CDF in id order: 0.1, 0.3, 0.6, 1.0.
+        assert_eq!(
+            draws(settings(0, 1.0), &[], &[0.05, 0.25, 0.35, 0.95]),
+            [0, 1, 2, 3]
+        );
+        // Token 3 banned: probabilities 1/6, 2/6, 3/6; CDF 0.167, 0.5, 1.0 — and a uniform just
+        // below 1 must not step onto the banned token.
+        assert_eq!(
+            draws(settings(0, 1.0), &[3], &[0.1, 0.4, 0.6, 0.999_999]),
+            [0, 1, 2, 2]
+        );
+    }
+
+    #[test]
+    fn filtering_rows_draw_in_sorted_order() {
+        // top-k 2 keeps tokens 3 and 2 (0.4 and 0.3): CDF in sorted order 4/7 = 0.571, 1.0.
+        assert_eq!(draws(settings(2, 1.0), &[], &[0.5, 0.6, 0.999_999]), [3, 2, 2]);
+        // top-p 0.5: tokens 3 (mass before it 0) and 2 (mass before it 0.4 < 0.5) kept, token 1
+        // (0.7 before it) not: the same two tokens.
+        assert_eq!(draws(settings(0, 0.5), &[], &[0.5, 0.6]), [3, 2]);
+    }
 }
