@@ -8,6 +8,10 @@
 //!   default `--as-needed` would drop it, leaving CUDA "not available". Its own dependencies (cuBLAS,
 //!   cuDNN, ...) are resolved at run time on the GPU machine, hence `--allow-shlib-undefined`.
 //!
+//! - With the `cuda` feature, the CUDA graph shim (`csrc/cuda_graph.cpp`, a C ABI over
+//!   `at::cuda::CUDAGraph`) is compiled against libtorch's headers and the CUDA headers of
+//!   `scripts/gpu/cuda-headers.sh` (`GROUNDRL_CUDA_INCLUDE`), and linked with libtorch_cuda/libc10_cuda.
+//!
 //! `cargo:rustc-link-arg` reaches only this package's targets; dependents read the same arguments
 //! from `DEP_GROUNDRL_TENSOR_LINK_ARGS` (this package's `links` metadata) and re-emit them.
 
@@ -17,6 +21,8 @@ use std::path::PathBuf;
 fn main() {
     println!("cargo:rerun-if-env-changed=LIBTORCH");
     println!("cargo:rerun-if-env-changed=GROUNDRL_CUDA_RUNTIME");
+    println!("cargo:rerun-if-env-changed=GROUNDRL_CUDA_INCLUDE");
+    println!("cargo:rerun-if-changed=csrc/cuda_graph.cpp");
     let mut args = vec!["-Wl,--disable-new-dtags".to_owned()];
     for var in ["LIBTORCH", "GROUNDRL_CUDA_RUNTIME"] {
         if let Ok(dir) = env::var(var) {
@@ -25,11 +31,42 @@ fn main() {
             args.push(format!("-Wl,-rpath,{}", lib.display()));
         }
     }
-    if env::var_os("CARGO_FEATURE_CUDA").is_some() {
+    if cfg!(feature = "cuda") {
         args.push("-Wl,--no-as-needed,-ltorch_cuda,--as-needed,--allow-shlib-undefined".to_owned());
     }
+    #[cfg(feature = "cuda")]
+    compile_cuda_graph_shim();
     for arg in &args {
         println!("cargo:rustc-link-arg={arg}");
     }
     println!("cargo:link_args={}", args.join(" "));
+}
+
+/// Compiles `csrc/cuda_graph.cpp` into a static library linked into this crate.
+#[cfg(feature = "cuda")]
+fn compile_cuda_graph_shim() {
+    let libtorch = PathBuf::from(env::var("LIBTORCH").expect(
+        "the cuda feature needs LIBTORCH (eval \"$(scripts/setup-libtorch.sh)\"; see scripts/gpu/build.sh)",
+    ));
+    let cuda_include = env::var("GROUNDRL_CUDA_INCLUDE").expect(
+        "the cuda feature needs GROUNDRL_CUDA_INCLUDE (eval \"$(scripts/gpu/cuda-headers.sh)\"; see scripts/gpu/build.sh)",
+    );
+    let include = libtorch.join("include");
+    cc::Build::new()
+        .cpp(true)
+        .std("c++17")
+        .file("csrc/cuda_graph.cpp")
+        .include(&include)
+        .include(include.join("torch/csrc/api/include"))
+        .include(cuda_include)
+        .define("_GLIBCXX_USE_CXX11_ABI", "1")
+        .warnings(false)
+        .compile("groundrl_cuda_graph");
+    println!(
+        "cargo:rustc-link-search=native={}",
+        libtorch.join("lib").display()
+    );
+    println!("cargo:rustc-link-lib=dylib=torch_cuda");
+    println!("cargo:rustc-link-lib=dylib=c10_cuda");
+    println!("cargo:rustc-link-lib=dylib=c10");
 }

@@ -5,6 +5,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 eval "$(scripts/setup-libtorch.sh)"
+eval "$(scripts/gpu/cuda-headers.sh)"
 CARGO_TARGET_DIR="$root/target/cuda" cargo build --release --features cuda -p groundrl
 mkdir -p .device
 cp target/cuda/release/groundrl .device/groundrl

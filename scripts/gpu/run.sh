@@ -62,7 +62,7 @@ echo "== 4. rollout: groundrl vs HF generate, 3B shape, 1,262-token screenshot p
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 case "$gpu" in *H100*) bw=3350 ;; *) bw=4800 ;; esac
 for n in 1 8; do
-  "$bin" bench rollout --preset 3b --dtype bf16 --device cuda --prompts 8 --n $n --bandwidth-gbs $bw | tee -a "$out/rollout_3b.jsonl"
+  "$bin" bench rollout --preset 3b --dtype bf16 --device cuda --prompts 8 --n $n --bandwidth-gbs $bw --compare-eager | tee -a "$out/rollout_3b.jsonl"
 done
 [ -d "$work/q3b" ] || "$bin" model init --preset 3b --out "$work/q3b" --dtype bf16 --device cuda
 $py "$root/scripts/bench/rollout_hf.py" --model "$work/q3b" 2>&1 | grep '^{' | tee -a "$out/rollout_3b.jsonl"

@@ -4,9 +4,11 @@
 //! - [`processor`]: what turns a chat with images into model inputs exactly as HF's processor does
 //!   (image preprocessing, tokenizer, chat template).
 //! - [`rollout`]: batched generation with a KV cache, seeded sampling and the sampled tokens' log-probs.
+//! - [`cuda_graph`]: capture and replay of CUDA graphs (a shim over libtorch's `CUDAGraph`).
 
 pub mod attention;
 pub mod bench;
+pub mod cuda_graph;
 pub mod hf_folder;
 pub mod processor;
 pub mod qwen2_5_vl;

@@ -11,6 +11,14 @@
 //!
 //! Everything else per step (sampling, masking ended rows, writing the cache) is queued on the device;
 //! the uniforms for every step are made on the host and copied once before decoding.
+//!
+//! # One step, replayed
+//! A decoding step ([`Engine::iteration`]) reads and writes only tensors that exist before it runs
+//! (the cache, the sampling state, the current logits, a device-side step counter) and keeps its
+//! shapes fixed (attention over the whole cache capacity, masked), so on a CUDA device it is captured
+//! once per [`Engine::generate`] call as a CUDA graph and then replayed: one launch per step instead
+//! of ~2,000 kernel launches from the host ([`Engine::cuda_graph`]). The CPU runs the same step
+//! directly.
 
 use tch::{Device, Kind, Tensor};
 
@@ -18,6 +26,7 @@ use super::kv_cache::{CacheShape, KvCache, attend_cached};
 use super::sampling::{RowSettings, Sampler, uniforms};
 use super::stop::RowEnd;
 use super::{Completion, GenerationRequest, RolloutError};
+use crate::cuda_graph::CudaGraph;
 use crate::processor::{Encoded, Processor};
 use crate::qwen2_5_vl::model::Prepared;
 use crate::qwen2_5_vl::text::{Rotary, attend};
@@ -32,6 +41,9 @@ pub struct Engine<'a> {
     /// less often but may run up to `sync_every - 1` steps after every row has ended; results do not
     /// depend on it.
     pub sync_every: usize,
+    /// On a CUDA device, capture the decoding step as a CUDA graph and replay it (default true);
+    /// false runs every step's kernels from the host. Results do not depend on it.
+    pub cuda_graph: bool,
 }
 
 /// Which request and sample each of the decoded rows is.
@@ -86,6 +98,7 @@ impl<'a> Engine<'a> {
             model,
             processor,
             sync_every: 8,
+            cuda_graph: true,
         }
     }
 
@@ -107,7 +120,10 @@ impl<'a> Engine<'a> {
             .max()
             .unwrap_or(1);
         let prompt_len = prepared.ids.size()[1];
-        let mut cache = self.cache(rows.len(), prompt_len + steps as i64 - 1);
+        // A multiple of 16 columns: SDPA's memory-efficient kernel would otherwise pad the mask in every
+        // layer of every step. The extra columns stay masked.
+        let capacity = (prompt_len + steps as i64 - 1 + 15) / 16 * 16;
+        let mut cache = self.cache(rows.len(), capacity);
         if let Some(mask) = &batch.attention_mask {
             cache.set_padding(
                 &Tensor::from_slice2(mask)
@@ -115,54 +131,67 @@ impl<'a> Engine<'a> {
                     .index_select(0, &expand),
             );
         }
-        let logits = self.prefill(&prepared, &mut cache, &expand);
-        let first_position = self.first_positions(requests, &prepared, &expand);
+        let mut step = Step {
+            logits: self.prefill(&prepared, &mut cache, &expand),
+            index: Tensor::zeros([1], (Kind::Int64, device)),
+            first_column: prompt_len,
+            first_position: self.first_positions(requests, &prepared, &expand),
+        };
         let mut state = Decoding::new(self, requests, &rows, steps);
         let mut ends = rows.ends(requests);
-        let done = self.decode(
-            &mut cache,
-            &mut state,
-            &mut ends,
-            logits,
-            prompt_len,
-            &first_position,
-        )?;
+        let done = self.decode(&mut cache, &mut state, &mut ends, &mut step)?;
         let logprobs = host_rows(&state.logprobs.narrow(1, 0, done as i64))?;
         Ok(completions(&rows, ends, logprobs))
     }
 
-    /// Selects tokens from `logits` and feeds them back until every row has ended or the longest
-    /// `max_new_tokens` is reached; returns the number of steps taken. The token of step `s` is written
-    /// at cache column `prompt length + s` at M-RoPE position `first_position + s`.
+    /// Selects tokens and feeds them back until every row has ended or the longest `max_new_tokens` is
+    /// reached; returns the number of steps taken.
     fn decode(
         &self,
         cache: &mut KvCache,
         state: &mut Decoding,
         ends: &mut [RowEnd],
-        mut logits: Tensor,
-        prompt_len: i64,
-        first_position: &Tensor,
+        step: &mut Step,
     ) -> Result<usize, RolloutError> {
         let steps = state.steps();
+        let mut graph: Option<CudaGraph> = None;
         let (mut synced, mut done) = (0, 0);
-        while done < steps {
-            let token = state.step(done, &logits);
-            done += 1;
-            if done == steps {
-                break;
+        while done + 1 < steps {
+            match &graph {
+                Some(g) => g.replay()?,
+                None if self.cuda_graph && step.logits.device().is_cuda() => {
+                    graph = Some(CudaGraph::capture(step.logits.device(), || {
+                        self.iteration(cache, state, step)
+                    })?);
+                }
+                None => self.iteration(cache, state, step),
             }
+            done += 1;
             if done - synced >= self.sync_every.max(1) {
                 let all_ended = self.sync(state, ends, synced, done)?;
                 synced = done;
                 if all_ended {
-                    break;
+                    return Ok(done);
                 }
             }
-            let step = done as i64 - 1;
-            logits = self.decode_step(cache, &token, prompt_len + step, &(first_position + step));
         }
+        // The last step only selects tokens: no forward, whose cache column would lie past the end.
+        let _ = state.select(step);
+        done += 1;
         self.sync(state, ends, synced, done)?;
         Ok(done)
+    }
+
+    /// One decoding step, entirely on the device: select every row's token of step `step.index` from
+    /// `step.logits`, run it through the model (cache column `first_column + index`, M-RoPE position
+    /// `first_position + index`), store the next logits in `step.logits` and advance `step.index`.
+    fn iteration(&self, cache: &mut KvCache, state: &mut Decoding, step: &mut Step) {
+        let token = state.select(step);
+        let column = &step.index + step.first_column;
+        let position = &step.first_position + &step.index;
+        let logits = self.decode_step(cache, &token, &column, &position);
+        step.logits.copy_(&logits);
+        let _ = step.index.g_add_scalar_(1);
     }
 
     /// The prompts as one left-padded batch (tensors shared, not copied).
@@ -217,20 +246,21 @@ impl<'a> Engine<'a> {
             .index_select(0, expand)
     }
 
-    /// One token per row (`token` (rows,), written at cache column `column`, at M-RoPE position
-    /// `position` (rows,) in all three components) through every layer; the next logits (rows, vocab).
-    fn decode_step(&self, cache: &mut KvCache, token: &Tensor, column: i64, position: &Tensor) -> Tensor {
+    /// One token per row (`token` (rows,), written at the cache column held by `column` (1,), at M-RoPE
+    /// position `position` (rows,) in all three components) through every layer; the next logits
+    /// (rows, vocab).
+    fn decode_step(&self, cache: &mut KvCache, token: &Tensor, column: &Tensor, position: &Tensor) -> Tensor {
         let text = &self.model.text;
         let rows = token.size()[0];
         let mut x = text.embed(&token.unsqueeze(1));
         let positions = position.view([1, rows, 1]).expand([3, rows, 1], false);
         let rotary = Rotary::new(&text.config, &positions, x.kind());
-        let mask = cache.key_mask(column + 1);
+        let mask = cache.key_mask_through(column);
         for (i, layer) in text.layers.iter().enumerate() {
             let (q, k, v) = layer.project_qkv(&x, &rotary);
-            cache.write(i, column, &k, &v);
-            let (keys, values) = cache.filled(i, column + 1);
-            x = layer.finish(&x, &attend_cached(&q, &keys, &values, &mask));
+            cache.write_column(i, column, &k, &v);
+            let (keys, values) = cache.layer(i);
+            x = layer.finish(&x, &attend_cached(&q, keys, values, &mask));
         }
         text.logits(&text.final_norm(&x)).squeeze_dim(1)
     }
@@ -256,6 +286,19 @@ impl<'a> Engine<'a> {
         }
         Ok(ends.iter().all(|e| e.finish().is_some()))
     }
+}
+
+/// Where decoding stands, in tensors a captured step reads and advances in place.
+#[derive(Debug)]
+struct Step {
+    /// (rows, vocab): the logits the next token is selected from.
+    logits: Tensor,
+    /// (1,) int64: the index of the step about to run.
+    index: Tensor,
+    /// The cache column of step 0's token (the prompt length).
+    first_column: i64,
+    /// (rows,) int64: the M-RoPE position of step 0's token.
+    first_position: Tensor,
 }
 
 /// The device side of decoding: per-row sampling settings, stop conditions and outputs.
@@ -315,18 +358,19 @@ impl Decoding {
         }
     }
 
-    /// Selects every row's token of step `step` from `logits`; ended rows get the pad token (log-prob
-    /// 0). Returns the tokens (rows,), the next step's input.
-    fn step(&mut self, step: usize, logits: &Tensor) -> Tensor {
-        let (drawn, logprob) = self.sampler.sample(logits, &self.uniforms.select(1, step as i64));
+    /// Selects every row's token of step `step.index` from `step.logits`; ended rows get the pad token
+    /// (log-prob 0). Returns the tokens (rows,), the next step's input. Updates its own tensors in
+    /// place (a replayed CUDA graph writes into the memory it was captured with).
+    fn select(&mut self, step: &Step) -> Tensor {
+        let uniforms = self.uniforms.index_select(1, &step.index).squeeze_dim(1);
+        let (drawn, logprob) = self.sampler.sample(&step.logits, &uniforms);
         let token = drawn.masked_fill(&self.finished, self.pad);
         let logprob = logprob.masked_fill(&self.finished, 0.0);
-        let column = step as i64;
-        self.tokens.narrow(1, column, 1).copy_(&token.unsqueeze(1));
-        self.logprobs.narrow(1, column, 1).copy_(&logprob.unsqueeze(1));
+        let _ = self.tokens.index_copy_(1, &step.index, &token.unsqueeze(1));
+        let _ = self.logprobs.index_copy_(1, &step.index, &logprob.unsqueeze(1));
         let stopped = token.unsqueeze(1).eq_tensor(&self.stops).any_dim(1, false);
-        let full = self.limits.le(column + 1);
-        self.finished = self.finished.logical_or(&stopped).logical_or(&full);
+        let full = self.limits.le_tensor(&(&step.index + 1));
+        let _ = self.finished.logical_or_(&stopped.logical_or(&full));
         token
     }
 
@@ -337,7 +381,7 @@ impl Decoding {
     fn mark_finished(&mut self, rows: &[i64]) {
         if !rows.is_empty() {
             let rows = Tensor::from_slice(rows).to_device(self.finished.device());
-            self.finished = self.finished.index_fill(0, &rows, 1);
+            let _ = self.finished.index_fill_(0, &rows, 1);
         }
     }
 }

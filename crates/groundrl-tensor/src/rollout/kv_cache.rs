@@ -2,7 +2,7 @@
 //! allocated once, plus which columns hold real tokens.
 //!
 //! Rows are left-padded prompts followed by generated tokens, so every row writes its next token at
-//! the same column and one `narrow` gives all rows' filled keys; the padding columns stay masked.
+//! the same column; the padding columns, and the columns not yet written, stay masked.
 
 use tch::{Device, Kind, Tensor};
 
@@ -12,6 +12,8 @@ pub struct KvCache {
     values: Vec<Tensor>,
     /// (rows, capacity) bool: false at padding columns.
     valid: Tensor,
+    /// The keys' and values' dtype.
+    kind: Kind,
 }
 
 /// The shape of a cache.
@@ -33,6 +35,7 @@ impl KvCache {
             keys: (0..shape.layers).map(|_| zeros()).collect(),
             values: (0..shape.layers).map(|_| zeros()).collect(),
             valid: Tensor::ones([shape.rows, shape.capacity], (Kind::Bool, device)),
+            kind,
         }
     }
 
@@ -51,23 +54,36 @@ impl KvCache {
         self.values[layer].narrow(2, column, len).copy_(v);
     }
 
-    /// Keys and values of layer `layer` in the first `len` columns (views, no copy).
-    pub fn filled(&self, layer: usize, len: i64) -> (Tensor, Tensor) {
-        (
-            self.keys[layer].narrow(2, 0, len),
-            self.values[layer].narrow(2, 0, len),
-        )
+    /// Writes one column of layer `layer`: `k`, `v` (rows, kv_heads, 1, head_dim) at the column held
+    /// by `column` (a one-element int64 device tensor), so the step needs no host value.
+    pub fn write_column(&mut self, layer: usize, column: &Tensor, k: &Tensor, v: &Tensor) {
+        let _ = self.keys[layer].index_copy_(2, column, k);
+        let _ = self.values[layer].index_copy_(2, column, v);
     }
 
-    /// (rows, 1, 1, len) bool: which of the first `len` columns a query may attend to.
-    pub fn key_mask(&self, len: i64) -> Tensor {
-        let rows = self.valid.size()[0];
-        self.valid.narrow(1, 0, len).view([rows, 1, 1, len])
+    /// All keys and values of layer `layer` (the whole capacity; see [`Self::key_mask_through`]).
+    pub fn layer(&self, layer: usize) -> (&Tensor, &Tensor) {
+        (&self.keys[layer], &self.values[layer])
+    }
+
+    /// (rows, 1, 1, capacity) additive mask in the cache's dtype (0 where a query may attend, -inf
+    /// elsewhere): the real columns up to and including `column` (a one-element int64 device tensor).
+    /// Attending over the whole capacity with this mask keeps every step's shapes the same, which a
+    /// captured CUDA graph needs; masked columns add exact zeros. Made once per step in the form SDPA
+    /// uses, so that no layer converts a boolean mask again.
+    pub fn key_mask_through(&self, column: &Tensor) -> Tensor {
+        let (rows, capacity) = (self.valid.size()[0], self.valid.size()[1]);
+        let device = self.valid.device();
+        let upto = Tensor::arange(capacity, (Kind::Int64, device)).le_tensor(column);
+        let hidden = self.valid.logical_and(&upto).logical_not();
+        Tensor::zeros([rows, capacity], (self.kind, device))
+            .masked_fill(&hidden, f64::NEG_INFINITY)
+            .view([rows, 1, 1, capacity])
     }
 }
 
 /// Attention of one new query per row, `q` (rows, heads, 1, hd), over cached keys and values
-/// (rows, kv_heads, len, hd) with `mask` (rows, 1, 1, len).
+/// (rows, kv_heads, len, hd) with `mask` (rows, 1, 1, len) (boolean, or additive in q's dtype).
 ///
 /// The query heads sharing a KV head are stacked as that head's query positions, so grouped KV heads
 /// are attended without repeating (copying) the cache; the result is the same as with repeated heads.

@@ -100,4 +100,6 @@ pub enum RolloutError {
     Tokenizer(#[from] TokenizerError),
     #[error(transparent)]
     Torch(#[from] tch::TchError),
+    #[error(transparent)]
+    Graph(#[from] crate::cuda_graph::GraphError),
 }

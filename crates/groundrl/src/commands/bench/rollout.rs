@@ -6,7 +6,7 @@ use groundrl_tensor::processor::Processor;
 use groundrl_tensor::processor::chat_template::ChatTemplate;
 use groundrl_tensor::processor::image::ImageProcessor;
 use groundrl_tensor::processor::tiny_tokenizer::tiny_tokenizer;
-use groundrl_tensor::rollout::{Engine, GenerationRequest, SamplingParams};
+use groundrl_tensor::rollout::{Completion, Engine, GenerationRequest, SamplingParams};
 use serde::Serialize;
 
 use super::{ModelArgs, parse_grid};
@@ -33,11 +33,17 @@ pub struct Args {
     /// Device memory bandwidth in GB/s for the roofline (H200: 4800, H100 SXM: 3350).
     #[arg(long, default_value_t = 4800.0)]
     bandwidth_gbs: f64,
+    /// On CUDA, also time the decoding without the captured CUDA graph (every kernel launched from
+    /// the host) and check that both give the same tokens.
+    #[arg(long)]
+    compare_eager: bool,
 }
 
 #[derive(Serialize)]
 struct Report {
     engine: &'static str,
+    /// Whether the decoding step was a replayed CUDA graph.
+    cuda_graph: bool,
     batch: usize,
     prompts: usize,
     n: usize,
@@ -50,6 +56,10 @@ struct Report {
     roofline_step_ms: f64,
     roofline_fraction: f64,
     device_memory_gib: Option<f64>,
+    /// With --compare-eager: the eager run's tokens equal the graph run's, and the largest log-prob
+    /// difference between them.
+    same_tokens_as_graph: Option<bool>,
+    max_logprob_diff_vs_graph: Option<f32>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -83,8 +93,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             })
             .collect()
     };
-    let engine = Engine::new(&model, &processor);
-    // Prefill plus one sampled token; the first run is a warm-up (kernel selection, allocator growth).
+    let mut engine = Engine::new(&model, &processor);
+    // Prefill plus one sampled token, timed after a whole untimed run (kernel selection, allocator
+    // growth, GPU clocks: the first run on an idle GPU was measured up to 1.9x slower).
     let one_token = |seed| -> Vec<GenerationRequest> {
         requests(seed)
             .into_iter()
@@ -97,40 +108,66 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             })
             .collect()
     };
-    time(device, || engine.generate(&one_token(0)).map(drop))?;
-    let prefill_seconds = time(device, || engine.generate(&one_token(1)).map(drop))?;
-    let seconds = time(device, || engine.generate(&requests(2)).map(drop))?;
+    time(device, || engine.generate(&requests(0)))?;
+    let (prefill_seconds, _) = time(device, || engine.generate(&one_token(1)))?;
     let batch = args.prompts * args.n;
-    let decode_step = (seconds - prefill_seconds) / args.new_tokens.saturating_sub(1).max(1) as f64;
     let context = prompt_tokens + args.new_tokens as i64 / 2;
     let bytes = bench::decode_step_bytes(&model.config, kind, batch as i64, context);
     let roofline_step = bytes / (args.bandwidth_gbs * 1e9);
-    let report = Report {
-        engine: "groundrl",
-        batch,
-        prompts: args.prompts,
-        n: args.n,
-        prompt_tokens,
-        new_tokens: args.new_tokens,
-        seconds,
-        prefill_seconds,
-        generated_tokens_per_s: (batch * args.new_tokens) as f64 / seconds,
-        decode_step_ms: decode_step * 1e3,
-        roofline_step_ms: roofline_step * 1e3,
-        roofline_fraction: roofline_step / decode_step,
-        device_memory_gib: bench::cuda_memory_in_use().map(|b| b as f64 / (1u64 << 30) as f64),
-    };
-    println!("{}", serde_json::to_string(&report)?);
+    let mut modes = vec![device.is_cuda()];
+    if device.is_cuda() && args.compare_eager {
+        modes.push(false);
+    }
+    let mut graph_run: Option<Vec<Completion>> = None;
+    for cuda_graph in modes {
+        engine.cuda_graph = cuda_graph;
+        let (seconds, completions) = time(device, || engine.generate(&requests(2)))?;
+        let decode_step = (seconds - prefill_seconds) / args.new_tokens.saturating_sub(1).max(1) as f64;
+        let against = graph_run.as_deref().filter(|_| !cuda_graph);
+        let report = Report {
+            engine: "groundrl",
+            cuda_graph,
+            batch,
+            prompts: args.prompts,
+            n: args.n,
+            prompt_tokens,
+            new_tokens: args.new_tokens,
+            seconds,
+            prefill_seconds,
+            generated_tokens_per_s: (batch * args.new_tokens) as f64 / seconds,
+            decode_step_ms: decode_step * 1e3,
+            roofline_step_ms: roofline_step * 1e3,
+            roofline_fraction: roofline_step / decode_step,
+            device_memory_gib: bench::cuda_memory_in_use().map(|b| b as f64 / (1u64 << 30) as f64),
+            same_tokens_as_graph: against.map(|g| same_tokens(g, &completions)),
+            max_logprob_diff_vs_graph: against.map(|g| max_logprob_diff(g, &completions)),
+        };
+        println!("{}", serde_json::to_string(&report)?);
+        if cuda_graph {
+            graph_run = Some(completions);
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Seconds of `f`, waiting for the device to finish.
-fn time(
+fn same_tokens(a: &[Completion], b: &[Completion]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.tokens == y.tokens)
+}
+
+fn max_logprob_diff(a: &[Completion], b: &[Completion]) -> f32 {
+    a.iter()
+        .zip(b)
+        .flat_map(|(x, y)| x.logprobs.iter().zip(&y.logprobs).map(|(p, q)| (p - q).abs()))
+        .fold(0.0, f32::max)
+}
+
+/// Seconds of `f` (waiting for the device to finish) and its result.
+fn time<T>(
     device: groundrl_tensor::tch::Device,
-    f: impl FnOnce() -> Result<(), groundrl_tensor::rollout::RolloutError>,
-) -> anyhow::Result<f64> {
+    f: impl FnOnce() -> Result<T, groundrl_tensor::rollout::RolloutError>,
+) -> anyhow::Result<(f64, T)> {
     let start = Instant::now();
-    f()?;
+    let out = f()?;
     bench::synchronize(device);
-    Ok(start.elapsed().as_secs_f64())
+    Ok((start.elapsed().as_secs_f64(), out))
 }
