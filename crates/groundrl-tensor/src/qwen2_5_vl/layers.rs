@@ -3,6 +3,8 @@
 
 use tch::{Kind, Tensor, nn};
 
+use super::lora::Adapter;
+
 /// transformers' `initializer_range` default, used for random-init presets.
 pub const INIT_STD: f64 = 0.02;
 
@@ -11,6 +13,11 @@ pub const INIT_STD: f64 = 0.02;
 pub(crate) struct Linear {
     pub weight: Tensor,
     pub bias: Option<Tensor>,
+    /// Where the variables live in the model's `VarStore` (`model.layers.0.self_attn.q_proj`): LoRA
+    /// names its adapter after it, as PEFT does.
+    pub path: String,
+    /// A LoRA update added to the output when attached (see [`super::lora`]).
+    pub lora: Option<Adapter>,
 }
 
 impl Linear {
@@ -26,11 +33,20 @@ impl Linear {
             },
         );
         let bias = bias.then(|| p.zeros("bias", &[outputs]));
-        Self { weight, bias }
+        Self {
+            weight,
+            bias,
+            path: p.components().collect::<Vec<_>>().join("."),
+            lora: None,
+        }
     }
 
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        x.linear(&self.weight, self.bias.as_ref())
+        let base = x.linear(&self.weight, self.bias.as_ref());
+        match &self.lora {
+            Some(adapter) => base + adapter.forward(x),
+            None => base,
+        }
     }
 }
 

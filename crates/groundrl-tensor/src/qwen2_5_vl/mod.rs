@@ -2,6 +2,7 @@
 
 pub mod config;
 mod layers;
+pub mod lora;
 pub mod model;
 pub mod presets;
 pub mod rope_index;
@@ -14,6 +15,7 @@ use std::fmt::Display;
 use std::path::Path;
 
 pub use config::{Qwen25VlConfig, TextConfig, VisionConfig};
+pub use lora::LoraSpec;
 pub use model::{Batch, Qwen25Vl};
 
 /// What can go wrong loading, saving or running the model; each names the file, tensor or input at fault.
@@ -36,6 +38,8 @@ pub enum ModelError {
     Unexpected { names: Vec<String>, place: String },
     #[error("bad model input: {0}")]
     Input(String),
+    #[error(transparent)]
+    Lora(#[from] lora::LoraError),
     #[error(transparent)]
     Torch(#[from] tch::TchError),
 }

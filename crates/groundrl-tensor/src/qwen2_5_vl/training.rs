@@ -166,7 +166,10 @@ impl TrainingForward<'_> {
             let grad = recompute_backward(vision.last.grad(), &vision.block_inputs, |i, x| {
                 tower.run_block(i, x, &vision.run)
             })?;
-            (&vision.run.input * &grad).sum(Kind::Float).backward();
+            // A frozen patch embedding (LoRA adapts the blocks only) has no graph to extend.
+            if vision.run.input.requires_grad() {
+                (&vision.run.input * &grad).sum(Kind::Float).backward();
+            }
         }
         Ok(())
     }

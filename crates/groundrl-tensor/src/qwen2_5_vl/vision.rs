@@ -252,6 +252,13 @@ impl VisionTower {
         Ok(self.merger.forward(x)?.f_index_select(0, &run.inverse)?)
     }
 
+    /// Every linear layer of the blocks, then the merger's two, for adapters such as LoRA (the patch
+    /// embedding is a convolution and not among them).
+    pub(crate) fn linears_mut(&mut self) -> impl Iterator<Item = &mut Linear> {
+        let merger = [&mut self.merger.fc1, &mut self.merger.fc2];
+        self.blocks.iter_mut().flat_map(Block::linears_mut).chain(merger)
+    }
+
     fn check_pixels(&self, pixel_values: &Tensor, patches: i64) -> Result<(), ModelError> {
         let size = pixel_values.size();
         if size != [patches, self.patch_dim] {
@@ -309,6 +316,16 @@ impl Block {
             down: Linear::new(&mlp / "down_proj", inner, hidden, true, INIT_STD),
             heads: cfg.num_heads,
         }
+    }
+
+    fn linears_mut(&mut self) -> [&mut Linear; 5] {
+        [
+            &mut self.qkv,
+            &mut self.proj,
+            &mut self.gate,
+            &mut self.up,
+            &mut self.down,
+        ]
     }
 
     fn forward(&self, x: &Tensor, rotary: &Rotary, plan: &SegmentPlan) -> Result<Tensor, ModelError> {

@@ -15,6 +15,7 @@ use safetensors::tensor::{Dtype, SafeTensors, TensorView, View};
 use tch::{Kind, Tensor, nn};
 
 use super::ModelError;
+use super::lora::{self, LoraError};
 
 /// Names the released checkpoints use for a tensor that transformers 5.x may have saved under another.
 pub fn canonical_name(name: &str) -> Cow<'_, str> {
@@ -197,8 +198,12 @@ const MAX_SHARD_BYTES: usize = 5_000_000_000;
 
 /// Writes every variable of `vs` as `kind` into `dir`: `model.safetensors`, or numbered shards plus
 /// `model.safetensors.index.json` past 5 GB. The `{"format": "pt"}` metadata is what transformers checks.
+/// A store holding LoRA adapters is refused: transformers would skip their tensors without a word.
 pub fn save_from(vs: &nn::VarStore, dir: &Path, kind: Kind) -> Result<(), ModelError> {
     let variables: BTreeMap<String, Tensor> = vs.variables().into_iter().collect();
+    if let Some(adapter) = variables.keys().find(|name| lora::is_adapter_name(name)) {
+        return Err(LoraError::Unmerged(adapter.clone()).into());
+    }
     let mut shards: Vec<Vec<(String, HostTensor)>> = vec![Vec::new()];
     let mut shard_bytes = 0usize;
     for (name, tensor) in &variables {
