@@ -331,14 +331,14 @@ pub fn policy_loss(
             tensor: "ref_logprobs",
             because: "kl_coef > 0 with kl_in_reward = false makes the KL a loss term",
         })?;
-        per_token = per_token + ref_kl * cfg.kl_coef;
+        per_token += ref_kl * cfg.kl_coef;
     }
     if cfg.entropy_coef != 0.0 {
         let entropy = inputs.entropy.as_ref().ok_or(LossError::Missing {
             tensor: "entropy",
             because: "entropy_coef != 0 adds an entropy bonus",
         })?;
-        per_token = per_token - entropy * cfg.entropy_coef;
+        per_token -= entropy * cfg.entropy_coef;
     }
     let loss = aggregate(&per_token, &mask, cfg.aggregation, scale);
 
