@@ -227,6 +227,60 @@ pub fn logprobs_at(
     scored: &Tensor,
     chunk: i64,
 ) -> Result<Tensor, ModelError> {
+    let [logprobs] = scores_at(text, hidden, ids, scored, chunk, |logprobs, targets| {
+        [chosen(logprobs, targets)]
+    })?;
+    Ok(logprobs)
+}
+
+/// Log-probabilities and entropies of the scored tokens, as [`logprobs_and_entropy_at`] computes them.
+#[derive(Debug)]
+pub struct TokenScores {
+    /// (B, L) f32: the log-probability of each scored token, 0 elsewhere (as [`logprobs_at`]).
+    pub logprobs: Tensor,
+    /// (B, L) f32: the entropy in nats of the full next-token distribution each scored token was
+    /// drawn from, 0 elsewhere.
+    pub entropy: Tensor,
+}
+
+/// [`logprobs_at`] plus the entropy of the whole vocabulary distribution at each scored token, for
+/// the loss's entropy bonus and its telemetry. Both are differentiable; the entropy's graph keeps one
+/// more (chunk, vocab) f32 buffer per chunk, so take [`logprobs_at`] when the entropy is not needed.
+pub fn logprobs_and_entropy_at(
+    text: &TextModel,
+    hidden: &Tensor,
+    ids: &Tensor,
+    scored: &Tensor,
+    chunk: i64,
+) -> Result<TokenScores, ModelError> {
+    let [logprobs, entropy] = scores_at(text, hidden, ids, scored, chunk, |logprobs, targets| {
+        [chosen(logprobs, targets), entropy_of(logprobs)]
+    })?;
+    Ok(TokenScores { logprobs, entropy })
+}
+
+/// The log-probability of each row's target: `logprobs` (n, vocab), `targets` (n,) → (n,).
+fn chosen(logprobs: &Tensor, targets: &Tensor) -> Tensor {
+    logprobs.gather(1, &targets.unsqueeze(1), false).squeeze_dim(1)
+}
+
+/// The entropy `-sum_v p_v log p_v` of each row of `logprobs` (n, vocab) → (n,).
+fn entropy_of(logprobs: &Tensor) -> Tensor {
+    -(logprobs.exp() * logprobs).sum_dim_intlist(-1, false, Kind::Float)
+}
+
+/// The chunk loop shared by [`logprobs_at`] and [`logprobs_and_entropy_at`]: projects the hidden
+/// states that predict scored tokens to f32 vocabulary log-probabilities, `chunk` rows at a time, and
+/// hands each chunk with its target ids to `per_chunk`; each of its `N` per-row results is placed
+/// back at the scored positions of a (B, L) f32 tensor, 0 elsewhere.
+fn scores_at<const N: usize>(
+    text: &TextModel,
+    hidden: &Tensor,
+    ids: &Tensor,
+    scored: &Tensor,
+    chunk: i64,
+    per_chunk: impl Fn(&Tensor, &Tensor) -> [Tensor; N],
+) -> Result<[Tensor; N], ModelError> {
     let (rows, len) = (ids.size()[0], ids.size()[1]);
     if scored.size() != [rows, len] {
         return Err(ModelError::Input(format!(
@@ -247,29 +301,29 @@ pub fn logprobs_at(
     let h = hidden.view([rows * len, -1]).index_select(0, &predictors_at);
     let targets = ids.view([-1]).index_select(0, &targets_at);
     let chunk = chunk.max(1);
-    let mut parts = Vec::new();
+    let mut parts: [Vec<Tensor>; N] = std::array::from_fn(|_| Vec::new());
     let n = targets.size()[0];
     let mut start = 0;
     while start < n {
         let size = chunk.min(n - start);
         let logits = text.logits(&h.narrow(0, start, size)).to_kind(Kind::Float);
-        let logprobs = logits.log_softmax(-1, Kind::Float).gather(
-            1,
-            &targets.narrow(0, start, size).unsqueeze(1),
-            false,
-        );
-        parts.push(logprobs.squeeze_dim(1));
+        let logprobs = logits.log_softmax(-1, Kind::Float);
+        let results = per_chunk(&logprobs, &targets.narrow(0, start, size));
+        for (part, result) in parts.iter_mut().zip(results) {
+            part.push(result);
+        }
         start += size;
     }
-    let values = if parts.is_empty() {
-        Tensor::zeros([0], (Kind::Float, ids.device()))
-    } else {
-        Tensor::cat(&parts, 0)
-    };
-    let out = Tensor::zeros([rows * len], (Kind::Float, ids.device()));
-    Ok(out
-        .index_put(&[Some(targets_at)], &values, false)
-        .view([rows, len]))
+    Ok(parts.map(|part| {
+        let values = if part.is_empty() {
+            Tensor::zeros([0], (Kind::Float, ids.device()))
+        } else {
+            Tensor::cat(&part, 0)
+        };
+        Tensor::zeros([rows * len], (Kind::Float, ids.device()))
+            .index_put(&[Some(&targets_at)], &values, false)
+            .view([rows, len])
+    }))
 }
 
 fn batch_shape(batch: &Batch) -> Result<(i64, i64), ModelError> {
