@@ -16,6 +16,7 @@
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use crate::data::{Sample, Shape};
 use crate::frame::{Frame, ImageFrames, Size};
 use crate::geometry::{BBox, LabeledBox, Point};
 use crate::parse::Parsed;
@@ -109,6 +110,47 @@ impl RewardInput {
 }
 
 impl Target {
+    /// The ground truth of a dataset sample for scoring a completion about its first image, whose
+    /// resized size (`[width, height]`, as the processor made it) is `resized` when known. Box
+    /// targets are kept as they are and polygons become their bounding boxes; a point target has no
+    /// extent for the box and point-in-box rewards and is refused.
+    pub fn from_sample(sample: &Sample, resized: Option<[u64; 2]>) -> Result<Self, InputError> {
+        let image = sample
+            .images
+            .first()
+            .ok_or_else(|| InputError::new("images", "no image"))?;
+        let boxes = sample
+            .targets
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let bbox = match &t.shape {
+                    Shape::Box(b) => *b,
+                    Shape::Polygon(vertices) => bounding_box(vertices),
+                    Shape::Point(_) => {
+                        return Err(InputError::new(
+                            &format!("targets[{i}]"),
+                            "a point target cannot be scored by box rewards",
+                        ));
+                    }
+                };
+                Ok(TargetBox {
+                    bbox,
+                    label: t.label.clone().unwrap_or_default(),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let target = Self {
+            boxes,
+            frame: sample.frame,
+            image_size: Some([u64::from(image.width), u64::from(image.height)]),
+            resized_size: resized,
+            none: sample.none,
+        };
+        target.validate()?;
+        Ok(target)
+    }
+
     /// Checks what the types cannot: well-formed boxes, "none" without boxes.
     pub fn validate(&self) -> Result<(), InputError> {
         if self.none && !self.boxes.is_empty() {
@@ -145,6 +187,14 @@ impl Target {
                 .map_err(|e| InputError::new("target.image_size", e.to_string())),
         }
     }
+}
+
+/// `[x1, y1, x2, y2]` around `vertices`.
+fn bounding_box(vertices: &[[f64; 2]]) -> [f64; 4] {
+    vertices.iter().fold(
+        [f64::INFINITY, f64::INFINITY, f64::NEG_INFINITY, f64::NEG_INFINITY],
+        |[x1, y1, x2, y2], &[x, y]| [x1.min(x), y1.min(y), x2.max(x), y2.max(y)],
+    )
 }
 
 /// The common frame a record is scored in, and what is known about it.
@@ -259,6 +309,35 @@ mod tests {
 
     fn input(v: Value) -> Result<RewardInput, InputError> {
         RewardInput::from_json_object(v.as_object().unwrap())
+    }
+
+    fn sample(targets: Value) -> Sample {
+        serde_json::from_value(json!({
+            "id": "s1", "source": "synth", "task": "box_grounding", "frame": "pixel",
+            "images": [{"path": "a.png", "width": 640, "height": 480}],
+            "instruction": "Save", "targets": targets
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn targets_from_samples() {
+        let boxes = sample(json!([
+            {"shape": {"type": "box", "coords": [1, 2, 30, 40]}, "label": "Save"},
+            {"shape": {"type": "polygon", "coords": [[5, 9], [12, 3], [8, 20]]}}
+        ]));
+        let t = Target::from_sample(&boxes, Some([644, 476])).unwrap();
+        assert_eq!(t.boxes[0].bbox, [1.0, 2.0, 30.0, 40.0]);
+        assert_eq!(t.boxes[0].label, "Save");
+        assert_eq!(t.boxes[1].bbox, [5.0, 3.0, 12.0, 20.0]);
+        assert_eq!(t.boxes[1].label, "");
+        assert_eq!(
+            (t.image_size, t.resized_size),
+            (Some([640, 480]), Some([644, 476]))
+        );
+        assert_eq!(t.frame, Frame::Pixel);
+        let point = sample(json!([{"shape": {"type": "point", "coords": [3, 4]}}]));
+        assert_eq!(Target::from_sample(&point, None).unwrap_err().field, "targets[0]");
     }
 
     #[test]

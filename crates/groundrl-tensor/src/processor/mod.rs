@@ -4,6 +4,7 @@
 
 pub mod chat_template;
 pub mod image;
+mod sample;
 pub mod tiny_tokenizer;
 pub mod tokenizer;
 

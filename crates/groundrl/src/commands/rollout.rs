@@ -5,12 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use groundrl_core::data::{Content, Sample};
-use groundrl_core::frame::Frame;
-use groundrl_core::prompt::{ModelKind, Preset, PromptStyle, Reasoning, build_prompt};
+use groundrl_core::data::Sample;
 use groundrl_tensor::hf_folder::{self, HfModel};
 use groundrl_tensor::processor::Encoded;
-use groundrl_tensor::processor::chat_template::{RenderOptions, messages_to_json};
 use groundrl_tensor::rollout::{Completion, Engine, FinishReason, GenerationRequest, SamplingParams};
 use groundrl_tensor::tch::{Device, Kind};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -96,7 +93,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let mut kept = Vec::new();
         for (i, sample) in chunk.iter().enumerate() {
             let position = (chunk_index * args.batch.max(1) + i) as u64;
-            match encode(&hf, sample, base) {
+            match hf.processor.encode_sample(sample, base, None) {
                 Ok(prompt) => {
                     requests.push(request(&args, &hf, prompt, position));
                     kept.push(sample);
@@ -138,39 +135,6 @@ fn progress(total: usize) -> ProgressBar {
         bar.set_style(style);
     }
     bar
-}
-
-/// The sample's chat (its own prompt, or its task's default) with its images, encoded.
-fn encode(hf: &HfModel, sample: &Sample, base: &Path) -> anyhow::Result<Encoded> {
-    let messages = if sample.prompt.is_empty() {
-        let style = PromptStyle {
-            preset: Preset::for_task(sample.task),
-            reasoning: Reasoning::None,
-            model: ModelKind::Instruct,
-            frame: Frame::Resized,
-        };
-        build_prompt(sample, &style)?
-    } else {
-        sample.prompt.clone()
-    };
-    let mut images = Vec::new();
-    for content in messages.iter().flat_map(|m| &m.content) {
-        if let Content::Image { image } = content {
-            let reference = sample
-                .images
-                .get(*image)
-                .with_context(|| format!("prompt image {image} is not in `images`"))?;
-            let path = base.join(&reference.path);
-            images.push(image::open(&path).with_context(|| format!("image {}", path.display()))?);
-        }
-    }
-    let options = RenderOptions {
-        add_generation_prompt: true,
-        ..RenderOptions::default()
-    };
-    Ok(hf
-        .processor
-        .encode_chat(&messages_to_json(&messages), &images, &options)?)
 }
 
 fn request(args: &Args, hf: &HfModel, prompt: Encoded, position: u64) -> GenerationRequest {
