@@ -140,6 +140,13 @@ impl DeviceKind {
             DeviceKind::Cuda => tch::Device::Cuda(0),
         }
     }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceKind::Cpu => "cpu",
+            DeviceKind::Cuda => "cuda",
+        }
+    }
 }
 
 impl ModelConfig {
