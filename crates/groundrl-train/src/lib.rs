@@ -5,4 +5,6 @@
 //! resume exactly, and per-step telemetry. Formulas follow `shared/reference/semantics.md` §6.
 
 pub mod advantage;
+pub mod config;
 pub mod loss;
+pub mod plan;

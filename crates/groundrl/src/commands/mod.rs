@@ -2,6 +2,7 @@ pub mod bench;
 pub mod data;
 pub mod eval;
 pub mod model;
+pub mod plan;
 pub mod reward;
 pub mod rollout;
 pub mod smart_resize;

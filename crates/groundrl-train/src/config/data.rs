@@ -1,0 +1,44 @@
+//! `[data]`: the training and validation samples and how prompts are worded.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::{ConfigError, ensure};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DataConfig {
+    /// Training samples: JSONL or verl Parquet of the core's `Sample`s (as `groundrl synth` and
+    /// `groundrl data convert` write them). Required. Relative paths are read from the working
+    /// directory. Default `""`.
+    pub train: PathBuf,
+    /// Validation samples in the same formats; `""` for none. Default `""`.
+    pub val: PathBuf,
+    /// Seed of the epoch shuffles. Default 0.
+    pub seed: u64,
+    /// Ask the model to think before answering (`<think>` then `<answer>`), with the standard
+    /// reasoning wording of the prompt presets. Default false.
+    pub reasoning: bool,
+}
+
+impl Default for DataConfig {
+    fn default() -> Self {
+        Self {
+            train: PathBuf::new(),
+            val: PathBuf::new(),
+            seed: 0,
+            reasoning: false,
+        }
+    }
+}
+
+impl DataConfig {
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        ensure(
+            !self.train.as_os_str().is_empty(),
+            "data.train",
+            "is required: the training samples (JSONL or Parquet)",
+        )
+    }
+}

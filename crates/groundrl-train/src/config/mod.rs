@@ -1,0 +1,157 @@
+//! The trainer's configuration: one TOML file, mirrored by typed sections with documented defaults.
+//!
+//! ```toml
+//! [model]
+//! preset = "tiny"
+//!
+//! [data]
+//! train = "data/synth-easy/train.jsonl"
+//!
+//! [rollout]
+//! n = 4
+//!
+//! [reward]
+//! spec = "configs/rewards/synthetic-click.toml"
+//! correct_component = "click"
+//! ```
+//!
+//! Every key has a default, so a file names only what it changes; `groundrl plan` and the run folder's
+//! `config.toml` show the whole resolved config ([`TrainConfig::to_toml`]). Command-line overrides
+//! such as `rollout.n=16 model.dtype=bf16` are applied on top of the file. An unknown key, in the file
+//! or an override, is refused with the nearest valid name (see [`keys`]); a value of the wrong type
+//! names its key and the type expected; [`TrainConfig::validate`] checks ranges and the relations
+//! between keys.
+//!
+//! A section is a struct deriving `Serialize`, `Deserialize` and `Default` with
+//! `#[serde(default, deny_unknown_fields)]` and no `Option` fields (an "off" value such as 0 or `""`
+//! instead, so every valid key appears in the serialized defaults). Adding a section is adding its
+//! field to [`TrainConfig`]: the loader, the override and the unknown-key checks are generic.
+
+mod data;
+mod keys;
+mod model;
+mod reward;
+mod rollout;
+mod trainer;
+
+use std::path::Path;
+
+use groundrl_core::reward::SpecError;
+use groundrl_tensor::qwen2_5_vl::ModelError;
+use serde::{Deserialize, Serialize};
+
+pub use data::DataConfig;
+pub use model::{DeviceKind, Dtype, LORA_TEXT_TARGETS, ModelConfig, ModelPreset};
+pub use reward::RewardConfig;
+pub use rollout::RolloutConfig;
+pub use trainer::{EarlyStoppingMode, TrainerConfig};
+
+/// The whole configuration of a training run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TrainConfig {
+    pub model: ModelConfig,
+    pub data: DataConfig,
+    pub rollout: RolloutConfig,
+    pub reward: RewardConfig,
+    pub trainer: TrainerConfig,
+}
+
+/// Why a configuration was refused; each names the file, the override or the dotted key at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("config is not valid TOML: {0}")]
+    Syntax(toml::de::Error),
+    #[error("override `{text}`: {problem}")]
+    Override { text: String, problem: String },
+    #[error("unknown key `{key}`; did you mean `{suggestion}`?")]
+    UnknownKey { key: String, suggestion: String },
+    /// A value of the wrong type or an unknown name, as the deserializer words it.
+    #[error("`{key}`: {problem}")]
+    Value { key: String, problem: String },
+    /// A value out of range, or keys that do not fit together.
+    #[error("`{key}`: {problem}")]
+    Invalid { key: String, problem: String },
+    #[error("cannot write the config as TOML: {0}")]
+    Serialize(#[from] toml::ser::Error),
+    #[error(transparent)]
+    RewardSpec(#[from] SpecError),
+    #[error("model: {0}")]
+    Model(#[from] ModelError),
+}
+
+/// `Ok` when `holds`, else the `Invalid` error for `key`.
+fn ensure(holds: bool, key: &str, problem: impl Into<String>) -> Result<(), ConfigError> {
+    if holds {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid {
+            key: key.to_string(),
+            problem: problem.into(),
+        })
+    }
+}
+
+impl TrainConfig {
+    /// Reads a config file and applies `overrides` (`dotted.key=value`) on top. The result is
+    /// complete but not yet checked: call [`Self::validate`].
+    pub fn load(path: &Path, overrides: &[String]) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::from_toml_str(&text, overrides)
+    }
+
+    /// Parses config text and applies `overrides`; see [`Self::load`].
+    pub fn from_toml_str(text: &str, overrides: &[String]) -> Result<Self, ConfigError> {
+        let mut table: toml::Table = text.parse().map_err(ConfigError::Syntax)?;
+        for text in overrides {
+            keys::apply_override(&mut table, text)?;
+        }
+        let known = toml::Table::try_from(Self::default())?;
+        keys::check_known(&table, &known, "")?;
+        serde_path_to_error::deserialize(table).map_err(|e| ConfigError::Value {
+            key: e.path().to_string(),
+            problem: e.into_inner().message().trim().to_string(),
+        })
+    }
+
+    /// The whole resolved config as TOML, every key written: [`Self::from_toml_str`] reads it back
+    /// to an equal config. The run folder keeps it.
+    pub fn to_toml(&self) -> Result<String, ConfigError> {
+        Ok(toml::to_string(self)?)
+    }
+
+    /// Checks ranges and the relations between keys; the error names the key to change.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.model.validate()?;
+        self.data.validate()?;
+        self.rollout.validate()?;
+        self.reward.validate()?;
+        self.trainer.validate()?;
+        let completions = self.rollout.completions_per_step();
+        ensure(
+            completions.is_multiple_of(u64::from(self.trainer.mini_batch_size)),
+            "trainer.mini_batch_size",
+            format!(
+                "{} does not divide the {completions} completions of a step \
+                 (rollout.prompts_per_step {} x rollout.n {})",
+                self.trainer.mini_batch_size, self.rollout.prompts_per_step, self.rollout.n
+            ),
+        )?;
+        if self.trainer.early_stopping_patience > 0 {
+            ensure(
+                !self.data.val.as_os_str().is_empty(),
+                "data.val",
+                "is required for early stopping (it watches validation metrics)",
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,240 @@
+//! `[model]`: which Qwen2.5-VL to train, in which dtype and on which device, what trains (full
+//! weights, frozen vision, LoRA adapters) and the image budget of its processor.
+
+use std::path::PathBuf;
+
+use groundrl_core::resize::{DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS};
+use groundrl_tensor::hf_folder;
+use groundrl_tensor::processor::tiny_tokenizer;
+use groundrl_tensor::qwen2_5_vl::config::Qwen25VlConfig;
+use groundrl_tensor::qwen2_5_vl::presets;
+use serde::{Deserialize, Serialize};
+
+use super::{ConfigError, ensure};
+
+/// The LLM projections LoRA may adapt: attention q/k/v/o and the SwiGLU MLP's gate/up/down.
+pub const LORA_TEXT_TARGETS: [&str; 7] = [
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+];
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelConfig {
+    /// An HF model folder (config.json, safetensors, tokenizer, preprocessor) to start from; `""` to
+    /// build `preset` instead. Relative paths are read from the working directory. Default `""`.
+    pub path: PathBuf,
+    /// A built-in shape with random weights, used when `path` is `""`: `tiny` (CPU-sized, with its
+    /// own tokenizer) or `3b` (Qwen2.5-VL-3B's shape). `none` when `path` is given. Default `none`.
+    pub preset: ModelPreset,
+    /// Seed of the preset's random initialisation. Default 0.
+    pub seed: i64,
+    /// Parameter and activation dtype. Default `f32`.
+    pub dtype: Dtype,
+    /// Where the model lives and trains. Default `cpu`.
+    pub device: DeviceKind,
+    /// Keep the vision tower's weights fixed: it then runs without a graph and needs neither
+    /// gradients nor optimizer state. Default true.
+    pub freeze_vision: bool,
+    /// Recompute each block in the backward instead of keeping its activations: a little more
+    /// compute for much less memory. Default true.
+    pub gradient_checkpointing: bool,
+    /// Smallest resized image area in pixels (the processor's `min_pixels`). Default 3136 (56 x 56).
+    pub min_pixels: u64,
+    /// Largest resized image area in pixels (the processor's `max_pixels`): bounds the image tokens
+    /// of a prompt, one per 28 x 28 pixels. Default 12845056 (Qwen2.5-VL's default).
+    pub max_pixels: u64,
+    /// LoRA rank; 0 trains the full weights instead of adapters. Default 0.
+    pub lora_rank: u32,
+    /// LoRA scale numerator: an adapter adds `lora_alpha / lora_rank * B A x`. Default 32.
+    pub lora_alpha: f64,
+    /// Which projections of every decoder layer get an adapter (names from [`LORA_TEXT_TARGETS`]).
+    /// Default all seven.
+    pub lora_targets: Vec<String>,
+    /// Also adapt the vision tower's block projections (qkv, proj, gate/up/down). Default false.
+    pub lora_vision: bool,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        Self {
+            path: PathBuf::new(),
+            preset: ModelPreset::None,
+            seed: 0,
+            dtype: Dtype::F32,
+            device: DeviceKind::Cpu,
+            freeze_vision: true,
+            gradient_checkpointing: true,
+            min_pixels: DEFAULT_MIN_PIXELS,
+            max_pixels: DEFAULT_MAX_PIXELS,
+            lora_rank: 0,
+            lora_alpha: 32.0,
+            lora_targets: LORA_TEXT_TARGETS.iter().map(|t| t.to_string()).collect(),
+            lora_vision: false,
+        }
+    }
+}
+
+/// A built-in model shape (`model.preset`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelPreset {
+    /// No preset: the model comes from `model.path`.
+    None,
+    /// The tiny model of `groundrl model init --preset tiny` (1.2M parameters, its own tokenizer).
+    Tiny,
+    /// Qwen2.5-VL-3B-Instruct's shape (about 3.75B parameters).
+    #[serde(rename = "3b")]
+    Qwen3b,
+}
+
+/// Parameter dtype (`model.dtype`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dtype {
+    F32,
+    Bf16,
+}
+
+impl Dtype {
+    /// Bytes of one element.
+    pub fn bytes(self) -> u64 {
+        match self {
+            Dtype::F32 => 4,
+            Dtype::Bf16 => 2,
+        }
+    }
+
+    pub fn kind(self) -> tch::Kind {
+        match self {
+            Dtype::F32 => tch::Kind::Float,
+            Dtype::Bf16 => tch::Kind::BFloat16,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::F32 => "f32",
+            Dtype::Bf16 => "bf16",
+        }
+    }
+}
+
+/// Compute device (`model.device`); `cuda` is the first GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceKind {
+    Cpu,
+    Cuda,
+}
+
+impl DeviceKind {
+    pub fn device(self) -> tch::Device {
+        match self {
+            DeviceKind::Cpu => tch::Device::Cpu,
+            DeviceKind::Cuda => tch::Device::Cuda(0),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceKind::Cpu => "cpu",
+            DeviceKind::Cuda => "cuda",
+        }
+    }
+}
+
+impl ModelConfig {
+    /// The architecture this section names: the folder's config.json, or the preset's shape.
+    pub fn architecture(&self) -> Result<Qwen25VlConfig, ConfigError> {
+        match self.preset {
+            ModelPreset::None => Ok(Qwen25VlConfig::load(&self.path.join("config.json"))?),
+            ModelPreset::Tiny => Ok(presets::tiny(
+                i64::from(tiny_tokenizer::VOCAB_SIZE),
+                &hf_folder::tiny_ids(),
+            )),
+            ModelPreset::Qwen3b => Ok(presets::qwen2_5_vl_3b()),
+        }
+    }
+
+    /// Whether LoRA adapters train instead of the full weights.
+    pub fn lora(&self) -> bool {
+        self.lora_rank > 0
+    }
+
+    /// Whether the vision tower has trainable weights (then it keeps a graph in the forward). With
+    /// LoRA every base weight is frozen, so only `lora_vision` trains it.
+    pub fn vision_trained(&self) -> bool {
+        if self.lora() {
+            self.lora_vision
+        } else {
+            !self.freeze_vision
+        }
+    }
+
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        let has_path = !self.path.as_os_str().is_empty();
+        ensure(
+            has_path != (self.preset != ModelPreset::None),
+            "model.path",
+            "give exactly one of `model.path` (a model folder) and `model.preset` (tiny or 3b)",
+        )?;
+        ensure(
+            self.min_pixels > 0,
+            "model.min_pixels",
+            "must be positive, found 0",
+        )?;
+        ensure(
+            self.min_pixels <= self.max_pixels,
+            "model.max_pixels",
+            format!(
+                "{} is smaller than model.min_pixels {}",
+                self.max_pixels, self.min_pixels
+            ),
+        )?;
+        if self.lora() {
+            self.validate_lora()?;
+        } else {
+            ensure(
+                !self.lora_vision,
+                "model.lora_vision",
+                "needs LoRA on (model.lora_rank > 0)",
+            )?;
+        }
+        Ok(())
+    }
+
+    fn validate_lora(&self) -> Result<(), ConfigError> {
+        ensure(
+            self.lora_alpha.is_finite() && self.lora_alpha > 0.0,
+            "model.lora_alpha",
+            format!("must be positive, found {}", self.lora_alpha),
+        )?;
+        ensure(
+            !self.lora_targets.is_empty(),
+            "model.lora_targets",
+            "is empty with LoRA on",
+        )?;
+        for (i, target) in self.lora_targets.iter().enumerate() {
+            ensure(
+                LORA_TEXT_TARGETS.contains(&target.as_str()),
+                "model.lora_targets",
+                format!(
+                    "{target:?} is not a projection; use {}",
+                    LORA_TEXT_TARGETS.join(", ")
+                ),
+            )?;
+            ensure(
+                !self.lora_targets[..i].contains(target),
+                "model.lora_targets",
+                format!("{target:?} is listed twice"),
+            )?;
+        }
+        Ok(())
+    }
+}

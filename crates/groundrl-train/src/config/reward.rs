@@ -1,0 +1,72 @@
+//! `[reward]`: the reward spec that scores completions, and the rule that calls a completion correct.
+
+use std::path::PathBuf;
+
+use groundrl_core::reward::RewardSpec;
+use serde::{Deserialize, Serialize};
+
+use super::{ConfigError, ensure};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RewardConfig {
+    /// A reward-spec TOML file (see `groundrl_core::reward::spec`); `""` when `inline` gives the spec.
+    /// Relative paths are read from the working directory. Default `""`.
+    pub spec: PathBuf,
+    /// The reward spec written in place, as a `[reward.inline]` table with the spec file's keys
+    /// (`model_frame`, `[reward.inline.components.NAME]`...); empty when `spec` names a file. Its keys
+    /// are checked when the spec is loaded ([`RewardConfig::load_spec`]), not against this struct.
+    pub inline: toml::Table,
+    /// The component whose value decides whether a completion is correct (accuracy, early stopping);
+    /// `""` uses the total reward. Default `""`.
+    pub correct_component: String,
+    /// A completion is correct when that value is at least this. Default 0.5.
+    pub correct_threshold: f64,
+}
+
+impl Default for RewardConfig {
+    fn default() -> Self {
+        Self {
+            spec: PathBuf::new(),
+            inline: toml::Table::new(),
+            correct_component: String::new(),
+            correct_threshold: 0.5,
+        }
+    }
+}
+
+impl RewardConfig {
+    /// Reads the spec (file or inline table) and checks that `correct_component` is one of its
+    /// components.
+    pub fn load_spec(&self) -> Result<RewardSpec, ConfigError> {
+        let spec = if self.inline.is_empty() {
+            RewardSpec::load(&self.spec)?
+        } else {
+            RewardSpec::from_toml(&toml::to_string(&self.inline)?)?
+        };
+        let names: Vec<&str> = spec.components().iter().map(|c| c.name.as_str()).collect();
+        ensure(
+            self.correct_component.is_empty() || names.contains(&self.correct_component.as_str()),
+            "reward.correct_component",
+            format!(
+                "{:?} is not a component of the reward spec ({})",
+                self.correct_component,
+                names.join(", ")
+            ),
+        )?;
+        Ok(spec)
+    }
+
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        ensure(
+            self.spec.as_os_str().is_empty() != self.inline.is_empty(),
+            "reward.spec",
+            "give exactly one of `reward.spec` (a file) and `[reward.inline]` (the spec in place)",
+        )?;
+        ensure(
+            self.correct_threshold.is_finite(),
+            "reward.correct_threshold",
+            format!("must be a finite number, found {}", self.correct_threshold),
+        )
+    }
+}

@@ -1,0 +1,312 @@
+use std::path::{Path, PathBuf};
+
+use super::*;
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn overrides(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+/// A small config that validates; tests change one thing at a time.
+const VALID: &str = r#"
+[model]
+preset = "tiny"
+
+[data]
+train = "train.jsonl"
+
+[reward]
+spec = "reward.toml"
+"#;
+
+fn valid_with(changes: &[&str]) -> Result<(), ConfigError> {
+    TrainConfig::from_toml_str(VALID, &overrides(changes))?.validate()
+}
+
+#[test]
+fn missing_keys_take_the_documented_defaults() {
+    let c = TrainConfig::from_toml_str(VALID, &[]).unwrap();
+    assert_eq!(c.model.preset, ModelPreset::Tiny);
+    assert_eq!(c.model.dtype, Dtype::F32);
+    assert!(c.model.freeze_vision && c.model.gradient_checkpointing);
+    assert_eq!(c.model.lora_targets.len(), 7);
+    assert_eq!(
+        (c.rollout.n, c.rollout.prompts_per_step, c.rollout.max_new_tokens),
+        (8, 8, 128)
+    );
+    assert_eq!(
+        (c.trainer.total_epochs, c.trainer.max_steps, c.trainer.ppo_epochs),
+        (1, 0, 1)
+    );
+    assert_eq!(c.trainer.early_stopping_mode, EarlyStoppingMode::Max);
+    assert_eq!(c.rollout, RolloutConfig::default());
+    c.validate().unwrap();
+}
+
+#[test]
+fn the_resolved_config_loads_back_equal() {
+    let text = r#"
+[model]
+path = "models/qwen"
+dtype = "bf16"
+device = "cuda"
+lora_rank = 16
+lora_alpha = 0.1
+lora_targets = ["q_proj", "v_proj"]
+[rollout]
+temperature = 0.7
+top_p = 0.95
+[reward.inline]
+model_frame = "resized"
+[reward.inline.components.click]
+kind = "point_in_box"
+weight = 1.0
+[trainer]
+early_stopping_mode = "min"
+seed = 18446744073709551
+"#;
+    let c = TrainConfig::from_toml_str(text, &overrides(&["rollout.n=3", "data.seed=7"])).unwrap();
+    let written = c.to_toml().unwrap();
+    assert_eq!(TrainConfig::from_toml_str(&written, &[]).unwrap(), c);
+    // Every key is written, so the file documents the whole run.
+    assert!(written.contains("max_prompts_per_step = 32"), "{written}");
+    assert!(written.contains("lora_alpha = 0.1"), "{written}");
+    let defaults = TrainConfig::default();
+    assert_eq!(
+        TrainConfig::from_toml_str(&defaults.to_toml().unwrap(), &[]).unwrap(),
+        defaults
+    );
+}
+
+#[test]
+fn overrides_replace_file_values_at_any_depth() {
+    let c = TrainConfig::from_toml_str(
+        VALID,
+        &overrides(&[
+            "rollout.n=16",
+            "trainer.total_epochs=3",
+            "model.lora_targets=[\"q_proj\"]",
+            "model.dtype=bf16",
+            "trainer.run_dir=runs/try 2",
+            "rollout.temperature=1",
+            "reward.inline.components.c.kind=iou",
+        ]),
+    )
+    .unwrap();
+    assert_eq!(c.rollout.n, 16);
+    assert_eq!(c.trainer.total_epochs, 3);
+    assert_eq!(c.model.lora_targets, vec!["q_proj".to_string()]);
+    assert_eq!(c.model.dtype, Dtype::Bf16);
+    assert_eq!(c.trainer.run_dir, PathBuf::from("runs/try 2"));
+    assert_eq!(c.rollout.temperature, 1.0);
+    assert_eq!(c.reward.inline["components"]["c"]["kind"].as_str(), Some("iou"));
+}
+
+#[test]
+fn unknown_keys_are_refused_with_the_nearest_name() {
+    let cases = [
+        (
+            "[rollout]\ntemprature = 0.5\n",
+            vec![],
+            "unknown key `rollout.temprature`; did you mean `rollout.temperature`?",
+        ),
+        (
+            VALID,
+            vec!["trainer.micro_batch=2"],
+            "unknown key `trainer.micro_batch`; did you mean `trainer.micro_batch_size`?",
+        ),
+        (
+            "[modle]\npreset = \"tiny\"\n",
+            vec![],
+            "unknown key `modle`; did you mean `model`?",
+        ),
+        (
+            VALID,
+            vec!["model.lora_rnk=8"],
+            "unknown key `model.lora_rnk`; did you mean `model.lora_rank`?",
+        ),
+    ];
+    for (text, changes, message) in cases {
+        let e = TrainConfig::from_toml_str(text, &overrides(&changes)).unwrap_err();
+        assert_eq!(e.to_string(), message);
+    }
+}
+
+#[test]
+fn wrong_types_name_the_key_and_the_type_expected() {
+    let cases = [
+        (
+            "rollout.n=eight",
+            "`rollout.n`: invalid type: string \"eight\", expected u32",
+        ),
+        (
+            "rollout.n=-1",
+            "`rollout.n`: invalid value: integer `-1`, expected u32",
+        ),
+        (
+            "model.dtype=f16",
+            "`model.dtype`: unknown variant `f16`, expected `f32` or `bf16`",
+        ),
+        (
+            "model.lora_targets=[1]",
+            "`model.lora_targets[0]`: invalid type: integer `1`, expected a string",
+        ),
+        (
+            "rollout=3",
+            "`rollout`: invalid type: integer `3`, expected struct RolloutConfig",
+        ),
+    ];
+    for (change, message) in cases {
+        let e = TrainConfig::from_toml_str(VALID, &overrides(&[change])).unwrap_err();
+        assert_eq!(e.to_string(), message, "{change}");
+    }
+}
+
+#[test]
+fn bad_toml_and_missing_files_are_reported() {
+    let e = TrainConfig::from_toml_str("[rollout\nn = 1", &[]).unwrap_err();
+    assert!(e.to_string().starts_with("config is not valid TOML"), "{e}");
+    let e = TrainConfig::load(Path::new("/nonexistent/x.toml"), &[]).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("cannot read config /nonexistent/x.toml"),
+        "{e}"
+    );
+}
+
+#[test]
+fn validation_names_the_key_to_change() {
+    let cases = [
+        ("rollout.n=0", "`rollout.n`: must be at least 1, found 0"),
+        ("rollout.top_p=0", "`rollout.top_p`: must be in (0, 1], found 0"),
+        (
+            "rollout.top_p=1.5",
+            "`rollout.top_p`: must be in (0, 1], found 1.5",
+        ),
+        (
+            "rollout.temperature=-0.1",
+            "`rollout.temperature`: must be 0 or more, found -0.1",
+        ),
+        (
+            "trainer.micro_batch_size=3",
+            "`trainer.micro_batch_size`: 3 does not divide trainer.mini_batch_size 64",
+        ),
+        (
+            "trainer.mini_batch_size=48",
+            "`trainer.mini_batch_size`: 48 does not divide the 64 completions of a step \
+             (rollout.prompts_per_step 8 x rollout.n 8)",
+        ),
+        (
+            "trainer.ppo_epochs=0",
+            "`trainer.ppo_epochs`: must be at least 1, found 0",
+        ),
+        (
+            "model.path=models/qwen",
+            "`model.path`: give exactly one of `model.path` (a model folder) and `model.preset` (tiny or 3b)",
+        ),
+        (
+            "model.min_pixels=20000000",
+            "`model.max_pixels`: 12845056 is smaller than model.min_pixels 20000000",
+        ),
+        (
+            "model.lora_vision=true",
+            "`model.lora_vision`: needs LoRA on (model.lora_rank > 0)",
+        ),
+        (
+            "model.lora_rank=8 model.lora_targets=[\"qkv\"]",
+            "`model.lora_targets`: \"qkv\" is not a projection; use q_proj, k_proj, v_proj, o_proj, \
+             gate_proj, up_proj, down_proj",
+        ),
+        (
+            "model.lora_rank=8 model.lora_targets=[\"q_proj\",\"q_proj\"]",
+            "`model.lora_targets`: \"q_proj\" is listed twice",
+        ),
+        (
+            "data.train=",
+            "`data.train`: is required: the training samples (JSONL or Parquet)",
+        ),
+        (
+            "reward.inline.model_frame=resized",
+            "`reward.spec`: give exactly one of `reward.spec` (a file) and `[reward.inline]` (the spec in place)",
+        ),
+        (
+            "rollout.dynamic_sampling=true rollout.max_prompts_per_step=4",
+            "`rollout.max_prompts_per_step`: 4 is below rollout.prompts_per_step 8",
+        ),
+        (
+            "trainer.early_stopping_patience=3",
+            "`trainer.early_stopping_metric`: is required when trainer.early_stopping_patience > 0",
+        ),
+        (
+            "trainer.early_stopping_patience=3 trainer.early_stopping_metric=accuracy",
+            "`data.val`: is required for early stopping (it watches validation metrics)",
+        ),
+    ];
+    for (changes, message) in cases {
+        let changes: Vec<&str> = changes.split(' ').collect();
+        let e = valid_with(&changes).unwrap_err();
+        assert_eq!(e.to_string(), message, "{changes:?}");
+    }
+    valid_with(&[
+        "model.lora_rank=8",
+        "model.lora_vision=true",
+        "rollout.temperature=0",
+    ])
+    .unwrap();
+}
+
+#[test]
+fn the_inline_reward_spec_is_checked_when_loaded() {
+    let mut c = TrainConfig::from_toml_str(
+        VALID,
+        &overrides(&[
+            "reward.spec=",
+            "reward.inline.components.click.kind=point_in_box",
+            "reward.inline.components.click.weight=1.0",
+            "reward.correct_component=click",
+        ]),
+    )
+    .unwrap();
+    c.validate().unwrap();
+    assert_eq!(c.reward.load_spec().unwrap().components()[0].name, "click");
+    c.reward.correct_component = "iou".into();
+    assert_eq!(
+        c.reward.load_spec().unwrap_err().to_string(),
+        "`reward.correct_component`: \"iou\" is not a component of the reward spec (click)"
+    );
+    // The spec's own unknown-key check runs on the inline table.
+    let typo = TrainConfig::from_toml_str(
+        &c.to_toml().unwrap(),
+        &overrides(&["reward.inline.components.click.wieght=1.0"]),
+    )
+    .unwrap();
+    let e = typo.reward.load_spec().unwrap_err().to_string();
+    assert!(e.contains("wieght"), "{e}");
+}
+
+#[test]
+fn shipped_configs_load_and_validate() {
+    let root = repo_root();
+    for (name, preset, dtype, layers) in [
+        ("cpu-tiny.toml", ModelPreset::Tiny, Dtype::F32, 4),
+        ("3b-1gpu.toml", ModelPreset::Qwen3b, Dtype::Bf16, 36),
+    ] {
+        let mut c = TrainConfig::load(&root.join("configs").join(name), &[]).unwrap();
+        c.validate().unwrap();
+        assert_eq!((c.model.preset, c.model.dtype), (preset, dtype), "{name}");
+        assert_eq!(c.model.architecture().unwrap().text.num_hidden_layers, layers);
+        // The reward spec path is relative to the repository root, where runs start.
+        c.reward.spec = root.join(&c.reward.spec);
+        let spec = c.reward.load_spec().unwrap();
+        assert_eq!(spec.components().len(), 2, "{name}");
+    }
+    let c = TrainConfig::load(&root.join("configs/3b-1gpu.toml"), &[]).unwrap();
+    assert_eq!(
+        (c.rollout.prompts_per_step, c.rollout.n, c.model.device),
+        (8, 8, DeviceKind::Cuda)
+    );
+    assert!(c.model.gradient_checkpointing && c.model.freeze_vision);
+}

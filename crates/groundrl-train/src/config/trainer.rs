@@ -1,0 +1,127 @@
+//! `[trainer]`: the run's folder, its length, how a step's completions are batched for the update,
+//! validation, checkpoints, early stopping and the guard against non-finite steps.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::{ConfigError, ensure};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TrainerConfig {
+    /// Folder of the run: resolved config, logs, checkpoints. Default `runs/grpo`.
+    pub run_dir: PathBuf,
+    /// Passes over the training samples. Default 1.
+    pub total_epochs: u32,
+    /// Stop after this many steps even if epochs remain; 0 for no cap. Default 0.
+    pub max_steps: u64,
+    /// Optimisation passes over one step's completions (PPO epochs); above 1 the clipped ratio
+    /// starts to matter. Default 1.
+    pub ppo_epochs: u32,
+    /// Completions per optimizer step; must divide `rollout.prompts_per_step * rollout.n`, which is
+    /// then `(prompts_per_step * n) / mini_batch_size` optimizer steps per training step. Default 64.
+    pub mini_batch_size: u32,
+    /// Completions per forward/backward; gradients of `mini_batch_size / micro_batch_size` of them
+    /// are accumulated. Bounds the activation memory. Default 4.
+    pub micro_batch_size: u32,
+    /// Completion tokens projected to the vocabulary at once when computing log-probs; bounds the
+    /// transient logits (`logprob_chunk * vocab` floats). Default 1024.
+    pub logprob_chunk: u32,
+    /// Validate every this many steps (and after the last); 0 never. Default 10.
+    pub test_freq: u32,
+    /// Save a checkpoint every this many steps (and after the last); 0 only after the last.
+    /// Default 50.
+    pub save_freq: u32,
+    /// Checkpoints kept on disk (the oldest are removed); 0 keeps all. Default 2.
+    pub keep_checkpoints: u32,
+    /// Validation samples, a fixed seeded subsample of `data.val` decoded greedily; 0 for all of
+    /// them. Default 256.
+    pub val_samples: u32,
+    /// Validation metric watched by early stopping (e.g. `accuracy`); `""` when it is off.
+    /// Default `""`.
+    pub early_stopping_metric: String,
+    /// Stop after this many validations without improvement of the metric; 0 turns early stopping
+    /// off. Default 0.
+    pub early_stopping_patience: u32,
+    /// Whether the metric improves upwards (`max`) or downwards (`min`). Default `max`.
+    pub early_stopping_mode: EarlyStoppingMode,
+    /// Stop the run after this many steps in a row were skipped for a non-finite loss or gradient.
+    /// Default 3.
+    pub max_nonfinite_steps: u32,
+    /// Seed of sampling and of the validation subsample. Default 0.
+    pub seed: u64,
+}
+
+impl Default for TrainerConfig {
+    fn default() -> Self {
+        Self {
+            run_dir: PathBuf::from("runs/grpo"),
+            total_epochs: 1,
+            max_steps: 0,
+            ppo_epochs: 1,
+            mini_batch_size: 64,
+            micro_batch_size: 4,
+            logprob_chunk: 1024,
+            test_freq: 10,
+            save_freq: 50,
+            keep_checkpoints: 2,
+            val_samples: 256,
+            early_stopping_metric: String::new(),
+            early_stopping_patience: 0,
+            early_stopping_mode: EarlyStoppingMode::Max,
+            max_nonfinite_steps: 3,
+            seed: 0,
+        }
+    }
+}
+
+/// Direction in which the early-stopping metric improves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EarlyStoppingMode {
+    Max,
+    Min,
+}
+
+impl TrainerConfig {
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        ensure(
+            !self.run_dir.as_os_str().is_empty(),
+            "trainer.run_dir",
+            "is required",
+        )?;
+        let at_least_one = [
+            ("trainer.total_epochs", self.total_epochs),
+            ("trainer.ppo_epochs", self.ppo_epochs),
+            ("trainer.mini_batch_size", self.mini_batch_size),
+            ("trainer.micro_batch_size", self.micro_batch_size),
+            ("trainer.logprob_chunk", self.logprob_chunk),
+            ("trainer.max_nonfinite_steps", self.max_nonfinite_steps),
+        ];
+        for (key, value) in at_least_one {
+            ensure(value >= 1, key, "must be at least 1, found 0")?;
+        }
+        ensure(
+            self.mini_batch_size.is_multiple_of(self.micro_batch_size),
+            "trainer.micro_batch_size",
+            format!(
+                "{} does not divide trainer.mini_batch_size {}",
+                self.micro_batch_size, self.mini_batch_size
+            ),
+        )?;
+        if self.early_stopping_patience > 0 {
+            ensure(
+                !self.early_stopping_metric.is_empty(),
+                "trainer.early_stopping_metric",
+                "is required when trainer.early_stopping_patience > 0",
+            )?;
+            ensure(
+                self.test_freq > 0,
+                "trainer.test_freq",
+                "must be positive for early stopping (it watches validation metrics)",
+            )?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,602 @@
+//! The memory pre-flight: an estimate, before anything is allocated, of the device memory a training
+//! config needs, part by part, and a refusal that names the knob to turn when it does not fit.
+//!
+//! A GRPO step has two phases that do not overlap: the rollout (generation, holding the KV cache)
+//! and the update (forward and backward of micro-batches, holding activations). Parameters,
+//! gradients, optimizer state and the reference model stay resident through both. So the peak is
+//!
+//! ```text
+//! peak = resident + max(rollout, update) + allowance
+//! ```
+//!
+//! Every formula below counts bytes of tensors; `b` is the parameter dtype's size (4 for f32, 2 for
+//! bf16). Model shapes: `h` hidden size, `I` MLP width, `L` decoder layers, `H` attention heads,
+//! `kv` KV heads, `d` head dim, `V` vocabulary; the vision tower's `vh`, `vI`, `vH`, `depth`.
+//! Small terms are left out and said so; the allowance covers them and the allocator's slack.
+
+use groundrl_tensor::qwen2_5_vl::config::Qwen25VlConfig;
+use groundrl_tensor::qwen2_5_vl::presets;
+
+use crate::config::{DeviceKind, Dtype, ModelConfig, TrainConfig};
+
+/// Text tokens of a prompt besides its image: system prompt, instruction and chat-template tokens.
+/// The grounding prompts take 38 tokens with Qwen's tokenizer (about 100 with reasoning
+/// instructions); 128 covers them.
+pub const PROMPT_TEXT_TOKENS: u64 = 128;
+
+/// Device memory the CUDA context, cuBLAS/cuDNN workspaces and kernels take before any tensor.
+pub const CUDA_CONTEXT_BYTES: u64 = 1 << 30;
+
+/// Share of the tensors' peak added for the caching allocator's fragmentation and the small tensors
+/// the formulas leave out, in percent.
+pub const ALLOCATOR_SLACK_PERCENT: u64 = 10;
+
+/// Facts about the run that other sections decide.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlanExtras {
+    /// A frozen copy of the starting model is held for the KL term (`kl_coef > 0`). Pass false when
+    /// the reference is the LoRA base with adapters switched off (no copy).
+    pub reference_model: bool,
+    /// The optimizer keeps f32 master copies of bf16 parameters.
+    pub fp32_master: bool,
+}
+
+/// When a part is alive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Through the whole run.
+    Resident,
+    /// While generating completions.
+    Rollout,
+    /// While computing the loss and its gradients.
+    Update,
+}
+
+impl Phase {
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Resident => "resident",
+            Phase::Rollout => "rollout",
+            Phase::Update => "update",
+        }
+    }
+}
+
+/// One line of the plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Part {
+    pub name: &'static str,
+    pub phase: Phase,
+    pub bytes: u64,
+    /// How to shrink this part with the config's keys, or `None` when no key does.
+    pub advice: Option<String>,
+}
+
+/// The estimate, part by part, in the order of the table `groundrl plan` prints.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryPlan {
+    pub parts: Vec<Part>,
+}
+
+/// The config does not fit.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error(
+    "the plan needs {} but the GPU has {} ({} short); the largest part that can shrink is {part} ({}): {advice}",
+    gib(*needed), gib(*available), gib(needed - available), gib(*part_bytes)
+)]
+pub struct PlanError {
+    pub needed: u64,
+    pub available: u64,
+    /// The largest part among those that make the peak and that a key reduces.
+    pub part: String,
+    pub part_bytes: u64,
+    pub advice: String,
+}
+
+/// `bytes` as GiB with two decimals, e.g. `12.34 GiB`.
+pub fn gib(bytes: u64) -> String {
+    format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+impl MemoryPlan {
+    /// The part called `name`, if the plan has one.
+    pub fn part(&self, name: &str) -> Option<&Part> {
+        self.parts.iter().find(|p| p.name == name)
+    }
+
+    /// Bytes of the parts alive in `phase`.
+    pub fn phase_bytes(&self, phase: Phase) -> u64 {
+        self.parts
+            .iter()
+            .filter(|p| p.phase == phase)
+            .map(|p| p.bytes)
+            .sum()
+    }
+
+    /// The phase with more bytes: the one that makes the peak.
+    pub fn peak_phase(&self) -> Phase {
+        if self.phase_bytes(Phase::Rollout) > self.phase_bytes(Phase::Update) {
+            Phase::Rollout
+        } else {
+            Phase::Update
+        }
+    }
+
+    /// The peak: resident parts (the allowance included) plus the larger phase.
+    pub fn total(&self) -> u64 {
+        self.phase_bytes(Phase::Resident) + self.phase_bytes(self.peak_phase())
+    }
+
+    /// Refuses a plan whose peak exceeds `gpu_bytes`, naming the largest part of the peak that a
+    /// key can shrink and how.
+    pub fn check(&self, gpu_bytes: u64) -> Result<(), PlanError> {
+        let needed = self.total();
+        if needed <= gpu_bytes {
+            return Ok(());
+        }
+        let peak = self.peak_phase();
+        let largest = self
+            .parts
+            .iter()
+            .filter(|p| p.phase == Phase::Resident || p.phase == peak)
+            .filter_map(|p| p.advice.as_ref().map(|advice| (p, advice)))
+            .max_by_key(|(p, _)| p.bytes);
+        let (part, part_bytes, advice) = match largest {
+            Some((p, advice)) => (p.name.to_string(), p.bytes, advice.clone()),
+            None => (
+                "none".to_string(),
+                0,
+                "no key of this config shrinks it; use a larger GPU".to_string(),
+            ),
+        };
+        Err(PlanError {
+            needed,
+            available: gpu_bytes,
+            part,
+            part_bytes,
+            advice,
+        })
+    }
+}
+
+/// Estimates the device memory of training `cfg` on `model`; see the module docs for the phases and
+/// each part's function for its formula.
+pub fn estimate(cfg: &TrainConfig, model: &Qwen25VlConfig, extras: PlanExtras) -> MemoryPlan {
+    let m = &cfg.model;
+    let b = m.dtype.bytes();
+    let trainable = trainable_parameters(m, model);
+    let base = presets::parameter_count(model) as u64;
+    let adapters = if m.lora() { trainable } else { 0 };
+    let shrink_by_lora = (!m.lora()).then(|| "turn LoRA on (`model.lora_rank`, e.g. 16)".to_string());
+    let tokens = Tokens::of(cfg, model);
+    let mut parts = vec![
+        Part {
+            name: "parameters",
+            phase: Phase::Resident,
+            bytes: (base + adapters) * b,
+            advice: None,
+        },
+        Part {
+            name: "gradients",
+            phase: Phase::Resident,
+            bytes: trainable * b,
+            advice: shrink_by_lora.clone(),
+        },
+        Part {
+            name: "optimizer state",
+            phase: Phase::Resident,
+            bytes: optimizer_bytes(trainable, m.dtype, extras.fp32_master),
+            advice: shrink_by_lora,
+        },
+        Part {
+            name: "reference model",
+            phase: Phase::Resident,
+            bytes: if extras.reference_model { base * b } else { 0 },
+            advice: extras
+                .reference_model
+                .then(|| "drop the KL term (`loss.kl_coef = 0`) or use LoRA".to_string()),
+        },
+        kv_cache(cfg, model, &tokens),
+        activations(cfg, model, &tokens),
+        logprob_chunk(cfg, model),
+        vision_tower(cfg, model, &tokens),
+    ];
+    parts.push(allowance(&MemoryPlan { parts: parts.clone() }, m.device));
+    MemoryPlan { parts }
+}
+
+/// Token counts of one row (prompt + completion), from the image budget.
+struct Tokens {
+    /// Merged image tokens of the largest image: one per `(patch * merge)^2` pixels (28 x 28).
+    image: u64,
+    /// Patches the vision tower sees for that image: `image * merge^2`.
+    patches: u64,
+    /// `image + PROMPT_TEXT_TOKENS + max_new_tokens`.
+    row: u64,
+}
+
+impl Tokens {
+    fn of(cfg: &TrainConfig, model: &Qwen25VlConfig) -> Self {
+        let merge = model.vision.spatial_merge_size as u64;
+        let pixel_side = model.vision.patch_size as u64 * merge;
+        let image = cfg.model.max_pixels / (pixel_side * pixel_side);
+        Self {
+            image,
+            patches: image * merge * merge,
+            row: image + PROMPT_TEXT_TOKENS + u64::from(cfg.rollout.max_new_tokens),
+        }
+    }
+}
+
+/// Parameters that receive gradients. Full training: the language model (embedding, decoder, final
+/// norm, untied head) plus the vision tower unless frozen. LoRA: only the adapters, `rank * (in +
+/// out)` for each adapted projection (see [`lora_parameters`]).
+pub fn trainable_parameters(m: &ModelConfig, model: &Qwen25VlConfig) -> u64 {
+    if m.lora() {
+        return lora_parameters(m, model);
+    }
+    let text = presets::text_parameter_count(model) as u64;
+    let vision = presets::parameter_count(model) as u64 - text;
+    text + if m.vision_trained() { vision } else { 0 }
+}
+
+/// LoRA adapter parameters: per decoder layer, `r * (in + out)` of each target (q, o: `h -> h`;
+/// k, v: `h -> kv * d`; gate, up: `h -> I`; down: `I -> h`); with `lora_vision` also each vision
+/// block's qkv (`vh -> 3 vh`), proj (`vh -> vh`), gate, up (`vh -> vI`) and down (`vI -> vh`), i.e.
+/// `r * (9 vh + 3 vI)` per block (the merger is not adapted).
+pub fn lora_parameters(m: &ModelConfig, model: &Qwen25VlConfig) -> u64 {
+    let t = &model.text;
+    let (h, i, kv) = (
+        t.hidden_size as u64,
+        t.intermediate_size as u64,
+        (t.num_key_value_heads * t.head_dim()) as u64,
+    );
+    let per_layer: u64 = m
+        .lora_targets
+        .iter()
+        .map(|target| match target.as_str() {
+            "q_proj" | "o_proj" => 2 * h,
+            "k_proj" | "v_proj" => h + kv,
+            "gate_proj" | "up_proj" | "down_proj" => h + i,
+            // `TrainConfig::validate` refuses other names.
+            _ => 0,
+        })
+        .sum();
+    let v = &model.vision;
+    let vision = if m.lora_vision {
+        v.depth as u64 * (9 * v.hidden_size as u64 + 3 * v.intermediate_size as u64)
+    } else {
+        0
+    };
+    u64::from(m.lora_rank) * (t.num_hidden_layers as u64 * per_layer + vision)
+}
+
+/// AdamW: two f32 moments per trainable parameter (8 bytes), plus a 4-byte f32 master copy when
+/// `fp32_master` and the parameters are bf16 (f32 parameters are their own master).
+fn optimizer_bytes(trainable: u64, dtype: Dtype, fp32_master: bool) -> u64 {
+    let master = if fp32_master && dtype == Dtype::Bf16 { 4 } else { 0 };
+    trainable * (8 + master)
+}
+
+/// The rollout's static KV cache: `rows = prompts_per_step * n` rows (the prompt's keys are copied
+/// to each of its n samples), `capacity = prompt + max_new_tokens` columns, and per column
+/// `2 (key, value) * L * kv * d * b` bytes. The prefill's transient activations are not counted.
+fn kv_cache(cfg: &TrainConfig, model: &Qwen25VlConfig, tokens: &Tokens) -> Part {
+    let t = &model.text;
+    let per_token = 2 * (t.num_hidden_layers * t.num_key_value_heads * t.head_dim()) as u64;
+    let r = &cfg.rollout;
+    Part {
+        name: "KV cache",
+        phase: Phase::Rollout,
+        bytes: r.completions_per_step() * tokens.row * per_token * cfg.model.dtype.bytes(),
+        advice: Some(format!(
+            "lower `rollout.n` ({}) or `rollout.prompts_per_step` ({}); the cache holds {} rows of {} tokens",
+            r.n,
+            r.prompts_per_step,
+            r.completions_per_step(),
+            tokens.row
+        )),
+    }
+}
+
+/// Bytes one transformer block (decoder or vision, same layout) keeps for its backward, per token.
+///
+/// The tensors autograd saves in one block: each RMSNorm keeps its input in f32 (`4 hidden`; the
+/// norm computes in f32) and its normalised output before the weight (`b hidden`); the q/k/v
+/// projections keep their shared input (`b hidden`); SDPA keeps q, k and v after rotary, with the KV
+/// heads repeated to all heads (`3 b hidden`), its output, which is also o_proj's input
+/// (`b hidden`), and its log-sum-exp (f32, `4 H`); gate/up keep their shared input (`b hidden`);
+/// the SwiGLU keeps gate's output for the SiLU, SiLU(gate) and up's output for the product, and the
+/// product as down's input (`4 b I`). In all:
+///
+/// ```text
+/// block = 8 hidden + b (8 hidden + 4 I) + 4 H
+/// ```
+pub fn block_bytes_per_token(hidden: u64, inner: u64, heads: u64, b: u64) -> u64 {
+    8 * hidden + b * (8 * hidden + 4 * inner) + 4 * heads
+}
+
+/// The decoder's saved activations for one training micro-batch of `T = micro_batch_size * row`
+/// tokens: without checkpointing every block's set, `T * (L * block + final)`; with checkpointing
+/// the input of every block and one block's set under recompute, `T * (L * b h + block + final)`.
+/// `final = (4 + b) h` is the final norm's f32 input and normalised output.
+fn activations(cfg: &TrainConfig, model: &Qwen25VlConfig, tokens: &Tokens) -> Part {
+    let m = &cfg.model;
+    let t = &model.text;
+    let b = m.dtype.bytes();
+    let h = t.hidden_size as u64;
+    let layers = t.num_hidden_layers as u64;
+    let block = block_bytes_per_token(h, t.intermediate_size as u64, t.num_attention_heads as u64, b);
+    let row_tokens = u64::from(cfg.trainer.micro_batch_size) * tokens.row;
+    let final_norm = (4 + b) * h;
+    let full = row_tokens * (layers * block + final_norm);
+    let checkpointed = row_tokens * (layers * b * h + block + final_norm);
+    let (bytes, advice) = if m.gradient_checkpointing {
+        let advice = format!(
+            "lower `trainer.micro_batch_size` ({}); activations scale with it",
+            cfg.trainer.micro_batch_size
+        );
+        (checkpointed, advice)
+    } else {
+        let advice = format!(
+            "set `model.gradient_checkpointing = true` (activations then {})",
+            gib(checkpointed)
+        );
+        (full, advice)
+    };
+    Part {
+        name: "activations",
+        phase: Phase::Update,
+        bytes,
+        advice: Some(advice),
+    }
+}
+
+/// Log-probs of the micro-batch's completion tokens (`S = micro_batch_size * max_new_tokens`): the
+/// projection runs `logprob_chunk` tokens at a time, but autograd keeps every chunk's f32
+/// log-softmax for the backward (`S * V * 4`); the chunk in flight adds its logits in f32 and, for
+/// bf16, in the model dtype first (`min(chunk, S) * V * (4 + 2)`).
+fn logprob_chunk(cfg: &TrainConfig, model: &Qwen25VlConfig) -> Part {
+    let vocab = model.text.vocab_size as u64;
+    let micro = u64::from(cfg.trainer.micro_batch_size);
+    let scored = micro * u64::from(cfg.rollout.max_new_tokens);
+    let chunk = u64::from(cfg.trainer.logprob_chunk).min(scored);
+    let dtype_copy = if cfg.model.dtype == Dtype::F32 {
+        0
+    } else {
+        cfg.model.dtype.bytes()
+    };
+    Part {
+        name: "log-prob chunk",
+        phase: Phase::Update,
+        bytes: scored * vocab * 4 + chunk * vocab * (4 + dtype_copy),
+        advice: Some(format!(
+            "lower `trainer.micro_batch_size` ({micro}); the saved log-softmax scales with it"
+        )),
+    }
+}
+
+/// The vision tower on the micro-batch's images (one per row, at most `max_pixels`): `P =
+/// micro_batch_size * patches` patch tokens through `depth` blocks of the same layout as the
+/// decoder's ([`block_bytes_per_token`] with `vh`, `vI`, `vH`). Frozen, it keeps no graph and holds
+/// at most one block's set at a time: `P * block`; trained, `P * depth * block`, or with
+/// checkpointing `P * (depth * b vh + block)`. The merged features it hands the decoder are counted
+/// with the decoder's tokens.
+fn vision_tower(cfg: &TrainConfig, model: &Qwen25VlConfig, tokens: &Tokens) -> Part {
+    let m = &cfg.model;
+    let v = &model.vision;
+    let b = m.dtype.bytes();
+    let vh = v.hidden_size as u64;
+    let depth = v.depth as u64;
+    let block = block_bytes_per_token(vh, v.intermediate_size as u64, v.num_heads as u64, b);
+    let patches = u64::from(cfg.trainer.micro_batch_size) * tokens.patches;
+    let per_patch = match (m.vision_trained(), m.gradient_checkpointing) {
+        (false, _) => block,
+        (true, false) => depth * block,
+        (true, true) => depth * b * vh + block,
+    };
+    Part {
+        name: "vision tower",
+        phase: Phase::Update,
+        bytes: patches * per_patch,
+        advice: Some(format!(
+            "lower `model.max_pixels` ({}; {} image tokens a row)",
+            m.max_pixels, tokens.image
+        )),
+    }
+}
+
+/// The CUDA context ([`CUDA_CONTEXT_BYTES`], on CUDA only) plus [`ALLOCATOR_SLACK_PERCENT`] of the
+/// tensors' peak.
+fn allowance(tensors: &MemoryPlan, device: DeviceKind) -> Part {
+    let context = match device {
+        DeviceKind::Cuda => CUDA_CONTEXT_BYTES,
+        DeviceKind::Cpu => 0,
+    };
+    Part {
+        name: "context and allocator slack",
+        phase: Phase::Resident,
+        bytes: context + tensors.total() * ALLOCATOR_SLACK_PERCENT / 100,
+        advice: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    fn shipped(name: &str, overrides: &[&str]) -> (TrainConfig, Qwen25VlConfig) {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../configs")
+            .join(name);
+        let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+        let cfg = TrainConfig::load(&path, &overrides).unwrap();
+        cfg.validate().unwrap();
+        let model = cfg.model.architecture().unwrap();
+        (cfg, model)
+    }
+
+    const NO_REFERENCE: PlanExtras = PlanExtras {
+        reference_model: false,
+        fp32_master: true,
+    };
+
+    fn bytes(plan: &MemoryPlan) -> Vec<(&'static str, u64)> {
+        plan.parts.iter().map(|p| (p.name, p.bytes)).collect()
+    }
+
+    /// configs/cpu-tiny.toml: tiny preset, f32 (b = 4), CPU, frozen vision, no checkpointing,
+    /// max_pixels 200704, 4 prompts x 4 samples, 32 new tokens, micro-batch 4, chunk 1024.
+    ///
+    /// Tiny shape: h 128, I 384, L 4, H 4, kv 2, d 32, V 662 (the tiny tokenizer), tied head;
+    /// vision vh 64, vI 128, vH 2, depth 4, patch 14, merge 2, patch row 1176, out 128.
+    #[test]
+    fn tiny_preset_by_hand() {
+        let (cfg, model) = shipped("cpu-tiny.toml", &[]);
+        let plan = estimate(&cfg, &model, NO_REFERENCE);
+        // Text parameters: attention 128*(128+2*64) + (128+2*64) + 128*128 = 49,408; a layer adds
+        // the MLP 3*128*384 = 147,456 and two norms 256: 197,120; 4 layers 788,480; embedding
+        // 662*128 = 84,736; final norm 128: 873,344.
+        // Vision: a block 3*64*64 + 3*64 + 64*64 + 64 + 3*64*128 + 2*128 + 64 + 2*64 = 41,664, 4 of
+        // them 166,656; patch embedding 1176*64 = 75,264; merger 64 + 256*256 + 256 + 256*128 + 128
+        // = 98,752: 340,672. All: 1,214,016 parameters.
+        let parameters = 1_214_016 * 4; // 4,856,064
+        let gradients = 873_344 * 4; // frozen vision: text only, 3,493,376
+        let optimizer = 873_344 * 8; // two f32 moments; f32 needs no master copy: 6,986,752
+        // A row: 200704 / 28^2 = 256 image tokens + 128 text + 32 new = 416 tokens.
+        // KV cache: 16 rows * 416 * (2 * 4 layers * 2 kv heads * 32) * 4 bytes.
+        let kv = 16 * 416 * 512 * 4; // 13,631,488
+        // Decoder block per token: 8*128 + 4*(8*128 + 4*384) + 4*4 = 11,280; final norm 8*128 = 1,024.
+        // 4 rows * 416 = 1,664 tokens * (4 * 11,280 + 1,024) without checkpointing.
+        let activations = 1_664 * (4 * 11_280 + 1_024); // 76,783,616
+        // 4 * 32 = 128 completion tokens: saved log-softmax 128 * 662 * 4, plus one chunk of 128
+        // f32 logits (f32 model: no second copy) 128 * 662 * 4.
+        let logprobs = 128 * 662 * 4 * 2; // 677,888
+        // Vision block per patch: 8*64 + 4*(8*64 + 4*128) + 4*2 = 4,616; 4 images * 256 * 4 patches.
+        let vision = 4 * 1_024 * 4_616; // 18,907,136
+        // Peak: resident 15,336,192 + update 96,368,640 (> rollout 13,631,488) = 111,704,832;
+        // CPU: no CUDA context, 10% slack = 11,170,483.
+        let slack = 11_170_483;
+        assert_eq!(
+            bytes(&plan),
+            vec![
+                ("parameters", parameters),
+                ("gradients", gradients),
+                ("optimizer state", optimizer),
+                ("reference model", 0),
+                ("KV cache", kv),
+                ("activations", activations),
+                ("log-prob chunk", logprobs),
+                ("vision tower", vision),
+                ("context and allocator slack", slack),
+            ]
+        );
+        assert_eq!(plan.peak_phase(), Phase::Update);
+        assert_eq!(plan.total(), 111_704_832 + slack);
+        assert_eq!(plan.check(GIB), Ok(()));
+    }
+
+    #[test]
+    fn tiny_checkpointing_lora_and_reference_change_their_parts() {
+        let (cfg, model) = shipped(
+            "cpu-tiny.toml",
+            &[
+                "model.gradient_checkpointing=true",
+                "model.lora_rank=2",
+                "model.lora_targets=[\"q_proj\",\"down_proj\"]",
+            ],
+        );
+        let extras = PlanExtras {
+            reference_model: true,
+            fp32_master: true,
+        };
+        let plan = estimate(&cfg, &model, extras);
+        // LoRA r = 2 on q (128 + 128) and down (384 + 128) in 4 layers: 2 * 4 * 768 = 6,144.
+        let adapters = 6_144;
+        assert_eq!(plan.part("gradients").unwrap().bytes, adapters * 4);
+        assert_eq!(plan.part("optimizer state").unwrap().bytes, adapters * 8);
+        assert_eq!(plan.part("parameters").unwrap().bytes, (1_214_016 + adapters) * 4);
+        assert_eq!(plan.part("reference model").unwrap().bytes, 1_214_016 * 4);
+        // Checkpointing: 1,664 tokens * (4 layers * 4 * 128 + 11,280 + 1,024).
+        assert_eq!(plan.part("activations").unwrap().bytes, 1_664 * (2_048 + 12_304));
+    }
+
+    /// configs/3b-1gpu.toml: bf16, CUDA, frozen vision, checkpointing, 8 x 8, 128 new tokens,
+    /// max_pixels 1003520 (1,280 image tokens: rows of 1,536), micro-batch 8; fp32 master weights.
+    #[test]
+    fn the_shipped_3b_config_fits_in_80_gib() {
+        let (cfg, model) = shipped("3b-1gpu.toml", &[]);
+        let plan = estimate(&cfg, &model, NO_REFERENCE);
+        let text = 3_085_938_688u64;
+        assert_eq!(presets::parameter_count(&model), 3_754_622_976);
+        assert_eq!(presets::text_parameter_count(&model) as u64, text);
+        assert_eq!(
+            bytes(&plan),
+            vec![
+                ("parameters", 3_754_622_976 * 2),
+                ("gradients", text * 2),
+                ("optimizer state", text * 12),
+                ("reference model", 0),
+                // 64 rows * 1,536 * (2 * 36 * 2 * 128) * 2.
+                ("KV cache", 64 * 1_536 * 18_432 * 2),
+                // 12,288 tokens * (36 * 2 * 2048 + 137,280 + 6 * 2048).
+                ("activations", 12_288 * 297_024),
+                // 1,024 completion tokens * 151,936 * 4 + a 1,024-token chunk * 151,936 * (4 + 2).
+                ("log-prob chunk", 1_024 * 151_936 * 10),
+                // 8 images * 5,120 patches * (8*1280 + 2*(8*1280 + 4*3420) + 4*16).
+                ("vision tower", 40_960 * 58_144),
+                // 1 GiB + 10% of 58,299,621,376.
+                ("context and allocator slack", GIB + 5_829_962_137),
+            ]
+        );
+        assert_eq!(plan.total(), 65_203_325_337); // 60.73 GiB
+        assert_eq!(plan.check(80 * GIB), Ok(()));
+    }
+
+    #[test]
+    fn without_checkpointing_the_3b_config_does_not_fit_and_names_the_knob() {
+        let (cfg, model) = shipped("3b-1gpu.toml", &["model.gradient_checkpointing=false"]);
+        let plan = estimate(&cfg, &model, NO_REFERENCE);
+        // Activations 12,288 tokens * (36 * 137,280 + 12,288) = 60,879,273,984 (56.70 GiB), more
+        // than the optimizer state (34.49 GiB).
+        let err = plan.check(80 * GIB).unwrap_err();
+        assert_eq!(
+            (err.part.as_str(), err.part_bytes),
+            ("activations", 60_879_273_984)
+        );
+        assert_eq!(err.needed, 128_155_712_716);
+        assert_eq!(
+            err.to_string(),
+            "the plan needs 119.35 GiB but the GPU has 80.00 GiB (39.35 GiB short); the largest part \
+             that can shrink is activations (56.70 GiB): set `model.gradient_checkpointing = true` \
+             (activations then 3.40 GiB)"
+        );
+    }
+
+    #[test]
+    fn a_kv_cache_too_large_names_the_rollout_size() {
+        let (cfg, model) = shipped(
+            "3b-1gpu.toml",
+            &[
+                "model.lora_rank=16",
+                "rollout.n=256",
+                "trainer.mini_batch_size=256",
+            ],
+        );
+        let plan = estimate(&cfg, &model, NO_REFERENCE);
+        assert_eq!(plan.peak_phase(), Phase::Rollout);
+        let err = plan.check(80 * GIB).unwrap_err();
+        assert_eq!(err.part, "KV cache");
+        assert_eq!(err.part_bytes, 2_048 * 1_536 * 36_864); // 108.00 GiB
+        assert!(
+            err.advice
+                .starts_with("lower `rollout.n` (256) or `rollout.prompts_per_step` (8)"),
+            "{}",
+            err.advice
+        );
+    }
+}

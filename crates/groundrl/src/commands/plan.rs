@@ -1,0 +1,103 @@
+//! `groundrl plan`: the memory pre-flight of a training config. Prints one line per part (GiB), the
+//! peak, the GPU's memory and what is left; exits with code 2 and the knob to turn when the config
+//! does not fit, and with code 1 when the config itself is refused (unknown key, bad value).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use groundrl_tensor::qwen2_5_vl::presets;
+use groundrl_train::config::TrainConfig;
+use groundrl_train::plan::{self, MemoryPlan, PlanExtras};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Training config (TOML).
+    config: PathBuf,
+    /// Config keys to override, `dotted.key=value`, e.g. `rollout.n=16 model.dtype=bf16`.
+    overrides: Vec<String>,
+    /// Device memory to plan for: a number with GiB, GB, MiB or MB, or plain bytes.
+    #[arg(long, default_value = "80GiB", value_parser = parse_size)]
+    gpu_memory: u64,
+}
+
+/// What the plan assumes of the sections `TrainConfig` does not hold yet: the defaults of
+/// `loss.kl_coef` (0: no reference model) and `optim.fp32_master` (true). Read them from the config
+/// once those sections join it.
+const EXTRAS: PlanExtras = PlanExtras {
+    reference_model: false,
+    fp32_master: true,
+};
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let cfg = TrainConfig::load(&args.config, &args.overrides)
+        .with_context(|| format!("config {}", args.config.display()))?;
+    cfg.validate()
+        .with_context(|| format!("config {}", args.config.display()))?;
+    let model = cfg.model.architecture()?;
+    let plan = plan::estimate(&cfg, &model, EXTRAS);
+    println!(
+        "{}: {} parameters, {} trainable, {} on {}; no reference model, f32 master weights",
+        args.config.display(),
+        count(presets::parameter_count(&model) as u64),
+        count(plan::trainable_parameters(&cfg.model, &model)),
+        cfg.model.dtype.name(),
+        cfg.model.device.name(),
+    );
+    print!("{}", table(&plan, args.gpu_memory));
+    match plan.check(args.gpu_memory) {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(err) => {
+            eprintln!("error: {err}");
+            Ok(ExitCode::from(2))
+        }
+    }
+}
+
+/// The parts, the peak and the headroom, in GiB with three decimals.
+fn table(plan: &MemoryPlan, gpu_bytes: u64) -> String {
+    let gib = |bytes: f64| format!("{:>9.3}", bytes / (1u64 << 30) as f64);
+    let mut out = format!("{:<30}{:<10}{:>9}\n", "part", "phase", "GiB");
+    for part in &plan.parts {
+        out += &format!(
+            "{:<30}{:<10}{}\n",
+            part.name,
+            part.phase.name(),
+            gib(part.bytes as f64)
+        );
+    }
+    let peak = format!("peak (resident + {})", plan.peak_phase().name());
+    let total = plan.total();
+    out += &format!("{peak:<40}{}\n", gib(total as f64));
+    out += &format!("{:<40}{}\n", "GPU", gib(gpu_bytes as f64));
+    out += &format!("{:<40}{}\n", "free", gib(gpu_bytes as f64 - total as f64));
+    out
+}
+
+/// A parameter count in millions or billions, e.g. `1.21M`, `3.75B`.
+fn count(n: u64) -> String {
+    if n >= 1_000_000_000 {
+        format!("{:.2}B", n as f64 / 1e9)
+    } else {
+        format!("{:.2}M", n as f64 / 1e6)
+    }
+}
+
+/// `80GiB`, `141GB`, `512 MiB`, `85899345920`: a size in bytes.
+fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let unit_at = text.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(unit_at);
+    let scale: f64 = match unit {
+        "" | "B" => 1.0,
+        "MiB" => (1u64 << 20) as f64,
+        "GiB" => (1u64 << 30) as f64,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        other => return Err(format!("unknown unit {other:?}: use GiB, GB, MiB, MB or bytes")),
+    };
+    match number.trim().parse::<f64>() {
+        Ok(n) if n.is_finite() && n >= 0.0 => Ok((n * scale).round() as u64),
+        _ => Err(format!("{text:?} is not a size such as 80GiB")),
+    }
+}

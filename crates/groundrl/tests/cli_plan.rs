@@ -1,0 +1,116 @@
+//! `groundrl plan`: the table of the shipped configs (numbers derived by hand in
+//! `groundrl-train/src/plan.rs`'s tests), exit code 2 with the knob when a config does not fit, and a
+//! clean error for unknown keys.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// Runs `groundrl plan` from the repository root, where the shipped configs' paths start.
+fn plan(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_groundrl"))
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+        .arg("plan")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+#[test]
+fn the_tiny_config_table() {
+    let out = plan(&["configs/cpu-tiny.toml"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // Bytes from plan.rs's tiny test: 4,856,064 / 3,493,376 / 6,986,752 / 0 / 13,631,488 /
+    // 76,783,616 / 677,888 / 18,907,136 / 11,170,483; peak 122,875,315.
+    assert_eq!(
+        text(&out.stdout),
+        "\
+configs/cpu-tiny.toml: 1.21M parameters, 0.87M trainable, f32 on cpu; no reference model, f32 master weights
+part                          phase           GiB
+parameters                    resident      0.005
+gradients                     resident      0.003
+optimizer state               resident      0.007
+reference model               resident      0.000
+KV cache                      rollout       0.013
+activations                   update        0.072
+log-prob chunk                update        0.001
+vision tower                  update        0.018
+context and allocator slack   resident      0.010
+peak (resident + update)                    0.114
+GPU                                        80.000
+free                                       79.886
+"
+    );
+}
+
+#[test]
+fn the_3b_config_fits_80_gib() {
+    let out = plan(&["configs/3b-1gpu.toml", "--gpu-memory", "80GiB"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // 7,509,245,952 B = 6.994 GiB of bf16 parameters; 3,085,938,688 text parameters train: 5.748 GiB
+    // of gradients and 12 bytes each of AdamW state with f32 masters (34.488 GiB); peak
+    // 65,203,325,337 B = 60.725 GiB.
+    assert_eq!(
+        text(&out.stdout),
+        "\
+configs/3b-1gpu.toml: 3.75B parameters, 3.09B trainable, bf16 on cuda; no reference model, f32 master weights
+part                          phase           GiB
+parameters                    resident      6.994
+gradients                     resident      5.748
+optimizer state               resident     34.488
+reference model               resident      0.000
+KV cache                      rollout       3.375
+activations                   update        3.399
+log-prob chunk                update        1.449
+vision tower                  update        2.218
+context and allocator slack   resident      6.430
+peak (resident + update)                   60.725
+GPU                                        80.000
+free                                       19.275
+"
+    );
+}
+
+#[test]
+fn a_config_that_does_not_fit_exits_2_with_the_knob() {
+    let out = plan(&["configs/3b-1gpu.toml", "model.gradient_checkpointing=false"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stdout).contains("activations                   update       56.698\n"));
+    assert_eq!(
+        text(&out.stderr),
+        "error: the plan needs 119.35 GiB but the GPU has 80.00 GiB (39.35 GiB short); the largest part \
+         that can shrink is activations (56.70 GiB): set `model.gradient_checkpointing = true` \
+         (activations then 3.40 GiB)\n"
+    );
+    // 50 GB = 46.566 GiB: the checkpointed config's largest shrinkable part is the optimizer state.
+    let out = plan(&["configs/3b-1gpu.toml", "--gpu-memory", "50GB"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stdout).ends_with("GPU                                        46.566\nfree                                      -14.159\n"));
+    assert!(
+        text(&out.stderr).contains("optimizer state (34.49 GiB): turn LoRA on (`model.lora_rank`, e.g. 16)"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn unknown_keys_and_bad_values_are_refused_cleanly() {
+    let out = plan(&["configs/3b-1gpu.toml", "rollout.temprature=0.7"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    assert_eq!(
+        text(&out.stderr),
+        "error: config configs/3b-1gpu.toml: unknown key `rollout.temprature`; did you mean \
+         `rollout.temperature`?\n"
+    );
+    let out = plan(&["configs/3b-1gpu.toml", "trainer.micro_batch_size=3"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        "error: config configs/3b-1gpu.toml: `trainer.micro_batch_size`: 3 does not divide \
+         trainer.mini_batch_size 64\n"
+    );
+}
