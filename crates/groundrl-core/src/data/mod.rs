@@ -18,3 +18,13 @@ pub mod split;
 
 pub use error::{DataError, FieldError, Loaded, RecordError};
 pub use sample::{Content, ImageRef, Message, Sample, Shape, Target, Task};
+
+/// Reads a sample file, JSONL or Parquet by its extension; bad records are skipped and returned in
+/// [`Loaded::skipped`].
+pub fn read_samples(path: &std::path::Path) -> Result<Loaded, DataError> {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("jsonl") => jsonl::read_jsonl(path),
+        Some("parquet") => parquet::read_parquet(path),
+        _ => Err(DataError::format(path, "expected a .jsonl or .parquet file")),
+    }
+}

@@ -67,10 +67,7 @@ impl FileFormat {
 
 /// Reads a sample file of either format.
 pub(crate) fn read_samples(path: &Path) -> anyhow::Result<Loaded> {
-    Ok(match FileFormat::of(path)? {
-        FileFormat::Jsonl => jsonl::read_jsonl(path)?,
-        FileFormat::Parquet => parquet::read_parquet(path)?,
-    })
+    Ok(groundrl_core::data::read_samples(path)?)
 }
 
 /// Writes a sample file of either format; Parquet's `extra_info.split` is the file stem.
