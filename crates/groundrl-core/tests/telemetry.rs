@@ -1,9 +1,10 @@
-//! Telemetry: rollout statistics against hand-computed values, the step record and its JSONL log.
+//! Telemetry: rollout statistics against hand-computed values, the step record and its JSONL log, and
+//! TensorBoard files read back byte by byte.
 
 use groundrl_core::frame::Frame;
 use groundrl_core::telemetry::record::keys;
 use groundrl_core::telemetry::{
-    Accuracy, CompletionRecord, JsonlLog, RolloutStats, Scalars, StepRecord, TelemetryError,
+    Accuracy, CompletionRecord, EventWriter, JsonlLog, RolloutStats, Scalars, StepRecord, TelemetryError,
 };
 
 fn completion(group: usize, source: &str, reward: f64, components: [f64; 2]) -> CompletionRecord {
@@ -260,4 +261,151 @@ fn a_jsonl_log_in_a_missing_folder_is_an_error_naming_the_path() {
     let err = JsonlLog::open(&path).unwrap_err();
     assert!(matches!(err, TelemetryError::Io { .. }));
     assert!(err.to_string().starts_with(&path.display().to_string()));
+}
+
+/// A TFRecord reader written from the format's description, independent of the writer.
+mod tfrecord {
+    fn masked_crc(bytes: &[u8]) -> u32 {
+        let c = crc32c::crc32c(bytes);
+        c.rotate_right(15).wrapping_add(0xa282ead8)
+    }
+
+    fn u32_at(bytes: &[u8], at: usize) -> u32 {
+        u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap())
+    }
+
+    /// The records' data, checking both CRCs of each.
+    pub fn records(mut bytes: &[u8]) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        while !bytes.is_empty() {
+            let length = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+            assert_eq!(u32_at(bytes, 8), masked_crc(&bytes[..8]), "length CRC");
+            let data = &bytes[12..12 + length];
+            assert_eq!(u32_at(bytes, 12 + length), masked_crc(data), "data CRC");
+            out.push(data.to_vec());
+            bytes = &bytes[16 + length..];
+        }
+        out
+    }
+
+    #[derive(Debug, Default)]
+    pub struct Event {
+        pub wall_time: f64,
+        pub step: u64,
+        pub file_version: Option<String>,
+        pub values: Vec<(String, f32)>,
+    }
+
+    /// Protobuf fields of a message as (field number, payload); varints are returned as their value's
+    /// little-endian bytes.
+    fn fields(mut bytes: &[u8]) -> Vec<(u64, Vec<u8>)> {
+        let mut out = Vec::new();
+        while !bytes.is_empty() {
+            let key = varint(&mut bytes);
+            let payload = match key & 7 {
+                0 => varint(&mut bytes).to_le_bytes().to_vec(),
+                1 => take(&mut bytes, 8),
+                2 => {
+                    let n = varint(&mut bytes) as usize;
+                    take(&mut bytes, n)
+                }
+                5 => take(&mut bytes, 4),
+                wire => panic!("unexpected wire type {wire}"),
+            };
+            out.push((key >> 3, payload));
+        }
+        out
+    }
+
+    fn varint(bytes: &mut &[u8]) -> u64 {
+        let mut value = 0;
+        for shift in (0..64).step_by(7) {
+            let b = take(bytes, 1)[0];
+            value |= u64::from(b & 0x7f) << shift;
+            if b < 0x80 {
+                break;
+            }
+        }
+        value
+    }
+
+    fn take(bytes: &mut &[u8], n: usize) -> Vec<u8> {
+        let (head, tail) = bytes.split_at(n);
+        *bytes = tail;
+        head.to_vec()
+    }
+
+    pub fn event(data: &[u8]) -> Event {
+        let mut e = Event::default();
+        for (field, payload) in fields(data) {
+            match field {
+                1 => e.wall_time = f64::from_le_bytes(payload.try_into().unwrap()),
+                2 => e.step = u64::from_le_bytes(payload.try_into().unwrap()),
+                3 => e.file_version = Some(String::from_utf8(payload).unwrap()),
+                5 => {
+                    for (value_field, value) in fields(&payload) {
+                        assert_eq!(value_field, 1, "Summary.value");
+                        e.values.push(summary_value(&value));
+                    }
+                }
+                other => panic!("unexpected Event field {other}"),
+            }
+        }
+        e
+    }
+
+    fn summary_value(bytes: &[u8]) -> (String, f32) {
+        let (mut tag, mut value) = (String::new(), f32::NAN);
+        for (field, payload) in fields(bytes) {
+            match field {
+                1 => tag = String::from_utf8(payload).unwrap(),
+                2 => value = f32::from_le_bytes(payload.try_into().unwrap()),
+                other => panic!("unexpected Summary.Value field {other}"),
+            }
+        }
+        (tag, value)
+    }
+}
+
+#[test]
+fn an_event_file_reads_back_as_tensorboard_expects() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("tb");
+    let mut writer = EventWriter::create(&logs).unwrap();
+    writer
+        .add_scalars(1, &[("reward/mean", 0.45), ("train/kl", 0.001)])
+        .unwrap();
+    writer
+        .add_scalars(300, &[("length/mean".to_string(), 21.0)])
+        .unwrap();
+    let name = writer.path().file_name().unwrap().to_str().unwrap().to_string();
+    let parts: Vec<&str> = name.splitn(5, '.').collect();
+    assert_eq!(parts[..3], ["events", "out", "tfevents"]);
+    let secs: u64 = parts[3].parse().unwrap();
+    assert!(!parts[4].is_empty(), "host name");
+    assert_eq!(writer.path().parent(), Some(logs.as_path()));
+
+    let bytes = std::fs::read(writer.path()).unwrap();
+    let records = tfrecord::records(&bytes);
+    assert_eq!(records.len(), 3);
+    let events: Vec<_> = records.iter().map(|r| tfrecord::event(r)).collect();
+    assert_eq!(events[0].file_version.as_deref(), Some("brain.Event:2"));
+    assert_eq!((events[0].step, events[0].values.len()), (0, 0));
+    assert_eq!(events[0].wall_time as u64, secs);
+    assert_eq!(events[1].step, 1);
+    assert_eq!(
+        events[1].values,
+        [
+            ("reward/mean".to_string(), 0.45f32),
+            ("train/kl".to_string(), 0.001f32)
+        ]
+    );
+    assert_eq!(events[2].step, 300);
+    assert_eq!(events[2].values, [("length/mean".to_string(), 21.0f32)]);
+    assert!(events[1].wall_time >= events[0].wall_time && events[2].wall_time >= events[1].wall_time);
+    assert!(events.iter().skip(1).all(|e| e.file_version.is_none()));
+    // The version event is 9 bytes of wall_time (key + 8) and 15 of file_version (key, length and
+    // "brain.Event:2"): 24 bytes.
+    assert_eq!(records[0].len(), 24);
+    assert_eq!(u64::from_le_bytes(bytes[..8].try_into().unwrap()), 24);
 }

@@ -5,7 +5,8 @@
 //!   parse failures, frames, calibration, groups without GRPO signal);
 //! - [`record`]: the [`StepRecord`] of a step (those stats plus the trainer's scalars) and its
 //!   flattening into `(tag, value)` pairs for TensorBoard and console summaries;
-//! - [`jsonl`]: the step log, one JSON line per step, appended across resumes.
+//! - [`jsonl`]: the step log, one JSON line per step, appended across resumes;
+//! - [`tensorboard`]: TensorBoard event files, written without TensorFlow.
 //!
 //! Every number written is finite: non-finite inputs are refused with the field named, and a statistic
 //! that does not exist (accuracy when nothing was judged) is `None`/`null`, never NaN (serde_json writes
@@ -14,10 +15,12 @@
 pub mod jsonl;
 pub mod record;
 pub mod stats;
+pub mod tensorboard;
 
 pub use jsonl::JsonlLog;
 pub use record::{Scalars, StepRecord};
 pub use stats::{Accuracy, CompletionRecord, Correlation, LengthStats, RolloutStats, Summary};
+pub use tensorboard::EventWriter;
 
 /// Why telemetry could not be computed or written.
 #[derive(Debug, thiserror::Error)]
