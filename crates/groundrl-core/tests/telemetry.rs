@@ -1,10 +1,11 @@
-//! Telemetry: rollout statistics against hand-computed values, the step record and its JSONL log, and
-//! TensorBoard files read back byte by byte.
+//! Telemetry: rollout statistics against hand-computed values, the step record and its JSONL log,
+//! TensorBoard files read back byte by byte, and health alarms on synthetic histories.
 
 use groundrl_core::frame::Frame;
 use groundrl_core::telemetry::record::keys;
 use groundrl_core::telemetry::{
-    Accuracy, CompletionRecord, EventWriter, JsonlLog, RolloutStats, Scalars, StepRecord, TelemetryError,
+    Accuracy, Alarm, CompletionRecord, EventWriter, HealthConfig, HealthMonitor, JsonlLog, RolloutStats,
+    Scalars, StepRecord, TelemetryError,
 };
 
 fn completion(group: usize, source: &str, reward: f64, components: [f64; 2]) -> CompletionRecord {
@@ -408,4 +409,249 @@ fn an_event_file_reads_back_as_tensorboard_expects() {
     // "brain.Event:2"): 24 bytes.
     assert_eq!(records[0].len(), 24);
     assert_eq!(u64::from_le_bytes(bytes[..8].try_into().unwrap()), 24);
+}
+
+/// The shape of one synthetic step: ten completions alike, except the first `truncated` are cut
+/// and the first `failed` unparsable.
+#[derive(Clone, Copy)]
+struct Shape {
+    length: usize,
+    reward: f64,
+    truncated: usize,
+    failed: usize,
+    entropy: Option<f64>,
+}
+
+const HEALTHY: Shape = Shape {
+    length: 100,
+    reward: 0.5,
+    truncated: 0,
+    failed: 0,
+    entropy: Some(1.0),
+};
+
+fn shaped_record(step: u64, s: Shape) -> StepRecord {
+    let records: Vec<CompletionRecord> = (0..10)
+        .map(|i| CompletionRecord {
+            response_tokens: s.length,
+            truncated: i < s.truncated,
+            parse_ok: i >= s.failed,
+            ..completion(i / 5, "s", s.reward, [s.reward, 1.0])
+        })
+        .collect();
+    let mut record = step_record(step, RolloutStats::compute(&records, &names()).unwrap());
+    if let Some(entropy) = s.entropy {
+        record.train.insert(keys::ENTROPY, entropy).unwrap();
+    }
+    record
+}
+
+/// Every alarm raised over a history whose steps are numbered from 1.
+fn alarms(config: HealthConfig, history: &[Shape]) -> Vec<Alarm> {
+    let mut monitor = HealthMonitor::new(config).unwrap();
+    (1..)
+        .zip(history)
+        .flat_map(|(step, &shape)| monitor.observe(&shaped_record(step, shape)))
+        .collect()
+}
+
+#[test]
+fn a_healthy_history_raises_no_alarm() {
+    // Sixty steps that wobble: length 90-110, reward rising 0.3 -> 0.6 with noise, a truncation or a
+    // parse failure now and then, entropy drifting down.
+    let history: Vec<Shape> = (0..60)
+        .map(|i| Shape {
+            length: 90 + (i * 7) % 21,
+            reward: 0.3 + 0.005 * i as f64 + 0.05 * ((i % 3) as f64 - 1.0),
+            truncated: usize::from(i % 5 == 0),
+            failed: usize::from(i % 4 == 0),
+            entropy: Some(1.2 - 0.01 * i as f64),
+        })
+        .collect();
+    assert_eq!(alarms(HealthConfig::default(), &history), []);
+}
+
+#[test]
+fn length_explosion_fires_once_per_episode() {
+    let config = HealthConfig {
+        baseline_steps: 3,
+        length_factor: 3.0,
+        ..HealthConfig::default()
+    };
+    // Baseline 100 over steps 1-3; 300 is not above 3 x 100; 301 starts an episode that 400
+    // continues; 100 ends it; 350 starts another.
+    let lengths = [100, 100, 100, 300, 301, 400, 100, 350];
+    let history: Vec<Shape> = lengths
+        .iter()
+        .map(|&length| Shape { length, ..HEALTHY })
+        .collect();
+    let explosion = |step, mean_length| Alarm::LengthExplosion {
+        step,
+        mean_length,
+        baseline: 100.0,
+        factor: 3.0,
+    };
+    assert_eq!(
+        alarms(config, &history),
+        [explosion(5, 301.0), explosion(8, 350.0)]
+    );
+}
+
+#[test]
+fn truncation_fires_above_the_share_not_at_it() {
+    let history: Vec<Shape> = [0, 2, 3, 3, 0, 5]
+        .iter()
+        .map(|&truncated| Shape { truncated, ..HEALTHY })
+        .collect();
+    let truncation = |step, share| Alarm::Truncation {
+        step,
+        share,
+        max: 0.2,
+    };
+    assert_eq!(
+        alarms(HealthConfig::default(), &history),
+        [truncation(3, 0.3), truncation(6, 0.5)]
+    );
+}
+
+#[test]
+fn reward_collapse_fires_below_half_the_best_moving_average() {
+    let config = HealthConfig {
+        window: 2,
+        warmup_steps: 3,
+        collapse_fraction: 0.5,
+        ..HealthConfig::default()
+    };
+    // Moving averages from step 4 (after warm-up): .625, .75, .75, .625, .375, .25, .375, .375.
+    // Best .75; step 8's .25 < .375 starts an episode, step 9 continues it, step 10 (.5) ends it.
+    let rewards = [0.25, 0.5, 0.5, 0.75, 0.75, 0.75, 0.5, 0.25, 0.25, 0.5, 0.25];
+    let history: Vec<Shape> = rewards
+        .iter()
+        .map(|&reward| Shape { reward, ..HEALTHY })
+        .collect();
+    let collapse = |step| Alarm::RewardCollapse {
+        step,
+        reward: 0.25,
+        best_average: 0.75,
+        fraction: 0.5,
+    };
+    assert_eq!(alarms(config, &history), [collapse(8), collapse(11)]);
+}
+
+#[test]
+fn warm_up_rewards_do_not_set_the_bar() {
+    // High rewards during warm-up, then a steady lower level.
+    let history: Vec<Shape> = [0.75, 0.75, 0.75, 0.25, 0.25, 0.25]
+        .iter()
+        .map(|&reward| Shape { reward, ..HEALTHY })
+        .collect();
+    let config = |warmup_steps| HealthConfig {
+        window: 2,
+        warmup_steps,
+        ..HealthConfig::default()
+    };
+    // After a warm-up of 3 steps the best average is (.75 + .25) / 2 = .5, and .25 is not below .25.
+    assert_eq!(alarms(config(3), &history), []);
+    // Without warm-up the best is .75 and step 4 collapses.
+    let collapse = Alarm::RewardCollapse {
+        step: 4,
+        reward: 0.25,
+        best_average: 0.75,
+        fraction: 0.5,
+    };
+    assert_eq!(alarms(config(0), &history), [collapse]);
+}
+
+#[test]
+fn parse_failures_fire_above_the_rate() {
+    let history: Vec<Shape> = [5, 6, 0]
+        .iter()
+        .map(|&failed| Shape { failed, ..HEALTHY })
+        .collect();
+    let alarm = Alarm::ParseFailures {
+        step: 2,
+        rate: 0.6,
+        max: 0.5,
+    };
+    assert_eq!(
+        alarms(HealthConfig::default(), &history),
+        std::slice::from_ref(&alarm)
+    );
+    assert_eq!(
+        alarm.to_string(),
+        "step 2: 60.0% of answers unparsable (max 50.0%)"
+    );
+}
+
+#[test]
+fn entropy_blow_up_uses_the_steps_that_report_entropy() {
+    let config = HealthConfig {
+        baseline_steps: 3,
+        entropy_factor: 2.0,
+        ..HealthConfig::default()
+    };
+    // Steps 1 and 4 report no entropy, so the baseline is the mean of steps 2, 3 and 5: 1.0 (step 5's
+    // 2.0 makes the baseline and is not checked against it); step 6 is the first above 2 x 1.0.
+    let entropies = [None, Some(0.5), Some(0.5), None, Some(2.0), Some(2.5), Some(1.0)];
+    let history: Vec<Shape> = entropies
+        .iter()
+        .map(|&entropy| Shape { entropy, ..HEALTHY })
+        .collect();
+    let alarm = Alarm::EntropyBlowUp {
+        step: 6,
+        entropy: 2.5,
+        baseline: 1.0,
+        factor: 2.0,
+    };
+    assert_eq!(alarms(config, &history), std::slice::from_ref(&alarm));
+    assert_eq!(
+        alarm.to_string(),
+        "step 6: entropy blow-up: 2.5000 > 2 x baseline 1.0000"
+    );
+}
+
+#[test]
+fn the_health_section_has_defaults_and_refuses_typos_and_bad_values() {
+    let config: HealthConfig = toml::from_str("window = 5").unwrap();
+    assert_eq!(
+        config,
+        HealthConfig {
+            window: 5,
+            ..HealthConfig::default()
+        }
+    );
+    let typo = toml::from_str::<HealthConfig>("windw = 5")
+        .unwrap_err()
+        .to_string();
+    assert!(typo.contains("unknown field `windw`"), "{typo}");
+    let refused = |config: HealthConfig| HealthMonitor::new(config).unwrap_err().to_string();
+    let default = HealthConfig::default;
+    assert_eq!(
+        refused(HealthConfig {
+            window: 0,
+            ..default()
+        }),
+        "health.window: must be at least 1"
+    );
+    assert_eq!(
+        refused(HealthConfig {
+            entropy_factor: f64::NAN,
+            ..default()
+        }),
+        "health.entropy_factor: must be a positive number"
+    );
+    assert_eq!(
+        refused(HealthConfig {
+            collapse_fraction: 1.5,
+            ..default()
+        }),
+        "health.collapse_fraction: must be in (0, 1]"
+    );
+    assert_eq!(
+        refused(HealthConfig {
+            max_truncated_share: -0.1,
+            ..default()
+        }),
+        "health.max_truncated_share: must be in [0, 1]"
+    );
 }
