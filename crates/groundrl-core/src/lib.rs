@@ -14,3 +14,4 @@ pub mod resize;
 pub mod reward;
 pub mod rng;
 pub mod synth;
+pub mod telemetry;
