@@ -6,5 +6,9 @@
 
 pub mod advantage;
 pub mod config;
+pub mod dataset;
 pub mod loss;
 pub mod plan;
+pub mod scoring;
+pub mod trainer;
+pub mod update;

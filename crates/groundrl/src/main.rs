@@ -34,6 +34,8 @@ enum Command {
     Model(commands::model::ModelCommand),
     /// Offline rollouts of a model over a dataset: n completions per sample (JSONL).
     Rollout(commands::rollout::Args),
+    /// GRPO training from a TOML config (dotted overrides), or --resume a run folder.
+    Train(commands::train::Args),
     /// Memory pre-flight of a training config: GiB per part, the peak, and whether it fits the GPU.
     Plan(commands::plan::Args),
     /// Measure the model and the rollout engine on synthetic screenshot batches.
@@ -53,6 +55,7 @@ fn main() -> ExitCode {
         Command::Bench(cmd) => commands::bench::run(cmd),
         Command::Rollout(args) => commands::rollout::run(args),
         Command::Plan(args) => commands::plan::run(args),
+        Command::Train(args) => commands::train::run(args),
     };
     match result {
         Ok(code) => code,

@@ -47,6 +47,17 @@ pub struct Encoded {
 }
 
 /// Tokenizer, chat template and image processor of one model folder.
+impl Encoded {
+    /// A copy whose pixel tensor shares this one's memory (ids and grids are copied).
+    pub fn share(&self) -> Self {
+        Self {
+            input_ids: self.input_ids.clone(),
+            pixel_values: self.pixel_values.as_ref().map(Tensor::shallow_clone),
+            image_grids: self.image_grids.clone(),
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct Processor {
     pub tokenizer: Tokenizer,

@@ -27,7 +27,7 @@ use super::sampling::{RowSettings, Sampler, uniforms};
 use super::stop::RowEnd;
 use super::{Completion, GenerationRequest, RolloutError};
 use crate::cuda_graph::CudaGraph;
-use crate::processor::{Encoded, Processor};
+use crate::processor::Processor;
 use crate::qwen2_5_vl::model::Prepared;
 use crate::qwen2_5_vl::text::{Rotary, attend};
 use crate::qwen2_5_vl::{Batch, Qwen25Vl};
@@ -196,14 +196,7 @@ impl<'a> Engine<'a> {
 
     /// The prompts as one left-padded batch (tensors shared, not copied).
     fn batch(&self, requests: &[GenerationRequest]) -> Batch {
-        let prompts = requests
-            .iter()
-            .map(|r| Encoded {
-                input_ids: r.prompt.input_ids.clone(),
-                pixel_values: r.prompt.pixel_values.as_ref().map(Tensor::shallow_clone),
-                image_grids: r.prompt.image_grids.clone(),
-            })
-            .collect();
+        let prompts = requests.iter().map(|r| r.prompt.share()).collect();
         self.processor.batch(prompts)
     }
 

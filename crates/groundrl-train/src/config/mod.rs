@@ -37,6 +37,10 @@ mod trainer;
 use std::path::Path;
 
 use groundrl_core::reward::SpecError;
+use crate::advantage::{AdvantageConfig, AdvantageError};
+use crate::loss::{LossConfig, LossError};
+use crate::optim::OptimConfig;
+use groundrl_core::telemetry::HealthConfig;
 use groundrl_tensor::qwen2_5_vl::ModelError;
 use serde::{Deserialize, Serialize};
 
@@ -54,7 +58,11 @@ pub struct TrainConfig {
     pub data: DataConfig,
     pub rollout: RolloutConfig,
     pub reward: RewardConfig,
+    pub advantage: AdvantageConfig,
+    pub loss: LossConfig,
+    pub optim: OptimConfig,
     pub trainer: TrainerConfig,
+    pub health: HealthConfig,
 }
 
 /// Why a configuration was refused; each names the file, the override or the dotted key at fault.
@@ -84,13 +92,13 @@ pub enum ConfigError {
 
 /// `Ok` when `holds`, else the `Invalid` error for `key`.
 fn ensure(holds: bool, key: &str, problem: impl Into<String>) -> Result<(), ConfigError> {
-    if holds {
-        Ok(())
-    } else {
-        Err(ConfigError::Invalid {
-            key: key.to_string(),
-            problem: problem.into(),
-        })
+    if holds { Ok(()) } else { Err(invalid(key, problem)) }
+}
+
+fn invalid(key: &str, problem: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.to_string(),
+        problem: problem.into(),
     }
 }
 
@@ -131,7 +139,17 @@ impl TrainConfig {
         self.data.validate()?;
         self.rollout.validate()?;
         self.reward.validate()?;
+        self.advantage.validate().map_err(|e| match e {
+            AdvantageError::Config { key, problem } => invalid(key, problem),
+            other => invalid("advantage", other.to_string()),
+        })?;
+        self.loss.validate().map_err(|e| match e {
+            LossError::Config { key, problem } => invalid(key, problem),
+            other => invalid("loss", other.to_string()),
+        })?;
+        self.optim.validate().map_err(|e| invalid("optim", e.to_string()))?;
         self.trainer.validate()?;
+        self.health.validate().map_err(|e| invalid("health", e.to_string()))?;
         let completions = self.rollout.completions_per_step();
         ensure(
             completions.is_multiple_of(u64::from(self.trainer.mini_batch_size)),

@@ -7,3 +7,4 @@ pub mod reward;
 pub mod rollout;
 pub mod smart_resize;
 pub mod synth;
+pub mod train;

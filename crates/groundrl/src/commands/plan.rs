@@ -21,28 +21,26 @@ pub struct Args {
     gpu_memory: u64,
 }
 
-/// What the plan assumes of the sections `TrainConfig` does not hold yet: the defaults of
-/// `loss.kl_coef` (0: no reference model) and `optim.fp32_master` (true). Read them from the config
-/// once those sections join it.
-const EXTRAS: PlanExtras = PlanExtras {
-    reference_model: false,
-    fp32_master: true,
-};
-
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let cfg = TrainConfig::load(&args.config, &args.overrides)
         .with_context(|| format!("config {}", args.config.display()))?;
     cfg.validate()
         .with_context(|| format!("config {}", args.config.display()))?;
     let model = cfg.model.architecture()?;
-    let plan = plan::estimate(&cfg, &model, EXTRAS);
+    let extras = PlanExtras {
+        reference_model: cfg.loss.needs_reference(),
+        fp32_master: cfg.optim.fp32_master,
+    };
+    let plan = plan::estimate(&cfg, &model, extras);
     println!(
-        "{}: {} parameters, {} trainable, {} on {}; no reference model, f32 master weights",
+        "{}: {} parameters, {} trainable, {} on {}; {}, {}",
         args.config.display(),
         count(presets::parameter_count(&model) as u64),
         count(plan::trainable_parameters(&cfg.model, &model)),
         cfg.model.dtype.name(),
         cfg.model.device.name(),
+        if extras.reference_model { "a reference model" } else { "no reference model" },
+        if extras.fp32_master { "f32 master weights" } else { "no master weights" },
     );
     print!("{}", table(&plan, args.gpu_memory));
     match plan.check(args.gpu_memory) {

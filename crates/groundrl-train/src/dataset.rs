@@ -1,0 +1,90 @@
+//! The training and validation samples, and the seeded order the trainer walks them in.
+
+use std::path::{Path, PathBuf};
+
+use groundrl_core::data::{Sample, read_samples};
+use groundrl_core::rng::{SplitMix64, keyed};
+
+/// Samples of one dataset file with the folder their image paths are relative to.
+#[derive(Debug)]
+pub struct Dataset {
+    pub samples: Vec<Sample>,
+    pub base: PathBuf,
+    /// Records of the file that could not be read (line and reason), reported at start.
+    pub skipped: Vec<String>,
+}
+
+impl Dataset {
+    /// Reads a JSONL or Parquet file of samples; bad records are skipped and listed, not fatal.
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let loaded = read_samples(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(Self {
+            samples: loaded.samples,
+            base: path.parent().unwrap_or(Path::new(".")).to_path_buf(),
+            skipped: loaded
+                .skipped
+                .iter()
+                .map(|e| format!("{}: {e}", path.display()))
+                .collect(),
+        })
+    }
+
+    /// No samples (no validation set configured).
+    pub fn empty() -> Self {
+        Self {
+            samples: Vec::new(),
+            base: PathBuf::new(),
+            skipped: Vec::new(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.samples.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.samples.is_empty()
+    }
+}
+
+/// The order of `len` samples in epoch `epoch`: a Fisher-Yates shuffle keyed by (seed, epoch), so a
+/// resumed run walks the same order from its saved position.
+pub fn epoch_order(len: usize, seed: u64, epoch: u64) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..len).collect();
+    let mut rng = SplitMix64::new(keyed(seed, &format!("epoch {epoch}")));
+    for i in (1..len).rev() {
+        order.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    order
+}
+
+/// A fixed subsample of `count` indices of `len` (all when `count` is 0 or at least `len`), the
+/// same at every validation.
+pub fn fixed_subsample(len: usize, count: usize, seed: u64) -> Vec<usize> {
+    let mut order = epoch_order(len, seed, u64::MAX);
+    if count > 0 && count < len {
+        order.truncate(count);
+        order.sort_unstable();
+    }
+    order
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn orders_are_permutations_fixed_by_seed_and_epoch() {
+        let a = epoch_order(10, 3, 0);
+        let mut sorted = a.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..10).collect::<Vec<_>>());
+        assert_eq!(a, epoch_order(10, 3, 0));
+        assert_ne!(a, epoch_order(10, 3, 1));
+        assert_ne!(a, epoch_order(10, 4, 0));
+        let sub = fixed_subsample(10, 4, 3);
+        assert_eq!(sub.len(), 4);
+        assert!(sub.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(fixed_subsample(10, 0, 3).len(), 10);
+    }
+}

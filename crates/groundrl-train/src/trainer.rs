@@ -1,0 +1,607 @@
+//! The GRPO loop: prompts → rollouts → rewards → group advantages → policy update, with validation,
+//! checkpoints that resume exactly, and one telemetry record per step.
+//!
+//! Read [`Trainer::step`] top to bottom for one step. Everything random is keyed by the config's
+//! seeds and the step or epoch number (data order, sampling), so the saved [`RunState`] together
+//! with the weights and the optimizer state is all a resumed run needs to continue as if it had
+//! never stopped.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use groundrl_core::rng::keyed;
+use groundrl_core::telemetry::{
+    CompletionRecord, EventWriter, HealthMonitor, JsonlLog, RolloutStats, Scalars, StepRecord,
+};
+use groundrl_tensor::hf_folder::{self, HfModel};
+use groundrl_tensor::processor::Encoded;
+use groundrl_tensor::qwen2_5_vl::lora::LoraSpec;
+use groundrl_tensor::qwen2_5_vl::Qwen25Vl;
+use groundrl_tensor::rollout::{Completion, Engine, FinishReason, GenerationRequest, SamplingParams};
+use serde::{Deserialize, Serialize};
+use tch::Tensor;
+
+use crate::advantage::{OverlongMode, group_advantages, informative_groups};
+use crate::checkpoint::{CheckpointParts, load_latest, restore_tensors, save_checkpoint};
+use crate::config::{EarlyStoppingMode, ModelPreset, TrainConfig};
+use crate::dataset::{Dataset, epoch_order, fixed_subsample};
+use crate::optim::{AdamW, lr_at};
+use crate::scoring::{Scorer, Scoring};
+use crate::update::{Row, UpdateSettings, update};
+
+/// The resolved config's file name in the run folder.
+pub const CONFIG_FILE: &str = "config.toml";
+/// The per-step JSONL log in the run folder.
+pub const METRICS_FILE: &str = "metrics.jsonl";
+
+/// Where a run stands: saved in every checkpoint.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunState {
+    /// Steps done.
+    pub step: u64,
+    pub epoch: u64,
+    /// Position in the current epoch's order.
+    pub cursor: usize,
+    /// Optimizer steps skipped in a row for non-finite gradients.
+    pub nonfinite_in_a_row: u32,
+    /// Best validation metric so far and validations since it improved.
+    pub best: Option<f64>,
+    pub validations_without_gain: u32,
+    /// Samples skipped because they could not be encoded or scored.
+    pub bad_samples: u64,
+}
+
+/// Why [`Trainer::run`] ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Ending {
+    /// Every epoch done, or `trainer.max_steps` reached.
+    Finished,
+    EarlyStopped { metric: String, best: f64 },
+    /// `trainer.max_nonfinite_steps` optimizer steps in a row had non-finite gradients.
+    NonFinite { steps: u32 },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    #[error("{0}")]
+    Setup(String),
+    #[error(transparent)]
+    Model(#[from] groundrl_tensor::qwen2_5_vl::ModelError),
+    #[error(transparent)]
+    Rollout(#[from] groundrl_tensor::rollout::RolloutError),
+    #[error(transparent)]
+    Checkpoint(#[from] crate::checkpoint::CheckpointError),
+    #[error(transparent)]
+    Telemetry(#[from] groundrl_core::telemetry::TelemetryError),
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+}
+
+fn setup(e: impl std::fmt::Display) -> TrainError {
+    TrainError::Setup(e.to_string())
+}
+
+/// A training run in its run folder.
+pub struct Trainer {
+    cfg: TrainConfig,
+    run_dir: PathBuf,
+    policy: HfModel,
+    reference: Option<Qwen25Vl>,
+    optimizer: AdamW,
+    scorer: Scorer,
+    train: Dataset,
+    val: Dataset,
+    pub state: RunState,
+    log: JsonlLog,
+    events: EventWriter,
+    health: HealthMonitor,
+}
+
+impl Trainer {
+    /// Starts a new run in `cfg.trainer.run_dir` (which must not hold a run yet).
+    pub fn new(cfg: TrainConfig) -> Result<Self, TrainError> {
+        cfg.validate().map_err(setup)?;
+        let run_dir = cfg.trainer.run_dir.clone();
+        if run_dir.join(CONFIG_FILE).exists() {
+            return Err(setup(format!(
+                "{} already holds a run: resume it with --resume, or choose another trainer.run_dir",
+                run_dir.display()
+            )));
+        }
+        std::fs::create_dir_all(&run_dir).map_err(|e| io(&run_dir, e))?;
+        let text = cfg.to_toml().map_err(setup)?;
+        let path = run_dir.join(CONFIG_FILE);
+        std::fs::write(&path, text).map_err(|e| io(&path, e))?;
+        Self::build(cfg, run_dir, None)
+    }
+
+    /// Continues the run in `run_dir` from its latest checkpoint, with the config it was started with.
+    pub fn resume(run_dir: &Path) -> Result<Self, TrainError> {
+        let cfg = TrainConfig::load(&run_dir.join(CONFIG_FILE), &[]).map_err(setup)?;
+        let checkpoint = load_latest::<RunState>(run_dir)?;
+        let mut trainer = Self::build(cfg, run_dir.to_path_buf(), Some(checkpoint.step))?;
+        restore_tensors(&trainer.policy.model.var_store().variables().into_iter().collect::<Vec<_>>(), &checkpoint.weights)?;
+        trainer.optimizer.load_state(&checkpoint.optimizer).map_err(setup)?;
+        trainer.state = checkpoint.state;
+        Ok(trainer)
+    }
+
+    fn build(cfg: TrainConfig, run_dir: PathBuf, resumed_at: Option<u64>) -> Result<Self, TrainError> {
+        let mut policy = load_policy(&cfg, &run_dir)?;
+        let reference = cfg
+            .loss
+            .needs_reference()
+            .then(|| load_policy(&cfg, &run_dir).map(|m| m.model))
+            .transpose()?;
+        if let Some(r) = &reference {
+            r.set_vision_trainable(false);
+            for (_, mut v) in r.var_store().variables() {
+                let _ = v.requires_grad_(false);
+            }
+        }
+        let trainable: Vec<(String, Tensor)> = policy
+            .model
+            .var_store()
+            .variables()
+            .into_iter()
+            .filter(|(_, t)| t.requires_grad())
+            .collect();
+        policy.processor.image.min_pixels = cfg.model.min_pixels;
+        policy.processor.image.max_pixels = cfg.model.max_pixels;
+        let optimizer = AdamW::new(trainable, &cfg.optim).map_err(setup)?;
+        let scorer = Scorer::new(&cfg.reward).map_err(setup)?;
+        let train = Dataset::load(&cfg.data.train).map_err(setup)?;
+        if train.is_empty() {
+            return Err(setup(format!("data.train {}: no samples", cfg.data.train.display())));
+        }
+        let val = match cfg.data.val.as_os_str().is_empty() {
+            true => Dataset::empty(),
+            false => Dataset::load(&cfg.data.val).map_err(setup)?,
+        };
+        for line in train.skipped.iter().chain(&val.skipped) {
+            eprintln!("skipped: {line}");
+        }
+        let log_path = run_dir.join(METRICS_FILE);
+        if let Some(step) = resumed_at {
+            truncate_log(&log_path, step)?;
+        }
+        let log = JsonlLog::open(&log_path)?;
+        let events = EventWriter::create(run_dir.join("tensorboard"))?;
+        let health = HealthMonitor::new(cfg.health.clone())?;
+        Ok(Self {
+            cfg,
+            run_dir,
+            policy,
+            reference,
+            optimizer,
+            scorer,
+            train,
+            val,
+            state: RunState::default(),
+            log,
+            events,
+            health,
+        })
+    }
+
+    /// Trains until the epochs or `max_steps` are done, early stopping, or too many non-finite steps;
+    /// `on_step` sees each step's record (for a progress bar). Saves a checkpoint at the end.
+    pub fn run(&mut self, mut on_step: impl FnMut(&StepRecord)) -> Result<Ending, TrainError> {
+        let ending = loop {
+            if let Some(ending) = self.finished() {
+                break ending;
+            }
+            let record = self.step()?;
+            on_step(&record);
+            let limit = self.cfg.trainer.max_nonfinite_steps;
+            if limit > 0 && self.state.nonfinite_in_a_row >= limit {
+                break Ending::NonFinite {
+                    steps: self.state.nonfinite_in_a_row,
+                };
+            }
+            if let Some(stop) = self.early_stop() {
+                break stop;
+            }
+            let save = self.cfg.trainer.save_freq;
+            if save > 0 && self.state.step.is_multiple_of(u64::from(save)) {
+                self.save()?;
+            }
+        };
+        self.save()?;
+        Ok(ending)
+    }
+
+    fn finished(&self) -> Option<Ending> {
+        let t = &self.cfg.trainer;
+        let done_epochs = self.state.epoch >= u64::from(t.total_epochs);
+        let done_steps = t.max_steps > 0 && self.state.step >= t.max_steps;
+        (done_epochs || done_steps).then_some(Ending::Finished)
+    }
+
+    /// One GRPO step.
+    pub fn step(&mut self) -> Result<StepRecord, TrainError> {
+        let start = Instant::now();
+        let groups = self.rollouts()?;
+        let rollout_seconds = start.elapsed().as_secs_f64();
+        let records: Vec<CompletionRecord> = groups.iter().flat_map(|g| g.records.clone()).collect();
+        let rewards: Vec<f64> = records.iter().map(|r| r.reward).collect();
+        let group_of: Vec<usize> = records.iter().map(|r| r.group).collect();
+        let advantages = group_advantages(&rewards, &group_of, &self.cfg.advantage).map_err(setup)?;
+        let filter = self.cfg.advantage.overlong.mode == OverlongMode::Filter;
+        let rows: Vec<Row> = groups
+            .iter()
+            .flat_map(|g| g.completions.iter().map(move |c| (g, c)))
+            .zip(&advantages)
+            .map(|((g, c), &advantage)| Row {
+                prompt: &g.encoded,
+                tokens: &c.tokens,
+                advantage,
+                counts: !(filter && c.finish == FinishReason::Length),
+            })
+            .collect();
+        let update_start = Instant::now();
+        let t = &self.cfg.trainer;
+        let lr = lr_at(self.state.step, self.total_steps(), &self.cfg.optim);
+        let settings = UpdateSettings {
+            loss: &self.cfg.loss,
+            ppo_epochs: t.ppo_epochs,
+            mini_batch_size: t.mini_batch_size as usize,
+            micro_batch_size: t.micro_batch_size as usize,
+            checkpoint: self.cfg.model.gradient_checkpointing,
+            logprob_chunk: i64::from(t.logprob_chunk),
+            temperature: self.cfg.rollout.temperature,
+            response_budget: i64::from(self.cfg.rollout.max_new_tokens),
+            lr,
+        };
+        let report = update(
+            &self.policy.model,
+            self.reference.as_ref(),
+            &self.policy.processor,
+            &mut self.optimizer,
+            &rows,
+            &settings,
+        )?;
+        let update_seconds = update_start.elapsed().as_secs_f64();
+        self.state.step += 1;
+        if report.skipped_steps > 0 && report.optimizer_steps == 0 {
+            self.state.nonfinite_in_a_row += 1;
+            eprintln!(
+                "step {}: non-finite gradients (norm {}): optimizer step skipped",
+                self.state.step, report.grad_norm
+            );
+        } else {
+            self.state.nonfinite_in_a_row = 0;
+        }
+        let generated: usize = groups.iter().flat_map(|g| &g.completions).map(|c| c.tokens.len()).sum();
+        let mut train = Scalars::default();
+        for (name, value) in [
+            ("loss", report.loss),
+            ("lr", lr),
+            ("grad_norm", report.grad_norm),
+            ("kl", report.stats.ref_kl),
+            ("approx_kl", report.stats.approx_kl),
+            ("entropy", report.stats.entropy),
+            ("clip_fraction", report.stats.clip_fraction),
+            ("skipped_optimizer_steps", f64::from(report.skipped_steps)),
+            ("time/rollout", rollout_seconds),
+            ("time/update", update_seconds),
+            ("generated_tokens_per_s", generated as f64 / rollout_seconds.max(1e-9)),
+            ("bad_samples", self.state.bad_samples as f64),
+        ] {
+            train.insert(name, value)?;
+        }
+        let test = self.cfg.trainer.test_freq;
+        if test > 0 && self.state.step.is_multiple_of(u64::from(test)) && !self.val.is_empty() {
+            let (accuracy, reward) = self.validate()?;
+            train.insert("val/accuracy", accuracy)?;
+            train.insert("val/reward", reward)?;
+            self.track_best(accuracy, reward);
+        }
+        train.insert("time/step", start.elapsed().as_secs_f64())?;
+        let record = StepRecord {
+            step: self.state.step,
+            epoch: self.state.epoch,
+            rollout: RolloutStats::compute(&records, &self.scorer.component_names())?,
+            train,
+        };
+        self.log.append(&record)?;
+        self.events.add_scalars(record.step, &record.scalars())?;
+        for alarm in self.health.observe(&record) {
+            eprintln!("step {}: run-health alarm: {alarm}", record.step);
+        }
+        Ok(record)
+    }
+
+    /// Samples `rollout.n` completions of the step's prompts and scores them. With dynamic sampling,
+    /// groups whose rewards are all equal are dropped and more prompts are drawn, up to
+    /// `rollout.max_prompts_per_step` in all.
+    fn rollouts(&mut self) -> Result<Vec<Group>, TrainError> {
+        let r = &self.cfg.rollout;
+        let wanted = r.prompts_per_step as usize;
+        let dynamic = r.dynamic_sampling;
+        let cap = if dynamic { (r.max_prompts_per_step as usize).max(wanted) } else { wanted };
+        let mut kept: Vec<Group> = Vec::new();
+        let mut drawn = 0;
+        while kept.len() < wanted && drawn < cap {
+            let indices = self.next_indices((wanted - kept.len()).min(cap - drawn));
+            let seed = keyed(self.cfg.trainer.seed, &format!("step {} draw {drawn}", self.state.step));
+            drawn += indices.len();
+            for group in self.sample_groups(&indices, seed, false)? {
+                if !dynamic || group.informative() {
+                    kept.push(group);
+                }
+            }
+        }
+        for (i, group) in kept.iter_mut().enumerate() {
+            group.records.iter_mut().for_each(|r| r.group = i);
+        }
+        Ok(kept)
+    }
+
+    /// The next `count` sample indices in the epoch order, moving to the next epoch at its end.
+    fn next_indices(&mut self, count: usize) -> Vec<usize> {
+        let len = self.train.len();
+        let mut out = Vec::with_capacity(count);
+        while out.len() < count {
+            let order = epoch_order(len, self.cfg.data.seed, self.state.epoch);
+            let take = (count - out.len()).min(len - self.state.cursor);
+            out.extend_from_slice(&order[self.state.cursor..self.state.cursor + take]);
+            self.state.cursor += take;
+            if self.state.cursor == len {
+                self.state.cursor = 0;
+                self.state.epoch += 1;
+            }
+        }
+        out
+    }
+
+    /// Encodes, samples and scores the samples at `indices` of the train set (or of the validation
+    /// set with `validation`: one greedy completion each). Samples that cannot be encoded or
+    /// scored are skipped and counted in [`RunState::bad_samples`].
+    fn sample_groups(&mut self, indices: &[usize], seed: u64, validation: bool) -> Result<Vec<Group>, TrainError> {
+        let data = if validation { &self.val } else { &self.train };
+        let processor = &self.policy.processor;
+        let mut groups = Vec::new();
+        for &index in indices {
+            let sample = &data.samples[index];
+            match processor.encode_sample(sample, &data.base, None) {
+                Ok(encoded) => groups.push(Group::new(index, encoded)),
+                Err(e) => {
+                    eprintln!("skipped sample {}: {e}", sample.id);
+                    self.state.bad_samples += 1;
+                }
+            }
+        }
+        let r = &self.cfg.rollout;
+        let stops = stop_ids(&self.policy);
+        let requests: Vec<GenerationRequest> = groups
+            .iter()
+            .map(|g| GenerationRequest {
+                prompt: g.encoded.share(),
+                n: if validation { 1 } else { r.n as usize },
+                first_sample: 0,
+                params: SamplingParams {
+                    seed: keyed(seed, &g.index.to_string()),
+                    temperature: if validation { 0.0 } else { r.temperature },
+                    top_p: r.top_p,
+                    top_k: i64::from(r.top_k),
+                    max_new_tokens: r.max_new_tokens as usize,
+                    stop_token_ids: stops.clone(),
+                    stop_strings: Vec::new(),
+                },
+            })
+            .collect();
+        if requests.is_empty() {
+            return Ok(groups);
+        }
+        let engine = Engine::new(&self.policy.model, processor);
+        for c in engine.generate(&requests)? {
+            groups[c.prompt_index].completions.push(c);
+        }
+        let mut scored = Vec::with_capacity(groups.len());
+        for (position, mut group) in groups.into_iter().enumerate() {
+            let sample = &data.samples[group.index];
+            let resized = group.encoded.image_grids.first().map(|g| [g[2] as u64 * 14, g[1] as u64 * 14]);
+            let mut records = Vec::new();
+            for c in &group.completions {
+                let ids: Vec<u32> = c.tokens.iter().map(|&t| t as u32).collect();
+                let text = processor.tokenizer.decode(&ids, true).map_err(setup)?;
+                let scoring = Scoring {
+                    sample,
+                    resized,
+                    group: position,
+                    text: &text,
+                    tokens: c.tokens.len(),
+                    truncated: c.finish == FinishReason::Length,
+                };
+                match self.scorer.score(&scoring) {
+                    Ok(record) => records.push(record),
+                    Err(e) => {
+                        eprintln!("skipped: {e}");
+                        records.clear();
+                        break;
+                    }
+                }
+            }
+            if records.len() == group.completions.len() {
+                group.records = records;
+                scored.push(group);
+            } else {
+                self.state.bad_samples += 1;
+            }
+        }
+        Ok(scored)
+    }
+
+    /// Greedy accuracy and mean reward on the fixed validation subsample.
+    fn validate(&mut self) -> Result<(f64, f64), TrainError> {
+        let t = &self.cfg.trainer;
+        let indices = fixed_subsample(self.val.len(), t.val_samples as usize, t.seed);
+        let mut records = Vec::new();
+        for chunk in indices.chunks(self.cfg.rollout.prompts_per_step.max(1) as usize) {
+            for g in self.sample_groups(chunk, 0, true)? {
+                records.extend(g.records);
+            }
+        }
+        let n = records.len().max(1) as f64;
+        let correct = records.iter().filter(|r| r.correct == Some(true)).count() as f64;
+        let reward: f64 = records.iter().map(|r| r.reward).sum();
+        Ok((correct / n, reward / n))
+    }
+
+    fn track_best(&mut self, accuracy: f64, reward: f64) {
+        let t = &self.cfg.trainer;
+        let value = match t.early_stopping_metric.as_str() {
+            "val/reward" => reward,
+            _ => accuracy,
+        };
+        let better = match (self.state.best, t.early_stopping_mode) {
+            (None, _) => true,
+            (Some(best), EarlyStoppingMode::Max) => value > best,
+            (Some(best), EarlyStoppingMode::Min) => value < best,
+        };
+        if better {
+            self.state.best = Some(value);
+            self.state.validations_without_gain = 0;
+        } else {
+            self.state.validations_without_gain += 1;
+        }
+    }
+
+    fn early_stop(&self) -> Option<Ending> {
+        let t = &self.cfg.trainer;
+        let patience = t.early_stopping_patience;
+        (patience > 0 && self.state.validations_without_gain >= patience).then(|| Ending::EarlyStopped {
+            metric: t.early_stopping_metric.clone(),
+            best: self.state.best.unwrap_or(f64::NAN),
+        })
+    }
+
+    /// Optimizer steps of the whole run, for the learning-rate schedule.
+    fn total_steps(&self) -> u64 {
+        let t = &self.cfg.trainer;
+        let per_epoch = self.train.len().div_ceil(self.cfg.rollout.prompts_per_step.max(1) as usize) as u64;
+        let steps = per_epoch * u64::from(t.total_epochs);
+        if t.max_steps > 0 { steps.min(t.max_steps) } else { steps }
+    }
+
+    /// Writes a checkpoint of the current step.
+    pub fn save(&mut self) -> Result<PathBuf, TrainError> {
+        let weights: Vec<(String, Tensor)> = self.policy.model.var_store().variables().into_iter().collect();
+        let optimizer = self.optimizer.state();
+        let parts = CheckpointParts {
+            weights: &weights,
+            optimizer: &optimizer,
+            state: &self.state,
+        };
+        Ok(save_checkpoint(
+            &self.run_dir,
+            self.state.step,
+            &parts,
+            self.cfg.trainer.keep_checkpoints as usize,
+        )?)
+    }
+
+    pub fn run_dir(&self) -> &Path {
+        &self.run_dir
+    }
+}
+
+/// One prompt's completions with their scores.
+struct Group {
+    /// The sample's index in its dataset.
+    index: usize,
+    encoded: Encoded,
+    completions: Vec<Completion>,
+    records: Vec<CompletionRecord>,
+}
+
+impl Group {
+    fn new(index: usize, encoded: Encoded) -> Self {
+        Self {
+            index,
+            encoded,
+            completions: Vec::new(),
+            records: Vec::new(),
+        }
+    }
+
+    /// Some rewards differ, so the group has a learning signal (DAPO's dynamic sampling keeps these).
+    fn informative(&self) -> bool {
+        let rewards: Vec<f64> = self.records.iter().map(|r| r.reward).collect();
+        informative_groups(&rewards, &vec![0; rewards.len()]).is_ok_and(|v| v.first() == Some(&true))
+    }
+}
+
+/// The model's end-of-sequence ids and the tokenizer's eos: a completion ends at any of them.
+fn stop_ids(policy: &HfModel) -> Vec<i64> {
+    let mut ids = policy.model.config.text.eos_token_ids.clone();
+    let eos = i64::from(policy.processor.tokenizer.special_ids().eos);
+    if !ids.contains(&eos) {
+        ids.push(eos);
+    }
+    ids
+}
+
+/// The policy: the model folder of `model.path`, or the preset written into the run folder (so the
+/// run's initial model can be inspected and reloaded), with LoRA and the frozen vision tower as
+/// configured.
+fn load_policy(cfg: &TrainConfig, run_dir: &Path) -> Result<HfModel, TrainError> {
+    let m = &cfg.model;
+    let kind = m.dtype.kind();
+    let dir = match m.preset {
+        ModelPreset::None => m.path.clone(),
+        ModelPreset::Tiny => {
+            let dir = run_dir.join("initial-model");
+            if !dir.join("config.json").exists() {
+                hf_folder::write_tiny(&dir, m.seed, kind).map_err(setup)?;
+            }
+            dir
+        }
+        other => {
+            return Err(setup(format!(
+                "model.preset = {other:?}: make its folder with `groundrl model init` and set model.path"
+            )));
+        }
+    };
+    let mut policy = hf_folder::load(&dir, m.device.device(), kind).map_err(setup)?;
+    if m.freeze_vision {
+        policy.model.set_vision_trainable(false);
+    }
+    if m.lora() {
+        let spec = LoraSpec {
+            rank: m.lora_rank as usize,
+            alpha: m.lora_alpha,
+            targets: m.lora_targets.clone(),
+            vision: m.lora_vision,
+            seed: m.seed as u64,
+        };
+        policy.model.add_lora(&spec)?;
+    }
+    Ok(policy)
+}
+
+/// Keeps the log's records of steps up to `step` (a resumed run rewrites the later ones).
+fn truncate_log(path: &Path, step: u64) -> Result<(), TrainError> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Ok(());
+    };
+    let kept: String = text
+        .lines()
+        .filter(|line| {
+            serde_json::from_str::<serde_json::Value>(line)
+                .ok()
+                .and_then(|v| v.get("step").and_then(serde_json::Value::as_u64))
+                .is_some_and(|s| s <= step)
+        })
+        .map(|line| format!("{line}\n"))
+        .collect();
+    std::fs::write(path, kept).map_err(|e| io(path, e))
+}
+
+fn io(path: &Path, source: std::io::Error) -> TrainError {
+    TrainError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}

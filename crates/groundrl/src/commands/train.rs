@@ -1,0 +1,89 @@
+//! `groundrl train`: GRPO from a TOML config (with dotted overrides), or `--resume RUN_DIR`. Runs the
+//! memory pre-flight first on a GPU, shows a progress bar with the step's reward and accuracy, and
+//! says why the run ended.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use groundrl_train::config::{DeviceKind, TrainConfig};
+use groundrl_train::plan::{self, PlanExtras};
+use groundrl_train::trainer::{Ending, Trainer};
+use indicatif::{ProgressBar, ProgressStyle};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Training config (TOML); see configs/.
+    config: Option<PathBuf>,
+    /// Config keys to override, `dotted.key=value`, e.g. `rollout.n=8 optim.lr=1e-6`.
+    overrides: Vec<String>,
+    /// Continue the run in this folder from its latest checkpoint (its own config.toml is used).
+    #[arg(long, conflicts_with = "config")]
+    resume: Option<PathBuf>,
+    /// GPU memory for the pre-flight check (GiB); the run is refused when the plan does not fit.
+    #[arg(long, default_value_t = 80.0)]
+    gpu_memory_gib: f64,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let mut trainer = match (&args.resume, &args.config) {
+        (Some(dir), _) => Trainer::resume(dir).with_context(|| format!("resuming {}", dir.display()))?,
+        (None, Some(path)) => {
+            let cfg = TrainConfig::load(path, &args.overrides)
+                .with_context(|| format!("config {}", path.display()))?;
+            cfg.validate()
+                .with_context(|| format!("config {}", path.display()))?;
+            preflight(&cfg, args.gpu_memory_gib)?;
+            Trainer::new(cfg)?
+        }
+        (None, None) => bail!("give a config file or --resume RUN_DIR"),
+    };
+    let bar = ProgressBar::new_spinner();
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {elapsed} {msg}") {
+        bar.set_style(style);
+    }
+    let ending = trainer.run(|record| {
+        let accuracy = record.rollout.accuracy.share.unwrap_or(0.0);
+        bar.set_message(format!(
+            "step {} epoch {}: reward {:.3}, accuracy {:.3}, length {:.1}",
+            record.step, record.epoch, record.rollout.reward.mean, accuracy, record.rollout.length.mean
+        ));
+        bar.tick();
+    })?;
+    bar.finish_and_clear();
+    let dir = trainer.run_dir().display();
+    let bad = trainer.state.bad_samples;
+    match ending {
+        Ending::Finished => eprintln!("finished after {} steps; run folder {dir}", trainer.state.step),
+        Ending::EarlyStopped { metric, best } => {
+            eprintln!("early stop at step {}: {metric} best {best:.4}; run folder {dir}", trainer.state.step)
+        }
+        Ending::NonFinite { steps } => {
+            eprintln!(
+                "stopped: {steps} optimizer steps in a row had non-finite gradients (lower optim.lr, \
+                 check the data); the last checkpoint in {dir} is usable with --resume"
+            );
+            return Ok(ExitCode::from(3));
+        }
+    }
+    if bad > 0 {
+        eprintln!("{bad} sample(s) could not be encoded or scored and were skipped (listed above)");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Refuses a CUDA config whose memory plan does not fit, naming the knob to turn.
+fn preflight(cfg: &TrainConfig, gpu_memory_gib: f64) -> anyhow::Result<()> {
+    if cfg.model.device != DeviceKind::Cuda {
+        return Ok(());
+    }
+    let model = cfg.model.architecture()?;
+    let extras = PlanExtras {
+        reference_model: cfg.loss.needs_reference(),
+        fp32_master: cfg.optim.fp32_master,
+    };
+    let gpu_bytes = (gpu_memory_gib * (1u64 << 30) as f64) as u64;
+    plan::estimate(cfg, &model, extras)
+        .check(gpu_bytes)
+        .context("memory pre-flight (groundrl plan shows the whole estimate)")
+}
