@@ -3,3 +3,5 @@
 //! One readable path from prompts to a policy update: rollouts from the engine, rewards from the core
 //! reward spec, group advantages, the clipped policy loss with its variants, AdamW, checkpoints that
 //! resume exactly, and per-step telemetry. Formulas follow `shared/reference/semantics.md` §6.
+
+pub mod checkpoint;
