@@ -5,3 +5,4 @@
 //! resume exactly, and per-step telemetry. Formulas follow `shared/reference/semantics.md` §6.
 
 pub mod checkpoint;
+pub mod optim;

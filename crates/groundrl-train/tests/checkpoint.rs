@@ -1,4 +1,5 @@
-//! Checkpoints: exact round trips, crash leftovers ignored, pruning, and errors that name the path.
+//! Checkpoints: exact round trips, crash leftovers ignored, pruning, errors that name the path, and a run
+//! resumed from a checkpoint that continues bit for bit.
 
 use std::fs;
 use std::path::Path;
@@ -7,8 +8,9 @@ use groundrl_train::checkpoint::{
     CheckpointParts, LoadedCheckpoint, latest_checkpoint, load_checkpoint, load_latest, restore_tensors,
     save_checkpoint,
 };
+use groundrl_train::optim::{AdamW, OptimConfig};
 use serde::{Deserialize, Serialize};
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Kind, Tensor, nn};
 
 #[derive(Debug, PartialEq, Serialize, Deserialize)]
 struct Resume {
@@ -263,4 +265,81 @@ fn restore_copies_by_name_and_refuses_any_mismatch() {
     extra.push(("model.d".into(), Tensor::from(1.0f32)));
     let err = restore_tensors(&targets(), &extra).unwrap_err().to_string();
     assert!(err.contains("`model.d`"), "{err}");
+}
+
+/// A small bf16 model's trainable variables, sorted by name; `seed` sets the initial values.
+fn model(seed: f64) -> (nn::VarStore, Vec<(String, Tensor)>) {
+    let mut vs = nn::VarStore::new(Device::Cpu);
+    let _ = vs.root().var_copy("w", &values(&[3, 4], seed));
+    let _ = vs.root().var_copy("b", &values(&[4], seed + 1.0));
+    let _ = vs
+        .root()
+        .var_copy("frozen", &values(&[2], seed))
+        .set_requires_grad(false);
+    vs.bfloat16();
+    let mut trainable: Vec<_> = vs
+        .variables()
+        .into_iter()
+        .filter(|(_, t)| t.requires_grad())
+        .collect();
+    trainable.sort_by(|a, b| a.0.cmp(&b.0));
+    (vs, trainable)
+}
+
+/// The same tensors under new handles (tch tensors are not `Clone`).
+fn shallow(named: &[(String, Tensor)]) -> Vec<(String, Tensor)> {
+    named
+        .iter()
+        .map(|(n, t)| (n.clone(), t.shallow_clone()))
+        .collect()
+}
+
+fn train(params: &[(String, Tensor)], opt: &mut AdamW, steps: std::ops::Range<u64>) {
+    for step in steps {
+        opt.zero_grad();
+        let loss = params
+            .iter()
+            .map(|(_, p)| {
+                (p.to_kind(Kind::Float) * (p.to_kind(Kind::Float) + step as f64).sin()).sum(Kind::Float)
+            })
+            .fold(Tensor::from(0.0f32), |acc, x| acc + x);
+        loss.backward();
+        opt.step(0.05).unwrap();
+    }
+}
+
+#[test]
+fn a_run_resumed_from_a_checkpoint_continues_bit_for_bit() {
+    let cfg = OptimConfig {
+        weight_decay: 0.1,
+        grad_clip: 0.5,
+        ..OptimConfig::default()
+    };
+    let (_straight_vs, straight) = model(5.0);
+    let mut straight_opt = AdamW::new(shallow(&straight), &cfg).unwrap();
+    train(&straight, &mut straight_opt, 0..5);
+
+    let run = tempfile::tempdir().unwrap();
+    {
+        let (_vs, first) = model(5.0);
+        let mut opt = AdamW::new(shallow(&first), &cfg).unwrap();
+        train(&first, &mut opt, 0..2);
+        let parts = CheckpointParts {
+            weights: &first,
+            optimizer: &opt.state(),
+            state: &resume(2),
+        };
+        save_checkpoint(run.path(), 2, &parts, 1).unwrap();
+    }
+
+    // A fresh process: other initial values, then everything from the checkpoint.
+    let (_vs, resumed) = model(99.0);
+    let mut opt = AdamW::new(shallow(&resumed), &cfg).unwrap();
+    let loaded: LoadedCheckpoint<Resume> = load_latest(run.path()).unwrap();
+    restore_tensors(&resumed, &loaded.weights).unwrap();
+    opt.load_state(&loaded.optimizer).unwrap();
+    train(&resumed, &mut opt, loaded.state.step..5);
+
+    assert_same(&resumed, &straight);
+    assert_same(&opt.state(), &straight_opt.state());
 }
