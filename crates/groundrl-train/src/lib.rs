@@ -5,9 +5,11 @@
 //! resume exactly, and per-step telemetry. Formulas follow `shared/reference/semantics.md` §6.
 
 pub mod advantage;
+pub mod checkpoint;
 pub mod config;
 pub mod dataset;
 pub mod loss;
+pub mod optim;
 pub mod plan;
 pub mod scoring;
 pub mod trainer;

@@ -1,0 +1,351 @@
+//! Checkpoints that survive a crash at any moment: `RUN_DIR/checkpoints/step-N/` holds
+//! `weights.safetensors` (the model tensors the caller chose: trainable, full, or both),
+//! `optimizer.safetensors` (e.g. [`crate::optim::AdamW::state`]) and `state.json` (the caller's
+//! resumable state: RNG states, data position, counters). `RUN_DIR/checkpoints/latest` names the newest
+//! complete one (`step-N`).
+//!
+//! A save writes into `checkpoints/.tmp-step-N-<pid>/`, fsyncs every file and the folder, renames it to
+//! `step-N`, fsyncs `checkpoints/`, and only then replaces `latest` (write a temporary file, fsync,
+//! rename, fsync the folder). A crash therefore leaves either the previous `latest` with its complete
+//! checkpoint, or the new one; a half-written temporary folder is never read. Older checkpoints beyond
+//! `keep` are removed last.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tch::{Device, Kind, TchError, Tensor};
+
+/// The folder of a run that holds its checkpoints.
+const CHECKPOINTS: &str = "checkpoints";
+/// The file in [`CHECKPOINTS`] naming the newest complete checkpoint.
+const LATEST: &str = "latest";
+const WEIGHTS: &str = "weights.safetensors";
+const OPTIMIZER: &str = "optimizer.safetensors";
+const STATE: &str = "state.json";
+
+/// Why a checkpoint could not be written, read or restored.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{} is missing", path.display())]
+    Missing { path: PathBuf },
+    #[error("{}: {message}", path.display())]
+    Invalid { path: PathBuf, message: String },
+    #[error("{}: {source}", path.display())]
+    Tensors { path: PathBuf, source: TchError },
+    #[error("{}: {source}", path.display())]
+    Json {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{} is the checkpoint `latest` names; a run does not save the same step twice", path.display())]
+    Exists { path: PathBuf },
+    #[error("tensor `{name}` is not in the checkpoint")]
+    MissingTensor { name: String },
+    #[error("tensor `{name}` of the checkpoint has no counterpart to restore it into")]
+    UnexpectedTensor { name: String },
+    #[error("tensor `{name}`: the checkpoint has shape {found:?}, {expected:?} expected")]
+    Shape {
+        name: String,
+        expected: Vec<i64>,
+        found: Vec<i64>,
+    },
+    #[error("tensor `{name}`: the checkpoint has dtype {found:?}, {expected:?} expected")]
+    Kind {
+        name: String,
+        expected: Kind,
+        found: Kind,
+    },
+    #[error("tensor `{name}`: {source}")]
+    Copy { name: String, source: TchError },
+}
+
+/// What a checkpoint holds, borrowed from the trainer for [`save_checkpoint`].
+pub struct CheckpointParts<'a, T> {
+    /// Model tensors by variable name (any device; written as they are, in their dtype).
+    pub weights: &'a [(String, Tensor)],
+    /// Optimizer state by name, e.g. [`crate::optim::AdamW::state`].
+    pub optimizer: &'a [(String, Tensor)],
+    /// Everything else needed to resume, written as JSON.
+    pub state: &'a T,
+}
+
+/// A checkpoint read back by [`load_checkpoint`]; tensors are on the CPU, in their saved dtype.
+#[derive(Debug)]
+pub struct LoadedCheckpoint<T> {
+    pub dir: PathBuf,
+    pub step: u64,
+    pub weights: Vec<(String, Tensor)>,
+    pub optimizer: Vec<(String, Tensor)>,
+    pub state: T,
+}
+
+/// Saves the checkpoint of `step` atomically (see the module doc) and returns its folder.
+///
+/// `keep` (0: all) counts the new checkpoint: the `keep − 1` newest older ones stay, older ones are
+/// removed. Checkpoints of later steps (left by a run that was resumed from an earlier step) are not
+/// "older" and stay; a `step-N` folder of the same step that `latest` does not name is such a leftover
+/// and is replaced.
+pub fn save_checkpoint<T: Serialize>(
+    run_dir: &Path,
+    step: u64,
+    parts: &CheckpointParts<'_, T>,
+    keep: usize,
+) -> Result<PathBuf, CheckpointError> {
+    let root = run_dir.join(CHECKPOINTS);
+    fs::create_dir_all(&root).map_err(io_error(&root))?;
+    sync_dir(run_dir)?;
+    let name = step_name(step);
+    let dir = root.join(&name);
+    if dir.exists() && read_latest(&root).ok() == Some(step) {
+        return Err(CheckpointError::Exists { path: dir });
+    }
+    let tmp = write_temporary(&root, &name, parts)?;
+    if dir.exists() {
+        fs::remove_dir_all(&dir).map_err(io_error(&dir))?;
+    }
+    fs::rename(&tmp, &dir).map_err(io_error(&dir))?;
+    sync_dir(&root)?;
+    write_latest(&root, &name)?;
+    prune(&root, step, keep)?;
+    Ok(dir)
+}
+
+/// Writes the checkpoint into `root/.tmp-NAME-<pid>/`, every file and the folder synced; on failure the
+/// folder is removed.
+fn write_temporary<T: Serialize>(
+    root: &Path,
+    name: &str,
+    parts: &CheckpointParts<'_, T>,
+) -> Result<PathBuf, CheckpointError> {
+    let tmp = root.join(format!(".tmp-{name}-{}", std::process::id()));
+    if tmp.exists() {
+        // An earlier failed save of this process.
+        fs::remove_dir_all(&tmp).map_err(io_error(&tmp))?;
+    }
+    fs::create_dir(&tmp).map_err(io_error(&tmp))?;
+    let written = write_tensors(&tmp.join(WEIGHTS), parts.weights)
+        .and_then(|()| write_tensors(&tmp.join(OPTIMIZER), parts.optimizer))
+        .and_then(|()| write_json(&tmp.join(STATE), parts.state))
+        .and_then(|()| sync_dir(&tmp));
+    if let Err(err) = written {
+        let _ = fs::remove_dir_all(&tmp);
+        return Err(err);
+    }
+    Ok(tmp)
+}
+
+/// The folder of the newest complete checkpoint of a run, as `checkpoints/latest` names it.
+pub fn latest_checkpoint(run_dir: &Path) -> Result<PathBuf, CheckpointError> {
+    let root = run_dir.join(CHECKPOINTS);
+    let dir = root.join(step_name(read_latest(&root)?));
+    if !dir.is_dir() {
+        return Err(CheckpointError::Invalid {
+            path: root.join(LATEST),
+            message: format!("names {}, which is not a folder", dir.display()),
+        });
+    }
+    Ok(dir)
+}
+
+/// Loads the newest complete checkpoint of a run; leftover temporary folders are ignored.
+pub fn load_latest<T: DeserializeOwned>(run_dir: &Path) -> Result<LoadedCheckpoint<T>, CheckpointError> {
+    load_checkpoint(&latest_checkpoint(run_dir)?)
+}
+
+/// Loads the checkpoint folder `dir` (named `step-N`).
+pub fn load_checkpoint<T: DeserializeOwned>(dir: &Path) -> Result<LoadedCheckpoint<T>, CheckpointError> {
+    let step = dir
+        .file_name()
+        .and_then(|name| name.to_str())
+        .and_then(parse_step_name)
+        .ok_or_else(|| CheckpointError::Invalid {
+            path: dir.to_owned(),
+            message: "a checkpoint folder is named step-N".into(),
+        })?;
+    let state_path = dir.join(STATE);
+    let text = read(&state_path)?;
+    let state = serde_json::from_slice(&text).map_err(|source| CheckpointError::Json {
+        path: state_path,
+        source,
+    })?;
+    Ok(LoadedCheckpoint {
+        dir: dir.to_owned(),
+        step,
+        weights: read_tensors(&dir.join(WEIGHTS))?,
+        optimizer: read_tensors(&dir.join(OPTIMIZER))?,
+        state,
+    })
+}
+
+/// Copies the tensors `from` (e.g. a loaded checkpoint's weights) into the existing tensors `into` (e.g.
+/// the model's variables) by name, without recording gradients.
+///
+/// The two sets of names must match exactly, with equal shapes and dtypes: a tensor left out or
+/// converted would make a resumed run silently differ. Everything is checked before anything is copied.
+pub fn restore_tensors(into: &[(String, Tensor)], from: &[(String, Tensor)]) -> Result<(), CheckpointError> {
+    let sources: HashMap<&str, &Tensor> = from
+        .iter()
+        .map(|(name, tensor)| (name.as_str(), tensor))
+        .collect();
+    for (name, target) in into {
+        let source = sources
+            .get(name.as_str())
+            .ok_or_else(|| CheckpointError::MissingTensor { name: name.clone() })?;
+        if source.size() != target.size() {
+            return Err(CheckpointError::Shape {
+                name: name.clone(),
+                expected: target.size(),
+                found: source.size(),
+            });
+        }
+        if source.kind() != target.kind() {
+            return Err(CheckpointError::Kind {
+                name: name.clone(),
+                expected: target.kind(),
+                found: source.kind(),
+            });
+        }
+    }
+    let targets: HashSet<&str> = into.iter().map(|(name, _)| name.as_str()).collect();
+    if let Some((name, _)) = from.iter().find(|(name, _)| !targets.contains(name.as_str())) {
+        return Err(CheckpointError::UnexpectedTensor { name: name.clone() });
+    }
+    tch::no_grad(|| {
+        into.iter().try_for_each(|(name, target)| {
+            target
+                .shallow_clone()
+                .f_copy_(sources[name.as_str()])
+                .map_err(|source| CheckpointError::Copy {
+                    name: name.clone(),
+                    source,
+                })
+        })
+    })
+}
+
+fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), CheckpointError> {
+    let json = serde_json::to_vec_pretty(value).map_err(|source| CheckpointError::Json {
+        path: path.to_owned(),
+        source,
+    })?;
+    write_synced(path, &json)
+}
+
+/// Writes `tensors` as one safetensors file, from host copies (the writer reads contiguous CPU memory).
+fn write_tensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<(), CheckpointError> {
+    let tensor_error = |source| CheckpointError::Tensors {
+        path: path.to_owned(),
+        source,
+    };
+    let host = tensors
+        .iter()
+        .map(|(name, tensor)| {
+            Ok((
+                name.as_str(),
+                tensor.f_detach()?.f_to_device(Device::Cpu)?.f_contiguous()?,
+            ))
+        })
+        .collect::<Result<Vec<_>, TchError>>()
+        .map_err(tensor_error)?;
+    Tensor::write_safetensors(&host, path).map_err(tensor_error)?;
+    File::open(path)
+        .and_then(|file| file.sync_all())
+        .map_err(io_error(path))
+}
+
+fn read_tensors(path: &Path) -> Result<Vec<(String, Tensor)>, CheckpointError> {
+    if !path.is_file() {
+        return Err(CheckpointError::Missing {
+            path: path.to_owned(),
+        });
+    }
+    Tensor::read_safetensors(path).map_err(|source| CheckpointError::Tensors {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Replaces `latest` with `name` so that a reader sees either the old or the new content, never a mix.
+fn write_latest(root: &Path, name: &str) -> Result<(), CheckpointError> {
+    let tmp = root.join(format!(".{LATEST}-{}", std::process::id()));
+    write_synced(&tmp, format!("{name}\n").as_bytes())?;
+    let latest = root.join(LATEST);
+    fs::rename(&tmp, &latest).map_err(io_error(&latest))?;
+    sync_dir(root)
+}
+
+/// The step `checkpoints/latest` names.
+fn read_latest(root: &Path) -> Result<u64, CheckpointError> {
+    let path = root.join(LATEST);
+    let bytes = read(&path)?;
+    let text = String::from_utf8_lossy(&bytes);
+    parse_step_name(text.trim()).ok_or_else(|| CheckpointError::Invalid {
+        path,
+        message: format!("expected a checkpoint name like step-12, found {:?}", text.trim()),
+    })
+}
+
+/// Removes the checkpoints older than `step` beyond the `keep − 1` newest of them.
+fn prune(root: &Path, step: u64, keep: usize) -> Result<(), CheckpointError> {
+    if keep == 0 {
+        return Ok(());
+    }
+    let mut older: Vec<u64> = fs::read_dir(root)
+        .map_err(io_error(root))?
+        .filter_map(|entry| entry.ok()?.file_name().to_str().and_then(parse_step_name))
+        .filter(|&other| other < step)
+        .collect();
+    older.sort_unstable_by(|a, b| b.cmp(a));
+    for old in older.into_iter().skip(keep - 1) {
+        let dir = root.join(step_name(old));
+        fs::remove_dir_all(&dir).map_err(io_error(&dir))?;
+    }
+    Ok(())
+}
+
+fn step_name(step: u64) -> String {
+    format!("step-{step}")
+}
+
+/// The step of a folder named exactly as [`step_name`] writes it (not `step-012` nor `step-+1`).
+fn parse_step_name(name: &str) -> Option<u64> {
+    let step = name.strip_prefix("step-")?.parse().ok()?;
+    (step_name(step) == name).then_some(step)
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, CheckpointError> {
+    fs::read(path).map_err(|source| match source.kind() {
+        std::io::ErrorKind::NotFound => CheckpointError::Missing {
+            path: path.to_owned(),
+        },
+        _ => CheckpointError::Io {
+            path: path.to_owned(),
+            source,
+        },
+    })
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
+    let mut file = File::create(path).map_err(io_error(path))?;
+    file.write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .map_err(io_error(path))
+}
+
+/// Makes the entries of `dir` (files created, renamed or removed in it) durable.
+fn sync_dir(dir: &Path) -> Result<(), CheckpointError> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(io_error(dir))
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
+    move |source| CheckpointError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}

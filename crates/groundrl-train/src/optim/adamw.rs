@@ -1,0 +1,241 @@
+//! AdamW written out in tensor operations, because tch's built-in optimizer can neither keep f32 master
+//! weights nor export its state for a checkpoint. The arithmetic is torch.optim.AdamW's: decoupled
+//! weight decay, then the bias-corrected Adam update. For a parameter `p` with (clipped) gradient `g` at
+//! its `t`-th update:
+//!
+//! ```text
+//! p ← p × (1 − lr × weight_decay)
+//! m ← β1 m + (1 − β1) g
+//! v ← β2 v + (1 − β2) g²
+//! p ← p − lr / (1 − β1^t) × m / (√v / √(1 − β2^t) + eps)
+//! ```
+//!
+//! The moments `m`, `v` are f32 whatever the parameter's dtype. With a master copy, `p` above is that
+//! f32 copy and the bf16 parameter receives its rounded value; without one, a bf16 parameter is widened
+//! to f32, updated and rounded back, so an update smaller than half a bf16 spacing is lost.
+
+use std::collections::HashSet;
+
+use tch::{Kind, TchError, Tensor};
+
+use super::{OptimConfig, OptimError};
+use crate::checkpoint::restore_tensors;
+
+/// Added to the norm before dividing when clipping, as torch's `clip_grad_norm_` does.
+const CLIP_EPS: f64 = 1e-6;
+
+/// What one [`AdamW::step`] did.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum StepOutcome {
+    /// The parameters moved. `grad_norm` is the global L2 norm before clipping; `clipped` says whether
+    /// the gradients were scaled down to `grad_clip`.
+    Applied { grad_norm: f64, clipped: bool },
+    /// Some gradient held NaN or ±inf (so the norm is not finite): parameters, moments and step counts
+    /// are left as they were.
+    Skipped { grad_norm: f64 },
+}
+
+/// AdamW over a fixed set of named parameters. See the module doc for the update.
+pub struct AdamW {
+    cfg: OptimConfig,
+    params: Vec<ParamState>,
+}
+
+/// One trained tensor and what AdamW keeps for it.
+struct ParamState {
+    name: String,
+    param: Tensor,
+    /// The f32 copy that takes the updates of a bf16/f16 parameter when `fp32_master` is on.
+    master: Option<Tensor>,
+    exp_avg: Tensor,
+    exp_avg_sq: Tensor,
+    /// Updates applied to this parameter. Each parameter counts its own (as in torch), so the bias
+    /// correction stays right for a parameter whose first gradient comes late.
+    steps: u64,
+}
+
+impl AdamW {
+    /// An optimizer for `params`, e.g. the model's variables that require gradients. Parameters must
+    /// be f32, bf16 or f16 and uniquely named; moments (and masters) live on each parameter's device.
+    /// Pass them in a fixed order (e.g. sorted by name, not a `HashMap`'s order): the global gradient
+    /// norm is summed in that order, and its last bits decide the clipping scale.
+    ///
+    /// Master copies are taken from the parameters here, so build the optimizer after the model's
+    /// weights are loaded, or restore its state with [`AdamW::load_state`] after restoring them:
+    /// otherwise the first step would write stale masters back into the parameters.
+    pub fn new(params: Vec<(String, Tensor)>, cfg: &OptimConfig) -> Result<Self, OptimError> {
+        cfg.validate()?;
+        let mut seen = HashSet::new();
+        let params = params
+            .into_iter()
+            .map(|(name, param)| {
+                if !seen.insert(name.clone()) {
+                    return Err(OptimError::Duplicate(name));
+                }
+                ParamState::new(name, param, cfg.fp32_master)
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            cfg: cfg.clone(),
+            params,
+        })
+    }
+
+    /// One update with learning rate `lr` from the gradients in the parameters' `.grad`.
+    ///
+    /// The global gradient norm comes first: when it is not finite the step is skipped whole. Otherwise
+    /// gradients above `grad_clip` are scaled by `grad_clip / (norm + 1e-6)` (in the update only; the
+    /// `.grad` tensors are not modified) and every parameter that has a gradient is updated. Parameters
+    /// without one (frozen, or not reached by the backward pass) are left alone.
+    pub fn step(&mut self, lr: f64) -> Result<StepOutcome, OptimError> {
+        if !(lr >= 0.0 && lr.is_finite()) {
+            return Err(OptimError::LearningRate(lr));
+        }
+        tch::no_grad(|| {
+            let with_grad: Vec<(&mut ParamState, Tensor)> = self
+                .params
+                .iter_mut()
+                .filter_map(|p| {
+                    let grad = p.param.grad();
+                    grad.defined().then_some((p, grad))
+                })
+                .collect();
+            let grad_norm = global_norm(with_grad.iter().map(|(_, grad)| grad))?;
+            if !grad_norm.is_finite() {
+                return Ok(StepOutcome::Skipped { grad_norm });
+            }
+            let clipped = self.cfg.grad_clip > 0.0 && grad_norm > self.cfg.grad_clip;
+            let scale = if clipped {
+                self.cfg.grad_clip / (grad_norm + CLIP_EPS)
+            } else {
+                1.0
+            };
+            for (param, grad) in with_grad {
+                param.update(&grad, scale, lr, &self.cfg)?;
+            }
+            Ok(StepOutcome::Applied { grad_norm, clipped })
+        })
+    }
+
+    /// Zeroes every parameter's gradient before the next backward pass. As with tch's own optimizers
+    /// the gradient tensor stays (zeroed), so a parameter that had one keeps being updated.
+    pub fn zero_grad(&mut self) {
+        for p in &mut self.params {
+            p.param.zero_grad();
+        }
+    }
+
+    /// The state to checkpoint, per parameter `NAME`: `exp_avg/NAME`, `exp_avg_sq/NAME` (f32),
+    /// `master/NAME` (f32, when kept) and `step/NAME` (an i64 scalar).
+    ///
+    /// The moment and master tensors are the live ones, not copies (a 3B model's state is tens of GB):
+    /// write them out before the next step.
+    pub fn state(&self) -> Vec<(String, Tensor)> {
+        self.named_state(self.params.iter().map(|p| Tensor::from(p.steps as i64)).collect())
+    }
+
+    /// Restores a state written by [`AdamW::state`] of an optimizer over the same parameters and config.
+    ///
+    /// Every expected tensor must be present with its shape and dtype and nothing else may be: the error
+    /// names the offending tensor. Continuing after a load gives the same bits as never having stopped
+    /// (the parameters themselves are restored from the model weights).
+    pub fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), OptimError> {
+        let steps: Vec<Tensor> = self.params.iter().map(|_| Tensor::from(0i64)).collect();
+        let targets = self.named_state(steps.iter().map(Tensor::shallow_clone).collect());
+        restore_tensors(&targets, state)?;
+        for (p, step) in self.params.iter_mut().zip(&steps) {
+            let value = step.f_int64_value(&[])?;
+            p.steps = u64::try_from(value).map_err(|_| OptimError::NegativeStep {
+                name: format!("step/{}", p.name),
+                value,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The state tensors in [`AdamW::state`]'s order and names, with `steps[i]` as parameter i's step.
+    fn named_state(&self, steps: Vec<Tensor>) -> Vec<(String, Tensor)> {
+        let mut out = Vec::with_capacity(4 * self.params.len());
+        for (p, step) in self.params.iter().zip(steps) {
+            out.push((format!("exp_avg/{}", p.name), p.exp_avg.shallow_clone()));
+            out.push((format!("exp_avg_sq/{}", p.name), p.exp_avg_sq.shallow_clone()));
+            if let Some(master) = &p.master {
+                out.push((format!("master/{}", p.name), master.shallow_clone()));
+            }
+            out.push((format!("step/{}", p.name), step));
+        }
+        out
+    }
+}
+
+impl ParamState {
+    fn new(name: String, param: Tensor, fp32_master: bool) -> Result<Self, OptimError> {
+        let kind = param.kind();
+        if !matches!(kind, Kind::Float | Kind::BFloat16 | Kind::Half) {
+            return Err(OptimError::Kind { name, kind });
+        }
+        let master = if fp32_master && kind != Kind::Float {
+            Some(param.f_detach()?.f_to_kind(Kind::Float)?)
+        } else {
+            None
+        };
+        let moment = || Tensor::f_zeros(param.size(), (Kind::Float, param.device()));
+        Ok(Self {
+            exp_avg: moment()?,
+            exp_avg_sq: moment()?,
+            name,
+            param,
+            master,
+            steps: 0,
+        })
+    }
+
+    /// Applies the update of the module doc with the gradient multiplied by `scale` (the clipping).
+    fn update(&mut self, grad: &Tensor, scale: f64, lr: f64, cfg: &OptimConfig) -> Result<(), TchError> {
+        let grad = grad.f_to_kind(Kind::Float)?.f_mul_scalar(scale)?;
+        self.steps += 1;
+        let bias1 = 1.0 - cfg.beta1.powf(self.steps as f64);
+        let bias2 = 1.0 - cfg.beta2.powf(self.steps as f64);
+        // m + (1 − β)(g − m) is β m + (1 − β) g in one kernel.
+        let _ = self.exp_avg.f_lerp_(&grad, 1.0 - cfg.beta1)?;
+        let _ = self.exp_avg_sq.f_lerp_(&grad.f_square()?, 1.0 - cfg.beta2)?;
+        let denom = self
+            .exp_avg_sq
+            .f_sqrt()?
+            .f_div_scalar_(bias2.sqrt())?
+            .f_add_scalar_(cfg.eps)?;
+        let mut target = self.target()?;
+        let _ = target.f_mul_scalar_(1.0 - lr * cfg.weight_decay)?;
+        let _ = target.f_sub_(&self.exp_avg.f_div(&denom)?.f_mul_scalar_(lr / bias1)?)?;
+        if self.param.kind() != Kind::Float {
+            self.param.f_copy_(&target)?;
+        }
+        Ok(())
+    }
+
+    /// The f32 tensor the update is applied to: the master copy, the parameter itself when it is f32,
+    /// else an f32 copy of it that [`ParamState::update`] rounds back into the parameter.
+    fn target(&self) -> Result<Tensor, TchError> {
+        match &self.master {
+            Some(master) => Ok(master.shallow_clone()),
+            None if self.param.kind() == Kind::Float => Ok(self.param.shallow_clone()),
+            None => self.param.f_to_kind(Kind::Float),
+        }
+    }
+}
+
+/// The L2 norm of all gradients together (the norm of the per-tensor norms), in f32, on the first
+/// gradient's device; 0 when there are none. Reading it back is the step's one host synchronisation.
+fn global_norm<'a>(grads: impl Iterator<Item = &'a Tensor>) -> Result<f64, TchError> {
+    let norms = grads
+        .map(|grad| grad.f_norm_scalaropt_dtype(2.0, Kind::Float))
+        .collect::<Result<Vec<_>, _>>()?;
+    let Some(device) = norms.first().map(Tensor::device) else {
+        return Ok(0.0);
+    };
+    let norms = norms
+        .iter()
+        .map(|norm| norm.f_to_device(device))
+        .collect::<Result<Vec<_>, _>>()?;
+    Tensor::f_stack(&norms, 0)?.f_norm()?.f_double_value(&[])
+}
