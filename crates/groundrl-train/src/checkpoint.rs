@@ -140,6 +140,11 @@ fn write_temporary<T: Serialize>(
     Ok(tmp)
 }
 
+/// The folder of the checkpoint of `step` in `run_dir` (whether or not it exists).
+pub fn checkpoint_dir(run_dir: &Path, step: u64) -> PathBuf {
+    run_dir.join(CHECKPOINTS).join(step_name(step))
+}
+
 /// The folder of the newest complete checkpoint of a run, as `checkpoints/latest` names it.
 pub fn latest_checkpoint(run_dir: &Path) -> Result<PathBuf, CheckpointError> {
     let root = run_dir.join(CHECKPOINTS);

@@ -15,14 +15,16 @@ use groundrl_core::telemetry::{
 };
 use groundrl_tensor::hf_folder::{self, HfModel};
 use groundrl_tensor::processor::Encoded;
-use groundrl_tensor::qwen2_5_vl::lora::LoraSpec;
 use groundrl_tensor::qwen2_5_vl::Qwen25Vl;
+use groundrl_tensor::qwen2_5_vl::lora::LoraSpec;
 use groundrl_tensor::rollout::{Completion, Engine, FinishReason, GenerationRequest, SamplingParams};
 use serde::{Deserialize, Serialize};
 use tch::Tensor;
 
 use crate::advantage::{OverlongMode, group_advantages, informative_groups};
-use crate::checkpoint::{CheckpointParts, load_latest, restore_tensors, save_checkpoint};
+use crate::checkpoint::{
+    CheckpointParts, checkpoint_dir, latest_checkpoint, load_latest, restore_tensors, save_checkpoint,
+};
 use crate::config::{EarlyStoppingMode, ModelPreset, TrainConfig};
 use crate::dataset::{Dataset, epoch_order, fixed_subsample};
 use crate::optim::{AdamW, lr_at};
@@ -56,9 +58,14 @@ pub struct RunState {
 pub enum Ending {
     /// Every epoch done, or `trainer.max_steps` reached.
     Finished,
-    EarlyStopped { metric: String, best: f64 },
+    EarlyStopped {
+        metric: String,
+        best: f64,
+    },
     /// `trainer.max_nonfinite_steps` optimizer steps in a row had non-finite gradients.
-    NonFinite { steps: u32 },
+    NonFinite {
+        steps: u32,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -120,8 +127,20 @@ impl Trainer {
         let cfg = TrainConfig::load(&run_dir.join(CONFIG_FILE), &[]).map_err(setup)?;
         let checkpoint = load_latest::<RunState>(run_dir)?;
         let mut trainer = Self::build(cfg, run_dir.to_path_buf(), Some(checkpoint.step))?;
-        restore_tensors(&trainer.policy.model.var_store().variables().into_iter().collect::<Vec<_>>(), &checkpoint.weights)?;
-        trainer.optimizer.load_state(&checkpoint.optimizer).map_err(setup)?;
+        restore_tensors(
+            &trainer
+                .policy
+                .model
+                .var_store()
+                .variables()
+                .into_iter()
+                .collect::<Vec<_>>(),
+            &checkpoint.weights,
+        )?;
+        trainer
+            .optimizer
+            .load_state(&checkpoint.optimizer)
+            .map_err(setup)?;
         trainer.state = checkpoint.state;
         Ok(trainer)
     }
@@ -139,20 +158,26 @@ impl Trainer {
                 let _ = v.requires_grad_(false);
             }
         }
-        let trainable: Vec<(String, Tensor)> = policy
+        // Sorted by name: the store's map has no fixed order, and the optimizer's state and the
+        // gradient norm's summation follow this one.
+        let mut trainable: Vec<(String, Tensor)> = policy
             .model
             .var_store()
             .variables()
             .into_iter()
             .filter(|(_, t)| t.requires_grad())
             .collect();
+        trainable.sort_by(|a, b| a.0.cmp(&b.0));
         policy.processor.image.min_pixels = cfg.model.min_pixels;
         policy.processor.image.max_pixels = cfg.model.max_pixels;
         let optimizer = AdamW::new(trainable, &cfg.optim).map_err(setup)?;
         let scorer = Scorer::new(&cfg.reward).map_err(setup)?;
         let train = Dataset::load(&cfg.data.train).map_err(setup)?;
         if train.is_empty() {
-            return Err(setup(format!("data.train {}: no samples", cfg.data.train.display())));
+            return Err(setup(format!(
+                "data.train {}: no samples",
+                cfg.data.train.display()
+            )));
         }
         let val = match cfg.data.val.as_os_str().is_empty() {
             true => Dataset::empty(),
@@ -207,7 +232,10 @@ impl Trainer {
                 self.save()?;
             }
         };
-        self.save()?;
+        let saved = latest_checkpoint(&self.run_dir).ok();
+        if saved != Some(checkpoint_dir(&self.run_dir, self.state.step)) {
+            self.save()?;
+        }
         Ok(ending)
     }
 
@@ -272,7 +300,11 @@ impl Trainer {
         } else {
             self.state.nonfinite_in_a_row = 0;
         }
-        let generated: usize = groups.iter().flat_map(|g| &g.completions).map(|c| c.tokens.len()).sum();
+        let generated: usize = groups
+            .iter()
+            .flat_map(|g| &g.completions)
+            .map(|c| c.tokens.len())
+            .sum();
         let mut train = Scalars::default();
         for (name, value) in [
             ("loss", report.loss),
@@ -285,7 +317,10 @@ impl Trainer {
             ("skipped_optimizer_steps", f64::from(report.skipped_steps)),
             ("time/rollout", rollout_seconds),
             ("time/update", update_seconds),
-            ("generated_tokens_per_s", generated as f64 / rollout_seconds.max(1e-9)),
+            (
+                "generated_tokens_per_s",
+                generated as f64 / rollout_seconds.max(1e-9),
+            ),
             ("bad_samples", self.state.bad_samples as f64),
         ] {
             train.insert(name, value)?;
@@ -319,12 +354,19 @@ impl Trainer {
         let r = &self.cfg.rollout;
         let wanted = r.prompts_per_step as usize;
         let dynamic = r.dynamic_sampling;
-        let cap = if dynamic { (r.max_prompts_per_step as usize).max(wanted) } else { wanted };
+        let cap = if dynamic {
+            (r.max_prompts_per_step as usize).max(wanted)
+        } else {
+            wanted
+        };
         let mut kept: Vec<Group> = Vec::new();
         let mut drawn = 0;
         while kept.len() < wanted && drawn < cap {
             let indices = self.next_indices((wanted - kept.len()).min(cap - drawn));
-            let seed = keyed(self.cfg.trainer.seed, &format!("step {} draw {drawn}", self.state.step));
+            let seed = keyed(
+                self.cfg.trainer.seed,
+                &format!("step {} draw {drawn}", self.state.step),
+            );
             drawn += indices.len();
             for group in self.sample_groups(&indices, seed, false)? {
                 if !dynamic || group.informative() {
@@ -358,7 +400,12 @@ impl Trainer {
     /// Encodes, samples and scores the samples at `indices` of the train set (or of the validation
     /// set with `validation`: one greedy completion each). Samples that cannot be encoded or
     /// scored are skipped and counted in [`RunState::bad_samples`].
-    fn sample_groups(&mut self, indices: &[usize], seed: u64, validation: bool) -> Result<Vec<Group>, TrainError> {
+    fn sample_groups(
+        &mut self,
+        indices: &[usize],
+        seed: u64,
+        validation: bool,
+    ) -> Result<Vec<Group>, TrainError> {
         let data = if validation { &self.val } else { &self.train };
         let processor = &self.policy.processor;
         let mut groups = Vec::new();
@@ -401,7 +448,11 @@ impl Trainer {
         let mut scored = Vec::with_capacity(groups.len());
         for (position, mut group) in groups.into_iter().enumerate() {
             let sample = &data.samples[group.index];
-            let resized = group.encoded.image_grids.first().map(|g| [g[2] as u64 * 14, g[1] as u64 * 14]);
+            let resized = group
+                .encoded
+                .image_grids
+                .first()
+                .map(|g| [g[2] as u64 * 14, g[1] as u64 * 14]);
             let mut records = Vec::new();
             for c in &group.completions {
                 let ids: Vec<u32> = c.tokens.iter().map(|&t| t as u32).collect();
@@ -480,9 +531,16 @@ impl Trainer {
     /// Optimizer steps of the whole run, for the learning-rate schedule.
     fn total_steps(&self) -> u64 {
         let t = &self.cfg.trainer;
-        let per_epoch = self.train.len().div_ceil(self.cfg.rollout.prompts_per_step.max(1) as usize) as u64;
+        let per_epoch = self
+            .train
+            .len()
+            .div_ceil(self.cfg.rollout.prompts_per_step.max(1) as usize) as u64;
         let steps = per_epoch * u64::from(t.total_epochs);
-        if t.max_steps > 0 { steps.min(t.max_steps) } else { steps }
+        if t.max_steps > 0 {
+            steps.min(t.max_steps)
+        } else {
+            steps
+        }
     }
 
     /// Writes a checkpoint of the current step.

@@ -80,7 +80,11 @@ pub fn update(
         .iter()
         .map(|mbs| {
             mbs.iter()
-                .map(|mb| separate_old.then(|| scores_without_grad(model, mb, s)).transpose())
+                .map(|mb| {
+                    separate_old
+                        .then(|| scores_without_grad(model, mb, s))
+                        .transpose()
+                })
                 .collect::<Result<_, _>>()
         })
         .collect::<Result<_, _>>()?;
@@ -102,21 +106,27 @@ pub fn update(
                 let forward = model.training_forward(&mb.batch, s.checkpoint)?;
                 let scores = token_scores(model, &forward.hidden, &forward.prepared.ids, mb, s)?;
                 let inputs = LossInputs {
-                    old_logprobs: old[m][b].as_ref().map_or_else(|| scores.logprobs.detach(), |t| t.shallow_clone()),
+                    old_logprobs: old[m][b]
+                        .as_ref()
+                        .map_or_else(|| scores.logprobs.detach(), |t| t.shallow_clone()),
                     logprobs: scores.logprobs,
                     ref_logprobs: reference[m][b].as_ref().map(Tensor::shallow_clone),
                     advantages: mb.advantages.shallow_clone(),
                     mask: mb.mask.shallow_clone(),
                     entropy: Some(scores.entropy),
                 };
-                let out = policy_loss(&inputs, s.loss, &scale).map_err(|e| ModelError::Input(e.to_string()))?;
+                let out =
+                    policy_loss(&inputs, s.loss, &scale).map_err(|e| ModelError::Input(e.to_string()))?;
                 mini_loss += out.loss.double_value(&[]);
                 forward.backward(&out.loss)?;
                 report.stats.merge(&out.stats);
                 report.tokens += mb.tokens;
             }
             report.loss = mini_loss;
-            match optimizer.step(s.lr).map_err(|e| ModelError::Input(e.to_string()))? {
+            match optimizer
+                .step(s.lr)
+                .map_err(|e| ModelError::Input(e.to_string()))?
+            {
                 StepOutcome::Applied { grad_norm, .. } => {
                     report.grad_norm = grad_norm;
                     report.optimizer_steps += 1;
@@ -190,6 +200,8 @@ fn scores_without_grad(model: &Qwen25Vl, mb: &MicroBatch, s: &UpdateSettings) ->
     tch::no_grad(|| {
         let hidden = model.hidden_states(&mb.batch)?;
         let ids = Tensor::from_slice2(&mb.batch.input_ids).to_device(model.device());
-        Ok(token_scores(model, &hidden, &ids, mb, s)?.logprobs.to_kind(Kind::Float))
+        Ok(token_scores(model, &hidden, &ids, mb, s)?
+            .logprobs
+            .to_kind(Kind::Float))
     })
 }

@@ -36,10 +36,10 @@ mod trainer;
 
 use std::path::Path;
 
-use groundrl_core::reward::SpecError;
 use crate::advantage::{AdvantageConfig, AdvantageError};
 use crate::loss::{LossConfig, LossError};
 use crate::optim::OptimConfig;
+use groundrl_core::reward::SpecError;
 use groundrl_core::telemetry::HealthConfig;
 use groundrl_tensor::qwen2_5_vl::ModelError;
 use serde::{Deserialize, Serialize};
@@ -147,9 +147,13 @@ impl TrainConfig {
             LossError::Config { key, problem } => invalid(key, problem),
             other => invalid("loss", other.to_string()),
         })?;
-        self.optim.validate().map_err(|e| invalid("optim", e.to_string()))?;
+        self.optim
+            .validate()
+            .map_err(|e| invalid("optim", e.to_string()))?;
         self.trainer.validate()?;
-        self.health.validate().map_err(|e| invalid("health", e.to_string()))?;
+        self.health
+            .validate()
+            .map_err(|e| invalid("health", e.to_string()))?;
         let completions = self.rollout.completions_per_step();
         ensure(
             completions.is_multiple_of(u64::from(self.trainer.mini_batch_size)),

@@ -39,8 +39,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         count(plan::trainable_parameters(&cfg.model, &model)),
         cfg.model.dtype.name(),
         cfg.model.device.name(),
-        if extras.reference_model { "a reference model" } else { "no reference model" },
-        if extras.fp32_master { "f32 master weights" } else { "no master weights" },
+        if extras.reference_model {
+            "a reference model"
+        } else {
+            "no reference model"
+        },
+        if extras.fp32_master {
+            "f32 master weights"
+        } else {
+            "no master weights"
+        },
     );
     print!("{}", table(&plan, args.gpu_memory));
     match plan.check(args.gpu_memory) {

@@ -56,7 +56,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match ending {
         Ending::Finished => eprintln!("finished after {} steps; run folder {dir}", trainer.state.step),
         Ending::EarlyStopped { metric, best } => {
-            eprintln!("early stop at step {}: {metric} best {best:.4}; run folder {dir}", trainer.state.step)
+            eprintln!(
+                "early stop at step {}: {metric} best {best:.4}; run folder {dir}",
+                trainer.state.step
+            )
         }
         Ending::NonFinite { steps } => {
             eprintln!(
