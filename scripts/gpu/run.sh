@@ -16,7 +16,7 @@ work=${WORK:-/tmp/groundrl-gpu}
 out=${OUT:-$work/out}
 mkdir -p "$work" "$out"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-parts=${*:-goldens parity bench rollout}
+parts=${*:-goldens parity bench rollout train}
 want() { [[ " $parts " == *" $1 "* ]]; }
 
 if want goldens; then
@@ -66,4 +66,29 @@ for n in 1 8; do
 done
 [ -d "$work/q3b" ] || "$bin" model init --preset 3b --out "$work/q3b" --dtype bf16 --device cuda
 $py "$root/scripts/bench/rollout_hf.py" --model "$work/q3b" 2>&1 | grep '^{' | tee -a "$out/rollout_3b.jsonl"
+fi
+
+if want train; then
+echo "== 5. training: full fine-tune step (3B shape), one GRPO step of 8 prompts x 8 samples, plan vs peak"
+"$bin" bench train --preset 3b --dtype bf16 --device cuda --rows 8 | tee -a "$out/train_3b.jsonl"
+"$bin" bench train --preset 3b --dtype bf16 --device cuda --rows 8 --freeze-vision | tee -a "$out/train_3b.jsonl"
+grpo=$work/grpo
+rm -rf "$grpo" && mkdir -p "$grpo"
+"$bin" synth --out "$grpo/data" --n 30 --seed 0 --difficulty medium --prompt instruct
+gpu_gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | awk '{printf "%d", $1/1024}')
+overrides=(data.train="$grpo/data/samples.jsonl" 'data.val=""' trainer.run_dir="$grpo/run" trainer.max_steps=3
+  trainer.save_freq=0 trainer.test_freq=0)
+(cd "$root" && "$bin" plan configs/3b-1gpu.toml "${overrides[@]}" --gpu-memory "${gpu_gib}GiB") | tee "$out/plan_3b.txt"
+(cd "$root" && "$bin" train configs/3b-1gpu.toml "${overrides[@]}" --gpu-memory-gib "$gpu_gib") 2>&1 | tail -5
+cp "$grpo/run/metrics.jsonl" "$out/grpo_3b_metrics.jsonl"
+$py - "$grpo/run/metrics.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line); t = r["train"]
+    print(json.dumps({"step": r["step"], "time_step_s": t["time/step"], "time_rollout_s": t["time/rollout"],
+                      "time_update_s": t["time/update"], "mfu_update": t.get("mfu"),
+                      "generated_tokens_per_s": t["generated_tokens_per_s"],
+                      "peak_memory_gib": t.get("peak_memory_bytes", 0) / 2**30,
+                      "reward_mean": r["rollout"]["reward"]["mean"]}))
+PY
 fi

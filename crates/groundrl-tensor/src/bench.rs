@@ -119,14 +119,20 @@ pub fn train_step(
     scored: &Tensor,
     checkpoint: bool,
 ) -> Result<(), ModelError> {
-    let run = model.training_forward(batch, checkpoint)?;
-    let logprobs = logprobs_at(&model.text, &run.hidden, &run.prepared.ids, scored, 4096)?;
-    let loss = -logprobs.sum(Kind::Float) / scored.sum(Kind::Float).to_device(logprobs.device());
-    run.backward(&loss)?;
+    backward(model, batch, scored, checkpoint)?;
     for mut var in model.var_store().trainable_variables() {
         var.zero_grad();
     }
     Ok(())
+}
+
+/// Forward and backward of the mean negative log-likelihood of the scored tokens, leaving the
+/// gradients in the parameters (for an optimizer step).
+pub fn backward(model: &Qwen25Vl, batch: &Batch, scored: &Tensor, checkpoint: bool) -> Result<(), ModelError> {
+    let run = model.training_forward(batch, checkpoint)?;
+    let logprobs = logprobs_at(&model.text, &run.hidden, &run.prepared.ids, scored, 4096)?;
+    let loss = -logprobs.sum(Kind::Float) / scored.sum(Kind::Float).to_device(logprobs.device());
+    run.backward(&loss)
 }
 
 /// Bytes in use on CUDA device 0 as the driver reports it (total - free): the CUDA context plus

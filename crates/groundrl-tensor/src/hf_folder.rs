@@ -11,6 +11,7 @@ use crate::processor::image::ImageProcessor;
 use crate::processor::tiny_tokenizer::{self, write_tiny_tokenizer};
 use crate::processor::tokenizer::SpecialIds;
 use crate::processor::{PREPROCESSOR_CONFIG_FILE, Processor, ProcessorError};
+use crate::qwen2_5_vl::config::Qwen25VlConfig;
 use crate::qwen2_5_vl::{ModelError, Qwen25Vl, presets};
 
 #[derive(Debug, thiserror::Error)]
@@ -124,13 +125,32 @@ pub const TINY_MAX_PIXELS: u64 = 448 * 448;
 /// Writes the `tiny` preset into `dir`: random-init model (seeded), the tiny tokenizer with our
 /// Qwen2.5-VL chat template, and a preprocessor config with a CPU-sized pixel budget.
 pub fn write_tiny(dir: &Path, seed: i64, kind: Kind) -> Result<(), FolderError> {
+    let config = presets::tiny(i64::from(tiny_tokenizer::VOCAB_SIZE), &tiny_ids());
+    write_with_tiny_tokenizer(dir, &config, seed, kind, TINY_MAX_PIXELS)
+}
+
+/// Writes a random-init model of Qwen2.5-VL-3B's shape that uses the tiny tokenizer (its special
+/// ids; the vocabulary keeps Qwen's size), for measuring training and rollouts of the real shape end
+/// to end where Qwen's tokenizer cannot be shipped. Pixel budget: the processor's default.
+pub fn write_3b_with_tiny_tokenizer(dir: &Path, seed: i64, kind: Kind) -> Result<(), FolderError> {
+    let config = presets::qwen2_5_vl_3b_with_ids(&tiny_ids());
+    write_with_tiny_tokenizer(dir, &config, seed, kind, ImageProcessor::default().max_pixels)
+}
+
+/// A complete folder: the random-init model of `config` (seeded), the tiny tokenizer, our chat
+/// template and a preprocessor config with `max_pixels`.
+fn write_with_tiny_tokenizer(
+    dir: &Path,
+    config: &Qwen25VlConfig,
+    seed: i64,
+    kind: Kind,
+    max_pixels: u64,
+) -> Result<(), FolderError> {
     write_tiny_tokenizer(dir).map_err(ProcessorError::from)?;
-    let ids = tiny_ids();
-    let config = presets::tiny(i64::from(tiny_tokenizer::VOCAB_SIZE), &ids);
-    let model = Qwen25Vl::new(&config, Device::Cpu, kind, seed);
+    let model = Qwen25Vl::new(config, Device::Cpu, kind, seed);
     model.save(dir)?;
     let image = ImageProcessor {
-        max_pixels: TINY_MAX_PIXELS,
+        max_pixels,
         ..ImageProcessor::default()
     };
     let path = dir.join(PREPROCESSOR_CONFIG_FILE);

@@ -35,6 +35,8 @@ use crate::update::{Row, UpdateSettings, update};
 pub const CONFIG_FILE: &str = "config.toml";
 /// The per-step JSONL log in the run folder.
 pub const METRICS_FILE: &str = "metrics.jsonl";
+/// Dense bf16 peak of an H100/H200 SXM (FLOP/s), the MFU denominator.
+pub const H100_BF16_FLOPS: f64 = 989e12;
 
 /// Where a run stands: saved in every checkpoint.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -95,6 +97,8 @@ pub struct Trainer {
     policy: HfModel,
     reference: Option<Qwen25Vl>,
     optimizer: AdamW,
+    /// Parameters the optimizer updates (for MFU).
+    optimizer_parameters: i64,
     scorer: Scorer,
     train: Dataset,
     val: Dataset,
@@ -170,6 +174,7 @@ impl Trainer {
         trainable.sort_by(|a, b| a.0.cmp(&b.0));
         policy.processor.image.min_pixels = cfg.model.min_pixels;
         policy.processor.image.max_pixels = cfg.model.max_pixels;
+        let optimizer_parameters = trainable.iter().map(|(_, t)| t.numel() as i64).sum();
         let optimizer = AdamW::new(trainable, &cfg.optim).map_err(setup)?;
         let scorer = Scorer::new(&cfg.reward).map_err(setup)?;
         let train = Dataset::load(&cfg.data.train).map_err(setup)?;
@@ -199,6 +204,7 @@ impl Trainer {
             policy,
             reference,
             optimizer,
+            optimizer_parameters,
             scorer,
             train,
             val,
@@ -210,7 +216,8 @@ impl Trainer {
     }
 
     /// Trains until the epochs or `max_steps` are done, early stopping, or too many non-finite steps;
-    /// `on_step` sees each step's record (for a progress bar). Saves a checkpoint at the end.
+    /// `on_step` sees each step's record (for a progress bar). Saves a checkpoint at the end (unless
+    /// `trainer.save_freq` is 0).
     pub fn run(&mut self, mut on_step: impl FnMut(&StepRecord)) -> Result<Ending, TrainError> {
         let ending = loop {
             if let Some(ending) = self.finished() {
@@ -233,7 +240,7 @@ impl Trainer {
             }
         };
         let saved = latest_checkpoint(&self.run_dir).ok();
-        if saved != Some(checkpoint_dir(&self.run_dir, self.state.step)) {
+        if self.cfg.trainer.save_freq > 0 && saved != Some(checkpoint_dir(&self.run_dir, self.state.step)) {
             self.save()?;
         }
         Ok(ending)
@@ -333,6 +340,14 @@ impl Trainer {
             self.track_best(accuracy, reward);
         }
         train.insert("time/step", start.elapsed().as_secs_f64())?;
+        if self.policy.model.device().is_cuda() {
+            // Model FLOPs of the update (6 per parameter per token) at the H100/H200 dense bf16 peak.
+            let flops = 6.0 * self.optimizer_parameters as f64 * report.tokens as f64;
+            train.insert("mfu", flops / update_seconds / H100_BF16_FLOPS)?;
+        }
+        if let Some(bytes) = groundrl_tensor::bench::cuda_memory_in_use() {
+            train.insert("peak_memory_bytes", bytes as f64)?;
+        }
         let record = StepRecord {
             step: self.state.step,
             epoch: self.state.epoch,
@@ -602,24 +617,23 @@ fn stop_ids(policy: &HfModel) -> Vec<i64> {
 }
 
 /// The policy: the model folder of `model.path`, or the preset written into the run folder (so the
-/// run's initial model can be inspected and reloaded), with LoRA and the frozen vision tower as
-/// configured.
+/// run's initial model can be inspected and reloaded; the 3B preset is Qwen2.5-VL-3B's shape with the
+/// tiny tokenizer, for measurements), with LoRA and the frozen vision tower as configured.
 fn load_policy(cfg: &TrainConfig, run_dir: &Path) -> Result<HfModel, TrainError> {
     let m = &cfg.model;
     let kind = m.dtype.kind();
     let dir = match m.preset {
         ModelPreset::None => m.path.clone(),
-        ModelPreset::Tiny => {
+        preset => {
             let dir = run_dir.join("initial-model");
             if !dir.join("config.json").exists() {
-                hf_folder::write_tiny(&dir, m.seed, kind).map_err(setup)?;
+                let written = match preset {
+                    ModelPreset::Tiny => hf_folder::write_tiny(&dir, m.seed, kind),
+                    _ => hf_folder::write_3b_with_tiny_tokenizer(&dir, m.seed, kind),
+                };
+                written.map_err(setup)?;
             }
             dir
-        }
-        other => {
-            return Err(setup(format!(
-                "model.preset = {other:?}: make its folder with `groundrl model init` and set model.path"
-            )));
         }
     };
     let mut policy = hf_folder::load(&dir, m.device.device(), kind).map_err(setup)?;

@@ -22,9 +22,15 @@ pub const QWEN_VOCAB_SIZE: i64 = 151936;
 
 /// Qwen2.5-VL-3B-Instruct's shape: about 3.75B parameters, tied embeddings.
 pub fn qwen2_5_vl_3b() -> Qwen25VlConfig {
+    qwen2_5_vl_3b_with_ids(&QWEN_IDS)
+}
+
+/// The 3B shape with another tokenizer's special token ids (all below Qwen's vocabulary size), so a
+/// random-init 3B model can run with the tiny tokenizer where Qwen's cannot be shipped.
+pub fn qwen2_5_vl_3b_with_ids(ids: &SpecialIds) -> Qwen25VlConfig {
     with_ids(
         QWEN_VOCAB_SIZE,
-        &QWEN_IDS,
+        ids,
         TextConfig {
             vocab_size: 0,
             hidden_size: 2048,

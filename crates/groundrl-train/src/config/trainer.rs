@@ -30,8 +30,8 @@ pub struct TrainerConfig {
     pub logprob_chunk: u32,
     /// Validate every this many steps (and after the last); 0 never. Default 10.
     pub test_freq: u32,
-    /// Save a checkpoint every this many steps (and after the last); 0 only after the last.
-    /// Default 50.
+    /// Save a checkpoint every this many steps and after the last; 0: never (measurement runs,
+    /// where a 3B checkpoint with its optimizer state would be ~50 GB). Default 50.
     pub save_freq: u32,
     /// Checkpoints kept on disk (the oldest are removed); 0 keeps all. Default 2.
     pub keep_checkpoints: u32,

@@ -2,6 +2,7 @@
 
 pub mod model;
 pub mod rollout;
+pub mod train;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -16,6 +17,8 @@ use crate::commands::model::{parse_device, parse_dtype};
 pub enum BenchCommand {
     /// Time a forward and a training step; print tokens/s and device memory.
     Model(model::Args),
+    /// Time one full fine-tuning step (forward, recompute backward, AdamW); print MFU and memory.
+    Train(train::Args),
     /// Time batched generation (prefill + decode); print generated tokens/s and the roofline share.
     Rollout(rollout::Args),
 }
@@ -24,6 +27,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         BenchCommand::Model(args) => model::run(args),
         BenchCommand::Rollout(args) => rollout::run(args),
+        BenchCommand::Train(args) => train::run(args),
     }
 }
 

@@ -1,0 +1,93 @@
+//! `groundrl bench train`: one full fine-tuning step (forward, backward with per-block recompute,
+//! AdamW with f32 master weights) on synthetic screenshot rows; prints the step time, tokens/s, MFU
+//! and device memory.
+
+use std::process::ExitCode;
+
+use groundrl_tensor::bench::{self, StepShape};
+use groundrl_tensor::tch::Tensor;
+use groundrl_train::optim::{AdamW, OptimConfig};
+use groundrl_train::trainer::H100_BF16_FLOPS;
+use serde::Serialize;
+
+use super::{ModelArgs, parse_grid};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Sequences per step.
+    #[arg(long, default_value_t = 8)]
+    rows: i64,
+    /// Each row's image patch grid TxHxW (1x52x94: 1,222 image tokens).
+    #[arg(long, default_value = "1x52x94")]
+    grid: String,
+    /// Text tokens before the image.
+    #[arg(long, default_value_t = 38)]
+    prompt_text: i64,
+    /// Completion tokens per row (scored).
+    #[arg(long, default_value_t = 128)]
+    completion: i64,
+    /// Freeze the vision tower (by default every parameter trains).
+    #[arg(long)]
+    freeze_vision: bool,
+    /// Keep every block's activations instead of recomputing them in the backward.
+    #[arg(long)]
+    no_checkpoint: bool,
+    /// Timed steps after one warm-up step (the median is printed).
+    #[arg(long, default_value_t = 3)]
+    iters: usize,
+}
+
+#[derive(Serialize)]
+struct Report {
+    rows: i64,
+    tokens_per_row: i64,
+    trainable_parameters: i64,
+    ms: f64,
+    tokens_per_s: f64,
+    /// 6 x trainable parameters x tokens / time / 989e12 (H100/H200 dense bf16).
+    mfu: f64,
+    device_memory_gib: Option<f64>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let (model, device, _) = args.model.load()?;
+    let shape = StepShape {
+        rows: args.rows,
+        grid: parse_grid(&args.grid)?,
+        prompt_text: args.prompt_text,
+        completion: args.completion,
+    };
+    let (batch, scored) = bench::synthetic_batch(&model.config, &shape, 0);
+    if args.freeze_vision {
+        model.set_vision_trainable(false);
+    }
+    let mut trainable: Vec<(String, Tensor)> = model.var_store().variables().into_iter().collect();
+    trainable.retain(|(_, t)| t.requires_grad());
+    trainable.sort_by(|a, b| a.0.cmp(&b.0));
+    let parameters: i64 = trainable.iter().map(|(_, t)| t.numel() as i64).sum();
+    let mut optimizer = AdamW::new(trainable, &OptimConfig::default())?;
+    let lr = OptimConfig::default().lr;
+    let ms = bench::time_ms(device, args.iters, || {
+        bench::backward(&model, &batch, &scored, !args.no_checkpoint)?;
+        optimizer
+            .step(lr)
+            .map_err(|e| groundrl_tensor::qwen2_5_vl::ModelError::Input(e.to_string()))?;
+        optimizer.zero_grad();
+        Ok(())
+    })?;
+    let tokens = args.rows * shape.row_len(&model.config);
+    let seconds = ms / 1e3;
+    let report = Report {
+        rows: args.rows,
+        tokens_per_row: shape.row_len(&model.config),
+        trainable_parameters: parameters,
+        ms,
+        tokens_per_s: tokens as f64 / seconds,
+        mfu: 6.0 * parameters as f64 * tokens as f64 / seconds / H100_BF16_FLOPS,
+        device_memory_gib: bench::cuda_memory_in_use().map(|b| b as f64 / (1u64 << 30) as f64),
+    };
+    println!("{}", serde_json::to_string(&report)?);
+    Ok(ExitCode::SUCCESS)
+}
