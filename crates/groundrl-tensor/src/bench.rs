@@ -128,7 +128,12 @@ pub fn train_step(
 
 /// Forward and backward of the mean negative log-likelihood of the scored tokens, leaving the
 /// gradients in the parameters (for an optimizer step).
-pub fn backward(model: &Qwen25Vl, batch: &Batch, scored: &Tensor, checkpoint: bool) -> Result<(), ModelError> {
+pub fn backward(
+    model: &Qwen25Vl,
+    batch: &Batch,
+    scored: &Tensor,
+    checkpoint: bool,
+) -> Result<(), ModelError> {
     let run = model.training_forward(batch, checkpoint)?;
     let logprobs = logprobs_at(&model.text, &run.hidden, &run.prepared.ids, scored, 4096)?;
     let loss = -logprobs.sum(Kind::Float) / scored.sum(Kind::Float).to_device(logprobs.device());
