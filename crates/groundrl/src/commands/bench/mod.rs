@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
+use groundrl_tensor::bench::StepShape;
 use groundrl_tensor::qwen2_5_vl::{Qwen25Vl, presets};
 use groundrl_tensor::tch::{Device, Kind};
 
@@ -39,6 +40,40 @@ pub(crate) fn parse_grid(text: &str) -> anyhow::Result<[i64; 3]> {
         .collect::<Result<_, _>>()
         .with_context(|| format!("grid {text:?} is not TxHxW"))?;
     <[i64; 3]>::try_from(parts).map_err(|_| anyhow::anyhow!("grid {text:?} is not TxHxW"))
+}
+
+/// The synthetic screenshot rows a model or training benchmark runs on.
+#[derive(clap::Args)]
+pub struct StepArgs {
+    /// Sequences in the batch.
+    #[arg(long, default_value_t = 8)]
+    rows: i64,
+    /// Each row's image patch grid TxHxW (1x52x94: a 728x1316 screenshot, 1222 image tokens).
+    #[arg(long, default_value = "1x52x94")]
+    grid: String,
+    /// Text tokens before the image.
+    #[arg(long, default_value_t = 38)]
+    prompt_text: i64,
+    /// Completion tokens (scored by training steps).
+    #[arg(long, default_value_t = 128)]
+    completion: i64,
+    /// Freeze the vision tower (no gradients for it) in training steps.
+    #[arg(long)]
+    freeze_vision: bool,
+    /// Timed repetitions after one warm-up (the median is printed).
+    #[arg(long, default_value_t = 3)]
+    iters: usize,
+}
+
+impl StepArgs {
+    pub(crate) fn shape(&self) -> anyhow::Result<StepShape> {
+        Ok(StepShape {
+            rows: self.rows,
+            grid: parse_grid(&self.grid)?,
+            prompt_text: self.prompt_text,
+            completion: self.completion,
+        })
+    }
 }
 
 /// The model a benchmark runs: a folder, or a random-init built-in shape.

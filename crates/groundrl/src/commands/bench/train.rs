@@ -4,39 +4,23 @@
 
 use std::process::ExitCode;
 
-use groundrl_tensor::bench::{self, StepShape};
+use groundrl_tensor::bench;
 use groundrl_tensor::tch::Tensor;
 use groundrl_train::optim::{AdamW, OptimConfig};
 use groundrl_train::trainer::H100_BF16_FLOPS;
 use serde::Serialize;
 
-use super::{ModelArgs, parse_grid};
+use super::{ModelArgs, StepArgs};
 
 #[derive(clap::Args)]
 pub struct Args {
     #[command(flatten)]
     model: ModelArgs,
-    /// Sequences per step.
-    #[arg(long, default_value_t = 8)]
-    rows: i64,
-    /// Each row's image patch grid TxHxW (1x52x94: 1,222 image tokens).
-    #[arg(long, default_value = "1x52x94")]
-    grid: String,
-    /// Text tokens before the image.
-    #[arg(long, default_value_t = 38)]
-    prompt_text: i64,
-    /// Completion tokens per row (scored).
-    #[arg(long, default_value_t = 128)]
-    completion: i64,
-    /// Freeze the vision tower (by default every parameter trains).
-    #[arg(long)]
-    freeze_vision: bool,
+    #[command(flatten)]
+    step: StepArgs,
     /// Keep every block's activations instead of recomputing them in the backward.
     #[arg(long)]
     no_checkpoint: bool,
-    /// Timed steps after one warm-up step (the median is printed).
-    #[arg(long, default_value_t = 3)]
-    iters: usize,
 }
 
 #[derive(Serialize)]
@@ -53,14 +37,9 @@ struct Report {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (model, device, _) = args.model.load()?;
-    let shape = StepShape {
-        rows: args.rows,
-        grid: parse_grid(&args.grid)?,
-        prompt_text: args.prompt_text,
-        completion: args.completion,
-    };
+    let shape = args.step.shape()?;
     let (batch, scored) = bench::synthetic_batch(&model.config, &shape, 0);
-    if args.freeze_vision {
+    if args.step.freeze_vision {
         model.set_vision_trainable(false);
     }
     let mut trainable: Vec<(String, Tensor)> = model.var_store().variables().into_iter().collect();
@@ -69,7 +48,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let parameters: i64 = trainable.iter().map(|(_, t)| t.numel() as i64).sum();
     let mut optimizer = AdamW::new(trainable, &OptimConfig::default())?;
     let lr = OptimConfig::default().lr;
-    let ms = bench::time_ms(device, args.iters, || {
+    let ms = bench::time_ms(device, args.step.iters, || {
         bench::backward(&model, &batch, &scored, !args.no_checkpoint)?;
         optimizer
             .step(lr)
@@ -77,10 +56,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         optimizer.zero_grad();
         Ok(())
     })?;
-    let tokens = args.rows * shape.row_len(&model.config);
+    let tokens = args.step.rows * shape.row_len(&model.config);
     let seconds = ms / 1e3;
     let report = Report {
-        rows: args.rows,
+        rows: args.step.rows,
         tokens_per_row: shape.row_len(&model.config),
         trainable_parameters: parameters,
         ms,
