@@ -330,7 +330,11 @@ impl Trainer {
             ),
             ("bad_samples", self.state.bad_samples as f64),
         ] {
-            train.insert(name, value)?;
+            // A skipped step's loss or gradient norm may be NaN: it is left out of the record (the
+            // skip itself is counted), since JSON has no NaN.
+            if value.is_finite() {
+                train.insert(name, value)?;
+            }
         }
         let test = self.cfg.trainer.test_freq;
         if test > 0 && self.state.step.is_multiple_of(u64::from(test)) && !self.val.is_empty() {
@@ -517,9 +521,11 @@ impl Trainer {
 
     fn track_best(&mut self, accuracy: f64, reward: f64) {
         let t = &self.cfg.trainer;
-        let value = match t.early_stopping_metric.as_str() {
-            "val/reward" => reward,
-            _ => accuracy,
+        // The config allows exactly these two names (`EARLY_STOPPING_METRICS`).
+        let value = if t.early_stopping_metric == "val/reward" {
+            reward
+        } else {
+            accuracy
         };
         let better = match (self.state.best, t.early_stopping_mode) {
             (None, _) => true,

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use groundrl_core::synth::{Difficulty, SynthConfig, generate};
 use groundrl_train::config::TrainConfig;
-use groundrl_train::trainer::{METRICS_FILE, Trainer};
+use groundrl_train::trainer::{Ending, METRICS_FILE, Trainer};
 use serde_json::Value;
 
 /// 20 easy screenshots (about 60 samples) without prompts: the trainer asks each task's default.
@@ -25,7 +25,7 @@ fn synthetic_data(dir: &Path) -> PathBuf {
 /// reward in its "correct" branch (the always-zero `click` component passes the 0 threshold), so a
 /// completion that ends after L of at most 16 tokens earns 0.5 (1 + cos(pi L / 17)): 0.99 for one
 /// token, 0.0085 for 16. Learning means emitting the end token earlier.
-fn config(dir: &Path, data: &Path, steps: u64, save_freq: u32) -> TrainConfig {
+fn config(dir: &Path, data: &Path, overrides: &[&str]) -> TrainConfig {
     let text = format!(
         r#"
 [model]
@@ -71,16 +71,16 @@ lr = 1e-3
 [trainer]
 run_dir = "{run}"
 total_epochs = 3
-max_steps = {steps}
 mini_batch_size = 32
 micro_batch_size = 8
-save_freq = {save_freq}
+save_freq = 0
 test_freq = 0
 "#,
         data = data.display(),
         run = dir.join("run").display(),
     );
-    TrainConfig::from_toml_str(&text, &[]).unwrap()
+    let overrides: Vec<String> = overrides.iter().map(|o| o.to_string()).collect();
+    TrainConfig::from_toml_str(&text, &overrides).unwrap()
 }
 
 fn metrics(run: &Path) -> Vec<Value> {
@@ -103,7 +103,7 @@ fn mean_reward(records: &[Value]) -> f64 {
 fn mean_reward_rises_within_twenty_steps() {
     let dir = tempfile::tempdir().unwrap();
     let data = synthetic_data(dir.path());
-    let mut trainer = Trainer::new(config(dir.path(), &data, 20, 0)).unwrap();
+    let mut trainer = Trainer::new(config(dir.path(), &data, &["trainer.max_steps=20"])).unwrap();
     trainer.run(|_| {}).unwrap();
     let records = metrics(&dir.path().join("run"));
     assert_eq!(records.len(), 20);
@@ -121,17 +121,14 @@ fn without_times(mut record: Value) -> Value {
 
 #[test]
 fn a_stopped_and_resumed_run_logs_what_an_uninterrupted_run_logs() {
-    let steps = 4;
     let straight = tempfile::tempdir().unwrap();
     let data = synthetic_data(straight.path());
-    Trainer::new(config(straight.path(), &data, steps, 2))
-        .unwrap()
-        .run(|_| {})
-        .unwrap();
+    let cfg = |dir: &Path| config(dir, &data, &["trainer.max_steps=4", "trainer.save_freq=2"]);
+    Trainer::new(cfg(straight.path())).unwrap().run(|_| {}).unwrap();
 
     // Killed during step 3: its record was logged but its checkpoint never written (step 2 has one).
     let stopped = tempfile::tempdir().unwrap();
-    let mut trainer = Trainer::new(config(stopped.path(), &data, steps, 2)).unwrap();
+    let mut trainer = Trainer::new(cfg(stopped.path())).unwrap();
     for _ in 0..2 {
         trainer.step().unwrap();
     }
@@ -149,6 +146,57 @@ fn a_stopped_and_resumed_run_logs_what_an_uninterrupted_run_logs() {
         .map(without_times)
         .collect();
     let b: Vec<Value> = metrics(&run).into_iter().map(without_times).collect();
-    assert_eq!(a.len(), steps as usize);
+    assert_eq!(a.len(), 4);
     assert_eq!(a, b);
+}
+
+#[test]
+fn early_stopping_and_non_finite_gradients_end_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synthetic_data(dir.path());
+    // Greedy completions of the random model never end early, so validation accuracy stays 0: no
+    // gain after the first validation, and patience 2 stops the run at the third.
+    let val = format!("data.val=\"{}\"", data.display());
+    let overrides = [
+        val.as_str(),
+        "trainer.test_freq=1",
+        "trainer.val_samples=4",
+        "trainer.early_stopping_patience=2",
+        "trainer.early_stopping_metric=\"val/accuracy\"",
+    ];
+    let mut trainer = Trainer::new(config(&dir.path().join("a"), &data, &overrides)).unwrap();
+    let ending = trainer.run(|_| {}).unwrap();
+    assert_eq!(
+        ending,
+        Ending::EarlyStopped {
+            metric: "val/accuracy".into(),
+            best: 0.0
+        }
+    );
+    assert_eq!(trainer.state.step, 3);
+    let records = metrics(&dir.path().join("a/run"));
+    assert!(
+        records
+            .iter()
+            .all(|r| r["train"]["val/accuracy"].as_f64() == Some(0.0))
+    );
+
+    // A learning rate of 1e30 sends the weights to infinity after one step; every later gradient
+    // is NaN, its optimizer step is skipped, and the second skip in a row ends the run.
+    let overrides = [
+        "optim.lr=1e30",
+        "optim.warmup_steps=0",
+        "trainer.max_nonfinite_steps=2",
+        "trainer.max_steps=10",
+    ];
+    let mut trainer = Trainer::new(config(&dir.path().join("b"), &data, &overrides)).unwrap();
+    let ending = trainer.run(|_| {}).unwrap();
+    assert_eq!(ending, Ending::NonFinite { steps: 2 });
+    let records = metrics(&dir.path().join("b/run"));
+    let skipped: Vec<f64> = records
+        .iter()
+        .map(|r| r["train"]["skipped_optimizer_steps"].as_f64().unwrap())
+        .collect();
+    assert_eq!(skipped.last(), Some(&1.0));
+    assert_eq!(skipped.iter().rev().take(2).sum::<f64>(), 2.0);
 }

@@ -241,8 +241,12 @@ fn validation_names_the_key_to_change() {
             "`trainer.early_stopping_metric`: is required when trainer.early_stopping_patience > 0",
         ),
         (
-            "trainer.early_stopping_patience=3 trainer.early_stopping_metric=accuracy",
+            "trainer.early_stopping_patience=3 trainer.early_stopping_metric=val/accuracy",
             "`data.val`: is required for early stopping (it watches validation metrics)",
+        ),
+        (
+            "trainer.early_stopping_patience=3 trainer.early_stopping_metric=accuracy data.val=v.jsonl",
+            "`trainer.early_stopping_metric`: `accuracy` is not one of val/accuracy, val/reward",
         ),
     ];
     for (changes, message) in cases {

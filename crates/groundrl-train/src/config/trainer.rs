@@ -7,6 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{ConfigError, ensure};
 
+/// The validation metrics early stopping can watch (greedy decoding on the fixed subsample).
+pub const EARLY_STOPPING_METRICS: [&str; 2] = ["val/accuracy", "val/reward"];
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TrainerConfig {
@@ -38,7 +41,7 @@ pub struct TrainerConfig {
     /// Validation samples, a fixed seeded subsample of `data.val` decoded greedily; 0 for all of
     /// them. Default 256.
     pub val_samples: u32,
-    /// Validation metric watched by early stopping (e.g. `accuracy`); `""` when it is off.
+    /// Validation metric watched by early stopping: `val/accuracy` or `val/reward`; `""` when off.
     /// Default `""`.
     pub early_stopping_metric: String,
     /// Stop after this many validations without improvement of the metric; 0 turns early stopping
@@ -120,6 +123,15 @@ impl TrainerConfig {
                 self.test_freq > 0,
                 "trainer.test_freq",
                 "must be positive for early stopping (it watches validation metrics)",
+            )?;
+            ensure(
+                EARLY_STOPPING_METRICS.contains(&self.early_stopping_metric.as_str()),
+                "trainer.early_stopping_metric",
+                format!(
+                    "`{}` is not one of {}",
+                    self.early_stopping_metric,
+                    EARLY_STOPPING_METRICS.join(", ")
+                ),
             )?;
         }
         Ok(())
