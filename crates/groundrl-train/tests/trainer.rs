@@ -200,3 +200,26 @@ fn early_stopping_and_non_finite_gradients_end_the_run() {
     assert_eq!(skipped.last(), Some(&1.0));
     assert_eq!(skipped.iter().rev().take(2).sum::<f64>(), 2.0);
 }
+
+#[test]
+fn lora_with_a_kl_penalty_to_the_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synthetic_data(dir.path());
+    let overrides = [
+        "trainer.max_steps=3",
+        "model.lora_rank=4",
+        "model.lora_alpha=8",
+        "loss.kl_coef=0.1",
+        "optim.lr=1e-2",
+    ];
+    let mut trainer = Trainer::new(config(dir.path(), &data, &overrides)).unwrap();
+    trainer.run(|_| {}).unwrap();
+    let kl: Vec<f64> = metrics(&dir.path().join("run"))
+        .iter()
+        .map(|r| r["train"]["kl"].as_f64().unwrap())
+        .collect();
+    println!("KL to the reference by step: {kl:?}");
+    // Fresh adapters leave the policy equal to the reference (B = 0); after updates they differ.
+    assert_eq!(kl[0], 0.0);
+    assert!(kl[2] > 0.0, "{kl:?}");
+}
