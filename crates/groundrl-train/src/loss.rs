@@ -275,6 +275,22 @@ impl LossStats {
         self.ratio_mean += other.ratio_mean;
         self.ratio_max = self.ratio_max.max(other.ratio_max);
     }
+
+    /// Every mean multiplied by `factor` (`ratio_max` kept): the mean over several mini-batches from
+    /// their merged sum.
+    pub fn scaled(&self, factor: f64) -> LossStats {
+        LossStats {
+            clip_fraction: self.clip_fraction * factor,
+            clip_low_fraction: self.clip_low_fraction * factor,
+            clip_high_fraction: self.clip_high_fraction * factor,
+            dual_clip_fraction: self.dual_clip_fraction * factor,
+            approx_kl: self.approx_kl * factor,
+            ref_kl: self.ref_kl * factor,
+            entropy: self.entropy * factor,
+            ratio_mean: self.ratio_mean * factor,
+            ratio_max: self.ratio_max,
+        }
+    }
 }
 
 /// Bad loss inputs or configuration; each names the tensor or key at fault.

@@ -21,7 +21,7 @@ use groundrl_tensor::rollout::{Completion, Engine, FinishReason, GenerationReque
 use serde::{Deserialize, Serialize};
 use tch::Tensor;
 
-use crate::advantage::{OverlongMode, group_advantages, informative_groups};
+use crate::advantage::{group_advantages, informative_groups};
 use crate::checkpoint::{
     CheckpointParts, checkpoint_dir, latest_checkpoint, load_latest, restore_tensors, save_checkpoint,
 };
@@ -121,9 +121,11 @@ impl Trainer {
         }
         std::fs::create_dir_all(&run_dir).map_err(|e| io(&run_dir, e))?;
         let text = cfg.to_toml().map_err(setup)?;
-        let path = run_dir.join(CONFIG_FILE);
+        let trainer = Self::build(cfg, run_dir, None)?;
+        // Written once the run could start, so a failed start leaves the folder free for a new one.
+        let path = trainer.run_dir.join(CONFIG_FILE);
         std::fs::write(&path, text).map_err(|e| io(&path, e))?;
-        Self::build(cfg, run_dir, None)
+        Ok(trainer)
     }
 
     /// Continues the run in `run_dir` from its latest checkpoint, with the config it was started with.
@@ -145,6 +147,15 @@ impl Trainer {
             .optimizer
             .load_state(&checkpoint.optimizer)
             .map_err(setup)?;
+        if checkpoint.state.cursor > trainer.train.len() {
+            return Err(setup(format!(
+                "{}: the checkpoint stands at sample {} of an epoch, but data.train has {} samples now: \
+                 the train set changed since the run started",
+                run_dir.display(),
+                checkpoint.state.cursor,
+                trainer.train.len()
+            )));
+        }
         trainer.state = checkpoint.state;
         Ok(trainer)
     }
@@ -239,8 +250,13 @@ impl Trainer {
                 self.save()?;
             }
         };
+        // A diverged run keeps its last good checkpoint as the latest one.
         let saved = latest_checkpoint(&self.run_dir).ok();
-        if self.cfg.trainer.save_freq > 0 && saved != Some(checkpoint_dir(&self.run_dir, self.state.step)) {
+        let diverged = matches!(ending, Ending::NonFinite { .. });
+        if self.cfg.trainer.save_freq > 0
+            && !diverged
+            && saved != Some(checkpoint_dir(&self.run_dir, self.state.step))
+        {
             self.save()?;
         }
         Ok(ending)
@@ -256,13 +272,17 @@ impl Trainer {
     /// One GRPO step.
     pub fn step(&mut self) -> Result<StepRecord, TrainError> {
         let start = Instant::now();
-        let groups = self.rollouts()?;
+        let Rollouts {
+            kept: groups,
+            scored,
+            dropped,
+        } = self.rollouts()?;
         let rollout_seconds = start.elapsed().as_secs_f64();
         let records: Vec<CompletionRecord> = groups.iter().flat_map(|g| g.records.clone()).collect();
         let rewards: Vec<f64> = records.iter().map(|r| r.reward).collect();
         let group_of: Vec<usize> = records.iter().map(|r| r.group).collect();
         let advantages = group_advantages(&rewards, &group_of, &self.cfg.advantage).map_err(setup)?;
-        let filter = self.cfg.advantage.overlong.mode == OverlongMode::Filter;
+        let overlong = &self.cfg.advantage.overlong;
         let rows: Vec<Row> = groups
             .iter()
             .flat_map(|g| g.completions.iter().map(move |c| (g, c)))
@@ -271,7 +291,7 @@ impl Trainer {
                 prompt: &g.encoded,
                 tokens: &c.tokens,
                 advantage,
-                counts: !(filter && c.finish == FinishReason::Length),
+                counts: overlong.counts_in_loss(c.finish == FinishReason::Length),
             })
             .collect();
         let update_start = Instant::now();
@@ -329,6 +349,7 @@ impl Trainer {
                 generated as f64 / rollout_seconds.max(1e-9),
             ),
             ("bad_samples", self.state.bad_samples as f64),
+            ("dropped_groups", dropped as f64),
         ] {
             // A skipped step's loss or gradient norm may be NaN: it is left out of the record (the
             // skip itself is counted), since JSON has no NaN.
@@ -355,7 +376,7 @@ impl Trainer {
         let record = StepRecord {
             step: self.state.step,
             epoch: self.state.epoch,
-            rollout: RolloutStats::compute(&records, &self.scorer.component_names())?,
+            rollout: RolloutStats::compute(&scored, &self.scorer.component_names())?,
             train,
         };
         self.log.append(&record)?;
@@ -369,7 +390,7 @@ impl Trainer {
     /// Samples `rollout.n` completions of the step's prompts and scores them. With dynamic sampling,
     /// groups whose rewards are all equal are dropped and more prompts are drawn, up to
     /// `rollout.max_prompts_per_step` in all.
-    fn rollouts(&mut self) -> Result<Vec<Group>, TrainError> {
+    fn rollouts(&mut self) -> Result<Rollouts, TrainError> {
         let r = &self.cfg.rollout;
         let wanted = r.prompts_per_step as usize;
         let dynamic = r.dynamic_sampling;
@@ -379,6 +400,8 @@ impl Trainer {
             wanted
         };
         let mut kept: Vec<Group> = Vec::new();
+        let mut scored: Vec<CompletionRecord> = Vec::new();
+        let mut dropped = 0;
         let mut drawn = 0;
         while kept.len() < wanted && drawn < cap {
             let indices = self.next_indices((wanted - kept.len()).min(cap - drawn));
@@ -388,15 +411,32 @@ impl Trainer {
             );
             drawn += indices.len();
             for group in self.sample_groups(&indices, seed, false)? {
+                let group_id = kept.len() + dropped;
+                scored.extend(group.records.iter().map(|r| CompletionRecord {
+                    group: group_id,
+                    ..r.clone()
+                }));
                 if !dynamic || group.informative() {
                     kept.push(group);
+                } else {
+                    dropped += 1;
                 }
             }
         }
         for (i, group) in kept.iter_mut().enumerate() {
             group.records.iter_mut().for_each(|r| r.group = i);
         }
-        Ok(kept)
+        if scored.is_empty() {
+            return Err(setup(format!(
+                "step {}: none of the {drawn} prompts drawn could be encoded and scored (see above)",
+                self.state.step + 1
+            )));
+        }
+        Ok(Rollouts {
+            kept,
+            scored,
+            dropped,
+        })
     }
 
     /// The next `count` sample indices in the epoch order, moving to the next epoch at its end.
@@ -442,12 +482,15 @@ impl Trainer {
         let stops = stop_ids(&self.policy);
         let requests: Vec<GenerationRequest> = groups
             .iter()
-            .map(|g| GenerationRequest {
+            .enumerate()
+            .map(|(position, g)| GenerationRequest {
                 prompt: g.encoded.share(),
                 n: if validation { 1 } else { r.n as usize },
                 first_sample: 0,
                 params: SamplingParams {
-                    seed: keyed(seed, &g.index.to_string()),
+                    // By position in the draw: a sample drawn twice in one step (at an epoch's end
+                    // and the next one's start) gets different completions.
+                    seed: keyed(seed, &position.to_string()),
                     temperature: if validation { 0.0 } else { r.temperature },
                     top_p: r.top_p,
                     top_k: i64::from(r.top_k),
@@ -467,11 +510,12 @@ impl Trainer {
         let mut scored = Vec::with_capacity(groups.len());
         for (position, mut group) in groups.into_iter().enumerate() {
             let sample = &data.samples[group.index];
+            let patch = u64::from(processor.image.patch_size);
             let resized = group
                 .encoded
                 .image_grids
                 .first()
-                .map(|g| [g[2] as u64 * 14, g[1] as u64 * 14]);
+                .map(|g| [g[2] as u64 * patch, g[1] as u64 * patch]);
             let mut records = Vec::new();
             for c in &group.completions {
                 let ids: Vec<u32> = c.tokens.iter().map(|&t| t as u32).collect();
@@ -485,7 +529,11 @@ impl Trainer {
                     truncated: c.finish == FinishReason::Length,
                 };
                 match self.scorer.score(&scoring) {
-                    Ok(record) => records.push(record),
+                    Ok(mut record) => {
+                        let budget = self.cfg.rollout.max_new_tokens as usize;
+                        record.reward += self.cfg.advantage.overlong.reward_shaping(c.tokens.len(), budget);
+                        records.push(record);
+                    }
                     Err(e) => {
                         eprintln!("skipped: {e}");
                         records.clear();
@@ -584,6 +632,15 @@ impl Trainer {
     pub fn run_dir(&self) -> &Path {
         &self.run_dir
     }
+}
+
+/// A step's rollouts: the groups it trains on, and the records of every group scored (dropped ones
+/// too, so the step's statistics describe all that was sampled).
+struct Rollouts {
+    kept: Vec<Group>,
+    scored: Vec<CompletionRecord>,
+    /// Groups dropped by dynamic sampling (all rewards equal).
+    dropped: usize,
 }
 
 /// One prompt's completions with their scores.

@@ -35,7 +35,8 @@ pub struct UpdateSettings<'a> {
     pub lr: f64,
 }
 
-/// What the update did.
+/// What the update did. Statistics, loss and gradient norm are means over the optimizer steps (the
+/// mini-batches of every PPO epoch).
 #[derive(Debug, Default)]
 pub struct UpdateReport {
     pub stats: LossStats,
@@ -55,6 +56,8 @@ struct MicroBatch {
     /// (B,) f32.
     advantages: Tensor,
     tokens: u64,
+    /// Completion tokens that count in the loss.
+    counted: u64,
 }
 
 /// Runs the update over `rows` (old log-probs from the policy as it is now: a first pass without
@@ -97,8 +100,13 @@ pub fn update(
         })
         .collect::<Result<_, _>>()?;
     let mut report = UpdateReport::default();
+    let mut minis_done = 0u32;
     for _ in 0..s.ppo_epochs {
         for (m, mbs) in batches.iter().enumerate() {
+            if mbs.iter().all(|mb| mb.counted == 0) {
+                // Every completion masked out (overlong filtering): nothing to learn from here.
+                continue;
+            }
             let scale = LossScale::of_mini_batch(mbs.iter().map(|mb| &mb.mask), s.loss, s.response_budget)
                 .map_err(|e| ModelError::Input(e.to_string()))?;
             let mut mini_loss = 0.0;
@@ -122,22 +130,29 @@ pub fn update(
                 report.stats.merge(&out.stats);
                 report.tokens += mb.tokens;
             }
-            report.loss = mini_loss;
+            report.loss += mini_loss;
             match optimizer
                 .step(s.lr)
                 .map_err(|e| ModelError::Input(e.to_string()))?
             {
                 StepOutcome::Applied { grad_norm, .. } => {
-                    report.grad_norm = grad_norm;
+                    report.grad_norm += grad_norm;
                     report.optimizer_steps += 1;
                 }
                 StepOutcome::Skipped { grad_norm } => {
-                    report.grad_norm = grad_norm;
+                    report.grad_norm += grad_norm;
                     report.skipped_steps += 1;
                 }
             }
             optimizer.zero_grad();
+            minis_done += 1;
         }
+    }
+    if minis_done > 0 {
+        let n = f64::from(minis_done);
+        report.loss /= n;
+        report.grad_norm /= n;
+        report.stats = report.stats.scaled(1.0 / n);
     }
     Ok(report)
 }
@@ -151,6 +166,7 @@ fn micro_batch(processor: &Processor, rows: &[Row], device: Device) -> MicroBatc
         .unwrap_or(0);
     let mut mask = vec![0f32; rows.len() * width];
     let mut tokens = 0;
+    let mut counted = 0;
     let encoded = rows
         .iter()
         .enumerate()
@@ -160,6 +176,7 @@ fn micro_batch(processor: &Processor, rows: &[Row], device: Device) -> MicroBatc
             if r.counts {
                 // Left padding puts the completion at the end of the row.
                 mask[i * width + width - r.tokens.len()..(i + 1) * width].fill(1.0);
+                counted += r.tokens.len() as u64;
             }
             let mut row = r.prompt.share();
             row.input_ids.extend_from_slice(r.tokens);
@@ -174,6 +191,7 @@ fn micro_batch(processor: &Processor, rows: &[Row], device: Device) -> MicroBatc
             .to_device(device),
         advantages: Tensor::from_slice(&advantages).to_device(device),
         tokens,
+        counted,
     }
 }
 

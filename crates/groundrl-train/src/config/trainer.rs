@@ -31,7 +31,7 @@ pub struct TrainerConfig {
     /// Completion tokens projected to the vocabulary at once when computing log-probs; bounds the
     /// transient logits (`logprob_chunk * vocab` floats). Default 1024.
     pub logprob_chunk: u32,
-    /// Validate every this many steps (and after the last); 0 never. Default 10.
+    /// Validate every this many steps; 0 never. Default 10.
     pub test_freq: u32,
     /// Save a checkpoint every this many steps and after the last; 0: never (measurement runs,
     /// where a 3B checkpoint with its optimizer state would be ~50 GB). Default 50.
