@@ -29,7 +29,7 @@ use crate::config::{EarlyStoppingMode, ModelPreset, TrainConfig};
 use crate::dataset::{Dataset, epoch_order, fixed_subsample};
 use crate::optim::{AdamW, lr_at};
 use crate::scoring::{Scorer, Scoring};
-use crate::update::{Row, UpdateSettings, update};
+use crate::update::{Row, UpdateSettings, kl_penalties, update};
 
 /// The resolved config's file name in the run folder.
 pub const CONFIG_FILE: &str = "config.toml";
@@ -279,21 +279,6 @@ impl Trainer {
         } = self.rollouts()?;
         let rollout_seconds = start.elapsed().as_secs_f64();
         let records: Vec<CompletionRecord> = groups.iter().flat_map(|g| g.records.clone()).collect();
-        let rewards: Vec<f64> = records.iter().map(|r| r.reward).collect();
-        let group_of: Vec<usize> = records.iter().map(|r| r.group).collect();
-        let advantages = group_advantages(&rewards, &group_of, &self.cfg.advantage).map_err(setup)?;
-        let overlong = &self.cfg.advantage.overlong;
-        let rows: Vec<Row> = groups
-            .iter()
-            .flat_map(|g| g.completions.iter().map(move |c| (g, c)))
-            .zip(&advantages)
-            .map(|((g, c), &advantage)| Row {
-                prompt: &g.encoded,
-                tokens: &c.tokens,
-                advantage,
-                counts: overlong.counts_in_loss(c.finish == FinishReason::Length),
-            })
-            .collect();
         let update_start = Instant::now();
         let t = &self.cfg.trainer;
         let lr = lr_at(self.state.step, self.total_steps(), &self.cfg.optim);
@@ -308,6 +293,37 @@ impl Trainer {
             response_budget: i64::from(self.cfg.rollout.max_new_tokens),
             lr,
         };
+        let overlong = &self.cfg.advantage.overlong;
+        let mut rows: Vec<Row> = groups
+            .iter()
+            .flat_map(|g| g.completions.iter().map(move |c| (g, c)))
+            .map(|(g, c)| Row {
+                prompt: &g.encoded,
+                tokens: &c.tokens,
+                advantage: 0.0,
+                counts: overlong.counts_in_loss(c.finish == FinishReason::Length),
+            })
+            .collect();
+        let mut rewards: Vec<f64> = records.iter().map(|r| r.reward).collect();
+        let mut kl_penalty = 0.0;
+        if let (true, Some(reference)) = (self.cfg.loss.kl_in_reward, &self.reference) {
+            let penalties = kl_penalties(
+                &self.policy.model,
+                reference,
+                &self.policy.processor,
+                &rows,
+                &settings,
+            )?;
+            for (reward, penalty) in rewards.iter_mut().zip(&penalties) {
+                *reward -= penalty;
+            }
+            kl_penalty = penalties.iter().sum::<f64>() / penalties.len().max(1) as f64;
+        }
+        let group_of: Vec<usize> = records.iter().map(|r| r.group).collect();
+        let advantages = group_advantages(&rewards, &group_of, &self.cfg.advantage).map_err(setup)?;
+        for (row, advantage) in rows.iter_mut().zip(advantages) {
+            row.advantage = advantage;
+        }
         let report = update(
             &self.policy.model,
             self.reference.as_ref(),
@@ -350,6 +366,7 @@ impl Trainer {
             ),
             ("bad_samples", self.state.bad_samples as f64),
             ("dropped_groups", dropped as f64),
+            ("kl_penalty", kl_penalty),
         ] {
             // A skipped step's loss or gradient norm may be NaN: it is left out of the record (the
             // skip itself is counted), since JSON has no NaN.

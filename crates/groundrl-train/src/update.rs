@@ -6,7 +6,7 @@ use groundrl_tensor::qwen2_5_vl::model::logprobs_and_entropy_at;
 use groundrl_tensor::qwen2_5_vl::{Batch, ModelError, Qwen25Vl};
 use tch::{Device, Kind, Tensor};
 
-use crate::loss::{LossConfig, LossInputs, LossScale, LossStats, policy_loss};
+use crate::loss::{LossConfig, LossInputs, LossScale, LossStats, kl_reward_penalty, policy_loss};
 use crate::optim::{AdamW, StepOutcome};
 
 /// One completion to learn from.
@@ -155,6 +155,27 @@ pub fn update(
         report.stats = report.stats.scaled(1.0 / n);
     }
     Ok(report)
+}
+
+/// Each row's KL penalty for `loss.kl_in_reward` (see [`crate::loss::kl_reward_penalty`]): the
+/// policy's and the reference's log-probs of its completion, without gradients, before any update.
+pub fn kl_penalties(
+    model: &Qwen25Vl,
+    reference: &Qwen25Vl,
+    processor: &Processor,
+    rows: &[Row],
+    s: &UpdateSettings,
+) -> Result<Vec<f64>, ModelError> {
+    let mut penalties = Vec::with_capacity(rows.len());
+    for chunk in rows.chunks(s.micro_batch_size.max(1)) {
+        let mb = micro_batch(processor, chunk, model.device());
+        let policy = scores_without_grad(model, &mb, s)?;
+        let reference = scores_without_grad(reference, &mb, s)?;
+        let penalty = kl_reward_penalty(s.loss, &policy, &reference, &mb.mask)
+            .map_err(|e| ModelError::Input(e.to_string()))?;
+        penalties.extend(penalty);
+    }
+    Ok(penalties)
 }
 
 /// The rows as one left-padded batch of prompt + completion, with the completion mask.

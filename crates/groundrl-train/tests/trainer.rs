@@ -224,4 +224,17 @@ fn lora_with_a_kl_penalty_to_the_reference() {
     // Fresh adapters leave the policy equal to the reference (B = 0); after updates they differ.
     assert_eq!(kl[0], 0.0);
     assert!(kl[2] > 0.0, "{kl:?}");
+
+    // The same with the KL in the reward: each completion's reward loses kl_coef x its log-ratio.
+    let run = dir.path().join("in-reward");
+    let in_reward = [&overrides[..], &["loss.kl_in_reward=true"]].concat();
+    let mut trainer = Trainer::new(config(&run, &data, &in_reward)).unwrap();
+    trainer.run(|_| {}).unwrap();
+    let penalty: Vec<f64> = metrics(&run.join("run"))
+        .iter()
+        .map(|r| r["train"]["kl_penalty"].as_f64().unwrap())
+        .collect();
+    println!("mean KL penalty by step: {penalty:?}");
+    assert_eq!(penalty[0], 0.0);
+    assert_ne!(penalty[2], 0.0);
 }

@@ -147,11 +147,6 @@ impl TrainConfig {
             LossError::Config { key, problem } => invalid(key, problem),
             other => invalid("loss", other.to_string()),
         })?;
-        ensure(
-            !self.loss.kl_in_reward,
-            "loss.kl_in_reward",
-            "the trainer applies the KL to the reference as a loss term only so far; set it to false",
-        )?;
         self.optim
             .validate()
             .map_err(|e| invalid("optim", e.to_string()))?;

@@ -11,7 +11,8 @@ pub struct RolloutConfig {
     pub n: u32,
     /// Prompts per training step; a step trains on `prompts_per_step * n` completions. Default 8.
     pub prompts_per_step: u32,
-    /// Sampling temperature; 0 samples greedily. Default 1.0.
+    /// Sampling temperature, above 0: greedy decoding would make a prompt's n completions identical
+    /// (validation decodes greedily on its own). Default 1.0.
     pub temperature: f64,
     /// Nucleus sampling: keep the most likely tokens up to this probability mass; 1 keeps all.
     /// Default 1.0.
@@ -58,9 +59,12 @@ impl RolloutConfig {
             "must be at least 1, found 0",
         )?;
         ensure(
-            self.temperature.is_finite() && self.temperature >= 0.0,
+            self.temperature.is_finite() && self.temperature > 0.0,
             "rollout.temperature",
-            format!("must be 0 or more, found {}", self.temperature),
+            format!(
+                "must be above 0 (greedy completions of a prompt would all be equal), found {}",
+                self.temperature
+            ),
         )?;
         ensure(
             self.top_p > 0.0 && self.top_p <= 1.0,

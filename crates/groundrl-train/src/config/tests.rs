@@ -187,8 +187,8 @@ fn validation_names_the_key_to_change() {
             "`rollout.top_p`: must be in (0, 1], found 1.5",
         ),
         (
-            "rollout.temperature=-0.1",
-            "`rollout.temperature`: must be 0 or more, found -0.1",
+            "rollout.temperature=0",
+            "`rollout.temperature`: must be above 0 (greedy completions of a prompt would all be equal), found 0",
         ),
         (
             "trainer.micro_batch_size=3",
@@ -257,7 +257,7 @@ fn validation_names_the_key_to_change() {
     valid_with(&[
         "model.lora_rank=8",
         "model.lora_vision=true",
-        "rollout.temperature=0",
+        "rollout.temperature=0.01",
     ])
     .unwrap();
 }
