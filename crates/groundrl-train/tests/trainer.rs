@@ -21,10 +21,8 @@ fn synthetic_data(dir: &Path) -> PathBuf {
     dir.join("data/samples.jsonl")
 }
 
-/// A reward a random-init model can climb from its first steps: `brevity` is the cosine length
-/// reward in its "correct" branch (the always-zero `click` component passes the 0 threshold), so a
-/// completion that ends after L of at most 16 tokens earns 0.5 (1 + cos(pi L / 17)): 0.99 for one
-/// token, 0.0085 for 16. Learning means emitting the end token earlier.
+/// The tiny preset on the CPU with `configs/rewards/length-only.toml`, a reward a random-init model
+/// can climb from its first steps (a completion of L tokens earns 0.5 (1 + cos(pi L / 17))).
 fn config(dir: &Path, data: &Path, overrides: &[&str]) -> TrainConfig {
     let text = format!(
         r#"
@@ -44,26 +42,9 @@ prompts_per_step = 4
 max_new_tokens = 16
 
 [reward]
+spec = "{spec}"
 correct_component = "brevity"
 correct_threshold = 0.5
-
-[reward.inline]
-model_frame = "resized"
-
-[reward.inline.components.click]
-kind = "point_in_box"
-weight = 0.0
-
-[reward.inline.components.brevity]
-kind = "cosine_length"
-weight = 1.0
-correct_from = "click"
-correct_threshold = 0.0
-max_length = 17
-exceed_margin = 0
-exceed_length = 0.0
-min_correct = 0.0
-max_correct = 1.0
 
 [optim]
 lr = 1e-3
@@ -78,9 +59,15 @@ test_freq = 0
 "#,
         data = data.display(),
         run = dir.join("run").display(),
+        spec = length_only_spec().display(),
     );
     let overrides: Vec<String> = overrides.iter().map(|o| o.to_string()).collect();
     TrainConfig::from_toml_str(&text, &overrides).unwrap()
+}
+
+/// The shipped reward spec the tests train on.
+fn length_only_spec() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/rewards/length-only.toml")
 }
 
 fn metrics(run: &Path) -> Vec<Value> {

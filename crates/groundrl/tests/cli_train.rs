@@ -16,8 +16,8 @@ fn text(bytes: &[u8]) -> String {
 }
 
 /// Easy synthetic screenshots and a config training the tiny preset on them for six steps, with a
-/// checkpoint after every step (the reward is the cosine length reward, which a random model can
-/// climb; see groundrl-train's tests/trainer.rs).
+/// checkpoint after every step (the reward is `configs/rewards/length-only.toml`, which a random
+/// model can climb).
 fn setup(dir: &Path) -> PathBuf {
     let out = groundrl()
         .args(["synth", "--n", "12", "--difficulty", "easy", "--out"])
@@ -39,21 +39,10 @@ n = 4
 prompts_per_step = 4
 max_new_tokens = 8
 [reward]
+spec = "{spec}"
 correct_component = "brevity"
 correct_threshold = 0.5
-[reward.inline.components.click]
-kind = "point_in_box"
-weight = 0.0
-[reward.inline.components.brevity]
-kind = "cosine_length"
-weight = 1.0
-correct_from = "click"
-correct_threshold = 0.0
-max_length = 9
-exceed_margin = 0
-exceed_length = 0.0
-min_correct = 0.0
-max_correct = 1.0
+
 [optim]
 lr = 1e-3
 [trainer]
@@ -65,7 +54,10 @@ save_freq = 1
 keep_checkpoints = 0
 test_freq = 0
 "#,
-        data = dir.join("data/samples.jsonl").display()
+        data = dir.join("data/samples.jsonl").display(),
+        spec = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../configs/rewards/length-only.toml")
+            .display()
     );
     let path = dir.join("config.toml");
     std::fs::write(&path, config).unwrap();
