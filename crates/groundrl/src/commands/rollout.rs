@@ -1,36 +1,49 @@
-//! `groundrl rollout`: offline rollouts of a model over a dataset, n completions per sample, as JSONL.
+//! `groundrl rollout`: offline rollouts of a model over a dataset, n completions per sample, as JSONL;
+//! with `--reward`, each completion scored, and with `--ledger`, one pass-rate ledger entry per sample
+//! (`groundrl_core::curriculum::ledger`), what `groundrl curate next` builds the next round from.
+//!
+//! The generation loop ([`roll_out`]) and the scoring ([`Judge`]) are shared with
+//! `groundrl curate temperature`.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
+use groundrl_core::curriculum::{LedgerEntry, LedgerWriter, RolloutBatch, rule_text};
 use groundrl_core::data::Sample;
+use groundrl_core::telemetry::CompletionRecord;
 use groundrl_tensor::hf_folder::{self, HfModel};
 use groundrl_tensor::processor::Encoded;
 use groundrl_tensor::rollout::{Completion, Engine, FinishReason, GenerationRequest, SamplingParams};
 use groundrl_tensor::tch::{Device, Kind};
+use groundrl_train::config::RewardConfig;
+use groundrl_train::scoring::{Scorer, Scoring};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use crate::commands::data::{read_samples, report_skipped};
 use crate::commands::model::{parse_device, parse_dtype};
 
+/// The model and where it runs.
 #[derive(clap::Args)]
-pub struct Args {
+pub struct ModelArgs {
     /// HF model folder (config, weights, tokenizer, chat template, preprocessor config).
     #[arg(long)]
-    model: PathBuf,
-    /// Samples (.jsonl or .parquet). Samples without a prompt are asked in their task's default
-    /// instruct format (click point or OVD JSON list, answer in resized-image pixels).
-    #[arg(long)]
-    data: PathBuf,
+    pub model: PathBuf,
+    /// `f32`, `bf16`, or `auto` (bf16 on a GPU, f32 on the CPU).
+    #[arg(long, default_value = "auto")]
+    dtype: String,
+    #[arg(long, default_value = "auto")]
+    device: String,
+}
+
+/// How completions are sampled (the temperature aside).
+#[derive(clap::Args)]
+pub struct SamplingArgs {
     /// Completions per sample.
     #[arg(long, default_value_t = 8)]
-    n: usize,
-    /// Sampling temperature (0 = greedy).
-    #[arg(long, default_value_t = 1.0)]
-    temperature: f64,
+    pub n: usize,
     #[arg(long, default_value_t = 1.0)]
     top_p: f64,
     /// 0 = off.
@@ -44,14 +57,46 @@ pub struct Args {
     /// Seeds every sample's completions together with its position in the dataset.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+}
+
+/// Which value decides that a completion is correct (as `[reward]` of a training config).
+#[derive(clap::Args)]
+pub struct RuleArgs {
+    /// The reward component that decides correctness (e.g. `click`); empty: the total reward.
+    #[arg(long, default_value = "")]
+    correct_component: String,
+    /// A completion is correct when that value is at least this.
+    #[arg(long, default_value_t = 0.5)]
+    correct_threshold: f64,
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Samples (.jsonl or .parquet). Samples without a prompt are asked in their task's default
+    /// instruct format (click point or OVD JSON list, answer in resized-image pixels).
+    #[arg(long)]
+    data: PathBuf,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// Sampling temperature (0 = greedy).
+    #[arg(long, default_value_t = 1.0)]
+    temperature: f64,
     /// Write each completion token's log-probability too.
     #[arg(long)]
     logprobs: bool,
-    /// `f32`, `bf16`, or `auto` (bf16 on a GPU, f32 on the CPU).
-    #[arg(long, default_value = "auto")]
-    dtype: String,
-    #[arg(long, default_value = "auto")]
-    device: String,
+    /// Score each completion with this reward spec (TOML): adds `reward` and `correct` to its line.
+    #[arg(long)]
+    reward: Option<PathBuf>,
+    #[command(flatten)]
+    rule: RuleArgs,
+    /// Append one pass-rate entry per sample (k correct of n) to this ledger (JSONL).
+    #[arg(long, requires_all = ["reward", "round"])]
+    ledger: Option<PathBuf>,
+    /// The curriculum round the ledger entries belong to (0: the model before RL).
+    #[arg(long, requires = "ledger")]
+    round: Option<u32>,
     #[arg(long)]
     out: PathBuf,
 }
@@ -62,72 +107,131 @@ struct Line<'a> {
     id: &'a str,
     source: &'a str,
     sample: u64,
-    completion: String,
+    completion: &'a str,
     tokens: usize,
     finish_reason: &'static str,
     temperature: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
+    reward: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    correct: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     logprobs: Option<&'a [f32]>,
 }
 
+/// Counts for the closing summary and the exit code.
+#[derive(Default)]
+struct Counts {
+    written: usize,
+    /// Samples whose completions could not be scored (listed on stderr).
+    unscored: usize,
+    entries: usize,
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let device = parse_device(&args.device)?;
-    let kind = match args.dtype.as_str() {
-        "auto" if device == Device::Cpu => Kind::Float,
-        "auto" => Kind::BFloat16,
-        other => parse_dtype(other)?,
+    let hf = load_model(&args.model)?;
+    let judge = args
+        .reward
+        .as_deref()
+        .map(|spec| Judge::load(spec, &args.rule))
+        .transpose()?;
+    let mut ledger = match &args.ledger {
+        Some(path) => Some(LedgerWriter::open(path)?),
+        None => None,
     };
-    let hf = hf_folder::load(&args.model, device, kind)?;
     let loaded = read_samples(&args.data)?;
     report_skipped(&loaded.skipped, false)?;
-    let base = args.data.parent().unwrap_or(Path::new("."));
     let file =
         std::fs::File::create(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     let mut out = std::io::BufWriter::new(file);
     let bar = progress(loaded.samples.len());
-    let mut failed = 0usize;
-    let mut written = 0usize;
-    let engine = Engine::new(&hf.model, &hf.processor);
-    for (chunk_index, chunk) in loaded.samples.chunks(args.batch.max(1)).enumerate() {
-        let mut requests = Vec::new();
-        let mut kept = Vec::new();
-        for (i, sample) in chunk.iter().enumerate() {
-            let position = (chunk_index * args.batch.max(1) + i) as u64;
-            match hf.processor.encode_sample(sample, base, None) {
-                Ok(prompt) => {
-                    requests.push(request(&args, &hf, prompt, position));
-                    kept.push(sample);
-                }
-                Err(err) => {
-                    failed += 1;
-                    bar.suspend(|| eprintln!("{}: sample {}: {err:#}", args.data.display(), sample.id));
+    let mut counts = Counts::default();
+    let batch = RolloutBatch {
+        round: args.round.unwrap_or_default(),
+        step: 0,
+        temperature: args.temperature,
+        rule: judge.as_ref().map(|j| j.rule.clone()).unwrap_or_default(),
+    };
+    let failed = roll_out(
+        &hf,
+        &loaded.samples,
+        &args.data,
+        &args.sampling,
+        args.temperature,
+        &bar,
+        |rolled| {
+            let mut entries = Vec::new();
+            for r in rolled {
+                let records = match &judge {
+                    Some(judge) => match judge.score(r) {
+                        Ok(records) => Some(records),
+                        Err(e) => {
+                            bar.suspend(|| eprintln!("{}: {e}", args.data.display()));
+                            counts.unscored += 1;
+                            None
+                        }
+                    },
+                    None => None,
+                };
+                write_lines(&mut out, &args, r, records.as_deref())?;
+                counts.written += r.completions.len();
+                if let (Some(records), Some(_)) = (records, &ledger) {
+                    entries.push(LedgerEntry::from_records(r.sample, &batch, &records)?);
                 }
             }
-        }
-        if !requests.is_empty() {
-            for completion in engine.generate(&requests)? {
-                write_line(&mut out, &hf, &args, kept[completion.prompt_index], &completion)?;
-                written += 1;
+            if let Some(ledger) = &mut ledger {
+                ledger.append(&entries)?;
+                counts.entries += entries.len();
             }
-        }
-        bar.inc(chunk.len() as u64);
-    }
+            Ok(())
+        },
+    )?;
     out.flush()?;
     bar.finish_and_clear();
-    eprintln!(
-        "{written} completions of {} samples written to {}; {failed} sample(s) skipped (listed above), {} bad record(s) in the data",
+    print_summary(
+        &args,
+        &counts,
         loaded.samples.len() - failed,
-        args.out.display(),
-        loaded.skipped.len()
+        failed,
+        loaded.skipped.len(),
     );
-    Ok(if failed + loaded.skipped.len() > 0 {
+    Ok(if failed + counts.unscored + loaded.skipped.len() > 0 {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     })
 }
 
-fn progress(total: usize) -> ProgressBar {
+fn print_summary(args: &Args, counts: &Counts, rolled: usize, failed: usize, bad: usize) {
+    eprintln!(
+        "{} completions of {rolled} samples written to {}; {failed} sample(s) skipped (listed above), {bad} bad record(s) in the data",
+        counts.written,
+        args.out.display(),
+    );
+    if args.reward.is_some() {
+        eprintln!("{} sample(s) could not be scored (listed above)", counts.unscored);
+    }
+    if let (Some(path), Some(round)) = (&args.ledger, args.round) {
+        eprintln!(
+            "{} ledger entries of round {round} appended to {}",
+            counts.entries,
+            path.display()
+        );
+    }
+}
+
+/// Loads the model folder on the asked device, in the asked dtype.
+pub(crate) fn load_model(args: &ModelArgs) -> anyhow::Result<HfModel> {
+    let device = parse_device(&args.device)?;
+    let kind = match args.dtype.as_str() {
+        "auto" if device == Device::Cpu => Kind::Float,
+        "auto" => Kind::BFloat16,
+        other => parse_dtype(other)?,
+    };
+    Ok(hf_folder::load(&args.model, device, kind)?)
+}
+
+pub(crate) fn progress(total: usize) -> ProgressBar {
     let bar = ProgressBar::new(total as u64);
     if let Ok(style) =
         ProgressStyle::with_template("{bar:40} {pos}/{len} samples, {elapsed} elapsed, eta {eta}")
@@ -137,7 +241,83 @@ fn progress(total: usize) -> ProgressBar {
     bar
 }
 
-fn request(args: &Args, hf: &HfModel, prompt: Encoded, position: u64) -> GenerationRequest {
+/// One sample's completions, decoded.
+pub(crate) struct Rolled<'a> {
+    pub sample: &'a Sample,
+    /// The resized image size `[width, height]` the model saw (what its answers are in).
+    pub resized: Option<[u64; 2]>,
+    pub completions: Vec<(Completion, String)>,
+}
+
+/// Generates `sampling.n` completions of every sample at `temperature`, `sampling.batch` samples per
+/// call, and hands each call's samples to `each` in dataset order. Sample i's completions are seeded
+/// by (seed, i) alone, so sweeps over temperatures use the same random numbers at each temperature.
+/// A sample that cannot be encoded (e.g. a missing image) is named on stderr and skipped; returns how
+/// many were.
+pub(crate) fn roll_out(
+    hf: &HfModel,
+    samples: &[Sample],
+    data: &Path,
+    sampling: &SamplingArgs,
+    temperature: f64,
+    bar: &ProgressBar,
+    mut each: impl FnMut(&[Rolled]) -> anyhow::Result<()>,
+) -> anyhow::Result<usize> {
+    let base = data.parent().unwrap_or(Path::new("."));
+    let engine = Engine::new(&hf.model, &hf.processor);
+    let batch = sampling.batch.max(1);
+    let mut failed = 0;
+    for (chunk_index, chunk) in samples.chunks(batch).enumerate() {
+        let mut requests = Vec::new();
+        let mut rolled = Vec::new();
+        for (i, sample) in chunk.iter().enumerate() {
+            let position = (chunk_index * batch + i) as u64;
+            match hf.processor.encode_sample(sample, base, None) {
+                Ok(prompt) => {
+                    rolled.push(Rolled {
+                        sample,
+                        resized: resized_size(hf, &prompt),
+                        completions: Vec::new(),
+                    });
+                    requests.push(request(hf, sampling, temperature, prompt, position));
+                }
+                Err(err) => {
+                    failed += 1;
+                    bar.suspend(|| eprintln!("{}: sample {}: {err:#}", data.display(), sample.id));
+                }
+            }
+        }
+        if !requests.is_empty() {
+            for completion in engine.generate(&requests)? {
+                let ids: Vec<u32> = completion.tokens.iter().map(|&t| t as u32).collect();
+                let text = hf.processor.tokenizer.decode(&ids, true)?;
+                rolled[completion.prompt_index]
+                    .completions
+                    .push((completion, text));
+            }
+            each(&rolled)?;
+        }
+        bar.inc(chunk.len() as u64);
+    }
+    Ok(failed)
+}
+
+/// The size of the first image as the model saw it: its patch grid times the patch size.
+fn resized_size(hf: &HfModel, prompt: &Encoded) -> Option<[u64; 2]> {
+    let patch = u64::from(hf.processor.image.patch_size);
+    prompt
+        .image_grids
+        .first()
+        .map(|g| [g[2] as u64 * patch, g[1] as u64 * patch])
+}
+
+fn request(
+    hf: &HfModel,
+    sampling: &SamplingArgs,
+    temperature: f64,
+    prompt: Encoded,
+    position: u64,
+) -> GenerationRequest {
     let mut stop_token_ids = hf.model.config.text.eos_token_ids.clone();
     let eos = i64::from(hf.processor.tokenizer.special_ids().eos);
     if !stop_token_ids.contains(&eos) {
@@ -145,43 +325,90 @@ fn request(args: &Args, hf: &HfModel, prompt: Encoded, position: u64) -> Generat
     }
     GenerationRequest {
         prompt,
-        n: args.n,
+        n: sampling.n,
         first_sample: 0,
         params: SamplingParams {
-            seed: groundrl_core::rng::keyed(args.seed, &position.to_string()),
-            temperature: args.temperature,
-            top_p: args.top_p,
-            top_k: args.top_k,
-            max_new_tokens: args.max_new_tokens,
+            seed: groundrl_core::rng::keyed(sampling.seed, &position.to_string()),
+            temperature,
+            top_p: sampling.top_p,
+            top_k: sampling.top_k,
+            max_new_tokens: sampling.max_new_tokens,
             stop_token_ids,
             stop_strings: Vec::new(),
         },
     }
 }
 
-fn write_line(
+/// A reward spec with the rule that judges completions, applied as the trainer applies them.
+pub(crate) struct Judge {
+    scorer: Scorer,
+    /// The rule as ledgers write it (`click >= 1`).
+    pub rule: String,
+}
+
+impl Judge {
+    pub(crate) fn load(spec: &Path, rule: &RuleArgs) -> anyhow::Result<Self> {
+        let config = RewardConfig {
+            spec: spec.to_path_buf(),
+            correct_component: rule.correct_component.clone(),
+            correct_threshold: rule.correct_threshold,
+            ..RewardConfig::default()
+        };
+        let scorer = Scorer::new(&config)
+            .map_err(anyhow::Error::msg)
+            .with_context(|| format!("reward spec {}", spec.display()))?;
+        Ok(Self {
+            scorer,
+            rule: rule_text(&rule.correct_component, rule.correct_threshold),
+        })
+    }
+
+    /// Scores every completion of one sample; a sample whose target cannot be scored is an error
+    /// naming it.
+    pub(crate) fn score(&self, rolled: &Rolled) -> Result<Vec<CompletionRecord>, String> {
+        rolled
+            .completions
+            .iter()
+            .map(|(c, text)| {
+                self.scorer.score(&Scoring {
+                    sample: rolled.sample,
+                    resized: rolled.resized,
+                    group: 0,
+                    text,
+                    tokens: c.tokens.len(),
+                    truncated: c.finish == FinishReason::Length,
+                })
+            })
+            .collect()
+    }
+}
+
+fn write_lines(
     out: &mut impl Write,
-    hf: &HfModel,
     args: &Args,
-    sample: &Sample,
-    c: &Completion,
+    rolled: &Rolled,
+    records: Option<&[CompletionRecord]>,
 ) -> anyhow::Result<()> {
-    let ids: Vec<u32> = c.tokens.iter().map(|&t| t as u32).collect();
-    let line = Line {
-        id: &sample.id,
-        source: &sample.source,
-        sample: c.sample_index,
-        completion: hf.processor.tokenizer.decode(&ids, true)?,
-        tokens: c.tokens.len(),
-        finish_reason: match c.finish {
-            FinishReason::Eos => "eos",
-            FinishReason::StopString => "stop",
-            FinishReason::Length => "length",
-        },
-        temperature: args.temperature,
-        logprobs: args.logprobs.then_some(c.logprobs.as_slice()),
-    };
-    serde_json::to_writer(&mut *out, &line)?;
-    out.write_all(b"\n")?;
+    for (i, (c, text)) in rolled.completions.iter().enumerate() {
+        let record = records.and_then(|r| r.get(i));
+        let line = Line {
+            id: &rolled.sample.id,
+            source: &rolled.sample.source,
+            sample: c.sample_index,
+            completion: text,
+            tokens: c.tokens.len(),
+            finish_reason: match c.finish {
+                FinishReason::Eos => "eos",
+                FinishReason::StopString => "stop",
+                FinishReason::Length => "length",
+            },
+            temperature: args.temperature,
+            reward: record.map(|r| r.reward),
+            correct: record.and_then(|r| r.correct),
+            logprobs: args.logprobs.then_some(c.logprobs.as_slice()),
+        };
+        serde_json::to_writer(&mut *out, &line)?;
+        out.write_all(b"\n")?;
+    }
     Ok(())
 }
