@@ -36,6 +36,10 @@ enum Command {
     Rollout(commands::rollout::Args),
     /// GRPO training from a TOML config (dotted overrides), or --resume a run folder.
     Train(commands::train::Args),
+    /// Multi-round curriculum: next round's data from a pass-rate ledger, round-to-round transitions,
+    /// temperature sweeps.
+    #[command(subcommand)]
+    Curate(commands::curate::CurateCommand),
     /// Memory pre-flight of a training config: GiB per part, the peak, and whether it fits the GPU.
     Plan(commands::plan::Args),
     /// Measure the model and the rollout engine on synthetic screenshot batches.
@@ -55,6 +59,7 @@ fn main() -> ExitCode {
         Command::Bench(cmd) => commands::bench::run(cmd),
         Command::Rollout(args) => commands::rollout::run(args),
         Command::Plan(args) => commands::plan::run(args),
+        Command::Curate(cmd) => commands::curate::run(cmd),
         Command::Train(args) => commands::train::run(args),
     };
     match result {

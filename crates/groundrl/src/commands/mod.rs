@@ -1,4 +1,5 @@
 pub mod bench;
+pub mod curate;
 pub mod data;
 pub mod eval;
 pub mod model;

@@ -1,0 +1,384 @@
+//! `groundrl curate next` and `curate compare` on small hand-written ledgers, and `groundrl rollout
+//! --reward --ledger` on the tiny model writing the ledger they read.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use groundrl_core::rng::keyed;
+use serde_json::Value;
+
+fn groundrl(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_groundrl"))
+        .args(args)
+        .output()
+        .expect("groundrl runs")
+}
+
+fn ok(output: Output) -> Output {
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+fn path(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+/// A point-grounding sample line.
+fn sample(id: &str, source: &str) -> String {
+    format!(
+        r#"{{"id":"{id}","source":"{source}","task":"point_grounding","images":[{{"path":"a.png","width":100,"height":50}}],"instruction":"click it","targets":[{{"shape":{{"type":"box","coords":[1.0,2.0,30.0,40.0]}}}}],"frame":"pixel"}}"#
+    )
+}
+
+/// A ledger line of an offline batch under the rule `click >= 1`.
+fn entry(id: &str, source: &str, round: u32, n: u32, k: u32) -> String {
+    format!(
+        r#"{{"id":"{id}","source":"{source}","round":{round},"step":0,"n":{n},"k":{k},"mean_reward":{},"temperature":1.1,"rule":"click >= 1"}}"#,
+        f64::from(k) / f64::from(n)
+    )
+}
+
+fn write_lines(path: &Path, lines: &[String]) -> PathBuf {
+    std::fs::write(path, lines.join("\n") + "\n").unwrap();
+    path.to_path_buf()
+}
+
+fn ids(pool: &Path) -> Vec<String> {
+    std::fs::read_to_string(pool)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect()
+}
+
+/// Ten samples (s1-s4 of source a, s5-s10 of b) and a ledger giving each its round-1 outcome (in the
+/// comments); s10 has no entry. Round 0 says s2 was solved: `next` reads round 1, the latest.
+fn next_fixture(dir: &Path) -> (PathBuf, PathBuf) {
+    let data: Vec<String> = (1..=10)
+        .map(|i| sample(&format!("s{i}"), if i <= 4 { "a" } else { "b" }))
+        .collect();
+    let ledger = vec![
+        entry("s2", "a", 0, 8, 8),
+        entry("s1", "a", 1, 8, 8), // solved
+        entry("s2", "a", 1, 8, 3), // partial
+        entry("s3", "a", 1, 8, 5), // partial
+        entry("s4", "a", 1, 8, 0), // unsolved
+        entry("s5", "b", 1, 8, 1), // partial
+        entry("s6", "b", 1, 8, 0), // unsolved
+        entry("s7", "b", 1, 8, 0), // unsolved
+        entry("s8", "b", 1, 8, 8), // solved
+        entry("s9", "b", 1, 8, 7), // partial
+    ];
+    (
+        write_lines(&dir.join("data.jsonl"), &data),
+        write_lines(&dir.join("ledger.jsonl"), &ledger),
+    )
+}
+
+#[test]
+fn next_writes_the_pool_and_reports_per_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, ledger) = next_fixture(dir.path());
+    let out = dir.path().join("next.jsonl");
+    let output = ok(groundrl(&[
+        "curate",
+        "next",
+        "--ledger",
+        &path(&ledger),
+        "--data",
+        &path(&data),
+        "--out",
+        &path(&out),
+        "--seed",
+        "1",
+    ]));
+    // 4 partial kept; one unsolved makes 1 / 5 = 20%: the first of s4, s6, s7 in the seeded order.
+    let mut unsolved = ["s4", "s6", "s7"];
+    unsolved.sort_by_key(|id| keyed(1, id));
+    assert_eq!(unsolved[0], "s6");
+    assert_eq!(ids(&out), ["s2", "s3", "s5", "s6", "s9", "s10"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("round 1 (click >= 1): 6 of 10 samples written"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("k = 0 share: 20.0%"), "{stdout}");
+    assert!(
+        stdout.contains("1 sample(s) without a ledger entry, kept: s10"),
+        "{stdout}"
+    );
+
+    let output = ok(groundrl(&[
+        "curate",
+        "next",
+        "--ledger",
+        &path(&ledger),
+        "--data",
+        &path(&data),
+        "--out",
+        &path(&out),
+        "--exclude-source",
+        "b",
+        "--drop-unseen",
+        "--json",
+    ]));
+    // a: s2 and s3 partial; s4 as the one unsolved (1 / 3 is closer to 20% than 0 / 2).
+    assert_eq!(ids(&out), ["s2", "s3", "s4"]);
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["zero_share"], 1.0 / 3.0);
+    assert_eq!(report["unseen"], serde_json::json!(["s10"]));
+    assert_eq!(report["unseen_kept"], false);
+    let b = &report["by_source"]["b"];
+    assert_eq!(
+        (b["data"].as_u64(), b["filtered"].as_u64(), b["kept"].as_u64()),
+        (Some(6), Some(6), Some(0))
+    );
+    // b's ledger samples: 2 of 5 never solved.
+    assert_eq!(b["unsolved_rate"], 0.4);
+    assert_eq!(report["by_source"]["a"]["unsolved_rate"], 0.25);
+}
+
+#[test]
+fn next_skips_and_names_a_bad_ledger_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, ledger) = next_fixture(dir.path());
+    let mut text = std::fs::read_to_string(&ledger).unwrap();
+    text.push_str(&entry("s10", "b", 1, 8, 9));
+    std::fs::write(&ledger, text).unwrap();
+    let out = dir.path().join("next.jsonl");
+    let output = groundrl(&[
+        "curate",
+        "next",
+        "--ledger",
+        &path(&ledger),
+        "--data",
+        &path(&data),
+        "--out",
+        &path(&out),
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("ledger.jsonl: line 11: k: 9 is more than n = 8"),
+        "{stderr}"
+    );
+    assert_eq!(ids(&out).len(), 6, "the pool is still written");
+}
+
+#[test]
+fn compare_writes_the_transition_matrix_and_k_per_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let before = write_lines(
+        &dir.path().join("before.jsonl"),
+        &[
+            entry("a", "web", 1, 4, 0),
+            entry("b", "web", 1, 4, 0),
+            entry("c", "app", 1, 4, 2),
+            entry("d", "app", 1, 4, 4),
+            entry("gone", "app", 1, 4, 1),
+        ],
+    );
+    let after = write_lines(
+        &dir.path().join("after.jsonl"),
+        &[
+            entry("a", "web", 2, 4, 0),
+            entry("b", "web", 2, 4, 3),
+            entry("c", "app", 2, 4, 4),
+            entry("d", "app", 2, 4, 4),
+            entry("new", "web", 2, 4, 1),
+        ],
+    );
+    let out = dir.path().join("cmp");
+    ok(groundrl(&[
+        "curate",
+        "compare",
+        "--before",
+        &path(&before),
+        "--after",
+        &path(&after),
+        "--out",
+        &path(&out),
+    ]));
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("compare.json")).unwrap()).unwrap();
+    let t = &json["transition"];
+    assert_eq!(
+        t["counts"],
+        serde_json::json!([
+            [1, 0, 0, 1, 0],
+            [0, 0, 0, 0, 0],
+            [0, 0, 0, 0, 1],
+            [0, 0, 0, 0, 0],
+            [0, 0, 0, 0, 1]
+        ])
+    );
+    assert_eq!(
+        (
+            t["shared"].as_u64(),
+            t["only_before"].as_u64(),
+            t["only_after"].as_u64()
+        ),
+        (Some(4), Some(1), Some(1))
+    );
+    assert_eq!(json["before"]["round"], 1);
+    assert_eq!(json["after"]["round"], 2);
+    assert_eq!(
+        json["before"]["k_by_source"]["sources"]["app"],
+        serde_json::json!([0, 1, 1, 0, 1])
+    );
+    assert_eq!(
+        json["after"]["k_by_source"]["sources"]["web"],
+        serde_json::json!([1, 1, 0, 1, 0])
+    );
+
+    // k of 8 against k of 4 does not compare.
+    let eight = write_lines(&dir.path().join("eight.jsonl"), &[entry("a", "web", 3, 8, 1)]);
+    let output = groundrl(&[
+        "curate",
+        "compare",
+        "--before",
+        &path(&before),
+        "--after",
+        &path(&eight),
+        "--out",
+        &path(&out),
+    ]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("rounds 1 and 3: n = 4 before but n = 8 after"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn rollout_appends_one_ledger_entry_per_sample() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(groundrl(&[
+        "model",
+        "init",
+        "--preset",
+        "tiny",
+        "--out",
+        &path(&d.join("tiny")),
+    ]));
+    ok(groundrl(&[
+        "synth",
+        "--out",
+        &path(&d.join("synth")),
+        "--n",
+        "1",
+        "--seed",
+        "0",
+        "--difficulty",
+        "easy",
+        "--prompt",
+        "instruct",
+    ]));
+    let data = d.join("synth/samples.jsonl");
+    let sample_ids: Vec<String> = ids(&data);
+    let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/rewards/length-only.toml");
+    let ledger = d.join("ledger.jsonl");
+    let rollout = |round: &str, threshold: &str| {
+        ok(groundrl(&[
+            "rollout",
+            "--model",
+            &path(&d.join("tiny")),
+            "--data",
+            &path(&data),
+            "--n",
+            "2",
+            "--max-new-tokens",
+            "6",
+            "--batch",
+            "2",
+            "--seed",
+            "3",
+            "--device",
+            "cpu",
+            "--dtype",
+            "f32",
+            "--reward",
+            &path(&spec),
+            "--correct-component",
+            "brevity",
+            "--correct-threshold",
+            threshold,
+            "--ledger",
+            &path(&ledger),
+            "--round",
+            round,
+            "--out",
+            &path(&d.join("rollouts.jsonl")),
+        ]))
+    };
+    rollout("0", "0.5");
+    rollout("1", "0.9");
+    let entries: Vec<Value> = std::fs::read_to_string(&ledger)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(entries.len(), 2 * sample_ids.len());
+    // The random tiny model runs every completion to the 6-token limit (as in cli_rollout.rs): the
+    // cosine length reward of 6 tokens out of 17 is 0.5 (1 + cos(6 pi / 17)) = 0.7229, which passes
+    // 0.5 and fails 0.9.
+    let reward = 0.5 * (1.0 + (6.0 * std::f64::consts::PI / 17.0).cos());
+    for (i, e) in entries.iter().enumerate() {
+        let (round, k, rule) = if i < sample_ids.len() {
+            (0, 2, "brevity >= 0.5")
+        } else {
+            (1, 0, "brevity >= 0.9")
+        };
+        assert_eq!(e["id"], sample_ids[i % sample_ids.len()].as_str(), "{e}");
+        assert_eq!(
+            (e["round"].as_u64(), e["step"].as_u64(), e["n"].as_u64()),
+            (Some(round), Some(0), Some(2)),
+            "{e}"
+        );
+        assert_eq!(e["k"].as_u64(), Some(k), "{e}");
+        assert_eq!(e["rule"], rule);
+        assert!((e["mean_reward"].as_f64().unwrap() - reward).abs() < 1e-9, "{e}");
+    }
+    let line: Value = serde_json::from_str(
+        std::fs::read_to_string(d.join("rollouts.jsonl"))
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(line["correct"], false);
+    assert!((line["reward"].as_f64().unwrap() - reward).abs() < 1e-9);
+
+    // The ledger is what `curate next` reads: round 1 has every sample at k = 0, so no partial sample
+    // is kept and the 20% share of nothing is nothing.
+    let out = d.join("next.jsonl");
+    let output = ok(groundrl(&[
+        "curate",
+        "next",
+        "--ledger",
+        &path(&ledger),
+        "--data",
+        &path(&data),
+        "--out",
+        &path(&out),
+        "--json",
+    ]));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        report["total"]["unsolved"].as_u64(),
+        Some(sample_ids.len() as u64)
+    );
+    assert_eq!(ids(&out).len(), 0);
+}
