@@ -38,6 +38,9 @@ enum Command {
     Train(commands::train::Args),
     /// Memory pre-flight of a training config: GiB per part, the peak, and whether it fits the GPU.
     Plan(commands::plan::Args),
+    /// The whole path on synthetic screenshots, no downloads: data, warm-up, GRPO, held-out
+    /// evaluation before and after, HTML report.
+    Demo(commands::demo::Args),
     /// Measure the model and the rollout engine on synthetic screenshot batches.
     #[command(subcommand)]
     Bench(commands::bench::BenchCommand),
@@ -56,6 +59,7 @@ fn main() -> ExitCode {
         Command::Rollout(args) => commands::rollout::run(args),
         Command::Plan(args) => commands::plan::run(args),
         Command::Train(args) => commands::train::run(args),
+        Command::Demo(args) => commands::demo::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,5 +1,6 @@
 pub mod bench;
 pub mod data;
+pub mod demo;
 pub mod eval;
 pub mod model;
 pub mod plan;
