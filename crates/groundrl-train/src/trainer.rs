@@ -1046,6 +1046,7 @@ fn load_policy(cfg: &TrainConfig, run_dir: &Path) -> Result<HfModel, TrainError>
             if !dir.join("config.json").exists() {
                 let written = match preset {
                     ModelPreset::Tiny => hf_folder::write_tiny(&dir, m.seed, kind),
+                    ModelPreset::Small => hf_folder::write_small(&dir, m.seed, kind),
                     _ => hf_folder::write_3b_with_tiny_tokenizer(&dir, m.seed, kind),
                 };
                 written.map_err(setup)?;
