@@ -10,6 +10,7 @@ pub mod geometry;
 pub mod metrics;
 pub mod named;
 pub mod parse;
+pub mod plot;
 pub mod prompt;
 pub mod resize;
 pub mod reward;

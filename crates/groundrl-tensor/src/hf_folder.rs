@@ -129,6 +129,13 @@ pub fn write_tiny(dir: &Path, seed: i64, kind: Kind) -> Result<(), FolderError> 
     write_with_tiny_tokenizer(dir, &config, seed, kind, TINY_MAX_PIXELS)
 }
 
+/// Writes the random-init `small` preset (about 30M parameters) with the tiny tokenizer and the tiny
+/// preset's pixel budget.
+pub fn write_small(dir: &Path, seed: i64, kind: Kind) -> Result<(), FolderError> {
+    let config = presets::small(i64::from(tiny_tokenizer::VOCAB_SIZE), &tiny_ids());
+    write_with_tiny_tokenizer(dir, &config, seed, kind, TINY_MAX_PIXELS)
+}
+
 /// Writes a random-init model of Qwen2.5-VL-3B's shape that uses the tiny tokenizer (its special
 /// ids; the vocabulary keeps Qwen's size), for measuring training and rollouts of the real shape end
 /// to end where Qwen's tokenizer cannot be shipped. Pixel budget: the processor's default.

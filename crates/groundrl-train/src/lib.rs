@@ -12,5 +12,6 @@ pub mod loss;
 pub mod optim;
 pub mod plan;
 pub mod scoring;
+pub mod sft;
 pub mod trainer;
 pub mod update;

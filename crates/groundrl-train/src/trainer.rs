@@ -9,9 +9,13 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use groundrl_core::data::Sample;
+use groundrl_core::frame::{Frame, ImageFrames, Size};
+use groundrl_core::metrics::grounding::{Answer, RawAnswer, Resolved, resolve::resolve};
+use groundrl_core::prompt::answer::reference_answer;
 use groundrl_core::rng::keyed;
 use groundrl_core::telemetry::{
-    CompletionRecord, EventWriter, HealthMonitor, JsonlLog, RolloutStats, Scalars, StepRecord,
+    CompletionRecord, EvalRecord, EventWriter, HealthMonitor, JsonlLog, RolloutStats, Scalars, StepRecord,
 };
 use groundrl_tensor::hf_folder::{self, HfModel};
 use groundrl_tensor::processor::Encoded;
@@ -29,12 +33,18 @@ use crate::config::{EarlyStoppingMode, ModelPreset, TrainConfig};
 use crate::dataset::{Dataset, epoch_order, fixed_subsample};
 use crate::optim::{AdamW, lr_at};
 use crate::scoring::{Scorer, Scoring};
-use crate::update::{Row, UpdateSettings, kl_penalties, update};
+use crate::sft::{SftSettings, sft_step};
+use crate::update::{Row, UpdateReport, UpdateSettings, kl_penalties, update};
 
 /// The resolved config's file name in the run folder.
 pub const CONFIG_FILE: &str = "config.toml";
 /// The per-step JSONL log in the run folder.
 pub const METRICS_FILE: &str = "metrics.jsonl";
+/// The warm-up's per-step JSONL log in the run folder ([`SftRecord`]s).
+pub const SFT_FILE: &str = "sft.jsonl";
+/// The folder of held-out evaluations in the run folder: `before.jsonl`, `after.jsonl` of
+/// [`EvalRecord`]s.
+pub const EVAL_DIR: &str = "eval";
 /// Dense bf16 peak of an H100/H200 SXM (FLOP/s), the MFU denominator.
 pub const H100_BF16_FLOPS: f64 = 989e12;
 
@@ -53,6 +63,43 @@ pub struct RunState {
     pub validations_without_gain: u32,
     /// Samples skipped because they could not be encoded or scored.
     pub bad_samples: u64,
+    /// Warm-up steps done.
+    #[serde(default)]
+    pub sft_step: u32,
+    /// Labels of the held-out evaluations done (`before`, `after`).
+    #[serde(default)]
+    pub evaluations: Vec<String>,
+}
+
+/// One line of the warm-up log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SftRecord {
+    /// 1-based warm-up step.
+    pub step: u32,
+    /// Mean negative log-likelihood per answer token, before the step's update.
+    pub loss: f64,
+    pub grad_norm: f64,
+    pub lr: f64,
+    /// False when non-finite gradients made the optimizer skip the step.
+    pub applied: bool,
+    pub answer_tokens: u64,
+    /// Prompt and answer tokens through the model per second.
+    pub tokens_per_s: f64,
+    pub seconds: f64,
+}
+
+/// The accuracy of one held-out evaluation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Evaluation {
+    pub label: String,
+    pub samples: usize,
+    pub correct: usize,
+}
+
+impl Evaluation {
+    pub fn accuracy(&self) -> f64 {
+        self.correct as f64 / self.samples.max(1) as f64
+    }
 }
 
 /// Why [`Trainer::run`] ended.
@@ -97,15 +144,21 @@ pub struct Trainer {
     policy: HfModel,
     reference: Option<Qwen25Vl>,
     optimizer: AdamW,
+    /// The tensors the optimizer updates, by name: GRPO starts a fresh optimizer on them after the
+    /// warm-up.
+    trainable: Vec<(String, Tensor)>,
     /// Parameters the optimizer updates (for MFU).
     optimizer_parameters: i64,
     scorer: Scorer,
     train: Dataset,
     val: Dataset,
+    test: Dataset,
     pub state: RunState,
     log: JsonlLog,
     events: EventWriter,
     health: HealthMonitor,
+    /// The held-out evaluations this process ran.
+    evaluations: Vec<Evaluation>,
 }
 
 impl Trainer {
@@ -129,9 +182,16 @@ impl Trainer {
     }
 
     /// Continues the run in `run_dir` from its latest checkpoint, with the config it was started with.
+    /// A run stopped before its first checkpoint (during the warm-up, say) starts over in its folder.
     pub fn resume(run_dir: &Path) -> Result<Self, TrainError> {
         let cfg = TrainConfig::load(&run_dir.join(CONFIG_FILE), &[]).map_err(setup)?;
-        let checkpoint = load_latest::<RunState>(run_dir)?;
+        let checkpoint = match load_latest::<RunState>(run_dir) {
+            Err(crate::checkpoint::CheckpointError::Missing { .. }) => {
+                eprintln!("{}: no checkpoint yet: starting the run over", run_dir.display());
+                return Self::build(cfg, run_dir.to_path_buf(), Some(0));
+            }
+            loaded => loaded?,
+        };
         let mut trainer = Self::build(cfg, run_dir.to_path_buf(), Some(checkpoint.step))?;
         restore_tensors(
             &trainer
@@ -186,7 +246,7 @@ impl Trainer {
         policy.processor.image.min_pixels = cfg.model.min_pixels;
         policy.processor.image.max_pixels = cfg.model.max_pixels;
         let optimizer_parameters = trainable.iter().map(|(_, t)| t.numel() as i64).sum();
-        let optimizer = AdamW::new(trainable, &cfg.optim).map_err(setup)?;
+        let optimizer = AdamW::new(shallow(&trainable), &cfg.optim).map_err(setup)?;
         let scorer = Scorer::new(&cfg.reward).map_err(setup)?;
         let train = Dataset::load(&cfg.data.train).map_err(setup)?;
         if train.is_empty() {
@@ -195,16 +255,21 @@ impl Trainer {
                 cfg.data.train.display()
             )));
         }
-        let val = match cfg.data.val.as_os_str().is_empty() {
-            true => Dataset::empty(),
-            false => Dataset::load(&cfg.data.val).map_err(setup)?,
+        let optional = |path: &Path| match path.as_os_str().is_empty() {
+            true => Ok(Dataset::empty()),
+            false => Dataset::load(path).map_err(setup),
         };
-        for line in train.skipped.iter().chain(&val.skipped) {
+        let (val, test) = (optional(&cfg.data.val)?, optional(&cfg.data.test)?);
+        for line in train.skipped.iter().chain(&val.skipped).chain(&test.skipped) {
             eprintln!("skipped: {line}");
         }
         let log_path = run_dir.join(METRICS_FILE);
         if let Some(step) = resumed_at {
             truncate_log(&log_path, step)?;
+            if step == 0 {
+                // Checkpoints come after the warm-up: a run resumed at step 0 redoes all of it.
+                truncate_log(&run_dir.join(SFT_FILE), 0)?;
+            }
         }
         let log = JsonlLog::open(&log_path)?;
         let events = EventWriter::create(run_dir.join("tensorboard"))?;
@@ -215,14 +280,17 @@ impl Trainer {
             policy,
             reference,
             optimizer,
+            trainable,
             optimizer_parameters,
             scorer,
             train,
             val,
+            test,
             state: RunState::default(),
             log,
             events,
             health,
+            evaluations: Vec::new(),
         })
     }
 
@@ -230,6 +298,8 @@ impl Trainer {
     /// `on_step` sees each step's record (for a progress bar). Saves a checkpoint at the end (unless
     /// `trainer.save_freq` is 0).
     pub fn run(&mut self, mut on_step: impl FnMut(&StepRecord)) -> Result<Ending, TrainError> {
+        self.warm_up(|_| {})?;
+        self.evaluate_once("before")?;
         let ending = loop {
             if let Some(ending) = self.finished() {
                 break ending;
@@ -259,7 +329,229 @@ impl Trainer {
         {
             self.save()?;
         }
+        if !diverged {
+            self.evaluate_once("after")?;
+        }
         Ok(ending)
+    }
+
+    /// Runs the supervised warm-up (`[sft]`) to its last step, unless done; `on_step` sees each
+    /// step's record. GRPO then starts from a fresh optimizer, and a checkpoint is saved (unless
+    /// `trainer.save_freq` is 0) so that a resumed run never repeats the warm-up.
+    pub fn warm_up(&mut self, mut on_step: impl FnMut(&SftRecord)) -> Result<(), TrainError> {
+        let steps = self.cfg.sft.steps;
+        if self.state.sft_step >= steps {
+            return Ok(());
+        }
+        let mut log = JsonlLog::open(self.run_dir.join(SFT_FILE))?;
+        while self.state.sft_step < steps {
+            let record = self.warm_up_step()?;
+            log.append(&record)?;
+            let scalars = [
+                ("sft/loss".to_string(), record.loss),
+                ("sft/lr".to_string(), record.lr),
+            ];
+            self.events.add_scalars(u64::from(record.step), &scalars)?;
+            on_step(&record);
+        }
+        self.optimizer = AdamW::new(shallow(&self.trainable), &self.cfg.optim).map_err(setup)?;
+        if self.cfg.trainer.save_freq > 0 {
+            self.save()?;
+        }
+        Ok(())
+    }
+
+    /// One warm-up step: the reference answers of the next `sft.batch_size` training samples (in
+    /// the warm-up's own seeded order), one optimizer step of cross-entropy on them.
+    fn warm_up_step(&mut self) -> Result<SftRecord, TrainError> {
+        let start = Instant::now();
+        let step = self.state.sft_step;
+        let mut examples: Vec<(Encoded, Vec<i64>)> = Vec::new();
+        for index in self.warm_up_indices(step) {
+            let sample = &self.train.samples[index];
+            match self.reference_example(sample) {
+                Ok(example) => examples.push(example),
+                Err(e) => {
+                    eprintln!("skipped sample {} in the warm-up: {e}", sample.id);
+                    self.state.bad_samples += 1;
+                }
+            }
+        }
+        if examples.is_empty() {
+            return Err(setup(format!(
+                "warm-up step {}: none of its samples has a reference answer (see above)",
+                step + 1
+            )));
+        }
+        let rows: Vec<Row> = examples
+            .iter()
+            .map(|(prompt, tokens)| Row {
+                prompt,
+                tokens,
+                advantage: 0.0,
+                counts: true,
+            })
+            .collect();
+        let lr = self.cfg.sft.lr_at(step);
+        let settings = SftSettings {
+            micro_batch_size: self.cfg.trainer.micro_batch_size as usize,
+            checkpoint: self.cfg.model.gradient_checkpointing,
+            logprob_chunk: i64::from(self.cfg.trainer.logprob_chunk),
+            lr,
+        };
+        let report = sft_step(
+            &self.policy.model,
+            &self.policy.processor,
+            &mut self.optimizer,
+            &rows,
+            &settings,
+        )?;
+        self.state.sft_step += 1;
+        let seconds = start.elapsed().as_secs_f64();
+        Ok(SftRecord {
+            step: self.state.sft_step,
+            loss: report.loss,
+            grad_norm: report.grad_norm,
+            lr,
+            applied: report.applied,
+            answer_tokens: report.answer_tokens,
+            tokens_per_s: report.tokens as f64 / seconds.max(1e-9),
+            seconds,
+        })
+    }
+
+    /// The training samples of warm-up step `step`: positions `step * batch_size ..` of the
+    /// concatenated epoch orders of the warm-up's seed, so a resumed warm-up sees the same batches.
+    fn warm_up_indices(&self, step: u32) -> Vec<usize> {
+        let len = self.train.len();
+        let size = self.cfg.sft.batch_size as usize;
+        let seed = keyed(self.cfg.data.seed, "sft");
+        let first = step as usize * size;
+        let mut order: Option<(usize, Vec<usize>)> = None;
+        (first..first + size)
+            .map(|position| {
+                let epoch = position / len;
+                if order.as_ref().is_none_or(|(e, _)| *e != epoch) {
+                    order = Some((epoch, epoch_order(len, seed, epoch as u64)));
+                }
+                order.as_ref().map_or(0, |(_, o)| o[position % len])
+            })
+            .collect()
+    }
+
+    /// A sample's prompt and its reference answer's tokens, ended by the end-of-turn token.
+    fn reference_example(&self, sample: &Sample) -> Result<(Encoded, Vec<i64>), String> {
+        let processor = &self.policy.processor;
+        let encoded = processor
+            .encode_sample(sample, &self.train.base, None)
+            .map_err(|e| e.to_string())?;
+        let frames = self.frames_of(sample, &encoded)?;
+        let text = reference_answer(sample, frames).map_err(|e| e.to_string())?;
+        let mut tokens: Vec<i64> = processor
+            .tokenizer
+            .encode(&text)
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(i64::from)
+            .collect();
+        tokens.push(i64::from(processor.tokenizer.special_ids().eos));
+        Ok((encoded, tokens))
+    }
+
+    /// The original and resized sizes of the sample's first image, as the processor resized it.
+    fn frames_of(&self, sample: &Sample, encoded: &Encoded) -> Result<ImageFrames, String> {
+        let patch = f64::from(self.policy.processor.image.patch_size);
+        match (sample.images.first(), encoded.image_grids.first()) {
+            (Some(image), Some(grid)) => Ok(ImageFrames {
+                original: Size::new(f64::from(image.width), f64::from(image.height)),
+                resized: Size::new(grid[2] as f64 * patch, grid[1] as f64 * patch),
+            }),
+            _ => Err(format!("sample {}: no image in its prompt", sample.id)),
+        }
+    }
+
+    /// Answers every held-out test sample greedily once per `label` (unless done already): writes
+    /// `eval/<label>.jsonl` and logs the accuracy. Nothing to do without `data.test`.
+    pub fn evaluate_once(&mut self, label: &str) -> Result<Option<Evaluation>, TrainError> {
+        if self.test.is_empty() || self.state.evaluations.iter().any(|l| l == label) {
+            return Ok(None);
+        }
+        let indices: Vec<usize> = (0..self.test.len()).collect();
+        let mut records = Vec::new();
+        for chunk in indices.chunks(self.cfg.rollout.prompts_per_step.max(1) as usize) {
+            for group in self.sample_groups(chunk, 0, Split::Test)? {
+                records.push(self.eval_record(&group)?);
+            }
+        }
+        let dir = self.run_dir.join(EVAL_DIR);
+        std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+        let path = dir.join(format!("{label}.jsonl"));
+        let _ = std::fs::remove_file(&path);
+        let mut log = JsonlLog::open(&path)?;
+        for record in &records {
+            log.append(record)?;
+        }
+        let evaluation = Evaluation {
+            label: label.to_string(),
+            samples: records.len(),
+            correct: records.iter().filter(|r| r.correct).count(),
+        };
+        eprintln!(
+            "held-out {label}: {}/{} correct ({:.1}%)",
+            evaluation.correct,
+            evaluation.samples,
+            100.0 * evaluation.accuracy()
+        );
+        self.state.evaluations.push(label.to_string());
+        self.evaluations.push(evaluation.clone());
+        Ok(Some(evaluation))
+    }
+
+    /// The evaluation record of a test sample's greedy answer: the answer placed in original pixels
+    /// the way the reward spec reads it.
+    fn eval_record(&self, group: &Group) -> Result<EvalRecord, TrainError> {
+        let sample = &self.test.samples[group.index];
+        let (completion, scored) = match (group.completions.first(), group.records.first()) {
+            (Some(c), Some(r)) => (c, r),
+            _ => return Err(setup(format!("sample {}: no answer to evaluate", sample.id))),
+        };
+        let ids: Vec<u32> = completion.tokens.iter().map(|&t| t as u32).collect();
+        let text = self
+            .policy
+            .processor
+            .tokenizer
+            .decode(&ids, true)
+            .map_err(setup)?;
+        let frames = self.frames_of(sample, &group.encoded).map_err(setup)?;
+        let spec = &self.scorer.spec;
+        let raw = RawAnswer::Completion(text.clone());
+        let (point, pred_box) = match resolve(&raw, frames, spec.model_frame, spec.detect_frame) {
+            Resolved::Answer {
+                answer: Answer::Click { point, bbox },
+                ..
+            } => (Some([point.x, point.y]), bbox.map(|b| [b.x1, b.y1, b.x2, b.y2])),
+            _ => (None, None),
+        };
+        Ok(EvalRecord {
+            id: sample.id.clone(),
+            source: sample.source.clone(),
+            // As the trainer opened it, so a report can find it from anywhere.
+            image: sample
+                .images
+                .first()
+                .map(|i| self.test.base.join(&i.path).display().to_string())
+                .unwrap_or_default(),
+            width: frames.original.width as u32,
+            height: frames.original.height as u32,
+            instruction: sample.instruction.clone(),
+            targets: pixel_boxes(sample, frames),
+            completion: text,
+            point,
+            pred_box,
+            correct: scored.correct == Some(true),
+            reward: scored.reward,
+            confidence: scored.confidence,
+        })
     }
 
     fn finished(&self) -> Option<Ending> {
@@ -324,14 +616,21 @@ impl Trainer {
         for (row, advantage) in rows.iter_mut().zip(advantages) {
             row.advantage = advantage;
         }
-        let report = update(
-            &self.policy.model,
-            self.reference.as_ref(),
-            &self.policy.processor,
-            &mut self.optimizer,
-            &rows,
-            &settings,
-        )?;
+        let report = if rows.iter().all(|r| r.advantage == 0.0) && self.cfg.loss.advantage_only() {
+            // Every advantage is 0 (each group's rewards are equal) and the loss has no other
+            // term: the loss is identically 0, so its forward and backward passes are skipped, and
+            // so is the optimizer step (it would only apply weight decay).
+            UpdateReport::default()
+        } else {
+            update(
+                &self.policy.model,
+                self.reference.as_ref(),
+                &self.policy.processor,
+                &mut self.optimizer,
+                &rows,
+                &settings,
+            )?
+        };
         let update_seconds = update_start.elapsed().as_secs_f64();
         self.state.step += 1;
         if report.skipped_steps > 0 && report.optimizer_steps == 0 {
@@ -427,7 +726,7 @@ impl Trainer {
                 &format!("step {} draw {drawn}", self.state.step),
             );
             drawn += indices.len();
-            for group in self.sample_groups(&indices, seed, false)? {
+            for group in self.sample_groups(&indices, seed, Split::Train)? {
                 let group_id = kept.len() + dropped;
                 scored.extend(group.records.iter().map(|r| CompletionRecord {
                     group: group_id,
@@ -473,16 +772,21 @@ impl Trainer {
         out
     }
 
-    /// Encodes, samples and scores the samples at `indices` of the train set (or of the validation
-    /// set with `validation`: one greedy completion each). Samples that cannot be encoded or
-    /// scored are skipped and counted in [`RunState::bad_samples`].
+    /// Encodes, samples and scores the samples at `indices` of a split: `rollout.n` sampled
+    /// completions each from the train set, one greedy completion each from the others. Samples
+    /// that cannot be encoded or scored are skipped and counted in [`RunState::bad_samples`].
     fn sample_groups(
         &mut self,
         indices: &[usize],
         seed: u64,
-        validation: bool,
+        split: Split,
     ) -> Result<Vec<Group>, TrainError> {
-        let data = if validation { &self.val } else { &self.train };
+        let greedy = split != Split::Train;
+        let data = match split {
+            Split::Train => &self.train,
+            Split::Val => &self.val,
+            Split::Test => &self.test,
+        };
         let processor = &self.policy.processor;
         let mut groups = Vec::new();
         for &index in indices {
@@ -502,13 +806,13 @@ impl Trainer {
             .enumerate()
             .map(|(position, g)| GenerationRequest {
                 prompt: g.encoded.share(),
-                n: if validation { 1 } else { r.n as usize },
+                n: if greedy { 1 } else { r.n as usize },
                 first_sample: 0,
                 params: SamplingParams {
                     // By position in the draw: a sample drawn twice in one step (at an epoch's end
                     // and the next one's start) gets different completions.
                     seed: keyed(seed, &position.to_string()),
-                    temperature: if validation { 0.0 } else { r.temperature },
+                    temperature: if greedy { 0.0 } else { r.temperature },
                     top_p: r.top_p,
                     top_k: i64::from(r.top_k),
                     max_new_tokens: r.max_new_tokens as usize,
@@ -574,7 +878,7 @@ impl Trainer {
         let indices = fixed_subsample(self.val.len(), t.val_samples as usize, t.seed);
         let mut records = Vec::new();
         for chunk in indices.chunks(self.cfg.rollout.prompts_per_step.max(1) as usize) {
-            for g in self.sample_groups(chunk, 0, true)? {
+            for g in self.sample_groups(chunk, 0, Split::Val)? {
                 records.extend(g.records);
             }
         }
@@ -649,6 +953,39 @@ impl Trainer {
     pub fn run_dir(&self) -> &Path {
         &self.run_dir
     }
+
+    /// The held-out evaluations this process ran (`before`, `after`), in order.
+    pub fn evaluations(&self) -> &[Evaluation] {
+        &self.evaluations
+    }
+}
+
+/// The datasets of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Split {
+    Train,
+    Val,
+    Test,
+}
+
+/// The tensors again, sharing storage (a new optimizer over the same parameters).
+fn shallow(tensors: &[(String, Tensor)]) -> Vec<(String, Tensor)> {
+    tensors
+        .iter()
+        .map(|(n, t)| (n.clone(), t.shallow_clone()))
+        .collect()
+}
+
+/// The bounding boxes of the sample's targets in original pixels.
+fn pixel_boxes(sample: &Sample, frames: ImageFrames) -> Vec<[f64; 4]> {
+    sample
+        .targets
+        .iter()
+        .map(|t| {
+            let b = frames.convert_box(t.shape.bounding_box(), sample.frame, Frame::Pixel);
+            [b.x1, b.y1, b.x2, b.y2]
+        })
+        .collect()
 }
 
 /// A step's rollouts: the groups it trains on, and the records of every group scored (dropped ones
@@ -709,6 +1046,7 @@ fn load_policy(cfg: &TrainConfig, run_dir: &Path) -> Result<HfModel, TrainError>
             if !dir.join("config.json").exists() {
                 let written = match preset {
                     ModelPreset::Tiny => hf_folder::write_tiny(&dir, m.seed, kind),
+                    ModelPreset::Small => hf_folder::write_small(&dir, m.seed, kind),
                     _ => hf_folder::write_3b_with_tiny_tokenizer(&dir, m.seed, kind),
                 };
                 written.map_err(setup)?;

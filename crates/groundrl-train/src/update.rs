@@ -49,15 +49,15 @@ pub struct UpdateReport {
 }
 
 /// The training inputs of some rows on the model's device.
-struct MicroBatch {
-    batch: Batch,
+pub(crate) struct MicroBatch {
+    pub batch: Batch,
     /// (B, L) f32: 1 at completion tokens that count.
-    mask: Tensor,
+    pub mask: Tensor,
     /// (B,) f32.
-    advantages: Tensor,
-    tokens: u64,
+    pub advantages: Tensor,
+    pub tokens: u64,
     /// Completion tokens that count in the loss.
-    counted: u64,
+    pub counted: u64,
 }
 
 /// Runs the update over `rows` (old log-probs from the policy as it is now: a first pass without
@@ -179,7 +179,7 @@ pub fn kl_penalties(
 }
 
 /// The rows as one left-padded batch of prompt + completion, with the completion mask.
-fn micro_batch(processor: &Processor, rows: &[Row], device: Device) -> MicroBatch {
+pub(crate) fn micro_batch(processor: &Processor, rows: &[Row], device: Device) -> MicroBatch {
     let width = rows
         .iter()
         .map(|r| r.prompt.input_ids.len() + r.tokens.len())

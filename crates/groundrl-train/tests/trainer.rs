@@ -225,3 +225,59 @@ fn lora_with_a_kl_penalty_to_the_reference() {
     assert_eq!(penalty[0], 0.0);
     assert_ne!(penalty[2], 0.0);
 }
+
+/// The warm-up learns the reference answers (its loss falls), runs once (a resumed run does not
+/// repeat it), and the held-out set is answered before the first GRPO step and after the last, one
+/// record per sample with the answer placed in original pixels.
+#[test]
+fn warm_up_then_held_out_evaluations_before_and_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synthetic_data(dir.path());
+    let test = data.display().to_string();
+    let cfg = config(
+        dir.path(),
+        &data,
+        &[
+            "sft.steps=12",
+            "sft.batch_size=8",
+            "sft.lr=3e-3",
+            "trainer.max_steps=1",
+            "trainer.save_freq=5",
+            &format!("data.test={test}"),
+        ],
+    );
+    let run = cfg.trainer.run_dir.clone();
+    let mut trainer = Trainer::new(cfg).unwrap();
+    let mut losses = Vec::new();
+    trainer.warm_up(|r| losses.push(r.loss)).unwrap();
+    assert_eq!(losses.len(), 12);
+    let (first, last) = (losses[0], losses[11]);
+    assert!(last < 0.6 * first, "warm-up loss {first} -> {last}");
+    assert_eq!(trainer.state.sft_step, 12);
+    assert_eq!(trainer.run(|_| {}).unwrap(), Ending::Finished);
+    let labels: Vec<&str> = trainer.evaluations().iter().map(|e| e.label.as_str()).collect();
+    assert_eq!(labels, ["before", "after"]);
+    let samples = std::fs::read_to_string(&data).unwrap().lines().count();
+    for label in ["before", "after"] {
+        let text = std::fs::read_to_string(run.join(format!("eval/{label}.jsonl"))).unwrap();
+        let records: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(records.len(), samples);
+        let r = &records[0];
+        assert!(r["width"].as_u64().unwrap() >= 224 && r["targets"].as_array().unwrap().len() >= 1);
+        let evaluation = trainer.evaluations().iter().find(|e| e.label == label).unwrap();
+        let correct = records
+            .iter()
+            .filter(|r| r["correct"] == Value::Bool(true))
+            .count();
+        assert_eq!((evaluation.samples, evaluation.correct), (samples, correct));
+    }
+    let sft_lines = std::fs::read_to_string(run.join("sft.jsonl"))
+        .unwrap()
+        .lines()
+        .count();
+    assert_eq!(sft_lines, 12);
+    // Resumed from the last checkpoint (after the warm-up): nothing of the warm-up is redone.
+    let mut resumed = Trainer::resume(&run).unwrap();
+    assert_eq!(resumed.state.sft_step, 12);
+    resumed.warm_up(|_| panic!("the warm-up ran again")).unwrap();
+}

@@ -42,6 +42,9 @@ enum Command {
     Curate(commands::curate::CurateCommand),
     /// Memory pre-flight of a training config: GiB per part, the peak, and whether it fits the GPU.
     Plan(commands::plan::Args),
+    /// The whole path on synthetic screenshots, no downloads: data, warm-up, GRPO, held-out
+    /// evaluation before and after, HTML report.
+    Demo(commands::demo::Args),
     /// Measure the model and the rollout engine on synthetic screenshot batches.
     #[command(subcommand)]
     Bench(commands::bench::BenchCommand),
@@ -61,6 +64,7 @@ fn main() -> ExitCode {
         Command::Plan(args) => commands::plan::run(args),
         Command::Curate(cmd) => commands::curate::run(cmd),
         Command::Train(args) => commands::train::run(args),
+        Command::Demo(args) => commands::demo::run(args),
     };
     match result {
         Ok(code) => code,

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::FieldError;
 use crate::frame::Frame;
-use crate::geometry::BBox;
+use crate::geometry::{BBox, Point};
 
 /// What the model is asked to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -145,6 +145,40 @@ impl Sample {
 }
 
 impl Shape {
+    /// The shape's axis-aligned bounding box (a point's is empty).
+    pub fn bounding_box(&self) -> BBox {
+        match self {
+            Shape::Box(xyxy) => BBox::from_xyxy(*xyxy),
+            Shape::Point([x, y]) => BBox::from_xyxy([*x, *y, *x, *y]),
+            Shape::Polygon(vertices) => {
+                let xs = vertices.iter().map(|v| v[0]);
+                let ys = vertices.iter().map(|v| v[1]);
+                BBox::from_xyxy([
+                    xs.clone().fold(f64::INFINITY, f64::min),
+                    ys.clone().fold(f64::INFINITY, f64::min),
+                    xs.fold(f64::NEG_INFINITY, f64::max),
+                    ys.fold(f64::NEG_INFINITY, f64::max),
+                ])
+            }
+        }
+    }
+
+    /// Where a click on the shape lands: a box's centre, the point itself, a polygon's vertex mean
+    /// (inside every convex polygon; reference answers of concave ones may miss).
+    pub fn click_point(&self) -> Point {
+        match self {
+            Shape::Box(xyxy) => BBox::from_xyxy(*xyxy).centre(),
+            Shape::Point([x, y]) => Point::new(*x, *y),
+            Shape::Polygon(vertices) => {
+                let n = vertices.len().max(1) as f64;
+                let (sx, sy) = vertices
+                    .iter()
+                    .fold((0.0, 0.0), |(sx, sy), [x, y]| (sx + x, sy + y));
+                Point::new(sx / n, sy / n)
+            }
+        }
+    }
+
     /// Finite coordinates, `x1 <= x2` and `y1 <= y2` for boxes, three or more vertices for polygons.
     pub fn check(&self) -> Result<(), String> {
         let coords: Vec<f64> = match self {

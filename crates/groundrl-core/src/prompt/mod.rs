@@ -13,6 +13,7 @@
 //! assert_eq!(style.preset.answer_format(), "point");
 //! ```
 
+pub mod answer;
 pub mod presets;
 
 use std::sync::LazyLock;

@@ -15,12 +15,14 @@
 //! NaN as `null` without a word, which would hide the difference).
 
 pub mod alarms;
+pub mod eval;
 pub mod jsonl;
 pub mod record;
 pub mod stats;
 pub mod tensorboard;
 
 pub use alarms::{Alarm, HealthConfig, HealthMonitor};
+pub use eval::EvalRecord;
 pub use jsonl::JsonlLog;
 pub use record::{Scalars, StepRecord};
 pub use stats::{Accuracy, CompletionRecord, Correlation, LengthStats, RolloutStats, Summary};

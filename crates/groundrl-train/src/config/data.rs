@@ -15,6 +15,10 @@ pub struct DataConfig {
     pub train: PathBuf,
     /// Validation samples in the same formats; `""` for none. Default `""`.
     pub val: PathBuf,
+    /// Held-out test samples, every one answered greedily before the first GRPO step (after any
+    /// warm-up) and after the last: `eval/before.jsonl` and `eval/after.jsonl` in the run folder
+    /// hold each answer, and the run's summary the accuracy change. `""` for none. Default `""`.
+    pub test: PathBuf,
     /// Seed of the epoch shuffles. Default 0.
     pub seed: u64,
     /// Ask the model to think before answering (`<think>` then `<answer>`), with the standard
@@ -27,6 +31,7 @@ impl Default for DataConfig {
         Self {
             train: PathBuf::new(),
             val: PathBuf::new(),
+            test: PathBuf::new(),
             seed: 0,
             reasoning: false,
         }

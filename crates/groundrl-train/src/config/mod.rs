@@ -32,6 +32,7 @@ mod keys;
 mod model;
 mod reward;
 mod rollout;
+mod sft;
 mod trainer;
 
 use std::path::Path;
@@ -48,6 +49,7 @@ pub use data::DataConfig;
 pub use model::{DeviceKind, Dtype, LORA_TEXT_TARGETS, ModelConfig, ModelPreset};
 pub use reward::RewardConfig;
 pub use rollout::RolloutConfig;
+pub use sft::SftConfig;
 pub use trainer::{EarlyStoppingMode, TrainerConfig};
 
 /// The whole configuration of a training run.
@@ -61,6 +63,7 @@ pub struct TrainConfig {
     pub advantage: AdvantageConfig,
     pub loss: LossConfig,
     pub optim: OptimConfig,
+    pub sft: SftConfig,
     pub trainer: TrainerConfig,
     pub health: HealthConfig,
 }
@@ -150,6 +153,7 @@ impl TrainConfig {
         self.optim
             .validate()
             .map_err(|e| invalid("optim", e.to_string()))?;
+        self.sft.validate()?;
         self.trainer.validate()?;
         self.health
             .validate()

@@ -80,6 +80,8 @@ pub enum ModelPreset {
     None,
     /// The tiny model of `groundrl model init --preset tiny` (1.2M parameters, its own tokenizer).
     Tiny,
+    /// About 30M parameters with the tiny tokenizer (the GPU demo's model).
+    Small,
     /// Qwen2.5-VL-3B-Instruct's shape (about 3.75B parameters).
     #[serde(rename = "3b")]
     Qwen3b,
@@ -147,6 +149,10 @@ impl ModelConfig {
         match self.preset {
             ModelPreset::None => Ok(Qwen25VlConfig::load(&self.path.join("config.json"))?),
             ModelPreset::Tiny => Ok(presets::tiny(
+                i64::from(tiny_tokenizer::VOCAB_SIZE),
+                &hf_folder::tiny_ids(),
+            )),
+            ModelPreset::Small => Ok(presets::small(
                 i64::from(tiny_tokenizer::VOCAB_SIZE),
                 &hf_folder::tiny_ids(),
             )),

@@ -1,6 +1,7 @@
 pub mod bench;
 pub mod curate;
 pub mod data;
+pub mod demo;
 pub mod eval;
 pub mod model;
 pub mod plan;

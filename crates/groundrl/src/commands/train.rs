@@ -38,10 +38,26 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         (None, None) => bail!("give a config file or --resume RUN_DIR"),
     };
+    let ending = train_with_progress(&mut trainer)?;
+    Ok(report_ending(&trainer, ending))
+}
+
+/// A spinner with the elapsed time and a message.
+pub fn progress_bar() -> ProgressBar {
     let bar = ProgressBar::new_spinner();
     if let Ok(style) = ProgressStyle::with_template("{spinner} {elapsed} {msg}") {
         bar.set_style(style);
     }
+    bar
+}
+
+/// Runs the trainer (warm-up included) with a progress line per step.
+pub fn train_with_progress(trainer: &mut Trainer) -> anyhow::Result<Ending> {
+    let bar = progress_bar();
+    trainer.warm_up(|r| {
+        bar.set_message(format!("warm-up step {}: loss {:.3}", r.step, r.loss));
+        bar.tick();
+    })?;
     let ending = trainer.run(|record| {
         let accuracy = record.rollout.accuracy.share.unwrap_or(0.0);
         bar.set_message(format!(
@@ -51,6 +67,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         bar.tick();
     })?;
     bar.finish_and_clear();
+    Ok(ending)
+}
+
+/// Says why the run ended (and how many samples were skipped); the exit code: 3 for a run stopped by
+/// non-finite gradients.
+pub fn report_ending(trainer: &Trainer, ending: Ending) -> ExitCode {
     let dir = trainer.run_dir().display();
     let bad = trainer.state.bad_samples;
     match ending {
@@ -66,13 +88,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 "stopped: {steps} optimizer steps in a row had non-finite gradients (lower optim.lr, \
                  check the data); the last checkpoint in {dir} is usable with --resume"
             );
-            return Ok(ExitCode::from(3));
+            return ExitCode::from(3);
         }
     }
     if bad > 0 {
         eprintln!("{bad} sample(s) could not be encoded or scored and were skipped (listed above)");
     }
-    Ok(ExitCode::SUCCESS)
+    ExitCode::SUCCESS
 }
 
 /// Refuses a CUDA config whose memory plan does not fit, naming the knob to turn.

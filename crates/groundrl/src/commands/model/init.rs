@@ -8,7 +8,7 @@ use groundrl_tensor::qwen2_5_vl::{Qwen25Vl, presets};
 #[derive(clap::Args)]
 pub struct Args {
     /// `tiny`: a small model with our tokenizer, chat template and a CPU-sized pixel budget (complete
-    /// folder); `3b`: Qwen2.5-VL-3B's shape (config and weights only: no tokenizer can be shipped for it).
+    /// folder); `small`: the same with about 30M parameters; `3b`: Qwen2.5-VL-3B's shape (config and weights only: no tokenizer can be shipped for it).
     #[arg(long)]
     preset: String,
     /// Folder to write (created if missing).
@@ -28,12 +28,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let device = super::parse_device(&args.device)?;
     let config = match args.preset.as_str() {
         "3b" => presets::qwen2_5_vl_3b(),
-        "tiny" => {
-            hf_folder::write_tiny(&args.out, args.seed, kind)?;
-            eprintln!("tiny ({kind:?}) written to {}", args.out.display());
+        "tiny" | "small" => {
+            match args.preset.as_str() {
+                "tiny" => hf_folder::write_tiny(&args.out, args.seed, kind)?,
+                _ => hf_folder::write_small(&args.out, args.seed, kind)?,
+            }
+            eprintln!("{} ({kind:?}) written to {}", args.preset, args.out.display());
             return Ok(ExitCode::SUCCESS);
         }
-        other => bail!("unknown preset {other:?}: use tiny or 3b"),
+        other => bail!("unknown preset {other:?}: use tiny, small or 3b"),
     };
     let model = Qwen25Vl::new(&config, device, kind, args.seed);
     model.save(&args.out)?;

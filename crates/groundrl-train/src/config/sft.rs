@@ -1,0 +1,59 @@
+//! `[sft]`: an optional supervised warm-up before GRPO, on the training samples' reference answers.
+//!
+//! A model that never writes a parsable answer gets zero reward on every completion, so every
+//! GRPO group is flat and teaches nothing (a randomly initialised model is the extreme case). A few
+//! steps of cross-entropy on the answer format (`groundrl_core::prompt::answer`) give RL something
+//! to sharpen; the warm-up runs in the same trainer, with its own AdamW state, before the first step.
+
+use serde::{Deserialize, Serialize};
+
+use super::{ConfigError, ensure};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SftConfig {
+    /// Optimizer steps of warm-up; 0 turns it off. Default 0.
+    pub steps: u32,
+    /// Samples per warm-up step (in micro-batches of `trainer.micro_batch_size`). Default 16.
+    pub batch_size: u32,
+    /// Constant learning rate of the warm-up (after `warmup_steps` of linear ramp); GRPO then starts
+    /// from a fresh optimizer at `optim.lr`. Default 1e-4.
+    pub lr: f64,
+    /// Linear learning-rate ramp at the start of the warm-up. Default 0.
+    pub warmup_steps: u32,
+}
+
+impl Default for SftConfig {
+    fn default() -> Self {
+        Self {
+            steps: 0,
+            batch_size: 16,
+            lr: 1e-4,
+            warmup_steps: 0,
+        }
+    }
+}
+
+impl SftConfig {
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        ensure(
+            self.batch_size >= 1,
+            "sft.batch_size",
+            "must be at least 1, found 0",
+        )?;
+        ensure(
+            self.lr.is_finite() && self.lr > 0.0,
+            "sft.lr",
+            format!("must be a positive number, found {}", self.lr),
+        )
+    }
+
+    /// The learning rate of warm-up step `step` (0-based).
+    pub fn lr_at(&self, step: u32) -> f64 {
+        if step < self.warmup_steps {
+            self.lr * f64::from(step + 1) / f64::from(self.warmup_steps)
+        } else {
+            self.lr
+        }
+    }
+}
