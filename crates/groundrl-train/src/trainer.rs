@@ -9,6 +9,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use groundrl_core::curriculum::ledger::{
+    LedgerEntry, LedgerWriter, RolloutBatch, drop_after_step, rule_text,
+};
 use groundrl_core::data::Sample;
 use groundrl_core::frame::{Frame, ImageFrames, Size};
 use groundrl_core::metrics::grounding::{Answer, RawAnswer, Resolved, resolve::resolve};
@@ -42,6 +45,12 @@ pub const CONFIG_FILE: &str = "config.toml";
 pub const METRICS_FILE: &str = "metrics.jsonl";
 /// The warm-up's per-step JSONL log in the run folder ([`SftRecord`]s).
 pub const SFT_FILE: &str = "sft.jsonl";
+/// The pass-rate ledger in the run folder: one entry per sample drawn, per step (see
+/// `groundrl_core::curriculum::ledger`), what `groundrl curate next` builds the next pool from.
+pub const LEDGER_FILE: &str = "ledger.jsonl";
+/// The curriculum round a single training run logs its ledger entries as (round 0 is, by the
+/// ledger's convention, the model before RL).
+pub const TRAINING_ROUND: u32 = 1;
 /// The folder of held-out evaluations in the run folder: `before.jsonl`, `after.jsonl` of
 /// [`EvalRecord`]s.
 pub const EVAL_DIR: &str = "eval";
@@ -155,6 +164,7 @@ pub struct Trainer {
     test: Dataset,
     pub state: RunState,
     log: JsonlLog,
+    ledger: LedgerWriter,
     events: EventWriter,
     health: HealthMonitor,
     /// The held-out evaluations this process ran.
@@ -270,7 +280,12 @@ impl Trainer {
                 // Checkpoints come after the warm-up: a run resumed at step 0 redoes all of it.
                 truncate_log(&run_dir.join(SFT_FILE), 0)?;
             }
+            let ledger = run_dir.join(LEDGER_FILE);
+            if ledger.exists() {
+                drop_after_step(&ledger, TRAINING_ROUND, step).map_err(setup)?;
+            }
         }
+        let ledger = LedgerWriter::open(run_dir.join(LEDGER_FILE)).map_err(setup)?;
         let log = JsonlLog::open(&log_path)?;
         let events = EventWriter::create(run_dir.join("tensorboard"))?;
         let health = HealthMonitor::new(cfg.health.clone())?;
@@ -288,6 +303,7 @@ impl Trainer {
             test,
             state: RunState::default(),
             log,
+            ledger,
             events,
             health,
             evaluations: Vec::new(),
@@ -535,11 +551,15 @@ impl Trainer {
         Ok(EvalRecord {
             id: sample.id.clone(),
             source: sample.source.clone(),
-            // As the trainer opened it, so a report can find it from anywhere.
+            // Absolute, so a report finds it from any folder.
             image: sample
                 .images
                 .first()
-                .map(|i| self.test.base.join(&i.path).display().to_string())
+                .map(|i| {
+                    let base =
+                        std::fs::canonicalize(&self.test.base).unwrap_or_else(|_| self.test.base.clone());
+                    base.join(&i.path).display().to_string()
+                })
                 .unwrap_or_default(),
             width: frames.original.width as u32,
             height: frames.original.height as u32,
@@ -726,7 +746,9 @@ impl Trainer {
                 &format!("step {} draw {drawn}", self.state.step),
             );
             drawn += indices.len();
-            for group in self.sample_groups(&indices, seed, Split::Train)? {
+            let groups = self.sample_groups(&indices, seed, Split::Train)?;
+            self.log_pass_rates(&groups)?;
+            for group in groups {
                 let group_id = kept.len() + dropped;
                 scored.extend(group.records.iter().map(|r| CompletionRecord {
                     group: group_id,
@@ -753,6 +775,25 @@ impl Trainer {
             scored,
             dropped,
         })
+    }
+
+    /// Appends each group's k-of-n to the ledger (dropped groups too: they were drawn and judged).
+    fn log_pass_rates(&mut self, groups: &[Group]) -> Result<(), TrainError> {
+        let batch = RolloutBatch {
+            round: TRAINING_ROUND,
+            step: self.state.step + 1,
+            temperature: self.cfg.rollout.temperature,
+            rule: rule_text(
+                &self.cfg.reward.correct_component,
+                self.cfg.reward.correct_threshold,
+            ),
+        };
+        let entries = groups
+            .iter()
+            .map(|g| LedgerEntry::from_records(&self.train.samples[g.index], &batch, &g.records))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(setup)?;
+        self.ledger.append(&entries).map_err(setup)
     }
 
     /// The next `count` sample indices in the epoch order, moving to the next epoch at its end.

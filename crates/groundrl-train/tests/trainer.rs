@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use groundrl_core::synth::{Difficulty, SynthConfig, generate};
 use groundrl_train::config::TrainConfig;
-use groundrl_train::trainer::{Ending, METRICS_FILE, Trainer};
+use groundrl_train::trainer::{Ending, LEDGER_FILE, METRICS_FILE, Trainer};
 use serde_json::Value;
 
 /// 20 easy screenshots (about 60 samples) without prompts: the trainer asks each task's default.
@@ -135,6 +135,11 @@ fn a_stopped_and_resumed_run_logs_what_an_uninterrupted_run_logs() {
     let b: Vec<Value> = metrics(&run).into_iter().map(without_times).collect();
     assert_eq!(a.len(), 4);
     assert_eq!(a, b);
+    // The ledger too: step 3's entries, logged before the kill, are not there twice.
+    let ledger = |run: &Path| std::fs::read_to_string(run.join(LEDGER_FILE)).unwrap();
+    let straight_ledger = ledger(&straight.path().join("run"));
+    assert_eq!(straight_ledger.lines().count(), 16);
+    assert_eq!(straight_ledger, ledger(&run));
 }
 
 #[test]
@@ -276,6 +281,18 @@ fn warm_up_then_held_out_evaluations_before_and_after() {
         .lines()
         .count();
     assert_eq!(sft_lines, 12);
+    // The pass-rate ledger: one entry for each of the step's 4 prompts, k of its 8 rollouts.
+    let ledger = std::fs::read_to_string(run.join(LEDGER_FILE)).unwrap();
+    let entries: Vec<Value> = ledger.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(entries.len(), 4);
+    for e in &entries {
+        assert_eq!(
+            (e["round"].as_u64(), e["step"].as_u64(), e["n"].as_u64()),
+            (Some(1), Some(1), Some(8))
+        );
+        assert!(e["k"].as_u64().unwrap() <= 8);
+        assert_eq!(e["rule"], "brevity >= 0.5");
+    }
     // Resumed from the last checkpoint (after the warm-up): nothing of the warm-up is redone.
     let mut resumed = Trainer::resume(&run).unwrap();
     assert_eq!(resumed.state.sft_step, 12);
