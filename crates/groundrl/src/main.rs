@@ -38,6 +38,8 @@ enum Command {
     Train(commands::train::Args),
     /// Memory pre-flight of a training config: GiB per part, the peak, and whether it fits the GPU.
     Plan(commands::plan::Args),
+    /// Write a run folder's HTML report: curves, held-out accuracy, calibration, sample answers.
+    Report(commands::report::Args),
     /// Measure the model and the rollout engine on synthetic screenshot batches.
     #[command(subcommand)]
     Bench(commands::bench::BenchCommand),
@@ -55,6 +57,7 @@ fn main() -> ExitCode {
         Command::Bench(cmd) => commands::bench::run(cmd),
         Command::Rollout(args) => commands::rollout::run(args),
         Command::Plan(args) => commands::plan::run(args),
+        Command::Report(args) => commands::report::run(args),
         Command::Train(args) => commands::train::run(args),
     };
     match result {

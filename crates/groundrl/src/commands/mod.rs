@@ -3,6 +3,7 @@ pub mod data;
 pub mod eval;
 pub mod model;
 pub mod plan;
+pub mod report;
 pub mod reward;
 pub mod rollout;
 pub mod smart_resize;
