@@ -31,7 +31,7 @@ pub struct EvalSet {
 }
 
 impl EvalSet {
-    /// Right answers and answers, over the records whose source passes `keep`.
+    /// Right answers and answers, over the records that pass `keep`.
     pub fn correct_of(&self, keep: impl Fn(&EvalRecord) -> bool) -> (usize, usize) {
         self.records
             .iter()
