@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's whole test suite, from a fresh machine: sets up libtorch (scripts/setup-libtorch.sh) and
-# the reference Python environment on first use, checks formatting and lints, runs every Rust test, then
-# every parity script against the reference implementations (scripts/parity/*.sh).
+# the reference Python environment on first use, installs Chromium for the report's browser test, checks
+# formatting and lints, runs every Rust test, then every parity script against the reference
+# implementations (scripts/parity/*.sh).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -12,6 +13,15 @@ cargo fmt --all -- --check
 
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+# The report's browser test (crates/groundrl/tests/cli_report.rs) renders a page in headless Chromium.
+if ! command -v chromium >/dev/null; then
+  echo "== apt-get install chromium"
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo=sudo; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
+fi
 
 echo "== cargo test"
 cargo test --workspace

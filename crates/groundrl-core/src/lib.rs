@@ -12,6 +12,7 @@ pub mod named;
 pub mod parse;
 pub mod plot;
 pub mod prompt;
+pub mod report;
 pub mod resize;
 pub mod reward;
 pub mod rng;

@@ -45,6 +45,8 @@ enum Command {
     /// The whole path on synthetic screenshots, no downloads: data, warm-up, GRPO, held-out
     /// evaluation before and after, HTML report.
     Demo(commands::demo::Args),
+    /// Write a run folder's HTML report: curves, held-out accuracy, calibration, sample answers.
+    Report(commands::report::Args),
     /// Measure the model and the rollout engine on synthetic screenshot batches.
     #[command(subcommand)]
     Bench(commands::bench::BenchCommand),
@@ -63,6 +65,7 @@ fn main() -> ExitCode {
         Command::Rollout(args) => commands::rollout::run(args),
         Command::Plan(args) => commands::plan::run(args),
         Command::Curate(cmd) => commands::curate::run(cmd),
+        Command::Report(args) => commands::report::run(args),
         Command::Train(args) => commands::train::run(args),
         Command::Demo(args) => commands::demo::run(args),
     };

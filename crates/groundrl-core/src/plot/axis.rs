@@ -41,6 +41,15 @@ impl Axis {
     /// shows [0, 1]), widened to whole ticks. A constant value gets a band around it (±10%, or ±1 around
     /// zero) so it is drawn mid-height instead of on an edge.
     pub(super) fn covering(extent: Option<(f64, f64)>) -> Self {
+        Self::build(extent, 0.0)
+    }
+
+    /// As [`Axis::covering`], for data of whole numbers (steps, counts): ticks are whole too.
+    pub(super) fn covering_whole(extent: Option<(f64, f64)>) -> Self {
+        Self::build(extent, 1.0)
+    }
+
+    fn build(extent: Option<(f64, f64)>, min_step: f64) -> Self {
         let (lo, hi) = match extent {
             None => (0.0, 1.0),
             Some((v, w)) if v == w => {
@@ -49,7 +58,7 @@ impl Axis {
             }
             Some(range) => range,
         };
-        let step = nice_step((hi - lo) / INTERVALS);
+        let step = nice_step((hi - lo) / INTERVALS).max(min_step);
         // The tolerance keeps a bound that is already a tick (up to rounding) from gaining one more.
         let first = (lo / step + 1e-9).floor() as i64;
         let last = (hi / step - 1e-9).ceil() as i64;
@@ -117,8 +126,8 @@ pub(super) fn num(v: f64) -> String {
     zero_sign(text.to_string())
 }
 
-/// A value printed in a cell or above a bar: whole numbers as such, others with up to three decimals.
-pub(super) fn value_text(v: f64) -> String {
+/// A value as charts and reports print it: whole numbers as such, others with up to three decimals.
+pub fn format_value(v: f64) -> String {
     if v.fract() == 0.0 && v.abs() < 1e15 {
         zero_sign(format!("{v:.0}"))
     } else {
@@ -186,6 +195,14 @@ mod tests {
     }
 
     #[test]
+    fn whole_number_data_gets_whole_ticks() {
+        assert_eq!(ticks(&Axis::covering_whole(Some((1.0, 3.0)))), ["1", "2", "3"]);
+        // One step: 2.7..3.3 widened to whole ticks, the value still in the middle.
+        assert_eq!(ticks(&Axis::covering_whole(Some((3.0, 3.0)))), ["2", "3", "4"]);
+        assert_eq!(ticks(&Axis::covering_whole(Some((0.0, 100.0))))[1], "20");
+    }
+
+    #[test]
     fn large_and_tiny_values_get_short_labels() {
         assert_eq!(
             ticks(&Axis::covering(Some((0.0, 4e9)))),
@@ -209,10 +226,10 @@ mod tests {
         assert_eq!(num(264.0), "264");
         assert_eq!(num(172.504), "172.5");
         assert_eq!(num(-0.001), "0");
-        assert_eq!(value_text(12.0), "12");
-        assert_eq!(value_text(0.125), "0.125");
-        assert_eq!(value_text(2.0 / 3.0), "0.667");
-        assert_eq!(value_text(-0.0), "0");
+        assert_eq!(format_value(12.0), "12");
+        assert_eq!(format_value(0.125), "0.125");
+        assert_eq!(format_value(2.0 / 3.0), "0.667");
+        assert_eq!(format_value(-0.0), "0");
     }
 
     #[test]

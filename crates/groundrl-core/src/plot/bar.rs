@@ -1,6 +1,6 @@
 //! Grouped bar charts: one group of bars per category, one bar per series in each group.
 
-use super::axis::{Axis, extent, num, value_text};
+use super::axis::{Axis, extent, format_value, num};
 use super::canvas::{Anchor, Area, Canvas, LEGEND_WIDTH};
 use super::{colour, escape, skipped_note};
 
@@ -83,7 +83,7 @@ impl BarChart {
                 }
                 let x = AREA.left + band * (c as f64 + (1.0 - GROUP_SHARE) / 2.0) + bar_width * s as f64;
                 let (top, bottom) = (y.px(value.max(0.0)), y.px(value.min(0.0)));
-                let tip = format!("{}, {}: {}", series.name, self.categories[c], value_text(value));
+                let tip = format!("{}, {}: {}", series.name, self.categories[c], format_value(value));
                 canvas.push(&format!(
                     r#"<rect class="bar" x="{}" y="{}" width="{}" height="{}" fill="{}"><title>{}</title></rect>"#,
                     num(x),
@@ -101,7 +101,7 @@ impl BarChart {
                         label_y,
                         Anchor::Middle,
                         attrs,
-                        &value_text(value),
+                        &format_value(value),
                     );
                 }
             }

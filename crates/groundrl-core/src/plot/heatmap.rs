@@ -1,7 +1,7 @@
 //! Heatmaps: a matrix of values (counts, typically) as coloured cells with the value written in each,
 //! row and column labels, and a colour scale.
 
-use super::axis::{num, value_text};
+use super::axis::{format_value, num};
 use super::canvas::{Anchor, Area, Canvas};
 use super::{escape, skipped_note};
 
@@ -52,7 +52,7 @@ impl Heatmap {
             right: left + CELL * self.columns.len() as f64,
             bottom: 40.0 + CELL * self.rows.len().max(1) as f64,
         };
-        let scale_labels = [value_text(lo), value_text(hi)];
+        let scale_labels = [format_value(lo), format_value(hi)];
         let widest_scale = scale_labels.iter().map(String::len).max().unwrap_or(0) as f64;
         let width = (area.right + 40.0 + CHAR_WIDTH * widest_scale).max(240.0);
         let mut canvas = Canvas::new("heatmap", width, area.bottom + 56.0, &self.title);
@@ -62,7 +62,7 @@ impl Heatmap {
             let value = cell(r, c).filter(|v| v.is_finite());
             let fill = value.map_or_else(|| "#ddd".to_string(), |v| colour_at(position(v)));
             let tip = match value {
-                Some(v) => format!("{}, {}: {}", self.rows[r], self.columns[c], value_text(v)),
+                Some(v) => format!("{}, {}: {}", self.rows[r], self.columns[c], format_value(v)),
                 None => format!("{}, {}: no value", self.rows[r], self.columns[c]),
             };
             canvas.push(&format!(
@@ -81,7 +81,7 @@ impl Heatmap {
                     y + CELL / 2.0 + 4.0,
                     Anchor::Middle,
                     &attrs,
-                    &value_text(v),
+                    &format_value(v),
                 );
             }
         }

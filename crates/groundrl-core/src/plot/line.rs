@@ -44,7 +44,8 @@ pub struct Marker {
 }
 
 /// A line chart. Points with a non-finite coordinate are left out (the line joins their neighbours)
-/// and counted in a note; a series of one point shows as a dot.
+/// and counted in a note; a series of one point shows as a dot. When every x is a whole number
+/// (steps), the x ticks are whole numbers too.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct LineChart {
     pub title: String,
@@ -72,7 +73,12 @@ impl LineChart {
         skipped += usize::from(self.marker.is_some() && marker.is_none());
 
         let all = || series.iter().flatten().copied().chain(marker.map(|m| (m.x, m.y)));
-        let x_axis = Axis::covering(extent(all().map(|p| p.0)));
+        let x_extent = extent(all().map(|p| p.0));
+        let x_axis = if all().all(|p| p.0.fract() == 0.0) {
+            Axis::covering_whole(x_extent)
+        } else {
+            Axis::covering(x_extent)
+        };
         let y_data = all().map(|p| p.1);
         let y_axis = Axis::covering(match self.y_range {
             Some((lo, hi)) => extent(y_data.chain([lo, hi])),
@@ -223,7 +229,7 @@ mod tests {
             label: "pick <2>".into(),
         });
         let svg = c.svg();
-        // x 1..2 (step 0.2) onto 64..464; y 0..1: (2, 0.6) at (464, 145.6).
+        // Whole x 1..2 onto 64..464; y 0..1: (2, 0.6) at (464, 145.6).
         assert!(svg.contains(r#"<circle class="marker" cx="464" cy="145.6" r="7""#));
         assert!(svg.contains(">pick &lt;2&gt;</text>"));
         assert!(svg.contains(">1.0</text>") && svg.contains(">0.0</text>"));

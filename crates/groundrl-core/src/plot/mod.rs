@@ -29,6 +29,7 @@ mod heatmap;
 mod line;
 mod reliability;
 
+pub use axis::format_value;
 pub use bar::{BarChart, BarSeries};
 pub use heatmap::Heatmap;
 pub use line::{LineChart, Marker, Series};

@@ -2,7 +2,7 @@
 //! A calibrated model's bars reach the diagonal; bars under it mean overconfidence (seed 001 saw
 //! 87-92% confidence on wrong answers).
 
-use super::axis::{Axis, num, value_text};
+use super::axis::{Axis, format_value, num};
 use super::canvas::{Anchor, Area, Canvas};
 use super::skipped_note;
 
@@ -98,7 +98,7 @@ impl ReliabilityDiagram {
         canvas.x_axis(AREA, &axis, "stated confidence");
         let total = self.usable().count();
         if let Some(ece) = self.expected_calibration_error() {
-            let line = format!("ECE {} over {total} answers", value_text(ece));
+            let line = format!("ECE {} over {total} answers", format_value(ece));
             let attrs = r##"class="subtitle" fill="#333" font-size="11""##;
             canvas.text(WIDTH / 2.0, 40.0, Anchor::Middle, attrs, &line);
         }
@@ -116,10 +116,10 @@ impl ReliabilityDiagram {
                 num(top),
                 num(right - left - 2.0),
                 num(AREA.bottom - top),
-                value_text(bin.lo),
-                value_text(bin.hi),
+                format_value(bin.lo),
+                format_value(bin.hi),
                 bin.count,
-                value_text(accuracy)
+                format_value(accuracy)
             ));
             let attrs = r#"class="bin-count" font-size="10""#;
             canvas.text(

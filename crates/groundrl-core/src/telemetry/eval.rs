@@ -1,21 +1,67 @@
-//! One held-out answer as an evaluation wrote it (`RUN_DIR/eval/<label>.jsonl`, a line each).
+//! The record of one evaluated sample: what the model answered on a held-out sample and how it scored.
+//!
+//! An evaluation writes one [`EvalRecord`] per sample as a JSON line to `RUN_DIR/eval/<label>.jsonl`
+//! (`before.jsonl`, `after.jsonl`, ...), with [`super::JsonlLog`]; the HTML report reads them back to
+//! compute held-out accuracy per label and source, draw calibration, and show sample screenshots with
+//! the answer drawn over the targets. Everything geometric is in the original image's pixels, so a
+//! reader needs no knowledge of the model's frame or resize.
 
 use serde::{Deserialize, Serialize};
 
-/// A sample, the model's answer to it, and the verdict; coordinates in original image pixels.
+/// One evaluated sample.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EvalRecord {
+    /// The sample's id (`Sample::id`).
     pub id: String,
+    /// The dataset it came from (`Sample::source`).
     pub source: String,
+    /// The image path as the sample stores it (relative paths are relative to the dataset's folder).
     pub image: String,
+    /// The original image's size in pixels.
     pub width: u32,
     pub height: u32,
     pub instruction: String,
+    /// Target boxes `[x1, y1, x2, y2]` in original pixels.
     pub targets: Vec<[f64; 4]>,
+    /// The model's raw output.
     pub completion: String,
+    /// The answer's click point in original pixels (a box answer's centre), `None` when nothing parsed.
     pub point: Option<[f64; 2]>,
+    /// The answer's box in original pixels, when it gave one.
     pub pred_box: Option<[f64; 4]>,
     pub correct: bool,
+    /// Total reward of the completion under the run's reward spec.
     pub reward: f64,
+    /// The confidence the model stated, in [0, 1], if it stated one.
     pub confidence: Option<f64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_is_one_json_object_with_the_documented_fields() {
+        let record = EvalRecord {
+            id: "synth-3".into(),
+            source: "synth/easy".into(),
+            image: "images/000003.png".into(),
+            width: 320,
+            height: 240,
+            instruction: "click OK".into(),
+            targets: vec![[10.0, 20.0, 50.0, 40.0]],
+            completion: "(30, 30)".into(),
+            point: Some([30.0, 30.0]),
+            pred_box: None,
+            correct: true,
+            reward: 1.0,
+            confidence: None,
+        };
+        let line = serde_json::to_string(&record).unwrap();
+        assert_eq!(
+            line,
+            r#"{"id":"synth-3","source":"synth/easy","image":"images/000003.png","width":320,"height":240,"instruction":"click OK","targets":[[10.0,20.0,50.0,40.0]],"completion":"(30, 30)","point":[30.0,30.0],"pred_box":null,"correct":true,"reward":1.0,"confidence":null}"#
+        );
+        assert_eq!(serde_json::from_str::<EvalRecord>(&line).unwrap(), record);
+    }
 }

@@ -8,7 +8,8 @@
 //! - [`jsonl`]: the step log, one JSON line per step, appended across resumes;
 //! - [`tensorboard`]: TensorBoard event files, written without TensorFlow;
 //! - [`alarms`]: the [`HealthMonitor`], which raises an [`Alarm`] when lengths explode, rewards
-//!   collapse or entropy blows up.
+//!   collapse or entropy blows up;
+//! - [`eval`]: the [`EvalRecord`] of one held-out sample's answer, for the run report.
 //!
 //! Every number written is finite: non-finite inputs are refused with the field named, and a statistic
 //! that does not exist (accuracy when nothing was judged) is `None`/`null`, never NaN (serde_json writes

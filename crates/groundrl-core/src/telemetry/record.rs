@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::stats::{Accuracy, RolloutStats, Summary};
 use super::{TelemetryError, check_finite};
@@ -38,7 +38,7 @@ pub mod keys {
 /// Named training scalars the trainer fills (see [`keys`]); any name is accepted, so the trainer can
 /// add one without changing this type. Values must be finite: a NaN loss is refused here, where the
 /// trainer can act on it, rather than written to the log as `null`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Scalars(BTreeMap<String, f64>);
 
@@ -62,7 +62,7 @@ impl Scalars {
 }
 
 /// What one training step did: one line of the JSONL log.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StepRecord {
     pub step: u64,
     pub epoch: u64,

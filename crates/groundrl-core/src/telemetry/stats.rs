@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{TelemetryError, check_finite};
 use crate::frame::Frame;
@@ -39,7 +39,7 @@ pub struct CompletionRecord {
 }
 
 /// Mean, population standard deviation and range of a set of values.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     pub mean: f64,
     pub std: f64,
@@ -48,7 +48,7 @@ pub struct Summary {
 }
 
 /// How many answers were judged, how many were right, and the share (`None` when none was judged).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Accuracy {
     pub judged: usize,
     pub correct: usize,
@@ -56,7 +56,7 @@ pub struct Accuracy {
 }
 
 /// Response lengths, in tokens.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LengthStats {
     pub mean: f64,
     pub max: usize,
@@ -67,14 +67,14 @@ pub struct LengthStats {
 /// Pearson correlation between stated confidence and correctness (1 or 0), over the `count`
 /// completions that have both. `None` when it does not exist: fewer than two such completions, or
 /// one side constant (every answer right, or the same confidence everywhere).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Correlation {
     pub count: usize,
     pub pearson: Option<f64>,
 }
 
 /// Everything [`RolloutStats::compute`] reports about one step's completions.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RolloutStats {
     pub completions: usize,
     pub groups: usize,

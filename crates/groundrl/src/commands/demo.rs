@@ -16,6 +16,7 @@ use groundrl_core::data::jsonl::{read_jsonl, write_jsonl};
 use groundrl_core::data::{Sample, Task};
 use groundrl_core::frame::Frame;
 use groundrl_core::prompt::{ModelKind, Preset, PromptStyle, Reasoning};
+use groundrl_core::report::write_report;
 use groundrl_core::synth::{Difficulty, SynthConfig, generate};
 use groundrl_train::config::TrainConfig;
 use groundrl_train::trainer::{CONFIG_FILE, Trainer};
@@ -78,6 +79,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut trainer = Trainer::new(cfg)?;
     let ending = train_with_progress(&mut trainer)?;
     let code = report_ending(&trainer, ending);
+    let report = out.join("report.html");
+    let run = write_report(out, &report, None).context("writing the report")?;
+    for note in &run.notes {
+        eprintln!("report: {note}");
+    }
     for e in trainer.evaluations() {
         println!(
             "held-out accuracy {}: {:.1}% ({}/{})",

@@ -5,6 +5,7 @@ pub mod demo;
 pub mod eval;
 pub mod model;
 pub mod plan;
+pub mod report;
 pub mod reward;
 pub mod rollout;
 pub mod smart_resize;

@@ -1,0 +1,66 @@
+//! The HTML report of a run folder: one self-contained page (inline CSS and SVG charts, screenshots
+//! as data URIs) that opens offline in any browser.
+//!
+//! It reads what a run leaves in its folder:
+//! - `metrics.jsonl`: the trainer's [`StepRecord`](crate::telemetry::StepRecord) per step, drawn as
+//!   curves named by their TensorBoard tags ([`StepRecord::scalars`](crate::telemetry::StepRecord::scalars));
+//! - `eval/<label>.jsonl`: [`EvalRecord`](crate::telemetry::EvalRecord)s of held-out evaluations
+//!   (`before`, `after`, ...), for the headline accuracy, accuracy per source, calibration and sample
+//!   screenshots with the answer drawn over the targets;
+//! - `rounds/**/*.svg`: the curriculum's figures (transition matrices), shown as they are;
+//! - `config.toml`: the resolved config, shown verbatim.
+//!
+//! A missing piece (no evaluation yet, a run still at its first step, an image that cannot be read)
+//! becomes a note in the page, so a report can be made of a run in progress; a malformed line of
+//! `metrics.jsonl` or of an evaluation file is an error naming the file and line.
+//!
+//! ```no_run
+//! use std::path::Path;
+//! let run = Path::new("runs/demo");
+//! groundrl_core::report::write_report(run, &run.join("report.html"), None).unwrap();
+//! ```
+
+mod page;
+mod run;
+mod samples;
+mod sections;
+#[cfg(test)]
+mod tests;
+
+use std::path::Path;
+
+pub use page::render;
+pub use run::{CONFIG_FILE, EVAL_DIR, EvalSet, Figure, METRICS_FILE, ROUNDS_DIR, Run};
+pub use samples::SampleView;
+
+use crate::data::RecordError;
+
+/// Why a report could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    /// The cause is part of the message rather than a `source()`, so that printing the error chain
+    /// does not say it twice.
+    #[error("{path}: {error}")]
+    Io { path: String, error: std::io::Error },
+    /// A line of `metrics.jsonl` or of an evaluation file is not a record: `file: line N: field: problem`.
+    #[error(transparent)]
+    Record(#[from] RecordError),
+}
+
+impl ReportError {
+    fn io(path: &Path, error: std::io::Error) -> Self {
+        Self::Io {
+            path: path.display().to_string(),
+            error,
+        }
+    }
+}
+
+/// Reads the run in `run_dir` and writes its report to `out`. Relative image paths of the evaluation
+/// records are read from `images` (the evaluation dataset's folder), or from `run_dir` when `None`.
+/// Returns the run as read, whose `notes` say what was missing.
+pub fn write_report(run_dir: &Path, out: &Path, images: Option<&Path>) -> Result<Run, ReportError> {
+    let run = Run::load(run_dir, images.unwrap_or(run_dir))?;
+    std::fs::write(out, render(&run)).map_err(|e| ReportError::io(out, e))?;
+    Ok(run)
+}

@@ -1,0 +1,412 @@
+//! The report's sections, each built from the [`Run`]: headline accuracy, training curves, response
+//! lengths, reward components, accuracy by source, calibration, curriculum figures, sample answers
+//! and the config. A section without data says why instead of drawing empty charts.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use base64::prelude::{BASE64_STANDARD, Engine};
+
+use super::run::{CONFIG_FILE, EVAL_DIR, EvalSet, METRICS_FILE, Run};
+use crate::plot::{BarChart, BarSeries, LineChart, Marker, ReliabilityDiagram, Series, escape, format_value};
+use crate::telemetry::StepRecord;
+
+/// Tags of the step scalars drawn (as [`StepRecord::scalars`] names them).
+mod tags {
+    pub const REWARD: &str = "reward/mean";
+    pub const VAL_REWARD: &str = "train/val/reward";
+    pub const ACCURACY: &str = "accuracy";
+    pub const VAL_ACCURACY: &str = "train/val/accuracy";
+    pub const LENGTH_MEAN: &str = "length/mean";
+    pub const LENGTH_MAX: &str = "length/max";
+    pub const TRUNCATED: &str = "length/truncated_share";
+}
+
+/// One part of the page.
+pub(super) struct Section {
+    /// The anchor the page's contents link to.
+    pub(super) id: &'static str,
+    pub(super) title: &'static str,
+    pub(super) body: String,
+}
+
+/// The sections of the report of `run`, in page order (the curriculum's only when it wrote figures).
+pub(super) fn sections(run: &Run) -> Vec<Section> {
+    let timeline = Timeline::new(&run.steps);
+    let mut sections = vec![
+        headline(run),
+        training(&timeline),
+        lengths(&timeline),
+        components(&timeline),
+        sources(&run.evals),
+        calibration(&run.evals),
+    ];
+    if !run.rounds.is_empty() {
+        sections.push(rounds(run));
+    }
+    sections.push(samples(run));
+    sections.push(config(run));
+    sections
+}
+
+/// Each scalar tag's `(step, value)` points, in log order.
+struct Timeline(BTreeMap<String, Vec<(f64, f64)>>);
+
+impl Timeline {
+    fn new(steps: &[StepRecord]) -> Self {
+        let mut tags: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+        for record in steps {
+            for (tag, value) in record.scalars() {
+                tags.entry(tag).or_default().push((record.step as f64, value));
+            }
+        }
+        Self(tags)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The series of each of `tags` that was logged.
+    fn series(&self, tags: &[&str]) -> Vec<Series> {
+        tags.iter()
+            .filter_map(|&tag| Some(Series::new(tag, self.0.get(tag)?.clone())))
+            .collect()
+    }
+
+    /// `reward/<component>/mean` of every reward component.
+    fn component_tags(&self) -> Vec<&str> {
+        self.0
+            .keys()
+            .map(String::as_str)
+            .filter(|t| *t != tags::REWARD && t.starts_with("reward/") && t.ends_with("/mean"))
+            .collect()
+    }
+}
+
+/// `<p class="note">` with escaped text.
+fn note(text: &str) -> String {
+    format!(r#"<p class="note">{}</p>"#, escape(text))
+}
+
+/// Charts side by side.
+fn charts(svgs: &[String]) -> String {
+    format!(r#"<div class="charts">{}</div>"#, svgs.concat())
+}
+
+fn percent(share: f64) -> String {
+    format!("{:.1}%", 100.0 * share)
+}
+
+/// `right/n` and the accuracy, `–` for no answers.
+fn accuracy_cell((right, n): (usize, usize)) -> String {
+    match n {
+        0 => "–".to_string(),
+        _ => format!("{} ({right}/{n})", percent(right as f64 / n as f64)),
+    }
+}
+
+fn no_steps() -> String {
+    note(&format!("No training step logged yet ({METRICS_FILE})."))
+}
+
+fn no_evals() -> String {
+    note(&format!("No held-out evaluation in {EVAL_DIR}/."))
+}
+
+/// Held-out accuracy per evaluation and its change from the first to the last, and the run's length.
+fn headline(run: &Run) -> Section {
+    let mut body = String::new();
+    if run.evals.is_empty() {
+        body.push_str(&no_evals());
+    } else {
+        body.push_str(
+            "<table class=\"headline\"><thead><tr><th>evaluation</th><th>samples</th><th>right</th>\
+             <th>accuracy</th><th>mean reward</th></tr></thead><tbody>",
+        );
+        for set in &run.evals {
+            let (right, n) = set.correct_of(|_| true);
+            let mean_reward = set.records.iter().map(|r| r.reward).sum::<f64>() / n.max(1) as f64;
+            let (accuracy, reward) = match n {
+                0 => ("–".to_string(), "–".to_string()),
+                _ => (percent(right as f64 / n as f64), format_value(mean_reward)),
+            };
+            body.push_str(&format!(
+                r#"<tr><td>{}</td><td>{n}</td><td>{right}</td><td class="accuracy">{accuracy}</td><td>{reward}</td></tr>"#,
+                escape(&set.label)
+            ));
+        }
+        body.push_str("</tbody></table>");
+        body.push_str(&change(&run.evals));
+    }
+    match (run.steps.first(), run.steps.last()) {
+        (Some(first), Some(last)) => body.push_str(&format!(
+            r#"<p class="steps">{} training steps logged, steps {} to {} (epoch {}).</p>"#,
+            run.steps.len(),
+            first.step,
+            last.step,
+            last.epoch
+        )),
+        _ => body.push_str(&no_steps()),
+    }
+    Section {
+        id: "headline",
+        title: "Held-out accuracy",
+        body,
+    }
+}
+
+/// "after vs before: +50.0 points (25.0% → 75.0%)", for the first and last evaluations with answers.
+fn change(evals: &[EvalSet]) -> String {
+    let answered: Vec<(&str, f64)> = evals
+        .iter()
+        .filter_map(|set| {
+            let (right, n) = set.correct_of(|_| true);
+            (n > 0).then(|| (set.label.as_str(), right as f64 / n as f64))
+        })
+        .collect();
+    match (answered.first(), answered.last()) {
+        (Some(&(from, a)), Some(&(to, b))) if answered.len() >= 2 => format!(
+            r#"<p class="change">{} vs {}: <b>{:+.1} points</b> ({} → {})</p>"#,
+            escape(to),
+            escape(from),
+            100.0 * (b - a),
+            percent(a),
+            percent(b)
+        ),
+        _ => String::new(),
+    }
+}
+
+/// Reward and accuracy over steps, the best validation accuracy marked.
+fn training(timeline: &Timeline) -> Section {
+    let body = if timeline.is_empty() {
+        no_steps()
+    } else {
+        let reward = LineChart {
+            title: "Reward".into(),
+            x_label: "step".into(),
+            y_label: "reward".into(),
+            series: timeline.series(&[tags::REWARD, tags::VAL_REWARD]),
+            ..LineChart::default()
+        };
+        let best_val = timeline.0.get(tags::VAL_ACCURACY).and_then(|points| {
+            points
+                .iter()
+                .copied()
+                .reduce(|best, p| if p.1 > best.1 { p } else { best })
+        });
+        let accuracy = LineChart {
+            title: "Accuracy".into(),
+            x_label: "step".into(),
+            y_label: "accuracy".into(),
+            series: timeline.series(&[tags::ACCURACY, tags::VAL_ACCURACY]),
+            y_range: Some((0.0, 1.0)),
+            marker: best_val.map(|(x, y)| Marker {
+                x,
+                y,
+                label: format!("best val {}", percent(y)),
+            }),
+        };
+        charts(&[reward.svg(), accuracy.svg()])
+    };
+    Section {
+        id: "training",
+        title: "Reward and accuracy",
+        body,
+    }
+}
+
+/// Response length in tokens (mean and longest) and the share cut at the token limit.
+fn lengths(timeline: &Timeline) -> Section {
+    let body = if timeline.is_empty() {
+        no_steps()
+    } else {
+        let tokens = LineChart {
+            title: "Response length".into(),
+            x_label: "step".into(),
+            y_label: "tokens".into(),
+            series: timeline.series(&[tags::LENGTH_MEAN, tags::LENGTH_MAX]),
+            ..LineChart::default()
+        };
+        let truncated = LineChart {
+            title: "Truncated at the token limit".into(),
+            x_label: "step".into(),
+            y_label: "share of completions".into(),
+            series: timeline.series(&[tags::TRUNCATED]),
+            y_range: Some((0.0, 1.0)),
+            ..LineChart::default()
+        };
+        charts(&[tokens.svg(), truncated.svg()])
+    };
+    Section {
+        id: "lengths",
+        title: "Response length",
+        body,
+    }
+}
+
+/// Each reward component's mean over steps.
+fn components(timeline: &Timeline) -> Section {
+    let tags = timeline.component_tags();
+    let body = if timeline.is_empty() {
+        no_steps()
+    } else if tags.is_empty() {
+        note("The reward spec has no named components.")
+    } else {
+        let chart = LineChart {
+            title: "Reward components (mean)".into(),
+            x_label: "step".into(),
+            y_label: "reward".into(),
+            series: timeline.series(&tags),
+            ..LineChart::default()
+        };
+        charts(&[chart.svg()])
+    };
+    Section {
+        id: "components",
+        title: "Reward components",
+        body,
+    }
+}
+
+/// Held-out accuracy per source, one bar per evaluation, and the counts behind the bars.
+fn sources(evals: &[EvalSet]) -> Section {
+    let names: BTreeSet<&str> = evals
+        .iter()
+        .flat_map(|set| set.records.iter().map(|r| r.source.as_str()))
+        .collect();
+    let body = if names.is_empty() {
+        no_evals()
+    } else {
+        let count = |set: &EvalSet, source: &str| set.correct_of(|r| r.source == source);
+        let series = evals.iter().map(|set| {
+            let shares = names.iter().map(|&source| match count(set, source) {
+                (_, 0) => f64::NAN,
+                (right, n) => right as f64 / n as f64,
+            });
+            BarSeries::new(set.label.as_str(), shares.collect())
+        });
+        let chart = BarChart {
+            title: "Held-out accuracy by source".into(),
+            x_label: "source".into(),
+            y_label: "accuracy".into(),
+            categories: names.iter().map(|s| s.to_string()).collect(),
+            series: series.collect(),
+            y_range: Some((0.0, 1.0)),
+            show_values: true,
+        };
+        let mut table = String::from(r#"<table class="sources"><thead><tr><th>source</th>"#);
+        for set in evals {
+            table.push_str(&format!("<th>{}</th>", escape(&set.label)));
+        }
+        table.push_str("</tr></thead><tbody>");
+        for source in &names {
+            table.push_str(&format!("<tr><td>{}</td>", escape(source)));
+            for set in evals {
+                table.push_str(&format!("<td>{}</td>", accuracy_cell(count(set, source))));
+            }
+            table.push_str("</tr>");
+        }
+        table.push_str("</tbody></table>");
+        charts(&[chart.svg()]) + &table
+    };
+    Section {
+        id: "sources",
+        title: "Accuracy by source",
+        body,
+    }
+}
+
+/// A reliability diagram per evaluation whose answers stated a confidence.
+fn calibration(evals: &[EvalSet]) -> Section {
+    let mut diagrams = Vec::new();
+    let mut silent = Vec::new();
+    for set in evals {
+        let answers: Vec<(f64, bool)> = set
+            .records
+            .iter()
+            .filter_map(|r| Some((r.confidence?, r.correct)))
+            .collect();
+        if answers.is_empty() {
+            silent.push(set.label.as_str());
+        } else {
+            diagrams.push(ReliabilityDiagram::new(format!("Calibration: {}", set.label), answers).svg());
+        }
+    }
+    let body = match (evals.is_empty(), diagrams.is_empty()) {
+        (true, _) => no_evals(),
+        (false, true) => note(
+            "No confidences stated: no evaluated answer gave one, so there is no calibration to show \
+             (a prompt that asks for a confidence makes the model state one).",
+        ),
+        (false, false) => {
+            let mut body = charts(&diagrams);
+            if !silent.is_empty() {
+                body.push_str(&note(&format!(
+                    "No confidences stated in: {}.",
+                    silent.join(", ")
+                )));
+            }
+            body
+        }
+    };
+    Section {
+        id: "calibration",
+        title: "Calibration",
+        body,
+    }
+}
+
+/// The curriculum's figures as images (kept apart from the page: their ids and styles cannot clash
+/// with the report's), captioned with their paths.
+fn rounds(run: &Run) -> Section {
+    let figures: String = run
+        .rounds
+        .iter()
+        .map(|figure| {
+            let path = escape(&figure.path);
+            let data = BASE64_STANDARD.encode(&figure.svg);
+            format!(
+                r#"<figure class="round"><img alt="{path}" src="data:image/svg+xml;base64,{data}"><figcaption>{path}</figcaption></figure>"#
+            )
+        })
+        .collect();
+    Section {
+        id: "rounds",
+        title: "Curriculum rounds",
+        body: format!(r#"<div class="charts">{figures}</div>"#),
+    }
+}
+
+/// The sample answers of the last evaluation.
+fn samples(run: &Run) -> Section {
+    let body = match run.evals.last() {
+        None => no_evals(),
+        Some(set) if run.samples.is_empty() => note(&format!("The {} evaluation has no records.", set.label)),
+        Some(set) => {
+            let figures: String = run.samples.iter().map(|s| s.html()).collect();
+            format!(
+                r#"<p>Answers of the <b>{}</b> evaluation: targets in green, the model's answer in red.</p><div class="samples">{figures}</div>"#,
+                escape(&set.label)
+            )
+        }
+    };
+    Section {
+        id: "samples",
+        title: "Sample answers",
+        body,
+    }
+}
+
+/// The resolved config, verbatim.
+fn config(run: &Run) -> Section {
+    let body = match &run.config {
+        Some(text) => format!(r#"<pre class="config">{}</pre>"#, escape(text)),
+        None => note(&format!("No {CONFIG_FILE} in the run folder.")),
+    };
+    Section {
+        id: "config",
+        title: "Config",
+        body,
+    }
+}
