@@ -239,6 +239,21 @@ fn compare_writes_the_transition_matrix_and_k_per_source() {
         json["after"]["k_by_source"]["sources"]["web"],
         serde_json::json!([1, 1, 0, 1, 0])
     );
+    let heatmap = std::fs::read_to_string(out.join("transition.svg")).unwrap();
+    assert!(heatmap.starts_with("<svg") && heatmap.contains("heatmap"));
+    assert_eq!(heatmap.matches(r#"class="cell""#).count(), 25, "a 5 x 5 matrix");
+    // Per source, one bar per k: 2 sources x 5 values of k.
+    for (file, title) in [
+        ("by-source.svg", "round 2: k of 4 correct per source (5 samples)"),
+        (
+            "by-source-before.svg",
+            "round 1: k of 4 correct per source (5 samples)",
+        ),
+    ] {
+        let svg = std::fs::read_to_string(out.join(file)).unwrap();
+        assert_eq!(svg.matches(r#"<rect class="bar""#).count(), 10, "{file}");
+        assert!(svg.contains(title), "{file}");
+    }
 
     // k of 8 against k of 4 does not compare.
     let eight = write_lines(&dir.path().join("eight.jsonl"), &[entry("a", "web", 3, 8, 1)]);
@@ -260,10 +275,8 @@ fn compare_writes_the_transition_matrix_and_k_per_source() {
     );
 }
 
-#[test]
-fn rollout_appends_one_ledger_entry_per_sample() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
+/// The tiny random model in `d/tiny` and three synthetic samples; returns the sample file.
+fn tiny_model_and_data(d: &Path) -> PathBuf {
     ok(groundrl(&[
         "model",
         "init",
@@ -285,9 +298,21 @@ fn rollout_appends_one_ledger_entry_per_sample() {
         "--prompt",
         "instruct",
     ]));
-    let data = d.join("synth/samples.jsonl");
+    d.join("synth/samples.jsonl")
+}
+
+/// A reward of the completion's length alone (see the file): what a random model's answers can pass.
+fn length_only_spec() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/rewards/length-only.toml")
+}
+
+#[test]
+fn rollout_appends_one_ledger_entry_per_sample() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let data = tiny_model_and_data(d);
     let sample_ids: Vec<String> = ids(&data);
-    let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/rewards/length-only.toml");
+    let spec = length_only_spec();
     let ledger = d.join("ledger.jsonl");
     let rollout = |round: &str, threshold: &str| {
         ok(groundrl(&[
@@ -381,4 +406,61 @@ fn rollout_appends_one_ledger_entry_per_sample() {
         Some(sample_ids.len() as u64)
     );
     assert_eq!(ids(&out).len(), 0);
+}
+
+#[test]
+fn temperature_sweep_writes_accuracies_and_the_pick() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let data = tiny_model_and_data(d);
+    let out = d.join("sweep");
+    let output = ok(groundrl(&[
+        "curate",
+        "temperature",
+        "--model",
+        &path(&d.join("tiny")),
+        "--data",
+        &path(&data),
+        "--temps",
+        "1.0,0.5",
+        "--n",
+        "2",
+        "--max-new-tokens",
+        "6",
+        "--device",
+        "cpu",
+        "--dtype",
+        "f32",
+        "--reward",
+        &path(&length_only_spec()),
+        "--correct-component",
+        "brevity",
+        "--correct-threshold",
+        "0.5",
+        "--out",
+        &path(&out),
+    ]));
+    // Six-token answers pass 0.5 at every temperature (see the rollout test): all equal, so the
+    // highest temperature is picked.
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("temperature.json")).unwrap()).unwrap();
+    assert_eq!(json["picked"], 1.0);
+    assert_eq!(json["rule"], "brevity >= 0.5");
+    assert_eq!(json["samples"], 3);
+    let points: Vec<(f64, u64, u64)> = json["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["temperature"].as_f64().unwrap(),
+                p["correct"].as_u64().unwrap(),
+                p["total"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(points, [(0.5, 6, 6), (1.0, 6, 6)]);
+    let svg = std::fs::read_to_string(out.join("temperature.svg")).unwrap();
+    assert!(svg.contains("line-chart") && svg.contains("picked 1"), "{svg}");
+    assert!(String::from_utf8_lossy(&output.stdout).contains("<- picked"));
 }

@@ -2,8 +2,8 @@
 //!
 //! Seed 003's rule: samples whose rollouts were all correct (k = n) teach nothing more and are dropped;
 //! samples with some correct rollouts (0 < k < n) are the GRPO signal and are all kept; samples with no
-//! correct rollout (k = 0) are added back until they make up a target share of the pool (20% worked,
-//! 30% and 0% did worse). Which k = 0 samples are taken is seeded and prefix-stable: samples are ranked
+//! correct rollout (k = 0) are added back until they make up a target share of the pool (seed 003:
+//! 20% did better than 30%). Which k = 0 samples are taken is seeded and prefix-stable: samples are ranked
 //! by `keyed(seed, id)` as in [`crate::data::split::subsample`], so a larger share's choice contains a
 //! smaller one's.
 //!
@@ -131,6 +131,12 @@ pub fn next_pool(
         .collect();
     let allowed: Vec<bool> = data.iter().map(|s| source_allowed(&s.source, options)).collect();
     let chosen_unsolved = choose_unsolved(&data, &outcomes, &allowed, options);
+    let data_ids: HashSet<&str> = data.iter().map(|s| s.id.as_str()).collect();
+    let ledger_only = summary
+        .samples
+        .keys()
+        .filter(|id| !data_ids.contains(id.as_str()))
+        .count();
 
     let mut report = PoolReport {
         round: summary.round,
@@ -141,15 +147,9 @@ pub fn next_pool(
         by_source: BTreeMap::new(),
         unseen: Vec::new(),
         unseen_kept: options.keep_unseen,
-        ledger_only: 0,
+        ledger_only,
         unmatched_sources: unmatched_sources(&data, options),
     };
-    let data_ids: HashSet<&str> = data.iter().map(|s| s.id.as_str()).collect();
-    report.ledger_only = summary
-        .samples
-        .keys()
-        .filter(|id| !data_ids.contains(id.as_str()))
-        .count();
     let mut samples = Vec::new();
     for ((sample, outcome), allowed) in data.into_iter().zip(outcomes).zip(allowed) {
         let keep = allowed

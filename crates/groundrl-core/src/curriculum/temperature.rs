@@ -8,6 +8,7 @@
 use serde::Serialize;
 
 use super::CurriculumError;
+use crate::plot::{LineChart, Marker, Series};
 
 /// Slack for float rounding when comparing an accuracy with `best - tolerance`: counts that are exactly
 /// at the tolerance (e.g. 0.74 against 0.75 with 0.01) must pass.
@@ -83,6 +84,32 @@ pub fn pick_temperature(mut points: Vec<SweepPoint>, tolerance: f64) -> Result<S
     })
 }
 
+impl Sweep {
+    /// Accuracy against temperature on a 0-1 axis, the picked temperature marked.
+    pub fn line_chart(&self) -> LineChart {
+        let accuracy = |p: &SweepPoint| (p.temperature, p.accuracy());
+        let picked = self.points.iter().find(|p| p.temperature == self.picked);
+        LineChart {
+            title: format!(
+                "accuracy by sampling temperature (picked: the highest within {} of the best)",
+                self.tolerance
+            ),
+            x_label: "temperature".into(),
+            y_label: "accuracy".into(),
+            series: vec![Series::new(
+                "accuracy",
+                self.points.iter().map(accuracy).collect(),
+            )],
+            y_range: Some((0.0, 1.0)),
+            marker: picked.map(|p| Marker {
+                x: p.temperature,
+                y: p.accuracy(),
+                label: format!("picked {}", p.temperature),
+            }),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,6 +143,17 @@ mod tests {
         assert_eq!(picked(&points, 0.2), 2.0);
         let s = pick_temperature(sweep(&points), 0.01).unwrap();
         assert_eq!(s.best_accuracy, 0.75);
+
+        let chart = s.line_chart();
+        assert_eq!(
+            chart.series[0].points,
+            [(1.0, 0.75), (1.4, 0.75), (1.7, 0.74), (2.0, 0.6)]
+        );
+        let marker = chart.marker.unwrap();
+        assert_eq!(
+            (marker.x, marker.y, marker.label.as_str()),
+            (1.7, 0.74, "picked 1.7")
+        );
     }
 
     #[test]

@@ -12,10 +12,13 @@ use serde::Serialize;
 
 use super::CurriculumError;
 use super::ledger::RoundSummary;
+use crate::plot::{BarChart, BarSeries, Heatmap};
 
 /// Samples of both rounds counted by (k before, k after).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Transition {
+    pub before_round: u32,
+    pub after_round: u32,
     /// Rollouts per sample in both rounds.
     pub n: u64,
     /// `counts[k_before][k_after]`, an (n + 1) x (n + 1) matrix.
@@ -33,6 +36,7 @@ pub struct Transition {
 /// Per source, how many samples had each k: `sources[source][k]`, k = 0..=n.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct KBySource {
+    pub round: u32,
     pub n: u64,
     pub sources: BTreeMap<String, Vec<u64>>,
 }
@@ -69,6 +73,8 @@ pub fn transition(before: &RoundSummary, after: &RoundSummary) -> Result<Transit
     }
     let size = n as usize + 1;
     let mut t = Transition {
+        before_round: before.round,
+        after_round: after.round,
         n,
         counts: vec![vec![0; size]; size],
         shared: 0,
@@ -108,7 +114,70 @@ pub fn k_by_source(summary: &RoundSummary) -> Result<KBySource, CurriculumError>
             .or_insert_with(|| vec![0; n as usize + 1]);
         counts[tally.k as usize] += 1;
     }
-    Ok(KBySource { n, sources })
+    Ok(KBySource {
+        round: summary.round,
+        n,
+        sources,
+    })
+}
+
+/// `0`, `1`, ..., `n`: the labels of k.
+fn k_labels(n: u64) -> impl Iterator<Item = String> {
+    (0..=n).map(|k| k.to_string())
+}
+
+impl Transition {
+    /// The matrix as a heatmap with the count in each cell (rows: k before, columns: k after).
+    pub fn heatmap(&self) -> Heatmap {
+        Heatmap {
+            title: format!(
+                "k of {} correct, round {} to round {} ({} samples in both)",
+                self.n, self.before_round, self.after_round, self.shared
+            ),
+            x_label: format!("k after (round {})", self.after_round),
+            y_label: format!("k before (round {})", self.before_round),
+            rows: k_labels(self.n).collect(),
+            columns: k_labels(self.n).collect(),
+            values: self
+                .counts
+                .iter()
+                .map(|row| row.iter().map(|&c| c as f64).collect())
+                .collect(),
+        }
+    }
+}
+
+impl KBySource {
+    /// Bars per source, one per k, each the share of the source's samples with that k (so sources of
+    /// different sizes compare; the counts are in the struct itself).
+    pub fn bar_chart(&self) -> BarChart {
+        let totals: Vec<u64> = self.sources.values().map(|counts| counts.iter().sum()).collect();
+        let series = (0..=self.n as usize)
+            .map(|k| {
+                let shares = self
+                    .sources
+                    .values()
+                    .zip(&totals)
+                    .map(|(counts, &total)| counts[k] as f64 / total.max(1) as f64)
+                    .collect();
+                BarSeries::new(format!("k = {k}"), shares)
+            })
+            .collect();
+        BarChart {
+            title: format!(
+                "round {}: k of {} correct per source ({} samples)",
+                self.round,
+                self.n,
+                totals.iter().sum::<u64>()
+            ),
+            x_label: "source".into(),
+            y_label: "share of the source's samples".into(),
+            categories: self.sources.keys().cloned().collect(),
+            series,
+            y_range: Some((0.0, 1.0)),
+            show_values: false,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -148,6 +217,16 @@ mod tests {
         );
         assert_eq!((t.n, t.shared, t.only_before, t.only_after), (4, 5, 1, 2));
         assert_eq!((t.improved, t.unchanged, t.worsened), (3, 1, 1));
+
+        let map = t.heatmap();
+        assert_eq!(
+            map.title,
+            "k of 4 correct, round 1 to round 1 (5 samples in both)"
+        );
+        assert_eq!(map.rows, ["0", "1", "2", "3", "4"]);
+        assert_eq!(map.columns, map.rows);
+        assert_eq!(map.values[0], [1.0, 1.0, 0.0, 0.0, 0.0]);
+        assert_eq!(map.values[4], [0.0, 0.0, 0.0, 1.0, 0.0]);
     }
 
     #[test]
@@ -163,6 +242,24 @@ mod tests {
         assert_eq!(by.sources["web"], [2, 0, 1]);
         assert_eq!(by.sources["app"], [0, 1, 0]);
         assert_eq!(by.sources.len(), 2);
+
+        // Sources in name order (app, web); each bar the share of its source's samples.
+        let chart = by.bar_chart();
+        assert_eq!(chart.categories, ["app", "web"]);
+        assert_eq!(chart.title, "round 1: k of 2 correct per source (4 samples)");
+        let series: Vec<(&str, &[f64])> = chart
+            .series
+            .iter()
+            .map(|s| (s.name.as_str(), &s.values[..]))
+            .collect();
+        assert_eq!(
+            series,
+            [
+                ("k = 0", &[0.0, 2.0 / 3.0][..]),
+                ("k = 1", &[1.0, 0.0][..]),
+                ("k = 2", &[0.0, 1.0 / 3.0][..])
+            ]
+        );
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! `groundrl curate compare`: how samples moved between two rounds (semantics:
-//! `groundrl_core::curriculum::transition`). Writes `DIR/compare.json`.
+//! `groundrl_core::curriculum::transition`). Writes to `DIR`: `compare.json` (both sides, the matrix, k
+//! per source), `transition.svg` (the matrix as a heatmap with counts), `by-source.svg` (k per source
+//! in the later round, seed 003's figure) and `by-source-before.svg` (the same for the earlier one).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -8,7 +10,7 @@ use anyhow::Context;
 use groundrl_core::curriculum::{KBySource, RoundSummary, Transition, k_by_source, transition};
 use serde::Serialize;
 
-use super::{create_dir, read_round};
+use super::{read_round, write_output};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -24,7 +26,7 @@ pub struct Args {
     /// Round of --after to read (default: its latest).
     #[arg(long)]
     after_round: Option<u32>,
-    /// Output folder for compare.json.
+    /// Output folder for compare.json, transition.svg, by-source.svg and by-source-before.svg.
     #[arg(long)]
     out: PathBuf,
 }
@@ -48,7 +50,7 @@ struct Comparison<'a> {
     transition: &'a Transition,
 }
 
-/// Writes `compare.json` and prints the matrix; exit code 1 when ledger lines were skipped.
+/// Prints the matrix and writes the JSON and the charts; exit code 1 when ledger lines were skipped.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (before, bad_before) = read_round(&args.before, args.before_round)?;
     let (after, bad_after) = read_round(&args.after, args.after_round)?;
@@ -67,12 +69,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         after: side(&args.after, &after, &by_after),
         transition: &t,
     };
-    create_dir(&args.out)?;
-    let json = args.out.join("compare.json");
-    std::fs::write(&json, serde_json::to_string_pretty(&comparison)?)
-        .with_context(|| format!("writing {}", json.display()))?;
     print!("{}", matrix_text(&t, &before, &after));
-    println!("wrote {}", json.display());
+    write_output(
+        &args.out,
+        "compare.json",
+        &serde_json::to_string_pretty(&comparison)?,
+    )?;
+    write_output(&args.out, "transition.svg", &t.heatmap().svg())?;
+    write_output(&args.out, "by-source.svg", &by_after.bar_chart().svg())?;
+    write_output(&args.out, "by-source-before.svg", &by_before.bar_chart().svg())?;
     Ok(if bad_before + bad_after > 0 {
         ExitCode::from(1)
     } else {

@@ -56,7 +56,11 @@ pub(crate) fn percent(share: Option<f64>) -> String {
     share.map_or("-".to_string(), |s| format!("{:.1}%", 100.0 * s))
 }
 
-/// Creates the output folder of a command.
-pub(crate) fn create_dir(dir: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
+/// Writes `dir/name` (creating `dir`) and says so on stdout.
+pub(crate) fn write_output(dir: &Path, name: &str, contents: &str) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join(name);
+    std::fs::write(&path, contents).with_context(|| format!("writing {}", path.display()))?;
+    println!("wrote {}", path.display());
+    Ok(())
 }

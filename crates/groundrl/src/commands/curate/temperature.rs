@@ -1,6 +1,7 @@
 //! `groundrl curate temperature`: rollouts of a validation set at several temperatures, accuracy at
 //! each, and the highest temperature within `--tolerance` of the best (semantics:
-//! `groundrl_core::curriculum::temperature`). Writes `DIR/temperature.json`.
+//! `groundrl_core::curriculum::temperature`). Writes `DIR/temperature.json` and `DIR/temperature.svg`
+//! (accuracy against temperature, the pick marked).
 //!
 //! Every temperature samples with the same seeds, so the accuracies differ by the temperature and not
 //! by the luck of the draw.
@@ -8,12 +9,11 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::Context;
 use groundrl_core::curriculum::{Sweep, SweepPoint, pick_temperature};
 use groundrl_tensor::hf_folder::HfModel;
 use serde::Serialize;
 
-use super::{create_dir, percent};
+use super::{percent, write_output};
 use crate::commands::data::{read_samples, report_skipped};
 use crate::commands::rollout::{Judge, ModelArgs, RuleArgs, SamplingArgs, load_model, progress, roll_out};
 
@@ -37,7 +37,7 @@ pub struct Args {
     /// Accept an accuracy this far below the best (absolute: 0.01 is one point).
     #[arg(long, default_value_t = 0.01)]
     tolerance: f64,
-    /// Output folder for temperature.json.
+    /// Output folder for temperature.json and temperature.svg.
     #[arg(long)]
     out: PathBuf,
 }
@@ -77,11 +77,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             percent(Some(point.accuracy()))
         );
         points.push(point);
+        // The same samples fail at every temperature: encoding and targets do not depend on it.
         skipped = at_this;
     }
     let sweep = pick_temperature(points, args.tolerance)?;
     print!("{}", table(&sweep));
-    create_dir(&args.out)?;
+    if sweep.best_accuracy == 0.0 {
+        eprintln!("warning: no completion was correct at any temperature; the pick says nothing");
+    }
     let report = Report {
         model: &args.model.model,
         data: &args.data,
@@ -90,10 +93,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         samples: loaded.samples.len() - skipped.unencoded - skipped.unscored,
         sweep: &sweep,
     };
-    let json = args.out.join("temperature.json");
-    std::fs::write(&json, serde_json::to_string_pretty(&report)?)
-        .with_context(|| format!("writing {}", json.display()))?;
-    println!("wrote {}", json.display());
+    write_output(
+        &args.out,
+        "temperature.json",
+        &serde_json::to_string_pretty(&report)?,
+    )?;
+    write_output(&args.out, "temperature.svg", &sweep.line_chart().svg())?;
     let bad = skipped.unencoded + skipped.unscored + loaded.skipped.len();
     if bad > 0 {
         eprintln!(
