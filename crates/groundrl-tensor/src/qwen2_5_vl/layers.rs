@@ -3,6 +3,7 @@
 
 use tch::{Kind, Tensor, nn};
 
+use super::ModelError;
 use super::lora::Adapter;
 
 /// transformers' `initializer_range` default, used for random-init presets.
@@ -46,6 +47,15 @@ impl Linear {
         match &self.lora {
             Some(adapter) => base + adapter.forward(x),
             None => base,
+        }
+    }
+
+    /// The weight (out, in) the layer applies: its own parameter (the same tensor, not a copy) without an
+    /// adapter, else a new tensor with the adapter folded in (see [`Adapter::merged_with`]).
+    pub fn effective_weight(&self) -> Result<Tensor, ModelError> {
+        match &self.lora {
+            Some(adapter) => adapter.merged_with(&self.weight),
+            None => Ok(self.weight.shallow_clone()),
         }
     }
 }

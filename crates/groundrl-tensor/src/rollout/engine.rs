@@ -20,6 +20,8 @@
 //! of ~2,000 kernel launches from the host ([`Engine::cuda_graph`]). The CPU runs the same step
 //! directly.
 
+use std::cell::RefCell;
+
 use tch::{Device, Kind, Tensor};
 
 use super::kv_cache::{CacheShape, KvCache, attend_cached};
@@ -29,7 +31,7 @@ use super::{Completion, GenerationRequest, RolloutError};
 use crate::cuda_graph::CudaGraph;
 use crate::processor::Processor;
 use crate::qwen2_5_vl::model::Prepared;
-use crate::qwen2_5_vl::text::{Rotary, attend};
+use crate::qwen2_5_vl::text::{FusedLayer, Rotary, attend};
 use crate::qwen2_5_vl::{Batch, Qwen25Vl};
 
 /// Generates completions with a model and the processor that encoded its prompts.
@@ -44,6 +46,9 @@ pub struct Engine<'a> {
     /// On a CUDA device, capture the decoding step as a CUDA graph and replay it (default true);
     /// false runs every step's kernels from the host. Results do not depend on it.
     pub cuda_graph: bool,
+    /// The decoder's weights as decoding applies them ([`FusedLayer`]), kept between calls and refreshed
+    /// in place from the model at the start of each.
+    fused: RefCell<Option<Vec<FusedLayer>>>,
 }
 
 /// Which request and sample each of the decoded rows is.
@@ -99,6 +104,7 @@ impl<'a> Engine<'a> {
             processor,
             sync_every: 8,
             cuda_graph: true,
+            fused: RefCell::new(None),
         }
     }
 
@@ -139,15 +145,31 @@ impl<'a> Engine<'a> {
         };
         let mut state = Decoding::new(self, requests, &rows, steps);
         let mut ends = rows.ends(requests);
-        let done = self.decode(&mut cache, &mut state, &mut ends, &mut step)?;
+        let layers = self.fused_layers()?;
+        let done = self.decode(&layers, &mut cache, &mut state, &mut ends, &mut step)?;
+        self.fused.replace(Some(layers));
         let logprobs = host_rows(&state.logprobs.narrow(1, 0, done as i64))?;
         Ok(completions(&rows, ends, logprobs))
+    }
+
+    /// The engine's fused weights, refreshed from the model's current weights, or new ones at the first
+    /// call.
+    fn fused_layers(&self) -> Result<Vec<FusedLayer>, RolloutError> {
+        let text = &self.model.text;
+        match self.fused.take() {
+            Some(mut layers) => {
+                text.refresh_fused(&mut layers)?;
+                Ok(layers)
+            }
+            None => Ok(text.fuse_layers()?),
+        }
     }
 
     /// Selects tokens and feeds them back until every row has ended or the longest `max_new_tokens` is
     /// reached; returns the number of steps taken.
     fn decode(
         &self,
+        layers: &[FusedLayer],
         cache: &mut KvCache,
         state: &mut Decoding,
         ends: &mut [RowEnd],
@@ -161,10 +183,10 @@ impl<'a> Engine<'a> {
                 Some(g) => g.replay()?,
                 None if self.cuda_graph && step.logits.device().is_cuda() => {
                     graph = Some(CudaGraph::capture(step.logits.device(), || {
-                        self.iteration(cache, state, step)
+                        self.iteration(layers, cache, state, step)
                     })?);
                 }
-                None => self.iteration(cache, state, step),
+                None => self.iteration(layers, cache, state, step),
             }
             done += 1;
             if done - synced >= self.sync_every.max(1) {
@@ -185,11 +207,11 @@ impl<'a> Engine<'a> {
     /// One decoding step, entirely on the device: select every row's token of step `step.index` from
     /// `step.logits`, run it through the model (cache column `first_column + index`, M-RoPE position
     /// `first_position + index`), store the next logits in `step.logits` and advance `step.index`.
-    fn iteration(&self, cache: &mut KvCache, state: &mut Decoding, step: &mut Step) {
+    fn iteration(&self, layers: &[FusedLayer], cache: &mut KvCache, state: &mut Decoding, step: &mut Step) {
         let token = state.select(step);
         let column = &step.index + step.first_column;
         let position = &step.first_position + &step.index;
-        let logits = self.decode_step(cache, &token, &column, &position);
+        let logits = self.decode_step(layers, cache, &token, &column, &position);
         step.logits.copy_(&logits);
         let _ = step.index.g_add_scalar_(1);
     }
@@ -240,22 +262,29 @@ impl<'a> Engine<'a> {
     }
 
     /// One token per row (`token` (rows,), written at the cache column held by `column` (1,), at M-RoPE
-    /// position `position` (rows,) in all three components) through every layer; the next logits
-    /// (rows, vocab).
-    fn decode_step(&self, cache: &mut KvCache, token: &Tensor, column: &Tensor, position: &Tensor) -> Tensor {
+    /// position `position` (rows,) in all three components) through every layer, with the layers'
+    /// fused weights `layers`; the next logits (rows, vocab).
+    fn decode_step(
+        &self,
+        layers: &[FusedLayer],
+        cache: &mut KvCache,
+        token: &Tensor,
+        column: &Tensor,
+        position: &Tensor,
+    ) -> Tensor {
         let text = &self.model.text;
         let rows = token.size()[0];
-        let mut x = text.embed(&token.unsqueeze(1));
+        let mut x = text.embed(token);
         let positions = position.view([1, rows, 1]).expand([3, rows, 1], false);
         let rotary = Rotary::new(&text.config, &positions, x.kind());
         let mask = cache.key_mask_through(column);
-        for (i, layer) in text.layers.iter().enumerate() {
-            let (q, k, v) = layer.project_qkv(&x, &rotary);
+        for (i, (layer, fused)) in text.layers.iter().zip(layers).enumerate() {
+            let (q, k, v) = layer.decode_qkv(&x, fused, &rotary);
             cache.write_column(i, column, &k, &v);
             let (keys, values) = cache.layer(i);
-            x = layer.finish(&x, &attend_cached(&q, keys, values, &mask));
+            x = layer.decode_finish(x, &attend_cached(&q, keys, values, &mask), fused);
         }
-        text.logits(&text.final_norm(&x)).squeeze_dim(1)
+        text.logits(&text.final_norm(&x))
     }
 
     /// Reads the tokens of steps `from..to` to the host and updates every row's end; rows that ended

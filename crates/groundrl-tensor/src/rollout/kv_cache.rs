@@ -82,16 +82,10 @@ impl KvCache {
     }
 }
 
-/// Attention of one new query per row, `q` (rows, heads, 1, hd), over cached keys and values
-/// (rows, kv_heads, len, hd) with `mask` (rows, 1, 1, len) (boolean, or additive in q's dtype).
-///
-/// The query heads sharing a KV head are stacked as that head's query positions, so grouped KV heads
-/// are attended without repeating (copying) the cache; the result is the same as with repeated heads.
+/// Attention of one new token per row over cached keys and values (rows, kv_heads, len, hd) with
+/// `mask` (rows, 1, 1, len) (boolean, or additive in q's dtype). `q` (rows, kv_heads, groups, hd) holds
+/// the query heads that share a KV head as that head's query positions, so grouped KV heads are
+/// attended without repeating (copying) the cache; the output has q's shape.
 pub fn attend_cached(q: &Tensor, keys: &Tensor, values: &Tensor, mask: &Tensor) -> Tensor {
-    let (rows, heads, head_dim) = (q.size()[0], q.size()[1], q.size()[3]);
-    let kv_heads = keys.size()[1];
-    let grouped = q.reshape([rows, kv_heads, heads / kv_heads, head_dim]);
-    let out =
-        Tensor::scaled_dot_product_attention(&grouped, keys, values, Some(mask), 0.0, false, None, false);
-    out.reshape([rows, heads, 1, head_dim])
+    Tensor::scaled_dot_product_attention(q, keys, values, Some(mask), 0.0, false, None, false)
 }
