@@ -352,6 +352,72 @@ fn a_lora_policy_decodes_like_its_full_forward_after_each_update() {
     }
 }
 
+/// A call of the same shape as the previous one reuses the engine's decoding tensors (and, on a CUDA
+/// device, its captured step), refilled in place: its completions must equal a fresh engine's, tokens
+/// and log-probs exactly, whatever the calls before it left in those tensors (ended rows, padding,
+/// sampling settings, cache contents).
+#[test]
+fn calls_of_one_shape_reuse_the_decoding_tensors() {
+    let (_dir, hf) = tiny();
+    let fresh =
+        |requests: &[GenerationRequest]| Engine::new(&hf.model, &hf.processor).generate(requests).unwrap();
+    let stop = fresh(&[request(&hf, 1, 1, 0, &greedy(12, vec![]))])[0].tokens[4];
+    let unfiltered = |seed, temperature| SamplingParams {
+        top_p: 1.0,
+        temperature,
+        ..sampled(seed, 12)
+    };
+    // The image prompt sampled, the text prompt (left-padded) greedy and ending at its fifth token.
+    let a = || {
+        [
+            request(&hf, 0, 2, 0, &unfiltered(3, 1.0)),
+            request(&hf, 1, 2, 0, &greedy(12, vec![stop])),
+        ]
+    };
+    // The same shape: as many rows and steps, the same batched prompt length, one stop id per row,
+    // no row filtering; but the padded prompt first, other seeds, samples, temperatures and limits.
+    let b = || {
+        [
+            request(&hf, 1, 2, 5, &unfiltered(8, 0.7)),
+            request(
+                &hf,
+                0,
+                2,
+                0,
+                &SamplingParams {
+                    max_new_tokens: 7,
+                    ..greedy(12, vec![])
+                },
+            ),
+        ]
+    };
+    // The same shape again, with no padding at all.
+    let d = || [request(&hf, 0, 4, 0, &unfiltered(5, 1.0))];
+    let engine = Engine::new(&hf.model, &hf.processor);
+    let first = engine.generate(&a()).unwrap();
+    assert_eq!(first, fresh(&a()));
+    assert_eq!(
+        first[2].tokens.len(),
+        5,
+        "the stop token should end the greedy rows"
+    );
+    assert_eq!(engine.generate(&b()).unwrap(), fresh(&b()));
+    assert_eq!(engine.generate(&d()).unwrap(), fresh(&d()));
+    assert_eq!(engine.generate(&a()).unwrap(), first);
+    assert_eq!(engine.sessions_made(), 1);
+    // Another shape (a third sample of the text prompt) makes new tensors, and so does the next call.
+    let c = || {
+        [
+            request(&hf, 0, 2, 0, &unfiltered(3, 1.0)),
+            request(&hf, 1, 3, 0, &greedy(12, vec![stop])),
+        ]
+    };
+    assert_eq!(engine.generate(&c()).unwrap(), fresh(&c()));
+    assert_eq!(engine.sessions_made(), 2);
+    assert_eq!(engine.generate(&a()).unwrap(), first);
+    assert_eq!(engine.sessions_made(), 3);
+}
+
 #[test]
 fn seeds_decide_the_completion() {
     let (_dir, hf) = tiny();

@@ -27,7 +27,7 @@ pub struct CacheShape {
 }
 
 impl KvCache {
-    /// Zeroed keys and values in `kind`; every column counts as real until [`Self::set_padding`].
+    /// Zeroed keys and values in `kind`; every column counts as real until [`Self::reset`] says otherwise.
     pub fn new(shape: CacheShape, kind: Kind, device: Device) -> Self {
         let dims = [shape.rows, shape.kv_heads, shape.capacity, shape.head_dim];
         let zeros = || Tensor::zeros(dims, (kind, device));
@@ -39,12 +39,19 @@ impl KvCache {
         }
     }
 
-    /// Marks the first `mask.size()[1]` columns real where `mask` (rows, columns) is nonzero.
-    pub fn set_padding(&mut self, mask: &Tensor) {
-        let columns = mask.size()[1];
-        self.valid
-            .narrow(1, 0, columns)
-            .copy_(&mask.to_device(self.valid.device()).to_kind(Kind::Bool));
+    /// Empties the cache for a new batch, in place: zero keys and values (a column a step does not
+    /// attend to gets weight 0, and 0 × a stale NaN would still be NaN), and every column real except
+    /// where `padding` (rows, columns), when given, is 0 in the first columns.
+    pub fn reset(&mut self, padding: Option<&Tensor>) {
+        for t in self.keys.iter_mut().chain(&mut self.values) {
+            let _ = t.zero_();
+        }
+        let _ = self.valid.fill_(1);
+        if let Some(mask) = padding {
+            self.valid
+                .narrow(1, 0, mask.size()[1])
+                .copy_(&mask.to_device(self.valid.device()).to_kind(Kind::Bool));
+        }
     }
 
     /// Writes `k`, `v` (rows, kv_heads, L, head_dim) of layer `layer` at columns `column..column + L`.
