@@ -7,8 +7,8 @@
 //! block ([`DecoderLayer::finish`]) separately, so a KV cache can sit between them.
 //!
 //! Decoding one token per row has a twin of that pair ([`DecoderLayer::decode_qkv`],
-//! [`DecoderLayer::decode_finish`]) over the layer's weights fused ([`FusedLayer`]): the same function,
-//! in fewer and larger kernels.
+//! [`DecoderLayer::decode_finish`]) over the layer's weights fused ([`FusedLayer`]) and with libtorch's
+//! fused RMSNorm ([`RmsNorm::forward_fused`]): the same function, in fewer and larger kernels.
 
 use tch::{Kind, Tensor, nn};
 
@@ -133,7 +133,7 @@ impl DecoderLayer {
         rotary: &Rotary,
     ) -> (Tensor, Tensor, Tensor) {
         let rows = x.size()[0];
-        let normed = self.input_layernorm.forward(x);
+        let normed = self.input_layernorm.forward_fused(x);
         let qkv = normed.linear(&fused.qkv_weight, Some(&fused.qkv_bias)).view([
             rows,
             self.heads + 2 * self.kv_heads,
@@ -159,7 +159,7 @@ impl DecoderLayer {
         // Query groups outermost: the column order of `fused.o_weight`.
         let attn = attn.transpose(1, 2).reshape([rows, self.heads * self.head_dim]);
         let _ = x.addmm_(&attn, &fused.o_weight.tr());
-        let normed = self.post_attention_layernorm.forward(&x);
+        let normed = self.post_attention_layernorm.forward_fused(&x);
         let gate_up = normed.mm(&fused.gate_up_weight.tr());
         let inter = gate_up.size()[1] / 2;
         let gated = gate_up.narrow(1, 0, inter).silu() * gate_up.narrow(1, inter, inter);
@@ -428,6 +428,11 @@ impl TextModel {
     /// The final RMSNorm (for callers that run the layers themselves).
     pub fn final_norm(&self, hidden: &Tensor) -> Tensor {
         self.norm.forward(hidden)
+    }
+
+    /// [`Self::final_norm`] in one kernel, as decoding runs it (see [`RmsNorm::forward_fused`]).
+    pub(crate) fn final_norm_fused(&self, hidden: &Tensor) -> Tensor {
+        self.norm.forward_fused(hidden)
     }
 
     /// The output projection's weight (vocab, hidden): `lm_head`, or the embedding when tied.

@@ -282,7 +282,7 @@ impl<'a> Engine<'a> {
             let (keys, values) = cache.layer(i);
             x = layer.decode_finish(x, &attend_cached(&q, keys, values, &mask), fused);
         }
-        text.logits(&text.final_norm(&x))
+        text.logits(&text.final_norm_fused(&x))
     }
 
     /// Reads the tokens of steps `from..to` to the host and updates every row's end; rows that ended
