@@ -1,12 +1,14 @@
 //! The rollout engine on the tiny preset (CPU, f32): cached greedy decoding against full forwards,
-//! shared prefill against separate runs, returned log-probs against a recomputation, seeding, banned
-//! vision tokens and stop reasons.
+//! shared prefill against separate runs, returned log-probs against a recomputation (also for a LoRA
+//! policy whose adapters change between calls), seeding, banned vision tokens and stop reasons.
 
 use std::path::PathBuf;
 
 use groundrl_tensor::hf_folder::{self, HfModel};
 use groundrl_tensor::processor::Encoded;
 use groundrl_tensor::processor::chat_template::RenderOptions;
+use groundrl_tensor::qwen2_5_vl::lora::LLM_TARGETS;
+use groundrl_tensor::qwen2_5_vl::{LoraSpec, Qwen25Vl};
 use groundrl_tensor::rollout::sampling::{RowSettings, Sampler};
 use groundrl_tensor::rollout::{Completion, Engine, FinishReason, GenerationRequest, SamplingParams};
 use serde_json::json;
@@ -278,6 +280,142 @@ fn returned_logprobs_equal_a_full_forward() {
         println!("temperature {temperature}: max |log-prob - recomputed| = {worst:.3e}");
         assert!(worst <= 1e-5, "temperature {temperature}: {worst}");
     }
+}
+
+/// Gives every LoRA B of `model` deterministic values of about `size`, in place (as an optimizer step
+/// would), so that the adapters change outputs.
+fn set_lora_b(model: &Qwen25Vl, size: f64) {
+    for (name, mut var) in model.lora_variables() {
+        if name.ends_with("lora_B.weight") {
+            let values = Tensor::arange(var.numel() as i64, (Kind::Float, Device::Cpu))
+                .sin()
+                .view(var.size().as_slice())
+                * size;
+            tch::no_grad(|| var.copy_(&values));
+        }
+    }
+}
+
+/// The engine decodes a LoRA policy with its adapters folded into fused weights; those are made at the
+/// first call and refreshed in place at the next, after the adapters changed. Both calls must give the
+/// adapted model's greedy tokens and log-probs (within 1e-5 of a full forward through the adapters).
+#[test]
+fn a_lora_policy_decodes_like_its_full_forward_after_each_update() {
+    let (_dir, mut hf) = tiny();
+    let spec = LoraSpec {
+        rank: 4,
+        alpha: 8.0,
+        targets: LLM_TARGETS.iter().map(|t| t.to_string()).collect(),
+        vision: false,
+        seed: 2,
+    };
+    assert_eq!(hf.model.add_lora(&spec).unwrap(), 4 * 7);
+    let base = reference_greedy(&hf, &[0, 1], 10);
+    let engine = Engine::new(&hf.model, &hf.processor);
+    let mut previous = base;
+    for size in [0.05, -0.08] {
+        set_lora_b(&hf.model, size);
+        let reference = reference_greedy(&hf, &[0, 1], 10);
+        assert_ne!(
+            reference, previous,
+            "the adapters should change the greedy tokens"
+        );
+        let out = engine
+            .generate(&[
+                request(&hf, 0, 1, 0, &greedy(10, vec![])),
+                request(&hf, 1, 1, 0, &greedy(10, vec![])),
+            ])
+            .unwrap();
+        for (c, want) in out.iter().zip(&reference) {
+            assert_eq!(&c.tokens, want, "B size {size}, prompt {}", c.prompt_index);
+        }
+        for temperature in [1.0, 0.7] {
+            let params = SamplingParams {
+                temperature,
+                ..sampled(4, 10)
+            };
+            let out = engine
+                .generate(&[request(&hf, 0, 2, 0, &params), request(&hf, 1, 2, 0, &params)])
+                .unwrap();
+            let want = recomputed(&hf, &out, temperature);
+            let worst = out
+                .iter()
+                .zip(&want)
+                .map(|(c, w)| max_abs_diff(&c.logprobs, w))
+                .fold(0.0, f32::max);
+            println!(
+                "LoRA B size {size}, temperature {temperature}: max |log-prob - recomputed| = {worst:.3e}"
+            );
+            assert!(worst <= 1e-5, "B size {size}, temperature {temperature}: {worst}");
+        }
+        previous = reference;
+    }
+}
+
+/// A call of the same shape as the previous one reuses the engine's decoding tensors (and, on a CUDA
+/// device, its captured step), refilled in place: its completions must equal a fresh engine's, tokens
+/// and log-probs exactly, whatever the calls before it left in those tensors (ended rows, padding,
+/// sampling settings, cache contents).
+#[test]
+fn calls_of_one_shape_reuse_the_decoding_tensors() {
+    let (_dir, hf) = tiny();
+    let fresh =
+        |requests: &[GenerationRequest]| Engine::new(&hf.model, &hf.processor).generate(requests).unwrap();
+    let stop = fresh(&[request(&hf, 1, 1, 0, &greedy(12, vec![]))])[0].tokens[4];
+    let unfiltered = |seed, temperature| SamplingParams {
+        top_p: 1.0,
+        temperature,
+        ..sampled(seed, 12)
+    };
+    // The image prompt sampled, the text prompt (left-padded) greedy and ending at its fifth token.
+    let a = || {
+        [
+            request(&hf, 0, 2, 0, &unfiltered(3, 1.0)),
+            request(&hf, 1, 2, 0, &greedy(12, vec![stop])),
+        ]
+    };
+    // The same shape: as many rows and steps, the same batched prompt length, one stop id per row,
+    // no row filtering; but the padded prompt first, other seeds, samples, temperatures and limits.
+    let b = || {
+        [
+            request(&hf, 1, 2, 5, &unfiltered(8, 0.7)),
+            request(
+                &hf,
+                0,
+                2,
+                0,
+                &SamplingParams {
+                    max_new_tokens: 7,
+                    ..greedy(12, vec![])
+                },
+            ),
+        ]
+    };
+    // The same shape again, with no padding at all.
+    let d = || [request(&hf, 0, 4, 0, &unfiltered(5, 1.0))];
+    let engine = Engine::new(&hf.model, &hf.processor);
+    let first = engine.generate(&a()).unwrap();
+    assert_eq!(first, fresh(&a()));
+    assert_eq!(
+        first[2].tokens.len(),
+        5,
+        "the stop token should end the greedy rows"
+    );
+    assert_eq!(engine.generate(&b()).unwrap(), fresh(&b()));
+    assert_eq!(engine.generate(&d()).unwrap(), fresh(&d()));
+    assert_eq!(engine.generate(&a()).unwrap(), first);
+    assert_eq!(engine.sessions_made(), 1);
+    // Another shape (a third sample of the text prompt) makes new tensors, and so does the next call.
+    let c = || {
+        [
+            request(&hf, 0, 2, 0, &unfiltered(3, 1.0)),
+            request(&hf, 1, 3, 0, &greedy(12, vec![stop])),
+        ]
+    };
+    assert_eq!(engine.generate(&c()).unwrap(), fresh(&c()));
+    assert_eq!(engine.sessions_made(), 2);
+    assert_eq!(engine.generate(&a()).unwrap(), first);
+    assert_eq!(engine.sessions_made(), 3);
 }
 
 #[test]

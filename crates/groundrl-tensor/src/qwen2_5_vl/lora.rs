@@ -132,6 +132,15 @@ impl Adapter {
             .f_mul_scalar(self.scale)?)
     }
 
+    /// `W + scale · B A` for this adapter's layer weight `weight` (out, in): the weight the adapted layer
+    /// applies, summed in f32 and rounded once to W's dtype.
+    pub(crate) fn merged_with(&self, weight: &Tensor) -> Result<Tensor, ModelError> {
+        Ok(weight
+            .f_to_kind(Kind::Float)?
+            .f_add(&self.weight_update()?)?
+            .f_to_kind(weight.kind())?)
+    }
+
     /// Whether `t` is one of this adapter's variables (the same tensor, not equal values).
     fn holds(&self, t: &Tensor) -> bool {
         t.is_set_to(&self.a) || t.is_set_to(&self.b)
@@ -209,12 +218,8 @@ impl Qwen25Vl {
             let Some(adapter) = &linear.lora else {
                 continue;
             };
-            let weight = &mut linear.weight;
-            let sum = weight
-                .f_to_kind(Kind::Float)?
-                .f_add(&adapter.weight_update()?)?
-                .f_to_kind(weight.kind())?;
-            tch::no_grad(|| weight.f_copy_(&sum))?;
+            let sum = adapter.merged_with(&linear.weight)?;
+            tch::no_grad(|| linear.weight.f_copy_(&sum))?;
             merged.extend(linear.lora.take());
         }
         Ok(())

@@ -5,9 +5,14 @@
 //! rotary cos/sin are computed in f32 and cast to the activations' dtype; attention is libtorch's SDPA.
 //! Each layer exposes its attention projections ([`DecoderLayer::project_qkv`]) and the rest of the
 //! block ([`DecoderLayer::finish`]) separately, so a KV cache can sit between them.
+//!
+//! Decoding one token per row has a twin of that pair ([`DecoderLayer::decode_qkv`],
+//! [`DecoderLayer::decode_finish`]) over the layer's weights fused ([`FusedLayer`]) and with libtorch's
+//! fused RMSNorm ([`RmsNorm::forward_fused`]): the same function, in fewer and larger kernels.
 
 use tch::{Kind, Tensor, nn};
 
+use super::ModelError;
 use super::config::TextConfig;
 use super::layers::{INIT_STD, Linear, RmsNorm};
 
@@ -88,6 +93,80 @@ impl DecoderLayer {
         &x + mlp.down_proj.forward(&gated)
     }
 
+    /// This layer's weights fused for decoding, LoRA adapters folded in (see [`FusedLayer`]).
+    pub(crate) fn fuse(&self) -> Result<FusedLayer, ModelError> {
+        let (attn, mlp) = (&self.self_attn, &self.mlp);
+        let qkv = [&attn.q_proj, &attn.k_proj, &attn.v_proj];
+        let weights = qkv.map(Linear::effective_weight);
+        let biases = qkv.map(bias);
+        let [gate, up] = [&mlp.gate_proj, &mlp.up_proj].map(Linear::effective_weight);
+        Ok(FusedLayer {
+            qkv_weight: Tensor::f_cat(&weights.into_iter().collect::<Result<Vec<_>, _>>()?, 0)?,
+            qkv_bias: Tensor::f_cat(&biases.into_iter().collect::<Result<Vec<_>, _>>()?, 0)?,
+            o_weight: self.group_major_columns(&attn.o_proj.effective_weight()?)?,
+            gate_up_weight: Tensor::f_cat(&[gate?, up?], 0)?,
+            down_weight: mlp.down_proj.effective_weight()?,
+        })
+    }
+
+    /// A new (hidden, heads · hd) copy of `o` (an o_proj weight) with its input columns reordered from
+    /// (kv head, group, hd) to (group, kv head, hd); see [`FusedLayer::o_weight`].
+    fn group_major_columns(&self, o: &Tensor) -> Result<Tensor, ModelError> {
+        let hidden = o.size()[0];
+        let groups = self.heads / self.kv_heads;
+        let out = Tensor::f_empty([hidden, self.heads * self.head_dim], (o.kind(), o.device()))?;
+        out.f_view([hidden, groups, self.kv_heads, self.head_dim])?
+            .f_copy_(
+                &o.f_view([hidden, self.kv_heads, groups, self.head_dim])?
+                    .f_transpose(1, 2)?,
+            )?;
+        Ok(out)
+    }
+
+    /// Decoding's [`Self::project_qkv`] for one token per row, `x` (rows, hidden), with the weights
+    /// `fused` made from this layer: queries grouped by KV head, (rows, kv_heads, groups, hd), and keys
+    /// and values (rows, kv_heads, 1, hd).
+    pub(crate) fn decode_qkv(
+        &self,
+        x: &Tensor,
+        fused: &FusedLayer,
+        rotary: &Rotary,
+    ) -> (Tensor, Tensor, Tensor) {
+        let rows = x.size()[0];
+        let normed = self.input_layernorm.forward_fused(x);
+        let qkv = normed.linear(&fused.qkv_weight, Some(&fused.qkv_bias)).view([
+            rows,
+            self.heads + 2 * self.kv_heads,
+            self.head_dim,
+        ]);
+        let rotated = rotary.rotate_tokens(&qkv.narrow(1, 0, self.heads + self.kv_heads));
+        let groups = self.heads / self.kv_heads;
+        let q = rotated
+            .narrow(1, 0, self.heads)
+            .view([rows, self.kv_heads, groups, self.head_dim]);
+        let k = rotated.narrow(1, self.heads, self.kv_heads).unsqueeze(2);
+        let v = qkv
+            .narrow(1, self.heads + self.kv_heads, self.kv_heads)
+            .unsqueeze(2);
+        (q, k, v)
+    }
+
+    /// Decoding's [`Self::finish`]: the block's output from its input `x` (rows, hidden), updated in
+    /// place, and the attention output `attn` (rows, kv_heads, groups, hd) of [`Self::decode_qkv`]'s
+    /// queries. The residual additions ride on the output projections' matmuls (`addmm_` into `x`).
+    pub(crate) fn decode_finish(&self, mut x: Tensor, attn: &Tensor, fused: &FusedLayer) -> Tensor {
+        let rows = x.size()[0];
+        // Query groups outermost: the column order of `fused.o_weight`.
+        let attn = attn.transpose(1, 2).reshape([rows, self.heads * self.head_dim]);
+        let _ = x.addmm_(&attn, &fused.o_weight.tr());
+        let normed = self.post_attention_layernorm.forward_fused(&x);
+        let gate_up = normed.mm(&fused.gate_up_weight.tr());
+        let inter = gate_up.size()[1] / 2;
+        let gated = gate_up.narrow(1, 0, inter).silu() * gate_up.narrow(1, inter, inter);
+        let _ = x.addmm_(&gated, &fused.down_weight.tr());
+        x
+    }
+
     /// The block's linear projections (attention, then MLP), for adapters such as LoRA.
     fn linears_mut(&mut self) -> [&mut Linear; 7] {
         let (attn, mlp) = (&mut self.self_attn, &mut self.mlp);
@@ -107,6 +186,60 @@ impl DecoderLayer {
         let (q, k, v) = self.project_qkv(x, rotary);
         let attn = attend(&q, &k, &v, mask);
         self.finish(x, &attn)
+    }
+}
+
+/// A layer's bias, or zeros of its output size when it has none.
+fn bias(linear: &Linear) -> Result<Tensor, ModelError> {
+    match &linear.bias {
+        Some(b) => Ok(b.shallow_clone()),
+        None => Ok(Tensor::f_zeros(
+            [linear.weight.size()[0]],
+            (linear.weight.kind(), linear.weight.device()),
+        )?),
+    }
+}
+
+/// One decoder layer's weights as decoding applies them: LoRA adapters folded in (`W + scale · B A`, as
+/// [`super::Qwen25Vl::merge_lora`] folds them), so that an adapted policy decodes without the
+/// adapters' extra matmuls, and projections that read the same input stacked into one matrix, so
+/// that one matmul makes q, k and v and one makes gate and up.
+///
+/// The tensors are the model's own where nothing needs combining (`down_proj` without an adapter) and
+/// copies otherwise, which costs memory: about 70% of the decoder layers' weights (3.9 GB in bf16 for
+/// Qwen2.5-VL-3B). [`TextModel::refresh_fused`] brings the copies up to date in place, so that a
+/// captured CUDA graph that reads them stays valid.
+#[derive(Debug)]
+pub(crate) struct FusedLayer {
+    /// ((heads + 2 kv_heads) · hd, hidden): q_proj, k_proj and v_proj stacked.
+    qkv_weight: Tensor,
+    /// The three biases stacked likewise.
+    qkv_bias: Tensor,
+    /// (hidden, heads · hd): o_proj with its input columns reordered from (kv head, group) to (group,
+    /// kv head), the order in which libtorch's fused attention kernels leave the grouped queries'
+    /// output in memory (positions outermost; see [`DecoderLayer::decode_finish`]), so that reading
+    /// it needs no copy.
+    o_weight: Tensor,
+    /// (2 · intermediate, hidden): gate_proj over up_proj.
+    gate_up_weight: Tensor,
+    /// (hidden, intermediate): down_proj's weight, the parameter itself when it has no adapter.
+    down_weight: Tensor,
+}
+
+impl FusedLayer {
+    /// Copies `layer`'s current weights (adapters folded in) into these tensors in place. They must come
+    /// from `layer` ([`DecoderLayer::fuse`]) with the same adapters attached: an engine that keeps them
+    /// borrows the model, so adapters cannot be attached or merged meanwhile; only values change.
+    fn refresh(&mut self, layer: &DecoderLayer) -> Result<(), ModelError> {
+        let fresh = layer.fuse()?;
+        self.qkv_weight.f_copy_(&fresh.qkv_weight)?;
+        self.qkv_bias.f_copy_(&fresh.qkv_bias)?;
+        self.o_weight.f_copy_(&fresh.o_weight)?;
+        self.gate_up_weight.f_copy_(&fresh.gate_up_weight)?;
+        if !self.down_weight.is_set_to(&layer.mlp.down_proj.weight) {
+            self.down_weight.f_copy_(&fresh.down_weight)?;
+        }
+        Ok(())
     }
 }
 
@@ -202,6 +335,21 @@ impl Rotary {
         let half = x.size()[3] / 2;
         x * self.cos.unsqueeze(1) + x.roll(&[half][..], &[-1][..]) * self.signed_sin.unsqueeze(1)
     }
+
+    /// `x` (B, heads, hd), one token per row, rotated by its row's position (tables made for L = 1), in
+    /// three kernels: the halves swapped by `flip` (which, unlike `roll`, reads a strided `x` without
+    /// first copying it), then `x * cos` and one `addcmul_`.
+    pub fn rotate_tokens(&self, x: &Tensor) -> Tensor {
+        let shape = x.size();
+        let half = shape[2] / 2;
+        let swapped = x
+            .view([shape[0], shape[1], 2, half])
+            .flip([2])
+            .view(shape.as_slice());
+        let mut rotated = x * &self.cos;
+        let _ = rotated.addcmul_(&swapped, &self.signed_sin);
+        rotated
+    }
 }
 
 /// The decoder stack with its embedding and output head.
@@ -243,6 +391,20 @@ impl TextModel {
         }
     }
 
+    /// Every layer's weights fused for decoding (see [`FusedLayer`]).
+    pub(crate) fn fuse_layers(&self) -> Result<Vec<FusedLayer>, ModelError> {
+        self.layers.iter().map(DecoderLayer::fuse).collect()
+    }
+
+    /// Brings `fused` (this model's [`Self::fuse_layers`]) up to date with the layers' current weights,
+    /// in place (see [`FusedLayer::refresh`]).
+    pub(crate) fn refresh_fused(&self, fused: &mut [FusedLayer]) -> Result<(), ModelError> {
+        for (buffers, layer) in fused.iter_mut().zip(&self.layers) {
+            buffers.refresh(layer)?;
+        }
+        Ok(())
+    }
+
     /// Every decoder layer's linear projections, layer by layer, for adapters such as LoRA (the
     /// embedding and the output head are not among them).
     pub(crate) fn linears_mut(&mut self) -> impl Iterator<Item = &mut Linear> {
@@ -268,6 +430,11 @@ impl TextModel {
         self.norm.forward(hidden)
     }
 
+    /// [`Self::final_norm`] in one kernel, as decoding runs it (see [`RmsNorm::forward_fused`]).
+    pub(crate) fn final_norm_fused(&self, hidden: &Tensor) -> Tensor {
+        self.norm.forward_fused(hidden)
+    }
+
     /// The output projection's weight (vocab, hidden): `lm_head`, or the embedding when tied.
     pub fn output_weight(&self) -> &Tensor {
         self.lm_head.as_ref().unwrap_or(&self.embed_tokens)
@@ -276,5 +443,96 @@ impl TextModel {
     /// Vocabulary logits of normed hidden states.
     pub fn logits(&self, hidden: &Tensor) -> Tensor {
         hidden.linear(self.output_weight(), None::<Tensor>)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tch::Device;
+
+    use super::*;
+    use crate::hf_folder::tiny_ids;
+    use crate::processor::tiny_tokenizer::VOCAB_SIZE;
+    use crate::qwen2_5_vl::lora::LLM_TARGETS;
+    use crate::qwen2_5_vl::{LoraSpec, Qwen25Vl, presets};
+
+    fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+        (a - b).abs().max().double_value(&[])
+    }
+
+    /// The tiny model with adapters on every projection of every layer, B set from `size`.
+    fn adapted(size: f64) -> Qwen25Vl {
+        let config = presets::tiny(i64::from(VOCAB_SIZE), &tiny_ids());
+        let mut model = Qwen25Vl::new(&config, Device::Cpu, Kind::Float, 3);
+        let spec = LoraSpec {
+            rank: 4,
+            alpha: 8.0,
+            targets: LLM_TARGETS.iter().map(|t| t.to_string()).collect(),
+            vision: false,
+            seed: 1,
+        };
+        model.add_lora(&spec).unwrap();
+        set_b(&model, size);
+        model
+    }
+
+    fn set_b(model: &Qwen25Vl, size: f64) {
+        for (name, mut var) in model.lora_variables() {
+            if name.ends_with("lora_B.weight") {
+                let values = Tensor::arange(var.numel() as i64, (Kind::Float, Device::Cpu)).cos() * size;
+                tch::no_grad(|| var.copy_(&values.view(var.size().as_slice())));
+            }
+        }
+    }
+
+    /// Layer 0 on one token per row, through project_qkv/attend/finish (the adapters applied as their
+    /// own matmuls) and through decode_qkv/decode_finish with `fused`: queries, keys, values and the
+    /// block's output, the larger of their max differences. Each token attends to itself only, so the
+    /// attention output is its value.
+    fn fused_vs_layer(model: &Qwen25Vl, fused: &FusedLayer) -> f64 {
+        let layer = &model.text.layers[0];
+        let x = Tensor::arange(3 * 128, (Kind::Float, Device::Cpu))
+            .sin()
+            .view([3, 1, 128]);
+        let positions = Tensor::from_slice(&[5i64, 9, 2])
+            .view([1, 3, 1])
+            .expand([3, 3, 1], false);
+        let rotary = Rotary::new(&model.config.text, &positions, Kind::Float);
+        tch::no_grad(|| {
+            let (q, k, v) = layer.project_qkv(&x, &rotary);
+            let want = layer.finish(&x, &attend(&q, &k, &v, &AttentionMask::Causal));
+            let rows = x.squeeze_dim(1);
+            let (fq, fk, fv) = layer.decode_qkv(&rows, fused, &rotary);
+            let attn =
+                Tensor::scaled_dot_product_attention(&fq, &fk, &fv, None::<Tensor>, 0.0, false, None, false);
+            let got = layer.decode_finish(rows.copy(), &attn, fused);
+            [
+                max_diff(&fq.reshape([3, 4, 1, 32]), &q),
+                max_diff(&fk, &k),
+                max_diff(&fv, &v),
+                max_diff(&got, &want.squeeze_dim(1)),
+            ]
+            .into_iter()
+            .fold(0.0, f64::max)
+        })
+    }
+
+    /// The fused weights give the layer's function, adapters included, and after the adapters change
+    /// a refresh updates them in place (same storage, new values).
+    #[test]
+    fn fused_decoding_matches_the_layer_and_refreshes_in_place() {
+        let model = adapted(0.05);
+        let mut fused = tch::no_grad(|| model.text.fuse_layers()).unwrap();
+        let diff = fused_vs_layer(&model, &fused[0]);
+        assert!(diff < 1e-5, "{diff}");
+
+        set_b(&model, -0.1);
+        let stale = fused_vs_layer(&model, &fused[0]);
+        assert!(stale > 1e-2, "the new adapters should change the layer ({stale})");
+        let address = fused[0].qkv_weight.data_ptr();
+        tch::no_grad(|| model.text.refresh_fused(&mut fused)).unwrap();
+        assert_eq!(fused[0].qkv_weight.data_ptr(), address);
+        let diff = fused_vs_layer(&model, &fused[0]);
+        assert!(diff < 1e-5, "{diff}");
     }
 }

@@ -14,25 +14,32 @@
 //!
 //! # One step, replayed
 //! A decoding step ([`Engine::iteration`]) reads and writes only tensors that exist before it runs
-//! (the cache, the sampling state, the current logits, a device-side step counter) and keeps its
-//! shapes fixed (attention over the whole cache capacity, masked), so on a CUDA device it is captured
-//! once per [`Engine::generate`] call as a CUDA graph and then replayed: one launch per step instead
-//! of ~2,000 kernel launches from the host ([`Engine::cuda_graph`]). The CPU runs the same step
-//! directly.
+//! (the fused weights, the cache, the sampling state, the current logits, a device-side step counter)
+//! and keeps its shapes fixed (attention over the whole cache capacity, masked), so on a CUDA device it
+//! is captured as a CUDA graph and then replayed: one launch per step instead of hundreds of kernel
+//! launches from the host ([`Engine::cuda_graph`]). The engine keeps those tensors and the graph
+//! between calls ([`super::session`]): a call of the same shape as the previous one refills them in
+//! place and replays the graph the earlier call captured. The CPU runs the same step directly.
 
-use tch::{Device, Kind, Tensor};
+use std::cell::{Cell, RefCell};
 
-use super::kv_cache::{CacheShape, KvCache, attend_cached};
-use super::sampling::{RowSettings, Sampler, uniforms};
+use tch::{Device, Tensor};
+
+use super::kv_cache::{KvCache, attend_cached};
+use super::session::{DecodeShape, Decoding, Session, Step};
 use super::stop::RowEnd;
 use super::{Completion, GenerationRequest, RolloutError};
 use crate::cuda_graph::CudaGraph;
 use crate::processor::Processor;
 use crate::qwen2_5_vl::model::Prepared;
-use crate::qwen2_5_vl::text::{Rotary, attend};
+use crate::qwen2_5_vl::text::{FusedLayer, Rotary, attend};
 use crate::qwen2_5_vl::{Batch, Qwen25Vl};
 
 /// Generates completions with a model and the processor that encoded its prompts.
+///
+/// An engine keeps its decoding tensors between calls (fused weights, KV cache, sampling state and, on
+/// a CUDA device, the captured step; see [`super::session`]): keep one engine for repeated calls of
+/// one shape, and drop it to free that memory.
 #[derive(Debug)]
 pub struct Engine<'a> {
     model: &'a Qwen25Vl,
@@ -44,6 +51,10 @@ pub struct Engine<'a> {
     /// On a CUDA device, capture the decoding step as a CUDA graph and replay it (default true);
     /// false runs every step's kernels from the host. Results do not depend on it.
     pub cuda_graph: bool,
+    /// The last call's decoding tensors, for the next call to reuse.
+    kept: RefCell<Option<Session>>,
+    /// Sessions made so far.
+    sessions: Cell<usize>,
 }
 
 /// Which request and sample each of the decoded rows is.
@@ -81,10 +92,6 @@ impl Rows {
             .collect()
     }
 
-    fn len(&self) -> i64 {
-        self.prompt.len() as i64
-    }
-
     /// Per row, the index of its prompt's batch row, as a device tensor for `index_select`.
     fn expand(&self, device: Device) -> Tensor {
         let prompt: Vec<i64> = self.prompt.iter().map(|&p| p as i64).collect();
@@ -99,6 +106,8 @@ impl<'a> Engine<'a> {
             processor,
             sync_every: 8,
             cuda_graph: true,
+            kept: RefCell::new(None),
+            sessions: Cell::new(0),
         }
     }
 
@@ -108,63 +117,86 @@ impl<'a> Engine<'a> {
         tch::no_grad(|| self.run(requests))
     }
 
+    /// How many times this engine has made its decoding tensors: at its first call, and at every call
+    /// whose shape (rows, steps, cache columns, stop ids per row, whether some row filters by top-k or
+    /// top-p) differs from the previous call's. On a CUDA device each such call captures the decoding
+    /// step anew; the other calls replay the step captured before.
+    pub fn sessions_made(&self) -> usize {
+        self.sessions.get()
+    }
+
     fn run(&self, requests: &[GenerationRequest]) -> Result<Vec<Completion>, RolloutError> {
         let device = self.model.device();
         let batch = self.batch(requests);
         let prepared = self.model.prepare(&batch)?;
         let rows = Rows::new(requests);
         let expand = rows.expand(device);
-        let steps = requests
-            .iter()
-            .map(|r| r.params.max_new_tokens)
-            .max()
-            .unwrap_or(1);
         let prompt_len = prepared.ids.size()[1];
-        // A multiple of 16 columns: SDPA's memory-efficient kernel would otherwise pad the mask in every
-        // layer of every step. The extra columns stay masked.
-        let capacity = (prompt_len + steps as i64 - 1 + 15) / 16 * 16;
-        let mut cache = self.cache(rows.len(), capacity);
-        if let Some(mask) = &batch.attention_mask {
-            cache.set_padding(
-                &Tensor::from_slice2(mask)
-                    .to_device(device)
-                    .index_select(0, &expand),
-            );
-        }
-        let mut step = Step {
-            logits: self.prefill(&prepared, &mut cache, &expand),
-            index: Tensor::zeros([1], (Kind::Int64, device)),
-            first_column: prompt_len,
-            first_position: self.first_positions(requests, &prepared, &expand),
-        };
-        let mut state = Decoding::new(self, requests, &rows, steps);
+        let shape = DecodeShape::new(requests, prompt_len, self.model.config.text.vocab_size);
+        let pad = i64::from(self.processor.tokenizer.special_ids().pad);
+        let decoding = Decoding::new(self.model, requests, (&rows.prompt, &rows.sample), &shape, pad);
+        let mut session = self.session(shape, decoding)?;
+        let padding = batch.attention_mask.as_ref().map(|mask| {
+            Tensor::from_slice2(mask)
+                .to_device(device)
+                .index_select(0, &expand)
+        });
+        session.cache.reset(padding.as_ref());
+        let logits = self.prefill(&prepared, &mut session.cache, &expand);
+        let first_position = self.first_positions(requests, &prepared, &expand);
+        session.step.start(&logits, prompt_len, &first_position);
         let mut ends = rows.ends(requests);
-        let done = self.decode(&mut cache, &mut state, &mut ends, &mut step)?;
-        let logprobs = host_rows(&state.logprobs.narrow(1, 0, done as i64))?;
+        let done = self.decode(&mut session, &mut ends)?;
+        let logprobs = host_rows(&session.decoding.logprobs.narrow(1, 0, done as i64))?;
+        self.kept.replace(Some(session));
         Ok(completions(&rows, ends, logprobs))
     }
 
+    /// The decoding tensors for a call of `shape` whose sampling settings are `decoding`: the last
+    /// call's when their shape is the same (refilled in place), else new ones, made after the old ones
+    /// are freed. The fused weights are kept and refreshed from the model either way.
+    fn session(&self, shape: DecodeShape, decoding: Decoding) -> Result<Session, RolloutError> {
+        let text = &self.model.text;
+        let layers = match self.kept.take() {
+            Some(mut kept) => {
+                text.refresh_fused(&mut kept.layers)?;
+                if kept.shape == shape {
+                    kept.decoding.assign(&decoding);
+                    return Ok(kept);
+                }
+                kept.layers
+            }
+            None => text.fuse_layers()?,
+        };
+        self.sessions.set(self.sessions.get() + 1);
+        Ok(Session::new(self.model, shape, layers, decoding))
+    }
+
     /// Selects tokens and feeds them back until every row has ended or the longest `max_new_tokens` is
-    /// reached; returns the number of steps taken.
-    fn decode(
-        &self,
-        cache: &mut KvCache,
-        state: &mut Decoding,
-        ends: &mut [RowEnd],
-        step: &mut Step,
-    ) -> Result<usize, RolloutError> {
+    /// reached; returns the number of steps taken. On a CUDA device the step is captured as a CUDA
+    /// graph at the session's first call and replayed from then on.
+    fn decode(&self, session: &mut Session, ends: &mut [RowEnd]) -> Result<usize, RolloutError> {
+        let Session {
+            layers,
+            cache,
+            decoding: state,
+            step,
+            graph,
+            ..
+        } = session;
+        let device = step.logits.device();
+        let replay = self.cuda_graph && device.is_cuda();
         let steps = state.steps();
-        let mut graph: Option<CudaGraph> = None;
         let (mut synced, mut done) = (0, 0);
         while done + 1 < steps {
-            match &graph {
-                Some(g) => g.replay()?,
-                None if self.cuda_graph && step.logits.device().is_cuda() => {
-                    graph = Some(CudaGraph::capture(step.logits.device(), || {
-                        self.iteration(cache, state, step)
+            match graph {
+                Some(g) if replay => g.replay()?,
+                None if replay => {
+                    *graph = Some(CudaGraph::capture(device, || {
+                        self.iteration(layers, cache, state, step)
                     })?);
                 }
-                None => self.iteration(cache, state, step),
+                _ => self.iteration(layers, cache, state, step),
             }
             done += 1;
             if done - synced >= self.sync_every.max(1) {
@@ -185,11 +217,11 @@ impl<'a> Engine<'a> {
     /// One decoding step, entirely on the device: select every row's token of step `step.index` from
     /// `step.logits`, run it through the model (cache column `first_column + index`, M-RoPE position
     /// `first_position + index`), store the next logits in `step.logits` and advance `step.index`.
-    fn iteration(&self, cache: &mut KvCache, state: &mut Decoding, step: &mut Step) {
+    fn iteration(&self, layers: &[FusedLayer], cache: &mut KvCache, state: &mut Decoding, step: &mut Step) {
         let token = state.select(step);
-        let column = &step.index + step.first_column;
+        let column = &step.index + &step.first_column;
         let position = &step.first_position + &step.index;
-        let logits = self.decode_step(cache, &token, &column, &position);
+        let logits = self.decode_step(layers, cache, &token, &column, &position);
         step.logits.copy_(&logits);
         let _ = step.index.g_add_scalar_(1);
     }
@@ -198,18 +230,6 @@ impl<'a> Engine<'a> {
     fn batch(&self, requests: &[GenerationRequest]) -> Batch {
         let prompts = requests.iter().map(|r| r.prompt.share()).collect();
         self.processor.batch(prompts)
-    }
-
-    fn cache(&self, rows: i64, capacity: i64) -> KvCache {
-        let text = &self.model.config.text;
-        let shape = CacheShape {
-            layers: self.model.text.layers.len(),
-            rows,
-            kv_heads: text.num_key_value_heads,
-            capacity,
-            head_dim: text.head_dim(),
-        };
-        KvCache::new(shape, self.model.kind(), self.model.device())
     }
 
     /// Runs the prompts through every layer once, writing each layer's keys and values into the cache
@@ -240,22 +260,29 @@ impl<'a> Engine<'a> {
     }
 
     /// One token per row (`token` (rows,), written at the cache column held by `column` (1,), at M-RoPE
-    /// position `position` (rows,) in all three components) through every layer; the next logits
-    /// (rows, vocab).
-    fn decode_step(&self, cache: &mut KvCache, token: &Tensor, column: &Tensor, position: &Tensor) -> Tensor {
+    /// position `position` (rows,) in all three components) through every layer, with the layers'
+    /// fused weights `layers`; the next logits (rows, vocab).
+    fn decode_step(
+        &self,
+        layers: &[FusedLayer],
+        cache: &mut KvCache,
+        token: &Tensor,
+        column: &Tensor,
+        position: &Tensor,
+    ) -> Tensor {
         let text = &self.model.text;
         let rows = token.size()[0];
-        let mut x = text.embed(&token.unsqueeze(1));
+        let mut x = text.embed(token);
         let positions = position.view([1, rows, 1]).expand([3, rows, 1], false);
         let rotary = Rotary::new(&text.config, &positions, x.kind());
         let mask = cache.key_mask_through(column);
-        for (i, layer) in text.layers.iter().enumerate() {
-            let (q, k, v) = layer.project_qkv(&x, &rotary);
+        for (i, (layer, fused)) in text.layers.iter().zip(layers).enumerate() {
+            let (q, k, v) = layer.decode_qkv(&x, fused, &rotary);
             cache.write_column(i, column, &k, &v);
             let (keys, values) = cache.layer(i);
-            x = layer.finish(&x, &attend_cached(&q, keys, values, &mask));
+            x = layer.decode_finish(x, &attend_cached(&q, keys, values, &mask), fused);
         }
-        text.logits(&text.final_norm(&x)).squeeze_dim(1)
+        text.logits(&text.final_norm_fused(&x))
     }
 
     /// Reads the tokens of steps `from..to` to the host and updates every row's end; rows that ended
@@ -279,119 +306,6 @@ impl<'a> Engine<'a> {
         }
         Ok(ends.iter().all(|e| e.finish().is_some()))
     }
-}
-
-/// Where decoding stands, in tensors a captured step reads and advances in place.
-#[derive(Debug)]
-struct Step {
-    /// (rows, vocab): the logits the next token is selected from.
-    logits: Tensor,
-    /// (1,) int64: the index of the step about to run.
-    index: Tensor,
-    /// The cache column of step 0's token (the prompt length).
-    first_column: i64,
-    /// (rows,) int64: the M-RoPE position of step 0's token.
-    first_position: Tensor,
-}
-
-/// The device side of decoding: per-row sampling settings, stop conditions and outputs.
-#[derive(Debug)]
-struct Decoding {
-    sampler: Sampler,
-    /// (rows, steps) f32: the uniform of every row and step.
-    uniforms: Tensor,
-    /// (rows, stops) int64 stop token ids, padded with -1 (never a token).
-    stops: Tensor,
-    /// (rows,) int64 max_new_tokens.
-    limits: Tensor,
-    /// (rows,) bool: ended (a stop token, the length limit, or a stop string seen by the host).
-    finished: Tensor,
-    pad: i64,
-    /// (rows, steps): generated tokens (pad after a row ended) and their log-probs (0 after).
-    tokens: Tensor,
-    logprobs: Tensor,
-}
-
-impl Decoding {
-    fn new(engine: &Engine, requests: &[GenerationRequest], rows: &Rows, steps: usize) -> Self {
-        let device = engine.model.device();
-        let params = |row: usize| &requests[rows.prompt[row]].params;
-        let count = rows.prompt.len();
-        let settings: Vec<RowSettings> = (0..count)
-            .map(|r| RowSettings {
-                temperature: params(r).temperature,
-                top_k: params(r).top_k,
-                top_p: params(r).top_p,
-            })
-            .collect();
-        let vocab = engine.model.config.text.vocab_size;
-        let seeds: Vec<u64> = (0..count).map(|r| params(r).seed).collect();
-        let limits: Vec<i64> = (0..count).map(|r| params(r).max_new_tokens as i64).collect();
-        let width = (0..count)
-            .map(|r| params(r).stop_token_ids.len())
-            .max()
-            .unwrap_or(0)
-            .max(1);
-        let mut stops = vec![-1i64; count * width];
-        for r in 0..count {
-            stops[r * width..][..params(r).stop_token_ids.len()].copy_from_slice(&params(r).stop_token_ids);
-        }
-        let shape = [count as i64, steps as i64];
-        Self {
-            sampler: Sampler::new(&settings, vocab, &banned_ids(engine.model), device),
-            uniforms: uniforms(&seeds, &rows.sample, steps).to_device(device),
-            stops: Tensor::from_slice(&stops)
-                .view([count as i64, width as i64])
-                .to_device(device),
-            limits: Tensor::from_slice(&limits).to_device(device),
-            finished: Tensor::zeros([count as i64], (Kind::Bool, device)),
-            pad: i64::from(engine.processor.tokenizer.special_ids().pad),
-            tokens: Tensor::full(shape, -1, (Kind::Int64, device)),
-            logprobs: Tensor::zeros(shape, (Kind::Float, device)),
-        }
-    }
-
-    /// Selects every row's token of step `step.index` from `step.logits`; ended rows get the pad token
-    /// (log-prob 0). Returns the tokens (rows,), the next step's input. Updates its own tensors in
-    /// place (a replayed CUDA graph writes into the memory it was captured with).
-    fn select(&mut self, step: &Step) -> Tensor {
-        let uniforms = self.uniforms.index_select(1, &step.index).squeeze_dim(1);
-        let (drawn, logprob) = self.sampler.sample(&step.logits, &uniforms);
-        let token = drawn.masked_fill(&self.finished, self.pad);
-        let logprob = logprob.masked_fill(&self.finished, 0.0);
-        let _ = self.tokens.index_copy_(1, &step.index, &token.unsqueeze(1));
-        let _ = self.logprobs.index_copy_(1, &step.index, &logprob.unsqueeze(1));
-        let stopped = token.unsqueeze(1).eq_tensor(&self.stops).any_dim(1, false);
-        let full = self.limits.le_tensor(&(&step.index + 1));
-        let _ = self.finished.logical_or_(&stopped.logical_or(&full));
-        token
-    }
-
-    fn steps(&self) -> usize {
-        self.tokens.size()[1] as usize
-    }
-
-    fn mark_finished(&mut self, rows: &[i64]) {
-        if !rows.is_empty() {
-            let rows = Tensor::from_slice(rows).to_device(self.finished.device());
-            let _ = self.finished.index_fill_(0, &rows, 1);
-        }
-    }
-}
-
-/// The vision placeholder and marker tokens: the model must never generate them (an image pad
-/// without pixels would break the next forward's feature placement).
-fn banned_ids(model: &Qwen25Vl) -> Vec<i64> {
-    let c = &model.config;
-    [
-        c.image_token_id,
-        c.video_token_id,
-        c.vision_start_token_id,
-        c.vision_end_token_id,
-    ]
-    .into_iter()
-    .filter(|id| (0..c.text.vocab_size).contains(id))
-    .collect()
 }
 
 /// A (rows, columns) tensor as one host vector per row.

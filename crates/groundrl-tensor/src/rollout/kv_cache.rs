@@ -27,7 +27,7 @@ pub struct CacheShape {
 }
 
 impl KvCache {
-    /// Zeroed keys and values in `kind`; every column counts as real until [`Self::set_padding`].
+    /// Zeroed keys and values in `kind`; every column counts as real until [`Self::reset`] says otherwise.
     pub fn new(shape: CacheShape, kind: Kind, device: Device) -> Self {
         let dims = [shape.rows, shape.kv_heads, shape.capacity, shape.head_dim];
         let zeros = || Tensor::zeros(dims, (kind, device));
@@ -39,12 +39,19 @@ impl KvCache {
         }
     }
 
-    /// Marks the first `mask.size()[1]` columns real where `mask` (rows, columns) is nonzero.
-    pub fn set_padding(&mut self, mask: &Tensor) {
-        let columns = mask.size()[1];
-        self.valid
-            .narrow(1, 0, columns)
-            .copy_(&mask.to_device(self.valid.device()).to_kind(Kind::Bool));
+    /// Empties the cache for a new batch, in place: zero keys and values (a column a step does not
+    /// attend to gets weight 0, and 0 × a stale NaN would still be NaN), and every column real except
+    /// where `padding` (rows, columns), when given, is 0 in the first columns.
+    pub fn reset(&mut self, padding: Option<&Tensor>) {
+        for t in self.keys.iter_mut().chain(&mut self.values) {
+            let _ = t.zero_();
+        }
+        let _ = self.valid.fill_(1);
+        if let Some(mask) = padding {
+            self.valid
+                .narrow(1, 0, mask.size()[1])
+                .copy_(&mask.to_device(self.valid.device()).to_kind(Kind::Bool));
+        }
     }
 
     /// Writes `k`, `v` (rows, kv_heads, L, head_dim) of layer `layer` at columns `column..column + L`.
@@ -82,16 +89,10 @@ impl KvCache {
     }
 }
 
-/// Attention of one new query per row, `q` (rows, heads, 1, hd), over cached keys and values
-/// (rows, kv_heads, len, hd) with `mask` (rows, 1, 1, len) (boolean, or additive in q's dtype).
-///
-/// The query heads sharing a KV head are stacked as that head's query positions, so grouped KV heads
-/// are attended without repeating (copying) the cache; the result is the same as with repeated heads.
+/// Attention of one new token per row over cached keys and values (rows, kv_heads, len, hd) with
+/// `mask` (rows, 1, 1, len) (boolean, or additive in q's dtype). `q` (rows, kv_heads, groups, hd) holds
+/// the query heads that share a KV head as that head's query positions, so grouped KV heads are
+/// attended without repeating (copying) the cache; the output has q's shape.
 pub fn attend_cached(q: &Tensor, keys: &Tensor, values: &Tensor, mask: &Tensor) -> Tensor {
-    let (rows, heads, head_dim) = (q.size()[0], q.size()[1], q.size()[3]);
-    let kv_heads = keys.size()[1];
-    let grouped = q.reshape([rows, kv_heads, heads / kv_heads, head_dim]);
-    let out =
-        Tensor::scaled_dot_product_attention(&grouped, keys, values, Some(mask), 0.0, false, None, false);
-    out.reshape([rows, heads, 1, head_dim])
+    Tensor::scaled_dot_product_attention(q, keys, values, Some(mask), 0.0, false, None, false)
 }

@@ -10,6 +10,7 @@
 pub mod engine;
 pub mod kv_cache;
 pub mod sampling;
+mod session;
 mod stop;
 
 use crate::processor::Encoded;

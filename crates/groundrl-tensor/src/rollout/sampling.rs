@@ -11,6 +11,8 @@
 use groundrl_core::rng::{SplitMix64, keyed};
 use tch::{Device, Kind, Tensor};
 
+use super::SamplingParams;
+
 /// Per-row sampling settings as device tensors.
 #[derive(Debug)]
 pub struct Sampler {
@@ -38,6 +40,24 @@ pub struct RowSettings {
     pub top_p: f64,
 }
 
+impl RowSettings {
+    /// Whether the row draws after top-k or top-p filtering (in sorted order): it samples, and its
+    /// top-k lies below the vocabulary size or its top-p below 1.
+    pub fn filters(&self, vocab: i64) -> bool {
+        self.temperature != 0.0 && ((self.top_k > 0 && self.top_k < vocab) || self.top_p < 1.0)
+    }
+}
+
+impl From<&SamplingParams> for RowSettings {
+    fn from(p: &SamplingParams) -> Self {
+        Self {
+            temperature: p.temperature,
+            top_k: p.top_k,
+            top_p: p.top_p,
+        }
+    }
+}
+
 impl Sampler {
     /// `banned` token ids must lie in `0..vocab`.
     pub fn new(rows: &[RowSettings], vocab: i64, banned: &[i64], device: Device) -> Self {
@@ -50,11 +70,7 @@ impl Sampler {
             .map(|r| if r.top_k > 0 { r.top_k.min(vocab) } else { vocab })
             .collect();
         let greedy: Vec<bool> = rows.iter().map(|r| r.temperature == 0.0).collect();
-        let filters: Vec<bool> = rows
-            .iter()
-            .zip(&top_k)
-            .map(|(r, &k)| r.temperature != 0.0 && (k < vocab || r.top_p < 1.0))
-            .collect();
+        let filters: Vec<bool> = rows.iter().map(|r| r.filters(vocab)).collect();
         let ban = Tensor::zeros([vocab], (Kind::Bool, device));
         let ban = ban.index_fill(0, &Tensor::from_slice(banned).to_device(device), 1);
         Self {
@@ -65,6 +81,21 @@ impl Sampler {
             banned: ban,
             any_filters: filters.contains(&true),
             filters: Tensor::from_slice(&filters).to_device(device),
+        }
+    }
+
+    /// Takes `other`'s settings (for as many rows, with the same `any_filters`) into these tensors, in
+    /// place, so that a captured step that reads them samples by the new settings.
+    pub fn assign(&mut self, other: &Sampler) {
+        for (own, new) in [
+            (&mut self.temperature, &other.temperature),
+            (&mut self.greedy, &other.greedy),
+            (&mut self.top_k, &other.top_k),
+            (&mut self.top_p, &other.top_p),
+            (&mut self.banned, &other.banned),
+            (&mut self.filters, &other.filters),
+        ] {
+            own.copy_(new);
         }
     }
 

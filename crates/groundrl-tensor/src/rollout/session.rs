@@ -1,0 +1,338 @@
+//! The device tensors of decoding, kept by the engine between `generate` calls so that later calls of
+//! the same shape reuse them, and on a CUDA device replay the decoding step captured by the first.
+//!
+//! # Replaying a captured step in a later call
+//! A CUDA graph reruns the kernels it recorded, on the memory they used when recorded, with the sizes
+//! and host values they had then. A [`Session`] (with its graph) therefore serves a later call only
+//! when these hold, which is what the engine keeps to:
+//! - Every tensor the step reads or writes is made before the capture and lives as long as the graph:
+//!   the session's (fused weights, cache, sampling state, step state) or the model's. Each call writes
+//!   its own values into the session's tensors in place (`copy_`, `fill_`, `zero_`), never replacing
+//!   one.
+//! - Everything the step takes from the host is fixed by the call's [`DecodeShape`], which must equal
+//!   the session's: the tensors' sizes and the one branch taken on the host (whether some row filters
+//!   by top-k or top-p). Whatever else varies between calls (the prompt length, positions, sampling
+//!   settings, seeds, limits, stop ids) reaches the step through device tensors.
+//! - The model's tensors the step reads directly (embedding, norms, output head, `down_proj` weights
+//!   without an adapter) stay the same tensors: the engine borrows the model for its whole life, and
+//!   every update in this project (loading, optimizer steps, checkpoint restores) writes parameters in
+//!   place. The fused weights are refreshed in place from the model at the start of every call.
+
+use tch::{Device, Kind, Tensor};
+
+use super::GenerationRequest;
+use super::kv_cache::{CacheShape, KvCache};
+use super::sampling::{RowSettings, Sampler, uniforms};
+use crate::cuda_graph::CudaGraph;
+use crate::qwen2_5_vl::Qwen25Vl;
+use crate::qwen2_5_vl::text::FusedLayer;
+
+/// Cache columns come in multiples of this many, so that calls whose prompts differ in length by less
+/// share a shape (and a captured step). The extra columns stay masked; a multiple of 16 also spares
+/// SDPA's memory-efficient kernel from padding the mask in every layer of every step.
+const CAPACITY_STEP: i64 = 64;
+
+/// What a decoding step depends on besides the values of its tensors: a session is reused by a call
+/// of an equal shape only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DecodeShape {
+    /// Decoded rows: the requests' `n` summed.
+    pub rows: i64,
+    /// Decoding steps: the longest `max_new_tokens`.
+    pub steps: i64,
+    /// Cache columns: the (left-padded) prompt length plus `steps - 1`, rounded up to a multiple of
+    /// [`CAPACITY_STEP`].
+    pub capacity: i64,
+    /// Stop token ids per row: the longest list, at least 1.
+    pub stop_ids: i64,
+    /// Some row filters by top-k or top-p, so that the step sorts the vocabulary.
+    pub filters: bool,
+}
+
+impl DecodeShape {
+    /// The shape of decoding `requests` (already validated) whose prompts are `prompt_len` tokens long
+    /// once batched, over a vocabulary of `vocab` tokens.
+    pub fn new(requests: &[GenerationRequest], prompt_len: i64, vocab: i64) -> Self {
+        let longest = |f: fn(&GenerationRequest) -> usize| requests.iter().map(f).max().unwrap_or(0) as i64;
+        let steps = longest(|r| r.params.max_new_tokens).max(1);
+        Self {
+            rows: requests.iter().map(|r| r.n as i64).sum(),
+            steps,
+            capacity: (prompt_len + steps - 1 + CAPACITY_STEP - 1) / CAPACITY_STEP * CAPACITY_STEP,
+            stop_ids: longest(|r| r.params.stop_token_ids.len()).max(1),
+            filters: requests
+                .iter()
+                .any(|r| RowSettings::from(&r.params).filters(vocab)),
+        }
+    }
+}
+
+/// The tensors of decoding one shape; see the module doc.
+#[derive(Debug)]
+pub(crate) struct Session {
+    pub shape: DecodeShape,
+    /// The decoder layers' fused weights, refreshed in place at every call.
+    pub layers: Vec<FusedLayer>,
+    pub cache: KvCache,
+    pub decoding: Decoding,
+    pub step: Step,
+    /// The captured step, once a CUDA call has captured it.
+    pub graph: Option<CudaGraph>,
+}
+
+impl Session {
+    /// New tensors for `decoding`'s shape (its values are the first call's), over the fused weights
+    /// `layers` of `model`.
+    pub fn new(model: &Qwen25Vl, shape: DecodeShape, layers: Vec<FusedLayer>, decoding: Decoding) -> Self {
+        let text = &model.config.text;
+        let cache = CacheShape {
+            layers: layers.len(),
+            rows: shape.rows,
+            kv_heads: text.num_key_value_heads,
+            capacity: shape.capacity,
+            head_dim: text.head_dim(),
+        };
+        Self {
+            shape,
+            layers,
+            cache: KvCache::new(cache, model.kind(), model.device()),
+            decoding,
+            step: Step::new(shape.rows, text.vocab_size, model.device()),
+            graph: None,
+        }
+    }
+}
+
+/// Where decoding stands, in tensors a captured step reads and advances in place.
+#[derive(Debug)]
+pub(crate) struct Step {
+    /// (rows, vocab): the logits the next token is selected from.
+    pub logits: Tensor,
+    /// (1,) int64: the index of the step about to run.
+    pub index: Tensor,
+    /// (1,) int64: the cache column of step 0's token (the prompt length).
+    pub first_column: Tensor,
+    /// (rows,) int64: the M-RoPE position of step 0's token.
+    pub first_position: Tensor,
+}
+
+impl Step {
+    fn new(rows: i64, vocab: i64, device: Device) -> Self {
+        let zeros = |size: &[i64], kind| Tensor::zeros(size, (kind, device));
+        Self {
+            logits: zeros(&[rows, vocab], Kind::Float),
+            index: zeros(&[1], Kind::Int64),
+            first_column: zeros(&[1], Kind::Int64),
+            first_position: zeros(&[rows], Kind::Int64),
+        }
+    }
+
+    /// Sets up step 0 of a call: its logits (the prefill's), its token's cache column and positions.
+    pub fn start(&mut self, logits: &Tensor, first_column: i64, first_position: &Tensor) {
+        self.logits.copy_(logits);
+        let _ = self.index.zero_();
+        let _ = self.first_column.fill_(first_column);
+        self.first_position.copy_(first_position);
+    }
+}
+
+/// The device side of decoding: per-row sampling settings, stop conditions and outputs.
+#[derive(Debug)]
+pub(crate) struct Decoding {
+    sampler: Sampler,
+    /// (rows, steps) f32: the uniform of every row and step.
+    uniforms: Tensor,
+    /// (rows, stop ids) int64 stop token ids, padded with -1 (never a token).
+    stops: Tensor,
+    /// (rows,) int64 max_new_tokens.
+    limits: Tensor,
+    /// (rows,) bool: ended (a stop token, the length limit, or a stop string seen by the host).
+    finished: Tensor,
+    pad: i64,
+    /// (rows, steps): generated tokens (pad after a row ended) and their log-probs (0 after).
+    pub tokens: Tensor,
+    pub logprobs: Tensor,
+}
+
+impl Decoding {
+    /// The settings of `requests` (validated, of shape `shape`) for the rows `prompts` (each row's
+    /// request) and `samples` (each row's sample index), with `pad` for ended rows.
+    pub fn new(
+        model: &Qwen25Vl,
+        requests: &[GenerationRequest],
+        (prompts, samples): (&[usize], &[u64]),
+        shape: &DecodeShape,
+        pad: i64,
+    ) -> Self {
+        let device = model.device();
+        let params = |row: usize| &requests[prompts[row]].params;
+        let count = prompts.len();
+        let settings: Vec<RowSettings> = (0..count).map(|r| RowSettings::from(params(r))).collect();
+        let vocab = model.config.text.vocab_size;
+        let seeds: Vec<u64> = (0..count).map(|r| params(r).seed).collect();
+        let limits: Vec<i64> = (0..count).map(|r| params(r).max_new_tokens as i64).collect();
+        let width = shape.stop_ids as usize;
+        let mut stops = vec![-1i64; count * width];
+        for r in 0..count {
+            stops[r * width..][..params(r).stop_token_ids.len()].copy_from_slice(&params(r).stop_token_ids);
+        }
+        let table = [count as i64, shape.steps];
+        Self {
+            sampler: Sampler::new(&settings, vocab, &banned_ids(model), device),
+            uniforms: uniforms(&seeds, samples, shape.steps as usize).to_device(device),
+            stops: Tensor::from_slice(&stops)
+                .view([count as i64, shape.stop_ids])
+                .to_device(device),
+            limits: Tensor::from_slice(&limits).to_device(device),
+            finished: Tensor::zeros([count as i64], (Kind::Bool, device)),
+            pad,
+            tokens: Tensor::full(table, -1, (Kind::Int64, device)),
+            logprobs: Tensor::zeros(table, (Kind::Float, device)),
+        }
+    }
+
+    /// Takes the values of `fresh` (a later call's settings, of the same shape) into these tensors, in
+    /// place.
+    pub fn assign(&mut self, fresh: &Decoding) {
+        self.sampler.assign(&fresh.sampler);
+        for (own, new) in [
+            (&mut self.uniforms, &fresh.uniforms),
+            (&mut self.stops, &fresh.stops),
+            (&mut self.limits, &fresh.limits),
+            (&mut self.finished, &fresh.finished),
+            (&mut self.tokens, &fresh.tokens),
+            (&mut self.logprobs, &fresh.logprobs),
+        ] {
+            own.copy_(new);
+        }
+        self.pad = fresh.pad;
+    }
+
+    /// Selects every row's token of step `step.index` from `step.logits`; ended rows get the pad token
+    /// (log-prob 0). Returns the tokens (rows,), the next step's input. Updates its own tensors in
+    /// place (a replayed CUDA graph writes into the memory it was captured with).
+    pub fn select(&mut self, step: &Step) -> Tensor {
+        let uniforms = self.uniforms.index_select(1, &step.index).squeeze_dim(1);
+        let (drawn, logprob) = self.sampler.sample(&step.logits, &uniforms);
+        let token = drawn.masked_fill(&self.finished, self.pad);
+        let logprob = logprob.masked_fill(&self.finished, 0.0);
+        let _ = self.tokens.index_copy_(1, &step.index, &token.unsqueeze(1));
+        let _ = self.logprobs.index_copy_(1, &step.index, &logprob.unsqueeze(1));
+        let stopped = token.unsqueeze(1).eq_tensor(&self.stops).any_dim(1, false);
+        let full = self.limits.le_tensor(&(&step.index + 1));
+        let _ = self.finished.logical_or_(&stopped.logical_or(&full));
+        token
+    }
+
+    pub fn steps(&self) -> usize {
+        self.tokens.size()[1] as usize
+    }
+
+    pub fn mark_finished(&mut self, rows: &[i64]) {
+        if !rows.is_empty() {
+            let rows = Tensor::from_slice(rows).to_device(self.finished.device());
+            let _ = self.finished.index_fill_(0, &rows, 1);
+        }
+    }
+}
+
+/// The vision placeholder and marker tokens: the model must never generate them (an image pad
+/// without pixels would break the next forward's feature placement).
+fn banned_ids(model: &Qwen25Vl) -> Vec<i64> {
+    let c = &model.config;
+    [
+        c.image_token_id,
+        c.video_token_id,
+        c.vision_start_token_id,
+        c.vision_end_token_id,
+    ]
+    .into_iter()
+    .filter(|id| (0..c.text.vocab_size).contains(id))
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::processor::Encoded;
+    use crate::rollout::SamplingParams;
+
+    fn request(n: usize, params: SamplingParams) -> GenerationRequest {
+        GenerationRequest {
+            prompt: Encoded {
+                input_ids: vec![1, 2, 3],
+                pixel_values: None,
+                image_grids: vec![],
+            },
+            n,
+            first_sample: 0,
+            params,
+        }
+    }
+
+    fn params(max_new_tokens: usize, stops: usize, top_p: f64) -> SamplingParams {
+        SamplingParams {
+            max_new_tokens,
+            stop_token_ids: (0..stops as i64).collect(),
+            top_p,
+            ..Default::default()
+        }
+    }
+
+    /// Two prompts of 4 and 3 samples, 32 new tokens, one stop id, no filtering, prompts of 150
+    /// tokens once batched: capacity 150 + 31 = 181, rounded up to 192.
+    #[test]
+    fn shape_of_a_call() {
+        let requests = [request(4, params(32, 1, 1.0)), request(3, params(20, 0, 1.0))];
+        let shape = DecodeShape::new(&requests, 150, 1000);
+        let want = DecodeShape {
+            rows: 7,
+            steps: 32,
+            capacity: 192,
+            stop_ids: 1,
+            filters: false,
+        };
+        assert_eq!(shape, want);
+    }
+
+    /// Calls that differ only in what device tensors carry share a shape; each host-side difference
+    /// gives another.
+    #[test]
+    fn shapes_change_with_sizes_and_the_filter_branch_only() {
+        let base = || [request(4, params(32, 1, 1.0)), request(4, params(32, 1, 1.0))];
+        let shape = |requests: &[GenerationRequest], prompt_len| DecodeShape::new(requests, prompt_len, 1000);
+        let reference = shape(&base(), 150);
+        // Prompts 150 and 161 tokens long: 181 and 192 columns, both 192. Seeds, temperatures, sample
+        // indices and limits below the longest are device values.
+        let mut other = base();
+        other[0].params.seed = 9;
+        other[1].params.temperature = 0.3;
+        other[1].params.max_new_tokens = 5;
+        other[1].first_sample = 4;
+        assert_eq!(shape(&other, 161), reference);
+        // 162 tokens: 193 columns, the next multiple of 64.
+        assert_eq!(shape(&base(), 162).capacity, 256);
+        // More rows, more steps, more stop ids, a row filtering by top-p or top-k.
+        let mut more_rows = base();
+        more_rows[1].n = 5;
+        assert_ne!(shape(&more_rows, 150), reference);
+        let mut longer = base();
+        longer[1].params.max_new_tokens = 33;
+        assert_ne!(shape(&longer, 150), reference);
+        let mut stops = base();
+        stops[0].params.stop_token_ids = vec![3, 4];
+        assert_ne!(shape(&stops, 150), reference);
+        let mut top_p = base();
+        top_p[1].params.top_p = 0.9;
+        assert!(shape(&top_p, 150).filters);
+        let mut top_k = base();
+        top_k[0].params.top_k = 50;
+        assert!(shape(&top_k, 150).filters);
+        // A greedy row does not filter whatever its top-p; top-k at the vocabulary size is no filter.
+        let mut greedy = base();
+        greedy[0].params.temperature = 0.0;
+        greedy[0].params.top_p = 0.5;
+        greedy[1].params.top_k = 1000;
+        assert_eq!(shape(&greedy, 150), reference);
+    }
+}
