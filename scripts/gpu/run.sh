@@ -5,7 +5,7 @@
 #   3. forward and training-step time and device memory of the 3B shape.
 # It expects the GPU build of the CLI at .device/groundrl (scripts/gpu/build.sh makes it) and writes a
 # short table at the end. Usage on the GPU machine: bash scripts/gpu/run.sh [goldens] [parity] [bench]
-# (all three when none is named; each fits one 10-minute device call).
+# [rollout] [train] [plan] [demo] (the first five when none is named; each fits one 10-minute device call).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 py=${PYTHON:-/opt/torch/.venv/bin/python}
@@ -119,4 +119,13 @@ PY
 variant lora16 model.lora_rank=16 model.lora_alpha=32 | tee -a "$out/plan_check.jsonl"
 variant n16 rollout.n=16 trainer.mini_batch_size=128 | tee -a "$out/plan_check.jsonl"
 variant vision model.freeze_vision=false | tee -a "$out/plan_check.jsonl"
+fi
+
+if want demo; then
+echo "== 7. groundrl demo --gpu: the small preset from random weights, warm-up, GRPO, held-out before/after"
+demo=$work/demo-gpu
+rm -rf "$demo"
+(cd "$work" && timeout 560 "$bin" demo --gpu --out "$demo") 2>&1 | grep -v '^\s*$' | tail -12
+for f in sft.jsonl metrics.jsonl report.html config.toml; do cp "$demo/$f" "$out/demo_gpu_$f" 2>/dev/null; done
+for label in before after; do cp "$demo/eval/$label.jsonl" "$out/demo_gpu_eval_$label.jsonl" 2>/dev/null; done
 fi
