@@ -33,13 +33,16 @@ fn a_toy_demo_writes_evaluations_and_a_report() {
         "trainer.mini_batch_size=4",
         "trainer.micro_batch_size=2",
     ];
-    let run = groundrl()
-        .arg("demo")
-        .arg("--out")
-        .arg(&out)
-        .args(toy)
-        .output()
-        .unwrap();
+    let demo = || {
+        groundrl()
+            .arg("demo")
+            .arg("--out")
+            .arg(&out)
+            .args(toy)
+            .output()
+            .unwrap()
+    };
+    let run = demo();
     let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
     assert!(
         run.status.success(),
@@ -64,13 +67,7 @@ fn a_toy_demo_writes_evaluations_and_a_report() {
     let report = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(report.contains("<svg"), "the report has no chart");
 
-    let again = groundrl()
-        .arg("demo")
-        .arg("--out")
-        .arg(&out)
-        .args(toy)
-        .output()
-        .unwrap();
+    let again = demo();
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("already holds a run"));
 }
