@@ -39,6 +39,9 @@ use crate::scoring::{Scorer, Scoring};
 use crate::sft::{SftSettings, sft_step};
 use crate::update::{Row, UpdateReport, UpdateSettings, kl_penalties, update};
 
+mod rounds;
+pub use rounds::ROUNDS_DIR;
+
 /// The resolved config's file name in the run folder.
 pub const CONFIG_FILE: &str = "config.toml";
 /// The per-step JSONL log in the run folder.
@@ -78,6 +81,15 @@ pub struct RunState {
     /// Labels of the held-out evaluations done (`before`, `after`).
     #[serde(default)]
     pub evaluations: Vec<String>,
+    /// Curriculum rounds finished (`[rounds]`); the current round's epochs and `trainer.max_steps`
+    /// count from `round_start_step`.
+    #[serde(default)]
+    pub round: u32,
+    #[serde(default)]
+    pub round_start_step: u64,
+    /// The sampling temperature a round's sweep picked (`None`: `rollout.temperature`).
+    #[serde(default)]
+    pub temperature: Option<f64>,
 }
 
 /// One line of the warm-up log.
@@ -217,6 +229,10 @@ impl Trainer {
             .optimizer
             .load_state(&checkpoint.optimizer)
             .map_err(setup)?;
+        if checkpoint.state.round > 0 {
+            let pool = trainer.pool_path(TRAINING_ROUND + checkpoint.state.round);
+            trainer.train = Dataset::load(&pool).map_err(setup)?;
+        }
         if checkpoint.state.cursor > trainer.train.len() {
             return Err(setup(format!(
                 "{}: the checkpoint stands at sample {} of an epoch, but data.train has {} samples now: \
@@ -282,7 +298,9 @@ impl Trainer {
             }
             let ledger = run_dir.join(LEDGER_FILE);
             if ledger.exists() {
-                drop_after_step(&ledger, TRAINING_ROUND, step).map_err(setup)?;
+                for round in TRAINING_ROUND..TRAINING_ROUND + cfg.rounds.count {
+                    drop_after_step(&ledger, round, step).map_err(setup)?;
+                }
             }
         }
         let ledger = LedgerWriter::open(run_dir.join(LEDGER_FILE)).map_err(setup)?;
@@ -318,6 +336,9 @@ impl Trainer {
         self.evaluate_once("before")?;
         let ending = loop {
             if let Some(ending) = self.finished() {
+                if ending == Ending::Finished && self.end_round()? {
+                    continue;
+                }
                 break ending;
             }
             let record = self.step()?;
@@ -574,10 +595,11 @@ impl Trainer {
         })
     }
 
+    /// Whether the current round is over.
     fn finished(&self) -> Option<Ending> {
         let t = &self.cfg.trainer;
         let done_epochs = self.state.epoch >= u64::from(t.total_epochs);
-        let done_steps = t.max_steps > 0 && self.state.step >= t.max_steps;
+        let done_steps = t.max_steps > 0 && self.state.step - self.state.round_start_step >= t.max_steps;
         (done_epochs || done_steps).then_some(Ending::Finished)
     }
 
@@ -601,7 +623,7 @@ impl Trainer {
             micro_batch_size: t.micro_batch_size as usize,
             checkpoint: self.cfg.model.gradient_checkpointing,
             logprob_chunk: i64::from(t.logprob_chunk),
-            temperature: self.cfg.rollout.temperature,
+            temperature: self.temperature(),
             response_budget: i64::from(self.cfg.rollout.max_new_tokens),
             lr,
         };
@@ -780,9 +802,9 @@ impl Trainer {
     /// Appends each group's k-of-n to the ledger (dropped groups too: they were drawn and judged).
     fn log_pass_rates(&mut self, groups: &[Group]) -> Result<(), TrainError> {
         let batch = RolloutBatch {
-            round: TRAINING_ROUND,
+            round: self.ledger_round(),
             step: self.state.step + 1,
-            temperature: self.cfg.rollout.temperature,
+            temperature: self.temperature(),
             rule: rule_text(
                 &self.cfg.reward.correct_component,
                 self.cfg.reward.correct_threshold,
@@ -822,7 +844,22 @@ impl Trainer {
         seed: u64,
         split: Split,
     ) -> Result<Vec<Group>, TrainError> {
-        let greedy = split != Split::Train;
+        let (n, temperature) = match split {
+            Split::Train => (self.cfg.rollout.n as usize, self.temperature()),
+            _ => (1, 0.0),
+        };
+        self.sample_groups_with(indices, seed, split, n, temperature)
+    }
+
+    /// [`Self::sample_groups`] with `n` completions per sample at `temperature` (0: greedy).
+    fn sample_groups_with(
+        &mut self,
+        indices: &[usize],
+        seed: u64,
+        split: Split,
+        n: usize,
+        temperature: f64,
+    ) -> Result<Vec<Group>, TrainError> {
         let data = match split {
             Split::Train => &self.train,
             Split::Val => &self.val,
@@ -847,13 +884,13 @@ impl Trainer {
             .enumerate()
             .map(|(position, g)| GenerationRequest {
                 prompt: g.encoded.share(),
-                n: if greedy { 1 } else { r.n as usize },
+                n,
                 first_sample: 0,
                 params: SamplingParams {
                     // By position in the draw: a sample drawn twice in one step (at an epoch's end
                     // and the next one's start) gets different completions.
                     seed: keyed(seed, &position.to_string()),
-                    temperature: if greedy { 0.0 } else { r.temperature },
+                    temperature,
                     top_p: r.top_p,
                     top_k: i64::from(r.top_k),
                     max_new_tokens: r.max_new_tokens as usize,
@@ -993,6 +1030,11 @@ impl Trainer {
 
     pub fn run_dir(&self) -> &Path {
         &self.run_dir
+    }
+
+    /// The sampling temperature of the current round.
+    fn temperature(&self) -> f64 {
+        self.state.temperature.unwrap_or(self.cfg.rollout.temperature)
     }
 
     /// The held-out evaluations this process ran (`before`, `after`), in order.

@@ -298,3 +298,87 @@ fn warm_up_then_held_out_evaluations_before_and_after() {
     assert_eq!(resumed.state.sft_step, 12);
     resumed.warm_up(|_| panic!("the warm-up ran again")).unwrap();
 }
+
+/// Two curriculum rounds: round 1 trains on the data, rolls the policy out on it into its ledger,
+/// the next pool follows the ledger (no k = n sample, every 0 < k < n one), the temperature is swept
+/// on the validation set, round 2 trains on the pool at the picked temperature, and the two rounds'
+/// ledgers are compared in a transition matrix.
+#[test]
+fn two_curriculum_rounds_train_on_the_pool_the_ledger_selects() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synthetic_data(dir.path());
+    let val = data.display().to_string();
+    let cfg = config(
+        dir.path(),
+        &data,
+        &[
+            "trainer.max_steps=2",
+            "rounds.count=2",
+            "rounds.ledger_n=4",
+            "rounds.zero_share=0.2",
+            "rounds.temperatures=[0.5, 1.0]",
+            "rounds.tolerance=1.0",
+            &format!("data.val={val}"),
+            "trainer.val_samples=4",
+        ],
+    );
+    let run = cfg.trainer.run_dir.clone();
+    let mut trainer = Trainer::new(cfg).unwrap();
+    assert_eq!(trainer.run(|_| {}).unwrap(), Ending::Finished);
+    assert_eq!((trainer.state.round, trainer.state.step), (1, 4));
+    // With a tolerance of 1, the highest temperature is picked.
+    assert_eq!(trainer.state.temperature, Some(1.0));
+
+    let read = |path: PathBuf| -> Vec<Value> {
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let rounds = run.join("rounds");
+    let ledger1 = read(rounds.join("round-1/ledger.jsonl"));
+    let samples = std::fs::read_to_string(&data).unwrap().lines().count();
+    assert_eq!(ledger1.len(), samples);
+    assert!(ledger1.iter().all(|e| e["n"] == 4 && e["round"] == 1));
+    let pool: Vec<String> = read(rounds.join("round-2/pool.jsonl"))
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_string())
+        .collect();
+    let k_of = |id: &str| {
+        ledger1.iter().find(|e| e["id"] == id).unwrap()["k"]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(
+        pool.iter().all(|id| k_of(id) < 4),
+        "a solved sample stayed in the pool"
+    );
+    let partial = ledger1
+        .iter()
+        .filter(|e| (1..4).contains(&e["k"].as_u64().unwrap()))
+        .count();
+    assert!(pool.len() >= partial);
+    // Round 2's training steps drew only pool samples, at the picked temperature.
+    let steps2: Vec<Value> = read(run.join(LEDGER_FILE))
+        .into_iter()
+        .filter(|e| e["round"] == 2)
+        .collect();
+    assert_eq!(steps2.len(), 8);
+    assert!(
+        steps2
+            .iter()
+            .all(|e| pool.contains(&e["id"].as_str().unwrap().to_string()))
+    );
+    assert!(
+        steps2
+            .iter()
+            .all(|e| e["temperature"] == 1.0 && e["step"].as_u64().unwrap() > 2)
+    );
+    assert_eq!(read(rounds.join("round-2/ledger.jsonl")).len(), pool.len());
+    let transition: Value =
+        serde_json::from_str(&std::fs::read_to_string(rounds.join("transition-1-2.json")).unwrap()).unwrap();
+    assert_eq!(transition["shared"].as_u64().unwrap() as usize, pool.len());
+    assert!(rounds.join("transition-1-2.svg").exists());
+    assert!(rounds.join("round-2/temperature.svg").exists());
+}

@@ -32,6 +32,7 @@ mod keys;
 mod model;
 mod reward;
 mod rollout;
+mod rounds;
 mod sft;
 mod trainer;
 
@@ -49,6 +50,7 @@ pub use data::DataConfig;
 pub use model::{DeviceKind, Dtype, LORA_TEXT_TARGETS, ModelConfig, ModelPreset};
 pub use reward::RewardConfig;
 pub use rollout::RolloutConfig;
+pub use rounds::RoundsConfig;
 pub use sft::SftConfig;
 pub use trainer::{EarlyStoppingMode, TrainerConfig};
 
@@ -65,6 +67,7 @@ pub struct TrainConfig {
     pub optim: OptimConfig,
     pub sft: SftConfig,
     pub trainer: TrainerConfig,
+    pub rounds: RoundsConfig,
     pub health: HealthConfig,
 }
 
@@ -155,6 +158,7 @@ impl TrainConfig {
             .map_err(|e| invalid("optim", e.to_string()))?;
         self.sft.validate()?;
         self.trainer.validate()?;
+        self.rounds.validate()?;
         self.health
             .validate()
             .map_err(|e| invalid("health", e.to_string()))?;
@@ -168,6 +172,13 @@ impl TrainConfig {
                 self.trainer.mini_batch_size, self.rollout.prompts_per_step, self.rollout.n
             ),
         )?;
+        if !self.rounds.temperatures.is_empty() {
+            ensure(
+                !self.data.val.as_os_str().is_empty(),
+                "data.val",
+                "is required for the temperature sweep of rounds.temperatures (it is run on data.val)",
+            )?;
+        }
         if self.trainer.early_stopping_patience > 0 {
             ensure(
                 !self.data.val.as_os_str().is_empty(),

@@ -1,0 +1,218 @@
+//! Curriculum rounds (`[rounds]`): what happens between two rounds of GRPO.
+//!
+//! After round r (ledger round `r`, 1-based) the policy is rolled out on the round's training pool
+//! into `rounds/round-r/ledger.jsonl`; from round 2 on, that ledger is compared with the previous
+//! one (`rounds/transition-{r-1}-{r}.svg` and `.json`, embedded by the report). Unless r was the last
+//! round, the next pool is chosen from the ledger (`rounds/round-{r+1}/pool.jsonl` and its report),
+//! the temperature is swept on the validation set when `rounds.temperatures` is set, and training
+//! goes on in round r + 1 on the new pool with epochs counted afresh.
+//!
+//! Everything here is keyed by the step at which the round ended, so redoing it after a resume
+//! (from a checkpoint taken before the switch) writes the same files again.
+
+use std::path::{Path, PathBuf};
+
+use groundrl_core::curriculum::ledger::{LedgerEntry, LedgerWriter, RolloutBatch, read_ledger, rule_text};
+use groundrl_core::curriculum::pool::{PoolOptions, next_pool};
+use groundrl_core::curriculum::temperature::{SweepPoint, pick_temperature};
+use groundrl_core::curriculum::transition::transition;
+use groundrl_core::data::Sample;
+use groundrl_core::data::jsonl::write_jsonl;
+use groundrl_core::rng::keyed;
+
+use super::{Split, TRAINING_ROUND, TrainError, Trainer, io, setup};
+use crate::dataset::{Dataset, fixed_subsample};
+
+/// The rounds folder in the run folder.
+pub const ROUNDS_DIR: &str = "rounds";
+
+impl Trainer {
+    /// The ledger round number of the current round.
+    pub(super) fn ledger_round(&self) -> u32 {
+        TRAINING_ROUND + self.state.round
+    }
+
+    /// The folder of ledger round `round`.
+    fn round_dir(&self, round: u32) -> PathBuf {
+        self.run_dir.join(ROUNDS_DIR).join(format!("round-{round}"))
+    }
+
+    /// The pool file of ledger round `round` (round 1 trains on `data.train` itself).
+    pub(super) fn pool_path(&self, round: u32) -> PathBuf {
+        self.round_dir(round).join("pool.jsonl")
+    }
+
+    /// Ends the current round: its ledger, the transition from the previous round, and, unless it
+    /// was the last, the next pool and temperature. Returns whether another round starts.
+    pub(super) fn end_round(&mut self) -> Result<bool, TrainError> {
+        let round = self.ledger_round();
+        let ledger = self.round_ledger(round)?;
+        if round > TRAINING_ROUND {
+            self.write_transition(round)?;
+        }
+        if self.state.round + 1 >= self.cfg.rounds.count {
+            return Ok(false);
+        }
+        let summary = read_ledger(&ledger)
+            .and_then(|l| l.summary(round))
+            .map_err(setup)?;
+        let options = PoolOptions {
+            zero_share: self.cfg.rounds.zero_share,
+            seed: keyed(self.cfg.trainer.seed, &format!("pool {}", round + 1)),
+            ..PoolOptions::default()
+        };
+        let pool = next_pool(self.train.samples.clone(), &summary, &options).map_err(setup)?;
+        let dir = self.round_dir(round + 1);
+        std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+        let report = dir.join("pool-report.json");
+        let json = serde_json::to_string_pretty(&pool.report).map_err(setup)?;
+        std::fs::write(&report, json).map_err(|e| io(&report, e))?;
+        if pool.samples.is_empty() {
+            eprintln!(
+                "round {round}: the next pool is empty (every sample solved): no round {}",
+                round + 1
+            );
+            return Ok(false);
+        }
+        let path = self.pool_path(round + 1);
+        let samples = with_absolute_images(pool.samples, &self.train.base);
+        write_jsonl(&path, &samples).map_err(setup)?;
+        eprintln!(
+            "round {round} ended at step {}: next pool of {} samples ({})",
+            self.state.step,
+            samples.len(),
+            path.display()
+        );
+        if !self.cfg.rounds.temperatures.is_empty() {
+            self.state.temperature = Some(self.sweep_temperature(round + 1)?);
+        }
+        self.train = Dataset::load(&path).map_err(setup)?;
+        self.state.round += 1;
+        self.state.round_start_step = self.state.step;
+        self.state.epoch = 0;
+        self.state.cursor = 0;
+        Ok(true)
+    }
+
+    /// Rolls the policy out `rounds.ledger_n` times on every sample of the round's pool and writes
+    /// `rounds/round-r/ledger.jsonl` anew.
+    fn round_ledger(&mut self, round: u32) -> Result<PathBuf, TrainError> {
+        let dir = self.round_dir(round);
+        std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+        let path = dir.join("ledger.jsonl");
+        let _ = std::fs::remove_file(&path);
+        let mut writer = LedgerWriter::open(&path).map_err(setup)?;
+        let batch = RolloutBatch {
+            round,
+            step: self.state.step,
+            temperature: self.temperature(),
+            rule: rule_text(
+                &self.cfg.reward.correct_component,
+                self.cfg.reward.correct_threshold,
+            ),
+        };
+        let n = self.ledger_n();
+        let indices: Vec<usize> = (0..self.train.len()).collect();
+        let seed = keyed(self.cfg.trainer.seed, &format!("round {round} ledger"));
+        for (c, chunk) in indices
+            .chunks(self.cfg.rollout.prompts_per_step.max(1) as usize)
+            .enumerate()
+        {
+            let groups = self.sample_groups_with(
+                chunk,
+                keyed(seed, &c.to_string()),
+                Split::Train,
+                n,
+                self.temperature(),
+            )?;
+            let entries = groups
+                .iter()
+                .map(|g| LedgerEntry::from_records(&self.train.samples[g.index], &batch, &g.records))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(setup)?;
+            writer.append(&entries).map_err(setup)?;
+        }
+        Ok(path)
+    }
+
+    /// `rounds/transition-{round-1}-{round}.json` and `.svg`: how each sample's k moved.
+    fn write_transition(&self, round: u32) -> Result<(), TrainError> {
+        let summary = |r: u32| {
+            read_ledger(&self.round_dir(r).join("ledger.jsonl"))
+                .and_then(|l| l.summary(r))
+                .map_err(setup)
+        };
+        let matrix = transition(&summary(round - 1)?, &summary(round)?).map_err(setup)?;
+        let stem = self
+            .run_dir
+            .join(ROUNDS_DIR)
+            .join(format!("transition-{}-{round}", round - 1));
+        let json = stem.with_extension("json");
+        let text = serde_json::to_string_pretty(&matrix).map_err(setup)?;
+        std::fs::write(&json, text).map_err(|e| io(&json, e))?;
+        let svg = stem.with_extension("svg");
+        std::fs::write(&svg, matrix.heatmap().svg()).map_err(|e| io(&svg, e))
+    }
+
+    /// Accuracy of `rounds.ledger_n` rollouts per validation sample (the fixed subsample) at each
+    /// temperature of `rounds.temperatures`; picks the highest within the tolerance of the best and
+    /// writes `rounds/round-r/temperature.json` and `.svg`.
+    fn sweep_temperature(&mut self, round: u32) -> Result<f64, TrainError> {
+        let t = &self.cfg.trainer;
+        let indices = fixed_subsample(self.val.len(), t.val_samples as usize, t.seed);
+        let (n, seed) = (self.ledger_n(), keyed(t.seed, &format!("round {round} sweep")));
+        let mut points = Vec::new();
+        for temperature in self.cfg.rounds.temperatures.clone() {
+            let (mut correct, mut total, mut reward) = (0, 0, 0.0);
+            for (c, chunk) in indices
+                .chunks(self.cfg.rollout.prompts_per_step.max(1) as usize)
+                .enumerate()
+            {
+                for g in
+                    self.sample_groups_with(chunk, keyed(seed, &c.to_string()), Split::Val, n, temperature)?
+                {
+                    correct += g.records.iter().filter(|r| r.correct == Some(true)).count() as u64;
+                    total += g.records.len() as u64;
+                    reward += g.records.iter().map(|r| r.reward).sum::<f64>();
+                }
+            }
+            let mean_reward = reward / total.max(1) as f64;
+            points.push(SweepPoint {
+                temperature,
+                correct,
+                total,
+                mean_reward,
+            });
+        }
+        let sweep = pick_temperature(points, self.cfg.rounds.tolerance).map_err(setup)?;
+        let stem = self.round_dir(round).join("temperature");
+        let json = stem.with_extension("json");
+        let text = serde_json::to_string_pretty(&sweep).map_err(setup)?;
+        std::fs::write(&json, text).map_err(|e| io(&json, e))?;
+        let svg = stem.with_extension("svg");
+        std::fs::write(&svg, sweep.line_chart().svg()).map_err(|e| io(&svg, e))?;
+        eprintln!(
+            "round {round}: temperature {} (sweep in {})",
+            sweep.picked,
+            json.display()
+        );
+        Ok(sweep.picked)
+    }
+
+    fn ledger_n(&self) -> usize {
+        match self.cfg.rounds.ledger_n {
+            0 => self.cfg.rollout.n as usize,
+            n => n as usize,
+        }
+    }
+}
+
+/// The samples with every image path made absolute against `base` (the folder their paths were
+/// relative to), so a pool written elsewhere still finds its images.
+fn with_absolute_images(mut samples: Vec<Sample>, base: &Path) -> Vec<Sample> {
+    let base = std::fs::canonicalize(base).unwrap_or_else(|_| base.to_path_buf());
+    for image in samples.iter_mut().flat_map(|s| s.images.iter_mut()) {
+        image.path = base.join(&image.path).display().to_string();
+    }
+    samples
+}
