@@ -33,7 +33,7 @@ use crate::qwen2_5_vl::text::FusedLayer;
 const PREFIX_STEP: i64 = 64;
 
 /// Generated-token columns per slot come in multiples of this many: with a multiple of 16 in every
-/// part, SDPA's memory-efficient kernel need not pad the bias in every layer of every step.
+/// part, SDPA's memory-efficient kernel needs not pad the bias in every layer of every step.
 const SUFFIX_STEP: i64 = 16;
 
 /// What a decoding step depends on besides the values of its tensors: a session is reused by a call
