@@ -83,7 +83,7 @@ impl RmsNorm {
         &self.weight * normed
     }
 
-    /// The same norm by libtorch's `rms_norm`: one kernel on CUDA instead of eight (bf16), for decoding, where
+    /// The same norm by libtorch's `rms_norm`: one kernel on CUDA instead of seven, for decoding, where
     /// kernel count rules. It computes in f32 too, but multiplies by the weight before the one cast
     /// back, where [`Self::forward`] (transformers' order) casts, multiplies, and rounds again. So in
     /// f32 the two agree (bit for bit on the CPU, whose `rms_norm` runs the same operations; to f32

@@ -6,9 +6,9 @@
 //! Each layer exposes its attention projections ([`DecoderLayer::project_qkv`]) and the rest of the
 //! block ([`DecoderLayer::finish`]) separately, so a KV cache can sit between them.
 //!
-//! Decoding one token per row has a twin of that pair (`DecoderLayer::decode_qkv`,
-//! `DecoderLayer::decode_finish`) over the layer's weights fused (`FusedLayer`) and with libtorch's
-//! fused RMSNorm (`RmsNorm::forward_fused`): the same function, in fewer and larger kernels.
+//! Decoding one token per row has a twin of that pair ([`DecoderLayer::decode_qkv`],
+//! [`DecoderLayer::decode_finish`]) over the layer's weights fused ([`FusedLayer`]) and with libtorch's
+//! fused RMSNorm ([`RmsNorm::forward_fused`]): the same function, in fewer and larger kernels.
 
 use tch::{Kind, Tensor, nn};
 
@@ -152,12 +152,12 @@ impl DecoderLayer {
     }
 
     /// Decoding's [`Self::finish`]: the block's output from its input `x` (rows, hidden), updated in
-    /// place, and the attention output `attn` of [`Self::decode_qkv`]'s queries, (rows, groups,
-    /// kv_heads, hd): query groups outermost, the column order of `fused.o_weight`. The residual
-    /// additions ride on the output projections' matmuls (`addmm_` into `x`).
+    /// place, and the attention output `attn` (rows, kv_heads, groups, hd) of [`Self::decode_qkv`]'s
+    /// queries. The residual additions ride on the output projections' matmuls (`addmm_` into `x`).
     pub(crate) fn decode_finish(&self, mut x: Tensor, attn: &Tensor, fused: &FusedLayer) -> Tensor {
         let rows = x.size()[0];
-        let attn = attn.reshape([rows, self.heads * self.head_dim]);
+        // Query groups outermost: the column order of `fused.o_weight`.
+        let attn = attn.transpose(1, 2).reshape([rows, self.heads * self.head_dim]);
         let _ = x.addmm_(&attn, &fused.o_weight.tr());
         let normed = self.post_attention_layernorm.forward_fused(&x);
         let gate_up = normed.mm(&fused.gate_up_weight.tr());
@@ -216,8 +216,9 @@ pub(crate) struct FusedLayer {
     /// The three biases stacked likewise.
     qkv_bias: Tensor,
     /// (hidden, heads · hd): o_proj with its input columns reordered from (kv head, group) to (group,
-    /// kv head), the order in which libtorch's fused attention kernels leave the output of queries
-    /// grouped by KV head in memory (query positions outermost), so that reading it needs no copy.
+    /// kv head), the order in which libtorch's fused attention kernels leave the grouped queries'
+    /// output in memory (positions outermost; see [`DecoderLayer::decode_finish`]), so that reading
+    /// it needs no copy.
     o_weight: Tensor,
     /// (2 · intermediate, hidden): gate_proj over up_proj.
     gate_up_weight: Tensor,
@@ -504,7 +505,7 @@ mod tests {
             let (fq, fk, fv) = layer.decode_qkv(&rows, fused, &rotary);
             let attn =
                 Tensor::scaled_dot_product_attention(&fq, &fk, &fv, None::<Tensor>, 0.0, false, None, false);
-            let got = layer.decode_finish(rows.copy(), &attn.transpose(1, 2), fused);
+            let got = layer.decode_finish(rows.copy(), &attn, fused);
             [
                 max_diff(&fq.reshape([3, 4, 1, 32]), &q),
                 max_diff(&fk, &k),

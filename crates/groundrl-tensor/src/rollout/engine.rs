@@ -13,45 +13,20 @@
 //! the uniforms for every step are made on the host and copied once before decoding.
 //!
 //! # One step, replayed
-//! A decoding step (`Engine::iteration`) reads and writes only tensors that exist before it runs
+//! A decoding step ([`Engine::iteration`]) reads and writes only tensors that exist before it runs
 //! (the fused weights, the cache, the sampling state, the current logits, a device-side step counter)
-//! and keeps its shapes fixed (attention over the whole cache, masked), so on a CUDA device it is
-//! captured as a CUDA graph and then replayed: one launch per step instead of hundreds of kernel
+//! and keeps its shapes fixed (attention over the whole cache capacity, masked), so on a CUDA device it
+//! is captured as a CUDA graph and then replayed: one launch per step instead of hundreds of kernel
 //! launches from the host ([`Engine::cuda_graph`]). The engine keeps those tensors and the graph
-//! between calls (see `rollout/session.rs`): a call of the same shape as the previous one refills them in
+//! between calls ([`super::session`]): a call of the same shape as the previous one refills them in
 //! place and replays the graph the earlier call captured. The CPU runs the same step directly.
-//!
-//! # Kernels of one decoding step
-//! Counted from the code for a CUDA device, bf16, at least two rows, hidden size a multiple of 4
-//! (not profiled; libtorch may split or add kernels). One decoder layer, LoRA or not (adapters are
-//! folded into the fused weights), is 15 kernels:
-//!
-//! | kernels | what (`DecoderLayer::decode_qkv`, [`KvCache`], `DecoderLayer::decode_finish`) |
-//! |---|---|
-//! | 1 | input RMSNorm (`rms_norm`) |
-//! | 1 | q, k and v: one matmul with the stacked bias (`addmm`) |
-//! | 3 | rotary embedding of q and k together: `flip`, `mul`, `addcmul_` |
-//! | 2 | the new key and value into every slot's cache block (`index_copy_` each) |
-//! | 1 | queries regrouped by prompt and KV head (a copy) |
-//! | 1 | attention: one SDPA call over the prompt's keys and every slot's block, with the bias |
-//! | 1 | o_proj plus the residual (`addmm_` into the hidden state; its input is a view) |
-//! | 1 | post-attention RMSNorm |
-//! | 1 | gate and up: one matmul |
-//! | 2 | SiLU and the product |
-//! | 1 | down_proj plus the residual (`addmm_`) |
-//!
-//! Once per step besides the layers: the embedding (1), the rotary tables (14), the step's attention
-//! bias (2), the final RMSNorm and the output head (2), sampling and the step's bookkeeping (about 30
-//! without top-k/top-p, about 50 with). For Qwen2.5-VL-3B (36 layers) that is 540 + about 50 = about
-//! 590 kernels per step; the first engine's step was about 1,600 (40 per layer, 68 with LoRA on all
-//! seven projections).
 
 use std::cell::{Cell, RefCell};
 
 use tch::{Device, Tensor};
 
-use super::kv_cache::KvCache;
-use super::session::{DecodeShape, Decoding, Session, Slots, Step};
+use super::kv_cache::{KvCache, attend_cached};
+use super::session::{DecodeShape, Decoding, Session, Step};
 use super::stop::RowEnd;
 use super::{Completion, GenerationRequest, RolloutError};
 use crate::cuda_graph::CudaGraph;
@@ -63,7 +38,7 @@ use crate::qwen2_5_vl::{Batch, Qwen25Vl};
 /// Generates completions with a model and the processor that encoded its prompts.
 ///
 /// An engine keeps its decoding tensors between calls (fused weights, KV cache, sampling state and, on
-/// a CUDA device, the captured step; see `rollout/session.rs`): keep one engine for repeated calls of
+/// a CUDA device, the captured step; see [`super::session`]): keep one engine for repeated calls of
 /// one shape, and drop it to free that memory.
 #[derive(Debug)]
 pub struct Engine<'a> {
@@ -80,6 +55,48 @@ pub struct Engine<'a> {
     kept: RefCell<Option<Session>>,
     /// Sessions made so far.
     sessions: Cell<usize>,
+}
+
+/// Which request and sample each of the decoded rows is.
+#[derive(Debug)]
+struct Rows {
+    prompt: Vec<usize>,
+    sample: Vec<u64>,
+}
+
+impl Rows {
+    fn new(requests: &[GenerationRequest]) -> Self {
+        let mut rows = Self {
+            prompt: Vec::new(),
+            sample: Vec::new(),
+        };
+        for (i, r) in requests.iter().enumerate() {
+            rows.prompt.extend(std::iter::repeat_n(i, r.n));
+            rows.sample.extend((0..r.n as u64).map(|s| r.first_sample + s));
+        }
+        rows
+    }
+
+    /// The host-side end tracking of every row, with its request's limits and stops.
+    fn ends<'r>(&self, requests: &'r [GenerationRequest]) -> Vec<RowEnd<'r>> {
+        self.prompt
+            .iter()
+            .map(|&p| {
+                let params = &requests[p].params;
+                RowEnd::new(
+                    params.max_new_tokens,
+                    &params.stop_token_ids,
+                    &params.stop_strings,
+                )
+            })
+            .collect()
+    }
+
+    /// Per row, the index of its prompt's batch row, as a device tensor for `index_select`.
+    fn expand(&self, device: Device) -> Tensor {
+        let prompt: Vec<i64> = self.prompt.iter().map(|&p| p as i64).collect();
+        Tensor::from_slice(&prompt).to_device(device)
+    }
 }
 
 impl<'a> Engine<'a> {
@@ -101,10 +118,9 @@ impl<'a> Engine<'a> {
     }
 
     /// How many times this engine has made its decoding tensors: at its first call, and at every call
-    /// whose shape (requests, the largest `n`, the longest `max_new_tokens`, the batched prompt length
-    /// rounded up to a multiple of 64, stop ids per row, whether some row filters by top-k or top-p)
-    /// differs from the previous call's. On a CUDA device each such call captures the decoding step
-    /// anew; the other calls replay the step captured before.
+    /// whose shape (rows, steps, cache columns, stop ids per row, whether some row filters by top-k or
+    /// top-p) differs from the previous call's. On a CUDA device each such call captures the decoding
+    /// step anew; the other calls replay the step captured before.
     pub fn sessions_made(&self) -> usize {
         self.sessions.get()
     }
@@ -113,27 +129,27 @@ impl<'a> Engine<'a> {
         let device = self.model.device();
         let batch = self.batch(requests);
         let prepared = self.model.prepare(&batch)?;
+        let rows = Rows::new(requests);
+        let expand = rows.expand(device);
         let prompt_len = prepared.ids.size()[1];
         let shape = DecodeShape::new(requests, prompt_len, self.model.config.text.vocab_size);
-        let slots = Slots::new(requests, shape.samples);
-        let expand = slots.expand(device);
         let pad = i64::from(self.processor.tokenizer.special_ids().pad);
-        let decoding = Decoding::new(self.model, requests, &slots, &shape, pad);
+        let decoding = Decoding::new(self.model, requests, (&rows.prompt, &rows.sample), &shape, pad);
         let mut session = self.session(shape, decoding)?;
-        let padding = batch
-            .attention_mask
-            .as_ref()
-            .map(|mask| Tensor::from_slice2(mask));
-        session.cache.reset(prompt_len, padding.as_ref());
+        let padding = batch.attention_mask.as_ref().map(|mask| {
+            Tensor::from_slice2(mask)
+                .to_device(device)
+                .index_select(0, &expand)
+        });
+        session.cache.reset(padding.as_ref());
         let logits = self.prefill(&prepared, &mut session.cache, &expand);
         let first_position = self.first_positions(requests, &prepared, &expand);
-        session.step.start(&logits, &first_position);
-        let used = slots.used();
-        let mut ends = ends(requests, &slots, &used);
-        let done = self.decode(&mut session, &used, &mut ends)?;
+        session.step.start(&logits, prompt_len, &first_position);
+        let mut ends = rows.ends(requests);
+        let done = self.decode(&mut session, &mut ends)?;
         let logprobs = host_rows(&session.decoding.logprobs.narrow(1, 0, done as i64))?;
         self.kept.replace(Some(session));
-        Ok(completions(&slots, &used, ends, logprobs))
+        Ok(completions(&rows, ends, logprobs))
     }
 
     /// The decoding tensors for a call of `shape` whose sampling settings are `decoding`: the last
@@ -158,14 +174,8 @@ impl<'a> Engine<'a> {
 
     /// Selects tokens and feeds them back until every row has ended or the longest `max_new_tokens` is
     /// reached; returns the number of steps taken. On a CUDA device the step is captured as a CUDA
-    /// graph at the session's first call and replayed from then on. `ends` tracks the used slots
-    /// `used`.
-    fn decode(
-        &self,
-        session: &mut Session,
-        used: &[usize],
-        ends: &mut [RowEnd],
-    ) -> Result<usize, RolloutError> {
+    /// graph at the session's first call and replayed from then on.
+    fn decode(&self, session: &mut Session, ends: &mut [RowEnd]) -> Result<usize, RolloutError> {
         let Session {
             layers,
             cache,
@@ -190,7 +200,7 @@ impl<'a> Engine<'a> {
             }
             done += 1;
             if done - synced >= self.sync_every.max(1) {
-                let all_ended = self.sync(state, used, ends, synced, done)?;
+                let all_ended = self.sync(state, ends, synced, done)?;
                 synced = done;
                 if all_ended {
                     return Ok(done);
@@ -200,18 +210,18 @@ impl<'a> Engine<'a> {
         // The last step only selects tokens: no forward, whose cache column would lie past the end.
         let _ = state.select(step);
         done += 1;
-        self.sync(state, used, ends, synced, done)?;
+        self.sync(state, ends, synced, done)?;
         Ok(done)
     }
 
     /// One decoding step, entirely on the device: select every row's token of step `step.index` from
-    /// `step.logits`, run it through the model (column `index` of its slot's cache block, M-RoPE
-    /// position `first_position + index`), store the next logits in `step.logits` and advance
-    /// `step.index`.
+    /// `step.logits`, run it through the model (cache column `first_column + index`, M-RoPE position
+    /// `first_position + index`), store the next logits in `step.logits` and advance `step.index`.
     fn iteration(&self, layers: &[FusedLayer], cache: &mut KvCache, state: &mut Decoding, step: &mut Step) {
         let token = state.select(step);
+        let column = &step.index + &step.first_column;
         let position = &step.first_position + &step.index;
-        let logits = self.decode_step(layers, cache, &token, &step.index, &position);
+        let logits = self.decode_step(layers, cache, &token, &column, &position);
         step.logits.copy_(&logits);
         let _ = step.index.g_add_scalar_(1);
     }
@@ -223,14 +233,14 @@ impl<'a> Engine<'a> {
     }
 
     /// Runs the prompts through every layer once, writing each layer's keys and values into the cache
-    /// (once per prompt); returns the last position's logits of every slot's prompt (rows, vocab).
+    /// rows of all the prompt's samples; returns the last position's logits per row (rows, vocab).
     fn prefill(&self, p: &Prepared, cache: &mut KvCache, expand: &Tensor) -> Tensor {
         let text = &self.model.text;
         let mut x = p.embeds.shallow_clone();
         for (i, layer) in text.layers.iter().enumerate() {
             let (q, k, v) = layer.project_qkv(&x, &p.rotary);
             let attn = attend(&q, &k, &v, &p.mask);
-            cache.write_prompts(i, &k, &v);
+            cache.write(i, 0, &k.index_select(0, expand), &v.index_select(0, expand));
             x = layer.finish(&x, &attn);
         }
         let last = x.select(1, x.size()[1] - 1);
@@ -249,15 +259,15 @@ impl<'a> Engine<'a> {
             .index_select(0, expand)
     }
 
-    /// One token per slot (`token` (rows,), cached at column `index` (1,) of its slot's block, at
-    /// M-RoPE position `position` (rows,) in all three components) through every layer, with the
-    /// layers' fused weights `layers`; the next logits (rows, vocab).
+    /// One token per row (`token` (rows,), written at the cache column held by `column` (1,), at M-RoPE
+    /// position `position` (rows,) in all three components) through every layer, with the layers'
+    /// fused weights `layers`; the next logits (rows, vocab).
     fn decode_step(
         &self,
         layers: &[FusedLayer],
         cache: &mut KvCache,
         token: &Tensor,
-        index: &Tensor,
+        column: &Tensor,
         position: &Tensor,
     ) -> Tensor {
         let text = &self.model.text;
@@ -265,22 +275,21 @@ impl<'a> Engine<'a> {
         let mut x = text.embed(token);
         let positions = position.view([1, rows, 1]).expand([3, rows, 1], false);
         let rotary = Rotary::new(&text.config, &positions, x.kind());
-        let bias = cache.bias_through(index);
+        let mask = cache.key_mask_through(column);
         for (i, (layer, fused)) in text.layers.iter().zip(layers).enumerate() {
             let (q, k, v) = layer.decode_qkv(&x, fused, &rotary);
-            cache.write_step(i, index, &k, &v);
-            x = layer.decode_finish(x, &cache.attend(i, &q, &bias), fused);
+            cache.write_column(i, column, &k, &v);
+            let (keys, values) = cache.layer(i);
+            x = layer.decode_finish(x, &attend_cached(&q, keys, values, &mask), fused);
         }
         text.logits(&text.final_norm_fused(&x))
     }
 
-    /// Reads the tokens of steps `from..to` to the host and updates the end of every used slot
-    /// (`ends` of `used`); slots that ended on the host (a stop string) are marked finished on the
-    /// device too. True when all have ended.
+    /// Reads the tokens of steps `from..to` to the host and updates every row's end; rows that ended
+    /// on the host (a stop string) are marked finished on the device too. True when all have ended.
     fn sync(
         &self,
         state: &mut Decoding,
-        used: &[usize],
         ends: &mut [RowEnd],
         from: usize,
         to: usize,
@@ -288,9 +297,9 @@ impl<'a> Engine<'a> {
         if to > from {
             let tokens = host_rows(&state.tokens.narrow(1, from as i64, (to - from) as i64))?;
             let mut ended = Vec::new();
-            for (end, &slot) in ends.iter_mut().zip(used) {
-                if end.absorb(&tokens[slot], &self.processor.tokenizer)? {
-                    ended.push(slot as i64);
+            for (row, (end, new)) in ends.iter_mut().zip(&tokens).enumerate() {
+                if end.absorb(new, &self.processor.tokenizer)? {
+                    ended.push(row as i64);
                 }
             }
             state.mark_finished(&ended);
@@ -306,31 +315,16 @@ fn host_rows<T: tch::kind::Element + Copy>(t: &Tensor) -> Result<Vec<Vec<T>>, Ro
     Ok(flat.chunks(columns.max(1)).map(<[T]>::to_vec).collect())
 }
 
-/// The host-side end tracking of the used slots `used`, with their requests' limits and stops.
-fn ends<'r>(requests: &'r [GenerationRequest], slots: &Slots, used: &[usize]) -> Vec<RowEnd<'r>> {
-    used.iter()
-        .map(|&slot| {
-            let params = &requests[slots.request[slot]].params;
-            RowEnd::new(
-                params.max_new_tokens,
-                &params.stop_token_ids,
-                &params.stop_strings,
-            )
-        })
-        .collect()
-}
-
-/// The completions of the used slots `used` (whose ends are `ends`), from every slot's `logprobs`.
-fn completions(slots: &Slots, used: &[usize], ends: Vec<RowEnd>, logprobs: Vec<Vec<f32>>) -> Vec<Completion> {
+fn completions(rows: &Rows, ends: Vec<RowEnd>, logprobs: Vec<Vec<f32>>) -> Vec<Completion> {
     ends.into_iter()
-        .zip(used)
-        .map(|(end, &slot)| {
+        .zip(logprobs)
+        .enumerate()
+        .map(|(row, (end, mut logprobs))| {
             let (tokens, finish) = end.into_result();
-            let mut logprobs = logprobs[slot].clone();
             logprobs.truncate(tokens.len());
             Completion {
-                prompt_index: slots.request[slot],
-                sample_index: slots.sample[slot],
+                prompt_index: rows.prompt[row],
+                sample_index: rows.sample[row],
                 tokens,
                 logprobs,
                 finish,

@@ -1,9 +1,9 @@
 //! The rollout engine: batched multimodal generation for RL.
 //!
 //! All prompts are prefilled once as one left-padded batch (each prompt's images through the vision
-//! tower once); the prompt's keys and values are stored once in a preallocated cache that all its
-//! `n` samples attend to, each also to its own generated tokens ([`kv_cache`]), and all `sum(n)`
-//! sequences decode in lockstep, one token per row per step ([`engine`]). Sampling ([`sampling`]) runs on the device from uniforms drawn on the host keyed by
+//! tower once); the prompt's keys and values are then copied `n` times into a preallocated cache
+//! ([`kv_cache`]) and all `sum(n)` sequences decode in lockstep, one token per row per step
+//! ([`engine`]). Sampling ([`sampling`]) runs on the device from uniforms drawn on the host keyed by
 //! (seed, sample index, step), so a sample's completion does not depend on which other requests share
 //! its batch. Each generated token comes with its log-probability, the "old policy" log-prob of GRPO.
 

@@ -6,14 +6,13 @@
 //! and host values they had then. A [`Session`] (with its graph) therefore serves a later call only
 //! when these hold, which is what the engine keeps to:
 //! - Every tensor the step reads or writes is made before the capture and lives as long as the graph:
-//!   the session's (fused weights, cache and attention bias, sampling state, step state) or the
-//!   model's. Each call writes its own values into the session's tensors in place (`copy_`, `fill_`,
-//!   `zero_`), never replacing one.
+//!   the session's (fused weights, cache, sampling state, step state) or the model's. Each call writes
+//!   its own values into the session's tensors in place (`copy_`, `fill_`, `zero_`), never replacing
+//!   one.
 //! - Everything the step takes from the host is fixed by the call's [`DecodeShape`], which must equal
-//!   the session's, or by the engine: the tensors' sizes, the one branch taken on the host (whether
-//!   some row filters by top-k or top-p), the pad id and the model's configuration. Whatever else
-//!   varies between calls (the prompt length and padding, positions, sampling settings, seeds,
-//!   limits, stop ids) reaches the step through device tensors.
+//!   the session's: the tensors' sizes and the one branch taken on the host (whether some row filters
+//!   by top-k or top-p). Whatever else varies between calls (the prompt length, positions, sampling
+//!   settings, seeds, limits, stop ids) reaches the step through device tensors.
 //! - The model's tensors the step reads directly (embedding, norms, output head, `down_proj` weights
 //!   without an adapter) stay the same tensors: the engine borrows the model for its whole life, and
 //!   every update in this project (loading, optimizer steps, checkpoint restores) writes parameters in
@@ -28,30 +27,22 @@ use crate::cuda_graph::CudaGraph;
 use crate::qwen2_5_vl::Qwen25Vl;
 use crate::qwen2_5_vl::text::FusedLayer;
 
-/// Prompt columns come in multiples of this many, so that calls whose prompts differ in length by less
-/// share a shape (and a captured step); the extra columns stay masked.
-const PREFIX_STEP: i64 = 64;
-
-/// Generated-token columns per slot come in multiples of this many: with a multiple of 16 in every
-/// part, SDPA's memory-efficient kernel needs not pad the bias in every layer of every step.
-const SUFFIX_STEP: i64 = 16;
+/// Cache columns come in multiples of this many, so that calls whose prompts differ in length by less
+/// share a shape (and a captured step). The extra columns stay masked; a multiple of 16 also spares
+/// SDPA's memory-efficient kernel from padding the mask in every layer of every step.
+const CAPACITY_STEP: i64 = 64;
 
 /// What a decoding step depends on besides the values of its tensors: a session is reused by a call
 /// of an equal shape only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct DecodeShape {
-    /// Requests (prompts), each decoded in `samples` slots.
-    pub prompts: i64,
-    /// Slots per prompt: the largest `n`.
-    pub samples: i64,
+    /// Decoded rows: the requests' `n` summed.
+    pub rows: i64,
     /// Decoding steps: the longest `max_new_tokens`.
     pub steps: i64,
-    /// Cache columns for the (left-padded) prompts: their length rounded up to a multiple of
-    /// [`PREFIX_STEP`].
-    pub prefix: i64,
-    /// Cache columns per slot for generated tokens (all but the last step's): `steps - 1` rounded up
-    /// to a multiple of [`SUFFIX_STEP`].
-    pub suffix: i64,
+    /// Cache columns: the (left-padded) prompt length plus `steps - 1`, rounded up to a multiple of
+    /// [`CAPACITY_STEP`].
+    pub capacity: i64,
     /// Stop token ids per row: the longest list, at least 1.
     pub stop_ids: i64,
     /// Some row filters by top-k or top-p, so that the step sorts the vocabulary.
@@ -65,67 +56,14 @@ impl DecodeShape {
         let longest = |f: fn(&GenerationRequest) -> usize| requests.iter().map(f).max().unwrap_or(0) as i64;
         let steps = longest(|r| r.params.max_new_tokens).max(1);
         Self {
-            prompts: requests.len() as i64,
-            samples: longest(|r| r.n).max(1),
+            rows: requests.iter().map(|r| r.n as i64).sum(),
             steps,
-            prefix: round_up(prompt_len, PREFIX_STEP),
-            suffix: round_up((steps - 1).max(1), SUFFIX_STEP),
+            capacity: (prompt_len + steps - 1 + CAPACITY_STEP - 1) / CAPACITY_STEP * CAPACITY_STEP,
             stop_ids: longest(|r| r.params.stop_token_ids.len()).max(1),
             filters: requests
                 .iter()
                 .any(|r| RowSettings::from(&r.params).filters(vocab)),
         }
-    }
-
-    /// Decoded rows: every prompt's slots.
-    pub fn rows(&self) -> i64 {
-        self.prompts * self.samples
-    }
-}
-
-fn round_up(value: i64, step: i64) -> i64 {
-    (value + step - 1) / step * step
-}
-
-/// Which sample each decoding slot holds: [`DecodeShape::samples`] slots per request, in request
-/// order; slot `j` of a request holds its sample `first_sample + j`, and is idle (decoded, but ended
-/// from the start and never returned) when the request asks for fewer than `j + 1` samples.
-#[derive(Debug)]
-pub(crate) struct Slots {
-    /// Per slot: its request's index.
-    pub request: Vec<usize>,
-    /// Per slot: its sample index.
-    pub sample: Vec<u64>,
-    /// Per slot: whether it holds a requested sample.
-    pub used: Vec<bool>,
-}
-
-impl Slots {
-    pub fn new(requests: &[GenerationRequest], per_request: i64) -> Self {
-        let mut slots = Self {
-            request: Vec::new(),
-            sample: Vec::new(),
-            used: Vec::new(),
-        };
-        for (i, r) in requests.iter().enumerate() {
-            for j in 0..per_request as usize {
-                slots.request.push(i);
-                slots.sample.push(r.first_sample + j as u64);
-                slots.used.push(j < r.n);
-            }
-        }
-        slots
-    }
-
-    /// The used slots in order: the requests' samples in request order, then sample order.
-    pub fn used(&self) -> Vec<usize> {
-        (0..self.used.len()).filter(|&s| self.used[s]).collect()
-    }
-
-    /// Per slot, its request's index, as a device tensor for `index_select`.
-    pub fn expand(&self, device: Device) -> Tensor {
-        let request: Vec<i64> = self.request.iter().map(|&r| r as i64).collect();
-        Tensor::from_slice(&request).to_device(device)
     }
 }
 
@@ -149,20 +87,17 @@ impl Session {
         let text = &model.config.text;
         let cache = CacheShape {
             layers: layers.len(),
-            prompts: shape.prompts,
-            samples: shape.samples,
+            rows: shape.rows,
             kv_heads: text.num_key_value_heads,
-            groups: text.num_attention_heads / text.num_key_value_heads,
+            capacity: shape.capacity,
             head_dim: text.head_dim(),
-            prefix: shape.prefix,
-            suffix: shape.suffix,
         };
         Self {
             shape,
             layers,
             cache: KvCache::new(cache, model.kind(), model.device()),
             decoding,
-            step: Step::new(shape.rows(), text.vocab_size, model.device()),
+            step: Step::new(shape.rows, text.vocab_size, model.device()),
             graph: None,
         }
     }
@@ -171,11 +106,12 @@ impl Session {
 /// Where decoding stands, in tensors a captured step reads and advances in place.
 #[derive(Debug)]
 pub(crate) struct Step {
-    /// (rows, vocab) f32: the logits the next token is selected from.
+    /// (rows, vocab): the logits the next token is selected from.
     pub logits: Tensor,
-    /// (1,) int64: the index of the step about to run, which is also the column its tokens take in
-    /// their slots' cache blocks.
+    /// (1,) int64: the index of the step about to run.
     pub index: Tensor,
+    /// (1,) int64: the cache column of step 0's token (the prompt length).
+    pub first_column: Tensor,
     /// (rows,) int64: the M-RoPE position of step 0's token.
     pub first_position: Tensor,
 }
@@ -186,14 +122,16 @@ impl Step {
         Self {
             logits: zeros(&[rows, vocab], Kind::Float),
             index: zeros(&[1], Kind::Int64),
+            first_column: zeros(&[1], Kind::Int64),
             first_position: zeros(&[rows], Kind::Int64),
         }
     }
 
-    /// Sets up step 0 of a call: its logits (the prefill's) and its tokens' positions.
-    pub fn start(&mut self, logits: &Tensor, first_position: &Tensor) {
+    /// Sets up step 0 of a call: its logits (the prefill's), its token's cache column and positions.
+    pub fn start(&mut self, logits: &Tensor, first_column: i64, first_position: &Tensor) {
         self.logits.copy_(logits);
         let _ = self.index.zero_();
+        let _ = self.first_column.fill_(first_column);
         self.first_position.copy_(first_position);
     }
 }
@@ -208,8 +146,7 @@ pub(crate) struct Decoding {
     stops: Tensor,
     /// (rows,) int64 max_new_tokens.
     limits: Tensor,
-    /// (rows,) bool: ended (a stop token, the length limit, a stop string seen by the host, or an idle
-    /// slot).
+    /// (rows,) bool: ended (a stop token, the length limit, or a stop string seen by the host).
     finished: Tensor,
     pad: i64,
     /// (rows, steps): generated tokens (pad after a row ended) and their log-probs (0 after).
@@ -218,37 +155,36 @@ pub(crate) struct Decoding {
 }
 
 impl Decoding {
-    /// The settings of `requests` (validated, of shape `shape`) for every slot of `slots`, with `pad`
-    /// for ended rows; idle slots start ended.
+    /// The settings of `requests` (validated, of shape `shape`) for the rows `prompts` (each row's
+    /// request) and `samples` (each row's sample index), with `pad` for ended rows.
     pub fn new(
         model: &Qwen25Vl,
         requests: &[GenerationRequest],
-        slots: &Slots,
+        (prompts, samples): (&[usize], &[u64]),
         shape: &DecodeShape,
         pad: i64,
     ) -> Self {
         let device = model.device();
-        let params = |slot: usize| &requests[slots.request[slot]].params;
-        let count = slots.request.len();
-        let settings: Vec<RowSettings> = (0..count).map(|s| RowSettings::from(params(s))).collect();
+        let params = |row: usize| &requests[prompts[row]].params;
+        let count = prompts.len();
+        let settings: Vec<RowSettings> = (0..count).map(|r| RowSettings::from(params(r))).collect();
         let vocab = model.config.text.vocab_size;
-        let seeds: Vec<u64> = (0..count).map(|s| params(s).seed).collect();
-        let limits: Vec<i64> = (0..count).map(|s| params(s).max_new_tokens as i64).collect();
-        let idle: Vec<bool> = slots.used.iter().map(|&u| !u).collect();
+        let seeds: Vec<u64> = (0..count).map(|r| params(r).seed).collect();
+        let limits: Vec<i64> = (0..count).map(|r| params(r).max_new_tokens as i64).collect();
         let width = shape.stop_ids as usize;
         let mut stops = vec![-1i64; count * width];
-        for s in 0..count {
-            stops[s * width..][..params(s).stop_token_ids.len()].copy_from_slice(&params(s).stop_token_ids);
+        for r in 0..count {
+            stops[r * width..][..params(r).stop_token_ids.len()].copy_from_slice(&params(r).stop_token_ids);
         }
         let table = [count as i64, shape.steps];
         Self {
             sampler: Sampler::new(&settings, vocab, &banned_ids(model), device),
-            uniforms: uniforms(&seeds, &slots.sample, shape.steps as usize).to_device(device),
+            uniforms: uniforms(&seeds, samples, shape.steps as usize).to_device(device),
             stops: Tensor::from_slice(&stops)
                 .view([count as i64, shape.stop_ids])
                 .to_device(device),
             limits: Tensor::from_slice(&limits).to_device(device),
-            finished: Tensor::from_slice(&idle).to_device(device),
+            finished: Tensor::zeros([count as i64], (Kind::Bool, device)),
             pad,
             tokens: Tensor::full(table, -1, (Kind::Int64, device)),
             logprobs: Tensor::zeros(table, (Kind::Float, device)),
@@ -344,23 +280,19 @@ mod tests {
     }
 
     /// Two prompts of 4 and 3 samples, 32 new tokens, one stop id, no filtering, prompts of 150
-    /// tokens once batched: 4 slots per prompt, 150 prompt columns rounded up to 192, 31 generated
-    /// ones (the last step's token is not cached) rounded up to 32.
+    /// tokens once batched: capacity 150 + 31 = 181, rounded up to 192.
     #[test]
     fn shape_of_a_call() {
         let requests = [request(4, params(32, 1, 1.0)), request(3, params(20, 0, 1.0))];
         let shape = DecodeShape::new(&requests, 150, 1000);
         let want = DecodeShape {
-            prompts: 2,
-            samples: 4,
+            rows: 7,
             steps: 32,
-            prefix: 192,
-            suffix: 32,
+            capacity: 192,
             stop_ids: 1,
             filters: false,
         };
         assert_eq!(shape, want);
-        assert_eq!(shape.rows(), 8);
     }
 
     /// Calls that differ only in what device tensors carry share a shape; each host-side difference
@@ -370,26 +302,20 @@ mod tests {
         let base = || [request(4, params(32, 1, 1.0)), request(4, params(32, 1, 1.0))];
         let shape = |requests: &[GenerationRequest], prompt_len| DecodeShape::new(requests, prompt_len, 1000);
         let reference = shape(&base(), 150);
-        // Prompts of 150 and 192 tokens both take 192 columns. Seeds, temperatures, sample indices,
-        // limits below the longest and fewer samples than the most are device values.
+        // Prompts 150 and 161 tokens long: 181 and 192 columns, both 192. Seeds, temperatures, sample
+        // indices and limits below the longest are device values.
         let mut other = base();
         other[0].params.seed = 9;
-        other[0].n = 2;
         other[1].params.temperature = 0.3;
         other[1].params.max_new_tokens = 5;
         other[1].first_sample = 4;
-        assert_eq!(shape(&other, 192), reference);
-        assert_eq!(shape(&base(), 193).prefix, 256);
-        // More samples, more prompts, more steps, more stop ids, a row filtering by top-p or top-k.
-        let mut more_samples = base();
-        more_samples[1].n = 5;
-        assert_ne!(shape(&more_samples, 150), reference);
-        let three = [
-            request(4, params(32, 1, 1.0)),
-            request(4, params(32, 1, 1.0)),
-            request(4, params(32, 1, 1.0)),
-        ];
-        assert_ne!(shape(&three, 150), reference);
+        assert_eq!(shape(&other, 161), reference);
+        // 162 tokens: 193 columns, the next multiple of 64.
+        assert_eq!(shape(&base(), 162).capacity, 256);
+        // More rows, more steps, more stop ids, a row filtering by top-p or top-k.
+        let mut more_rows = base();
+        more_rows[1].n = 5;
+        assert_ne!(shape(&more_rows, 150), reference);
         let mut longer = base();
         longer[1].params.max_new_tokens = 33;
         assert_ne!(shape(&longer, 150), reference);
@@ -408,17 +334,5 @@ mod tests {
         greedy[0].params.top_p = 0.5;
         greedy[1].params.top_k = 1000;
         assert_eq!(shape(&greedy, 150), reference);
-    }
-
-    /// Requests of 2 and 3 samples (the first from sample 10) in 3 slots each: one idle slot.
-    #[test]
-    fn slots_hold_the_samples_in_order() {
-        let mut first = request(2, params(8, 0, 1.0));
-        first.first_sample = 10;
-        let slots = Slots::new(&[first, request(3, params(8, 0, 1.0))], 3);
-        assert_eq!(slots.request, [0, 0, 0, 1, 1, 1]);
-        assert_eq!(slots.sample, [10, 11, 12, 0, 1, 2]);
-        assert_eq!(slots.used, [true, true, false, true, true, true]);
-        assert_eq!(slots.used(), [0, 1, 3, 4, 5]);
     }
 }
