@@ -197,6 +197,7 @@ pub fn estimate(cfg: &TrainConfig, model: &Qwen25VlConfig, extras: PlanExtras) -
                 .then(|| "drop the KL term (`loss.kl_coef = 0`) or use LoRA".to_string()),
         },
         kv_cache(cfg, model, &tokens),
+        decoding_weights(cfg, model),
         activations(cfg, model, &tokens),
         logprob_chunk(cfg, model),
         vision_tower(cfg, model, &tokens),
@@ -276,6 +277,27 @@ pub fn lora_parameters(m: &ModelConfig, model: &Qwen25VlConfig) -> u64 {
 fn optimizer_bytes(trainable: u64, dtype: Dtype, fp32_master: bool) -> u64 {
     let master = if fp32_master && dtype == Dtype::Bf16 { 4 } else { 0 };
     trainable * (8 + master)
+}
+
+/// The rollout engine's fused copies of each decoder layer's weights (`rollout` keeps them while it
+/// generates): q/k/v stacked with their biases `h (h + 2 kv d) + h + 2 kv d`, o `h h`, gate/up `2 h I`,
+/// and down `h I` only when LoRA adapts it (otherwise the parameter itself serves).
+fn decoding_weights(cfg: &TrainConfig, model: &Qwen25VlConfig) -> Part {
+    let t = &model.text;
+    let (h, i, kv) = (
+        t.hidden_size as u64,
+        t.intermediate_size as u64,
+        (t.num_key_value_heads * t.head_dim()) as u64,
+    );
+    let m = &cfg.model;
+    let down = m.lora() && m.lora_targets.iter().any(|t| t == "down_proj");
+    let per_layer = h * (h + 2 * kv) + h + 2 * kv + h * h + 2 * h * i + if down { h * i } else { 0 };
+    Part {
+        name: "decoding weights",
+        phase: Phase::Rollout,
+        bytes: t.num_hidden_layers as u64 * per_layer * m.dtype.bytes(),
+        advice: None,
+    }
 }
 
 /// The rollout's static KV cache: `rows = prompts_per_step * n` rows (the prompt's keys are copied
@@ -470,6 +492,8 @@ mod tests {
         // A row: 200704 / 28^2 = 256 image tokens + 128 text + 32 new = 416 tokens.
         // KV cache: 16 rows * 416 * (2 * 4 layers * 2 kv heads * 32) * 4 bytes.
         let kv = 16 * 416 * 512 * 4; // 13,631,488
+        // Decoding weights: 4 layers * (128*(128+128) + 256 + 128*128 + 2*128*384) * 4 bytes.
+        let decoding = 4 * (32_768 + 256 + 16_384 + 98_304) * 4; // 2,363,392
         // Decoder block per token: 8*128 + 4*(8*128 + 4*384) + 4*4 = 11,280; final norm 8*128 = 1,024.
         // 4 rows * 416 = 1,664 tokens * (4 * 11,280 + 1,024) without checkpointing.
         let activations = 1_664 * (4 * 11_280 + 1_024); // 76,783,616
@@ -478,7 +502,7 @@ mod tests {
         let logprobs = 128 * 662 * 4 * 2; // 677,888
         // Vision block per patch: 8*64 + 4*(8*64 + 4*128) + 4*2 = 4,616; 4 images * 256 * 4 patches.
         let vision = 4 * 1_024 * 4_616; // 18,907,136
-        // Peak: resident 15,336,192 + update 96,368,640 (> rollout 13,631,488) = 111,704,832;
+        // Peak: resident 15,336,192 + update 96,368,640 (> rollout 13,631,488 + 2,363,392) = 111,704,832;
         // CPU: no CUDA context, 10% slack = 11,170,483.
         let slack = 11_170_483;
         assert_eq!(
@@ -489,6 +513,7 @@ mod tests {
                 ("optimizer state", optimizer),
                 ("reference model", 0),
                 ("KV cache", kv),
+                ("decoding weights", decoding),
                 ("activations", activations),
                 ("log-prob chunk", logprobs),
                 ("vision tower", vision),
@@ -543,6 +568,8 @@ mod tests {
                 ("reference model", 0),
                 // 64 rows * 1,536 * (2 * 36 * 2 * 128) * 2.
                 ("KV cache", 64 * 1_536 * 18_432 * 2),
+                // 36 layers * (2048*2560 + 2560 + 2048*2048 + 2*2048*11008) * 2.
+                ("decoding weights", 36 * 54_528_512 * 2),
                 // 12,288 tokens * (36 * 2 * 2048 + 137,280 + 6 * 2048).
                 ("activations", 12_288 * 297_024),
                 // 1,024 completion tokens * 151,936 * 4 + a 1,024-token chunk * 151,936 * (4 + 2).

@@ -268,7 +268,7 @@ fn warm_up_then_held_out_evaluations_before_and_after() {
         let records: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         assert_eq!(records.len(), samples);
         let r = &records[0];
-        assert!(r["width"].as_u64().unwrap() >= 224 && r["targets"].as_array().unwrap().len() >= 1);
+        assert!(r["width"].as_u64().unwrap() >= 224 && !r["targets"].as_array().unwrap().is_empty());
         let evaluation = trainer.evaluations().iter().find(|e| e.label == label).unwrap();
         let correct = records
             .iter()
@@ -381,4 +381,46 @@ fn two_curriculum_rounds_train_on_the_pool_the_ledger_selects() {
     assert_eq!(transition["shared"].as_u64().unwrap() as usize, pool.len());
     assert!(rounds.join("transition-1-2.svg").exists());
     assert!(rounds.join("round-2/temperature.svg").exists());
+}
+
+/// A run killed in its second curriculum round (after step 3's checkpoint, with step 4 logged)
+/// resumes on that round's pool and logs what an uninterrupted run logs.
+#[test]
+fn a_run_stopped_in_its_second_round_resumes_on_the_round_pool() {
+    let straight = tempfile::tempdir().unwrap();
+    let data = synthetic_data(straight.path());
+    let cfg = |dir: &Path| {
+        let rounds = [
+            "trainer.max_steps=2",
+            "rounds.count=2",
+            "rounds.ledger_n=4",
+            "trainer.save_freq=3",
+        ];
+        config(dir, &data, &rounds)
+    };
+    Trainer::new(cfg(straight.path())).unwrap().run(|_| {}).unwrap();
+
+    let stopped = tempfile::tempdir().unwrap();
+    let mut trainer = Trainer::new(cfg(stopped.path())).unwrap();
+    let killed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        trainer
+            .run(|r| assert!(r.step < 4, "killed after logging step 4"))
+            .unwrap();
+    }));
+    assert!(killed.is_err());
+    drop(trainer);
+    let run = stopped.path().join("run");
+    let mut resumed = Trainer::resume(&run).unwrap();
+    assert_eq!((resumed.state.step, resumed.state.round), (3, 1));
+    resumed.run(|_| {}).unwrap();
+
+    let a: Vec<Value> = metrics(&straight.path().join("run"))
+        .into_iter()
+        .map(without_times)
+        .collect();
+    let b: Vec<Value> = metrics(&run).into_iter().map(without_times).collect();
+    assert_eq!(a.len(), 4);
+    assert_eq!(a, b);
+    let ledger = |run: &Path| std::fs::read_to_string(run.join(LEDGER_FILE)).unwrap();
+    assert_eq!(ledger(&straight.path().join("run")), ledger(&run));
 }

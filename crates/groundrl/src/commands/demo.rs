@@ -94,9 +94,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     println!(
-        "demo finished in {:.1} min; run folder {}",
+        "demo finished in {:.1} min; report {}",
         start.elapsed().as_secs_f64() / 60.0,
-        out.display()
+        report.display()
     );
     Ok(code)
 }
