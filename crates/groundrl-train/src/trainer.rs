@@ -708,6 +708,8 @@ impl Trainer {
             ("bad_samples", self.state.bad_samples as f64),
             ("dropped_groups", dropped as f64),
             ("kl_penalty", kl_penalty),
+            // The curriculum round (1 without `[rounds]`), so each round's steps can be told apart.
+            ("round", f64::from(self.ledger_round())),
         ] {
             // A skipped step's loss or gradient norm may be NaN: it is left out of the record (the
             // skip itself is counted), since JSON has no NaN.

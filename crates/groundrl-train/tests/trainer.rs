@@ -381,6 +381,11 @@ fn two_curriculum_rounds_train_on_the_pool_the_ledger_selects() {
     assert_eq!(transition["shared"].as_u64().unwrap() as usize, pool.len());
     assert!(rounds.join("transition-1-2.svg").exists());
     assert!(rounds.join("round-2/temperature.svg").exists());
+    let round_of_step: Vec<f64> = metrics(&run)
+        .iter()
+        .map(|r| r["train"]["round"].as_f64().unwrap())
+        .collect();
+    assert_eq!(round_of_step, [1.0, 1.0, 2.0, 2.0]);
 }
 
 /// A run killed in its second curriculum round (after step 3's checkpoint, with step 4 logged)

@@ -24,7 +24,7 @@ fn the_tiny_config_table() {
     let out = plan(&["configs/cpu-tiny.toml"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     // Bytes from plan.rs's tiny test: 4,856,064 / 3,493,376 / 6,986,752 / 0 / 13,631,488 /
-    // 76,783,616 / 677,888 / 18,907,136 / 11,170,483; peak 122,875,315.
+    // 2,363,392 / 76,783,616 / 677,888 / 18,907,136 / 11,170,483; peak 122,875,315.
     assert_eq!(
         text(&out.stdout),
         "\
@@ -35,6 +35,7 @@ gradients                     resident      0.003
 optimizer state               resident      0.007
 reference model               resident      0.000
 KV cache                      rollout       0.013
+decoding weights              rollout       0.002
 activations                   update        0.072
 log-prob chunk                update        0.001
 vision tower                  update        0.018
@@ -63,6 +64,7 @@ gradients                     resident      5.748
 optimizer state               resident     34.488
 reference model               resident      0.000
 KV cache                      rollout       3.375
+decoding weights              rollout       3.656
 activations                   update        3.399
 log-prob chunk                update        1.449
 vision tower                  update        2.218
