@@ -141,12 +141,6 @@ impl LossConfig {
         self.kl_coef > 0.0
     }
 
-    /// Whether the loss is the advantage term alone (no KL term, no entropy bonus): then a batch whose
-    /// advantages are all 0 has a loss of exactly 0.
-    pub fn advantage_only(&self) -> bool {
-        !self.kl_in_loss() && self.entropy_coef == 0.0
-    }
-
     fn kl_in_loss(&self) -> bool {
         self.needs_reference() && !self.kl_in_reward
     }

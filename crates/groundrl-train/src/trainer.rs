@@ -37,7 +37,7 @@ use crate::dataset::{Dataset, epoch_order, fixed_subsample};
 use crate::optim::{AdamW, lr_at};
 use crate::scoring::{Scorer, Scoring};
 use crate::sft::{SftSettings, sft_step};
-use crate::update::{Row, UpdateReport, UpdateSettings, kl_penalties, update};
+use crate::update::{Row, UpdateSettings, kl_penalties, update};
 
 mod rounds;
 pub use rounds::ROUNDS_DIR;
@@ -658,21 +658,14 @@ impl Trainer {
         for (row, advantage) in rows.iter_mut().zip(advantages) {
             row.advantage = advantage;
         }
-        let report = if rows.iter().all(|r| r.advantage == 0.0) && self.cfg.loss.advantage_only() {
-            // Every advantage is 0 (each group's rewards are equal) and the loss has no other
-            // term: the loss is identically 0, so its forward and backward passes are skipped, and
-            // so is the optimizer step (it would only apply weight decay).
-            UpdateReport::default()
-        } else {
-            update(
-                &self.policy.model,
-                self.reference.as_ref(),
-                &self.policy.processor,
-                &mut self.optimizer,
-                &rows,
-                &settings,
-            )?
-        };
+        let report = update(
+            &self.policy.model,
+            self.reference.as_ref(),
+            &self.policy.processor,
+            &mut self.optimizer,
+            &rows,
+            &settings,
+        )?;
         let update_seconds = update_start.elapsed().as_secs_f64();
         self.state.step += 1;
         if report.skipped_steps > 0 && report.optimizer_steps == 0 {
