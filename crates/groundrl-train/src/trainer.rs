@@ -21,7 +21,7 @@ use groundrl_core::telemetry::{
     CompletionRecord, EvalRecord, EventWriter, HealthMonitor, JsonlLog, RolloutStats, Scalars, StepRecord,
 };
 use groundrl_tensor::hf_folder::{self, HfModel};
-use groundrl_tensor::processor::Encoded;
+use groundrl_tensor::processor::{Encoded, Processor};
 use groundrl_tensor::qwen2_5_vl::Qwen25Vl;
 use groundrl_tensor::qwen2_5_vl::lora::LoraSpec;
 use groundrl_tensor::rollout::{Completion, Engine, FinishReason, GenerationRequest, SamplingParams};
@@ -497,11 +497,13 @@ impl Trainer {
 
     /// The original and resized sizes of the sample's first image, as the processor resized it.
     fn frames_of(&self, sample: &Sample, encoded: &Encoded) -> Result<ImageFrames, String> {
-        let patch = f64::from(self.policy.processor.image.patch_size);
-        match (sample.images.first(), encoded.image_grids.first()) {
-            (Some(image), Some(grid)) => Ok(ImageFrames {
+        match (
+            sample.images.first(),
+            resized_size(&self.policy.processor, encoded),
+        ) {
+            (Some(image), Some([width, height])) => Ok(ImageFrames {
                 original: Size::new(f64::from(image.width), f64::from(image.height)),
-                resized: Size::new(grid[2] as f64 * patch, grid[1] as f64 * patch),
+                resized: Size::new(width as f64, height as f64),
             }),
             _ => Err(format!("sample {}: no image in its prompt", sample.id)),
         }
@@ -796,21 +798,32 @@ impl Trainer {
 
     /// Appends each group's k-of-n to the ledger (dropped groups too: they were drawn and judged).
     fn log_pass_rates(&mut self, groups: &[Group]) -> Result<(), TrainError> {
+        let entries = self.ledger_entries(groups, self.ledger_round(), self.state.step + 1)?;
+        self.ledger.append(&entries).map_err(setup)
+    }
+
+    /// The ledger entries (k of n) of train-set groups sampled at the current temperature, logged
+    /// as ledger round `round` at training step `step`.
+    fn ledger_entries(
+        &self,
+        groups: &[Group],
+        round: u32,
+        step: u64,
+    ) -> Result<Vec<LedgerEntry>, TrainError> {
         let batch = RolloutBatch {
-            round: self.ledger_round(),
-            step: self.state.step + 1,
+            round,
+            step,
             temperature: self.temperature(),
             rule: rule_text(
                 &self.cfg.reward.correct_component,
                 self.cfg.reward.correct_threshold,
             ),
         };
-        let entries = groups
+        groups
             .iter()
             .map(|g| LedgerEntry::from_records(&self.train.samples[g.index], &batch, &g.records))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(setup)?;
-        self.ledger.append(&entries).map_err(setup)
+            .map_err(setup)
     }
 
     /// The next `count` sample indices in the epoch order, moving to the next epoch at its end.
@@ -904,12 +917,7 @@ impl Trainer {
         let mut scored = Vec::with_capacity(groups.len());
         for (position, mut group) in groups.into_iter().enumerate() {
             let sample = &data.samples[group.index];
-            let patch = u64::from(processor.image.patch_size);
-            let resized = group
-                .encoded
-                .image_grids
-                .first()
-                .map(|g| [g[2] as u64 * patch, g[1] as u64 * patch]);
+            let resized = resized_size(processor, &group.encoded);
             let mut records = Vec::new();
             for c in &group.completions {
                 let ids: Vec<u32> = c.tokens.iter().map(|&t| t as u32).collect();
@@ -1044,6 +1052,16 @@ enum Split {
     Train,
     Val,
     Test,
+}
+
+/// The `[width, height]` in pixels the processor resized the prompt's first image to (its patch grid
+/// times the patch size).
+fn resized_size(processor: &Processor, encoded: &Encoded) -> Option<[u64; 2]> {
+    let patch = u64::from(processor.image.patch_size);
+    encoded
+        .image_grids
+        .first()
+        .map(|g| [g[2] as u64 * patch, g[1] as u64 * patch])
 }
 
 /// The tensors again, sharing storage (a new optimizer over the same parameters).

@@ -12,7 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
-use groundrl_core::curriculum::ledger::{LedgerEntry, LedgerWriter, RolloutBatch, read_ledger, rule_text};
+use groundrl_core::curriculum::ledger::{LedgerWriter, read_ledger};
 use groundrl_core::curriculum::pool::{PoolOptions, next_pool};
 use groundrl_core::curriculum::temperature::{SweepPoint, pick_temperature};
 use groundrl_core::curriculum::transition::transition;
@@ -102,15 +102,6 @@ impl Trainer {
         let path = dir.join("ledger.jsonl");
         let _ = std::fs::remove_file(&path);
         let mut writer = LedgerWriter::open(&path).map_err(setup)?;
-        let batch = RolloutBatch {
-            round,
-            step: self.state.step,
-            temperature: self.temperature(),
-            rule: rule_text(
-                &self.cfg.reward.correct_component,
-                self.cfg.reward.correct_threshold,
-            ),
-        };
         let n = self.ledger_n();
         let indices: Vec<usize> = (0..self.train.len()).collect();
         let seed = keyed(self.cfg.trainer.seed, &format!("round {round} ledger"));
@@ -125,11 +116,7 @@ impl Trainer {
                 n,
                 self.temperature(),
             )?;
-            let entries = groups
-                .iter()
-                .map(|g| LedgerEntry::from_records(&self.train.samples[g.index], &batch, &g.records))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(setup)?;
+            let entries = self.ledger_entries(&groups, round, self.state.step)?;
             writer.append(&entries).map_err(setup)?;
         }
         Ok(path)
