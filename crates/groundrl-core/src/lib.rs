@@ -18,3 +18,4 @@ pub mod reward;
 pub mod rng;
 pub mod synth;
 pub mod telemetry;
+pub mod tool;

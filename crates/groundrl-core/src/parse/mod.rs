@@ -216,6 +216,17 @@ pub fn parse_completion(text: &str) -> Result<Parsed, ParseFailure> {
     })
 }
 
+/// The first `<tool_call>` block anywhere in `text`: `None` when there is none, else the call or
+/// why it is malformed. The rollout engine runs it; [`parse_completion`] reads it as an answer.
+pub fn tool_call_in(text: &str) -> Option<Result<ToolCall, String>> {
+    match tags::tool_call(text) {
+        Attempt::Absent => None,
+        Attempt::Found(Answer::ToolCall(call), _) => Some(Ok(call)),
+        Attempt::Found(..) => None,
+        Attempt::Invalid(reason) => Some(Err(reason)),
+    }
+}
+
 /// The outcome of looking for one syntax in the answer region.
 #[derive(Debug)]
 enum Attempt {
