@@ -21,7 +21,7 @@ use serde_json::Value;
 use crate::frame::Frame;
 use crate::parse::{ToolCall, tool_call_in};
 
-pub use view::View;
+pub use view::{AnswerView, View};
 pub use zoom::{ZoomParams, ZoomTool};
 
 /// What a tool sees besides its arguments: the sample's original image and the view the model

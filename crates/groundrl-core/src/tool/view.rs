@@ -8,6 +8,26 @@
 use crate::frame::{Frame, ImageFrames, Size};
 use crate::geometry::{BBox, Point};
 
+/// Which image a final answer's coordinates are about, when the model zoomed before answering.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AnswerView {
+    /// The full screenshot of the prompt, whatever was zoomed.
+    #[default]
+    Full,
+    /// The last image shown: the last successful zoom, else the full screenshot.
+    Last,
+}
+
+impl AnswerView {
+    pub fn name(self) -> &'static str {
+        match self {
+            AnswerView::Full => "full",
+            AnswerView::Last => "last",
+        }
+    }
+}
+
 /// A shown image: the region of the original it covers and its own frames.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct View {
@@ -40,6 +60,14 @@ impl View {
         let shown = self.frames.convert_point(p, frame, Frame::Pixel);
         let (sx, sy) = self.scale();
         Point::new(self.origin.x + shown.x * sx, self.origin.y + shown.y * sy)
+    }
+
+    /// A point in original-image pixels, written in `frame` about this view (the inverse of
+    /// [`Self::to_original`]).
+    pub fn from_original(&self, p: Point, frame: Frame) -> Point {
+        let (sx, sy) = self.scale();
+        let shown = Point::new((p.x - self.origin.x) / sx, (p.y - self.origin.y) / sy);
+        self.frames.convert_point(shown, Frame::Pixel, frame)
     }
 
     /// A box written in `frame` about this view, in original-image pixels.
@@ -122,6 +150,8 @@ mod tests {
             view.to_original(Point::new(1000.0, 0.0), Frame::Qwen1000),
             Point::new(300.0, 50.0)
         );
+        let back = view.from_original(Point::new(150.0, 100.0), Frame::Normalized);
+        assert_eq!(back, Point::new(0.25, 0.5));
         let b = view.box_to_original(BBox::from_xyxy([0.0, 0.0, 616.0, 308.0]), Frame::Resized);
         assert_eq!(b, BBox::from_xyxy([100.0, 50.0, 300.0, 150.0]));
     }
