@@ -372,3 +372,60 @@ fn template_files_are_looked_up_in_hf_order() {
     .unwrap();
     assert_eq!(render(dir.path()), "jinja 1");
 }
+
+#[test]
+fn tool_prompts_declare_the_tools_and_append_the_instruction() {
+    use groundrl_core::data::{ImageRef, Sample, Shape, Target, Task};
+    use groundrl_core::frame::Frame;
+    use groundrl_tensor::processor::{Processor, ToolPrompt};
+
+    let dir = tempfile::tempdir().unwrap();
+    let image = image::RgbImage::from_fn(56, 28, |x, y| image::Rgb([x as u8, y as u8, 7]));
+    image.save(dir.path().join("shot.png")).unwrap();
+    let sample = Sample {
+        id: "s1".into(),
+        source: "test".into(),
+        task: Task::PointGrounding,
+        images: vec![ImageRef {
+            path: "shot.png".into(),
+            width: 56,
+            height: 28,
+        }],
+        instruction: "the red square".into(),
+        targets: vec![Target {
+            shape: Shape::Box([1.0, 1.0, 5.0, 5.0]),
+            label: None,
+        }],
+        frame: Frame::Pixel,
+        none: false,
+        prompt: Vec::new(),
+        metadata: Default::default(),
+    };
+    let processor = Processor::from_folder(&tiny_dir()).unwrap();
+    let tools = ToolPrompt {
+        schemas: vec![json!({"type": "function", "function": {"name": "zoom"}})],
+        instruction: "Zoom when unsure.".into(),
+    };
+    let (with_tools, images) = processor
+        .encode_sample_with(&sample, dir.path(), None, Some(&tools))
+        .unwrap();
+    assert_eq!(images.len(), 1);
+    assert_eq!(images[0].to_rgb8(), image);
+    let plain = processor.encode_sample(&sample, dir.path(), None).unwrap();
+    let decode = |ids: &[i64]| {
+        let ids: Vec<u32> = ids.iter().map(|&i| i as u32).collect();
+        processor.tokenizer.decode(&ids, false).unwrap()
+    };
+    let (text, plain_text) = (decode(&with_tools.input_ids), decode(&plain.input_ids));
+    assert!(!plain_text.contains("<tools>") && !plain_text.contains("Zoom when unsure."));
+    assert!(
+        text.contains("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"zoom\"}}\n</tools>"),
+        "{text}"
+    );
+    // The instruction ends the user turn, right before it closes.
+    assert!(
+        text.contains("\nZoom when unsure.<|im_end|>\n<|im_start|>assistant\n"),
+        "{text}"
+    );
+    assert_eq!(with_tools.image_grids, plain.image_grids);
+}

@@ -20,6 +20,8 @@ use self::tokenizer::{Tokenizer, TokenizerError, expand_image_pads};
 use crate::qwen2_5_vl::Batch;
 use crate::qwen2_5_vl::rope_index::Grid;
 
+pub use self::sample::ToolPrompt;
+
 /// The preprocessor config file of an HF folder.
 pub const PREPROCESSOR_CONFIG_FILE: &str = "preprocessor_config.json";
 

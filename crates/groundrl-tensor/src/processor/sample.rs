@@ -6,8 +6,19 @@ use groundrl_core::data::{Content, Message, Sample};
 use groundrl_core::frame::Frame;
 use groundrl_core::prompt::{ModelKind, Preset, PromptStyle, Reasoning, build_prompt};
 
+use ::image::DynamicImage;
+use serde_json::Value;
+
 use super::chat_template::{RenderOptions, messages_to_json};
 use super::{Encoded, Processor, ProcessorError};
+
+/// What a tool-using prompt adds to a sample's chat: the tools' schemas, which the chat template
+/// declares in the system turn, and an instruction appended to the last user turn.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolPrompt {
+    pub schemas: Vec<Value>,
+    pub instruction: String,
+}
 
 impl Processor {
     /// Encodes `sample` for generation (the chat ends with the assistant's turn opened). Samples
@@ -20,7 +31,20 @@ impl Processor {
         base: &Path,
         style: Option<&PromptStyle>,
     ) -> Result<Encoded, ProcessorError> {
-        let messages = self.sample_messages(sample, style)?;
+        self.encode_sample_with(sample, base, style, None)
+            .map(|(encoded, _)| encoded)
+    }
+
+    /// [`Self::encode_sample`], with `tools` offered to the model when given; also returns the
+    /// prompt's images as loaded, in prompt order (tools work on the originals).
+    pub fn encode_sample_with(
+        &self,
+        sample: &Sample,
+        base: &Path,
+        style: Option<&PromptStyle>,
+        tools: Option<&ToolPrompt>,
+    ) -> Result<(Encoded, Vec<DynamicImage>), ProcessorError> {
+        let mut messages = self.sample_messages(sample, style)?;
         let mut images = Vec::new();
         for content in messages.iter().flat_map(|m| &m.content) {
             if let Content::Image { image } = content {
@@ -37,11 +61,28 @@ impl Processor {
                 })?);
             }
         }
+        if let Some(tools) = tools {
+            let user = messages
+                .iter_mut()
+                .rev()
+                .find(|m| m.role == "user")
+                .ok_or_else(|| {
+                    ProcessorError::Input(format!(
+                        "sample {}: no user turn to add the tool instruction to",
+                        sample.id
+                    ))
+                })?;
+            user.content.push(Content::Text {
+                text: format!("\n{}", tools.instruction),
+            });
+        }
         let options = RenderOptions {
             add_generation_prompt: true,
+            tools: tools.map(|t| t.schemas.clone()),
             ..RenderOptions::default()
         };
-        self.encode_chat(&messages_to_json(&messages), &images, &options)
+        let encoded = self.encode_chat(&messages_to_json(&messages), &images, &options)?;
+        Ok((encoded, images))
     }
 
     fn sample_messages(
