@@ -7,6 +7,7 @@ pub mod image;
 mod sample;
 pub mod tiny_tokenizer;
 pub mod tokenizer;
+mod tool_turn;
 
 use std::path::Path;
 

@@ -12,12 +12,14 @@ pub mod kv_cache;
 pub mod sampling;
 mod session;
 mod stop;
+pub mod tools;
 
 use crate::processor::Encoded;
 use crate::processor::tokenizer::TokenizerError;
 use crate::qwen2_5_vl::ModelError;
 
 pub use engine::Engine;
+pub use tools::{CallRecord, Generate, ToolRequest, ToolRollout, Trajectory, Turn, TurnLimits};
 
 /// How one request's samples are drawn and when they stop.
 #[derive(Clone, Debug, PartialEq)]
