@@ -226,6 +226,47 @@ fn bad_lines_are_named_skipped_and_fail_the_run() {
 }
 
 #[test]
+fn tool_use_feeds_the_gated_reward() {
+    let dir = std::env::temp_dir().join(format!("groundrl-cli-tools-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("tools.jsonl");
+    let target = r#""target": {"boxes": [{"bbox": [100, 100, 120, 110]}], "frame": "pixel", "image_size": [400, 200], "resized_size": [400, 200]}"#;
+    let hit = r#""completion": "(110, 105)\n<confidence>0.75</confidence>""#;
+    let text = [
+        format!("{{{hit}, {target}}}"),
+        format!(
+            r#"{{{hit}, {target}, "tool_use": {{"calls": 1, "successful": 1, "confidence_before": 0.25, "confidence_after": 0.75}}}}"#
+        ),
+        format!(r#"{{{hit}, {target}, "tool_use": {{"calls": 1, "successful": 2}}}}"#),
+    ]
+    .join("\n");
+    std::fs::write(&input, text).unwrap();
+    let (out, lines) = run_reward(&repo_root().join("configs/rewards/tool-gated.toml"), &input);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(lines.len(), 2);
+    // click, tool gain, gate, calibration -(0.75 - 1)^2
+    let rewards = |line: &Value| -> Vec<f64> {
+        let r = &line["rewards"];
+        ["click", "tool", "gate", "calibration"]
+            .iter()
+            .map(|name| r[*name].as_f64().unwrap())
+            .collect()
+    };
+    // without tool_use: no call, 0.75 before and after; confident, so no penalty
+    assert_eq!(rewards(&lines[0]), [1.0, 0.0, 0.0, -0.0625]);
+    // zoomed at 0.25, answered right at 0.75: (0.75 - 0.25) * 1
+    assert_eq!(rewards(&lines[1]), [1.0, 0.5, 0.0, -0.0625]);
+    let total = lines[1]["reward"].as_f64().unwrap();
+    assert!((total - (0.6 + 0.15 - 0.00625)).abs() < 1e-12, "{total}");
+    assert!(
+        stderr.contains("line 3: tool_use.successful: 2 is more than calls (1)"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn a_bad_spec_is_refused_before_reading_input() {
     let dir = std::env::temp_dir().join(format!("groundrl-cli-spec-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

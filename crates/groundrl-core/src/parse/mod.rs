@@ -216,6 +216,14 @@ pub fn parse_completion(text: &str) -> Result<Parsed, ParseFailure> {
     })
 }
 
+/// The confidence `text` states (its last statement, in [0, 1]), whether or not the text holds a
+/// readable answer. [`parse_completion`] gives it only with an answer; a calibration reward that read
+/// it only then would let a completion change its score by spoiling or repairing its answer (seed
+/// 001 §2.2B; the gated tool reward's tests found it).
+pub fn confidence_in(text: &str) -> Option<f64> {
+    confidence::stated_confidence(structure::strip_end_tokens(text))
+}
+
 /// The first `<tool_call>` block anywhere in `text`: `None` when there is none, else the call or
 /// why it is malformed. The rollout engine runs it; [`parse_completion`] reads it as an answer.
 pub fn tool_call_in(text: &str) -> Option<Result<ToolCall, String>> {

@@ -5,13 +5,25 @@
 //! `answer_frame`, `reasoning`); a sample without them is asked in its task's default (click point
 //! or box or OVD JSON list, in resized pixels), as `Processor::encode_sample` asks it. Pixel-like
 //! frames get integers, as models write them; normalized coordinates get three decimals.
+//!
+//! With tools on, a reference trajectory is a turn that states a low confidence and zooms on the
+//! target ([`reference_zoom_call`]), the zoom tool's real reply, and the answer about the view the
+//! prompt says answers are about, with its confidence ([`reference_answer_in_view`]); a trajectory
+//! without a zoom is that last turn alone, about the full view.
 
 use serde_json::{Value, json};
 
 use super::Preset;
-use crate::data::{Sample, Task};
-use crate::frame::{Frame, ImageFrames};
-use crate::geometry::Point;
+use crate::data::{Sample, Target, Task};
+use crate::frame::{Frame, ImageFrames, Size};
+use crate::geometry::{BBox, Point};
+use crate::resize::FACTOR;
+use crate::tool::View;
+use crate::tool::zoom::ZOOM;
+
+/// Smallest side of a reference zoom region, in resized pixels: two 28-pixel patch groups, so a
+/// tiny or point target is shown with some of its surroundings.
+const MIN_ZOOM_SIDE: f64 = 2.0 * FACTOR as f64;
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum AnswerError {
@@ -28,19 +40,145 @@ pub enum AnswerError {
     Reasoning { id: String },
     #[error("sample {id}: has no target to answer with")]
     NoTarget { id: String },
+    #[error(
+        "sample {id}: its answer is \"None\", which the parser reads only on its own: no confidence can follow it"
+    )]
+    NoneWithConfidence { id: String },
+    #[error("confidence {value} is not in [0, 1]")]
+    Confidence { value: f64 },
+    #[error("zoom context {value} must be at least 1 (the region holds the whole target)")]
+    ZoomContext { value: f64 },
 }
 
 /// The reference answer of `sample`, whose image has the sizes `frames`.
 pub fn reference_answer(sample: &Sample, frames: ImageFrames) -> Result<String, AnswerError> {
     let (preset, frame) = asked(sample)?;
-    let convert = |p: Point| frames.convert_point(p, sample.frame, frame);
+    write_answer(sample, preset, frame, |p| {
+        frames.convert_point(p, sample.frame, frame)
+    })
+}
+
+/// The reference answer of `sample` with its coordinates about `view` (a zoom of the image whose
+/// sizes are `frames`, or `View::full(frames)`, which gives the text of [`reference_answer`]),
+/// followed by `\n<confidence>c</confidence>`: the last turn of a reference trajectory.
+/// Coordinates of a target outside the view are written as they fall (negative, or beyond the
+/// view's size).
+pub fn reference_answer_in_view(
+    sample: &Sample,
+    frames: ImageFrames,
+    view: &View,
+    confidence: f64,
+) -> Result<String, AnswerError> {
+    let (preset, frame) = asked(sample)?;
+    let confidence = confidence_text(confidence)?;
+    if sample.none {
+        return Err(AnswerError::NoneWithConfidence {
+            id: sample.id.clone(),
+        });
+    }
+    let full = View::full(frames);
+    let answer = write_answer(sample, preset, frame, |p| {
+        if *view == full {
+            frames.convert_point(p, sample.frame, frame)
+        } else {
+            view.from_original(frames.convert_point(p, sample.frame, Frame::Pixel), frame)
+        }
+    })?;
+    Ok(format!("{answer}\n<confidence>{confidence}</confidence>"))
+}
+
+/// The first turn of a reference trajectory that zooms: `<confidence>c</confidence>` then a zoom
+/// call written as the Qwen2.5-VL chat template writes tool calls. The region is the first target's
+/// bounding box grown to `context` times its width and height around its centre (at least
+/// [`MIN_ZOOM_SIDE`] resized pixels a side), clipped to the image, in the frame the prompt asked
+/// for, rounded outwards to the precision answers are written with.
+pub fn reference_zoom_call(
+    sample: &Sample,
+    frames: ImageFrames,
+    confidence: f64,
+    context: f64,
+) -> Result<String, AnswerError> {
+    let (_, frame) = asked(sample)?;
+    let confidence = confidence_text(confidence)?;
+    if !(context.is_finite() && context >= 1.0) {
+        return Err(AnswerError::ZoomContext { value: context });
+    }
+    let target = first_target(sample)?;
+    let region = zoom_region(target.shape.bounding_box(), sample.frame, frames, context);
+    let r = frames.convert_box(region, Frame::Resized, frame);
+    let extent = frames.extent(frame);
+    let corners = [
+        written_outwards(r.x1, frame, false).max(0.0),
+        written_outwards(r.y1, frame, false).max(0.0),
+        written_outwards(r.x2, frame, true).min(extent.width),
+        written_outwards(r.y2, frame, true).min(extent.height),
+    ];
+    let bbox: Vec<String> = corners.iter().map(|&v| number(v, frame)).collect();
+    Ok(format!(
+        "<confidence>{confidence}</confidence>\n<tool_call>\n{{\"name\": \"{ZOOM}\", \"arguments\": {{\"bbox_2d\": [{}]}}}}\n</tool_call>",
+        bbox.join(", ")
+    ))
+}
+
+/// `target` (a box in `from`) grown around its centre to `context` times its size, at least
+/// [`MIN_ZOOM_SIDE`] a side, clipped to the image: in resized pixels.
+fn zoom_region(target: BBox, from: Frame, frames: ImageFrames, context: f64) -> BBox {
+    let b = frames.convert_box(target, from, Frame::Resized);
+    let centre = b.centre();
+    let half = Size::new(
+        (b.width() * context).max(MIN_ZOOM_SIDE) / 2.0,
+        (b.height() * context).max(MIN_ZOOM_SIDE) / 2.0,
+    );
+    let extent = frames.extent(Frame::Resized);
+    BBox {
+        x1: (centre.x - half.width).max(0.0),
+        y1: (centre.y - half.height).max(0.0),
+        x2: (centre.x + half.width).min(extent.width),
+        y2: (centre.y + half.height).min(extent.height),
+    }
+}
+
+/// `v` rounded down (or `up`) to the precision coordinates are written with in `frame` (whole
+/// numbers; thousandths when normalized). Within 1e-6 of that precision counts as on it, so
+/// conversion noise (575.0000000001) does not widen a region by a whole step.
+fn written_outwards(v: f64, frame: Frame, up: bool) -> f64 {
+    const NOISE: f64 = 1e-6;
+    let scale = if frame == Frame::Normalized { 1000.0 } else { 1.0 };
+    let scaled = v * scale;
+    let whole = if up {
+        (scaled - NOISE).ceil()
+    } else {
+        (scaled + NOISE).floor()
+    };
+    whole / scale
+}
+
+/// A confidence as a model writes it: at most two decimals (`0.3`, `0.85`, `1`).
+fn confidence_text(confidence: f64) -> Result<String, AnswerError> {
+    if !(0.0..=1.0).contains(&confidence) {
+        return Err(AnswerError::Confidence { value: confidence });
+    }
+    Ok(format!("{}", (confidence * 100.0).round() / 100.0))
+}
+
+fn first_target(sample: &Sample) -> Result<&Target, AnswerError> {
+    sample.targets.first().ok_or_else(|| AnswerError::NoTarget {
+        id: sample.id.clone(),
+    })
+}
+
+/// The answer text in `preset`, each sample-frame point written as `convert` places it in `frame`.
+fn write_answer(
+    sample: &Sample,
+    preset: Preset,
+    frame: Frame,
+    convert: impl Fn(Point) -> Point,
+) -> Result<String, AnswerError> {
     let write = |v: f64| number(v, frame);
     if sample.none {
         return Ok("None".to_string());
     }
-    let first = sample.targets.first().ok_or_else(|| AnswerError::NoTarget {
-        id: sample.id.clone(),
-    })?;
+    let first = first_target(sample)?;
     Ok(match preset {
         Preset::Point => {
             let p = convert(first.shape.click_point());
@@ -133,9 +271,14 @@ fn json_number(v: f64, frame: Frame) -> Value {
 mod tests {
     use std::collections::BTreeMap;
 
+    use image::{Rgb, RgbImage};
+
     use super::*;
-    use crate::data::{ImageRef, Shape, Target};
-    use crate::frame::Size;
+    use crate::data::{ImageRef, Shape};
+    use crate::parse::{Answer, parse_completion, tool_call_in};
+    use crate::resize::PixelBudget;
+    use crate::tool::answer::answer_in_full_view;
+    use crate::tool::{CallOutcome, ToolContext, Toolbox, ZoomParams, ZoomTool};
 
     fn sample(task: Task, shapes: Vec<Shape>, meta: &[(&str, &str)]) -> Sample {
         Sample {
@@ -247,6 +390,161 @@ mod tests {
         assert_eq!(
             reference_answer(&empty, frames()),
             Err(AnswerError::NoTarget { id: "s1".into() })
+        );
+    }
+
+    #[test]
+    fn the_answer_about_the_full_view_is_the_reference_answer_with_a_confidence() {
+        let full = View::full(frames());
+        let cases = [
+            (
+                Task::PointGrounding,
+                vec![Shape::Box([10.0, 20.0, 30.0, 40.0])],
+                "(28, 42)",
+            ),
+            (
+                Task::BoxGrounding,
+                vec![Shape::Box([10.0, 20.0, 30.0, 40.0])],
+                "[14, 28, 42, 56]",
+            ),
+            (
+                Task::Detection,
+                vec![Shape::Box([0.0, 0.0, 10.0, 10.0])],
+                "```json\n[{\"bbox_2d\":[0,0,14,14],\"label\":\"ok\"}]\n```",
+            ),
+        ];
+        for (task, shapes, answer) in cases {
+            let s = sample(task, shapes, &[]);
+            assert_eq!(reference_answer(&s, frames()).unwrap(), answer);
+            let with = reference_answer_in_view(&s, frames(), &full, 0.9).unwrap();
+            assert_eq!(with, format!("{answer}\n<confidence>0.9</confidence>"));
+            // read back: the answer is the target, the number after it the confidence
+            let parsed = parse_completion(&with).unwrap();
+            assert_eq!(parsed.confidence, Some(0.9));
+            let expected = parse_completion(answer).unwrap();
+            assert_eq!((parsed.answer, parsed.syntax), (expected.answer, expected.syntax));
+        }
+    }
+
+    #[test]
+    fn confidences_are_written_as_models_write_them_and_checked() {
+        let s = sample(Task::PointGrounding, vec![Shape::Point([5.0, 5.0])], &[]);
+        let full = View::full(frames());
+        let text = |c: f64| reference_answer_in_view(&s, frames(), &full, c);
+        assert_eq!(text(1.0).unwrap(), "(7, 7)\n<confidence>1</confidence>");
+        assert_eq!(text(0.854).unwrap(), "(7, 7)\n<confidence>0.85</confidence>");
+        assert_eq!(text(1.5), Err(AnswerError::Confidence { value: 1.5 }));
+        assert!(text(f64::NAN).is_err());
+        let mut none = sample(Task::Detection, vec![], &[]);
+        none.none = true;
+        assert_eq!(
+            reference_answer_in_view(&none, frames(), &full, 0.9),
+            Err(AnswerError::NoneWithConfidence { id: "s1".into() })
+        );
+    }
+
+    fn zoom_call(shape: Shape, frame: &str, context: f64) -> Result<String, AnswerError> {
+        let s = sample(Task::PointGrounding, vec![shape], &[("answer_frame", frame)]);
+        reference_zoom_call(&s, frames(), 0.3, context)
+    }
+
+    fn call_text(bbox: &str) -> String {
+        format!(
+            "<confidence>0.3</confidence>\n<tool_call>\n{{\"name\": \"zoom\", \"arguments\": {{\"bbox_2d\": {bbox}}}}}\n</tool_call>"
+        )
+    }
+
+    #[test]
+    fn the_zoom_region_is_the_target_grown_clipped_and_rounded_outwards() {
+        // Pixel [90, 45, 100, 50] is resized [126, 63, 140, 70]: 14 x 7 around (133, 66.5); 4 times
+        // that is 56 x 28, and 28 is raised to 56: x 105..161, y 38.5..94.5.
+        let small = Shape::Box([90.0, 45.0, 100.0, 50.0]);
+        assert_eq!(
+            zoom_call(small.clone(), "resized", 4.0).unwrap(),
+            call_text("[105, 38, 161, 95]")
+        );
+        // The same region on the 0-1000 grid (/ 280 and / 140) and as fractions.
+        assert_eq!(
+            zoom_call(small.clone(), "qwen1000", 4.0).unwrap(),
+            call_text("[375, 275, 575, 675]")
+        );
+        assert_eq!(
+            zoom_call(small, "normalized", 4.0).unwrap(),
+            call_text("[0.375, 0.275, 0.575, 0.675]")
+        );
+        // In a corner: resized [0, 0, 14, 14] grown 8 times is -49..63, clipped at 0.
+        let corner = Shape::Box([0.0, 0.0, 10.0, 10.0]);
+        assert_eq!(
+            zoom_call(corner, "resized", 8.0).unwrap(),
+            call_text("[0, 0, 63, 63]")
+        );
+        // A point has no size: 56 x 56 around resized (133, 65.8).
+        let point = Shape::Point([95.0, 47.0]);
+        assert_eq!(
+            zoom_call(point, "resized", 4.0).unwrap(),
+            call_text("[105, 37, 161, 94]")
+        );
+        let e = zoom_call(Shape::Point([1.0, 1.0]), "resized", 0.5);
+        assert_eq!(e, Err(AnswerError::ZoomContext { value: 0.5 }));
+        let empty = sample(Task::PointGrounding, vec![], &[]);
+        assert_eq!(
+            reference_zoom_call(&empty, frames(), 0.3, 4.0),
+            Err(AnswerError::NoTarget { id: "s1".into() })
+        );
+    }
+
+    #[test]
+    fn a_reference_trajectory_runs_through_the_zoom_tool_and_maps_back() {
+        let s = sample(
+            Task::PointGrounding,
+            vec![Shape::Box([90.0, 45.0, 100.0, 50.0])],
+            &[],
+        );
+        let call = reference_zoom_call(&s, frames(), 0.3, 4.0).unwrap();
+        // The parser reads it as a zoom call with the stated confidence.
+        let parsed = parse_completion(&call).unwrap();
+        assert_eq!(parsed.confidence, Some(0.3));
+        let Answer::ToolCall(zoom) = &parsed.answer else {
+            panic!("{parsed:?}")
+        };
+        assert_eq!(zoom.name, "zoom");
+        assert_eq!(zoom.arguments["bbox_2d"], json!([105, 38, 161, 95]));
+        assert!(matches!(tool_call_in(&call), Some(Ok(_))));
+
+        // The zoom tool crops it from the original: resized x 105..161 is original 75..115.
+        let image = RgbImage::from_fn(200, 100, |x, y| Rgb([x as u8, y as u8, 0]));
+        let full = View::full(frames());
+        let context = ToolContext {
+            image: &image,
+            view: &full,
+            model_frame: Frame::Resized,
+        };
+        let tool = ZoomTool::new(ZoomParams {
+            max_zoom: 4,
+            budget: PixelBudget::default(),
+        });
+        let toolbox = Toolbox::new(vec![Box::new(tool)]);
+        let reply = toolbox.run(&call, &context).unwrap();
+        assert_eq!(reply.outcome, CallOutcome::Ok, "{}", reply.output.text);
+        let view = reply.output.view.unwrap();
+        assert_eq!(view.origin, Point::new(75.0, 27.0));
+        let covers = |x: f64, y: f64| {
+            (view.origin.x..=view.origin.x + view.region.width).contains(&x)
+                && (view.origin.y..=view.origin.y + view.region.height).contains(&y)
+        };
+        assert!(covers(90.0, 45.0) && covers(100.0, 50.0), "{view:?}");
+
+        // Answered about the zoom, the click maps back to the target's centre: original (95, 47.5),
+        // resized (133, 66.5), up to the rounding of the zoomed view's whole numbers.
+        let answer = reference_answer_in_view(&s, frames(), &view, 0.9).unwrap();
+        assert!(answer.ends_with("\n<confidence>0.9</confidence>"), "{answer}");
+        let parsed = parse_completion(&answer).unwrap();
+        assert_eq!(parsed.confidence, Some(0.9));
+        let back = answer_in_full_view(&parsed, &view, &full, Frame::Resized);
+        let [x, y] = back.click_points()[0];
+        assert!(
+            (x - 133.0).abs() < 0.5 && (y - 66.5).abs() < 0.5,
+            "({x}, {y}) from {answer}"
         );
     }
 }

@@ -4,7 +4,8 @@
 //! in pixels of the resized image it sees; Qwen2-VL and Qwen3-VL on a 0-1000 grid: semantics.md §1),
 //! and optionally the think/answer form. Format instructions go in the user turn for instruct models
 //! and in the system prompt for base models (seed 004 §5.3: an instruct model keeps its built-in
-//! system prompt; format text there barely moved its format reward).
+//! system prompt; format text there barely moved its format reward). With tools on,
+//! [`tools::tool_instruction`] is added to the user turn.
 //!
 //! ```
 //! use groundrl_core::prompt::{ModelKind, Preset, PromptStyle, Reasoning};
@@ -15,6 +16,7 @@
 
 pub mod answer;
 pub mod presets;
+pub mod tools;
 
 use std::sync::LazyLock;
 

@@ -2,19 +2,24 @@
 //! ([`score_batch`]).
 //!
 //! Each record is parsed once; its target and answer are brought into one frame
-//! ([`super::input`]); then every component is computed (sources of `correct_from` first) and the
-//! total is `Σ weight * value`. A record whose fields are wrong is an `Err` naming the field; an
-//! answer that cannot be parsed or placed in a frame is not an error: it scores the floor of the
-//! geometric rewards and is reported in [`ParseInfo`].
+//! ([`super::input`]); then every component is computed (sources, `correct_from` and `task_from`,
+//! first) and the total is `Σ weight * value`. A record whose fields are wrong is an `Err` naming
+//! the field; an answer that cannot be parsed or placed in a frame is not an error: it scores the
+//! floor of the geometric rewards and is reported in [`ParseInfo`].
+//!
+//! A tool-using rollout is scored on its final answer (its coordinates mapped to the full view:
+//! [`crate::tool::answer::answer_in_full_view`]) with its [`ToolUse`]; calibration scores the
+//! confidence stated in the scored text, which is the rollout's final one.
 
 use rayon::prelude::*;
 use serde::Serialize;
 
+use super::gated::{self, ToolUse};
 use super::input::{InputError, RewardInput, ScoringFrame};
 use super::spec::{Kind, RewardSpec};
 use super::{Prediction, Scene, box_overlap, confidence, detection, format, length, point, repetition};
 use crate::frame::Frame;
-use crate::parse::{ParseFailure, Parsed, parse_completion};
+use crate::parse::{ParseFailure, Parsed, confidence_in, parse_completion};
 
 /// The scores of one record.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -76,11 +81,20 @@ pub fn score_parsed(
         prediction: prediction.as_ref(),
         image_extent,
     };
+    // Read whether or not the answer parsed, so a confidence counts the same either way: otherwise
+    // appending a `<tool_call>` block (which the parser takes as the answer) to an unreadable answer
+    // would change its score.
+    let stated = parsed.map_or_else(|_| confidence_in(&input.completion), |p| p.confidence);
     let record = Record {
         scene,
         parsed,
         completion: &input.completion,
         num_tokens: input.num_tokens.unwrap_or(0),
+        stated,
+        tool_use: input
+            .tool_use
+            .clone()
+            .unwrap_or_else(|| ToolUse::without_tools(stated)),
     };
     let components = evaluate(spec, &record);
     let total = spec
@@ -157,20 +171,26 @@ struct Record<'a> {
     completion: &'a str,
     /// The record's `num_tokens` (0 where absent and no component needs it).
     num_tokens: u64,
+    /// The confidence the completion states, with or without a readable answer.
+    stated: Option<f64>,
+    /// The record's `tool_use`, or no call with the stated confidence.
+    tool_use: ToolUse,
 }
 
-/// Every component's value, in spec order, computing `correct_from` sources first.
+/// Every component's value, in spec order, computing sources (`correct_from`, `task_from`) first.
 fn evaluate(spec: &RewardSpec, record: &Record) -> Vec<f64> {
     let mut values = vec![0.0; spec.components().len()];
     for &i in spec.eval_order() {
-        // The spec orders every correctness source before its users.
-        let is_correct = |threshold: f64| spec.correctness_source(i).is_some_and(|j| values[j] >= threshold);
-        values[i] = component_value(&spec.components()[i].kind, record, is_correct);
+        // The spec orders every source before its users.
+        let source = spec.source(i).map(|j| values[j]);
+        values[i] = component_value(&spec.components()[i].kind, record, source);
     }
     values
 }
 
-fn component_value(kind: &Kind, r: &Record, is_correct: impl Fn(f64) -> bool) -> f64 {
+/// One component's value; `source` is the value of the component it reads, if it reads one.
+fn component_value(kind: &Kind, r: &Record, source: Option<f64>) -> f64 {
+    let is_correct = |threshold: f64| source.is_some_and(|v| v >= threshold);
     let scene = &r.scene;
     match kind {
         Kind::Iou(p) => box_overlap::iou_reward(scene, p.overlap),
@@ -190,9 +210,8 @@ fn component_value(kind: &Kind, r: &Record, is_correct: impl Fn(f64) -> bool) ->
         }
         Kind::Repetition(p) => repetition::repetition_penalty(r.completion, scene.prediction, p),
         Kind::Format(p) => format::format_reward(r.parsed, p),
-        Kind::Confidence(p) => {
-            let stated = r.parsed.ok().and_then(|parsed| parsed.confidence);
-            confidence::calibration_reward(stated, is_correct(p.correct_threshold), p)
-        }
+        Kind::Confidence(p) => confidence::calibration_reward(r.stated, is_correct(p.correct_threshold), p),
+        Kind::ToolGain(_) => gated::tool_reward(&r.tool_use, source.unwrap_or(0.0)),
+        Kind::Gate(p) => gated::gate_reward(&r.tool_use, p),
     }
 }

@@ -3,7 +3,9 @@
 //! A record (one JSONL line):
 //! `{"completion": str, "target": {"boxes": [{"bbox": [x1,y1,x2,y2], "label": str}],
 //!   "frame": "pixel"|"normalized"|"qwen1000"|"resized", "image_size": [w,h],
-//!   "resized_size": [w,h] (optional), "none": bool (optional)}, "num_tokens": int (optional)}`.
+//!   "resized_size": [w,h] (optional), "none": bool (optional)}, "num_tokens": int (optional),
+//!   "tool_use": {"calls": int, "successful": int, "confidence_before": float, "confidence_after":
+//!   float} (optional; the confidences may be left out; see [`super::gated`])}`.
 //!
 //! Frames (seed 001 lost its rewards to mixing them): target boxes are in `target.frame`; the answer
 //! is in the spec's `model_frame`, unless the parser saw a syntax that implies a frame (Qwen-VL box
@@ -16,6 +18,7 @@
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::gated::ToolUse;
 use crate::data::{Sample, Shape};
 use crate::frame::{Frame, ImageFrames, Size};
 use crate::geometry::{BBox, LabeledBox, Point};
@@ -29,6 +32,10 @@ pub struct RewardInput {
     pub target: Target,
     /// Tokens of the completion, for length rewards.
     pub num_tokens: Option<u64>,
+    /// What the rollout did with tools, for the gated reward; `None` for a completion scored on its
+    /// own, which then counts as no call with its stated confidence before and after
+    /// ([`ToolUse::without_tools`]).
+    pub tool_use: Option<ToolUse>,
 }
 
 /// Ground truth of one record.
@@ -101,10 +108,19 @@ impl RewardInput {
                 InputError::new("num_tokens", format!("expected a non-negative integer, got {v}"))
             })?),
         };
+        let tool_use = match obj.get("tool_use") {
+            None | Some(Value::Null) => None,
+            Some(v) => {
+                let t = ToolUse::deserialize(v).map_err(|e| InputError::new("tool_use", e.to_string()))?;
+                t.validate()?;
+                Some(t)
+            }
+        };
         Ok(Self {
             completion,
             target,
             num_tokens,
+            tool_use,
         })
     }
 }
@@ -348,6 +364,7 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(ok.num_tokens, Some(12));
+        assert_eq!(ok.tool_use, None);
         assert_eq!(ok.target.boxes[0].bbox, [1.0, 2.0, 3.0, 4.0]);
         let field = |v: Value| input(v).unwrap_err().field;
         assert_eq!(field(json!({"target": {"frame": "pixel"}})), "completion");
@@ -370,6 +387,27 @@ mod tests {
             field(json!({"completion": "", "num_tokens": -1, "target": {"frame": "pixel"}})),
             "num_tokens"
         );
+        let tool = |t: Value| input(json!({"completion": "", "target": {"frame": "pixel"}, "tool_use": t}));
+        let t = tool(json!({"calls": 2, "successful": 1, "confidence_before": 0.25}))
+            .unwrap()
+            .tool_use;
+        let expected = ToolUse {
+            calls: 2,
+            successful: 1,
+            confidence_before: Some(0.25),
+            confidence_after: None,
+        };
+        assert_eq!(t, Some(expected));
+        let e = tool(json!({"calls": 1, "succesful": 1})).unwrap_err();
+        assert!(e.field == "tool_use" && e.problem.contains("succesful"), "{e}");
+        assert_eq!(
+            tool(json!({"calls": -1, "successful": 0})).unwrap_err().field,
+            "tool_use"
+        );
+        let e = tool(json!({"calls": 1, "successful": 2})).unwrap_err();
+        assert_eq!(e.field, "tool_use.successful");
+        let e = tool(json!({"calls": 1, "successful": 1, "confidence_after": 80})).unwrap_err();
+        assert_eq!(e.field, "tool_use.confidence_after");
     }
 
     #[test]

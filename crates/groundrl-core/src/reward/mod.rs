@@ -3,7 +3,7 @@
 //! Where things live:
 //! - one file per family of rewards, each a plain function over already-parsed, frame-resolved
 //!   values ([`box_overlap`], [`point`], [`detection`], [`length`], [`repetition`], [`format`],
-//!   [`confidence`]), so each can be tested with hand-computed numbers and no parser;
+//!   [`confidence`], [`gated`]), so each can be tested with hand-computed numbers and no parser;
 //! - [`input`]: one JSONL record (completion + target) and how both sides are brought into one frame;
 //! - [`spec`]: the TOML reward spec (named, weighted components with parameters);
 //! - [`batch`]: scoring a batch of records against a spec, in parallel.
@@ -17,6 +17,7 @@ pub mod box_overlap;
 pub mod confidence;
 pub mod detection;
 pub mod format;
+pub mod gated;
 pub mod input;
 pub mod length;
 pub mod point;
@@ -26,6 +27,7 @@ pub mod spec;
 use crate::geometry::{BBox, LabeledBox, Point};
 
 pub use batch::{ParseInfo, Scored, score_batch, score_one, score_parsed};
+pub use gated::ToolUse;
 pub use input::{InputError, RewardInput, Target, TargetBox};
 pub use spec::{RewardSpec, SpecError};
 

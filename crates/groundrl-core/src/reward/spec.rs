@@ -18,9 +18,10 @@
 //! ```
 //!
 //! The total reward is `Σ weight * component`; every component's own value is reported too, in the
-//! order of the file. Unknown keys, unknown kinds, references to unknown components and dependency
-//! cycles are refused when the spec is loaded, with the component named: seeds 001/002 lost days to
-//! configs that accepted typos silently.
+//! order of the file. A component may read another's value (`correct_from`, `task_from`: its
+//! source). Unknown keys, unknown kinds, references to unknown components and dependency cycles are
+//! refused when the spec is loaded, with the component named: seeds 001/002 lost days to configs
+//! that accepted typos silently.
 
 use std::path::Path;
 
@@ -30,6 +31,7 @@ use super::box_overlap::Overlap;
 use super::confidence::ConfidenceParams;
 use super::detection::{ApParams, WeightedSumParams};
 use super::format::FormatParams;
+use super::gated::{GateParams, ToolGainParams};
 use super::length::{CosineLengthParams, LengthUnit};
 use super::repetition::RepetitionParams;
 use crate::frame::Frame;
@@ -45,9 +47,9 @@ pub struct RewardSpec {
     /// smart_resize budget for records that give no `resized_size`.
     pub budget: PixelBudget,
     components: Vec<Component>,
-    /// Component indices with every `correct_from` source before its user.
+    /// Component indices with every source before its user.
     eval_order: Vec<usize>,
-    /// For each component, the one it reads correctness from (`correct_from`), resolved.
+    /// For each component, the one whose value it reads (`correct_from`, `task_from`), resolved.
     sources: Vec<Option<usize>>,
 }
 
@@ -75,6 +77,8 @@ pub enum Kind {
     Repetition(RepetitionParams),
     Format(FormatParams),
     Confidence(ConfidenceParams),
+    ToolGain(ToolGainParams),
+    Gate(GateParams),
 }
 
 /// Parameters of the IoU reward.
@@ -90,11 +94,12 @@ pub struct IouParams {
 pub struct NoParams {}
 
 impl Kind {
-    /// The component this one reads its correctness from, if any.
-    fn correct_from(&self) -> Option<&str> {
+    /// The component whose value this one reads, if any, with the key that names it.
+    fn source(&self) -> Option<(&'static str, &str)> {
         match self {
-            Kind::CosineLength(p) => Some(&p.correct_from),
-            Kind::Confidence(p) => Some(&p.correct_from),
+            Kind::CosineLength(p) => Some(("correct_from", &p.correct_from)),
+            Kind::Confidence(p) => Some(("correct_from", &p.correct_from)),
+            Kind::ToolGain(p) => Some(("task_from", &p.task_from)),
             _ => None,
         }
     }
@@ -169,7 +174,7 @@ impl RewardSpec {
                 "no components: add at least one [components.NAME] table".into(),
             ));
         }
-        let sources = correctness_sources(&components)?;
+        let sources = sources(&components)?;
         let eval_order = evaluation_order(&components, &sources)?;
         Ok(Self {
             model_frame: file.model_frame,
@@ -186,13 +191,13 @@ impl RewardSpec {
         &self.components
     }
 
-    /// Indices into [`Self::components`], each after the component it reads correctness from.
+    /// Indices into [`Self::components`], each after the component whose value it reads.
     pub fn eval_order(&self) -> &[usize] {
         &self.eval_order
     }
 
-    /// Index of the component that component `i` reads its correctness from, if any.
-    pub fn correctness_source(&self, i: usize) -> Option<usize> {
+    /// Index of the component whose value component `i` reads (`correct_from`, `task_from`), if any.
+    pub fn source(&self, i: usize) -> Option<usize> {
         self.sources[i]
     }
 
@@ -251,6 +256,7 @@ fn check_params(kind: &Kind) -> Result<(), String> {
         Kind::CosineLength(p) if p.max_length == 0 => Err("max_length must be positive".into()),
         Kind::CosineLength(p) => finite("correct_threshold", p.correct_threshold),
         Kind::Confidence(p) => finite("correct_threshold", p.correct_threshold),
+        Kind::Gate(p) => p.check(),
         Kind::Repetition(p) if p.ngram == 0 => Err("ngram must be at least 1".into()),
         Kind::Repetition(p) if p.max_penalty.is_nan() || p.max_penalty > 0.0 => {
             Err(format!("max_penalty must be <= 0, got {}", p.max_penalty))
@@ -275,30 +281,30 @@ fn finite(key: &str, v: f64) -> Result<(), String> {
     }
 }
 
-/// The component each one reads its correctness from; refuses unknown names and self-references.
-fn correctness_sources(components: &[Component]) -> Result<Vec<Option<usize>>, SpecError> {
+/// The component whose value each one reads; refuses unknown names and self-references.
+fn sources(components: &[Component]) -> Result<Vec<Option<usize>>, SpecError> {
     let resolve = |(i, c): (usize, &Component)| {
-        let Some(from) = c.kind.correct_from() else {
+        let Some((key, from)) = c.kind.source() else {
             return Ok(None);
         };
         match components.iter().position(|other| other.name == from) {
             Some(j) if j != i => Ok(Some(j)),
             Some(_) => Err(component_error(
                 &c.name,
-                "correct_from names the component itself",
+                &format!("{key} names the component itself"),
             )),
             None => Err(component_error(
                 &c.name,
-                &format!("correct_from names {from:?}, which is not a component of this spec"),
+                &format!("{key} names {from:?}, which is not a component of this spec"),
             )),
         }
     };
     components.iter().enumerate().map(resolve).collect()
 }
 
-/// Orders components so each comes after its correctness source; refuses cycles. Each component
-/// reads from at most one other, so following the chain of sources from any component either ends
-/// or comes back: a chain longer than the component count is a cycle.
+/// Orders components so each comes after its source; refuses cycles. Each component reads from at
+/// most one other, so following the chain of sources from any component either ends or comes back:
+/// a chain longer than the component count is a cycle.
 fn evaluation_order(components: &[Component], sources: &[Option<usize>]) -> Result<Vec<usize>, SpecError> {
     let mut depth = vec![0usize; components.len()];
     for (i, d) in depth.iter_mut().enumerate() {
@@ -306,7 +312,10 @@ fn evaluation_order(components: &[Component], sources: &[Option<usize>]) -> Resu
         while let Some(next) = sources[at] {
             *d += 1;
             if *d > components.len() {
-                return Err(component_error(&components[i].name, "correct_from forms a cycle"));
+                return Err(component_error(
+                    &components[i].name,
+                    "its sources (correct_from, task_from) form a cycle",
+                ));
             }
             at = next;
         }
@@ -397,5 +406,40 @@ think_answer = true
         assert!(err(cycle).contains("cycle"), "{}", err(cycle));
         let own = "[components.a]\nkind = \"confidence\"\nweight = 1\ncorrect_from = \"a\"\ncorrect_threshold = 0.5";
         assert!(err(own).contains("itself"));
+    }
+
+    #[test]
+    fn tool_components_read_their_task_and_take_gate_defaults() {
+        let spec = RewardSpec::from_toml(
+            "[components.tool]\nkind = \"tool_gain\"\nweight = 0.3\ntask_from = \"iou\"\n\
+             [components.gate]\nkind = \"gate\"\nweight = 0.1\ntau = 0.8\n\
+             [components.iou]\nkind = \"iou\"\nweight = 0.6",
+        )
+        .unwrap();
+        assert_eq!(spec.source(0), Some(2));
+        assert_eq!(spec.source(1), None);
+        let order = spec.eval_order();
+        let pos = |i: usize| order.iter().position(|&x| x == i).unwrap();
+        assert!(pos(2) < pos(0));
+        let expected = GateParams {
+            tau: 0.8,
+            ..GateParams::default()
+        };
+        assert_eq!(spec.components()[1].kind, Kind::Gate(expected));
+
+        let e = err("[components.tool]\nkind = \"tool_gain\"\nweight = 1\ntask_from = \"click\"");
+        assert!(
+            e.contains("components.tool") && e.contains("task_from names \"click\""),
+            "{e}"
+        );
+        let e = err("[components.tool]\nkind = \"tool_gain\"\nweight = 1");
+        assert!(e.contains("task_from"), "{e}");
+        let cycle = "[components.a]\nkind = \"tool_gain\"\nweight = 1\ntask_from = \"b\"\n\
+                     [components.b]\nkind = \"confidence\"\nweight = 1\ncorrect_from = \"a\"\ncorrect_threshold = 0.5";
+        assert!(err(cycle).contains("cycle"), "{}", err(cycle));
+        let e = err("[components.g]\nkind = \"gate\"\nweight = 1\ntua = 0.7");
+        assert!(e.contains("components.g") && e.contains("tua"), "{e}");
+        let e = err("[components.g]\nkind = \"gate\"\nweight = 1\nunnecessary = 0.5");
+        assert!(e.contains("components.g") && e.contains("unnecessary"), "{e}");
     }
 }

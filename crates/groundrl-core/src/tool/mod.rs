@@ -11,6 +11,7 @@
 //! gets an error message as the tool's reply ([`Toolbox::run`]), never a panic, and the outcome is
 //! recorded ([`CallOutcome`]) for telemetry and for the gated reward.
 
+pub mod answer;
 pub mod view;
 pub mod zoom;
 

@@ -1,5 +1,7 @@
 //! `groundrl reward`: scores a JSONL file of completions with a reward spec.
 //!
+//! Each input line is a record as `groundrl_core::reward::input` describes it: `completion`,
+//! `target`, and optionally `num_tokens` (length rewards) and `tool_use` (the gated tool reward).
 //! Each output line is the input line (every field kept, in order) plus `"reward"` (the total),
 //! `"rewards"` (each component by name, in spec order) and `"parse"` (`ok`, `error`, `frame`).
 //! A bad line is reported on stderr as `line N: <field>: <problem>` and left out; the run goes on,
