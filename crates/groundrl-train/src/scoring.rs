@@ -68,6 +68,7 @@ impl Scorer {
             completion: s.text.to_string(),
             target,
             num_tokens: Some(s.tokens as u64),
+            tool_use: None,
         };
         let parsed = parse_completion(s.text);
         let scored = score_parsed(&self.spec, &input, parsed.as_ref())

@@ -5,7 +5,9 @@
 //!
 //! The training config is `configs/demo-cpu.toml` (or `configs/demo-gpu.toml` with `--gpu`), built
 //! into the binary so the demo runs from any folder; the demo fills in the data, reward spec and run
-//! folder, and dotted overrides change anything else.
+//! folder, and dotted overrides change anything else. `--tools` runs the zoom-tool demo instead
+//! (`configs/demo-tools-cpu.toml` / `demo-tools-gpu.toml`): larger screenshots seen at a quarter of
+//! their size, the `zoom` tool offered, and the confidence-gated reward.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -26,6 +28,9 @@ use crate::commands::train::{report_ending, train_with_progress};
 const CPU_CONFIG: &str = include_str!("../../../../configs/demo-cpu.toml");
 const GPU_CONFIG: &str = include_str!("../../../../configs/demo-gpu.toml");
 const REWARD_SPEC: &str = include_str!("../../../../configs/rewards/synthetic-click.toml");
+const TOOLS_CPU_CONFIG: &str = include_str!("../../../../configs/demo-tools-cpu.toml");
+const TOOLS_GPU_CONFIG: &str = include_str!("../../../../configs/demo-tools-gpu.toml");
+const TOOLS_REWARD_SPEC: &str = include_str!("../../../../configs/rewards/tool-gated.toml");
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -35,6 +40,10 @@ pub struct Args {
     /// The GPU preset (configs/demo-gpu.toml): the 3B-shape model on more data, on CUDA.
     #[arg(long)]
     gpu: bool,
+    /// The zoom-tool demo: the model may zoom into the screenshot before it answers, rewarded by
+    /// the confidence-gated reward (configs/demo-tools-*.toml).
+    #[arg(long)]
+    tools: bool,
     /// Training screenshots to draw (each gives up to 3 tasks); default 400 (CPU) or 2000 (GPU).
     #[arg(long)]
     train_screenshots: Option<u64>,
@@ -55,24 +64,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             out.display()
         );
     }
-    let (preset, train_n, test_n) = match args.gpu {
-        false => (
-            CPU_CONFIG,
-            args.train_screenshots.unwrap_or(400),
-            args.test_screenshots.unwrap_or(40),
-        ),
-        true => (
-            GPU_CONFIG,
-            args.train_screenshots.unwrap_or(2000),
-            args.test_screenshots.unwrap_or(200),
-        ),
-    };
-    let mut cfg = TrainConfig::from_toml_str(preset, &args.overrides).context("demo config")?;
+    let demo = Demo::of(&args);
+    let train_n = args.train_screenshots.unwrap_or(if args.gpu { 2000 } else { 400 });
+    let test_n = args.test_screenshots.unwrap_or(if args.gpu { 200 } else { 40 });
+    let mut cfg = TrainConfig::from_toml_str(demo.config, &args.overrides).context("demo config")?;
     let data = out.join("data");
-    cfg.data.train = draw(&data.join("train"), train_n, 0)?;
-    cfg.data.test = draw(&data.join("test"), test_n, 1)?;
+    cfg.data.train = draw(&data.join("train"), train_n, 0, demo.size)?;
+    cfg.data.test = draw(&data.join("test"), test_n, 1, demo.size)?;
     let spec = out.join("reward.toml");
-    std::fs::write(&spec, REWARD_SPEC).with_context(|| format!("writing {}", spec.display()))?;
+    std::fs::write(&spec, demo.reward_spec).with_context(|| format!("writing {}", spec.display()))?;
     cfg.reward.spec = spec;
     cfg.trainer.run_dir = out.clone();
     cfg.validate().context("demo config")?;
@@ -101,15 +101,40 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(code)
 }
 
-/// Draws `screenshots` easy synthetic screenshots into `dir` with instruct prompts (click points in
-/// resized pixels) and keeps their click tasks (the generator's "find all" detection tasks ask for a
-/// JSON list, a second format the tiny model would have to learn too); returns the samples file.
-fn draw(dir: &Path, screenshots: u64, seed: u64) -> anyhow::Result<PathBuf> {
+/// Which demo runs: its training config, reward spec and screenshot size.
+struct Demo {
+    config: &'static str,
+    reward_spec: &'static str,
+    size: (u32, u32),
+}
+
+impl Demo {
+    fn of(args: &Args) -> Self {
+        let (config, reward_spec, size) = match (args.tools, args.gpu) {
+            // The easy preset's smallest size: 64 image tokens a prompt, so CPU steps stay short.
+            (false, false) => (CPU_CONFIG, REWARD_SPEC, (224, 224)),
+            (false, true) => (GPU_CONFIG, REWARD_SPEC, (224, 224)),
+            // Four times the side of the view the configs' max_pixels allow.
+            (true, false) => (TOOLS_CPU_CONFIG, TOOLS_REWARD_SPEC, (448, 448)),
+            (true, true) => (TOOLS_GPU_CONFIG, TOOLS_REWARD_SPEC, (896, 896)),
+        };
+        Self {
+            config,
+            reward_spec,
+            size,
+        }
+    }
+}
+
+/// Draws `screenshots` easy synthetic screenshots of `size` into `dir` with instruct prompts (click
+/// points in resized pixels) and keeps their click tasks (the generator's "find all" detection tasks
+/// ask for a JSON list, a second format the tiny model would have to learn too); returns the samples
+/// file.
+fn draw(dir: &Path, screenshots: u64, seed: u64, size: (u32, u32)) -> anyhow::Result<PathBuf> {
     let config = SynthConfig {
         screenshots,
         seed,
-        // The easy preset's smallest size: 64 image tokens a prompt, so CPU steps stay short.
-        size: Some((224, 224)),
+        size: Some(size),
         knobs: Difficulty::Easy.knobs(),
         prompt: Some(PromptStyle {
             preset: Preset::Point,
