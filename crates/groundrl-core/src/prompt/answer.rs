@@ -21,9 +21,10 @@ use crate::resize::FACTOR;
 use crate::tool::View;
 use crate::tool::zoom::ZOOM;
 
-/// Smallest side of a reference zoom region, in resized pixels: two 28-pixel patch groups, so a
-/// tiny or point target is shown with some of its surroundings.
-const MIN_ZOOM_SIDE: f64 = 2.0 * FACTOR as f64;
+/// Smallest side of a reference zoom region, in resized pixels: one 28-pixel patch group, so a
+/// tiny or point target is shown with some of its surroundings while the zoom still shows a small
+/// region (a quarter of the side of a 112-pixel view) in more detail.
+const MIN_ZOOM_SIDE: f64 = FACTOR as f64;
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum AnswerError {
@@ -457,20 +458,20 @@ mod tests {
     #[test]
     fn the_zoom_region_is_the_target_grown_clipped_and_rounded_outwards() {
         // Pixel [90, 45, 100, 50] is resized [126, 63, 140, 70]: 14 x 7 around (133, 66.5); 4 times
-        // that is 56 x 28, and 28 is raised to 56: x 105..161, y 38.5..94.5.
+        // that is 56 x 28: x 105..161, y 52.5..80.5.
         let small = Shape::Box([90.0, 45.0, 100.0, 50.0]);
         assert_eq!(
             zoom_call(small.clone(), "resized", 4.0).unwrap(),
-            call_text("[105, 38, 161, 95]")
+            call_text("[105, 52, 161, 81]")
         );
         // The same region on the 0-1000 grid (/ 280 and / 140) and as fractions.
         assert_eq!(
             zoom_call(small.clone(), "qwen1000", 4.0).unwrap(),
-            call_text("[375, 275, 575, 675]")
+            call_text("[375, 375, 575, 575]")
         );
         assert_eq!(
             zoom_call(small, "normalized", 4.0).unwrap(),
-            call_text("[0.375, 0.275, 0.575, 0.675]")
+            call_text("[0.375, 0.375, 0.575, 0.575]")
         );
         // In a corner: resized [0, 0, 14, 14] grown 8 times is -49..63, clipped at 0.
         let corner = Shape::Box([0.0, 0.0, 10.0, 10.0]);
@@ -478,11 +479,11 @@ mod tests {
             zoom_call(corner, "resized", 8.0).unwrap(),
             call_text("[0, 0, 63, 63]")
         );
-        // A point has no size: 56 x 56 around resized (133, 65.8).
+        // A point has no size: 28 x 28 around resized (133, 65.8).
         let point = Shape::Point([95.0, 47.0]);
         assert_eq!(
             zoom_call(point, "resized", 4.0).unwrap(),
-            call_text("[105, 37, 161, 94]")
+            call_text("[119, 51, 147, 80]")
         );
         let e = zoom_call(Shape::Point([1.0, 1.0]), "resized", 0.5);
         assert_eq!(e, Err(AnswerError::ZoomContext { value: 0.5 }));
@@ -508,7 +509,7 @@ mod tests {
             panic!("{parsed:?}")
         };
         assert_eq!(zoom.name, "zoom");
-        assert_eq!(zoom.arguments["bbox_2d"], json!([105, 38, 161, 95]));
+        assert_eq!(zoom.arguments["bbox_2d"], json!([105, 52, 161, 81]));
         assert!(matches!(tool_call_in(&call), Some(Ok(_))));
 
         // The zoom tool crops it from the original: resized x 105..161 is original 75..115.
@@ -527,7 +528,7 @@ mod tests {
         let reply = toolbox.run(&call, &context).unwrap();
         assert_eq!(reply.outcome, CallOutcome::Ok, "{}", reply.output.text);
         let view = reply.output.view.unwrap();
-        assert_eq!(view.origin, Point::new(75.0, 27.0));
+        assert_eq!(view.origin, Point::new(75.0, 37.0));
         let covers = |x: f64, y: f64| {
             (view.origin.x..=view.origin.x + view.region.width).contains(&x)
                 && (view.origin.y..=view.origin.y + view.region.height).contains(&y)
