@@ -17,6 +17,7 @@ use groundrl_core::frame::{Frame, ImageFrames, Size};
 use groundrl_core::metrics::grounding::{Answer, RawAnswer, Resolved, resolve::resolve};
 use groundrl_core::prompt::answer::reference_answer;
 use groundrl_core::rng::keyed;
+use groundrl_core::telemetry::stats::target_size;
 use groundrl_core::telemetry::{
     CompletionRecord, EvalRecord, EventWriter, HealthMonitor, JsonlLog, RolloutStats, Scalars, StepRecord,
 };
@@ -571,6 +572,7 @@ impl Trainer {
             } => (Some([point.x, point.y]), bbox.map(|b| [b.x1, b.y1, b.x2, b.y2])),
             _ => (None, None),
         };
+        let targets = pixel_boxes(sample, frames);
         Ok(EvalRecord {
             id: sample.id.clone(),
             source: sample.source.clone(),
@@ -587,13 +589,16 @@ impl Trainer {
             width: frames.original.width as u32,
             height: frames.original.height as u32,
             instruction: sample.instruction.clone(),
-            targets: pixel_boxes(sample, frames),
+            target_size: target_size(&targets, frames.original.width, frames.original.height),
+            targets,
             completion: text,
             point,
             pred_box,
             correct: scored.correct == Some(true),
             reward: scored.reward,
             confidence: scored.confidence,
+            tool_calls: 0,
+            tool_calls_ok: 0,
         })
     }
 

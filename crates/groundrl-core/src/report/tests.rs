@@ -22,6 +22,7 @@ fn step(step: u64, rewards: [f64; 2], val_accuracy: Option<f64>) -> StepRecord {
         parse_ok: true,
         frame: None,
         confidence: None,
+        ..Default::default()
     };
     let records = [completion(rewards[0], true), completion(rewards[1], false)];
     let mut train = Scalars::default();
@@ -53,6 +54,9 @@ fn answer(id: &str, source: &str, correct: bool, confidence: Option<f64>) -> Eva
         correct,
         reward: if correct { 1.0 } else { 0.0 },
         confidence,
+        tool_calls: 0,
+        tool_calls_ok: 0,
+        target_size: None,
     }
 }
 
