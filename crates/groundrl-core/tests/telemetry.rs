@@ -180,16 +180,17 @@ fn bad_input_is_refused_with_the_record_and_field_named() {
 fn tool_completions() -> Vec<CompletionRecord> {
     let mut r = five_completions();
     r[4].correct = Some(true);
-    let calls: [(u32, u32, &[(&str, u32)]); 4] = [
-        (1, 1, &[]),
-        (2, 1, &[("malformed", 1)]),
-        (0, 0, &[]),
-        (3, 0, &[("turn_limit", 1), ("unknown_tool", 2)]),
+    // (calls, of which ran, the others by outcome) of the first four completions.
+    let calls = [
+        (1, 1, vec![]),
+        (2, 1, vec![("malformed", 1)]),
+        (0, 0, vec![]),
+        (3, 0, vec![("turn_limit", 1), ("unknown_tool", 2)]),
     ];
     for (record, (calls, ok, failures)) in r.iter_mut().zip(calls) {
         record.tool_calls = calls;
         record.tool_calls_ok = ok;
-        record.tool_call_failures = failures.iter().map(|&(k, n)| (k.to_string(), n)).collect();
+        record.tool_call_failures = failures.into_iter().map(|(k, n)| (k.to_string(), n)).collect();
     }
     r
 }
