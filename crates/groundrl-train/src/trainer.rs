@@ -38,7 +38,7 @@ use crate::dataset::{Dataset, epoch_order, fixed_subsample};
 use crate::optim::{AdamW, lr_at};
 use crate::scoring::{Scorer, Scoring};
 use crate::sft::{SftSettings, sft_step};
-use crate::update::{Row, UpdateSettings, kl_penalties, update};
+use crate::update::{Row, UpdateSettings, kl_penalties, text_response, update};
 
 mod rounds;
 pub use rounds::ROUNDS_DIR;
@@ -404,7 +404,7 @@ impl Trainer {
     fn warm_up_step(&mut self) -> Result<SftRecord, TrainError> {
         let start = Instant::now();
         let step = self.state.sft_step;
-        let mut examples: Vec<(Encoded, Vec<i64>)> = Vec::new();
+        let mut examples: Vec<(Encoded, Encoded)> = Vec::new();
         for index in self.warm_up_indices(step) {
             let sample = &self.train.samples[index];
             match self.reference_example(sample) {
@@ -423,9 +423,10 @@ impl Trainer {
         }
         let rows: Vec<Row> = examples
             .iter()
-            .map(|(prompt, tokens)| Row {
+            .map(|(prompt, response)| Row {
                 prompt,
-                tokens,
+                response,
+                generated: &[],
                 advantage: 0.0,
                 counts: true,
             })
@@ -478,7 +479,7 @@ impl Trainer {
     }
 
     /// A sample's prompt and its reference answer's tokens, ended by the end-of-turn token.
-    fn reference_example(&self, sample: &Sample) -> Result<(Encoded, Vec<i64>), String> {
+    fn reference_example(&self, sample: &Sample) -> Result<(Encoded, Encoded), String> {
         let processor = &self.policy.processor;
         let encoded = processor
             .encode_sample(sample, &self.train.base, None)
@@ -493,7 +494,7 @@ impl Trainer {
             .map(i64::from)
             .collect();
         tokens.push(i64::from(processor.tokenizer.special_ids().eos));
-        Ok((encoded, tokens))
+        Ok((encoded, text_response(tokens)))
     }
 
     /// The original and resized sizes of the sample's first image, as the processor resized it.
@@ -635,12 +636,20 @@ impl Trainer {
             lr,
         };
         let overlong = &self.cfg.advantage.overlong;
-        let mut rows: Vec<Row> = groups
-            .iter()
-            .flat_map(|g| g.completions.iter().map(move |c| (g, c)))
-            .map(|(g, c)| Row {
+        let completions = || {
+            groups
+                .iter()
+                .flat_map(|g| g.completions.iter().map(move |c| (g, c)))
+        };
+        let responses: Vec<Encoded> = completions()
+            .map(|(_, c)| text_response(c.tokens.clone()))
+            .collect();
+        let mut rows: Vec<Row> = completions()
+            .zip(&responses)
+            .map(|((g, c), response)| Row {
                 prompt: &g.encoded,
-                tokens: &c.tokens,
+                response,
+                generated: &[],
                 advantage: 0.0,
                 counts: overlong.counts_in_loss(c.finish == FinishReason::Length),
             })
