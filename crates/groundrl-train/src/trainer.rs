@@ -478,7 +478,8 @@ impl Trainer {
             .collect()
     }
 
-    /// A sample's prompt and its reference answer's tokens, ended by the end-of-turn token.
+    /// A sample's prompt and its reference answer as the response: the answer's tokens, ended by the
+    /// end-of-turn token.
     fn reference_example(&self, sample: &Sample) -> Result<(Encoded, Encoded), String> {
         let processor = &self.policy.processor;
         let encoded = processor

@@ -1,5 +1,6 @@
 //! The policy update of one step: completions as training rows, PPO epochs over mini-batches, micro-
-//! batches with gradient accumulation, one optimizer step per mini-batch.
+//! batches with gradient accumulation, one optimizer step per mini-batch. A tool-using completion's
+//! tool turns stay in its row as context but are masked out of the loss (see [`Row::generated`]).
 
 use groundrl_tensor::processor::{Encoded, Processor};
 use groundrl_tensor::qwen2_5_vl::model::logprobs_and_entropy_at;

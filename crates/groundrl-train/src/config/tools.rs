@@ -86,7 +86,7 @@ impl ToolsConfig {
     }
 
     /// The enabled tools; `budget` is the processor's pixel budget (a zoom stays within it). Names
-    /// [`Self::validate`] would refuse are left out.
+    /// `TrainConfig::validate` refuses are left out.
     pub fn toolbox(&self, budget: PixelBudget) -> Toolbox {
         let tools = self
             .enabled
