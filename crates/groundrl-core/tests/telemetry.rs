@@ -3,6 +3,7 @@
 
 use groundrl_core::frame::Frame;
 use groundrl_core::telemetry::record::keys;
+use groundrl_core::telemetry::stats::target_size;
 use groundrl_core::telemetry::{
     Accuracy, Alarm, CompletionRecord, EventWriter, HealthConfig, HealthMonitor, JsonlLog, RolloutStats,
     Scalars, StepRecord, TelemetryError,
@@ -21,6 +22,7 @@ fn completion(group: usize, source: &str, reward: f64, components: [f64; 2]) -> 
         parse_ok: true,
         frame: None,
         confidence: None,
+        ..Default::default()
     }
 }
 
@@ -173,6 +175,137 @@ fn bad_input_is_refused_with_the_record_and_field_named() {
     );
 }
 
+/// `five_completions` where the first four called tools: calls 1, 2, 0 and 3, of which 1, 1, 0 and 0
+/// ran; the last answer is right.
+fn tool_completions() -> Vec<CompletionRecord> {
+    let mut r = five_completions();
+    r[4].correct = Some(true);
+    // (calls, of which ran, the others by outcome) of the first four completions.
+    let calls = [
+        (1, 1, vec![]),
+        (2, 1, vec![("malformed", 1)]),
+        (0, 0, vec![]),
+        (3, 0, vec![("turn_limit", 1), ("unknown_tool", 2)]),
+    ];
+    for (record, (calls, ok, failures)) in r.iter_mut().zip(calls) {
+        record.tool_calls = calls;
+        record.tool_calls_ok = ok;
+        record.tool_call_failures = failures.into_iter().map(|(k, n)| (k.to_string(), n)).collect();
+    }
+    r
+}
+
+#[test]
+fn tool_use_statistics_match_hand_computed_values() {
+    let s = RolloutStats::compute(&tool_completions(), &names()).unwrap();
+    // Completions 0 and 1 ran a call: 2 of 5. Calls 1 + 2 + 0 + 3 + 0 = 6 over 5 completions.
+    assert_eq!(s.tool_use_rate, 0.4);
+    assert!(close(s.tool_calls_per_sample, 1.2));
+    assert_eq!(s.tool_calls, 6);
+    let failures: Vec<(&str, u64)> = s
+        .tool_call_failures
+        .iter()
+        .map(|(k, &v)| (k.as_str(), v))
+        .collect();
+    assert_eq!(
+        failures,
+        [("malformed", 1), ("turn_limit", 1), ("unknown_tool", 2)]
+    );
+    // With tools: completions 0 (right) and 1 (wrong). Without: 2 (right), 3 (not judged), 4 (right).
+    assert_eq!(
+        s.accuracy_with_tools,
+        Accuracy {
+            judged: 2,
+            correct: 1,
+            share: Some(0.5)
+        }
+    );
+    assert_eq!(
+        s.accuracy_without_tools,
+        Accuracy {
+            judged: 2,
+            correct: 2,
+            share: Some(1.0)
+        }
+    );
+    let scalars = step_record(1, s.clone()).scalars();
+    let get = |tag: &str| scalars.iter().find(|(t, _)| t == tag).map(|&(_, v)| v);
+    assert_eq!(get("tools/use_rate"), Some(0.4));
+    assert_eq!(get("tools/accuracy_with"), Some(0.5));
+    assert_eq!(get("tools/accuracy_without"), Some(1.0));
+    // Failed calls per completion: 1 / 5 and 2 / 5; no tag for an outcome that did not occur.
+    assert_eq!(get("tools/failures/malformed"), Some(0.2));
+    assert_eq!(get("tools/failures/unknown_tool"), Some(0.4));
+    assert_eq!(get("tools/failures/failed"), None);
+    // The step log keeps the totals.
+    let json = serde_json::to_value(step_record(1, s)).unwrap();
+    assert_eq!(json["rollout"]["tool_call_failures"]["unknown_tool"], 2);
+    assert_eq!(json["rollout"]["accuracy_with_tools"]["correct"], 1);
+}
+
+#[test]
+fn a_step_logged_before_tools_existed_reads_with_no_tool_use() {
+    let s = RolloutStats::compute(&tool_completions(), &names()).unwrap();
+    let mut json = serde_json::to_value(step_record(4, s)).unwrap();
+    let rollout = json["rollout"].as_object_mut().unwrap();
+    for field in [
+        "tool_use_rate",
+        "tool_calls_per_sample",
+        "tool_calls",
+        "tool_call_failures",
+        "accuracy_with_tools",
+        "accuracy_without_tools",
+    ] {
+        assert!(rollout.remove(field).is_some(), "{field}");
+    }
+    let old: StepRecord = serde_json::from_value(json).unwrap();
+    let r = &old.rollout;
+    assert_eq!(
+        (r.tool_use_rate, r.tool_calls_per_sample, r.tool_calls),
+        (0.0, 0.0, 0)
+    );
+    assert!(r.tool_call_failures.is_empty());
+    assert_eq!(r.accuracy_with_tools, Accuracy::default());
+    assert_eq!(r.reward.mean, 0.45);
+}
+
+#[test]
+fn tool_counts_that_do_not_add_up_are_refused() {
+    let err =
+        |records: &[CompletionRecord]| RolloutStats::compute(records, &names()).unwrap_err().to_string();
+    let mut records = tool_completions();
+    records[0].tool_calls_ok = 2;
+    assert_eq!(
+        err(&records),
+        "records[0].tool_calls: 1 calls, but 2 ok and 0 failed"
+    );
+    let mut records = tool_completions();
+    records[3].tool_call_failures.insert("failed".into(), 1);
+    assert_eq!(
+        err(&records),
+        "records[3].tool_calls: 3 calls, but 0 ok and 4 failed"
+    );
+    let mut records = tool_completions();
+    records[2].confidence_before = Some(f64::NAN);
+    assert_eq!(err(&records), "records[2].confidence_before: NaN is not finite");
+    let mut records = tool_completions();
+    records[1].target_size = Some(f64::INFINITY);
+    assert_eq!(err(&records), "records[1].target_size: inf is not finite");
+}
+
+#[test]
+fn target_size_is_the_largest_targets_smaller_side_over_the_images() {
+    // A 40 x 20 box in a 200 x 100 image: 20 / 100.
+    assert_eq!(target_size(&[[10.0, 20.0, 50.0, 40.0]], 200.0, 100.0), Some(0.2));
+    // Of a 5 x 5 box (0.05) and a 30 x 20 one (0.2), the larger; corners in any order.
+    assert_eq!(
+        target_size(&[[0.0, 0.0, 5.0, 5.0], [40.0, 30.0, 10.0, 10.0]], 200.0, 100.0),
+        Some(0.2)
+    );
+    assert_eq!(target_size(&[], 200.0, 100.0), None);
+    assert_eq!(target_size(&[[0.0, 0.0, 5.0, 5.0]], 0.0, 100.0), None);
+}
+
 fn step_record(step: u64, rollout: RolloutStats) -> StepRecord {
     StepRecord {
         step,
@@ -215,9 +348,14 @@ fn a_step_record_flattens_to_tagged_scalars() {
     assert_eq!(get("train/time/step"), Some(3.5));
     // osworld judged nothing: no accuracy tag for it rather than a made-up number.
     assert_eq!(get("source/osworld/accuracy"), None);
+    // No tool call: the rates are 0, no failure is listed and every judged answer is one without.
+    assert_eq!(get("tools/use_rate"), Some(0.0));
+    assert_eq!(get("tools/calls_per_sample"), Some(0.0));
+    assert_eq!(get("tools/accuracy_without"), Some(0.5));
+    assert_eq!(get("tools/accuracy_with"), None);
     // 1 epoch + 4 reward + 8 component + accuracy + iou + 3 length + parse + 5 frames + 2 confidence
-    // + zero-variance share + 2 sources + 2 batch + 2 train.
-    assert_eq!(scalars.len(), 33);
+    // + zero-variance share + 2 sources + 3 tools + 2 batch + 2 train.
+    assert_eq!(scalars.len(), 36);
     assert!(scalars.iter().all(|(_, v)| v.is_finite()));
 }
 

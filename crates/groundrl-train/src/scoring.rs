@@ -74,6 +74,7 @@ impl Scorer {
         let scored = score_parsed(&self.spec, &input, parsed.as_ref())
             .map_err(|e| format!("sample {}: {e}", s.sample.id))?;
         let judged = self.correct_from.map_or(scored.total, |i| scored.components[i]);
+        let confidence = parsed.ok().and_then(|p| p.confidence);
         Ok(CompletionRecord {
             group: s.group,
             source: s.sample.source.clone(),
@@ -84,8 +85,14 @@ impl Scorer {
             truncated: s.truncated,
             parse_ok: scored.parse.ok,
             frame: scored.parse.frame,
-            confidence: parsed.ok().and_then(|p| p.confidence),
+            confidence,
+            // A completion without tool calls: its one confidence is stated before any call.
+            confidence_before: confidence,
             components: scored.components,
+            tool_calls: 0,
+            tool_calls_ok: 0,
+            tool_call_failures: Default::default(),
+            target_size: None,
         })
     }
 }

@@ -1,8 +1,11 @@
 //! Supervised warm-up: one optimizer step of token-mean cross-entropy on reference answers.
 //!
-//! The rows are the same prompt + completion rows the policy update trains on ([`Row`]), with the
-//! reference answer as the completion; the loss is minus the mean log-probability of every answer
-//! token of the batch (each token weighs the same, as in ordinary language-model fine-tuning).
+//! The rows are the same prompt + response rows the policy update trains on ([`Row`]), with the
+//! reference answer as the response; the loss is minus the mean log-probability of every answer
+//! token of the batch (each token weighs the same, as in ordinary language-model fine-tuning). A
+//! reference trajectory of a tool-using model (a zoom call, the tool's reply, then the answer) is a
+//! row whose `generated` flags mark the tool turn: the model is taught to write the call and the
+//! answer, and reads the reply as context without being trained to produce it.
 
 use groundrl_tensor::processor::Processor;
 use groundrl_tensor::qwen2_5_vl::model::logprobs_at;
@@ -28,8 +31,9 @@ pub struct SftReport {
     pub grad_norm: f64,
     /// False when the optimizer skipped the step (non-finite gradients).
     pub applied: bool,
-    /// Tokens run through the model (prompts and answers, padding excluded).
+    /// Tokens run through the model (prompts, answers and tool turns, padding excluded).
     pub tokens: u64,
+    /// Tokens learned from: the reference's own tokens, tool turns excluded.
     pub answer_tokens: u64,
 }
 
@@ -45,7 +49,7 @@ pub fn sft_step(
     let batches: Vec<_> = rows
         .chunks(s.micro_batch_size.max(1))
         .map(|chunk| micro_batch(processor, chunk, device))
-        .collect();
+        .collect::<Result<_, _>>()?;
     let answer_tokens: u64 = batches.iter().map(|mb| mb.counted).sum();
     if answer_tokens == 0 {
         return Err(ModelError::Input("warm-up batch without answer tokens".into()));
@@ -81,4 +85,66 @@ pub fn sft_step(
         tokens,
         answer_tokens,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use tch::{Device, Tensor};
+
+    use super::*;
+    use crate::optim::OptimConfig;
+    use crate::update::tests::{tiny, zoom_trajectory};
+
+    #[test]
+    fn a_tool_turn_is_left_out_of_the_cross_entropy() {
+        let (model, p) = tiny();
+        let t = zoom_trajectory(&p);
+        // Reference: minus the mean log-probability, from the full logits, of the tokens the model
+        // wrote (the call and the answer), each predicted from the position before it.
+        let sequence: Vec<i64> = t
+            .prompt
+            .input_ids
+            .iter()
+            .chain(&t.response.input_ids)
+            .copied()
+            .collect();
+        let batch = micro_batch(&p, &[t.row(0.0)], Device::Cpu).unwrap().batch;
+        assert_eq!(batch.input_ids[..], [&sequence[..]]);
+        let logprobs = tch::no_grad(|| model.logits(&batch))
+            .unwrap()
+            .log_softmax(-1, Kind::Float);
+        let start = t.prompt.input_ids.len();
+        let learned: Vec<usize> = (0..t.generated.len())
+            .filter(|&i| t.generated[i])
+            .map(|i| start + i)
+            .collect();
+        let sum: f64 = learned
+            .iter()
+            .map(|&i| logprobs.double_value(&[0, i as i64 - 1, sequence[i]]))
+            .sum();
+        let want = -sum / learned.len() as f64;
+
+        let params: Vec<(String, Tensor)> = model.var_store().variables().into_iter().collect();
+        let mut optimizer = AdamW::new(params, &OptimConfig::default()).unwrap();
+        let settings = SftSettings {
+            micro_batch_size: 1,
+            checkpoint: false,
+            logprob_chunk: 16,
+            lr: 1e-6,
+        };
+        let report = sft_step(&model, &p, &mut optimizer, &[t.row(0.0)], &settings).unwrap();
+        assert_eq!(report.answer_tokens, learned.len() as u64);
+        assert_eq!(report.tokens, sequence.len() as u64);
+        assert!(
+            (report.loss - want).abs() < 1e-5,
+            "loss {} vs {want} over the model's tokens",
+            report.loss
+        );
+        // Had the tool turn counted, the loss would be the mean over every response token.
+        let all: f64 = (start..sequence.len())
+            .map(|i| logprobs.double_value(&[0, i as i64 - 1, sequence[i]]))
+            .sum();
+        let leaked = -all / (sequence.len() - start) as f64;
+        assert!((report.loss - leaked).abs() > 1e-3, "{} vs {leaked}", report.loss);
+    }
 }

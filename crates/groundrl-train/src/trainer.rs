@@ -17,6 +17,7 @@ use groundrl_core::frame::{Frame, ImageFrames, Size};
 use groundrl_core::metrics::grounding::{Answer, RawAnswer, Resolved, resolve::resolve};
 use groundrl_core::prompt::answer::reference_answer;
 use groundrl_core::rng::keyed;
+use groundrl_core::telemetry::stats::target_size;
 use groundrl_core::telemetry::{
     CompletionRecord, EvalRecord, EventWriter, HealthMonitor, JsonlLog, RolloutStats, Scalars, StepRecord,
 };
@@ -37,7 +38,7 @@ use crate::dataset::{Dataset, epoch_order, fixed_subsample};
 use crate::optim::{AdamW, lr_at};
 use crate::scoring::{Scorer, Scoring};
 use crate::sft::{SftSettings, sft_step};
-use crate::update::{Row, UpdateSettings, kl_penalties, update};
+use crate::update::{Row, UpdateSettings, kl_penalties, text_response, update};
 
 mod rounds;
 pub use rounds::ROUNDS_DIR;
@@ -403,7 +404,7 @@ impl Trainer {
     fn warm_up_step(&mut self) -> Result<SftRecord, TrainError> {
         let start = Instant::now();
         let step = self.state.sft_step;
-        let mut examples: Vec<(Encoded, Vec<i64>)> = Vec::new();
+        let mut examples: Vec<(Encoded, Encoded)> = Vec::new();
         for index in self.warm_up_indices(step) {
             let sample = &self.train.samples[index];
             match self.reference_example(sample) {
@@ -422,9 +423,10 @@ impl Trainer {
         }
         let rows: Vec<Row> = examples
             .iter()
-            .map(|(prompt, tokens)| Row {
+            .map(|(prompt, response)| Row {
                 prompt,
-                tokens,
+                response,
+                generated: &[],
                 advantage: 0.0,
                 counts: true,
             })
@@ -476,8 +478,9 @@ impl Trainer {
             .collect()
     }
 
-    /// A sample's prompt and its reference answer's tokens, ended by the end-of-turn token.
-    fn reference_example(&self, sample: &Sample) -> Result<(Encoded, Vec<i64>), String> {
+    /// A sample's prompt and its reference answer as the response: the answer's tokens, ended by the
+    /// end-of-turn token.
+    fn reference_example(&self, sample: &Sample) -> Result<(Encoded, Encoded), String> {
         let processor = &self.policy.processor;
         let encoded = processor
             .encode_sample(sample, &self.train.base, None)
@@ -492,7 +495,7 @@ impl Trainer {
             .map(i64::from)
             .collect();
         tokens.push(i64::from(processor.tokenizer.special_ids().eos));
-        Ok((encoded, tokens))
+        Ok((encoded, text_response(tokens)))
     }
 
     /// The original and resized sizes of the sample's first image, as the processor resized it.
@@ -571,6 +574,7 @@ impl Trainer {
             } => (Some([point.x, point.y]), bbox.map(|b| [b.x1, b.y1, b.x2, b.y2])),
             _ => (None, None),
         };
+        let targets = pixel_boxes(sample, frames);
         Ok(EvalRecord {
             id: sample.id.clone(),
             source: sample.source.clone(),
@@ -587,13 +591,16 @@ impl Trainer {
             width: frames.original.width as u32,
             height: frames.original.height as u32,
             instruction: sample.instruction.clone(),
-            targets: pixel_boxes(sample, frames),
+            target_size: target_size(&targets, frames.original.width, frames.original.height),
+            targets,
             completion: text,
             point,
             pred_box,
             correct: scored.correct == Some(true),
             reward: scored.reward,
             confidence: scored.confidence,
+            tool_calls: 0,
+            tool_calls_ok: 0,
         })
     }
 
@@ -630,12 +637,20 @@ impl Trainer {
             lr,
         };
         let overlong = &self.cfg.advantage.overlong;
-        let mut rows: Vec<Row> = groups
-            .iter()
-            .flat_map(|g| g.completions.iter().map(move |c| (g, c)))
-            .map(|(g, c)| Row {
+        let completions = || {
+            groups
+                .iter()
+                .flat_map(|g| g.completions.iter().map(move |c| (g, c)))
+        };
+        let responses: Vec<Encoded> = completions()
+            .map(|(_, c)| text_response(c.tokens.clone()))
+            .collect();
+        let mut rows: Vec<Row> = completions()
+            .zip(&responses)
+            .map(|((g, c), response)| Row {
                 prompt: &g.encoded,
-                tokens: &c.tokens,
+                response,
+                generated: &[],
                 advantage: 0.0,
                 counts: overlong.counts_in_loss(c.finish == FinishReason::Length),
             })

@@ -1,5 +1,6 @@
 //! The policy update of one step: completions as training rows, PPO epochs over mini-batches, micro-
-//! batches with gradient accumulation, one optimizer step per mini-batch.
+//! batches with gradient accumulation, one optimizer step per mini-batch. A tool-using completion's
+//! tool turns stay in its row as context but are masked out of the loss (see [`Row::generated`]).
 
 use groundrl_tensor::processor::{Encoded, Processor};
 use groundrl_tensor::qwen2_5_vl::model::logprobs_and_entropy_at;
@@ -9,14 +10,50 @@ use tch::{Device, Kind, Tensor};
 use crate::loss::{LossConfig, LossInputs, LossScale, LossStats, kl_reward_penalty, policy_loss};
 use crate::optim::{AdamW, StepOutcome};
 
-/// One completion to learn from.
+/// One trajectory to learn from: a prompt and everything after it.
 pub struct Row<'a> {
     /// The prompt it was sampled for (its ids and pixels).
     pub prompt: &'a Encoded,
-    pub tokens: &'a [i64],
+    /// Every token after the prompt. For a tool-using trajectory that is the model's turns and the
+    /// tool turns between them, and its pixels and grids are the tool turns' images, in order
+    /// (they follow the prompt's in the sequence). A plain completion is [`text_response`].
+    pub response: &'a Encoded,
+    /// Per response token: true where the model produced it (learned from), false where a tool did
+    /// (the tool turn's text and image tokens: context the policy conditions on but did not choose,
+    /// so they are left out of the loss and of its token counts). Empty: every token is the model's.
+    pub generated: &'a [bool],
     pub advantage: f64,
     /// False for a completion masked out of the loss (overlong filtering).
     pub counts: bool,
+}
+
+impl Row<'_> {
+    /// Whether response token `i` is the model's.
+    fn learns_from(&self, i: usize) -> bool {
+        self.generated.get(i).copied().unwrap_or(true)
+    }
+
+    /// The prompt and the response as one sequence: ids, then pixels and grids of the prompt's images
+    /// followed by the response's.
+    fn sequence(&self) -> Encoded {
+        let mut sequence = self.prompt.share();
+        sequence.input_ids.extend_from_slice(&self.response.input_ids);
+        sequence.image_grids.extend_from_slice(&self.response.image_grids);
+        sequence.pixel_values = match (sequence.pixel_values, &self.response.pixel_values) {
+            (Some(prompt), Some(response)) => Some(Tensor::cat(&[&prompt, response], 0)),
+            (prompt, response) => prompt.or_else(|| response.as_ref().map(Tensor::shallow_clone)),
+        };
+        sequence
+    }
+}
+
+/// The response of a completion without tool turns: its generated tokens, no image.
+pub fn text_response(tokens: Vec<i64>) -> Encoded {
+    Encoded {
+        input_ids: tokens,
+        pixel_values: None,
+        image_grids: Vec::new(),
+    }
 }
 
 /// How the update runs.
@@ -51,12 +88,14 @@ pub struct UpdateReport {
 /// The training inputs of some rows on the model's device.
 pub(crate) struct MicroBatch {
     pub batch: Batch,
-    /// (B, L) f32: 1 at completion tokens that count.
+    /// (B, L) f32: 1 at the model's response tokens of rows that count, 0 at prompts, tool turns and
+    /// padding. The loss and its normalisers ([`LossScale`]) count only these tokens.
     pub mask: Tensor,
     /// (B,) f32.
     pub advantages: Tensor,
+    /// Tokens run through the model: prompts, responses and tool turns.
     pub tokens: u64,
-    /// Completion tokens that count in the loss.
+    /// Response tokens that count in the loss (the model's, of rows that count).
     pub counted: u64,
 }
 
@@ -72,12 +111,12 @@ pub fn update(
 ) -> Result<UpdateReport, ModelError> {
     let device = model.device();
     let minis: Vec<&[Row]> = rows.chunks(s.mini_batch_size.max(1)).collect();
-    let micro = |mini: &[Row]| -> Vec<MicroBatch> {
+    let micro = |mini: &[Row]| -> Result<Vec<MicroBatch>, ModelError> {
         mini.chunks(s.micro_batch_size.max(1))
             .map(|rows| micro_batch(processor, rows, device))
             .collect()
     };
-    let batches: Vec<Vec<MicroBatch>> = minis.iter().map(|m| micro(m)).collect();
+    let batches: Vec<Vec<MicroBatch>> = minis.iter().map(|m| micro(m)).collect::<Result<_, _>>()?;
     let separate_old = s.ppo_epochs > 1 || batches.len() > 1;
     let old: Vec<Vec<Option<Tensor>>> = batches
         .iter()
@@ -168,7 +207,7 @@ pub fn kl_penalties(
 ) -> Result<Vec<f64>, ModelError> {
     let mut penalties = Vec::with_capacity(rows.len());
     for chunk in rows.chunks(s.micro_batch_size.max(1)) {
-        let mb = micro_batch(processor, chunk, model.device());
+        let mb = micro_batch(processor, chunk, model.device())?;
         let policy = scores_without_grad(model, &mb, s)?;
         let reference = scores_without_grad(reference, &mb, s)?;
         let penalty = kl_reward_penalty(s.loss, &policy, &reference, &mb.mask)
@@ -178,34 +217,46 @@ pub fn kl_penalties(
     Ok(penalties)
 }
 
-/// The rows as one left-padded batch of prompt + completion, with the completion mask.
-pub(crate) fn micro_batch(processor: &Processor, rows: &[Row], device: Device) -> MicroBatch {
+/// The rows as one left-padded batch of prompt + response, with the mask of the tokens learned
+/// from: the model's response tokens of the rows that count. A row whose `generated` flags do not
+/// match its response is refused, naming it.
+pub(crate) fn micro_batch(
+    processor: &Processor,
+    rows: &[Row],
+    device: Device,
+) -> Result<MicroBatch, ModelError> {
     let width = rows
         .iter()
-        .map(|r| r.prompt.input_ids.len() + r.tokens.len())
+        .map(|r| r.prompt.input_ids.len() + r.response.input_ids.len())
         .max()
         .unwrap_or(0);
     let mut mask = vec![0f32; rows.len() * width];
     let mut tokens = 0;
     let mut counted = 0;
-    let encoded = rows
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            let len = r.prompt.input_ids.len() + r.tokens.len();
-            tokens += len as u64;
-            if r.counts {
-                // Left padding puts the completion at the end of the row.
-                mask[i * width + width - r.tokens.len()..(i + 1) * width].fill(1.0);
-                counted += r.tokens.len() as u64;
+    let mut encoded = Vec::with_capacity(rows.len());
+    for (i, r) in rows.iter().enumerate() {
+        let response = r.response.input_ids.len();
+        if !r.generated.is_empty() && r.generated.len() != response {
+            return Err(ModelError::Input(format!(
+                "row {i}: {} generated flags for {response} response tokens",
+                r.generated.len()
+            )));
+        }
+        tokens += (r.prompt.input_ids.len() + response) as u64;
+        if r.counts {
+            // Left padding puts the response at the end of the row.
+            let start = (i + 1) * width - response;
+            for (t, slot) in mask[start..(i + 1) * width].iter_mut().enumerate() {
+                if r.learns_from(t) {
+                    *slot = 1.0;
+                    counted += 1;
+                }
             }
-            let mut row = r.prompt.share();
-            row.input_ids.extend_from_slice(r.tokens);
-            row
-        })
-        .collect();
+        }
+        encoded.push(r.sequence());
+    }
     let advantages: Vec<f32> = rows.iter().map(|r| r.advantage as f32).collect();
-    MicroBatch {
+    Ok(MicroBatch {
         batch: processor.batch(encoded),
         mask: Tensor::from_slice(&mask)
             .view([rows.len() as i64, width as i64])
@@ -213,10 +264,11 @@ pub(crate) fn micro_batch(processor: &Processor, rows: &[Row], device: Device) -
         advantages: Tensor::from_slice(&advantages).to_device(device),
         tokens,
         counted,
-    }
+    })
 }
 
-/// Log-probs and entropies of the micro-batch's completion tokens at the sampling temperature.
+/// Log-probs and entropies of the micro-batch's masked tokens (the model's) at the sampling
+/// temperature; 0 elsewhere, with no graph to them.
 fn token_scores(
     model: &Qwen25Vl,
     hidden: &Tensor,
@@ -243,4 +295,248 @@ fn scores_without_grad(model: &Qwen25Vl, mb: &MicroBatch, s: &UpdateSettings) ->
             .logprobs
             .to_kind(Kind::Float))
     })
+}
+
+/// Fixtures shared with the warm-up's tests: the tiny model and a tool-using trajectory.
+#[cfg(test)]
+pub(crate) mod tests {
+    use groundrl_tensor::hf_folder::tiny_ids;
+    use groundrl_tensor::processor::chat_template::ChatTemplate;
+    use groundrl_tensor::processor::image::ImageProcessor;
+    use groundrl_tensor::processor::tiny_tokenizer::{VOCAB_SIZE, tiny_tokenizer};
+    use groundrl_tensor::processor::tokenizer::expand_image_pads;
+    use groundrl_tensor::qwen2_5_vl::presets;
+    use groundrl_tensor::qwen2_5_vl::rope_index::Grid;
+
+    use super::*;
+    use crate::loss::{Aggregation, LossConfig, LossScale, policy_loss};
+
+    /// The tiny preset, random-init, with a processor of the tiny tokenizer.
+    pub(crate) fn tiny() -> (Qwen25Vl, Processor) {
+        let config = presets::tiny(i64::from(VOCAB_SIZE), &tiny_ids());
+        let processor = Processor {
+            tokenizer: tiny_tokenizer().unwrap(),
+            template: ChatTemplate::qwen2_5_vl(),
+            image: ImageProcessor::default(),
+        };
+        (Qwen25Vl::new(&config, Device::Cpu, Kind::Float, 3), processor)
+    }
+
+    pub(crate) fn ids(p: &Processor, text: &str) -> Vec<i64> {
+        let ids = p.tokenizer.encode(text).unwrap();
+        ids.into_iter().map(i64::from).collect()
+    }
+
+    /// `text` with its one `<|image_pad|>` expanded for an image of `grid`, and made-up pixel rows
+    /// `offset + 1e-4 * k` for k = 0, 1, ... (every value different, so their order can be checked).
+    fn with_image(p: &Processor, text: &str, grid: Grid, offset: f64) -> Encoded {
+        let patches = grid.iter().product::<i64>();
+        let merged = (patches / 4) as usize;
+        let pixels = Tensor::arange(patches * 1176, (Kind::Float, Device::Cpu)).view([patches, 1176]) * 1e-4;
+        Encoded {
+            input_ids: ids(p, &expand_image_pads(text, &[merged]).unwrap()),
+            pixel_values: Some(pixels + offset),
+            image_grids: vec![grid],
+        }
+    }
+
+    const PROMPT: &str = "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Click OK.<|im_end|>\n\
+                          <|im_start|>assistant\n";
+    const CALL: &str =
+        "<tool_call>\n{\"name\": \"zoom\", \"arguments\": {\"bbox_2d\": [0, 0, 28, 28]}}\n</tool_call>";
+    const TOOL_TURN: &str = "<|im_end|>\n<|im_start|>user\n<tool_response>\n<|vision_start|><|image_pad|>\
+                             <|vision_end|>zoom 2x\n</tool_response><|im_end|>\n<|im_start|>assistant\n";
+
+    /// A prompt with its trajectory after it.
+    pub(crate) struct Trajectory {
+        pub prompt: Encoded,
+        /// The tool turn alone (its ids are inside `response`).
+        pub tool: Encoded,
+        pub response: Encoded,
+        pub generated: Vec<bool>,
+    }
+
+    impl Trajectory {
+        pub(crate) fn row(&self, advantage: f64) -> Row<'_> {
+            Row {
+                prompt: &self.prompt,
+                response: &self.response,
+                generated: &self.generated,
+                advantage,
+                counts: true,
+            }
+        }
+    }
+
+    /// A screenshot prompt (a 4 x 4 patch image), then the model's zoom call, the tool turn with the
+    /// zoomed image (4 x 8 patches) and the model's answer.
+    pub(crate) fn zoom_trajectory(p: &Processor) -> Trajectory {
+        let prompt = with_image(p, PROMPT, [1, 4, 4], 0.0);
+        let tool = with_image(p, TOOL_TURN, [1, 4, 8], 5.0);
+        let call = ids(p, CALL);
+        let answer = ids(p, "(20, 30)<|im_end|>");
+        let mut input_ids = call.clone();
+        input_ids.extend(&tool.input_ids);
+        input_ids.extend(&answer);
+        let mut generated = vec![true; call.len()];
+        generated.extend(vec![false; tool.input_ids.len()]);
+        generated.extend(vec![true; answer.len()]);
+        let response = Encoded {
+            input_ids,
+            pixel_values: tool.pixel_values.as_ref().map(Tensor::shallow_clone),
+            image_grids: tool.image_grids.clone(),
+        };
+        Trajectory {
+            prompt,
+            tool,
+            response,
+            generated,
+        }
+    }
+
+    fn floats(t: &Tensor) -> Vec<f32> {
+        Vec::<f32>::try_from(t.flatten(0, -1)).unwrap()
+    }
+
+    #[test]
+    fn a_tool_turn_is_masked_out_and_its_image_follows_the_prompts() {
+        let (_, p) = tiny();
+        let t = zoom_trajectory(&p);
+        let plain_prompt = with_image(&p, PROMPT, [1, 4, 4], 9.0);
+        let plain = text_response(ids(&p, "(5, 6)<|im_end|>"));
+        let rows = [
+            t.row(1.0),
+            Row {
+                prompt: &plain_prompt,
+                response: &plain,
+                generated: &[],
+                advantage: -1.0,
+                counts: true,
+            },
+        ];
+        let mb = micro_batch(&p, &rows, Device::Cpu).unwrap();
+        let lengths = [
+            t.prompt.input_ids.len() + t.response.input_ids.len(),
+            plain_prompt.input_ids.len() + plain.input_ids.len(),
+        ];
+        let width = lengths[0].max(lengths[1]);
+        // Row 0: 0 over its padding, prompt and tool turn; 1 over the call and the answer.
+        let mut want = vec![0f32; width - t.generated.len()];
+        want.extend(t.generated.iter().map(|&g| f32::from(u8::from(g))));
+        assert_eq!(floats(&mb.mask.get(0)), want);
+        let tool_start = width - t.generated.len() + t.generated.iter().position(|&g| !g).unwrap();
+        let tool_len = t.tool.input_ids.len();
+        assert_eq!(
+            mb.batch.input_ids[0][tool_start..tool_start + tool_len],
+            t.tool.input_ids[..]
+        );
+        assert!(want[tool_start..tool_start + tool_len].iter().all(|&m| m == 0.0));
+        assert!(want[tool_start - 1] == 1.0 && want[tool_start + tool_len] == 1.0);
+        // Row 1, without a tool turn: its whole response.
+        let mut want = vec![0f32; width - plain.input_ids.len()];
+        want.extend(vec![1f32; plain.input_ids.len()]);
+        assert_eq!(floats(&mb.mask.get(1)), want);
+        let learned = t.generated.iter().filter(|&&g| g).count() + plain.input_ids.len();
+        assert_eq!(mb.counted, learned as u64);
+        assert_eq!(mb.tokens, (lengths[0] + lengths[1]) as u64);
+        // Images in sequence order: row 0's screenshot and zoom, then row 1's screenshot.
+        let pixels = mb.batch.pixel_values.as_ref().unwrap();
+        assert_eq!(pixels.size(), [16 + 32 + 16, 1176]);
+        let want = Tensor::cat(
+            &[
+                t.prompt.pixel_values.as_ref().unwrap(),
+                t.tool.pixel_values.as_ref().unwrap(),
+                plain_prompt.pixel_values.as_ref().unwrap(),
+            ],
+            0,
+        );
+        assert!(pixels.equal(&want));
+        assert_eq!(mb.batch.image_grids, [[1, 4, 4], [1, 4, 8], [1, 4, 4]]);
+    }
+
+    #[test]
+    fn rows_that_do_not_count_or_do_not_fit_their_flags() {
+        let (_, p) = tiny();
+        let t = zoom_trajectory(&p);
+        let skipped = Row {
+            counts: false,
+            ..t.row(1.0)
+        };
+        let mb = micro_batch(&p, &[skipped], Device::Cpu).unwrap();
+        assert_eq!(mb.counted, 0);
+        assert_eq!(mb.mask.sum(Kind::Float).double_value(&[]), 0.0);
+        let short = Row {
+            generated: &t.generated[1..],
+            ..t.row(1.0)
+        };
+        let err = micro_batch(&p, &[t.row(1.0), short], Device::Cpu)
+            .err()
+            .unwrap()
+            .to_string();
+        let n = t.response.input_ids.len();
+        assert!(
+            err.ends_with(&format!(
+                "row 1: {} generated flags for {n} response tokens",
+                n - 1
+            )),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn tool_turn_tokens_get_no_gradient_from_the_policy_loss() {
+        let (model, p) = tiny();
+        let t = zoom_trajectory(&p);
+        let rows = [t.row(1.0)];
+        let mb = micro_batch(&p, &rows, Device::Cpu).unwrap();
+        let hidden = tch::no_grad(|| model.hidden_states(&mb.batch))
+            .unwrap()
+            .set_requires_grad(true);
+        let ids = Tensor::from_slice2(&mb.batch.input_ids);
+        let generated = t.generated.iter().filter(|&&g| g).count();
+        for aggregation in [Aggregation::TokenMean, Aggregation::SeqMeanTokenSum] {
+            let cfg = LossConfig {
+                aggregation,
+                ..LossConfig::default()
+            };
+            let s = UpdateSettings {
+                loss: &cfg,
+                ppo_epochs: 1,
+                mini_batch_size: 1,
+                micro_batch_size: 1,
+                checkpoint: false,
+                logprob_chunk: 16,
+                temperature: 1.0,
+                response_budget: 256,
+                lr: 1e-6,
+            };
+            let scores = token_scores(&model, &hidden, &ids, &mb, &s).unwrap();
+            let scale = LossScale::of_mini_batch([&mb.mask], &cfg, s.response_budget).unwrap();
+            // The token-mean divisor counts the model's tokens only.
+            assert_eq!(scale.tokens, generated as i64);
+            let inputs = LossInputs {
+                old_logprobs: scores.logprobs.detach(),
+                logprobs: scores.logprobs,
+                ref_logprobs: None,
+                advantages: mb.advantages.shallow_clone(),
+                mask: mb.mask.shallow_clone(),
+                entropy: None,
+            };
+            let loss = policy_loss(&inputs, &cfg, &scale).unwrap().loss;
+            // On-policy with A = 1 each counted token adds -1: the token sum is -(the model's tokens).
+            if aggregation == Aggregation::SeqMeanTokenSum {
+                assert!((loss.double_value(&[]) + generated as f64).abs() < 1e-4);
+            }
+            let grad = &Tensor::run_backward(&[&loss], &[&hidden], false, false)[0];
+            // The hidden state at position i predicts token i + 1: it gets a gradient exactly when
+            // the model generated that token, so no tool token's log-prob contributes.
+            let start = t.prompt.input_ids.len();
+            let per_position = floats(&grad.get(0).abs().sum_dim_intlist(1, false, Kind::Float));
+            assert_eq!(per_position.len(), start + t.generated.len());
+            for (i, &g) in per_position.iter().enumerate() {
+                let learned = (i + 1 >= start) && t.generated.get(i + 1 - start).copied().unwrap_or(false);
+                assert_eq!(g > 0.0, learned, "{aggregation:?}: position {i}, gradient {g}");
+            }
+        }
+    }
 }

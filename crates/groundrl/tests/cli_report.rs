@@ -29,6 +29,7 @@ fn step(step: u64, reward: f64) -> StepRecord {
         parse_ok: true,
         frame: None,
         confidence: None,
+        ..Default::default()
     };
     let mut train = Scalars::default();
     train.insert("loss", 1.0 / step as f64).unwrap();
@@ -78,6 +79,9 @@ fn answers(data: &Path, right: usize, confident: bool) -> Vec<EvalRecord> {
                 correct,
                 reward: f64::from(u8::from(correct)),
                 confidence: confident.then_some(0.9),
+                tool_calls: 0,
+                tool_calls_ok: 0,
+                target_size: None,
             }
         })
         .collect()

@@ -376,6 +376,7 @@ mod tests {
             parse_ok: true,
             frame: None,
             confidence: None,
+            ..Default::default()
         }
     }
 

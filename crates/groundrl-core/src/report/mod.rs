@@ -6,7 +6,8 @@
 //!   curves named by their TensorBoard tags ([`StepRecord::scalars`](crate::telemetry::StepRecord::scalars));
 //! - `eval/<label>.jsonl`: [`EvalRecord`](crate::telemetry::EvalRecord)s of held-out evaluations
 //!   (`before`, `after`, ...), for the headline accuracy, accuracy per source, calibration and sample
-//!   screenshots with the answer drawn over the targets;
+//!   screenshots with the answer drawn over the targets; and, when the model called tools, its tool
+//!   use with held-out accuracy with and without tools by target size;
 //! - `rounds/**/*.svg`: the curriculum's figures (transition matrices), shown as they are;
 //! - `config.toml`: the resolved config, shown verbatim.
 //!
@@ -26,6 +27,7 @@ mod samples;
 mod sections;
 #[cfg(test)]
 mod tests;
+mod tools;
 
 use std::path::Path;
 

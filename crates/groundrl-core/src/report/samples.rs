@@ -198,6 +198,9 @@ mod tests {
             correct,
             reward: if correct { 1.0 } else { 0.0 },
             confidence: None,
+            tool_calls: 0,
+            tool_calls_ok: 0,
+            target_size: None,
         }
     }
 

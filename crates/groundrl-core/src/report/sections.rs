@@ -1,12 +1,13 @@
 //! The report's sections, each built from the [`Run`]: headline accuracy, training curves, response
-//! lengths, reward components, accuracy by source, calibration, curriculum figures, sample answers
-//! and the config. A section without data says why instead of drawing empty charts.
+//! lengths, reward components, accuracy by source, calibration, tool use (see [`super::tools`]),
+//! curriculum figures, sample answers and the config. A section without data says why instead of drawing empty charts.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use base64::prelude::{BASE64_STANDARD, Engine};
 
 use super::run::{CONFIG_FILE, EVAL_DIR, EvalSet, METRICS_FILE, Run};
+use super::tools;
 use crate::plot::{BarChart, BarSeries, LineChart, Marker, ReliabilityDiagram, Series, escape, format_value};
 use crate::telemetry::StepRecord;
 
@@ -40,6 +41,9 @@ pub(super) fn sections(run: &Run) -> Vec<Section> {
         sources(&run.evals),
         calibration(&run.evals),
     ];
+    if tools::used_tools(run) {
+        sections.push(tools::section(run, &timeline));
+    }
     if !run.rounds.is_empty() {
         sections.push(rounds(run));
     }
@@ -49,7 +53,7 @@ pub(super) fn sections(run: &Run) -> Vec<Section> {
 }
 
 /// Each scalar tag's `(step, value)` points, in log order.
-struct Timeline(BTreeMap<String, Vec<(f64, f64)>>);
+pub(super) struct Timeline(BTreeMap<String, Vec<(f64, f64)>>);
 
 impl Timeline {
     fn new(steps: &[StepRecord]) -> Self {
@@ -62,12 +66,12 @@ impl Timeline {
         Self(tags)
     }
 
-    fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
     /// The series of each of `tags` that was logged.
-    fn series(&self, tags: &[&str]) -> Vec<Series> {
+    pub(super) fn series(&self, tags: &[&str]) -> Vec<Series> {
         tags.iter()
             .filter_map(|&tag| Some(Series::new(tag, self.0.get(tag)?.clone())))
             .collect()
@@ -84,28 +88,28 @@ impl Timeline {
 }
 
 /// `<p class="note">` with escaped text.
-fn note(text: &str) -> String {
+pub(super) fn note(text: &str) -> String {
     format!(r#"<p class="note">{}</p>"#, escape(text))
 }
 
 /// Charts side by side.
-fn charts(svgs: &[String]) -> String {
+pub(super) fn charts(svgs: &[String]) -> String {
     format!(r#"<div class="charts">{}</div>"#, svgs.concat())
 }
 
-fn percent(share: f64) -> String {
+pub(super) fn percent(share: f64) -> String {
     format!("{:.1}%", 100.0 * share)
 }
 
 /// `right/n` and the accuracy, `–` for no answers.
-fn accuracy_cell((right, n): (usize, usize)) -> String {
+pub(super) fn accuracy_cell((right, n): (usize, usize)) -> String {
     match n {
         0 => "–".to_string(),
         _ => format!("{} ({right}/{n})", percent(right as f64 / n as f64)),
     }
 }
 
-fn no_steps() -> String {
+pub(super) fn no_steps() -> String {
     note(&format!("No training step logged yet ({METRICS_FILE})."))
 }
 
@@ -317,7 +321,8 @@ fn sources(evals: &[EvalSet]) -> Section {
     }
 }
 
-/// A reliability diagram per evaluation whose answers stated a confidence.
+/// A reliability diagram per evaluation whose answers stated a confidence: the final one (after a
+/// tool call, the confidence stated with the answer, not the one stated before the call).
 fn calibration(evals: &[EvalSet]) -> Section {
     let mut diagrams = Vec::new();
     let mut silent = Vec::new();

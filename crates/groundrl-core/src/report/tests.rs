@@ -22,6 +22,7 @@ fn step(step: u64, rewards: [f64; 2], val_accuracy: Option<f64>) -> StepRecord {
         parse_ok: true,
         frame: None,
         confidence: None,
+        ..Default::default()
     };
     let records = [completion(rewards[0], true), completion(rewards[1], false)];
     let mut train = Scalars::default();
@@ -53,6 +54,9 @@ fn answer(id: &str, source: &str, correct: bool, confidence: Option<f64>) -> Eva
         correct,
         reward: if correct { 1.0 } else { 0.0 },
         confidence,
+        tool_calls: 0,
+        tool_calls_ok: 0,
+        target_size: None,
     }
 }
 
@@ -170,6 +174,139 @@ fn a_full_run_has_every_section_and_the_hand_computed_numbers() {
     assert_eq!(page.matches("<figure class=\"sample ").count(), 4);
     assert_eq!(page.matches("<image href=\"data:image/png;base64,").count(), 4);
     assert!(page.contains("<figcaption>rounds/round-1/transition.svg</figcaption>"));
+    // No tool was called: no tools section.
+    assert!(!page.contains("id=\"tools\""));
+}
+
+/// A step of two completions: the first called a tool twice (one call ran, one was malformed) and
+/// was right, the second called none and was wrong.
+fn tool_step(step: u64) -> StepRecord {
+    let completion = |calls: u32, ok: u32, correct: bool| CompletionRecord {
+        source: "synth".into(),
+        reward: f64::from(u8::from(correct)),
+        components: vec![f64::from(u8::from(correct))],
+        correct: Some(correct),
+        parse_ok: true,
+        tool_calls: calls,
+        tool_calls_ok: ok,
+        tool_call_failures: (calls > ok)
+            .then(|| ("malformed".to_string(), calls - ok))
+            .into_iter()
+            .collect(),
+        ..CompletionRecord::default()
+    };
+    StepRecord {
+        step,
+        epoch: 0,
+        rollout: RolloutStats::compute(
+            &[completion(2, 1, true), completion(0, 0, false)],
+            &["click".to_string()],
+        )
+        .unwrap(),
+        train: Scalars::default(),
+    }
+}
+
+/// An answer with a target of `size` that made `calls` tool calls, `ok` of which ran.
+fn tool_answer(id: &str, correct: bool, size: f64, calls: u32, ok: u32) -> EvalRecord {
+    EvalRecord {
+        target_size: Some(size),
+        tool_calls: calls,
+        tool_calls_ok: ok,
+        ..answer(id, "web", correct, Some(0.6))
+    }
+}
+
+/// Two steps with tool calls; before: two answers without tools; after: four, two of them with a
+/// tool that ran.
+fn tool_fixture(dir: &Path) {
+    write_jsonl(&dir.join(METRICS_FILE), &[tool_step(1), tool_step(2)]);
+    fs::create_dir_all(dir.join("eval")).unwrap();
+    write_jsonl(
+        &dir.join("eval/before.jsonl"),
+        &[
+            tool_answer("b1", false, 0.01, 0, 0),
+            tool_answer("b2", true, 0.2, 0, 0),
+        ],
+    );
+    write_jsonl(
+        &dir.join("eval/after.jsonl"),
+        &[
+            tool_answer("a1", true, 0.01, 1, 1),
+            tool_answer("a2", false, 0.015, 0, 0),
+            tool_answer("a3", true, 0.03, 2, 1),
+            tool_answer("a4", true, 0.2, 0, 0),
+        ],
+    );
+}
+
+#[test]
+fn a_run_that_called_tools_has_a_tools_section_with_hand_computed_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    tool_fixture(dir.path());
+    let page = render(&Run::load(dir.path(), dir.path()).unwrap());
+    assert_eq!(page.matches("<section id=\"tools\">").count(), 1);
+    assert!(page.contains(r##"<a href="#tools">Tools</a>"##));
+    let tools = between(&page, "<section id=\"tools\">", "</section>");
+    // One line chart of tool use over the steps and one bar chart per evaluation.
+    assert_eq!(tools.matches("class=\"groundrl-chart line-chart\"").count(), 1);
+    assert_eq!(tools.matches("class=\"groundrl-chart bar-chart\"").count(), 2);
+    assert!(tools.contains(">tools/use_rate</text>") && tools.contains(">tools/calls_per_sample</text>"));
+    // Buckets with their answer counts: after has 2 below 2%, 1 in 2-5%, none in 5-10%, 1 above.
+    for label in ["&lt; 2% (n=2)", "2-5% (n=1)", "5-10% (n=0)", "&gt;= 10% (n=1)"] {
+        assert!(tools.contains(&format!(">{label}</text>")), "{label}");
+    }
+    // Bars: before has 2 (without tools); after 1 + 1 below 2%, 1 with tools in 2-5%, 1 without
+    // above 10%.
+    assert_eq!(tools.matches(r#"<rect class="bar""#).count(), 6);
+    // Per bucket: before with / without, after with / without.
+    assert!(tools.contains(
+        "<tr><td>&lt; 2%</td><td>–</td><td>0.0% (0/1)</td><td>100.0% (1/1)</td><td>0.0% (0/1)</td></tr>"
+    ));
+    assert!(tools.contains("<tr><td>2-5%</td><td>–</td><td>–</td><td>100.0% (1/1)</td><td>–</td></tr>"));
+    assert!(tools.contains(
+        "<tr><td>&gt;= 10%</td><td>–</td><td>100.0% (1/1)</td><td>–</td><td>100.0% (1/1)</td></tr>"
+    ));
+    assert!(!tools.contains(">unknown"));
+    // Training: 2 calls a step over 2 steps, half of them ran and half were malformed.
+    assert!(tools.contains("<tr><td>ok</td><td>2</td><td>50.0%</td></tr>"));
+    assert!(tools.contains("<tr><td>malformed</td><td>2</td><td>50.0%</td></tr>"));
+    // Evaluations: after, 2 of 4 answers used a tool, 3 calls of which 2 ran.
+    assert!(tools.contains("<tr><td>before</td><td>2</td><td>0 (0.0%)</td><td>0</td><td>0</td></tr>"));
+    assert!(tools.contains("<tr><td>after</td><td>4</td><td>2 (50.0%)</td><td>3</td><td>2</td></tr>"));
+}
+
+#[test]
+fn the_tools_section_needs_a_tool_call() {
+    // Tool fields present but every count zero: a run that was never offered tools.
+    let dir = tempfile::tempdir().unwrap();
+    tool_fixture(dir.path());
+    let quiet = |mut record: EvalRecord| {
+        record.tool_calls = 0;
+        record.tool_calls_ok = 0;
+        record
+    };
+    for label in ["before", "after"] {
+        let path = dir.path().join(format!("eval/{label}.jsonl"));
+        let records: Vec<EvalRecord> = fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .map(|line| quiet(serde_json::from_str(line).unwrap()))
+            .collect();
+        fs::remove_file(&path).unwrap();
+        write_jsonl(&path, &records);
+    }
+    fs::remove_file(dir.path().join(METRICS_FILE)).unwrap();
+    let page = render(&Run::load(dir.path(), dir.path()).unwrap());
+    assert!(!page.contains("id=\"tools\""));
+    // A single evaluated answer with a call is enough, even without training steps.
+    let path = dir.path().join("eval/after.jsonl");
+    write_jsonl(&path, &[tool_answer("a5", true, 0.01, 1, 0)]);
+    let page = render(&Run::load(dir.path(), dir.path()).unwrap());
+    let tools = between(&page, "<section id=\"tools\">", "</section>");
+    assert!(tools.contains("No training step logged yet"));
+    assert!(tools.contains("No tool call in the logged training steps."));
+    assert!(tools.contains("<tr><td>after</td><td>5</td><td>0 (0.0%)</td><td>1</td><td>0</td></tr>"));
 }
 
 #[test]

@@ -32,8 +32,19 @@ pub struct EvalRecord {
     pub correct: bool,
     /// Total reward of the completion under the run's reward spec.
     pub reward: f64,
-    /// The confidence the model stated, in [0, 1], if it stated one.
+    /// The confidence the model stated last, in [0, 1], if it stated one: after a tool call, the one
+    /// that goes with the final answer (the calibration diagram reads this one).
     pub confidence: Option<f64>,
+    /// Tool calls the model ended a turn with, whatever became of them (0 in records written
+    /// before tools existed, as are the next two).
+    #[serde(default)]
+    pub tool_calls: u32,
+    /// Of those, the calls the tool ran and answered.
+    #[serde(default)]
+    pub tool_calls_ok: u32,
+    /// How small the target is ([`super::stats::target_size`]), for accuracy by target size.
+    #[serde(default)]
+    pub target_size: Option<f64>,
 }
 
 #[cfg(test)]
@@ -56,12 +67,19 @@ mod tests {
             correct: true,
             reward: 1.0,
             confidence: None,
+            tool_calls: 2,
+            tool_calls_ok: 1,
+            target_size: Some(0.125),
         };
         let line = serde_json::to_string(&record).unwrap();
+        let old_fields = r#"{"id":"synth-3","source":"synth/easy","image":"images/000003.png","width":320,"height":240,"instruction":"click OK","targets":[[10.0,20.0,50.0,40.0]],"completion":"(30, 30)","point":[30.0,30.0],"pred_box":null,"correct":true,"reward":1.0,"confidence":null"#;
         assert_eq!(
             line,
-            r#"{"id":"synth-3","source":"synth/easy","image":"images/000003.png","width":320,"height":240,"instruction":"click OK","targets":[[10.0,20.0,50.0,40.0]],"completion":"(30, 30)","point":[30.0,30.0],"pred_box":null,"correct":true,"reward":1.0,"confidence":null}"#
+            format!(r#"{old_fields},"tool_calls":2,"tool_calls_ok":1,"target_size":0.125}}"#)
         );
         assert_eq!(serde_json::from_str::<EvalRecord>(&line).unwrap(), record);
+        // A record written before tools existed reads with no call and no target size.
+        let old = serde_json::from_str::<EvalRecord>(&format!("{old_fields}}}")).unwrap();
+        assert_eq!((old.tool_calls, old.tool_calls_ok, old.target_size), (0, 0, None));
     }
 }

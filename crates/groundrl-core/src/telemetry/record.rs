@@ -76,8 +76,10 @@ impl StepRecord {
     /// Tags: `epoch`; `reward/{mean,std,min,max}`; `reward/<component>/{mean,std,min,max}`;
     /// `accuracy`; `iou/mean`; `length/{mean,max,truncated_share}`; `parse/failure_rate`;
     /// `frame/<name>` (share of completions); `confidence/pearson`, `confidence/count`;
-    /// `groups/zero_variance_share`; `source/<name>/accuracy`; `batch/{completions,groups}`; and
-    /// `train/<name>` for each trainer scalar. A statistic that does not exist this step (accuracy
+    /// `groups/zero_variance_share`; `source/<name>/accuracy`; `tools/{use_rate,calls_per_sample}`,
+    /// `tools/failures/<outcome>` (failed calls per completion, for each outcome that occurred) and
+    /// `tools/accuracy_{with,without}`; `batch/{completions,groups}`; and `train/<name>` for each
+    /// trainer scalar. A statistic that does not exist this step (accuracy
     /// with nothing judged) is left out rather than written as a number it is not.
     pub fn scalars(&self) -> Vec<(String, f64)> {
         let r = &self.rollout;
@@ -106,6 +108,13 @@ impl StepRecord {
         for (source, accuracy) in &r.sources {
             push_accuracy(&mut out, &format!("source/{source}/accuracy"), accuracy);
         }
+        out.push(("tools/use_rate".into(), r.tool_use_rate));
+        out.push(("tools/calls_per_sample".into(), r.tool_calls_per_sample));
+        for (outcome, &count) in &r.tool_call_failures {
+            out.push((format!("tools/failures/{outcome}"), count as f64 / n));
+        }
+        push_accuracy(&mut out, "tools/accuracy_with", &r.accuracy_with_tools);
+        push_accuracy(&mut out, "tools/accuracy_without", &r.accuracy_without_tools);
         out.push(("batch/completions".into(), n));
         out.push(("batch/groups".into(), r.groups as f64));
         out.extend(

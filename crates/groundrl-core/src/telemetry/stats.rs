@@ -3,7 +3,8 @@
 //! The trainer hands one [`CompletionRecord`] per sampled completion and gets a [`RolloutStats`]
 //! back. Means and standard deviations are over completions (std is the population one: the batch
 //! is the whole population being described, not a sample of it); shares are over completions unless
-//! their doc says otherwise.
+//! their doc says otherwise. A model offered tools is summarized by how often it calls them, how the
+//! calls went, and its accuracy with and without them.
 
 use std::collections::BTreeMap;
 
@@ -13,7 +14,10 @@ use super::{TelemetryError, check_finite};
 use crate::frame::Frame;
 
 /// What the trainer knows about one sampled completion after scoring it.
-#[derive(Clone, Debug, PartialEq)]
+///
+/// `Default` is an empty record (group 0, no source, reward 0, no tool call), for tests and for
+/// construction with `..Default::default()`.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct CompletionRecord {
     /// The prompt group (GRPO samples several completions per prompt).
     pub group: usize,
@@ -34,8 +38,37 @@ pub struct CompletionRecord {
     pub parse_ok: bool,
     /// The frame the answer was read in (`ParseInfo::frame`).
     pub frame: Option<Frame>,
-    /// The confidence the model stated (`Parsed::confidence`).
+    /// The confidence the model stated last (`Parsed::confidence`): after any tool call, the one
+    /// that goes with the final answer.
     pub confidence: Option<f64>,
+    /// The confidence stated before the first tool call (the one a tool-using model's gate is
+    /// judged on); `None` when none was stated before it. Without a tool call, the stated one.
+    pub confidence_before: Option<f64>,
+    /// Tool calls the model ended a turn with, whatever became of them.
+    pub tool_calls: u32,
+    /// Of those, the calls the tool ran and answered (outcome `ok`).
+    pub tool_calls_ok: u32,
+    /// The other calls by outcome name (`malformed`, `unknown_tool`, `failed`, `turn_limit`: see
+    /// `tool::CallOutcome::name`); with `tool_calls_ok` they add up to `tool_calls`.
+    pub tool_call_failures: BTreeMap<String, u32>,
+    /// How small the target is: see [`target_size`].
+    pub target_size: Option<f64>,
+}
+
+/// The size of a sample's target as the share of the image it spans: the smaller side of the
+/// target's bounding box over the smaller side of the image. With several targets (any of which is
+/// a right answer) the largest is taken, the one easiest to hit. `boxes` are `[x1, y1, x2, y2]` in the
+/// pixels of an image of `width` x `height`; `None` without a box or for an empty image.
+pub fn target_size(boxes: &[[f64; 4]], width: f64, height: f64) -> Option<f64> {
+    let image_side = width.min(height);
+    if image_side.is_nan() || image_side <= 0.0 {
+        return None;
+    }
+    boxes
+        .iter()
+        .map(|[x1, y1, x2, y2]| (x2 - x1).abs().min((y2 - y1).abs()) / image_side)
+        .filter(|size| size.is_finite())
+        .reduce(f64::max)
 }
 
 /// Mean, population standard deviation and range of a set of values.
@@ -98,6 +131,25 @@ pub struct RolloutStats {
     pub zero_variance_group_share: f64,
     /// Accuracy per dataset source.
     pub sources: BTreeMap<String, Accuracy>,
+    /// Share of completions with at least one tool call that ran (`tool_calls_ok >= 1`). The tool
+    /// fields read 0 / empty in logs written before tools existed.
+    #[serde(default)]
+    pub tool_use_rate: f64,
+    /// Mean tool calls per completion, every outcome counted.
+    #[serde(default)]
+    pub tool_calls_per_sample: f64,
+    /// Tool calls of the step, every outcome counted.
+    #[serde(default)]
+    pub tool_calls: u64,
+    /// Calls that did not run, by outcome name (only outcomes that occurred).
+    #[serde(default)]
+    pub tool_call_failures: BTreeMap<String, u64>,
+    /// Accuracy of the completions that used a tool (`tool_calls_ok >= 1`).
+    #[serde(default)]
+    pub accuracy_with_tools: Accuracy,
+    /// Accuracy of the others.
+    #[serde(default)]
+    pub accuracy_without_tools: Accuracy,
 }
 
 impl RolloutStats {
@@ -138,6 +190,12 @@ impl RolloutStats {
             confidence: confidence_correlation(records),
             zero_variance_group_share: zero_variance_share(&groups),
             sources: source_accuracy(records),
+            tool_use_rate: share(records, used_tools),
+            tool_calls_per_sample: mean_of(records.iter().map(|r| f64::from(r.tool_calls))),
+            tool_calls: records.iter().map(|r| u64::from(r.tool_calls)).sum(),
+            tool_call_failures: failure_totals(records),
+            accuracy_with_tools: accuracy(records.iter().filter(|r| used_tools(r))),
+            accuracy_without_tools: accuracy(records.iter().filter(|r| !used_tools(r))),
         })
     }
 }
@@ -169,10 +227,44 @@ fn check_record(i: usize, r: &CompletionRecord, components: usize) -> Result<(),
     if let Some(iou) = r.iou {
         check_finite(field("iou"), iou)?;
     }
-    if let Some(confidence) = r.confidence {
-        check_finite(field("confidence"), confidence)?;
+    for (name, value) in [
+        ("confidence", r.confidence),
+        ("confidence_before", r.confidence_before),
+        ("target_size", r.target_size),
+    ] {
+        if let Some(value) = value {
+            check_finite(field(name), value)?;
+        }
+    }
+    let accounted =
+        u64::from(r.tool_calls_ok) + r.tool_call_failures.values().map(|&n| u64::from(n)).sum::<u64>();
+    if accounted != u64::from(r.tool_calls) {
+        return Err(TelemetryError::invalid(
+            format!("records[{i}].tool_calls"),
+            format!(
+                "{} calls, but {} ok and {} failed",
+                r.tool_calls,
+                r.tool_calls_ok,
+                accounted - u64::from(r.tool_calls_ok)
+            ),
+        ));
     }
     Ok(())
+}
+
+/// Whether a completion used a tool: at least one call ran.
+fn used_tools(r: &CompletionRecord) -> bool {
+    r.tool_calls_ok >= 1
+}
+
+fn failure_totals(records: &[CompletionRecord]) -> BTreeMap<String, u64> {
+    let mut totals: BTreeMap<String, u64> = BTreeMap::new();
+    for (outcome, &count) in records.iter().flat_map(|r| &r.tool_call_failures) {
+        if count > 0 {
+            *totals.entry(outcome.clone()).or_default() += u64::from(count);
+        }
+    }
+    totals
 }
 
 /// The summary of a non-empty set of finite values.

@@ -34,6 +34,7 @@ mod reward;
 mod rollout;
 mod rounds;
 mod sft;
+mod tools;
 mod trainer;
 
 use std::path::Path;
@@ -52,6 +53,7 @@ pub use reward::RewardConfig;
 pub use rollout::RolloutConfig;
 pub use rounds::RoundsConfig;
 pub use sft::SftConfig;
+pub use tools::{KNOWN_TOOLS, ToolsConfig};
 pub use trainer::{EarlyStoppingMode, TrainerConfig};
 
 /// The whole configuration of a training run.
@@ -69,6 +71,7 @@ pub struct TrainConfig {
     pub trainer: TrainerConfig,
     pub rounds: RoundsConfig,
     pub health: HealthConfig,
+    pub tools: ToolsConfig,
 }
 
 /// Why a configuration was refused; each names the file, the override or the dotted key at fault.
@@ -162,6 +165,7 @@ impl TrainConfig {
         self.health
             .validate()
             .map_err(|e| invalid("health", e.to_string()))?;
+        self.tools.validate(self.rollout.max_new_tokens)?;
         let completions = self.rollout.completions_per_step();
         ensure(
             completions.is_multiple_of(u64::from(self.trainer.mini_batch_size)),

@@ -1,5 +1,8 @@
 use std::path::{Path, PathBuf};
 
+use groundrl_core::resize::PixelBudget;
+use groundrl_core::tool::AnswerView;
+
 use super::*;
 
 fn repo_root() -> PathBuf {
@@ -313,4 +316,133 @@ fn shipped_configs_load_and_validate() {
         (8, 8, DeviceKind::Cuda)
     );
     assert!(c.model.gradient_checkpointing && c.model.freeze_vision);
+}
+
+#[test]
+fn the_tools_section_defaults_to_no_tools() {
+    let c = TrainConfig::from_toml_str(VALID, &[]).unwrap();
+    let t = &c.tools;
+    assert!(t.enabled.is_empty() && !t.is_on());
+    assert_eq!(
+        (t.max_turns, t.max_total_tokens, t.max_zoom, t.answer_view),
+        (3, 0, 4, AnswerView::Full)
+    );
+    assert_eq!((t.warm_up_zoom_below, t.warm_up_zoom_context), (0.0, 4.0));
+    assert!(t.toolbox(PixelBudget::default()).is_empty());
+    let written = c.to_toml().unwrap();
+    assert!(
+        written.contains("[tools]\nenabled = []\nmax_turns = 3\n"),
+        "{written}"
+    );
+    assert!(written.contains("answer_view = \"full\""), "{written}");
+}
+
+#[test]
+fn a_full_tools_section_loads_and_overrides_apply() {
+    let text = format!(
+        "{VALID}\n[tools]\nenabled = [\"zoom\"]\nmax_turns = 4\nmax_total_tokens = 2048\nmax_zoom = 2\n\
+         answer_view = \"last\"\nwarm_up_zoom_below = 0.05\nwarm_up_zoom_context = 3.0\n"
+    );
+    let c = TrainConfig::from_toml_str(&text, &[]).unwrap();
+    c.validate().unwrap();
+    let t = &c.tools;
+    assert_eq!(t.enabled, ["zoom"]);
+    assert_eq!(
+        (t.max_turns, t.max_total_tokens, t.max_zoom, t.answer_view),
+        (4, 2048, 2, AnswerView::Last)
+    );
+    assert_eq!((t.warm_up_zoom_below, t.warm_up_zoom_context), (0.05, 3.0));
+    assert_eq!(TrainConfig::from_toml_str(&c.to_toml().unwrap(), &[]).unwrap(), c);
+    let toolbox = t.toolbox(PixelBudget::default());
+    assert!(toolbox.offers("zoom") && !toolbox.offers("pan"));
+    // An explicit budget is taken as it is.
+    assert_eq!(t.total_token_budget(128, 448 * 448), 2048);
+
+    let c = TrainConfig::from_toml_str(
+        &text,
+        &overrides(&["tools.max_turns=2", "tools.answer_view=full", "tools.enabled=[]"]),
+    )
+    .unwrap();
+    assert_eq!(
+        (c.tools.max_turns, c.tools.answer_view, c.tools.is_on()),
+        (2, AnswerView::Full, false)
+    );
+}
+
+#[test]
+fn the_default_token_budget_has_room_for_every_turn_and_tool_image() {
+    let tools = ToolsConfig {
+        enabled: vec!["zoom".into()],
+        ..ToolsConfig::default()
+    };
+    // 3 turns of 128 tokens, and 2 tool turns of 448² / 28² = 256 image tokens + 64 of text.
+    assert_eq!(tools.total_token_budget(128, 448 * 448), 3 * 128 + 2 * (256 + 64));
+    let one_turn = ToolsConfig {
+        max_turns: 1,
+        ..ToolsConfig::default()
+    };
+    assert_eq!(one_turn.total_token_budget(128, 448 * 448), 128);
+}
+
+#[test]
+fn bad_tools_settings_name_the_key() {
+    let cases = [
+        (
+            "tools.enabled=[\"pan\"]",
+            "`tools.enabled`: \"pan\" is not a tool; known: zoom",
+        ),
+        (
+            "tools.enabled=[\"zoom\",\"zoom\"]",
+            "`tools.enabled`: \"zoom\" is listed twice",
+        ),
+        (
+            "tools.max_turns=0",
+            "`tools.max_turns`: must be at least 1, found 0",
+        ),
+        (
+            "tools.enabled=[\"zoom\"] tools.max_turns=1",
+            "`tools.max_turns`: must be at least 2 with tools enabled (a call in the last turn is never \
+             run), found 1",
+        ),
+        (
+            "tools.max_total_tokens=100",
+            "`tools.max_total_tokens`: 100 is below rollout.max_new_tokens 128 (0 = the default budget)",
+        ),
+        ("tools.max_zoom=0", "`tools.max_zoom`: must be 1 to 8, found 0"),
+        ("tools.max_zoom=9", "`tools.max_zoom`: must be 1 to 8, found 9"),
+        (
+            "tools.warm_up_zoom_below=1",
+            "`tools.warm_up_zoom_below`: must be in [0, 1), found 1",
+        ),
+        (
+            "tools.warm_up_zoom_below=-0.1",
+            "`tools.warm_up_zoom_below`: must be in [0, 1), found -0.1",
+        ),
+        (
+            "tools.warm_up_zoom_below=0.05",
+            "`tools.warm_up_zoom_below`: needs \"zoom\" in tools.enabled (the reference trajectories \
+             call it)",
+        ),
+        (
+            "tools.warm_up_zoom_context=0.5",
+            "`tools.warm_up_zoom_context`: must be at least 1, found 0.5",
+        ),
+    ];
+    for (changes, message) in cases {
+        let changes: Vec<&str> = changes.split(' ').collect();
+        let e = valid_with(&changes).unwrap_err();
+        assert_eq!(e.to_string(), message, "{changes:?}");
+    }
+    valid_with(&["tools.enabled=[\"zoom\"]", "tools.max_total_tokens=128"]).unwrap();
+    // Names and types are the deserializer's: the key and what was expected.
+    let e = TrainConfig::from_toml_str(VALID, &overrides(&["tools.answer_view=zoomed"])).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "`tools.answer_view`: unknown variant `zoomed`, expected `full` or `last`"
+    );
+    let e = TrainConfig::from_toml_str(VALID, &overrides(&["tools.max_turn=2"])).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "unknown key `tools.max_turn`; did you mean `tools.max_turns`?"
+    );
 }
