@@ -1,12 +1,16 @@
 //! Completions scored against their samples: the reward spec's total and components, the pass/fail
 //! rule, and the telemetry record of each completion.
 
+use std::collections::BTreeMap;
+
 use groundrl_core::data::Sample;
-use groundrl_core::parse::parse_completion;
+use groundrl_core::parse::{confidence_in, parse_completion};
 use groundrl_core::reward::input::{RewardInput, Target};
 use groundrl_core::reward::spec::Kind;
-use groundrl_core::reward::{RewardSpec, score_parsed};
+use groundrl_core::reward::{RewardSpec, ToolUse, score_parsed};
 use groundrl_core::telemetry::CompletionRecord;
+use groundrl_core::tool::View;
+use groundrl_core::tool::answer::answer_in_full_view;
 
 use crate::config::RewardConfig;
 
@@ -28,9 +32,26 @@ pub struct Scoring<'a> {
     pub resized: Option<[u64; 2]>,
     /// The prompt group (GRPO compares the completions of one prompt).
     pub group: usize,
+    /// The final answer's text (the last turn of a tool-using trajectory).
     pub text: &'a str,
+    /// Tokens the model generated (tool turns excluded), for length rewards.
     pub tokens: usize,
     pub truncated: bool,
+    /// The target's size as a share of the image side (telemetry only).
+    pub target_size: Option<f64>,
+    /// How the completion used tools; `None` for a completion of a run without tools.
+    pub tools: Option<ToolScoring<'a>>,
+}
+
+/// What a tool-using trajectory adds to its final answer.
+pub struct ToolScoring<'a> {
+    pub tool_use: ToolUse,
+    /// Calls that did not run cleanly, by outcome name (`malformed`, `unknown_tool`, ...).
+    pub failures: BTreeMap<String, u32>,
+    /// The image the answer's coordinates are about (the last zoom, with `answer_view = "last"`).
+    pub shown: &'a View,
+    /// The prompt's full screenshot.
+    pub full: &'a View,
 }
 
 impl Scorer {
@@ -64,17 +85,25 @@ impl Scorer {
     pub fn score(&self, s: &Scoring) -> Result<CompletionRecord, String> {
         let target =
             Target::from_sample(s.sample, s.resized).map_err(|e| format!("sample {}: {e}", s.sample.id))?;
+        let confidence = confidence_in(s.text);
+        let tool_use = s
+            .tools
+            .as_ref()
+            .map_or_else(|| ToolUse::without_tools(confidence), |t| t.tool_use.clone());
         let input = RewardInput {
             completion: s.text.to_string(),
             target,
             num_tokens: Some(s.tokens as u64),
-            tool_use: None,
+            tool_use: Some(tool_use.clone()),
         };
-        let parsed = parse_completion(s.text);
+        let parsed = parse_completion(s.text).map(|p| match &s.tools {
+            // An answer about a zoomed view, re-expressed about the full screenshot the target is in.
+            Some(t) if !t.shown.is_full() => answer_in_full_view(&p, t.shown, t.full, self.spec.model_frame),
+            _ => p,
+        });
         let scored = score_parsed(&self.spec, &input, parsed.as_ref())
             .map_err(|e| format!("sample {}: {e}", s.sample.id))?;
         let judged = self.correct_from.map_or(scored.total, |i| scored.components[i]);
-        let confidence = parsed.ok().and_then(|p| p.confidence);
         Ok(CompletionRecord {
             group: s.group,
             source: s.sample.source.clone(),
@@ -86,13 +115,12 @@ impl Scorer {
             parse_ok: scored.parse.ok,
             frame: scored.parse.frame,
             confidence,
-            // A completion without tool calls: its one confidence is stated before any call.
-            confidence_before: confidence,
+            confidence_before: tool_use.confidence_before,
             components: scored.components,
-            tool_calls: 0,
-            tool_calls_ok: 0,
-            tool_call_failures: Default::default(),
-            target_size: None,
+            tool_calls: tool_use.calls,
+            tool_calls_ok: tool_use.successful,
+            tool_call_failures: s.tools.as_ref().map(|t| t.failures.clone()).unwrap_or_default(),
+            target_size: s.target_size,
         })
     }
 }

@@ -14,18 +14,21 @@ use groundrl_core::curriculum::ledger::{
 };
 use groundrl_core::data::Sample;
 use groundrl_core::frame::{Frame, ImageFrames, Size};
-use groundrl_core::metrics::grounding::{Answer, RawAnswer, Resolved, resolve::resolve};
-use groundrl_core::prompt::answer::reference_answer;
+use groundrl_core::metrics::grounding::{Answer, Resolved, resolve::resolve};
 use groundrl_core::rng::keyed;
 use groundrl_core::telemetry::stats::target_size;
 use groundrl_core::telemetry::{
     CompletionRecord, EvalRecord, EventWriter, HealthMonitor, JsonlLog, RolloutStats, Scalars, StepRecord,
 };
+use groundrl_core::tool::View;
 use groundrl_tensor::hf_folder::{self, HfModel};
 use groundrl_tensor::processor::{Encoded, Processor};
 use groundrl_tensor::qwen2_5_vl::Qwen25Vl;
 use groundrl_tensor::qwen2_5_vl::lora::LoraSpec;
-use groundrl_tensor::rollout::{Completion, Engine, FinishReason, GenerationRequest, SamplingParams};
+use groundrl_tensor::rollout::{
+    Engine, FinishReason, GenerationRequest, SamplingParams, ToolRequest, ToolRollout, Trajectory,
+};
+use image::RgbImage;
 use serde::{Deserialize, Serialize};
 use tch::Tensor;
 
@@ -36,12 +39,15 @@ use crate::checkpoint::{
 use crate::config::{EarlyStoppingMode, ModelPreset, TrainConfig};
 use crate::dataset::{Dataset, epoch_order, fixed_subsample};
 use crate::optim::{AdamW, lr_at};
+use crate::scoring::ToolScoring;
 use crate::scoring::{Scorer, Scoring};
 use crate::sft::{SftSettings, sft_step};
-use crate::update::{Row, UpdateSettings, kl_penalties, text_response, update};
+use crate::update::{Row, UpdateSettings, kl_penalties, update};
 
 mod rounds;
+mod tools;
 pub use rounds::ROUNDS_DIR;
+use tools::{ToolSetup, call_failures, eval_answer, sample_target_size, tool_use};
 
 /// The resolved config's file name in the run folder.
 pub const CONFIG_FILE: &str = "config.toml";
@@ -172,6 +178,8 @@ pub struct Trainer {
     /// Parameters the optimizer updates (for MFU).
     optimizer_parameters: i64,
     scorer: Scorer,
+    /// The tools offered to the model (none without `[tools]`) and the turn limits.
+    tools: ToolSetup,
     train: Dataset,
     val: Dataset,
     test: Dataset,
@@ -275,6 +283,7 @@ impl Trainer {
         let optimizer_parameters = trainable.iter().map(|(_, t)| t.numel() as i64).sum();
         let optimizer = AdamW::new(shallow(&trainable), &cfg.optim).map_err(setup)?;
         let scorer = Scorer::new(&cfg.reward).map_err(setup)?;
+        let tools = ToolSetup::new(&cfg);
         let train = Dataset::load(&cfg.data.train).map_err(setup)?;
         if train.is_empty() {
             return Err(setup(format!(
@@ -317,6 +326,7 @@ impl Trainer {
             trainable,
             optimizer_parameters,
             scorer,
+            tools,
             train,
             val,
             test,
@@ -404,7 +414,7 @@ impl Trainer {
     fn warm_up_step(&mut self) -> Result<SftRecord, TrainError> {
         let start = Instant::now();
         let step = self.state.sft_step;
-        let mut examples: Vec<(Encoded, Encoded)> = Vec::new();
+        let mut examples: Vec<(Encoded, Encoded, Vec<bool>)> = Vec::new();
         for index in self.warm_up_indices(step) {
             let sample = &self.train.samples[index];
             match self.reference_example(sample) {
@@ -423,10 +433,10 @@ impl Trainer {
         }
         let rows: Vec<Row> = examples
             .iter()
-            .map(|(prompt, response)| Row {
+            .map(|(prompt, response, generated)| Row {
                 prompt,
                 response,
-                generated: &[],
+                generated,
                 advantage: 0.0,
                 counts: true,
             })
@@ -478,24 +488,39 @@ impl Trainer {
             .collect()
     }
 
-    /// A sample's prompt and its reference answer as the response: the answer's tokens, ended by the
-    /// end-of-turn token.
-    fn reference_example(&self, sample: &Sample) -> Result<(Encoded, Encoded), String> {
+    /// A sample's prompt and its reference response: the answer's tokens ended by the end-of-turn
+    /// token, after a zoom call and its (masked) reply for the small targets `[tools]` names.
+    fn reference_example(&self, sample: &Sample) -> Result<(Encoded, Encoded, Vec<bool>), String> {
+        let prompt = self.encode(sample, &self.train.base)?;
+        let frames = self.frames_of(sample, &prompt.encoded)?;
+        let (response, generated) = self.tools.reference_response(
+            &self.policy.processor,
+            sample,
+            frames,
+            &prompt.image,
+            self.scorer.spec.model_frame,
+        )?;
+        Ok((prompt.encoded, response, generated))
+    }
+
+    /// A sample's prompt as the model sees it (with the tools offered, when there are any), its
+    /// first image and the full view of that image.
+    fn encode(&self, sample: &Sample, base: &Path) -> Result<Prompt, String> {
         let processor = &self.policy.processor;
-        let encoded = processor
-            .encode_sample(sample, &self.train.base, None)
+        let (encoded, images) = processor
+            .encode_sample_with(sample, base, None, self.tools.prompt.as_ref())
             .map_err(|e| e.to_string())?;
         let frames = self.frames_of(sample, &encoded)?;
-        let text = reference_answer(sample, frames).map_err(|e| e.to_string())?;
-        let mut tokens: Vec<i64> = processor
-            .tokenizer
-            .encode(&text)
-            .map_err(|e| e.to_string())?
+        let image = images
             .into_iter()
-            .map(i64::from)
-            .collect();
-        tokens.push(i64::from(processor.tokenizer.special_ids().eos));
-        Ok((encoded, text_response(tokens)))
+            .next()
+            .ok_or_else(|| format!("sample {}: no image in its prompt", sample.id))?
+            .to_rgb8();
+        Ok(Prompt {
+            encoded,
+            image,
+            view: View::full(frames),
+        })
     }
 
     /// The original and resized sizes of the sample's first image, as the processor resized it.
@@ -553,20 +578,15 @@ impl Trainer {
     /// the way the reward spec reads it.
     fn eval_record(&self, group: &Group) -> Result<EvalRecord, TrainError> {
         let sample = &self.test.samples[group.index];
-        let (completion, scored) = match (group.completions.first(), group.records.first()) {
+        let (trajectory, scored) = match (group.completions.first(), group.records.first()) {
             (Some(c), Some(r)) => (c, r),
             _ => return Err(setup(format!("sample {}: no answer to evaluate", sample.id))),
         };
-        let ids: Vec<u32> = completion.tokens.iter().map(|&t| t as u32).collect();
-        let text = self
-            .policy
-            .processor
-            .tokenizer
-            .decode(&ids, true)
-            .map_err(setup)?;
+        let text = trajectory.final_text().to_string();
         let frames = self.frames_of(sample, &group.encoded).map_err(setup)?;
         let spec = &self.scorer.spec;
-        let raw = RawAnswer::Completion(text.clone());
+        let shown = self.tools.shown(trajectory, &group.view);
+        let raw = eval_answer(&text, shown, &group.view, spec.model_frame);
         let (point, pred_box) = match resolve(&raw, frames, spec.model_frame, spec.detect_frame) {
             Resolved::Answer {
                 answer: Answer::Click { point, bbox },
@@ -599,8 +619,8 @@ impl Trainer {
             correct: scored.correct == Some(true),
             reward: scored.reward,
             confidence: scored.confidence,
-            tool_calls: 0,
-            tool_calls_ok: 0,
+            tool_calls: scored.tool_calls,
+            tool_calls_ok: scored.tool_calls_ok,
         })
     }
 
@@ -633,24 +653,17 @@ impl Trainer {
             checkpoint: self.cfg.model.gradient_checkpointing,
             logprob_chunk: i64::from(t.logprob_chunk),
             temperature: self.temperature(),
-            response_budget: i64::from(self.cfg.rollout.max_new_tokens),
+            response_budget: self.generation_budget() as i64,
             lr,
         };
         let overlong = &self.cfg.advantage.overlong;
-        let completions = || {
-            groups
-                .iter()
-                .flat_map(|g| g.completions.iter().map(move |c| (g, c)))
-        };
-        let responses: Vec<Encoded> = completions()
-            .map(|(_, c)| text_response(c.tokens.clone()))
-            .collect();
-        let mut rows: Vec<Row> = completions()
-            .zip(&responses)
-            .map(|((g, c), response)| Row {
+        let mut rows: Vec<Row> = groups
+            .iter()
+            .flat_map(|g| g.completions.iter().map(move |c| (g, c)))
+            .map(|(g, c)| Row {
                 prompt: &g.encoded,
-                response,
-                generated: &[],
+                response: &c.response,
+                generated: &c.generated,
                 advantage: 0.0,
                 counts: overlong.counts_in_loss(c.finish == FinishReason::Length),
             })
@@ -697,7 +710,7 @@ impl Trainer {
         let generated: usize = groups
             .iter()
             .flat_map(|g| &g.completions)
-            .map(|c| c.tokens.len())
+            .map(generated_tokens)
             .sum();
         let mut train = Scalars::default();
         for (name, value) in [
@@ -888,84 +901,126 @@ impl Trainer {
             Split::Val => &self.val,
             Split::Test => &self.test,
         };
-        let processor = &self.policy.processor;
         let mut groups = Vec::new();
         for &index in indices {
             let sample = &data.samples[index];
-            match processor.encode_sample(sample, &data.base, None) {
-                Ok(encoded) => groups.push(Group::new(index, encoded)),
+            match self.encode(sample, &data.base) {
+                Ok(prompt) => groups.push(Group::new(index, prompt)),
                 Err(e) => {
                     eprintln!("skipped sample {}: {e}", sample.id);
                     self.state.bad_samples += 1;
                 }
             }
         }
-        let r = &self.cfg.rollout;
-        let stops = stop_ids(&self.policy);
-        let requests: Vec<GenerationRequest> = groups
-            .iter()
-            .enumerate()
-            .map(|(position, g)| GenerationRequest {
-                prompt: g.encoded.share(),
-                n,
-                first_sample: 0,
-                params: SamplingParams {
-                    // By position in the draw: a sample drawn twice in one step (at an epoch's end
-                    // and the next one's start) gets different completions.
-                    seed: keyed(seed, &position.to_string()),
-                    temperature,
-                    top_p: r.top_p,
-                    top_k: i64::from(r.top_k),
-                    max_new_tokens: r.max_new_tokens as usize,
-                    stop_token_ids: stops.clone(),
-                    stop_strings: Vec::new(),
-                },
-            })
-            .collect();
-        if requests.is_empty() {
+        if groups.is_empty() {
             return Ok(groups);
         }
-        let engine = Engine::new(&self.policy.model, processor);
-        for c in engine.generate(&requests)? {
-            groups[c.prompt_index].completions.push(c);
+        for t in self.generate(&groups, seed, n, temperature)? {
+            groups[t.prompt_index].completions.push(t);
         }
         let mut scored = Vec::with_capacity(groups.len());
         for (position, mut group) in groups.into_iter().enumerate() {
-            let sample = &data.samples[group.index];
-            let resized = resized_size(processor, &group.encoded);
-            let mut records = Vec::new();
-            for c in &group.completions {
-                let ids: Vec<u32> = c.tokens.iter().map(|&t| t as u32).collect();
-                let text = processor.tokenizer.decode(&ids, true).map_err(setup)?;
+            match self.score_group(&data.samples[group.index], &group, position) {
+                Ok(records) => {
+                    group.records = records;
+                    scored.push(group);
+                }
+                Err(e) => {
+                    eprintln!("skipped: {e}");
+                    self.state.bad_samples += 1;
+                }
+            }
+        }
+        Ok(scored)
+    }
+
+    /// `n` trajectories of every group's prompt at `temperature`, tools answered between turns.
+    fn generate(
+        &self,
+        groups: &[Group],
+        seed: u64,
+        n: usize,
+        temperature: f64,
+    ) -> Result<Vec<Trajectory>, TrainError> {
+        let r = &self.cfg.rollout;
+        let stops = stop_ids(&self.policy);
+        let requests: Vec<ToolRequest> = groups
+            .iter()
+            .enumerate()
+            .map(|(position, g)| ToolRequest {
+                request: GenerationRequest {
+                    prompt: g.encoded.share(),
+                    n,
+                    first_sample: 0,
+                    params: SamplingParams {
+                        // By position in the draw: a sample drawn twice in one step (at an epoch's
+                        // end and the next one's start) gets different completions.
+                        seed: keyed(seed, &position.to_string()),
+                        temperature,
+                        top_p: r.top_p,
+                        top_k: i64::from(r.top_k),
+                        max_new_tokens: r.max_new_tokens as usize,
+                        stop_token_ids: stops.clone(),
+                        stop_strings: Vec::new(),
+                    },
+                },
+                image: &g.image,
+                view: g.view,
+            })
+            .collect();
+        let engine = Engine::new(&self.policy.model, &self.policy.processor);
+        let rollout = ToolRollout {
+            engine: &engine,
+            processor: &self.policy.processor,
+            toolbox: &self.tools.toolbox,
+            model_frame: self.scorer.spec.model_frame,
+            limits: self.tools.limits,
+        };
+        Ok(rollout.generate(&requests)?)
+    }
+
+    /// The records of a group's trajectories, each scored on its final answer (about the view the
+    /// run reads answers in) with its tool use; an error when one cannot be scored.
+    fn score_group(
+        &self,
+        sample: &Sample,
+        group: &Group,
+        position: usize,
+    ) -> Result<Vec<CompletionRecord>, String> {
+        let resized = resized_size(&self.policy.processor, &group.encoded);
+        let size = sample_target_size(sample, group.view.frames);
+        let budget = self.generation_budget();
+        group
+            .completions
+            .iter()
+            .map(|t| {
+                let tokens = generated_tokens(t);
                 let scoring = Scoring {
                     sample,
                     resized,
                     group: position,
-                    text: &text,
-                    tokens: c.tokens.len(),
-                    truncated: c.finish == FinishReason::Length,
+                    text: t.final_text(),
+                    tokens,
+                    truncated: t.finish == FinishReason::Length,
+                    target_size: size,
+                    tools: self.tools.is_on().then(|| ToolScoring {
+                        tool_use: tool_use(t),
+                        failures: call_failures(t),
+                        shown: self.tools.shown(t, &group.view),
+                        full: &group.view,
+                    }),
                 };
-                match self.scorer.score(&scoring) {
-                    Ok(mut record) => {
-                        let budget = self.cfg.rollout.max_new_tokens as usize;
-                        record.reward += self.cfg.advantage.overlong.reward_shaping(c.tokens.len(), budget);
-                        records.push(record);
-                    }
-                    Err(e) => {
-                        eprintln!("skipped: {e}");
-                        records.clear();
-                        break;
-                    }
-                }
-            }
-            if records.len() == group.completions.len() {
-                group.records = records;
-                scored.push(group);
-            } else {
-                self.state.bad_samples += 1;
-            }
-        }
-        Ok(scored)
+                let mut record = self.scorer.score(&scoring)?;
+                record.reward += self.cfg.advantage.overlong.reward_shaping(tokens, budget);
+                Ok(record)
+            })
+            .collect()
+    }
+
+    /// Most tokens the model may generate in one sample: `rollout.max_new_tokens` per turn (the
+    /// response budget of Dr.GRPO's normaliser and of overlong shaping).
+    fn generation_budget(&self) -> usize {
+        self.cfg.rollout.max_new_tokens as usize * self.tools.limits.max_turns
     }
 
     /// Greedy accuracy and mean reward on the fixed validation subsample.
@@ -1108,20 +1163,33 @@ struct Rollouts {
     dropped: usize,
 }
 
+/// A sample's prompt as the model sees it, with what its tools work on.
+struct Prompt {
+    encoded: Encoded,
+    /// The prompt's (first) image, original size: what a zoom crops.
+    image: RgbImage,
+    /// That image as the prompt shows it.
+    view: View,
+}
+
 /// One prompt's completions with their scores.
 struct Group {
     /// The sample's index in its dataset.
     index: usize,
     encoded: Encoded,
-    completions: Vec<Completion>,
+    image: RgbImage,
+    view: View,
+    completions: Vec<Trajectory>,
     records: Vec<CompletionRecord>,
 }
 
 impl Group {
-    fn new(index: usize, encoded: Encoded) -> Self {
+    fn new(index: usize, prompt: Prompt) -> Self {
         Self {
             index,
-            encoded,
+            encoded: prompt.encoded,
+            image: prompt.image,
+            view: prompt.view,
             completions: Vec::new(),
             records: Vec::new(),
         }
@@ -1132,6 +1200,11 @@ impl Group {
         let rewards: Vec<f64> = self.records.iter().map(|r| r.reward).collect();
         informative_groups(&rewards, &vec![0; rewards.len()]).is_ok_and(|v| v.first() == Some(&true))
     }
+}
+
+/// Tokens of a trajectory the model generated (its tool turns left out).
+fn generated_tokens(t: &Trajectory) -> usize {
+    t.generated.iter().filter(|&&g| g).count()
 }
 
 /// The model's end-of-sequence ids and the tokenizer's eos: a completion ends at any of them.

@@ -429,3 +429,96 @@ fn a_run_stopped_in_its_second_round_resumes_on_the_round_pool() {
     let ledger = |run: &Path| std::fs::read_to_string(run.join(LEDGER_FILE)).unwrap();
     assert_eq!(ledger(&straight.path().join("run")), ledger(&run));
 }
+
+/// The zoom tool end to end: 448-pixel screenshots seen at 112 pixels, a warm-up whose reference
+/// trajectories zoom before answering small targets, then GRPO steps with the confidence-gated
+/// reward, in which the model's own calls run the real tool.
+#[test]
+fn a_tool_using_run_zooms_and_logs_its_tool_use() {
+    use groundrl_core::data::Task;
+    use groundrl_core::data::jsonl::{read_jsonl, write_jsonl};
+
+    let dir = tempfile::tempdir().unwrap();
+    let synth = SynthConfig {
+        screenshots: 12,
+        seed: 0,
+        size: Some((448, 448)),
+        knobs: Difficulty::Easy.knobs(),
+        prompt: None,
+    };
+    generate(&synth, &dir.path().join("data")).unwrap();
+    let clicks: Vec<_> = read_jsonl(&dir.path().join("data/samples.jsonl"))
+        .unwrap()
+        .strict()
+        .unwrap()
+        .into_iter()
+        .filter(|s| s.task == Task::PointGrounding)
+        .collect();
+    let data = dir.path().join("data/clicks.jsonl");
+    write_jsonl(&data, &clicks).unwrap();
+    let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/rewards/tool-gated.toml");
+    let test = data.display().to_string();
+    let cfg = config(
+        dir.path(),
+        &data,
+        &[
+            "model.max_pixels=12544",
+            &format!("reward.spec={}", spec.display()),
+            "reward.correct_component=click",
+            "reward.correct_threshold=1.0",
+            "rollout.max_new_tokens=96",
+            "tools.enabled=[\"zoom\"]",
+            "tools.max_turns=2",
+            "tools.answer_view=last",
+            "tools.warm_up_zoom_below=0.5",
+            "sft.steps=150",
+            "optim.lr=1e-5",
+            "sft.batch_size=8",
+            "sft.lr=3e-3",
+            "trainer.max_steps=2",
+            &format!("data.test={test}"),
+        ],
+    );
+    let run = cfg.trainer.run_dir.clone();
+    let mut trainer = Trainer::new(cfg).unwrap();
+    trainer.warm_up(|_| {}).unwrap();
+    assert_eq!(trainer.run(|_| {}).unwrap(), Ending::Finished);
+    // The warm-up taught the call: in both steps most samples zoom, every call that ran was the
+    // model's own, and the answers after a zoom hit targets.
+    let records = metrics(&run);
+    assert_eq!(records.len(), 2);
+    for r in &records {
+        let rollout = &r["rollout"];
+        let rate = rollout["tool_use_rate"].as_f64().unwrap();
+        assert!(rate > 0.5, "tool use rate {rate}");
+        let per_sample = rollout["tool_calls_per_sample"].as_f64().unwrap();
+        assert!(
+            (rate..=2.0).contains(&per_sample),
+            "{per_sample} calls per sample"
+        );
+        let hits = rollout["accuracy_with_tools"]["correct"].as_u64().unwrap();
+        assert!(hits > 0, "{rollout}");
+        assert!(rollout["components"]["tool"]["max"].as_f64().unwrap() > 0.0, "{rollout}");
+    }
+    // Held out (here the training screenshots, greedy): every answer zoomed first, and its click,
+    // given in the zoomed view, is scored where it lands in the original screenshot.
+    for label in ["before", "after"] {
+        let text = std::fs::read_to_string(run.join(format!("eval/{label}.jsonl"))).unwrap();
+        let evals: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(evals.len(), clicks.len());
+        for r in &evals {
+            assert_eq!(
+                (r["tool_calls"].as_u64(), r["tool_calls_ok"].as_u64()),
+                (Some(1), Some(1))
+            );
+            let [x, y] = [0, 1].map(|i| r["point"][i].as_f64().unwrap());
+            let inside = r["targets"].as_array().unwrap().iter().any(|b| {
+                (b[0].as_f64().unwrap()..=b[2].as_f64().unwrap()).contains(&x)
+                    && (b[1].as_f64().unwrap()..=b[3].as_f64().unwrap()).contains(&y)
+            });
+            assert_eq!(inside, r["correct"] == Value::Bool(true), "{r}");
+        }
+        let correct = evals.iter().filter(|r| r["correct"] == Value::Bool(true)).count();
+        assert!(correct * 2 > evals.len(), "{label}: {correct}/{}", evals.len());
+    }
+}

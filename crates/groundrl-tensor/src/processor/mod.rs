@@ -41,7 +41,7 @@ pub enum ProcessorError {
 }
 
 /// One prompt, encoded.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Encoded {
     pub input_ids: Vec<i64>,
     /// (patches, 1176) f32 on the CPU; `None` without images.

@@ -65,7 +65,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     let demo = Demo::of(&args);
-    let train_n = args.train_screenshots.unwrap_or(if args.gpu { 2000 } else { 400 });
+    let train_n = args
+        .train_screenshots
+        .unwrap_or(if args.gpu { 2000 } else { 400 });
     let test_n = args.test_screenshots.unwrap_or(if args.gpu { 200 } else { 40 });
     let mut cfg = TrainConfig::from_toml_str(demo.config, &args.overrides).context("demo config")?;
     let data = out.join("data");

@@ -377,6 +377,8 @@ impl Judge {
                     text,
                     tokens: c.tokens.len(),
                     truncated: c.finish == FinishReason::Length,
+                    target_size: None,
+                    tools: None,
                 })
             })
             .collect()
