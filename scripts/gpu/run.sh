@@ -5,7 +5,8 @@
 #   3. forward and training-step time and device memory of the 3B shape.
 # It expects the GPU build of the CLI at .device/groundrl (scripts/gpu/build.sh makes it) and writes a
 # short table at the end. Usage on the GPU machine: bash scripts/gpu/run.sh [goldens] [parity] [bench]
-# [rollout] [train] [plan] [demo] (the first five when none is named; each fits one 10-minute device call).
+# [rollout] [train] [plan] [demo] [tools] (the first five when none is named; each fits one 10-minute
+# device call).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 py=${PYTHON:-/opt/torch/.venv/bin/python}
@@ -128,4 +129,24 @@ rm -rf "$demo"
 (cd "$work" && timeout 560 "$bin" demo --gpu --out "$demo") 2>&1 | grep -v '^\s*$' | tail -12
 for f in sft.jsonl metrics.jsonl report.html config.toml; do cp "$demo/$f" "$out/demo_gpu_$f" 2>/dev/null; done
 for label in before after; do cp "$demo/eval/$label.jsonl" "$out/demo_gpu_eval_$label.jsonl" 2>/dev/null; done
+fi
+
+if want tools; then
+echo "== 8. groundrl demo --tools --gpu: the small preset learns to zoom; mixed batches of zooming and direct answers"
+demo=$work/demo-tools-gpu
+rm -rf "$demo"
+(cd "$work" && timeout 560 "$bin" demo --tools --gpu --out "$demo") 2>&1 | grep -v '^\s*$' | tail -12
+for f in sft.jsonl metrics.jsonl report.html config.toml; do cp "$demo/$f" "$out/demo_tools_gpu_$f" 2>/dev/null; done
+for label in before after; do cp "$demo/eval/$label.jsonl" "$out/demo_tools_gpu_eval_$label.jsonl" 2>/dev/null; done
+$py - "$demo/metrics.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+for r in rows[:3] + rows[-3:]:
+    t, ro = r["train"], r["rollout"]
+    print(json.dumps({"step": r["step"], "tool_use_rate": ro.get("tool_use_rate"),
+                      "calls_per_sample": ro.get("tool_calls_per_sample"),
+                      "accuracy": ro.get("accuracy", {}).get("share"),
+                      "generated_tokens_per_s": round(t["generated_tokens_per_s"]),
+                      "time_rollout_s": round(t["time/rollout"], 3), "time_step_s": round(t["time/step"], 3)}))
+PY
 fi
