@@ -2,6 +2,9 @@
 //! shared prefill against separate runs, returned log-probs against a recomputation (also for a LoRA
 //! policy whose adapters change between calls), seeding, banned vision tokens and stop reasons.
 
+mod common;
+use common::tiny;
+
 use std::path::PathBuf;
 
 use groundrl_tensor::hf_folder::{self, HfModel};
@@ -13,22 +16,6 @@ use groundrl_tensor::rollout::sampling::{RowSettings, Sampler};
 use groundrl_tensor::rollout::{Completion, Engine, FinishReason, GenerationRequest, SamplingParams};
 use serde_json::json;
 use tch::{Device, Kind, Tensor};
-
-/// The tiny preset with its layers' weights scaled up: at the preset's init scale the random model
-/// greedily repeats one token whatever the context, which would leave positions and the cache untested.
-fn tiny() -> (tempfile::TempDir, HfModel) {
-    let dir = tempfile::tempdir().unwrap();
-    hf_folder::write_tiny(dir.path(), 0, Kind::Float).unwrap();
-    let hf = hf_folder::load(dir.path(), Device::Cpu, Kind::Float).unwrap();
-    tch::no_grad(|| {
-        for (name, mut var) in hf.model.var_store().variables() {
-            if !name.contains("norm") && !name.contains("embed") {
-                let _ = var.g_mul_scalar_(4.0);
-            }
-        }
-    });
-    (dir, hf)
-}
 
 /// Prompt 0 has a screenshot (and is the longer one); prompt 1 is text only, so it is left-padded.
 fn prompt(hf: &HfModel, which: usize) -> Encoded {

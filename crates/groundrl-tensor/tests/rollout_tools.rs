@@ -7,13 +7,16 @@
 //! caps, some second turns): [`Scripted`] wraps the real engine and swaps the listed samples'
 //! completions for the tokens of a given call; every other turn is the engine's own.
 
+mod common;
+use common::tiny;
+
 use std::cell::Cell;
 
 use groundrl_core::frame::{Frame, ImageFrames, Size};
 use groundrl_core::geometry::Point;
 use groundrl_core::resize::PixelBudget;
 use groundrl_core::tool::{CallOutcome, ToolOutput, Toolbox, View, ZoomParams, ZoomTool};
-use groundrl_tensor::hf_folder::{self, HfModel};
+use groundrl_tensor::hf_folder::HfModel;
 use groundrl_tensor::processor::chat_template::{ChatTemplate, RenderOptions};
 use groundrl_tensor::processor::{Encoded, Processor};
 use groundrl_tensor::qwen2_5_vl::model::logprobs_at;
@@ -23,7 +26,7 @@ use groundrl_tensor::rollout::{
 };
 use image::{DynamicImage, Rgb, RgbImage};
 use serde_json::json;
-use tch::{Device, Kind, Tensor};
+use tch::Tensor;
 
 /// A zoom of the screenshot's region x 28..56, y 28..56 (resized frame = original pixels here).
 const ZOOM: &str =
@@ -40,22 +43,6 @@ const OFF_IMAGE: &str =
 /// The sampling temperature of the multi-turn tests (not 1, so the recomputation divides as the
 /// trainer does).
 const TEMPERATURE: f64 = 0.8;
-
-/// The tiny preset with its layers' weights scaled up, as in `tests/rollout.rs`, so the random model
-/// does not repeat one token whatever the context.
-fn tiny() -> (tempfile::TempDir, HfModel) {
-    let dir = tempfile::tempdir().unwrap();
-    hf_folder::write_tiny(dir.path(), 0, Kind::Float).unwrap();
-    let hf = hf_folder::load(dir.path(), Device::Cpu, Kind::Float).unwrap();
-    tch::no_grad(|| {
-        for (name, mut var) in hf.model.var_store().variables() {
-            if !name.contains("norm") && !name.contains("embed") {
-                let _ = var.g_mul_scalar_(4.0);
-            }
-        }
-    });
-    (dir, hf)
-}
 
 /// 112 x 84 pixels (multiples of 28: smart_resize keeps the size), every pixel unique.
 fn screenshot() -> RgbImage {

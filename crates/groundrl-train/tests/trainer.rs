@@ -498,7 +498,10 @@ fn a_tool_using_run_zooms_and_logs_its_tool_use() {
         );
         let hits = rollout["accuracy_with_tools"]["correct"].as_u64().unwrap();
         assert!(hits > 0, "{rollout}");
-        assert!(rollout["components"]["tool"]["max"].as_f64().unwrap() > 0.0, "{rollout}");
+        assert!(
+            rollout["components"]["tool"]["max"].as_f64().unwrap() > 0.0,
+            "{rollout}"
+        );
     }
     // Held out (here the training screenshots, greedy): every answer zoomed first, and its click,
     // given in the zoomed view, is scored where it lands in the original screenshot.

@@ -183,14 +183,19 @@ mod tests {
         })
     }
 
+    /// The screenshot as the model sees it: resized to 196 x 112.
+    fn full_view() -> View {
+        View::full(ImageFrames {
+            original: Size::new(200.0, 100.0),
+            resized: Size::new(196.0, 112.0),
+        })
+    }
+
     #[test]
     fn crop_pixels_equal_the_original_and_the_view_maps_back() {
         let image = screenshot();
-        // The model sees the 200 x 100 image resized to 196 x 112 and asks for a box in that frame.
-        let full = View::full(ImageFrames {
-            original: Size::new(200.0, 100.0),
-            resized: Size::new(196.0, 112.0),
-        });
+        // The model asks for a box in the resized frame.
+        let full = full_view();
         let context = ToolContext {
             image: &image,
             view: &full,
@@ -252,10 +257,7 @@ mod tests {
     #[test]
     fn bad_calls_become_error_replies_not_panics() {
         let image = screenshot();
-        let full = View::full(ImageFrames {
-            original: Size::new(200.0, 100.0),
-            resized: Size::new(196.0, 112.0),
-        });
+        let full = full_view();
         let context = ToolContext {
             image: &image,
             view: &full,

@@ -1,0 +1,20 @@
+//! Helpers shared by the rollout test files.
+
+use groundrl_tensor::hf_folder::{self, HfModel};
+use tch::{Device, Kind};
+
+/// The tiny preset with its layers' weights scaled up: at the preset's init scale the random model
+/// greedily repeats one token whatever the context, which would leave positions and the cache untested.
+pub fn tiny() -> (tempfile::TempDir, HfModel) {
+    let dir = tempfile::tempdir().unwrap();
+    hf_folder::write_tiny(dir.path(), 0, Kind::Float).unwrap();
+    let hf = hf_folder::load(dir.path(), Device::Cpu, Kind::Float).unwrap();
+    tch::no_grad(|| {
+        for (name, mut var) in hf.model.var_store().variables() {
+            if !name.contains("norm") && !name.contains("embed") {
+                let _ = var.g_mul_scalar_(4.0);
+            }
+        }
+    });
+    (dir, hf)
+}
