@@ -135,7 +135,8 @@ if want tools; then
 echo "== 8. groundrl demo --tools --gpu: the small preset learns to zoom; mixed batches of zooming and direct answers"
 demo=$work/demo-tools-gpu
 rm -rf "$demo"
-(cd "$work" && timeout 560 "$bin" demo --tools --gpu --out "$demo") 2>&1 | grep -v '^\s*$' | tail -12
+(cd "$work" && timeout 590 "$bin" demo --tools --gpu --out "$demo" --train-screenshots 600 --test-screenshots 100 \
+  sft.steps=300 trainer.max_steps=40) 2>&1 | grep -v '^\s*$' | tail -12
 for f in sft.jsonl metrics.jsonl report.html config.toml; do cp "$demo/$f" "$out/demo_tools_gpu_$f" 2>/dev/null; done
 for label in before after; do cp "$demo/eval/$label.jsonl" "$out/demo_tools_gpu_eval_$label.jsonl" 2>/dev/null; done
 $py - "$demo/metrics.jsonl" <<'PY'
