@@ -20,9 +20,11 @@ pub(super) fn tuple_points(region: &str) -> Attempt {
     }
 }
 
-/// Whether the answer is the word "None" (any case), alone apart from quotes, a (json) code fence or
-/// a full stop. Only the whole answer counts: "None of the boxes fit" does not say nothing is there.
+/// Whether the answer is the word "None" (any case), alone apart from quotes, a (json) code fence, a
+/// full stop and `<confidence>...</confidence>` tags (a tool-using prompt asks for a confidence after
+/// the answer). Only the whole answer counts: "None of the boxes fit" does not say nothing is there.
 pub(super) fn is_none_word(region: &str) -> bool {
+    let region = without_confidence_tags(region);
     let region = region.trim();
     let word = match region.strip_prefix("```") {
         Some(fenced) => {
@@ -33,6 +35,21 @@ pub(super) fn is_none_word(region: &str) -> bool {
     };
     let word = word.trim_matches(|c| matches!(c, '"' | '\'' | '`' | '.')).trim();
     word.eq_ignore_ascii_case("none")
+}
+
+/// `text` with every `<confidence>...</confidence>` block removed (an unclosed one runs to the end).
+fn without_confidence_tags(text: &str) -> String {
+    const OPEN: &str = "<confidence>";
+    const CLOSE: &str = "</confidence>";
+    let mut kept = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find(OPEN) {
+        kept.push_str(&rest[..start]);
+        let after = &rest[start + OPEN.len()..];
+        rest = after.find(CLOSE).map_or("", |end| &after[end + CLOSE.len()..]);
+    }
+    kept.push_str(rest);
+    kept
 }
 
 #[cfg(test)]
@@ -72,6 +89,23 @@ mod tests {
         }
         for text in ["None of these", "nothing", "", "[None]", "jsonnone"] {
             assert!(!is_none_word(text), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn none_may_come_with_a_stated_confidence() {
+        for text in [
+            "None\n<confidence>0.8</confidence>",
+            "<confidence>0.2</confidence> None.",
+            "\"None\" <confidence>0.5",
+        ] {
+            assert!(is_none_word(text), "{text}");
+        }
+        for text in [
+            "None of them <confidence>0.1</confidence>",
+            "<confidence>None</confidence>",
+        ] {
+            assert!(!is_none_word(text), "{text}");
         }
     }
 }

@@ -41,10 +41,6 @@ pub enum AnswerError {
     Reasoning { id: String },
     #[error("sample {id}: has no target to answer with")]
     NoTarget { id: String },
-    #[error(
-        "sample {id}: its answer is \"None\", which the parser reads only on its own: no confidence can follow it"
-    )]
-    NoneWithConfidence { id: String },
     #[error("confidence {value} is not in [0, 1]")]
     Confidence { value: f64 },
     #[error("zoom context {value} must be at least 1 (the region holds the whole target)")]
@@ -72,11 +68,6 @@ pub fn reference_answer_in_view(
 ) -> Result<String, AnswerError> {
     let (preset, frame) = asked(sample)?;
     let confidence = confidence_text(confidence)?;
-    if sample.none {
-        return Err(AnswerError::NoneWithConfidence {
-            id: sample.id.clone(),
-        });
-    }
     let full = View::full(frames);
     let answer = write_answer(sample, preset, frame, |p| {
         if *view == full {
@@ -438,10 +429,10 @@ mod tests {
         assert!(text(f64::NAN).is_err());
         let mut none = sample(Task::Detection, vec![], &[]);
         none.none = true;
-        assert_eq!(
-            reference_answer_in_view(&none, frames(), &full, 0.9),
-            Err(AnswerError::NoneWithConfidence { id: "s1".into() })
-        );
+        let text = reference_answer_in_view(&none, frames(), &full, 0.9).unwrap();
+        assert_eq!(text, "None\n<confidence>0.9</confidence>");
+        let parsed = parse_completion(&text).unwrap();
+        assert_eq!((parsed.answer, parsed.confidence), (Answer::NoObjects, Some(0.9)));
     }
 
     fn zoom_call(shape: Shape, frame: &str, context: f64) -> Result<String, AnswerError> {
