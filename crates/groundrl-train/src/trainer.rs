@@ -16,7 +16,6 @@ use groundrl_core::data::Sample;
 use groundrl_core::frame::{Frame, ImageFrames, Size};
 use groundrl_core::metrics::grounding::{Answer, Resolved, resolve::resolve};
 use groundrl_core::rng::keyed;
-use groundrl_core::telemetry::stats::target_size;
 use groundrl_core::telemetry::{
     CompletionRecord, EvalRecord, EventWriter, HealthMonitor, JsonlLog, RolloutStats, Scalars, StepRecord,
 };
@@ -492,11 +491,10 @@ impl Trainer {
     /// token, after a zoom call and its (masked) reply for the small targets `[tools]` names.
     fn reference_example(&self, sample: &Sample) -> Result<(Encoded, Encoded, Vec<bool>), String> {
         let prompt = self.encode(sample, &self.train.base)?;
-        let frames = self.frames_of(sample, &prompt.encoded)?;
         let (response, generated) = self.tools.reference_response(
             &self.policy.processor,
             sample,
-            frames,
+            prompt.view.frames,
             &prompt.image,
             self.scorer.spec.model_frame,
         )?;
@@ -583,7 +581,7 @@ impl Trainer {
             _ => return Err(setup(format!("sample {}: no answer to evaluate", sample.id))),
         };
         let text = trajectory.final_text().to_string();
-        let frames = self.frames_of(sample, &group.encoded).map_err(setup)?;
+        let frames = group.view.frames;
         let spec = &self.scorer.spec;
         let shown = self.tools.shown(trajectory, &group.view);
         let raw = eval_answer(&text, shown, &group.view, spec.model_frame);
@@ -611,7 +609,7 @@ impl Trainer {
             width: frames.original.width as u32,
             height: frames.original.height as u32,
             instruction: sample.instruction.clone(),
-            target_size: target_size(&targets, frames.original.width, frames.original.height),
+            target_size: scored.target_size,
             targets,
             completion: text,
             point,

@@ -37,12 +37,7 @@ impl Row<'_> {
     /// followed by the response's.
     fn sequence(&self) -> Encoded {
         let mut sequence = self.prompt.share();
-        sequence.input_ids.extend_from_slice(&self.response.input_ids);
-        sequence.image_grids.extend_from_slice(&self.response.image_grids);
-        sequence.pixel_values = match (sequence.pixel_values, &self.response.pixel_values) {
-            (Some(prompt), Some(response)) => Some(Tensor::cat(&[&prompt, response], 0)),
-            (prompt, response) => prompt.or_else(|| response.as_ref().map(Tensor::shallow_clone)),
-        };
+        sequence.append(self.response);
         sequence
     }
 }

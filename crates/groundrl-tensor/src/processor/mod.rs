@@ -59,6 +59,17 @@ impl Encoded {
             image_grids: self.image_grids.clone(),
         }
     }
+
+    /// Appends `more`'s tokens, then its images after this one's (pixel rows and grids in order):
+    /// a prompt followed by its response, or a response followed by a tool turn.
+    pub fn append(&mut self, more: &Encoded) {
+        self.input_ids.extend_from_slice(&more.input_ids);
+        self.pixel_values = match (self.pixel_values.take(), &more.pixel_values) {
+            (Some(a), Some(b)) => Some(Tensor::cat(&[&a, b], 0)),
+            (a, b) => a.or_else(|| b.as_ref().map(Tensor::shallow_clone)),
+        };
+        self.image_grids.extend_from_slice(&more.image_grids);
+    }
 }
 
 #[derive(Debug)]

@@ -25,7 +25,6 @@ use groundrl_core::parse::tool_call_in;
 use groundrl_core::rng::keyed;
 use groundrl_core::tool::{CallOutcome, Reply, ToolContext, ToolOutput, Toolbox, View};
 use image::RgbImage;
-use tch::Tensor;
 
 use super::{Completion, Engine, FinishReason, GenerationRequest, RolloutError};
 use crate::processor::{Encoded, Processor, ProcessorError};
@@ -160,7 +159,7 @@ impl Trajectory {
 
     /// Appends a tool turn (masked out, log-prob 0).
     fn push_tool_turn(&mut self, turn: &Encoded) {
-        append(&mut self.response, turn);
+        self.response.append(turn);
         self.generated
             .extend(std::iter::repeat_n(false, turn.input_ids.len()));
         self.logprobs
@@ -248,7 +247,7 @@ impl ToolRollout<'_> {
     fn later_turn(&self, r: &GenerationRequest, t: &Trajectory, turn: usize) -> GenerationRequest {
         let first = self.first_turn(r);
         let mut prompt = first.prompt;
-        append(&mut prompt, &t.response);
+        prompt.append(&t.response);
         let mut params = first.params;
         params.seed = keyed(params.seed, &format!("tool turn {turn}"));
         let left = self.limits.max_total_tokens - t.response.input_ids.len();
@@ -393,14 +392,4 @@ fn tool_turn_error(e: ProcessorError) -> RolloutError {
         ProcessorError::Tokenizer(e) => RolloutError::Tokenizer(e),
         other => RolloutError::Input(format!("cannot encode a tool turn: {other}")),
     }
-}
-
-/// Appends `more`'s tokens and images to `to`'s.
-fn append(to: &mut Encoded, more: &Encoded) {
-    to.input_ids.extend(&more.input_ids);
-    to.pixel_values = match (to.pixel_values.take(), &more.pixel_values) {
-        (Some(a), Some(b)) => Some(Tensor::cat(&[a, b.shallow_clone()], 0)),
-        (a, b) => a.or_else(|| b.as_ref().map(Tensor::shallow_clone)),
-    };
-    to.image_grids.extend(&more.image_grids);
 }

@@ -22,6 +22,7 @@ use groundrl_tensor::processor::{Encoded, Processor, ToolPrompt};
 use groundrl_tensor::rollout::{Trajectory, TurnLimits};
 use image::RgbImage;
 
+use super::pixel_boxes;
 use crate::config::TrainConfig;
 
 /// Confidence written before the zoom in a reference trajectory: below the gate's default tau
@@ -126,7 +127,7 @@ impl ToolSetup {
                 ));
             }
             let turn = processor.tool_turn(&reply.output).map_err(|e| e.to_string())?;
-            response.push_encoded(turn);
+            response.push_tool_turn(&turn);
             if self.answer_view == AnswerView::Last {
                 view = reply.output.view.unwrap_or(full);
             }
@@ -161,13 +162,10 @@ impl Response {
     }
 
     /// Appends a tool turn (not generated), with its images.
-    fn push_encoded(&mut self, turn: Encoded) {
-        self.push(&turn.input_ids, false);
-        self.encoded.pixel_values = match (self.encoded.pixel_values.take(), turn.pixel_values) {
-            (Some(a), Some(b)) => Some(tch::Tensor::cat(&[a, b], 0)),
-            (a, b) => a.or(b),
-        };
-        self.encoded.image_grids.extend(turn.image_grids);
+    fn push_tool_turn(&mut self, turn: &Encoded) {
+        self.generated
+            .extend(std::iter::repeat_n(false, turn.input_ids.len()));
+        self.encoded.append(turn);
     }
 }
 
@@ -183,14 +181,7 @@ fn tokens(processor: &Processor, text: &str) -> Result<Vec<i64>, String> {
 
 /// The sample's target size as a share of the image side (see `telemetry::stats::target_size`).
 pub(super) fn sample_target_size(sample: &Sample, frames: ImageFrames) -> Option<f64> {
-    let boxes: Vec<[f64; 4]> = sample
-        .targets
-        .iter()
-        .map(|t| {
-            let b = frames.convert_box(t.shape.bounding_box(), sample.frame, Frame::Pixel);
-            [b.x1, b.y1, b.x2, b.y2]
-        })
-        .collect();
+    let boxes = pixel_boxes(sample, frames);
     target_size(&boxes, frames.original.width, frames.original.height)
 }
 
