@@ -9,7 +9,8 @@
 //!   cuDNN, ...) are resolved at run time on the GPU machine, hence `--allow-shlib-undefined`.
 //!
 //! - With the `cuda` feature, the CUDA graph shim (`csrc/cuda_graph.cpp`, a C ABI over
-//!   `at::cuda::CUDAGraph`) is compiled against libtorch's headers and the CUDA headers of
+//!   `at::cuda::CUDAGraph`) and the profiler shim (`csrc/profiler.cpp`, over libtorch's Kineto
+//!   profiler) are compiled against libtorch's headers and the CUDA headers of
 //!   `scripts/gpu/cuda-headers.sh` (`GROUNDRL_CUDA_INCLUDE`), and linked with libtorch_cuda/libc10_cuda.
 //!
 //! `cargo:rustc-link-arg` reaches only this package's targets; dependents read the same arguments
@@ -23,6 +24,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=GROUNDRL_CUDA_RUNTIME");
     println!("cargo:rerun-if-env-changed=GROUNDRL_CUDA_INCLUDE");
     println!("cargo:rerun-if-changed=csrc/cuda_graph.cpp");
+    println!("cargo:rerun-if-changed=csrc/profiler.cpp");
     let mut args = vec!["-Wl,--disable-new-dtags".to_owned()];
     for var in ["LIBTORCH", "GROUNDRL_CUDA_RUNTIME"] {
         if let Ok(dir) = env::var(var) {
@@ -42,7 +44,7 @@ fn main() {
     println!("cargo:link_args={}", args.join(" "));
 }
 
-/// Compiles `csrc/cuda_graph.cpp` into a static library linked into this crate.
+/// Compiles `csrc/cuda_graph.cpp` and `csrc/profiler.cpp` into a static library linked into this crate.
 #[cfg(feature = "cuda")]
 fn compile_cuda_graph_shim() {
     let libtorch = PathBuf::from(env::var("LIBTORCH").expect(
@@ -56,6 +58,7 @@ fn compile_cuda_graph_shim() {
         .cpp(true)
         .std("c++17")
         .file("csrc/cuda_graph.cpp")
+        .file("csrc/profiler.cpp")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))
         .include(cuda_include)
@@ -69,4 +72,5 @@ fn compile_cuda_graph_shim() {
     println!("cargo:rustc-link-lib=dylib=torch_cuda");
     println!("cargo:rustc-link-lib=dylib=c10_cuda");
     println!("cargo:rustc-link-lib=dylib=c10");
+    println!("cargo:rustc-link-lib=dylib=torch_cpu");
 }

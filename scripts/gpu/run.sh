@@ -5,7 +5,7 @@
 #   3. forward and training-step time and device memory of the 3B shape.
 # It expects the GPU build of the CLI at .device/groundrl (scripts/gpu/build.sh makes it) and writes a
 # short table at the end. Usage on the GPU machine: bash scripts/gpu/run.sh [goldens] [parity] [bench]
-# [rollout] [train] [plan] [demo] [tools] (the first five when none is named; each fits one 10-minute
+# [rollout] [train] [plan] [demo] [tools] [profile] (the first five when none is named; each fits one 10-minute
 # device call).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -150,4 +150,18 @@ for r in rows[:3] + rows[-3:]:
                       "generated_tokens_per_s": round(t["generated_tokens_per_s"]),
                       "time_rollout_s": round(t["time/rollout"], 3), "time_step_s": round(t["time/step"], 3)}))
 PY
+fi
+
+if want profile; then
+echo "== 9. where the device time goes: kernel tables of a batch-64 rollout and a training step (3B shape)"
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+case "$gpu" in *H100*) bw=3350 ;; *) bw=4800 ;; esac
+prof=$work/profile
+rm -rf "$prof" && mkdir -p "$prof"
+"$bin" bench rollout --preset 3b --dtype bf16 --device cuda --prompts 8 --n 8 --bandwidth-gbs $bw \
+  --profile "$prof/rollout" | tee -a "$out/profile_rollout_3b.jsonl"
+$py "$root/scripts/bench/kernel_table.py" "$prof/rollout/prefill.json" --top 20 | tee "$out/profile_prefill.txt"
+$py "$root/scripts/bench/kernel_table.py" "$prof/rollout/generate.json" --top 30 --per 128 | tee "$out/profile_generate.txt"
+"$bin" bench train --preset 3b --dtype bf16 --device cuda --rows 8 --profile "$prof/train.json" | tee -a "$out/profile_train_3b.jsonl"
+$py "$root/scripts/bench/kernel_table.py" "$prof/train.json" --top 30 | tee "$out/profile_train.txt"
 fi

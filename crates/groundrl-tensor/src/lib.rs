@@ -5,12 +5,14 @@
 //!   (image preprocessing, tokenizer, chat template).
 //! - [`rollout`]: batched generation with a KV cache, seeded sampling and the sampled tokens' log-probs.
 //! - [`cuda_graph`]: capture and replay of CUDA graphs (a shim over libtorch's `CUDAGraph`).
+//! - [`profiler`]: Chrome traces of operators and kernels (a shim over libtorch's profiler).
 
 pub mod attention;
 pub mod bench;
 pub mod cuda_graph;
 pub mod hf_folder;
 pub mod processor;
+pub mod profiler;
 pub mod qwen2_5_vl;
 pub mod rollout;
 

@@ -1,3 +1,4 @@
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -6,6 +7,7 @@ use groundrl_tensor::processor::Processor;
 use groundrl_tensor::processor::chat_template::ChatTemplate;
 use groundrl_tensor::processor::image::ImageProcessor;
 use groundrl_tensor::processor::tiny_tokenizer::tiny_tokenizer;
+use groundrl_tensor::profiler;
 use groundrl_tensor::rollout::{Completion, Engine, GenerationRequest, SamplingParams};
 use serde::Serialize;
 
@@ -37,6 +39,10 @@ pub struct Args {
     /// the host) and check that both give the same tokens.
     #[arg(long)]
     compare_eager: bool,
+    /// Also record one prefill and one whole graph-replayed run with libtorch's profiler and write
+    /// their Chrome traces here (`prefill.json`, `generate.json`; needs the `cuda` build).
+    #[arg(long)]
+    profile: Option<PathBuf>,
 }
 
 #[derive(Serialize)]
@@ -108,8 +114,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             })
             .collect()
     };
-    time(device, || engine.generate(&requests(0)))?;
-    let (prefill_seconds, _) = time(device, || engine.generate(&one_token(1)))?;
+    // The prompts are made before each timed call: the timings cover the engine alone, as the HF
+    // script's cover generate alone.
+    let warm_up = requests(0);
+    time(device, || engine.generate(&warm_up))?;
+    let prefill_requests = one_token(1);
+    let (prefill_seconds, _) = time(device, || engine.generate(&prefill_requests))?;
     let batch = args.prompts * args.n;
     let context = prompt_tokens + args.new_tokens as i64 / 2;
     let bytes = bench::decode_step_bytes(&model.config, kind, batch as i64, context);
@@ -121,7 +131,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut graph_run: Option<Vec<Completion>> = None;
     for cuda_graph in modes {
         engine.cuda_graph = cuda_graph;
-        let (seconds, completions) = time(device, || engine.generate(&requests(2)))?;
+        let timed = requests(2);
+        let (seconds, completions) = time(device, || engine.generate(&timed))?;
         let decode_step = (seconds - prefill_seconds) / args.new_tokens.saturating_sub(1).max(1) as f64;
         let against = graph_run.as_deref().filter(|_| !cuda_graph);
         let report = Report {
@@ -146,6 +157,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         if cuda_graph {
             graph_run = Some(completions);
         }
+    }
+    if let Some(dir) = &args.profile {
+        engine.cuda_graph = true;
+        std::fs::create_dir_all(dir)?;
+        let (prefill, whole) = (one_token(3), requests(3));
+        profiler::trace(&dir.join("prefill.json"), || engine.generate(&prefill))??;
+        profiler::trace(&dir.join("generate.json"), || engine.generate(&whole))??;
+        eprintln!("profiler traces written to {}", dir.display());
     }
     Ok(ExitCode::SUCCESS)
 }

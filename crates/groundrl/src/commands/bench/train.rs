@@ -2,10 +2,12 @@
 //! AdamW with f32 master weights) on synthetic screenshot rows; prints the step time, tokens/s, MFU
 //! and device memory.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use groundrl_tensor::bench;
+use groundrl_tensor::qwen2_5_vl::ModelError;
 use groundrl_tensor::tch::Tensor;
+use groundrl_tensor::{bench, profiler};
 use groundrl_train::optim::{AdamW, OptimConfig};
 use groundrl_train::trainer::H100_BF16_FLOPS;
 use serde::Serialize;
@@ -21,6 +23,10 @@ pub struct Args {
     /// Keep every block's activations instead of recomputing them in the backward.
     #[arg(long)]
     no_checkpoint: bool,
+    /// Also record one more step with libtorch's profiler and write its Chrome trace to this file
+    /// (needs the `cuda` build).
+    #[arg(long)]
+    profile: Option<PathBuf>,
 }
 
 #[derive(Serialize)]
@@ -48,14 +54,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let parameters: i64 = trainable.iter().map(|(_, t)| t.numel() as i64).sum();
     let mut optimizer = AdamW::new(trainable, &OptimConfig::default())?;
     let lr = OptimConfig::default().lr;
-    let ms = bench::time_ms(device, args.step.iters, || {
+    let mut step = || -> Result<(), ModelError> {
         bench::backward(&model, &batch, &scored, !args.no_checkpoint)?;
-        optimizer
-            .step(lr)
-            .map_err(|e| groundrl_tensor::qwen2_5_vl::ModelError::Input(e.to_string()))?;
+        optimizer.step(lr).map_err(|e| ModelError::Input(e.to_string()))?;
         optimizer.zero_grad();
         Ok(())
-    })?;
+    };
+    let ms = bench::time_ms(device, args.step.iters, &mut step)?;
+    if let Some(path) = &args.profile {
+        profiler::trace(path, || {
+            let out = step();
+            bench::synchronize(device);
+            out
+        })??;
+    }
     let tokens = args.step.rows * shape.row_len(&model.config);
     let seconds = ms / 1e3;
     let report = Report {
