@@ -153,9 +153,44 @@ fn draw_in_id_order(allowed: &Tensor, uniforms: &Tensor) -> Tensor {
 
 /// Per row, the first index whose cumulative probability exceeds `uniform × total` (`probs` (rows,
 /// vocab) need not be normalised).
+///
+/// In two levels, because a scan along 152k columns runs on one thread block per row (0.25 ms per
+/// step for 64 rows on an H200, measured): the masses of blocks of [`CDF_BLOCK`] tokens, their
+/// cumulative sum to find the block, then the cumulative sum within that block alone. The result is
+/// the one-level search's up to the order of the float additions. Rounding can put the target past a
+/// block's last token; the index is then held at the block's last token of non-zero probability.
 fn inverse_cdf(probs: &Tensor, uniforms: &Tensor) -> Tensor {
-    let cdf = probs.cumsum(-1, Kind::Float);
-    let target = uniforms.to_kind(Kind::Float) * cdf.select(1, probs.size()[1] - 1);
+    let (rows, vocab) = (probs.size()[0], probs.size()[1]);
+    let blocks = (vocab + CDF_BLOCK - 1) / CDF_BLOCK;
+    let padded = probs
+        .constant_pad_nd([0, blocks * CDF_BLOCK - vocab])
+        .view([rows, blocks, CDF_BLOCK]);
+    let mass = padded.sum_dim_intlist(-1, false, Kind::Float);
+    let block_cdf = mass.cumsum(-1, Kind::Float);
+    let target = uniforms.to_kind(Kind::Float) * block_cdf.select(1, blocks - 1);
+    let block = first_above(&block_cdf, &target).clamp_max(blocks - 1);
+    let before = (&block_cdf - &mass)
+        .gather(1, &block.unsqueeze(1), false)
+        .squeeze_dim(1);
+    let inner = padded
+        .gather(
+            1,
+            &block.view([rows, 1, 1]).expand([rows, 1, CDF_BLOCK], false),
+            false,
+        )
+        .squeeze_dim(1);
+    let within = first_above(&inner.cumsum(-1, Kind::Float), &(target - before));
+    let positions = Tensor::arange(CDF_BLOCK, (Kind::Int64, probs.device())).unsqueeze(0);
+    let last_nonzero = positions.masked_fill(&inner.eq(0.0), 0).amax(&[-1][..], false);
+    block * CDF_BLOCK + within.minimum(&last_nonzero)
+}
+
+/// Tokens per block of [`inverse_cdf`]'s first level.
+const CDF_BLOCK: i64 = 1024;
+
+/// Per row of `cdf` (rows, n), how many entries are <= `target` (rows,): the index of the first one
+/// above it.
+fn first_above(cdf: &Tensor, target: &Tensor) -> Tensor {
     cdf.le_tensor(&target.unsqueeze(1))
         .sum_dim_intlist(-1, false, Kind::Int64)
 }
@@ -215,5 +250,37 @@ mod tests {
         // top-p 0.5: tokens 3 (mass before it 0) and 2 (mass before it 0.4 < 0.5) kept, token 1
         // (0.7 before it) not: the same two tokens.
         assert_eq!(draws(settings(0, 0.5), &[], &[0.5, 0.6]), [3, 2]);
+    }
+
+    /// Integer weights (sums exact in f32) over 3 blocks and a part, zeros among them and at the
+    /// end: the two-level search finds what one cumulative sum over the whole row finds.
+    #[test]
+    fn the_two_level_search_equals_one_cumulative_sum() {
+        let vocab = 3 * CDF_BLOCK + 300;
+        let weights: Vec<f32> = (0..vocab)
+            .map(|i| {
+                if i % 7 == 3 || i >= vocab - 5 {
+                    0.0
+                } else {
+                    (i * 31 % 5) as f32
+                }
+            })
+            .collect();
+        let probs = Tensor::from_slice(&weights).view([1, vocab]);
+        let total: f32 = weights.iter().sum();
+        for step in 0..400 {
+            let u = (step as f32 * 0.618_034).fract();
+            let target = u * total;
+            let mut sum = 0.0f32;
+            let expected = weights
+                .iter()
+                .position(|w| {
+                    sum += w;
+                    sum > target
+                })
+                .unwrap() as i64;
+            let got = inverse_cdf(&probs, &Tensor::from_slice(&[u])).int64_value(&[0]);
+            assert_eq!(got, expected, "uniform {u}");
+        }
     }
 }
