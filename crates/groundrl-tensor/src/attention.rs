@@ -38,13 +38,30 @@ impl SegmentPlan {
     /// Plans attention within consecutive segments of these lengths (in rows); empty segments are
     /// skipped. Index tensors are made on `device`.
     pub fn new(segment_lengths: &[i64], device: Device) -> Result<Self, ModelError> {
+        let identity: Vec<i64> = (0..segment_lengths.iter().filter(|&&l| l > 0).sum()).collect();
+        Self::permuted(&identity, segment_lengths, device)
+    }
+
+    /// Plans attention within segments that are consecutive in another order of the rows: the
+    /// sequence whose i-th row is packed row `order[i]` (a permutation) is cut into segments of these
+    /// lengths. Lets a caller keep its rows in the order that suits most of its layers (see
+    /// [`grouped_by_length`]) and still attend within segments of another layout.
+    pub fn permuted(order: &[i64], segment_lengths: &[i64], device: Device) -> Result<Self, ModelError> {
         if let Some(bad) = segment_lengths.iter().find(|&&len| len < 0) {
             return Err(ModelError::Input(format!(
                 "attention segment length {bad} is negative"
             )));
         }
         let groups = group_by_length(segment_lengths);
-        let order = group_order(segment_lengths, &groups);
+        let within = group_order(segment_lengths, &groups);
+        if within.len() != order.len() {
+            return Err(ModelError::Input(format!(
+                "attention segments cover {} rows, the row order has {}",
+                within.len(),
+                order.len()
+            )));
+        }
+        let order: Vec<i64> = within.iter().map(|&i| order[i as usize]).collect();
         let total = order.len() as i64;
         let identity = order.iter().enumerate().all(|(i, &row)| i as i64 == row);
         let (gather, scatter) = if identity {
@@ -65,6 +82,12 @@ impl SegmentPlan {
             gather,
             scatter,
         })
+    }
+
+    /// Whether [`SegmentPlan::attend`] gathers rows into its groups (and scatters them back): false
+    /// when segments of equal length are already together.
+    pub fn gathers(&self) -> bool {
+        self.gather.is_some()
     }
 
     /// Fused attention calls one [`SegmentPlan::attend`] makes: one per distinct segment length.
@@ -137,6 +160,19 @@ pub fn varlen_attention(
     segment_lengths: &[i64],
 ) -> Result<Tensor, ModelError> {
     SegmentPlan::new(segment_lengths, q.device())?.attend(q, k, v)
+}
+
+/// The order of rows that puts segments of equal length together (as [`SegmentPlan::attend`] batches
+/// them), and the segment lengths in that order: a plan of those lengths over rows in that order
+/// needs no gather. Consecutive segments of these lengths are the input; empty ones are dropped.
+pub fn grouped_by_length(segment_lengths: &[i64]) -> (Vec<i64>, Vec<i64>) {
+    let groups = group_by_length(segment_lengths);
+    let rows = group_order(segment_lengths, &groups);
+    let lengths = groups
+        .iter()
+        .flat_map(|g| std::iter::repeat_n(g.len, g.count as usize))
+        .collect();
+    (rows, lengths)
 }
 
 /// Distinct non-zero lengths in order of first appearance (so that segments of distinct lengths, like
@@ -221,6 +257,31 @@ mod tests {
             .abs()
             .max();
         assert!(diff.double_value(&[]) < 1e-5, "max diff {diff}");
+    }
+
+    #[test]
+    fn rows_grouped_by_length_need_no_gather_and_a_permuted_plan_attends_the_original_segments() {
+        let lengths = [5, 3, 5, 1, 3];
+        let (order, grouped) = grouped_by_length(&lengths);
+        assert_eq!(grouped, [5, 5, 3, 3, 1]);
+        assert!(!SegmentPlan::new(&grouped, Device::Cpu).unwrap().gathers());
+        // Rows put in `order`; a plan of the original segments over them attends as before.
+        let [q, k, v] = random_qkv(17);
+        let index = Tensor::from_slice(&order);
+        let [qo, ko, vo] = [&q, &k, &v].map(|t| t.index_select(0, &index));
+        let mut inverse = vec![0i64; order.len()];
+        for (position, &row) in order.iter().enumerate() {
+            inverse[row as usize] = position as i64;
+        }
+        let plan = SegmentPlan::permuted(&inverse, &lengths, Device::Cpu).unwrap();
+        let got = plan
+            .attend(&qo, &ko, &vo)
+            .unwrap()
+            .index_select(0, &Tensor::from_slice(&inverse));
+        let diff = (got - naive(&q, &k, &v, &lengths)).abs().max();
+        assert!(diff.double_value(&[]) < 1e-5, "max diff {diff}");
+        let err = SegmentPlan::permuted(&inverse[..3], &lengths, Device::Cpu).unwrap_err();
+        assert!(err.to_string().contains("17 rows"), "{err}");
     }
 
     #[test]

@@ -280,8 +280,8 @@ fn optimizer_bytes(trainable: u64, dtype: Dtype, fp32_master: bool) -> u64 {
 }
 
 /// The rollout engine's fused copies of each decoder layer's weights (`rollout` keeps them while it
-/// generates): q/k/v stacked with their biases `h (h + 2 kv d) + h + 2 kv d`, o `h h`, gate/up `2 h I`,
-/// and down `h I` only when LoRA adapts it (otherwise the parameter itself serves).
+/// generates): q/k/v stacked with their biases `h (h + 2 kv d) + h + 2 kv d` and gate/up `2 h I`; o `h h`
+/// and down `h I` only when LoRA adapts them (otherwise the parameter itself serves).
 fn decoding_weights(cfg: &TrainConfig, model: &Qwen25VlConfig) -> Part {
     let t = &model.text;
     let (h, i, kv) = (
@@ -290,8 +290,10 @@ fn decoding_weights(cfg: &TrainConfig, model: &Qwen25VlConfig) -> Part {
         (t.num_key_value_heads * t.head_dim()) as u64,
     );
     let m = &cfg.model;
-    let down = m.lora() && m.lora_targets.iter().any(|t| t == "down_proj");
-    let per_layer = h * (h + 2 * kv) + h + 2 * kv + h * h + 2 * h * i + if down { h * i } else { 0 };
+    let adapted = |name: &str| m.lora() && m.lora_targets.iter().any(|t| t == name);
+    let o = if adapted("o_proj") { h * h } else { 0 };
+    let down = if adapted("down_proj") { h * i } else { 0 };
+    let per_layer = h * (h + 2 * kv) + h + 2 * kv + o + 2 * h * i + down;
     Part {
         name: "decoding weights",
         phase: Phase::Rollout,
@@ -492,8 +494,8 @@ mod tests {
         // A row: 200704 / 28^2 = 256 image tokens + 128 text + 32 new = 416 tokens.
         // KV cache: 16 rows * 416 * (2 * 4 layers * 2 kv heads * 32) * 4 bytes.
         let kv = 16 * 416 * 512 * 4; // 13,631,488
-        // Decoding weights: 4 layers * (128*(128+128) + 256 + 128*128 + 2*128*384) * 4 bytes.
-        let decoding = 4 * (32_768 + 256 + 16_384 + 98_304) * 4; // 2,363,392
+        // Decoding weights: 4 layers * (128*(128+128) + 256 + 2*128*384) * 4 bytes.
+        let decoding = 4 * (32_768 + 256 + 98_304) * 4; // 2,100,224
         // Decoder block per token: 8*128 + 4*(8*128 + 4*384) + 4*4 = 11,280; final norm 8*128 = 1,024.
         // 4 rows * 416 = 1,664 tokens * (4 * 11,280 + 1,024) without checkpointing.
         let activations = 1_664 * (4 * 11_280 + 1_024); // 76,783,616
@@ -568,8 +570,8 @@ mod tests {
                 ("reference model", 0),
                 // 64 rows * 1,536 * (2 * 36 * 2 * 128) * 2.
                 ("KV cache", 64 * 1_536 * 18_432 * 2),
-                // 36 layers * (2048*2560 + 2560 + 2048*2048 + 2*2048*11008) * 2.
-                ("decoding weights", 36 * 54_528_512 * 2),
+                // 36 layers * (2048*2560 + 2560 + 2*2048*11008) * 2.
+                ("decoding weights", 36 * 50_334_208 * 2),
                 // 12,288 tokens * (36 * 2 * 2048 + 137,280 + 6 * 2048).
                 ("activations", 12_288 * 297_024),
                 // 1,024 completion tokens * 151,936 * 4 + a 1,024-token chunk * 151,936 * (4 + 2).

@@ -1,7 +1,7 @@
 //! Layers both towers use: linear projections and RMSNorm, with transformers' initialisation and
 //! dtype handling.
 
-use tch::{Kind, Tensor, nn};
+use tch::{Tensor, nn};
 
 use super::ModelError;
 use super::lora::Adapter;
@@ -75,30 +75,32 @@ impl RmsNorm {
         }
     }
 
+    /// libtorch's `rms_norm`: one kernel on CUDA (and a fused backward) instead of the seven of the
+    /// operations written out. It computes in f32 whatever the activations' dtype, like transformers,
+    /// but multiplies by the weight before its one cast back, where transformers casts, multiplies and
+    /// rounds again. So in f32 the two agree (bit for bit on the CPU, whose `rms_norm` runs the same
+    /// operations; to f32 rounding on CUDA, whose kernel sums in another order), and in bf16 or f16
+    /// about a quarter of the values differ by one unit in the last place, ours being the better
+    /// rounded (tests below). Every path (prefill, decoding, training) uses this one norm, so the
+    /// log-probs a rollout records and the ones a training step recomputes come from the same function.
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        let kind = x.kind();
-        let x32 = x.to_kind(Kind::Float);
-        let variance = x32.square().mean_dim(-1, true, Kind::Float);
-        let normed = (x32 * (variance + self.eps).rsqrt()).to_kind(kind);
-        &self.weight * normed
-    }
-
-    /// The same norm by libtorch's `rms_norm`: one kernel on CUDA instead of seven, for decoding, where
-    /// kernel count rules. It computes in f32 too, but multiplies by the weight before the one cast
-    /// back, where [`Self::forward`] (transformers' order) casts, multiplies, and rounds again. So in
-    /// f32 the two agree (bit for bit on the CPU, whose `rms_norm` runs the same operations; to f32
-    /// rounding on CUDA, whose kernel sums in another order), and in bf16 or f16 about a quarter of
-    /// the values differ by one unit in the last place, the fused result being the better rounded.
-    pub fn forward_fused(&self, x: &Tensor) -> Tensor {
         x.rms_norm(self.weight.size(), Some(&self.weight), self.eps)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use tch::Device;
+    use tch::{Device, Kind};
 
     use super::*;
+
+    /// transformers' order: f32 norm, cast back, then the weight.
+    fn transformers_norm(norm: &RmsNorm, x: &Tensor) -> Tensor {
+        let x32 = x.to_kind(Kind::Float);
+        let variance = x32.square().mean_dim(-1, true, Kind::Float);
+        let normed = (x32 * (variance + norm.eps).rsqrt()).to_kind(x.kind());
+        &norm.weight * normed
+    }
 
     /// Rows of varied scale (up to ~40) and a weight around 1, as in a trained model.
     fn norm_and_input(kind: Kind) -> (RmsNorm, Tensor) {
@@ -117,18 +119,18 @@ mod tests {
     }
 
     #[test]
-    fn the_fused_norm_equals_the_reference_in_f32() {
+    fn the_norm_equals_transformers_in_f32() {
         let (norm, x) = norm_and_input(Kind::Float);
-        assert_eq!(norm.forward_fused(&x), norm.forward(&x));
+        assert_eq!(norm.forward(&x), transformers_norm(&norm, &x));
     }
 
     /// In bf16 the two differ by rounding once or twice: never by more than one unit in the last place
     /// (2^-7 of the value's power of two), and the fused result is the closer to the f32 norm.
     #[test]
-    fn the_fused_norm_is_within_one_bf16_unit_of_the_reference() {
+    fn the_norm_is_within_one_bf16_unit_of_transformers() {
         let (norm, x) = norm_and_input(Kind::BFloat16);
-        let fused = norm.forward_fused(&x).to_kind(Kind::Float);
-        let reference = norm.forward(&x).to_kind(Kind::Float);
+        let fused = norm.forward(&x).to_kind(Kind::Float);
+        let reference = transformers_norm(&norm, &x).to_kind(Kind::Float);
         let ulp = (reference.abs().clamp_min(1e-30).log2().floor() - 7.0).exp2();
         let worst = ((&fused - &reference).abs() / ulp).max().double_value(&[]);
         assert!(worst <= 1.0, "{worst} units");
@@ -141,7 +143,7 @@ mod tests {
             },
             x.to_kind(Kind::Float),
         );
-        let exact = norm32.forward(&x32);
+        let exact = transformers_norm(&norm32, &x32);
         let error = |t: &Tensor| (t - &exact).abs().sum(Kind::Float).double_value(&[]);
         assert!(error(&fused) < error(&reference));
     }

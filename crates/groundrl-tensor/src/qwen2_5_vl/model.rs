@@ -143,7 +143,7 @@ impl Qwen25Vl {
         let mut embeds = self.text.embed(&ids);
         if let Some(pixels) = &batch.pixel_values {
             let features = features(pixels, &batch.image_grids)?.to_kind(embeds.kind());
-            embeds = self.place_features(&ids, embeds, &features)?;
+            embeds = self.place_features(&batch.input_ids, embeds, &features)?;
         }
         let rope = RopeIndex::new(
             &self.rope_spec(),
@@ -186,16 +186,35 @@ impl Qwen25Vl {
     }
 
     /// Writes image features over the image placeholder tokens' embeddings, in order.
-    fn place_features(&self, ids: &Tensor, embeds: Tensor, features: &Tensor) -> Result<Tensor, ModelError> {
-        let placeholders = ids.eq(self.config.image_token_id);
-        let count = placeholders.sum(Kind::Int64).int64_value(&[]);
-        if count != features.size()[0] {
+    fn place_features(
+        &self,
+        input_ids: &[Vec<i64>],
+        embeds: Tensor,
+        features: &Tensor,
+    ) -> Result<Tensor, ModelError> {
+        let image = self.config.image_token_id;
+        let places: Vec<i64> = input_ids
+            .concat()
+            .iter()
+            .enumerate()
+            .filter(|&(_, &id)| id == image)
+            .map(|(i, _)| i as i64)
+            .collect();
+        if places.len() as i64 != features.size()[0] {
             return Err(ModelError::Input(format!(
-                "{count} image placeholder tokens but the images give {} features",
+                "{} image placeholder tokens but the images give {} features",
+                places.len(),
                 features.size()[0]
             )));
         }
-        Ok(embeds.masked_scatter(&placeholders.unsqueeze(-1), features))
+        // The places come from the host's ids: no device read (which would wait for the vision tower),
+        // and a backward that gathers rows instead of masked_scatter's, which searches the mask again.
+        let shape = embeds.size();
+        let places = Tensor::from_slice(&places).to_device(embeds.device());
+        Ok(embeds
+            .f_reshape([-1, shape[2]])?
+            .f_index_copy(0, &places, features)?
+            .f_reshape(shape.as_slice())?)
     }
 
     /// Final normed hidden states (B, L, hidden).

@@ -1,14 +1,14 @@
 //! The language model: a Qwen2 decoder (GQA attention with q/k/v biases, RMSNorm, SwiGLU MLP) whose
 //! rotary embedding is M-RoPE: each rotary frequency chunk reads one of the three position components.
 //!
-//! Dtype handling follows transformers: RMSNorm computes in f32 and casts back before the weight; the
-//! rotary cos/sin are computed in f32 and cast to the activations' dtype; attention is libtorch's SDPA.
+//! Dtype handling follows transformers: RMSNorm computes in f32 (in one fused kernel that applies the
+//! weight before casting back, see [`RmsNorm::forward`]); the rotary cos/sin are computed in f32 and cast to the activations' dtype; attention is libtorch's SDPA.
 //! Each layer exposes its attention projections ([`DecoderLayer::project_qkv`]) and the rest of the
 //! block ([`DecoderLayer::finish`]) separately, so a KV cache can sit between them.
 //!
 //! Decoding one token per row has a twin of that pair ([`DecoderLayer::decode_qkv`],
-//! [`DecoderLayer::decode_finish`]) over the layer's weights fused ([`FusedLayer`]) and with libtorch's
-//! fused RMSNorm ([`RmsNorm::forward_fused`]): the same function, in fewer and larger kernels.
+//! [`DecoderLayer::decode_finish`]) over the layer's weights fused ([`FusedLayer`]): the same function,
+//! in fewer and larger kernels.
 
 use tch::{Kind, Tensor, nn};
 
@@ -103,24 +103,10 @@ impl DecoderLayer {
         Ok(FusedLayer {
             qkv_weight: Tensor::f_cat(&weights.into_iter().collect::<Result<Vec<_>, _>>()?, 0)?,
             qkv_bias: Tensor::f_cat(&biases.into_iter().collect::<Result<Vec<_>, _>>()?, 0)?,
-            o_weight: self.group_major_columns(&attn.o_proj.effective_weight()?)?,
+            o_weight: attn.o_proj.effective_weight()?,
             gate_up_weight: Tensor::f_cat(&[gate?, up?], 0)?,
             down_weight: mlp.down_proj.effective_weight()?,
         })
-    }
-
-    /// A new (hidden, heads · hd) copy of `o` (an o_proj weight) with its input columns reordered from
-    /// (kv head, group, hd) to (group, kv head, hd); see [`FusedLayer::o_weight`].
-    fn group_major_columns(&self, o: &Tensor) -> Result<Tensor, ModelError> {
-        let hidden = o.size()[0];
-        let groups = self.heads / self.kv_heads;
-        let out = Tensor::f_empty([hidden, self.heads * self.head_dim], (o.kind(), o.device()))?;
-        out.f_view([hidden, groups, self.kv_heads, self.head_dim])?
-            .f_copy_(
-                &o.f_view([hidden, self.kv_heads, groups, self.head_dim])?
-                    .f_transpose(1, 2)?,
-            )?;
-        Ok(out)
     }
 
     /// Decoding's [`Self::project_qkv`] for one token per row, `x` (rows, hidden), with the weights
@@ -133,7 +119,7 @@ impl DecoderLayer {
         rotary: &Rotary,
     ) -> (Tensor, Tensor, Tensor) {
         let rows = x.size()[0];
-        let normed = self.input_layernorm.forward_fused(x);
+        let normed = self.input_layernorm.forward(x);
         let qkv = normed.linear(&fused.qkv_weight, Some(&fused.qkv_bias)).view([
             rows,
             self.heads + 2 * self.kv_heads,
@@ -156,10 +142,11 @@ impl DecoderLayer {
     /// queries. The residual additions ride on the output projections' matmuls (`addmm_` into `x`).
     pub(crate) fn decode_finish(&self, mut x: Tensor, attn: &Tensor, fused: &FusedLayer) -> Tensor {
         let rows = x.size()[0];
-        // Query groups outermost: the column order of `fused.o_weight`.
-        let attn = attn.transpose(1, 2).reshape([rows, self.heads * self.head_dim]);
+        // Heads in o_proj's column order (kv head, group); libtorch's cuDNN attention leaves its
+        // output contiguous in that order, so this is a view on the GPU.
+        let attn = attn.reshape([rows, self.heads * self.head_dim]);
         let _ = x.addmm_(&attn, &fused.o_weight.tr());
-        let normed = self.post_attention_layernorm.forward_fused(&x);
+        let normed = self.post_attention_layernorm.forward(&x);
         let gate_up = normed.mm(&fused.gate_up_weight.tr());
         let inter = gate_up.size()[1] / 2;
         let gated = gate_up.narrow(1, 0, inter).silu() * gate_up.narrow(1, inter, inter);
@@ -205,9 +192,9 @@ fn bias(linear: &Linear) -> Result<Tensor, ModelError> {
 /// adapters' extra matmuls, and projections that read the same input stacked into one matrix, so
 /// that one matmul makes q, k and v and one makes gate and up.
 ///
-/// The tensors are the model's own where nothing needs combining (`down_proj` without an adapter) and
-/// copies otherwise, which costs memory: about 70% of the decoder layers' weights (3.9 GB in bf16 for
-/// Qwen2.5-VL-3B). [`TextModel::refresh_fused`] brings the copies up to date in place, so that a
+/// The tensors are the model's own where nothing needs combining (`o_proj` and `down_proj` without an
+/// adapter) and copies otherwise, which costs memory: about 65% of the decoder layers' weights (3.6 GB
+/// in bf16 for Qwen2.5-VL-3B). [`TextModel::refresh_fused`] brings the copies up to date in place, so that a
 /// captured CUDA graph that reads them stays valid.
 #[derive(Debug)]
 pub(crate) struct FusedLayer {
@@ -215,10 +202,7 @@ pub(crate) struct FusedLayer {
     qkv_weight: Tensor,
     /// The three biases stacked likewise.
     qkv_bias: Tensor,
-    /// (hidden, heads · hd): o_proj with its input columns reordered from (kv head, group) to (group,
-    /// kv head), the order in which libtorch's fused attention kernels leave the grouped queries'
-    /// output in memory (positions outermost; see [`DecoderLayer::decode_finish`]), so that reading
-    /// it needs no copy.
+    /// (hidden, heads · hd): o_proj's weight, the parameter itself when it has no adapter.
     o_weight: Tensor,
     /// (2 · intermediate, hidden): gate_proj over up_proj.
     gate_up_weight: Tensor,
@@ -234,10 +218,22 @@ impl FusedLayer {
         let fresh = layer.fuse()?;
         self.qkv_weight.f_copy_(&fresh.qkv_weight)?;
         self.qkv_bias.f_copy_(&fresh.qkv_bias)?;
-        self.o_weight.f_copy_(&fresh.o_weight)?;
         self.gate_up_weight.f_copy_(&fresh.gate_up_weight)?;
-        if !self.down_weight.is_set_to(&layer.mlp.down_proj.weight) {
-            self.down_weight.f_copy_(&fresh.down_weight)?;
+        for (own, fresh, parameter) in [
+            (
+                &mut self.o_weight,
+                &fresh.o_weight,
+                &layer.self_attn.o_proj.weight,
+            ),
+            (
+                &mut self.down_weight,
+                &fresh.down_weight,
+                &layer.mlp.down_proj.weight,
+            ),
+        ] {
+            if !own.is_set_to(parameter) {
+                own.f_copy_(fresh)?;
+            }
         }
         Ok(())
     }
@@ -428,11 +424,6 @@ impl TextModel {
     /// The final RMSNorm (for callers that run the layers themselves).
     pub fn final_norm(&self, hidden: &Tensor) -> Tensor {
         self.norm.forward(hidden)
-    }
-
-    /// [`Self::final_norm`] in one kernel, as decoding runs it (see [`RmsNorm::forward_fused`]).
-    pub(crate) fn final_norm_fused(&self, hidden: &Tensor) -> Tensor {
-        self.norm.forward_fused(hidden)
     }
 
     /// The output projection's weight (vocab, hidden): `lm_head`, or the embedding when tied.

@@ -1,9 +1,8 @@
 //! Batched generation: one prefill of all prompts, then lockstep decoding of every sample.
 //!
 //! # Host synchronisation
-//! The engine waits for the device only at these points:
-//! - prefill: [`Qwen25Vl::prepare`] counts image placeholders (one scalar read) and builds the M-RoPE
-//!   index on the host from the prompt ids;
+//! The engine waits for the device only at these points (the prefill needs none: [`Qwen25Vl::prepare`]
+//! finds the image placeholders and builds the M-RoPE index on the host from the prompt ids):
 //! - every [`Engine::sync_every`] decoding steps: one read of the tokens generated since the last read,
 //!   (rows, sync_every) int64, to find ended rows (stop tokens, stop strings, length) and to stop when
 //!   all have ended;
@@ -282,7 +281,7 @@ impl<'a> Engine<'a> {
             let (keys, values) = cache.layer(i);
             x = layer.decode_finish(x, &attend_cached(&q, keys, values, &mask), fused);
         }
-        text.logits(&text.final_norm_fused(&x))
+        text.logits(&text.final_norm(&x))
     }
 
     /// Reads the tokens of steps `from..to` to the host and updates every row's end; rows that ended
