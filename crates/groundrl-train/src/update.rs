@@ -2,8 +2,11 @@
 //! batches with gradient accumulation, one optimizer step per mini-batch. A tool-using completion's
 //! tool turns stay in its row as context but are masked out of the loss (see [`Row::generated`]).
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+
 use groundrl_tensor::processor::{Encoded, Processor};
-use groundrl_tensor::qwen2_5_vl::model::logprobs_and_entropy_at;
+use groundrl_tensor::qwen2_5_vl::model::{ImageFeatures, logprobs_and_entropy_at};
 use groundrl_tensor::qwen2_5_vl::{Batch, ModelError, Qwen25Vl};
 use tch::{Device, Kind, Tensor};
 
@@ -92,6 +95,54 @@ pub(crate) struct MicroBatch {
     pub tokens: u64,
     /// Response tokens that count in the loss (the model's, of rows that count).
     pub counted: u64,
+    /// The policy's image features of the batch's images, when its vision tower is frozen and they
+    /// were computed once for the update ([`FrozenFeatures`]); `None`: the tower runs on the pixels.
+    pub features: Option<Tensor>,
+}
+
+impl MicroBatch {
+    /// Where the policy's forwards of this batch take their image features from.
+    pub(crate) fn policy_features(&self) -> ImageFeatures<'_> {
+        match &self.features {
+            Some(features) => ImageFeatures::Given(features),
+            None => ImageFeatures::Tower,
+        }
+    }
+}
+
+/// A frozen vision tower's features of each distinct image set among an update's rows (a prompt's
+/// screenshot, which its n samples share; a tool-using response's zoomed views), computed once per
+/// update instead of once per row and pass: with 8 samples per prompt the tower otherwise runs 8
+/// times on each screenshot. Empty when the tower is trained (its features need their graph).
+struct FrozenFeatures {
+    by_source: HashMap<*const Encoded, Tensor>,
+}
+
+impl FrozenFeatures {
+    fn new(model: &Qwen25Vl, rows: &[Row]) -> Result<Self, ModelError> {
+        let mut by_source = HashMap::new();
+        if !model.vision_trainable() {
+            for encoded in rows.iter().flat_map(|r| [r.prompt, r.response]) {
+                if let (Some(pixels), Entry::Vacant(slot)) =
+                    (&encoded.pixel_values, by_source.entry(encoded as *const Encoded))
+                {
+                    slot.insert(model.image_features(pixels, &encoded.image_grids)?);
+                }
+            }
+        }
+        Ok(Self { by_source })
+    }
+
+    /// The features of `rows`' images in batch order (each row's prompt images, then its
+    /// response's); `None` when the tower is trained or the rows have no image.
+    fn of(&self, rows: &[Row]) -> Option<Tensor> {
+        let parts: Vec<&Tensor> = rows
+            .iter()
+            .flat_map(|r| [r.prompt, r.response])
+            .filter_map(|e| self.by_source.get(&(e as *const Encoded)))
+            .collect();
+        (!parts.is_empty()).then(|| Tensor::cat(&parts, 0))
+    }
 }
 
 /// Runs the update over `rows` (old log-probs from the policy as it is now: a first pass without
@@ -105,10 +156,15 @@ pub fn update(
     s: &UpdateSettings,
 ) -> Result<UpdateReport, ModelError> {
     let device = model.device();
+    let frozen = FrozenFeatures::new(model, rows)?;
     let minis: Vec<&[Row]> = rows.chunks(s.mini_batch_size.max(1)).collect();
     let micro = |mini: &[Row]| -> Result<Vec<MicroBatch>, ModelError> {
         mini.chunks(s.micro_batch_size.max(1))
-            .map(|rows| micro_batch(processor, rows, device))
+            .map(|rows| {
+                let mut mb = micro_batch(processor, rows, device)?;
+                mb.features = frozen.of(rows);
+                Ok(mb)
+            })
             .collect()
     };
     let batches: Vec<Vec<MicroBatch>> = minis.iter().map(|m| micro(m)).collect::<Result<_, _>>()?;
@@ -119,7 +175,7 @@ pub fn update(
             mbs.iter()
                 .map(|mb| {
                     separate_old
-                        .then(|| scores_without_grad(model, mb, s))
+                        .then(|| scores_without_grad(model, mb, mb.policy_features(), s))
                         .transpose()
                 })
                 .collect::<Result<_, _>>()
@@ -129,7 +185,11 @@ pub fn update(
         .iter()
         .map(|mbs| {
             mbs.iter()
-                .map(|mb| reference.map(|r| scores_without_grad(r, mb, s)).transpose())
+                .map(|mb| {
+                    reference
+                        .map(|r| scores_without_grad(r, mb, ImageFeatures::Tower, s))
+                        .transpose()
+                })
                 .collect::<Result<_, _>>()
         })
         .collect::<Result<_, _>>()?;
@@ -145,7 +205,7 @@ pub fn update(
                 .map_err(|e| ModelError::Input(e.to_string()))?;
             let mut mini_loss = 0.0;
             for (b, mb) in mbs.iter().enumerate() {
-                let forward = model.training_forward(&mb.batch, s.checkpoint)?;
+                let forward = model.training_forward_from(&mb.batch, mb.policy_features(), s.checkpoint)?;
                 let scores = token_scores(model, &forward.hidden, &forward.prepared.ids, mb, s)?;
                 let inputs = LossInputs {
                     old_logprobs: old[m][b]
@@ -200,11 +260,13 @@ pub fn kl_penalties(
     rows: &[Row],
     s: &UpdateSettings,
 ) -> Result<Vec<f64>, ModelError> {
+    let frozen = FrozenFeatures::new(model, rows)?;
     let mut penalties = Vec::with_capacity(rows.len());
     for chunk in rows.chunks(s.micro_batch_size.max(1)) {
-        let mb = micro_batch(processor, chunk, model.device())?;
-        let policy = scores_without_grad(model, &mb, s)?;
-        let reference = scores_without_grad(reference, &mb, s)?;
+        let mut mb = micro_batch(processor, chunk, model.device())?;
+        mb.features = frozen.of(chunk);
+        let policy = scores_without_grad(model, &mb, mb.policy_features(), s)?;
+        let reference = scores_without_grad(reference, &mb, ImageFeatures::Tower, s)?;
         let penalty = kl_reward_penalty(s.loss, &policy, &reference, &mb.mask)
             .map_err(|e| ModelError::Input(e.to_string()))?;
         penalties.extend(penalty);
@@ -259,6 +321,7 @@ pub(crate) fn micro_batch(
         advantages: Tensor::from_slice(&advantages).to_device(device),
         tokens,
         counted,
+        features: None,
     })
 }
 
@@ -281,10 +344,15 @@ fn token_scores(
     logprobs_and_entropy_at(&model.text, &hidden, ids, &scored, s.logprob_chunk)
 }
 
-/// The completion tokens' log-probs under `model` without a graph.
-fn scores_without_grad(model: &Qwen25Vl, mb: &MicroBatch, s: &UpdateSettings) -> Result<Tensor, ModelError> {
+/// The completion tokens' log-probs under `model` without a graph, its image features from `source`.
+fn scores_without_grad(
+    model: &Qwen25Vl,
+    mb: &MicroBatch,
+    source: ImageFeatures,
+    s: &UpdateSettings,
+) -> Result<Tensor, ModelError> {
     tch::no_grad(|| {
-        let hidden = model.hidden_states(&mb.batch)?;
+        let hidden = model.hidden_states_from(&mb.batch, source)?;
         let ids = Tensor::from_slice2(&mb.batch.input_ids).to_device(model.device());
         Ok(token_scores(model, &hidden, &ids, mb, s)?
             .logprobs
@@ -533,5 +601,37 @@ pub(crate) mod tests {
                 assert_eq!(g > 0.0, learned, "{aggregation:?}: position {i}, gradient {g}");
             }
         }
+    }
+
+    /// Two rows of one zooming trajectory and one of a plain prompt: a frozen tower runs once per
+    /// distinct prompt and response, and the features it gives place exactly what the tower gives
+    /// when run on the batch's pixels. A trained tower gets no cache.
+    #[test]
+    fn frozen_features_are_computed_once_per_image_set_and_equal_the_towers() {
+        let (model, p) = tiny();
+        model.set_vision_trainable(false);
+        let t = zoom_trajectory(&p);
+        let plain = with_image(&p, PROMPT, [1, 4, 8], 2.0);
+        let answer = text_response(ids(&p, "(1, 2)<|im_end|>"));
+        let other = Row {
+            prompt: &plain,
+            response: &answer,
+            generated: &[],
+            advantage: 1.0,
+            counts: true,
+        };
+        let rows = [t.row(1.0), t.row(-1.0), other];
+        let frozen = FrozenFeatures::new(&model, &rows).unwrap();
+        // The trajectory's prompt and response, the plain prompt; the text answer has no image.
+        assert_eq!(frozen.by_source.len(), 3);
+        let mut mb = micro_batch(&p, &rows, Device::Cpu).unwrap();
+        mb.features = frozen.of(&rows);
+        let tower = tch::no_grad(|| model.hidden_states(&mb.batch)).unwrap();
+        let given = tch::no_grad(|| model.hidden_states_from(&mb.batch, mb.policy_features())).unwrap();
+        // Up to f32 rounding: the tower batches the images' windows differently when run per image.
+        let diff = (tower - given).abs().max().double_value(&[]);
+        assert!(diff < 1e-5, "hidden states differ by {diff}");
+        model.set_vision_trainable(true);
+        assert!(FrozenFeatures::new(&model, &rows).unwrap().by_source.is_empty());
     }
 }

@@ -23,6 +23,18 @@ pub struct Batch {
     pub image_grids: Vec<Grid>,
 }
 
+/// Where a forward takes the features of its batch's images from.
+#[derive(Clone, Copy, Debug)]
+pub enum ImageFeatures<'a> {
+    /// The vision tower, run on the batch's pixels.
+    Tower,
+    /// Given: the tower's output for the batch's images in order, (image tokens, hidden), computed
+    /// earlier without a graph. For a frozen tower whose images recur across rows (a GRPO step's n
+    /// samples of one prompt share its screenshot): the tower then runs once per image, not once per
+    /// row. The batch's pixels are not read.
+    Given(&'a Tensor),
+}
+
 /// A batch on the device, ready for the decoder layers.
 #[derive(Debug)]
 pub struct Prepared {
@@ -109,7 +121,8 @@ impl Qwen25Vl {
         }
     }
 
-    pub(crate) fn vision_trainable(&self) -> bool {
+    /// Whether some vision-tower variable takes gradients (a trained tower, or adapters on it).
+    pub fn vision_trainable(&self) -> bool {
         self.vs
             .variables()
             .iter()
@@ -127,7 +140,17 @@ impl Qwen25Vl {
 
     /// Embeddings with image features in place, positions, rotary tables and the attention mask.
     pub fn prepare(&self, batch: &Batch) -> Result<Prepared, ModelError> {
-        self.prepare_with(batch, |pixels, grids| self.image_features(pixels, grids))
+        self.prepare_from(batch, ImageFeatures::Tower)
+    }
+
+    /// [`Self::prepare`] with the image features from `source`.
+    pub fn prepare_from(&self, batch: &Batch, source: ImageFeatures) -> Result<Prepared, ModelError> {
+        match source {
+            ImageFeatures::Tower => {
+                self.prepare_with(batch, |pixels, grids| self.image_features(pixels, grids))
+            }
+            ImageFeatures::Given(features) => self.prepare_with(batch, |_, _| Ok(features.shallow_clone())),
+        }
     }
 
     /// [`Self::prepare`] with the image features made by `features(pixel_values, grids)`.
@@ -219,7 +242,12 @@ impl Qwen25Vl {
 
     /// Final normed hidden states (B, L, hidden).
     pub fn hidden_states(&self, batch: &Batch) -> Result<Tensor, ModelError> {
-        let p = self.prepare(batch)?;
+        self.hidden_states_from(batch, ImageFeatures::Tower)
+    }
+
+    /// [`Self::hidden_states`] with the image features from `source`.
+    pub fn hidden_states_from(&self, batch: &Batch, source: ImageFeatures) -> Result<Tensor, ModelError> {
+        let p = self.prepare_from(batch, source)?;
         Ok(self.text.forward(&p.embeds, &p.rotary, &p.mask))
     }
 

@@ -12,7 +12,7 @@
 use tch::{Kind, Tensor};
 
 use super::ModelError;
-use super::model::{Batch, Prepared, Qwen25Vl};
+use super::model::{Batch, ImageFeatures, Prepared, Qwen25Vl};
 use super::rope_index::Grid;
 use super::vision::{VisionRun, VisionTower};
 
@@ -99,8 +99,19 @@ impl Qwen25Vl {
         batch: &Batch,
         checkpoint: bool,
     ) -> Result<TrainingForward<'_>, ModelError> {
+        self.training_forward_from(batch, ImageFeatures::Tower, checkpoint)
+    }
+
+    /// [`Self::training_forward`] with the image features from `source` (given features take no
+    /// gradient: for a frozen tower).
+    pub fn training_forward_from(
+        &self,
+        batch: &Batch,
+        source: ImageFeatures,
+        checkpoint: bool,
+    ) -> Result<TrainingForward<'_>, ModelError> {
         if !checkpoint {
-            let prepared = self.prepare(batch)?;
+            let prepared = self.prepare_from(batch, source)?;
             let hidden = self
                 .text
                 .forward(&prepared.embeds, &prepared.rotary, &prepared.mask);
@@ -112,14 +123,14 @@ impl Qwen25Vl {
             });
         }
         let mut vision = None;
-        let prepared = if self.vision_trainable() {
+        let prepared = if self.vision_trainable() && matches!(source, ImageFeatures::Tower) {
             self.prepare_with(batch, |pixels, grids| {
                 let (features, tape) = vision_forward(&self.vision, pixels, grids)?;
                 vision = Some(tape);
                 Ok(features)
             })?
         } else {
-            self.prepare(batch)?
+            self.prepare_from(batch, source)?
         };
         let mut block_inputs = Vec::with_capacity(self.text.layers.len());
         let last = tch::no_grad(|| {
