@@ -64,7 +64,7 @@ gradients                     resident      5.748
 optimizer state               resident     34.488
 reference model               resident      0.000
 KV cache                      rollout       3.375
-decoding weights              rollout       3.656
+decoding weights              rollout       3.375
 activations                   update        3.399
 log-prob chunk                update        1.449
 vision tower                  update        2.218
