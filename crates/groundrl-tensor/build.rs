@@ -25,6 +25,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=GROUNDRL_CUDA_INCLUDE");
     println!("cargo:rerun-if-changed=csrc/cuda_graph.cpp");
     println!("cargo:rerun-if-changed=csrc/profiler.cpp");
+    println!("cargo:rerun-if-changed=csrc/guarded.h");
     let mut args = vec!["-Wl,--disable-new-dtags".to_owned()];
     for var in ["LIBTORCH", "GROUNDRL_CUDA_RUNTIME"] {
         if let Ok(dir) = env::var(var) {

@@ -10,12 +10,13 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include <exception>
 #include <string>
+
+#include "guarded.h"
 
 namespace {
 
-thread_local std::string last_error;
+using groundrl::guarded;
 
 struct Graph {
   explicit Graph(c10::DeviceIndex device)
@@ -26,19 +27,6 @@ struct Graph {
   c10::cuda::CUDAStream side;
   c10::cuda::CUDAStream previous;
 };
-
-template <class F>
-int guarded(F f) {
-  try {
-    f();
-    return 0;
-  } catch (const std::exception& e) {
-    last_error = e.what();
-  } catch (...) {
-    last_error = "unknown C++ exception";
-  }
-  return 1;
-}
 
 }  // namespace
 
@@ -85,6 +73,6 @@ int groundrl_cuda_graph_replay(void* g) {
 void groundrl_cuda_graph_free(void* g) { delete static_cast<Graph*>(g); }
 
 // The message of the last failed call on this thread.
-const char* groundrl_cuda_graph_last_error() { return last_error.c_str(); }
+const char* groundrl_cuda_graph_last_error() { return groundrl::last_error.c_str(); }
 
 }  // extern "C"

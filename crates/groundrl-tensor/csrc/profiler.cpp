@@ -4,14 +4,15 @@
 
 #include <torch/csrc/autograd/profiler_kineto.h>
 
-#include <exception>
 #include <memory>
 #include <set>
 #include <string>
 
+#include "guarded.h"
+
 namespace {
 
-thread_local std::string last_error;
+using groundrl::guarded;
 
 namespace prof = torch::profiler::impl;
 
@@ -19,19 +20,6 @@ prof::ProfilerConfig config() { return prof::ProfilerConfig(prof::ProfilerState:
 
 std::set<prof::ActivityType> activities() {
   return {prof::ActivityType::CPU, prof::ActivityType::CUDA};
-}
-
-template <class F>
-int guarded(F f) {
-  try {
-    f();
-    return 0;
-  } catch (const std::exception& e) {
-    last_error = e.what();
-  } catch (...) {
-    last_error = "unknown C++ exception";
-  }
-  return 1;
 }
 
 }  // namespace
@@ -53,6 +41,6 @@ int groundrl_profiler_stop(const char* path) {
   });
 }
 
-const char* groundrl_profiler_last_error() { return last_error.c_str(); }
+const char* groundrl_profiler_last_error() { return groundrl::last_error.c_str(); }
 
 }  // extern "C"
