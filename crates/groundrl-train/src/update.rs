@@ -98,15 +98,27 @@ pub(crate) struct MicroBatch {
     /// The policy's image features of the batch's images, when its vision tower is frozen and they
     /// were computed once for the update ([`FrozenFeatures`]); `None`: the tower runs on the pixels.
     pub features: Option<Tensor>,
+    /// The same from the reference model's tower, when there is one: computed the same way as the
+    /// policy's, so that equal weights give equal log-probs to the last bit.
+    pub reference_features: Option<Tensor>,
 }
 
 impl MicroBatch {
     /// Where the policy's forwards of this batch take their image features from.
     pub(crate) fn policy_features(&self) -> ImageFeatures<'_> {
-        match &self.features {
-            Some(features) => ImageFeatures::Given(features),
-            None => ImageFeatures::Tower,
-        }
+        given_or_tower(&self.features)
+    }
+
+    /// Where the reference model's forwards of this batch take their image features from.
+    fn reference_features(&self) -> ImageFeatures<'_> {
+        given_or_tower(&self.reference_features)
+    }
+}
+
+fn given_or_tower(features: &Option<Tensor>) -> ImageFeatures<'_> {
+    match features {
+        Some(features) => ImageFeatures::Given(features),
+        None => ImageFeatures::Tower,
     }
 }
 
@@ -120,8 +132,18 @@ struct FrozenFeatures {
 
 impl FrozenFeatures {
     fn new(model: &Qwen25Vl, rows: &[Row]) -> Result<Self, ModelError> {
+        Self::computed_if(!model.vision_trainable(), model, rows)
+    }
+
+    /// The reference model's features, computed when the policy's were (`policy`), so that both
+    /// models take their features the same way (equal weights then give equal log-probs).
+    fn for_reference(policy: &Self, reference: &Qwen25Vl, rows: &[Row]) -> Result<Self, ModelError> {
+        Self::computed_if(!policy.by_source.is_empty(), reference, rows)
+    }
+
+    fn computed_if(compute: bool, model: &Qwen25Vl, rows: &[Row]) -> Result<Self, ModelError> {
         let mut by_source = HashMap::new();
-        if !model.vision_trainable() {
+        if compute {
             for encoded in rows.iter().flat_map(|r| [r.prompt, r.response]) {
                 if let (Some(pixels), Entry::Vacant(slot)) =
                     (&encoded.pixel_values, by_source.entry(encoded as *const Encoded))
@@ -157,12 +179,16 @@ pub fn update(
 ) -> Result<UpdateReport, ModelError> {
     let device = model.device();
     let frozen = FrozenFeatures::new(model, rows)?;
+    let frozen_reference = reference
+        .map(|r| FrozenFeatures::for_reference(&frozen, r, rows))
+        .transpose()?;
     let minis: Vec<&[Row]> = rows.chunks(s.mini_batch_size.max(1)).collect();
     let micro = |mini: &[Row]| -> Result<Vec<MicroBatch>, ModelError> {
         mini.chunks(s.micro_batch_size.max(1))
             .map(|rows| {
                 let mut mb = micro_batch(processor, rows, device)?;
                 mb.features = frozen.of(rows);
+                mb.reference_features = frozen_reference.as_ref().and_then(|f| f.of(rows));
                 Ok(mb)
             })
             .collect()
@@ -187,7 +213,7 @@ pub fn update(
             mbs.iter()
                 .map(|mb| {
                     reference
-                        .map(|r| scores_without_grad(r, mb, ImageFeatures::Tower, s))
+                        .map(|r| scores_without_grad(r, mb, mb.reference_features(), s))
                         .transpose()
                 })
                 .collect::<Result<_, _>>()
@@ -261,12 +287,14 @@ pub fn kl_penalties(
     s: &UpdateSettings,
 ) -> Result<Vec<f64>, ModelError> {
     let frozen = FrozenFeatures::new(model, rows)?;
+    let frozen_reference = FrozenFeatures::for_reference(&frozen, reference, rows)?;
     let mut penalties = Vec::with_capacity(rows.len());
     for chunk in rows.chunks(s.micro_batch_size.max(1)) {
         let mut mb = micro_batch(processor, chunk, model.device())?;
         mb.features = frozen.of(chunk);
+        mb.reference_features = frozen_reference.of(chunk);
         let policy = scores_without_grad(model, &mb, mb.policy_features(), s)?;
-        let reference = scores_without_grad(reference, &mb, ImageFeatures::Tower, s)?;
+        let reference = scores_without_grad(reference, &mb, mb.reference_features(), s)?;
         let penalty = kl_reward_penalty(s.loss, &policy, &reference, &mb.mask)
             .map_err(|e| ModelError::Input(e.to_string()))?;
         penalties.extend(penalty);
@@ -322,6 +350,7 @@ pub(crate) fn micro_batch(
         tokens,
         counted,
         features: None,
+        reference_features: None,
     })
 }
 
