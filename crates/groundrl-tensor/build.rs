@@ -8,10 +8,12 @@
 //!   default `--as-needed` would drop it, leaving CUDA "not available". Its own dependencies (cuBLAS,
 //!   cuDNN, ...) are resolved at run time on the GPU machine, hence `--allow-shlib-undefined`.
 //!
-//! - With the `cuda` feature, the CUDA graph shim (`csrc/cuda_graph.cpp`, a C ABI over
-//!   `at::cuda::CUDAGraph`) and the profiler shim (`csrc/profiler.cpp`, over libtorch's Kineto
-//!   profiler) are compiled against libtorch's headers and the CUDA headers of
-//!   `scripts/gpu/cuda-headers.sh` (`GROUNDRL_CUDA_INCLUDE`), and linked with libtorch_cuda/libc10_cuda.
+//! - With the `cuda` feature, the C++ shims (`csrc/cuda_graph.cpp`, a C ABI over
+//!   `at::cuda::CUDAGraph`; `csrc/profiler.cpp`, over libtorch's Kineto profiler; `csrc/fused.cpp`,
+//!   over the kernels) are compiled against libtorch's headers and the CUDA headers of
+//!   `scripts/gpu/cuda-toolkit.sh` (`GROUNDRL_CUDA_INCLUDE`), and linked with libtorch_cuda/libc10_cuda;
+//!   the CUDA kernels (`csrc/kernels.cu`) are compiled by that script's nvcc (`NVCC`) for sm_80 and
+//!   sm_90 (PTX for later GPUs) and linked with the shared CUDA runtime, the one libtorch loads.
 //!
 //! `cargo:rustc-link-arg` reaches only this package's targets; dependents read the same arguments
 //! from `DEP_GROUNDRL_TENSOR_LINK_ARGS` (this package's `links` metadata) and re-emit them.
@@ -26,6 +28,9 @@ fn main() {
     println!("cargo:rerun-if-changed=csrc/cuda_graph.cpp");
     println!("cargo:rerun-if-changed=csrc/profiler.cpp");
     println!("cargo:rerun-if-changed=csrc/guarded.h");
+    println!("cargo:rerun-if-changed=csrc/fused.cpp");
+    println!("cargo:rerun-if-changed=csrc/kernels.cu");
+    println!("cargo:rerun-if-env-changed=NVCC");
     let mut args = vec!["-Wl,--disable-new-dtags".to_owned()];
     for var in ["LIBTORCH", "GROUNDRL_CUDA_RUNTIME"] {
         if let Ok(dir) = env::var(var) {
@@ -38,21 +43,23 @@ fn main() {
         args.push("-Wl,--no-as-needed,-ltorch_cuda,--as-needed,--allow-shlib-undefined".to_owned());
     }
     #[cfg(feature = "cuda")]
-    compile_cuda_graph_shim();
+    compile_cuda_shims();
+    #[cfg(feature = "cuda")]
+    compile_cuda_kernels(&mut args);
     for arg in &args {
         println!("cargo:rustc-link-arg={arg}");
     }
     println!("cargo:link_args={}", args.join(" "));
 }
 
-/// Compiles `csrc/cuda_graph.cpp` and `csrc/profiler.cpp` into a static library linked into this crate.
+/// Compiles the C++ shims into a static library linked into this crate.
 #[cfg(feature = "cuda")]
-fn compile_cuda_graph_shim() {
+fn compile_cuda_shims() {
     let libtorch = PathBuf::from(env::var("LIBTORCH").expect(
         "the cuda feature needs LIBTORCH (eval \"$(scripts/setup-libtorch.sh)\"; see scripts/gpu/build.sh)",
     ));
     let cuda_include = env::var("GROUNDRL_CUDA_INCLUDE").expect(
-        "the cuda feature needs GROUNDRL_CUDA_INCLUDE (eval \"$(scripts/gpu/cuda-headers.sh)\"; see scripts/gpu/build.sh)",
+        "the cuda feature needs GROUNDRL_CUDA_INCLUDE (eval \"$(scripts/gpu/cuda-toolkit.sh)\"; see scripts/gpu/build.sh)",
     );
     let include = libtorch.join("include");
     cc::Build::new()
@@ -60,6 +67,7 @@ fn compile_cuda_graph_shim() {
         .std("c++17")
         .file("csrc/cuda_graph.cpp")
         .file("csrc/profiler.cpp")
+        .file("csrc/fused.cpp")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))
         .include(cuda_include)
@@ -74,4 +82,34 @@ fn compile_cuda_graph_shim() {
     println!("cargo:rustc-link-lib=dylib=c10_cuda");
     println!("cargo:rustc-link-lib=dylib=c10");
     println!("cargo:rustc-link-lib=dylib=torch_cpu");
+}
+
+/// Compiles `csrc/kernels.cu` with nvcc (the `NVCC` of `scripts/gpu/cuda-toolkit.sh`) into a static
+/// library, linked with the shared CUDA runtime (`GROUNDRL_CUDA_RUNTIME` here, torch's on the GPU
+/// machine). No fast math: the kernels round as the PyTorch operations they replace.
+/// Built for the GPUs the kernels were measured on (sm_90) and A100s (sm_80), with sm_90 PTX for later
+/// ones.
+#[cfg(feature = "cuda")]
+fn compile_cuda_kernels(args: &mut Vec<String>) {
+    if env::var_os("NVCC").is_none() {
+        panic!(
+            "the cuda feature needs NVCC (eval \"$(scripts/gpu/cuda-toolkit.sh)\"; see scripts/gpu/build.sh)"
+        );
+    }
+    cc::Build::new()
+        .cuda(true)
+        .cudart("none")
+        .file("csrc/kernels.cu")
+        // The release profile keeps debug info, for which cc would pass nvcc `-G` (device code
+        // unoptimized: measured 2x slower decoding steps).
+        .debug(false)
+        .flag("-O3")
+        .flag("-gencode=arch=compute_80,code=sm_80")
+        .flag("-gencode=arch=compute_90,code=[sm_90,compute_90]")
+        .warnings(false)
+        .compile("groundrl_cuda_kernels");
+    if let Ok(dir) = env::var("GROUNDRL_CUDA_RUNTIME") {
+        args.push(format!("-L{dir}"));
+    }
+    args.push("-l:libcudart.so.13".to_owned());
 }

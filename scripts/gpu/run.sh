@@ -5,8 +5,9 @@
 #   3. forward and training-step time and device memory of the 3B shape.
 # It expects the GPU build of the CLI at .device/groundrl (scripts/gpu/build.sh makes it) and writes a
 # short table at the end. Usage on the GPU machine: bash scripts/gpu/run.sh [goldens] [parity] [bench]
-# [rollout] [train] [plan] [demo] [tools] [profile] (the first five when none is named; each fits one 10-minute
-# device call).
+# [rollout] [train] [plan] [demo] [tools] [profile] [kernels] (the first five when none is named; each fits one
+# 10-minute device call). `kernels` runs the tensor crate's tests built for CUDA (.device/groundrl-tensor-tests,
+# also made by build.sh), the fused kernels' CUDA tests among them.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 py=${PYTHON:-/opt/torch/.venv/bin/python}
@@ -65,6 +66,7 @@ case "$gpu" in *H100*) bw=3350 ;; *) bw=4800 ;; esac
 for n in 1 8; do
   "$bin" bench rollout --preset 3b --dtype bf16 --device cuda --prompts 8 --n $n --bandwidth-gbs $bw --compare-eager | tee -a "$out/rollout_3b.jsonl"
 done
+"$bin" bench rollout --preset 3b --dtype bf16 --device cuda --prompts 8 --n 8 --bandwidth-gbs $bw --no-fused | tee -a "$out/rollout_3b.jsonl"
 [ -d "$work/q3b" ] || "$bin" model init --preset 3b --out "$work/q3b" --dtype bf16 --device cuda
 $py "$root/scripts/bench/rollout_hf.py" --model "$work/q3b" 2>&1 | grep '^{' | tee -a "$out/rollout_3b.jsonl"
 fi
@@ -164,4 +166,9 @@ $py "$root/scripts/bench/kernel_table.py" "$prof/rollout/prefill.json" --top 20 
 $py "$root/scripts/bench/kernel_table.py" "$prof/rollout/generate.json" --top 30 --per 128 | tee "$out/profile_generate.txt"
 "$bin" bench train --preset 3b --dtype bf16 --device cuda --rows 8 --profile "$prof/train.json" | tee -a "$out/profile_train_3b.jsonl"
 $py "$root/scripts/bench/kernel_table.py" "$prof/train.json" --top 30 | tee "$out/profile_train.txt"
+fi
+
+if want kernels; then
+echo "== 10. the tensor crate's tests on the GPU (fused kernels against transformers' order of operations)"
+(cd "$root/crates/groundrl-tensor" && "$root/.device/groundrl-tensor-tests" --test-threads 1 fused 2>&1 | tail -12) | tee "$out/kernels_tests.txt"
 fi

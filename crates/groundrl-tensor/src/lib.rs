@@ -4,12 +4,14 @@
 //! - [`processor`]: what turns a chat with images into model inputs exactly as HF's processor does
 //!   (image preprocessing, tokenizer, chat template).
 //! - [`rollout`]: batched generation with a KV cache, seeded sampling and the sampled tokens' log-probs.
+//! - [`fused`]: CUDA kernels for what libtorch runs in several passes (rotary embeddings, SwiGLU).
 //! - [`cuda_graph`]: capture and replay of CUDA graphs (a shim over libtorch's `CUDAGraph`).
 //! - [`profiler`]: Chrome traces of operators and kernels (a shim over libtorch's profiler).
 
 pub mod attention;
 pub mod bench;
 pub mod cuda_graph;
+pub mod fused;
 pub mod hf_folder;
 pub mod processor;
 pub mod profiler;

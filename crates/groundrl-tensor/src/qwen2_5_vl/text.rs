@@ -6,15 +6,16 @@
 //! Each layer exposes its attention projections ([`DecoderLayer::project_qkv`]) and the rest of the
 //! block ([`DecoderLayer::finish`]) separately, so a KV cache can sit between them.
 //!
-//! Decoding one token per row has a twin of that pair ([`DecoderLayer::decode_qkv`],
-//! [`DecoderLayer::decode_finish`]) over the layer's weights fused ([`FusedLayer`]): the same function,
-//! in fewer and larger kernels.
+//! Decoding one token per row has a twin of that pair ([`DecoderLayer::decode_qkv`] with
+//! [`DecoderLayer::split_decode_qkv`], [`DecoderLayer::decode_finish`]) over the layer's weights fused
+//! ([`FusedLayer`]): the same function, in fewer and larger kernels.
 
 use tch::{Kind, Tensor, nn};
 
 use super::ModelError;
 use super::config::TextConfig;
 use super::layers::{INIT_STD, Linear, RmsNorm};
+use crate::fused;
 
 #[derive(Debug)]
 struct Attention {
@@ -89,7 +90,7 @@ impl DecoderLayer {
         let x = x + self.self_attn.o_proj.forward(&attn);
         let normed = self.post_attention_layernorm.forward(&x);
         let mlp = &self.mlp;
-        let gated = mlp.gate_proj.forward(&normed).silu() * mlp.up_proj.forward(&normed);
+        let gated = swiglu(&mlp.gate_proj.forward(&normed), &mlp.up_proj.forward(&normed));
         &x + mlp.down_proj.forward(&gated)
     }
 
@@ -109,22 +110,25 @@ impl DecoderLayer {
         })
     }
 
-    /// Decoding's [`Self::project_qkv`] for one token per row, `x` (rows, hidden), with the weights
-    /// `fused` made from this layer: queries grouped by KV head, (rows, kv_heads, groups, hd), and keys
-    /// and values (rows, kv_heads, 1, hd).
-    pub(crate) fn decode_qkv(
-        &self,
-        x: &Tensor,
-        fused: &FusedLayer,
-        rotary: &Rotary,
-    ) -> (Tensor, Tensor, Tensor) {
+    /// Decoding's projection of [`Self::project_qkv`] for one token per row, `x` (rows, hidden), with
+    /// the weights `fused` made from this layer: (rows, heads + 2 kv_heads, hd), query heads then key
+    /// heads then value heads, not yet rotated (the rotation rides on the cache write; see
+    /// `rollout::kv_cache::KvCache::write_step`).
+    pub(crate) fn decode_qkv(&self, x: &Tensor, fused: &FusedLayer) -> Tensor {
         let rows = x.size()[0];
         let normed = self.input_layernorm.forward(x);
-        let qkv = normed.linear(&fused.qkv_weight, Some(&fused.qkv_bias)).view([
+        normed.linear(&fused.qkv_weight, Some(&fused.qkv_bias)).view([
             rows,
             self.heads + 2 * self.kv_heads,
             self.head_dim,
-        ]);
+        ])
+    }
+
+    /// Decoding's queries grouped by KV head, (rows, kv_heads, groups, hd), and keys and values (rows,
+    /// kv_heads, 1, hd), from [`Self::decode_qkv`]'s `qkv`, queries and keys rotated by `rotary`: the
+    /// libtorch composition of what the fused CUDA kernel does with the cache write.
+    pub(crate) fn split_decode_qkv(&self, qkv: &Tensor, rotary: &Rotary) -> (Tensor, Tensor, Tensor) {
+        let rows = qkv.size()[0];
         let rotated = rotary.rotate_tokens(&qkv.narrow(1, 0, self.heads + self.kv_heads));
         let groups = self.heads / self.kv_heads;
         let q = rotated
@@ -149,7 +153,7 @@ impl DecoderLayer {
         let normed = self.post_attention_layernorm.forward(&x);
         let gate_up = normed.mm(&fused.gate_up_weight.tr());
         let inter = gate_up.size()[1] / 2;
-        let gated = gate_up.narrow(1, 0, inter).silu() * gate_up.narrow(1, inter, inter);
+        let gated = swiglu(&gate_up.narrow(1, 0, inter), &gate_up.narrow(1, inter, inter));
         let _ = x.addmm_(&gated, &fused.down_weight.tr());
         x
     }
@@ -332,9 +336,11 @@ impl Rotary {
         x * self.cos.unsqueeze(1) + x.roll(&[half][..], &[-1][..]) * self.signed_sin.unsqueeze(1)
     }
 
-    /// `x` (B, heads, hd), one token per row, rotated by its row's position (tables made for L = 1), in
-    /// three kernels: the halves swapped by `flip` (which, unlike `roll`, reads a strided `x` without
-    /// first copying it), then `x * cos` and one `addcmul_`.
+    /// `x` (B, heads, hd), one token per row, rotated by its row's position (tables made for L = 1):
+    /// `x * cos + swap_halves(x) * signed_sin`, each product rounded to x's dtype before the sum, as
+    /// [`Self::apply`] and transformers round them (the fused CUDA kernel of decoding does the same).
+    /// The halves are swapped by `flip`, which, unlike `roll`, reads a strided `x` without first
+    /// copying it.
     pub fn rotate_tokens(&self, x: &Tensor) -> Tensor {
         let shape = x.size();
         let half = shape[2] / 2;
@@ -342,10 +348,20 @@ impl Rotary {
             .view([shape[0], shape[1], 2, half])
             .flip([2])
             .view(shape.as_slice());
-        let mut rotated = x * &self.cos;
-        let _ = rotated.addcmul_(&swapped, &self.signed_sin);
-        rotated
+        x * &self.cos + swapped * &self.signed_sin
     }
+
+    /// The cos and signed-sin tables of one token per row, (rows, hd), for the fused decoding kernel.
+    pub(crate) fn token_tables(&self) -> (Tensor, Tensor) {
+        let rows = self.cos.size()[0];
+        let flat = |t: &Tensor| t.view([rows, -1]);
+        (flat(&self.cos), flat(&self.signed_sin))
+    }
+}
+
+/// SwiGLU's `silu(gate) * up` ([`fused::swiglu`]: one kernel on bf16 CUDA tensors without gradient).
+fn swiglu(gate: &Tensor, up: &Tensor) -> Tensor {
+    fused::swiglu(gate, up).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The decoder stack with its embedding and output head.
@@ -493,7 +509,7 @@ mod tests {
             let (q, k, v) = layer.project_qkv(&x, &rotary);
             let want = layer.finish(&x, &attend(&q, &k, &v, &AttentionMask::Causal));
             let rows = x.squeeze_dim(1);
-            let (fq, fk, fv) = layer.decode_qkv(&rows, fused, &rotary);
+            let (fq, fk, fv) = layer.split_decode_qkv(&layer.decode_qkv(&rows, fused), &rotary);
             let attn =
                 Tensor::scaled_dot_product_attention(&fq, &fk, &fv, None::<Tensor>, 0.0, false, None, false);
             let got = layer.decode_finish(rows.copy(), &attn, fused);

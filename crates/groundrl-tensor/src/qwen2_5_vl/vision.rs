@@ -16,6 +16,7 @@ use tch::{Device, Kind, TchError, Tensor};
 use super::layers::{INIT_STD, Linear, RmsNorm};
 use super::{ModelError, VisionConfig};
 use crate::attention::{SegmentPlan, grouped_by_length};
+use crate::fused;
 
 /// transformers' epsilon for every RMSNorm in the tower.
 const NORM_EPS: f64 = 1e-6;
@@ -384,7 +385,7 @@ impl Block {
             .iter()
             .any(|l| l.lora.is_some());
         if pad == 0 || adapted {
-            let gated = self.gate.forward(h).f_silu()?.f_mul(&self.up.forward(h))?;
+            let gated = fused::swiglu(&self.gate.forward(h), &self.up.forward(h))?;
             return Ok(self.down.forward(&gated));
         }
         let project = |linear: &Linear| -> Result<Tensor, ModelError> {
@@ -396,7 +397,7 @@ impl Block {
                 .transpose()?;
             Ok(h.f_linear(&weight, bias.as_ref())?)
         };
-        let gated = project(&self.gate)?.f_silu()?.f_mul(&project(&self.up)?)?;
+        let gated = fused::swiglu(&project(&self.gate)?, &project(&self.up)?)?;
         let down = self.down.weight.f_constant_pad_nd([0, pad])?;
         Ok(gated.f_linear(&down, self.down.bias.as_ref())?)
     }
@@ -479,14 +480,24 @@ impl Rotary {
     }
 
     /// Rotates (rows, pair, heads, head_dim) query/key vectors in f32, back in their dtype, as
-    /// transformers does: `x * cos + rotate_half(x) * sin` with `rotate_half([x1, x2]) = [-x2, x1]`.
-    /// Written as `x * cos + swap_halves(x) * signed_sin`, the same products (negating a factor is
-    /// exact), in four kernels over the 100M-value q and k of a batch of screenshots instead of eight:
-    /// the multiplication by the f32 table promotes `x` without a separate conversion, and the halves
-    /// are swapped by `flip` on a view, with no negation or concatenation.
+    /// transformers does: `x * cos + rotate_half(x) * sin` with `rotate_half([x1, x2]) = [-x2, x1]`,
+    /// written as `x * cos + swap_halves(x) * signed_sin` (the same products: negating a factor is
+    /// exact). Without gradients on a CUDA bf16 run, one fused kernel in transformers' exact order
+    /// ([`fused::vision_rotary`]: one pass instead of about 2 GB of f32 traffic per block for a batch
+    /// of eight screenshots). Otherwise four kernels: the multiplication by the f32 table promotes `x`
+    /// without a separate conversion, the halves are swapped by `flip` on a view, and `addcmul_` adds
+    /// the second product (which it may round together with the sum: within one f32 rounding of
+    /// transformers' value before the cast back).
     fn apply(&self, x: &Tensor) -> Result<Tensor, TchError> {
         let shape = x.size();
         let half = shape[3] / 2;
+        let tables = |t: &Tensor| t.f_view([shape[0], shape[3]]);
+        let heads = x.f_view([shape[0], shape[1] * shape[2], shape[3]]);
+        if let Ok(heads) = heads
+            && let Some(out) = fused::vision_rotary(&heads, &tables(&self.cos)?, &tables(&self.signed_sin)?)?
+        {
+            return out.f_view(shape.as_slice());
+        }
         let swapped = x
             .f_reshape([shape[0], shape[1], shape[2], 2, half])?
             .f_flip([3])?

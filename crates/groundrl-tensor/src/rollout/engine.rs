@@ -276,8 +276,7 @@ impl<'a> Engine<'a> {
         let rotary = Rotary::new(&text.config, &positions, x.kind());
         let mask = cache.key_mask_through(column);
         for (i, (layer, fused)) in text.layers.iter().zip(layers).enumerate() {
-            let (q, k, v) = layer.decode_qkv(&x, fused, &rotary);
-            cache.write_column(i, column, &k, &v);
+            let q = cache.write_step(i, column, &layer.decode_qkv(&x, fused), &rotary, layer);
             let (keys, values) = cache.layer(i);
             x = layer.decode_finish(x, &attend_cached(&q, keys, values, &mask), fused);
         }

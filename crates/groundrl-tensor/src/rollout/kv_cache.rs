@@ -6,6 +6,9 @@
 
 use tch::{Device, Kind, Tensor};
 
+use crate::fused;
+use crate::qwen2_5_vl::text::{DecoderLayer, Rotary};
+
 #[derive(Debug)]
 pub struct KvCache {
     keys: Vec<Tensor>,
@@ -66,6 +69,41 @@ impl KvCache {
     pub fn write_column(&mut self, layer: usize, column: &Tensor, k: &Tensor, v: &Tensor) {
         let _ = self.keys[layer].index_copy_(2, column, k);
         let _ = self.values[layer].index_copy_(2, column, v);
+    }
+
+    /// One decoding step of layer `layer` (`decoder`): rotates the queries and keys of `qkv`
+    /// ([`DecoderLayer::decode_qkv`]'s, rows, heads + 2 kv_heads, hd) by `rotary` and writes the keys
+    /// and values at the column held by `column`; returns the queries, (rows, kv_heads, groups, hd).
+    /// One fused CUDA kernel where it applies ([`fused::decode_rotary_write`]), else the layer's
+    /// composition ([`DecoderLayer::split_decode_qkv`]) and [`Self::write_column`].
+    pub fn write_step(
+        &mut self,
+        layer: usize,
+        column: &Tensor,
+        qkv: &Tensor,
+        rotary: &Rotary,
+        decoder: &DecoderLayer,
+    ) -> Tensor {
+        let (keys, values) = (&self.keys[layer], &self.values[layer]);
+        let [rows, all, hd] = qkv.size()[..] else {
+            panic!("qkv must be (rows, heads, head_dim), not {:?}", qkv.size());
+        };
+        let kv_heads = keys.size()[1];
+        let (cos, signed_sin) = rotary.token_tables();
+        let fused = fused::decode_rotary_write(
+            qkv,
+            (&cos, &signed_sin),
+            (keys, values),
+            column,
+            all - 2 * kv_heads,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        if let Some(q) = fused {
+            return q.view([rows, kv_heads, -1, hd]);
+        }
+        let (q, k, v) = decoder.split_decode_qkv(qkv, rotary);
+        self.write_column(layer, column, &k, &v);
+        q
     }
 
     /// All keys and values of layer `layer` (the whole capacity; see [`Self::key_mask_through`]).

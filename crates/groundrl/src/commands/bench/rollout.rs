@@ -7,8 +7,8 @@ use groundrl_tensor::processor::Processor;
 use groundrl_tensor::processor::chat_template::ChatTemplate;
 use groundrl_tensor::processor::image::ImageProcessor;
 use groundrl_tensor::processor::tiny_tokenizer::tiny_tokenizer;
-use groundrl_tensor::profiler;
 use groundrl_tensor::rollout::{Completion, Engine, GenerationRequest, SamplingParams};
+use groundrl_tensor::{fused, profiler};
 use serde::Serialize;
 
 use super::{ModelArgs, parse_grid};
@@ -43,6 +43,10 @@ pub struct Args {
     /// their Chrome traces here (`prefill.json`, `generate.json`; needs the `cuda` build).
     #[arg(long)]
     profile: Option<PathBuf>,
+    /// Run libtorch's compositions instead of the fused CUDA kernels (rotary embeddings with the cache
+    /// write, SwiGLU), to time what the kernels save.
+    #[arg(long)]
+    no_fused: bool,
 }
 
 #[derive(Serialize)]
@@ -50,6 +54,8 @@ struct Report {
     engine: &'static str,
     /// Whether the decoding step was a replayed CUDA graph.
     cuda_graph: bool,
+    /// Whether the fused CUDA kernels could run (false with --no-fused or off CUDA).
+    fused_kernels: bool,
     batch: usize,
     prompts: usize,
     n: usize,
@@ -69,6 +75,7 @@ struct Report {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    fused::set_enabled(!args.no_fused);
     let (model, device, kind) = args.model.load()?;
     // Random prompts need no real tokenizer; the tiny one supplies the pad id (stop strings are unused).
     let processor = Processor {
@@ -138,6 +145,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let report = Report {
             engine: "groundrl",
             cuda_graph,
+            fused_kernels: fused::active(device),
             batch,
             prompts: args.prompts,
             n: args.n,

@@ -1,0 +1,328 @@
+//! Fused CUDA kernels (`csrc/kernels.cu`, behind the C ABI of `csrc/fused.cpp`) for work libtorch
+//! runs as several passes over memory: the vision tower's rotary embedding (eight f32 passes over the
+//! 100M query/key values of a batch of screenshots), a decoding step's rotation with its KV-cache write
+//! (five kernels per layer per token), and SwiGLU's `silu(gate) * up` (two). Each kernel rounds as
+//! transformers' composition of PyTorch operations does, so its results equal that composition's bit
+//! for bit (the CUDA tests below check it on the GPU machine).
+//!
+//! A kernel runs where it applies: a build with the `cuda` feature, bf16 CUDA tensors, and no
+//! gradient wanted (the kernels have no backward pass, so training runs the composition). Elsewhere,
+//! and when [`set_enabled`] turned them off, the callers' libtorch compositions run.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tch::{Device, Kind, TchError, Tensor};
+
+static ENABLED: AtomicBool = AtomicBool::new(true);
+
+/// Turns the fused kernels on or off for the whole process (on by default), so that a benchmark can
+/// time the compositions they replace.
+pub fn set_enabled(on: bool) {
+    ENABLED.store(on, Ordering::Relaxed);
+}
+
+/// Whether the kernels run on `device`: a CUDA device, a build with the `cuda` feature, and not
+/// turned off by [`set_enabled`].
+pub fn active(device: Device) -> bool {
+    cfg!(feature = "cuda") && ENABLED.load(Ordering::Relaxed) && device.is_cuda()
+}
+
+/// Whether a kernel can take these tensors; see the module doc.
+fn applies(tensors: &[&Tensor]) -> bool {
+    tensors.iter().all(|t| active(t.device()) && !t.requires_grad())
+}
+
+/// The vision tower's rotation of `x` (rows, heads, dim), strided in rows and heads, by `cos` and
+/// `signed_sin` (rows, dim) f32: `x * cos + swap_halves(x) * signed_sin` in f32, rounded back to bf16;
+/// a contiguous (rows, heads, dim) tensor. None where the kernel does not apply.
+pub(crate) fn vision_rotary(
+    x: &Tensor,
+    cos: &Tensor,
+    signed_sin: &Tensor,
+) -> Result<Option<Tensor>, TchError> {
+    if !applies(&[x, cos, signed_sin]) || x.kind() != Kind::BFloat16 {
+        return Ok(None);
+    }
+    let out = Tensor::f_empty(x.size(), (x.kind(), x.device()))?;
+    ffi::vision_rotary(x, cos, signed_sin, &out)?;
+    Ok(Some(out))
+}
+
+/// One decoding step's rotation and cache write: of `qkv` (rows, heads + 2 kv_heads, dim), the query
+/// heads rotated by `cos`, `signed_sin` (rows, dim), returned as (rows, heads, dim); the key heads
+/// rotated and the value heads as they are, written at the column held by `column` (a one-element
+/// int64 tensor) of `keys` and `values` (rows, kv_heads, capacity, dim). Every product and sum is
+/// rounded to bf16, as transformers' bf16 rotation rounds them. None where the kernel does not apply.
+pub(crate) fn decode_rotary_write(
+    qkv: &Tensor,
+    (cos, signed_sin): (&Tensor, &Tensor),
+    (keys, values): (&Tensor, &Tensor),
+    column: &Tensor,
+    heads: i64,
+) -> Result<Option<Tensor>, TchError> {
+    let tables = [qkv, cos, signed_sin, keys, values];
+    if !applies(&[qkv, cos, signed_sin, keys, values, column])
+        || tables.iter().any(|t| t.kind() != Kind::BFloat16)
+    {
+        return Ok(None);
+    }
+    let size = qkv.size();
+    let q = Tensor::f_empty([size[0], heads, size[2]], (qkv.kind(), qkv.device()))?;
+    ffi::decode_rotary_write(qkv, (cos, signed_sin), (&q, keys, values), column, heads)?;
+    Ok(Some(q))
+}
+
+/// SwiGLU's `silu(gate) * up` for `gate` and `up` of one shape: one kernel over bf16 CUDA rows (each
+/// value rounded to bf16 after the silu and after the product, as libtorch's two operations round
+/// them), else those two operations.
+pub(crate) fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor, TchError> {
+    if applies(&[gate, up]) && gate.kind() == Kind::BFloat16 && up.kind() == Kind::BFloat16 {
+        let size = gate.size();
+        let cols = size.last().copied().unwrap_or(1);
+        if let (Ok(g), Ok(u)) = (gate.f_view([-1, cols]), up.f_view([-1, cols])) {
+            let out = Tensor::f_empty(g.size(), (gate.kind(), gate.device()))?;
+            ffi::silu_mul(&g, &u, &out)?;
+            return out.f_view(size.as_slice());
+        }
+    }
+    gate.f_silu()?.f_mul(up)
+}
+
+#[cfg(feature = "cuda")]
+mod ffi {
+    use std::ffi::{CStr, c_char, c_int, c_void};
+
+    use tch::{TchError, Tensor};
+
+    unsafe extern "C" {
+        fn groundrl_vision_rotary(
+            x: *mut c_void,
+            cos: *mut c_void,
+            ssin: *mut c_void,
+            out: *mut c_void,
+        ) -> c_int;
+        fn groundrl_decode_rotary_write(
+            qkv: *mut c_void,
+            cos: *mut c_void,
+            ssin: *mut c_void,
+            q_out: *mut c_void,
+            keys: *mut c_void,
+            values: *mut c_void,
+            column: *mut c_void,
+            heads: i64,
+        ) -> c_int;
+        fn groundrl_silu_mul(gate: *mut c_void, up: *mut c_void, out: *mut c_void) -> c_int;
+        fn groundrl_fused_last_error() -> *const c_char;
+    }
+
+    /// The shim's `at::Tensor*` of a tch tensor (the shim only reads the handle; outputs are written
+    /// through their data, which libtorch allows on a shared handle).
+    fn raw(t: &Tensor) -> *mut c_void {
+        t.as_ptr() as *mut c_void
+    }
+
+    fn result(kernel: &str, code: c_int) -> Result<(), TchError> {
+        if code == 0 {
+            return Ok(());
+        }
+        // SAFETY: the shim returns a NUL-terminated message that lives until its next call on this
+        // thread, and it is copied here at once.
+        let message = unsafe { CStr::from_ptr(groundrl_fused_last_error()) }.to_string_lossy();
+        Err(TchError::Torch(format!("fused kernel {kernel}: {message}")))
+    }
+
+    pub fn vision_rotary(x: &Tensor, cos: &Tensor, ssin: &Tensor, out: &Tensor) -> Result<(), TchError> {
+        // SAFETY: valid tensor handles for the call's duration; the shim checks shapes and dtypes.
+        result("vision_rotary", unsafe {
+            groundrl_vision_rotary(raw(x), raw(cos), raw(ssin), raw(out))
+        })
+    }
+
+    pub fn decode_rotary_write(
+        qkv: &Tensor,
+        (cos, ssin): (&Tensor, &Tensor),
+        (q, keys, values): (&Tensor, &Tensor, &Tensor),
+        column: &Tensor,
+        heads: i64,
+    ) -> Result<(), TchError> {
+        // SAFETY: as in `vision_rotary`.
+        result("decode_rotary_write", unsafe {
+            groundrl_decode_rotary_write(
+                raw(qkv),
+                raw(cos),
+                raw(ssin),
+                raw(q),
+                raw(keys),
+                raw(values),
+                raw(column),
+                heads,
+            )
+        })
+    }
+
+    pub fn silu_mul(gate: &Tensor, up: &Tensor, out: &Tensor) -> Result<(), TchError> {
+        // SAFETY: as in `vision_rotary`.
+        result("silu_mul", unsafe {
+            groundrl_silu_mul(raw(gate), raw(up), raw(out))
+        })
+    }
+}
+
+/// Builds without the `cuda` feature have no kernels; [`applies`] is false there, so these never run.
+#[cfg(not(feature = "cuda"))]
+mod ffi {
+    use tch::{TchError, Tensor};
+
+    fn unavailable() -> Result<(), TchError> {
+        Err(TchError::Torch(
+            "fused kernels need a build with the `cuda` feature".into(),
+        ))
+    }
+
+    pub fn vision_rotary(_: &Tensor, _: &Tensor, _: &Tensor, _: &Tensor) -> Result<(), TchError> {
+        unavailable()
+    }
+
+    pub fn decode_rotary_write(
+        _: &Tensor,
+        _: (&Tensor, &Tensor),
+        _: (&Tensor, &Tensor, &Tensor),
+        _: &Tensor,
+        _: i64,
+    ) -> Result<(), TchError> {
+        unavailable()
+    }
+
+    pub fn silu_mul(_: &Tensor, _: &Tensor, _: &Tensor) -> Result<(), TchError> {
+        unavailable()
+    }
+}
+
+/// The kernels against transformers' order of operations, on a CUDA device (the GPU machine runs
+/// them: `scripts/gpu/run.sh kernels`); elsewhere each test says it was skipped and checks only that
+/// the kernels stay out of the way.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cuda() -> Option<Device> {
+        let device = Device::cuda_if_available();
+        if !active(device) {
+            eprintln!("skipped: no CUDA device in this build or machine");
+            return None;
+        }
+        Some(device)
+    }
+
+    fn random(size: &[i64], kind: Kind, device: Device) -> Tensor {
+        Tensor::randn(size, (Kind::Float, device)).to_kind(kind)
+    }
+
+    /// The exact difference of two tensors in f64 (0 when equal bit for bit, NaNs aside).
+    fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+        (a.to_kind(Kind::Double) - b.to_kind(Kind::Double))
+            .abs()
+            .max()
+            .double_value(&[])
+    }
+
+    /// `x` with the two halves of its last dimension swapped.
+    fn swap_halves(x: &Tensor) -> Tensor {
+        let half = x.size().last().unwrap() / 2;
+        Tensor::cat(&[x.narrow(-1, half, half), x.narrow(-1, 0, half)], -1)
+    }
+
+    /// Off CUDA every kernel declines (the callers' compositions run) and `swiglu` is the composition.
+    #[test]
+    fn kernels_step_aside_off_cuda() {
+        let cpu = |size: &[i64]| random(size, Kind::BFloat16, Device::Cpu);
+        let x = cpu(&[3, 2, 8]);
+        let f32_table = Tensor::ones([3, 8], (Kind::Float, Device::Cpu));
+        assert!(vision_rotary(&x, &f32_table, &f32_table).unwrap().is_none());
+        let (table, cache) = (cpu(&[3, 8]), cpu(&[3, 1, 4, 8]));
+        let column = Tensor::from_slice(&[0i64]);
+        let q =
+            decode_rotary_write(&cpu(&[3, 4, 8]), (&table, &table), (&cache, &cache), &column, 2).unwrap();
+        assert!(q.is_none());
+        let (gate, up) = (cpu(&[3, 8]), cpu(&[3, 8]));
+        assert_eq!(max_diff(&swiglu(&gate, &up).unwrap(), &(gate.silu() * &up)), 0.0);
+    }
+
+    /// Head dims 80 (the 3B shape: four values per thread) and 20 (one per thread).
+    #[test]
+    fn vision_rotary_equals_transformers_f32_order() {
+        let Some(device) = cuda() else { return };
+        tch::manual_seed(0);
+        for dim in [80, 20] {
+            // Queries and keys as the tower slices them from q|k|v: strided rows.
+            let qkv = random(&[37, 3, 4, dim], Kind::BFloat16, device);
+            let x = qkv.narrow(1, 0, 2).view([37, 8, dim]);
+            let cos = Tensor::randn([37, dim], (Kind::Float, device));
+            let signed_sin = Tensor::randn([37, dim], (Kind::Float, device));
+            let got = vision_rotary(&x, &cos, &signed_sin)
+                .unwrap()
+                .expect("kernel applies");
+            // transformers: q.float() * cos + rotate_half(q.float()) * sin, then .to(bf16); three
+            // kernels, so no product is fused into the sum.
+            let xf = x.to_kind(Kind::Float);
+            let want =
+                (&xf * cos.unsqueeze(1) + swap_halves(&xf) * signed_sin.unsqueeze(1)).to_kind(Kind::BFloat16);
+            assert_eq!(max_diff(&got, &want), 0.0, "head dim {dim}");
+        }
+    }
+
+    #[test]
+    fn decode_rotary_write_equals_the_bf16_composition_and_writes_one_column() {
+        let Some(device) = cuda() else { return };
+        tch::manual_seed(1);
+        let (rows, heads, kv_heads, hd, capacity) = (5, 8, 2, 16, 10);
+        let qkv = random(&[rows, heads + 2 * kv_heads, hd], Kind::BFloat16, device);
+        let cos = random(&[rows, hd], Kind::BFloat16, device);
+        let signed_sin = random(&[rows, hd], Kind::BFloat16, device);
+        let cache = || Tensor::zeros([rows, kv_heads, capacity, hd], (Kind::BFloat16, device));
+        let (keys, values) = (cache(), cache());
+        let column = Tensor::from_slice(&[7i64]).to_device(device);
+        let q = decode_rotary_write(&qkv, (&cos, &signed_sin), (&keys, &values), &column, heads)
+            .unwrap()
+            .expect("kernel applies");
+        // transformers' bf16 rotation: each product rounded to bf16, then the sum.
+        let rotate = |x: &Tensor| x * cos.unsqueeze(1) + swap_halves(x) * signed_sin.unsqueeze(1);
+        let rotated = rotate(&qkv.narrow(1, 0, heads + kv_heads));
+        assert_eq!(max_diff(&q, &rotated.narrow(1, 0, heads)), 0.0);
+        assert_eq!(
+            max_diff(&keys.select(2, 7), &rotated.narrow(1, heads, kv_heads)),
+            0.0
+        );
+        assert_eq!(
+            max_diff(&values.select(2, 7), &qkv.narrow(1, heads + kv_heads, kv_heads)),
+            0.0
+        );
+        // Every other column untouched.
+        for t in [&keys, &values] {
+            let others = Tensor::cat(&[t.narrow(2, 0, 7), t.narrow(2, 8, 2)], 2);
+            assert_eq!(others.abs().max().double_value(&[]), 0.0);
+        }
+    }
+
+    /// 304 columns (eight per thread) and 300 (one per thread: rows not 16-byte aligned).
+    #[test]
+    fn swiglu_equals_silu_times_up_and_steps_aside_for_gradients() {
+        let Some(device) = cuda() else { return };
+        tch::manual_seed(2);
+        for cols in [304, 300] {
+            let gate_up = random(&[9, 2 * cols], Kind::BFloat16, device) * 4.0;
+            let (gate, up) = (gate_up.narrow(1, 0, cols), gate_up.narrow(1, cols, cols));
+            let got = swiglu(&gate, &up).unwrap();
+            assert_eq!(max_diff(&got, &(gate.silu() * &up)), 0.0, "{cols} columns");
+        }
+        let gate_up = random(&[9, 600], Kind::BFloat16, device);
+        let (gate, up) = (gate_up.narrow(1, 0, 300), gate_up.narrow(1, 300, 300));
+        // A tensor that wants a gradient takes the composition, whose output has a gradient path.
+        let leaf = gate.detach().set_requires_grad(true);
+        assert!(swiglu(&leaf, &up).unwrap().requires_grad());
+        // Off CUDA dtypes other than bf16 take the composition too.
+        let f32_gate = gate.to_kind(Kind::Float);
+        let out = swiglu(&f32_gate, &up.to_kind(Kind::Float)).unwrap();
+        assert_eq!(out.kind(), Kind::Float);
+    }
+}
