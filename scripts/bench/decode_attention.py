@@ -199,43 +199,32 @@ def shared_prefix(a):
     qg = q.view(prompts, n, kvh, groups, hd).permute(0, 2, 1, 3, 4).reshape(prompts, kvh, n * groups, hd)
     us, _ = timed(lambda: F.scaled_dot_product_attention(qg, k, v, attn_mask=bias_q).view(prompts, kvh, n, groups, hd))
     print(f"{'grouped sdpa alone (no copies)':<44}{us:>9.1f} us/layer")
-    for splits in [2, 4, 8]:
+    def split_keys(kernel, splits):
+        """The keys split into `splits` chunks as extra heads, the chunks merged by their log-sum-exps."""
         c = cap // splits
-        if cap % splits or c % 16:
-            continue
         kS, vS = k.view(prompts, kvh * splits, c, hd), v.view(prompts, kvh * splits, c, hd)
         bS = bias_q.view(prompts, 1, n * groups, splits, c).permute(0, 1, 3, 2, 4).expand(prompts, kvh, splits, n * groups, c)
         bS = bS.reshape(prompts, kvh * splits, n * groups, c).contiguous()
 
-        def split(kS=kS, vS=vS, bS=bS, splits=splits):
+        def run():
             qg = q.view(prompts, n, kvh, groups, hd).permute(0, 2, 1, 3, 4).reshape(prompts, kvh, 1, n * groups, hd)
             qS = qg.expand(prompts, kvh, splits, n * groups, hd).reshape(prompts, kvh * splits, n * groups, hd)
-            out, lse = torch.ops.aten._scaled_dot_product_efficient_attention(qS, kS, vS, bS, True)[:2]
-            lse = lse[..., : n * groups].reshape(prompts, kvh, splits, n * groups)
+            out, lse = kernel(qS, kS, vS, bS)
+            lse = lse.reshape(prompts, kvh * splits, -1)[..., : n * groups].reshape(prompts, kvh, splits, n * groups)
             w = lse.softmax(2).unsqueeze(-1)
             out = (out.view(prompts, kvh, splits, n * groups, hd).float() * w).sum(2).to(dt)
             return out.view(prompts, kvh, n, groups, hd).permute(0, 2, 1, 3, 4).reshape(a.rows, kvh, groups, hd)
 
-        report(f"grouped efficient, keys split {splits}x, lse", split)
+        return run
 
-    for splits in [4, 8, 16]:
-        c = cap // splits
-        if cap % splits or c % 16:
-            continue
-        kS, vS = k.view(prompts, kvh * splits, c, hd), v.view(prompts, kvh * splits, c, hd)
-        bS = bias_q.view(prompts, 1, n * groups, splits, c).permute(0, 1, 3, 2, 4).expand(prompts, kvh, splits, n * groups, c)
-        bS = bS.reshape(prompts, kvh * splits, n * groups, c).contiguous()
-
-        def split_cudnn(kS=kS, vS=vS, bS=bS, splits=splits):
-            qg = q.view(prompts, n, kvh, groups, hd).permute(0, 2, 1, 3, 4).reshape(prompts, kvh, 1, n * groups, hd)
-            qS = qg.expand(prompts, kvh, splits, n * groups, hd).reshape(prompts, kvh * splits, n * groups, hd)
-            out, lse = torch.ops.aten._scaled_dot_product_cudnn_attention(qS, kS, vS, bS, True, 0.0, False, False)[:2]
-            lse = lse.reshape(prompts, kvh, splits, n * groups)
-            w = lse.softmax(2).unsqueeze(-1)
-            out = (out.view(prompts, kvh, splits, n * groups, hd).float() * w).sum(2).to(dt)
-            return out.view(prompts, kvh, n, groups, hd).permute(0, 2, 1, 3, 4).reshape(a.rows, kvh, groups, hd)
-
-        report(f"grouped cudnn, keys split {splits}x, lse", split_cudnn)
+    with_lse = {
+        "efficient": lambda q, k, v, b: torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, b, True)[:2],
+        "cudnn": lambda q, k, v, b: torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, b, True, 0.0, False, False)[:2],
+    }
+    for name, split_counts in [("efficient", [2, 4, 8]), ("cudnn", [4, 8, 16])]:
+        for splits in split_counts:
+            if cap % splits == 0 and (cap // splits) % 16 == 0:
+                report(f"grouped {name}, keys split {splits}x, lse", split_keys(with_lse[name], splits))
 
     # Two flash calls (varlen, start offsets and seqused_k): every row's query heads over its
     # prompt's prefix (left-padded rows of (prompts * prefix capacity, kv heads, hd)), and over its own

@@ -484,10 +484,11 @@ impl Rotary {
     /// written as `x * cos + swap_halves(x) * signed_sin` (the same products: negating a factor is
     /// exact). Without gradients on a CUDA bf16 run, one fused kernel in transformers' exact order
     /// ([`fused::vision_rotary`]: one pass instead of about 2 GB of f32 traffic per block for a batch
-    /// of eight screenshots). Otherwise four kernels: the multiplication by the f32 table promotes `x`
-    /// without a separate conversion, the halves are swapped by `flip` on a view, and `addcmul_` adds
-    /// the second product (which it may round together with the sum: within one f32 rounding of
-    /// transformers' value before the cast back).
+    /// of eight screenshots). Otherwise libtorch's operations in the same order, so that both give the
+    /// same values (a checkpointed block's recompute, which wants gradients, takes this path after a
+    /// first pass that took the kernel): the multiplications by the f32 tables promote `x` without a
+    /// separate conversion, the halves are swapped by `flip` on a view, and the products are rounded
+    /// before their sum (an `addcmul_` may fuse the second product into the sum).
     fn apply(&self, x: &Tensor) -> Result<Tensor, TchError> {
         let shape = x.size();
         let half = shape[3] / 2;
@@ -502,9 +503,9 @@ impl Rotary {
             .f_reshape([shape[0], shape[1], shape[2], 2, half])?
             .f_flip([3])?
             .f_reshape(shape.as_slice())?;
-        let mut rotated = x.f_mul(&self.cos)?;
-        let _ = rotated.f_addcmul_(&swapped, &self.signed_sin)?;
-        rotated.f_to_kind(x.kind())
+        x.f_mul(&self.cos)?
+            .f_add(&swapped.f_mul(&self.signed_sin)?)?
+            .f_to_kind(x.kind())
     }
 }
 
@@ -515,6 +516,28 @@ fn index_tensor(values: &[i64], device: Device) -> Result<Tensor, TchError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// On a CUDA device (the GPU machine runs it: `scripts/gpu/run.sh kernels`), the fused rotary kernel
+    /// and libtorch's operations give the same values, bit for bit, so a checkpointed block's recompute
+    /// (operations) matches its first pass (kernel). Elsewhere it says it was skipped.
+    #[test]
+    fn the_fused_rotary_equals_the_operations_on_cuda() {
+        let device = Device::cuda_if_available();
+        if !fused::active(device) {
+            eprintln!("skipped: no CUDA device in this build or machine");
+            return;
+        }
+        let positions: Vec<[i64; 2]> = (0..52 * 94).map(|i| [i / 94, i % 94]).collect();
+        let rotary = Rotary::new(&positions, 80, 10000.0, device).unwrap();
+        let qkv = Tensor::randn([positions.len() as i64, 3, 16, 80], (Kind::Float, device)).to_kind(Kind::BFloat16);
+        let x = qkv.narrow(1, 0, 2);
+        let kernel = rotary.apply(&x).unwrap();
+        fused::set_enabled(false);
+        let operations = rotary.apply(&x);
+        fused::set_enabled(true);
+        let diff = (kernel.to_kind(Kind::Float) - operations.unwrap().to_kind(Kind::Float)).abs().max();
+        assert_eq!(diff.double_value(&[]), 0.0);
+    }
 
     /// Merged tokens of a 1x6x10 patch grid (3x5 merged) numbered row by row, tiled by 2x2 windows.
     #[test]
