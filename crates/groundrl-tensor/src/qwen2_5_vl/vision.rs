@@ -529,13 +529,16 @@ mod tests {
         }
         let positions: Vec<[i64; 2]> = (0..52 * 94).map(|i| [i / 94, i % 94]).collect();
         let rotary = Rotary::new(&positions, 80, 10000.0, device).unwrap();
-        let qkv = Tensor::randn([positions.len() as i64, 3, 16, 80], (Kind::Float, device)).to_kind(Kind::BFloat16);
+        let qkv =
+            Tensor::randn([positions.len() as i64, 3, 16, 80], (Kind::Float, device)).to_kind(Kind::BFloat16);
         let x = qkv.narrow(1, 0, 2);
         let kernel = rotary.apply(&x).unwrap();
         fused::set_enabled(false);
         let operations = rotary.apply(&x);
         fused::set_enabled(true);
-        let diff = (kernel.to_kind(Kind::Float) - operations.unwrap().to_kind(Kind::Float)).abs().max();
+        let diff = (kernel.to_kind(Kind::Float) - operations.unwrap().to_kind(Kind::Float))
+            .abs()
+            .max();
         assert_eq!(diff.double_value(&[]), 0.0);
     }
 
