@@ -60,9 +60,9 @@ pub(crate) fn decode_rotary_write(
     column: &Tensor,
     heads: i64,
 ) -> Result<Option<Tensor>, TchError> {
-    let tables = [qkv, cos, signed_sin, keys, values];
+    let bf16_inputs = [qkv, cos, signed_sin, keys, values];
     if !applies(&[qkv, cos, signed_sin, keys, values, column])
-        || tables.iter().any(|t| t.kind() != Kind::BFloat16)
+        || bf16_inputs.iter().any(|t| t.kind() != Kind::BFloat16)
     {
         return Ok(None);
     }

@@ -519,7 +519,8 @@ mod tests {
 
     /// On a CUDA device (the GPU machine runs it: `scripts/gpu/run.sh kernels`), the fused rotary kernel
     /// and libtorch's operations give the same values, bit for bit, so a checkpointed block's recompute
-    /// (operations) matches its first pass (kernel). Elsewhere it says it was skipped.
+    /// (operations) matches its first pass (kernel). Elsewhere it says it was skipped. It switches the
+    /// kernels off for a moment, process-wide: run.sh runs the CUDA tests on one thread.
     #[test]
     fn the_fused_rotary_equals_the_operations_on_cuda() {
         let device = Device::cuda_if_available();
