@@ -28,6 +28,7 @@ fn main() {
     println!("cargo:rerun-if-changed=csrc/cuda_graph.cpp");
     println!("cargo:rerun-if-changed=csrc/profiler.cpp");
     println!("cargo:rerun-if-changed=csrc/guarded.h");
+    println!("cargo:rerun-if-changed=csrc/guarded.cpp");
     println!("cargo:rerun-if-changed=csrc/fused.cpp");
     println!("cargo:rerun-if-changed=csrc/kernels.cu");
     println!("cargo:rerun-if-env-changed=NVCC");
@@ -68,6 +69,7 @@ fn compile_cuda_shims() {
         .file("csrc/cuda_graph.cpp")
         .file("csrc/profiler.cpp")
         .file("csrc/fused.cpp")
+        .file("csrc/guarded.cpp")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))
         .include(cuda_include)

@@ -72,7 +72,4 @@ int groundrl_cuda_graph_replay(void* g) {
 
 void groundrl_cuda_graph_free(void* g) { delete static_cast<Graph*>(g); }
 
-// The message of the last failed call on this thread.
-const char* groundrl_cuda_graph_last_error() { return groundrl::last_error.c_str(); }
-
 }  // extern "C"

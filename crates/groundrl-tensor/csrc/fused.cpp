@@ -43,6 +43,16 @@ void check(const at::Tensor& t, at::ScalarType dtype, const char* name) {
   require(t.dim() == 0 || t.stride(-1) == 1, std::string(name) + "'s last dimension is strided");
 }
 
+// cos and signed_sin: contiguous (rows, dim) tables of `dtype`.
+void check_tables(const at::Tensor& cos, const at::Tensor& ssin, at::ScalarType dtype, int64_t rows,
+                  int64_t dim) {
+  check(cos, dtype, "cos");
+  check(ssin, dtype, "signed_sin");
+  require(cos.sizes() == at::IntArrayRef({rows, dim}) && cos.is_contiguous() &&
+              ssin.sizes() == cos.sizes() && ssin.is_contiguous(),
+          "cos and signed_sin must be contiguous (rows, dim)");
+}
+
 void* stream_of(const at::Tensor& t) {
   return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
 }
@@ -68,14 +78,10 @@ int groundrl_vision_rotary(void* x_, void* cos_, void* ssin_, void* out_) {
   return guarded([&] {
     const auto &x = tensor(x_), &cos = tensor(cos_), &ssin = tensor(ssin_), &out = tensor(out_);
     check(x, at::kBFloat16, "x");
-    check(cos, at::kFloat, "cos");
-    check(ssin, at::kFloat, "signed_sin");
     check(out, at::kBFloat16, "out");
     require(x.dim() == 3 && x.size(2) % 2 == 0, "x must be (rows, heads, even dim)");
     int64_t rows = x.size(0), heads = x.size(1), dim = x.size(2);
-    require(cos.sizes() == at::IntArrayRef({rows, dim}) && cos.is_contiguous() &&
-                ssin.sizes() == cos.sizes() && ssin.is_contiguous(),
-            "cos and signed_sin must be contiguous (rows, dim)");
+    check_tables(cos, ssin, at::kFloat, rows, dim);
     require(out.sizes() == x.sizes() && out.is_contiguous(), "out must be contiguous like x");
     require_threads(rows * heads * dim / 2);
     c10::cuda::CUDAGuard guard(x.device());
@@ -94,8 +100,8 @@ int groundrl_decode_rotary_write(void* qkv_, void* cos_, void* ssin_, void* q_ou
     const auto &qkv = tensor(qkv_), &cos = tensor(cos_), &ssin = tensor(ssin_);
     const auto &q_out = tensor(q_out_), &keys = tensor(keys_), &values = tensor(values_);
     const auto& column = tensor(column_);
-    for (auto [t, name] : {std::pair{&qkv, "qkv"}, {&cos, "cos"}, {&ssin, "signed_sin"},
-                           {&q_out, "q_out"}, {&keys, "keys"}, {&values, "values"}}) {
+    for (auto [t, name] : {std::pair{&qkv, "qkv"}, {&q_out, "q_out"}, {&keys, "keys"},
+                           {&values, "values"}}) {
       check(*t, at::kBFloat16, name);
     }
     check(column, at::kLong, "column");
@@ -108,9 +114,7 @@ int groundrl_decode_rotary_write(void* qkv_, void* cos_, void* ssin_, void* q_ou
             "keys and values must be contiguous (rows, kv_heads, capacity, dim)");
     int64_t kv_heads = keys.size(1), capacity = keys.size(2);
     require(qkv.size(1) == heads + 2 * kv_heads, "qkv must hold heads + 2 kv_heads heads");
-    require(cos.sizes() == at::IntArrayRef({rows, dim}) && cos.is_contiguous() &&
-                ssin.sizes() == cos.sizes() && ssin.is_contiguous(),
-            "cos and signed_sin must be contiguous (rows, dim)");
+    check_tables(cos, ssin, at::kBFloat16, rows, dim);
     require(q_out.sizes() == at::IntArrayRef({rows, heads, dim}) && q_out.is_contiguous(),
             "q_out must be contiguous (rows, heads, dim)");
     require_threads(rows * (heads + 2 * kv_heads) * dim / 2);
@@ -138,8 +142,5 @@ int groundrl_silu_mul(void* gate_, void* up_, void* out_) {
                                       stream_of(gate)));
   });
 }
-
-// The message of the last failed call on this thread.
-const char* groundrl_fused_last_error() { return groundrl::last_error.c_str(); }
 
 }  // extern "C"

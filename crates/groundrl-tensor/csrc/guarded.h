@@ -1,5 +1,6 @@
 // What the C ABI shims share: C++ exceptions turned into a return code and a message that the
-// Rust side reads right after a failed call (one slot per thread, for every shim).
+// Rust side reads right after a failed call (one slot per thread, for every shim; exported once as
+// `groundrl_last_error`, guarded.cpp).
 
 #pragma once
 

@@ -41,6 +41,4 @@ int groundrl_profiler_stop(const char* path) {
   });
 }
 
-const char* groundrl_profiler_last_error() { return groundrl::last_error.c_str(); }
-
 }  // extern "C"

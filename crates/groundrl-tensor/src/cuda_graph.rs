@@ -65,7 +65,7 @@ impl CudaGraph {
 
 #[cfg(feature = "cuda")]
 mod ffi {
-    use std::ffi::{CStr, c_char, c_int, c_void};
+    use std::ffi::{c_int, c_void};
 
     use super::GraphError;
 
@@ -77,7 +77,6 @@ mod ffi {
         fn groundrl_cuda_graph_capture_end(g: *mut c_void) -> c_int;
         fn groundrl_cuda_graph_replay(g: *mut c_void) -> c_int;
         fn groundrl_cuda_graph_free(g: *mut c_void);
-        fn groundrl_cuda_graph_last_error() -> *const c_char;
     }
 
     pub type Operation = unsafe extern "C" fn(*mut c_void) -> c_int;
@@ -117,11 +116,9 @@ mod ffi {
     }
 
     fn error(operation: &'static str) -> GraphError {
-        // SAFETY: the shim returns a NUL-terminated thread-local string.
-        let message = unsafe { CStr::from_ptr(groundrl_cuda_graph_last_error()) };
         GraphError::Cuda {
             operation,
-            message: message.to_string_lossy().into_owned(),
+            message: crate::shim::last_error(),
         }
     }
 }

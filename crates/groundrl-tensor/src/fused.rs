@@ -90,7 +90,7 @@ pub(crate) fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor, TchError> {
 
 #[cfg(feature = "cuda")]
 mod ffi {
-    use std::ffi::{CStr, c_char, c_int, c_void};
+    use std::ffi::{c_int, c_void};
 
     use tch::{TchError, Tensor};
 
@@ -112,7 +112,6 @@ mod ffi {
             heads: i64,
         ) -> c_int;
         fn groundrl_silu_mul(gate: *mut c_void, up: *mut c_void, out: *mut c_void) -> c_int;
-        fn groundrl_fused_last_error() -> *const c_char;
     }
 
     /// The shim's `at::Tensor*` of a tch tensor (the shim only reads the handle; outputs are written
@@ -125,9 +124,7 @@ mod ffi {
         if code == 0 {
             return Ok(());
         }
-        // SAFETY: the shim returns a NUL-terminated message that lives until its next call on this
-        // thread, and it is copied here at once.
-        let message = unsafe { CStr::from_ptr(groundrl_fused_last_error()) }.to_string_lossy();
+        let message = crate::shim::last_error();
         Err(TchError::Torch(format!("fused kernel {kernel}: {message}")))
     }
 

@@ -17,6 +17,8 @@ pub mod processor;
 pub mod profiler;
 pub mod qwen2_5_vl;
 pub mod rollout;
+#[cfg(feature = "cuda")]
+mod shim;
 
 pub use tch;
 

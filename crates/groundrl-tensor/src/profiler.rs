@@ -27,7 +27,7 @@ pub fn trace<T>(path: &Path, work: impl FnOnce() -> T) -> Result<T, ProfileError
 
 #[cfg(feature = "cuda")]
 mod ffi {
-    use std::ffi::{CStr, CString, c_char, c_int};
+    use std::ffi::{CString, c_char, c_int};
     use std::path::Path;
 
     use super::ProfileError;
@@ -35,7 +35,6 @@ mod ffi {
     unsafe extern "C" {
         fn groundrl_profiler_start() -> c_int;
         fn groundrl_profiler_stop(path: *const c_char) -> c_int;
-        fn groundrl_profiler_last_error() -> *const c_char;
     }
 
     pub fn start() -> Result<(), ProfileError> {
@@ -56,11 +55,9 @@ mod ffi {
         if code == 0 {
             return Ok(());
         }
-        // SAFETY: the shim returns a NUL-terminated thread-local string.
-        let message = unsafe { CStr::from_ptr(groundrl_profiler_last_error()) };
         Err(ProfileError::Failed {
             operation,
-            message: message.to_string_lossy().into_owned(),
+            message: crate::shim::last_error(),
         })
     }
 }
