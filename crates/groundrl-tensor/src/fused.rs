@@ -1,7 +1,7 @@
 //! Fused CUDA kernels (`csrc/kernels.cu`, behind the C ABI of `csrc/fused.cpp`) for work libtorch
-//! runs as several passes over memory: the vision tower's rotary embedding (eight f32 passes over the
-//! 100M query/key values of a batch of screenshots), a decoding step's rotation with its KV-cache write
-//! (five kernels per layer per token), and SwiGLU's `silu(gate) * up` (two). Each kernel rounds as
+//! runs as several passes over memory: the vision tower's rotary embedding (five kernels, mostly f32
+//! passes over the 100M query/key values of a batch of screenshots), a decoding step's rotation with
+//! its KV-cache write (six kernels per layer per token), and SwiGLU's `silu(gate) * up` (two). Each kernel rounds as
 //! transformers' composition of PyTorch operations does, so its results equal that composition's bit
 //! for bit (the CUDA tests below check it on the GPU machine).
 //!
