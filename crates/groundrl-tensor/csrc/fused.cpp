@@ -1,4 +1,4 @@
-// A C ABI over the CUDA kernels of kernels.cu, for tensors: checks devices, dtypes and layouts
+// A C ABI over the CUDA kernels of kernels.cu and decode_attention.cu, for tensors: checks devices, dtypes and layouts
 // (a C++ exception, turned into an error message, rather than a kernel reading out of bounds) and
 // launches on libtorch's current stream, so the kernels join captured CUDA graphs like any ATen op.
 // The caller allocates the outputs.
@@ -7,6 +7,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -23,6 +24,12 @@ int groundrl_launch_decode_rotary_write(const void* qkv, int64_t qkv_row, const 
                                         void* stream);
 int groundrl_launch_silu_mul(const void* gate, int64_t gate_row, const void* up, int64_t up_row,
                              void* out, int64_t rows, int64_t cols, void* stream);
+int64_t groundrl_decode_attention_splits(int64_t rows, int64_t kv_heads, int64_t capacity,
+                                         int device);
+int groundrl_launch_decode_attention(const void* q, const void* keys, const void* values,
+                                     const void* mask, const int64_t* column, void* out,
+                                     float* part_o, float* part_ml, int64_t rows, int64_t kv_heads,
+                                     int64_t capacity, int64_t splits, float scale, void* stream);
 const char* groundrl_cuda_error_string(int code);
 }
 
@@ -140,6 +147,48 @@ int groundrl_silu_mul(void* gate_, void* up_, void* out_) {
     launched(groundrl_launch_silu_mul(gate.data_ptr(), gate.stride(0), up.data_ptr(), up.stride(0),
                                       out.data_ptr(), gate.size(0), gate.size(1),
                                       stream_of(gate)));
+  });
+}
+
+// out (rows, kv_heads, 8, 128) = attention of q (rows, kv_heads, 8, 128) over keys and values
+// (rows, kv_heads, capacity, 128) with the additive mask (rows, 1, 1, capacity) through the column held
+// by `column` (a one-element int64 CUDA tensor); see decode_attention.cu. All contiguous bf16.
+// `splits` blocks per (row, KV head), or as many as fill the GPU when it is 0.
+int groundrl_decode_attention(void* q_, void* keys_, void* values_, void* mask_, void* column_,
+                              void* out_, int64_t splits) {
+  return guarded([&] {
+    const auto &q = tensor(q_), &keys = tensor(keys_), &values = tensor(values_);
+    const auto &mask = tensor(mask_), &column = tensor(column_), &out = tensor(out_);
+    for (auto [t, name] : {std::pair{&q, "q"}, {&keys, "keys"}, {&values, "values"},
+                           {&mask, "mask"}, {&out, "out"}}) {
+      check(*t, at::kBFloat16, name);
+      require(t->is_contiguous(), std::string(name) + " must be contiguous");
+    }
+    check(column, at::kLong, "column");
+    require(column.numel() == 1, "column must hold one value");
+    require(q.dim() == 4 && q.size(2) == 8 && q.size(3) == 128,
+            "q must be (rows, kv_heads, 8, 128)");
+    int64_t rows = q.size(0), kv_heads = q.size(1);
+    require(keys.dim() == 4 && keys.size(0) == rows && keys.size(1) == kv_heads &&
+                keys.size(3) == 128 && values.sizes() == keys.sizes(),
+            "keys and values must be (rows, kv_heads, capacity, 128)");
+    int64_t capacity = keys.size(2);
+    require(capacity % 8 == 0, "the capacity must be a multiple of 8 (the mask is read 16 bytes at a time)");
+    require(mask.numel() == rows * capacity, "mask must hold (rows, capacity) values");
+    require(out.sizes() == q.sizes(), "out must be shaped like q");
+    c10::cuda::CUDAGuard guard(q.device());
+    require(splits >= 0, "splits must not be negative");
+    if (splits == 0) {
+      splits = groundrl_decode_attention_splits(rows, kv_heads, capacity, q.device().index());
+    }
+    int64_t parts = splits > 1 ? rows * kv_heads * 8 * splits : 0;
+    auto part_o = at::empty({parts * 128}, q.options().dtype(at::kFloat));
+    auto part_ml = at::empty({parts * 2}, q.options().dtype(at::kFloat));
+    launched(groundrl_launch_decode_attention(
+        q.data_ptr(), keys.data_ptr(), values.data_ptr(), mask.data_ptr(),
+        column.data_ptr<int64_t>(), out.data_ptr(), part_o.data_ptr<float>(),
+        part_ml.data_ptr<float>(), rows, kv_heads, capacity, splits, 1.0f / std::sqrt(128.0f),
+        stream_of(q)));
   });
 }
 

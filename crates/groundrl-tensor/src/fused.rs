@@ -3,7 +3,10 @@
 //! passes over the 100M query/key values of a batch of screenshots), a decoding step's rotation with
 //! its KV-cache write (six kernels per layer per token), and SwiGLU's `silu(gate) * up` (two). Each kernel rounds as
 //! transformers' composition of PyTorch operations does, so its results equal that composition's bit
-//! for bit (the CUDA tests below check it on the GPU machine).
+//! for bit (the CUDA tests below check it on the GPU machine). The decoding attention
+//! ([`decode_attention`], `csrc/decode_attention.cu`) replaces libtorch's cuDNN attention, which reads
+//! the KV cache at under half the H200's bandwidth; like any attention kernel it sums in its own order
+//! (tested against f32 attention).
 //!
 //! A kernel runs where it applies: a build with the `cuda` feature, bf16 CUDA tensors, and no
 //! gradient wanted (the kernels have no backward pass, so training runs the composition). Elsewhere,
@@ -72,6 +75,32 @@ pub(crate) fn decode_rotary_write(
     Ok(Some(q))
 }
 
+/// Attention of one new token per row: `q` (rows, kv_heads, 8, 128) over `keys` and `values` (rows,
+/// kv_heads, capacity, 128) with the additive `mask` (rows, 1, 1, capacity), through the column held
+/// by `column` (a one-element int64 tensor; keys past it are not read); shaped like `q`. Split over
+/// the keys in `splits` thread blocks per row and KV head (0: as many as fill the GPU), where cuDNN
+/// runs one block per row and KV head.
+/// None where the kernel does not apply (besides the module's conditions: bf16, head dim 128, eight
+/// query heads per KV head, a capacity that is a multiple of 8, as the engine's multiples of 64 are),
+/// for the caller's SDPA.
+pub fn decode_attention(
+    q: &Tensor,
+    (keys, values): (&Tensor, &Tensor),
+    mask: &Tensor,
+    column: &Tensor,
+    splits: i64,
+) -> Result<Option<Tensor>, TchError> {
+    let capacity_fits = keys.size().get(2).is_some_and(|c| c % 8 == 0);
+    let shape_fits = matches!(q.size()[..], [_, _, 8, 128]) && capacity_fits;
+    let bf16 = [q, keys, values, mask].iter().all(|t| t.kind() == Kind::BFloat16);
+    if !applies(&[q, keys, values, mask, column]) || !shape_fits || !bf16 {
+        return Ok(None);
+    }
+    let out = Tensor::f_empty(q.size(), (q.kind(), q.device()))?;
+    ffi::decode_attention(&q.f_contiguous()?, (keys, values), (mask, column), &out, splits)?;
+    Ok(Some(out))
+}
+
 /// SwiGLU's `silu(gate) * up` for `gate` and `up` of one shape: one kernel over bf16 CUDA rows (each
 /// value rounded to bf16 after the silu and after the product, as libtorch's two operations round
 /// them), else those two operations.
@@ -112,6 +141,15 @@ mod ffi {
             heads: i64,
         ) -> c_int;
         fn groundrl_silu_mul(gate: *mut c_void, up: *mut c_void, out: *mut c_void) -> c_int;
+        fn groundrl_decode_attention(
+            q: *mut c_void,
+            keys: *mut c_void,
+            values: *mut c_void,
+            mask: *mut c_void,
+            column: *mut c_void,
+            out: *mut c_void,
+            splits: i64,
+        ) -> c_int;
     }
 
     /// The shim's `at::Tensor*` of a tch tensor (the shim only reads the handle; outputs are written
@@ -163,6 +201,20 @@ mod ffi {
             groundrl_silu_mul(raw(gate), raw(up), raw(out))
         })
     }
+
+    pub fn decode_attention(
+        q: &Tensor,
+        (keys, values): (&Tensor, &Tensor),
+        (mask, column): (&Tensor, &Tensor),
+        out: &Tensor,
+        splits: i64,
+    ) -> Result<(), TchError> {
+        // SAFETY: as in `vision_rotary`.
+        result("decode_attention", unsafe {
+            let (q, keys, values) = (raw(q), raw(keys), raw(values));
+            groundrl_decode_attention(q, keys, values, raw(mask), raw(column), raw(out), splits)
+        })
+    }
 }
 
 /// Builds without the `cuda` feature have no kernels; [`applies`] is false there, so these never run.
@@ -193,6 +245,16 @@ mod ffi {
     pub fn silu_mul(_: &Tensor, _: &Tensor, _: &Tensor) -> Result<(), TchError> {
         unavailable()
     }
+
+    pub fn decode_attention(
+        _: &Tensor,
+        _: (&Tensor, &Tensor),
+        _: (&Tensor, &Tensor),
+        _: &Tensor,
+        _: i64,
+    ) -> Result<(), TchError> {
+        unavailable()
+    }
 }
 
 /// The kernels against transformers' order of operations, on a CUDA device (the GPU machine runs
@@ -201,6 +263,7 @@ mod ffi {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rollout::kv_cache::attend_cached;
 
     fn cuda() -> Option<Device> {
         let device = Device::cuda_if_available();
@@ -243,6 +306,12 @@ mod tests {
         assert!(q.is_none());
         let (gate, up) = (cpu(&[3, 8]), cpu(&[3, 8]));
         assert_eq!(max_diff(&swiglu(&gate, &up).unwrap(), &(gate.silu() * &up)), 0.0);
+        let (q, cache, mask) = (cpu(&[3, 2, 8, 128]), cpu(&[3, 2, 16, 128]), cpu(&[3, 1, 1, 16]));
+        assert!(
+            decode_attention(&q, (&cache, &cache), &mask, &column, 0)
+                .unwrap()
+                .is_none()
+        );
     }
 
     /// Head dims 80 (the 3B shape: four values per thread) and 20 (one per thread).
@@ -298,6 +367,59 @@ mod tests {
         for t in [&keys, &values] {
             let others = Tensor::cat(&[t.narrow(2, 0, 7), t.narrow(2, 8, 2)], 2);
             assert_eq!(others.abs().max().double_value(&[]), 0.0);
+        }
+    }
+
+    /// Against attention in f32 over each row's real columns (left padding of 0-4 columns masked), at
+    /// columns that end a 16-key step, fall inside one, and end a capacity that is a multiple of 8
+    /// but not of 16; the keys and values past the column hold NaN, so the test fails if the kernel
+    /// reads or attends them. Batches of 64, 5 and 1 rows, each with 1, 3 and the automatic number of
+    /// splits per row and KV head (1, 13 and 21 on an H200).
+    #[test]
+    fn decode_attention_equals_f32_attention_and_reads_no_key_past_the_column() {
+        let Some(device) = cuda() else { return };
+        tch::manual_seed(3);
+        let (kv_heads, capacity) = (2, 1400);
+        for (rows, column) in [(64, 1263i64), (5, 1200), (5, 1399), (1, 47), (1, 1399)] {
+            let q = random(&[rows, kv_heads, 8, 128], Kind::BFloat16, device);
+            let keys = random(&[rows, kv_heads, capacity, 128], Kind::BFloat16, device);
+            let values = random(&[rows, kv_heads, capacity, 128], Kind::BFloat16, device);
+            let unwritten = capacity - column - 1;
+            for t in [&keys, &values] {
+                let _ = t.narrow(2, column + 1, unwritten).fill_(f64::NAN);
+            }
+            let cols = Tensor::arange(capacity, (Kind::Int64, device)).view([1, capacity]);
+            let padding = Tensor::arange(rows, (Kind::Int64, device))
+                .remainder(5)
+                .view([rows, 1]);
+            let hidden = cols.lt_tensor(&padding).logical_or(&cols.gt(column));
+            let mask = Tensor::zeros([rows, 1, 1, capacity], (Kind::BFloat16, device))
+                .masked_fill(&hidden.view([rows, 1, 1, capacity]), f64::NEG_INFINITY);
+            let at = Tensor::from_slice(&[column]).to_device(device);
+            // The reference sees only the columns up to `column` (no NaN in them).
+            let upto = |t: &Tensor| t.narrow(2, 0, column + 1).to_kind(Kind::Float);
+            let scores = q.to_kind(Kind::Float).matmul(&upto(&keys).transpose(2, 3)) / 128f64.sqrt()
+                + mask.narrow(3, 0, column + 1).to_kind(Kind::Float);
+            let want = scores.softmax(-1, Kind::Float).matmul(&upto(&values));
+            let real = |t: &Tensor| t.narrow(2, 0, column + 1);
+            let sdpa = attend_cached(&q, &real(&keys), &real(&values), &mask.narrow(3, 0, column + 1));
+            // As many splits as fill the GPU, one (no merge), and three (a merge of uneven splits).
+            for splits in [0, 1, 3] {
+                let got = decode_attention(&q, (&keys, &values), &mask, &at, splits)
+                    .unwrap()
+                    .expect("kernel applies");
+                // bf16 probabilities in the products and a bf16 output: about 2^-8 relative, as
+                // SDPA's own error (printed).
+                let diff = max_diff(&got, &want);
+                assert!(
+                    diff < 4e-3,
+                    "rows {rows}, column {column}, splits {splits}: {diff}"
+                );
+                eprintln!(
+                    "rows {rows}, column {column}, splits {splits}: kernel {diff:.2e}, SDPA {:.2e}",
+                    max_diff(&sdpa, &want)
+                );
+            }
         }
     }
 

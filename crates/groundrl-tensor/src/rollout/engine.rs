@@ -24,7 +24,7 @@ use std::cell::{Cell, RefCell};
 
 use tch::{Device, Tensor};
 
-use super::kv_cache::{KvCache, attend_cached};
+use super::kv_cache::{KvCache, attend_step};
 use super::session::{DecodeShape, Decoding, Session, Step};
 use super::stop::RowEnd;
 use super::{Completion, GenerationRequest, RolloutError};
@@ -278,7 +278,7 @@ impl<'a> Engine<'a> {
         for (i, (layer, fused)) in text.layers.iter().zip(layers).enumerate() {
             let q = cache.write_step(i, column, &layer.decode_qkv(&x, fused), &rotary, layer);
             let (keys, values) = cache.layer(i);
-            x = layer.decode_finish(x, &attend_cached(&q, keys, values, &mask), fused);
+            x = layer.decode_finish(x, &attend_step(&q, keys, values, &mask, column), fused);
         }
         text.logits(&text.final_norm(&x))
     }

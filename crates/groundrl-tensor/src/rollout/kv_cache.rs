@@ -134,3 +134,15 @@ impl KvCache {
 pub fn attend_cached(q: &Tensor, keys: &Tensor, values: &Tensor, mask: &Tensor) -> Tensor {
     Tensor::scaled_dot_product_attention(q, keys, values, Some(mask), 0.0, false, None, false)
 }
+
+/// [`attend_cached`] for a decoding step through the column held by `column` (keys past it not yet
+/// written): the CUDA kernel where it applies ([`fused::decode_attention`], which reads only the keys
+/// up to the column, split over enough thread blocks to fill the GPU), else SDPA over the whole
+/// capacity.
+pub fn attend_step(q: &Tensor, keys: &Tensor, values: &Tensor, mask: &Tensor, column: &Tensor) -> Tensor {
+    match fused::decode_attention(q, (keys, values), mask, column, 0) {
+        Ok(Some(out)) => out,
+        Ok(None) => attend_cached(q, keys, values, mask),
+        Err(e) => panic!("{e}"),
+    }
+}

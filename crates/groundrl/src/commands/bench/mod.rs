@@ -1,5 +1,6 @@
 //! `groundrl bench`: measurements of the model and the rollout engine on synthetic screenshot batches.
 
+pub mod attention;
 pub mod model;
 pub mod rollout;
 pub mod train;
@@ -22,6 +23,8 @@ pub enum BenchCommand {
     Train(train::Args),
     /// Time batched generation (prefill + decode); print generated tokens/s and the roofline share.
     Rollout(rollout::Args),
+    /// Time one layer's decoding attention alone: SDPA, the CUDA kernel per split count, a plain read.
+    Attention(attention::Args),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
@@ -29,6 +32,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Model(args) => model::run(args),
         BenchCommand::Rollout(args) => rollout::run(args),
         BenchCommand::Train(args) => train::run(args),
+        BenchCommand::Attention(args) => attention::run(args),
     }
 }
 
