@@ -5,7 +5,7 @@
 
 Usage: kernel_table.py TRACE.json [--top N] [--per STEPS]
   --per STEPS divides the times by STEPS (e.g. the decoding steps of a generate trace) to show the
-  time of one step.
+  time of one step. The us/call column is each kernel's mean duration.
 """
 import argparse
 import json
@@ -60,9 +60,9 @@ def main():
     print(f"{'kind':<24}{'ms':>10}{'share':>8}")
     for kind, us in sorted(by_kind.items(), key=lambda kv: -kv[1]):
         print(f"{kind:<24}{us / 1e3 / per:>10.3f}{us / total:>8.1%}")
-    print(f"{'ms':>9} {'share':>6} {'calls':>7}  kernel")
+    print(f"{'ms':>9} {'share':>6} {'calls':>7} {'us/call':>8}  kernel")
     for name, us in sorted(by_name.items(), key=lambda kv: -kv[1])[: a.top]:
-        print(f"{us / 1e3 / per:>9.3f} {us / total:>6.1%} {count[name] / per:>7.1f}  {short(name)}")
+        print(f"{us / 1e3 / per:>9.3f} {us / total:>6.1%} {count[name] / per:>7.1f} {us / count[name]:>8.1f}  {short(name)}")
     # Host side: operators by inclusive time (nested ones count in their callers too), to spot host
     # work such as copies and concatenations of CPU tensors.
     ops, calls = defaultdict(float), defaultdict(int)

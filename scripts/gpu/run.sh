@@ -5,9 +5,10 @@
 #   3. forward and training-step time and device memory of the 3B shape.
 # It expects the GPU build of the CLI at .device/groundrl (scripts/gpu/build.sh makes it) and writes a
 # short table at the end. Usage on the GPU machine: bash scripts/gpu/run.sh [goldens] [parity] [bench]
-# [rollout] [train] [plan] [demo] [tools] [profile] [kernels] (the first five when none is named; each fits one
-# 10-minute device call). `kernels` runs the tensor crate's tests built for CUDA (.device/groundrl-tensor-tests,
-# also made by build.sh), the fused kernels' CUDA tests among them.
+# [rollout] [train] [plan] [demo] [tools] [profile] [kernels] [attention] (the first five when none is named;
+# each fits one 10-minute device call). `kernels` runs the tensor crate's tests built for CUDA
+# (.device/groundrl-tensor-tests, also made by build.sh), the fused kernels' CUDA tests among them;
+# `attention` times one layer's decoding attention alone (`groundrl bench attention`).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 py=${PYTHON:-/opt/torch/.venv/bin/python}
@@ -170,5 +171,21 @@ fi
 
 if want kernels; then
 echo "== 10. the tensor crate's tests on the GPU (fused kernels against transformers' order of operations)"
-(cd "$root/crates/groundrl-tensor" && "$root/.device/groundrl-tensor-tests" --test-threads 1 fused 2>&1 | tail -12) | tee "$out/kernels_tests.txt"
+(cd "$root/crates/groundrl-tensor" && "$root/.device/groundrl-tensor-tests" --test-threads 1 fused 2>&1 | tail -14) | tee "$out/kernels_tests.txt"
+fi
+
+if want attention; then
+echo "== 11. one layer's decoding attention alone (3B heads, 1,326 keys): SDPA vs our kernel per split count"
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+case "$gpu" in *H100*) bw=3350 ;; *) bw=4800 ;; esac
+for rows in 64 8; do
+  prof=$work/attention-$rows
+  rm -rf "$prof"
+  "$bin" bench attention --rows $rows --bandwidth-gbs $bw --iters 100 --profile "$prof" | tee -a "$out/attention_3b.jsonl"
+  # Device time per call: the us/call column (the lines above are host-timed, launches included).
+  for trace in "$prof"/*.json; do
+    echo "rows $rows, $(basename "$trace" .json): device time per call, by kernel"
+    $py "$root/scripts/bench/kernel_table.py" "$trace" --top 3 --per 100 | sed -n '/us\/call  kernel/,/host ms/p' | grep -v "host ms"
+  done | tee -a "$out/attention_device.txt"
+done
 fi
