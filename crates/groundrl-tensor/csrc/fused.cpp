@@ -1,15 +1,17 @@
-// A C ABI over the CUDA kernels of kernels.cu and decode_attention.cu, for tensors: checks devices, dtypes and layouts
+// A C ABI over the CUDA kernels of kernels.cu, decode_attention.cu and sampling.cu, for tensors: checks devices, dtypes and layouts
 // (a C++ exception, turned into an error message, rather than a kernel reading out of bounds) and
 // launches on libtorch's current stream, so the kernels join captured CUDA graphs like any ATen op.
 // The caller allocates the outputs.
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <tuple>
 
 #include "guarded.h"
 
@@ -24,6 +26,11 @@ int groundrl_launch_decode_rotary_write(const void* qkv, int64_t qkv_row, const 
                                         void* stream);
 int groundrl_launch_silu_mul(const void* gate, int64_t gate_row, const void* up, int64_t up_row,
                              void* out, int64_t rows, int64_t cols, void* stream);
+int groundrl_launch_rms_norm(const void* x, int64_t x_row, const void* w, void* out, int64_t rows,
+                             int64_t hidden, float eps, void* stream);
+int groundrl_launch_sample(const float* logits, int64_t rows, int64_t vocab, const float* temperature,
+                           const bool* greedy, const bool* banned, const float* uniforms,
+                           int64_t* tokens, float* logprobs, void* stream);
 int64_t groundrl_decode_attention_splits(int64_t rows, int64_t kv_heads, int64_t capacity,
                                          int device);
 int groundrl_launch_decode_attention(const void* q, const void* keys, const void* values,
@@ -149,6 +156,55 @@ int groundrl_silu_mul(void* gate_, void* up_, void* out_) {
                                       stream_of(gate)));
   });
 }
+
+// out (rows, hidden) contiguous = RMSNorm of x (rows, hidden), strided in rows, with weight
+// (hidden) contiguous; see kernels.cu.
+int groundrl_rms_norm(void* x_, void* weight_, void* out_, double eps) {
+  return guarded([&] {
+    const auto &x = tensor(x_), &weight = tensor(weight_), &out = tensor(out_);
+    check(x, at::kBFloat16, "x");
+    check(weight, at::kBFloat16, "weight");
+    check(out, at::kBFloat16, "out");
+    require(x.dim() == 2 && x.size(1) % 256 == 0 && x.size(1) <= 8192,
+            "x must be (rows, hidden a multiple of 256 up to 8192)");
+    require(weight.dim() == 1 && weight.size(0) == x.size(1), "weight must be (hidden)");
+    require(out.sizes() == x.sizes() && out.is_contiguous(), "out must be contiguous like x");
+    c10::cuda::CUDAGuard guard(x.device());
+    launched(groundrl_launch_rms_norm(x.data_ptr(), x.stride(0), weight.data_ptr(), out.data_ptr(),
+                                      x.size(0), x.size(1), (float)eps, stream_of(x)));
+  });
+}
+
+// tokens (rows,) int64 and logprobs (rows,) f32 drawn from logits (rows, vocab) f32 contiguous by
+// temperature, uniforms (rows,) f32, greedy (rows,) bool and banned (vocab,) bool; see sampling.cu.
+int groundrl_sample(void* logits_, void* temperature_, void* greedy_, void* banned_, void* uniforms_,
+                    void* tokens_, void* logprobs_) {
+  return guarded([&] {
+    const auto &logits = tensor(logits_), &temperature = tensor(temperature_);
+    const auto &greedy = tensor(greedy_), &banned = tensor(banned_), &uniforms = tensor(uniforms_);
+    const auto &tokens = tensor(tokens_), &logprobs = tensor(logprobs_);
+    check(logits, at::kFloat, "logits");
+    require(logits.dim() == 2 && logits.is_contiguous() && logits.size(1) % 4 == 0,
+            "logits must be contiguous (rows, vocab a multiple of 4)");
+    int64_t rows = logits.size(0), vocab = logits.size(1);
+    for (auto [t, dtype, size, name] :
+         {std::tuple{&temperature, at::kFloat, rows, "temperature"}, {&uniforms, at::kFloat, rows, "uniforms"},
+          {&greedy, at::kBool, rows, "greedy"}, {&banned, at::kBool, vocab, "banned"},
+          {&tokens, at::kLong, rows, "tokens"}, {&logprobs, at::kFloat, rows, "logprobs"}}) {
+      check(*t, dtype, name);
+      require(t->dim() == 1 && t->size(0) == size && t->is_contiguous(),
+              std::string(name) + " must be contiguous with " + std::to_string(size) + " values");
+    }
+    c10::cuda::CUDAGuard guard(logits.device());
+    launched(groundrl_launch_sample(logits.data_ptr<float>(), rows, vocab, temperature.data_ptr<float>(),
+                                    greedy.data_ptr<bool>(), banned.data_ptr<bool>(),
+                                    uniforms.data_ptr<float>(), tokens.data_ptr<int64_t>(),
+                                    logprobs.data_ptr<float>(), stream_of(logits)));
+  });
+}
+
+// Whether autograd records operations on this thread (false inside a no-grad guard).
+int groundrl_grad_enabled() { return at::GradMode::is_enabled() ? 1 : 0; }
 
 // out (rows, kv_heads, 8, 128) = attention of q (rows, kv_heads, 8, 128) over keys and values
 // (rows, kv_heads, capacity, 128) with the additive mask (rows, 1, 1, capacity) through the column held

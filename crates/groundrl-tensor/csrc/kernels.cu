@@ -1,7 +1,7 @@
 // CUDA kernels for what libtorch runs as several passes over memory: the rotary embedding (vision
-// tower, and decoding with its KV-cache write) and the SwiGLU product silu(gate) * up. Each computes
-// what transformers' Qwen2.5-VL code computes, in its order of operations and roundings, so results
-// equal that composition of PyTorch operations bit for bit (checked by the crate's CUDA tests):
+// tower, and decoding with its KV-cache write) and the SwiGLU product silu(gate) * up; and RMSNorm
+// (one pass per row instead of libtorch's, see there). The first three compute what transformers' Qwen2.5-VL code computes, in its order of operations and roundings, so
+// results equal that composition of PyTorch operations bit for bit (checked by the crate's CUDA tests):
 // - no contraction into fused multiply-adds (`__fmul_rn`/`__fadd_rn` where the reference rounds a
 //   product before adding it);
 // - IEEE division and `expf` (no fast math), as ATen's silu.
@@ -133,6 +133,35 @@ __global__ void silu_mul(const bf16* __restrict__ gate, int64_t gate_row, const 
   store<W>(out + r * cols + c, o);
 }
 
+// RMSNorm as libtorch's bf16 `rms_norm` computes it (layers.rs): in f32, weight * (rsqrt(mean(x^2) +
+// eps) * x), rounded once to bf16. Unlike the kernels above it is not bit-exact by construction: its
+// sum of squares runs in its own order (threads, warps), so the f32 rsqrt can differ in its last bits
+// and a bf16 output by one unit (CUDA test). One block per row of x (rows, hidden), rows strided, one
+// thread per 8 values (hidden a multiple of 256, at most 8192): every load of the row in flight at once,
+// where a loop over the row would wait for each in turn.
+__global__ void rms_norm(const bf16* __restrict__ x, int64_t x_row, const bf16* __restrict__ w,
+                         bf16* __restrict__ out, int64_t hidden, float eps) {
+  __shared__ float warp_sums[32];
+  const int64_t row = blockIdx.x;
+  const int c = 8 * threadIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const Vec<bf16, 8> v = load<8>(x + row * x_row + c), g = load<8>(w + c);
+  float sum = 0.f;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) sum += f(v.v[k]) * f(v.v[k]);
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (lane == 0) warp_sums[warp] = sum;
+  __syncthreads();
+  sum = lane < (int)(blockDim.x / 32) ? warp_sums[lane] : 0.f;
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  const float r = rsqrtf(sum / (float)hidden + eps);
+  Vec<bf16, 8> o;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) o.v[k] = b(f(g.v[k]) * (r * f(v.v[k])));
+  store<8>(out + row * hidden + c, o);
+}
+
 constexpr int kThreads = 256;
 
 unsigned blocks(int64_t threads) { return (unsigned)((threads + kThreads - 1) / kThreads); }
@@ -180,6 +209,17 @@ int groundrl_launch_silu_mul(const void* gate, int64_t gate_row, const void* up,
     silu_mul<1><<<blocks(rows * cols), kThreads, 0, s>>>(
         (const bf16*)gate, gate_row, (const bf16*)up, up_row, (bf16*)out, rows, cols);
   }
+  return (int)cudaGetLastError();
+}
+
+int groundrl_launch_rms_norm(const void* x, int64_t x_row, const void* w, void* out, int64_t rows,
+                             int64_t hidden, float eps, void* stream) {
+  if (rows == 0) return 0;
+  if (hidden % 256 || hidden > 8192 || !aligned(16, 2, {x, w, out}, {x_row})) {
+    return (int)cudaErrorInvalidValue;
+  }
+  rms_norm<<<(unsigned)rows, (unsigned)(hidden / 8), 0, (cudaStream_t)stream>>>(
+      (const bf16*)x, x_row, (const bf16*)w, (bf16*)out, hidden, eps);
   return (int)cudaGetLastError();
 }
 

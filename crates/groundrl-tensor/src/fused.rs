@@ -30,9 +30,11 @@ pub fn active(device: Device) -> bool {
     cfg!(feature = "cuda") && ENABLED.load(Ordering::Relaxed) && device.is_cuda()
 }
 
-/// Whether a kernel can take these tensors; see the module doc.
+/// Whether a kernel can take these tensors: all on a device where the kernels are active, and no
+/// gradient wanted (autograd off on this thread, or no tensor requires one); see the module doc.
 fn applies(tensors: &[&Tensor]) -> bool {
-    tensors.iter().all(|t| active(t.device()) && !t.requires_grad())
+    tensors.iter().all(|t| active(t.device()))
+        && !(ffi::grad_enabled() && tensors.iter().any(|t| t.requires_grad()))
 }
 
 /// The vision tower's rotation of `x` (rows, heads, dim), strided in rows and heads, by `cos` and
@@ -101,6 +103,57 @@ pub fn decode_attention(
     Ok(Some(out))
 }
 
+/// RMSNorm of `x` (..., hidden) by `weight` (hidden) with `eps`, as libtorch's bf16 `rms_norm`
+/// computes it (in f32, rounded once) with one thread block per row; its sum of squares runs in
+/// another order, so an output can differ from libtorch's by one bf16 unit. None where the kernel
+/// does not apply (besides the module's conditions: bf16, hidden a multiple of 256 up to 8192).
+pub(crate) fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Option<Tensor>, TchError> {
+    let size = x.size();
+    let hidden = size.last().copied().unwrap_or(0);
+    let bf16 = x.kind() == Kind::BFloat16 && weight.kind() == Kind::BFloat16;
+    let fits = hidden > 0 && hidden % 256 == 0 && hidden <= 8192 && weight.size() == [hidden];
+    if !applies(&[x, weight]) || !bf16 || !fits {
+        return Ok(None);
+    }
+    let rows = x.f_reshape([-1, hidden])?;
+    let out = Tensor::f_empty(rows.size(), (x.kind(), x.device()))?;
+    ffi::rms_norm(&rows, &weight.f_contiguous()?, &out, eps)?;
+    Ok(Some(out.f_view(size.as_slice())?))
+}
+
+/// Tokens (rows,) i64 and their log-probs (rows,) f32 for rows that do not filter by top-k or top-p:
+/// from `logits` (rows, vocab) f32 divided by `temperature` (rows,), the first allowed maximum where
+/// `greedy` (rows,) is set, else an inverse-CDF draw by `uniforms` (rows,) in token-id order over the
+/// tokens `banned` (vocab,) does not exclude; log-probs over the whole vocabulary. One kernel for what
+/// [`crate::rollout::sampling`] composes from about 25; its sums run in another order, so a log-prob can
+/// differ in the last f32 bits and a draw within rounding of a boundary can pick the neighbouring
+/// token. None where the kernel does not apply (besides the module's conditions: f32 contiguous
+/// logits, vocab a multiple of 4).
+pub(crate) fn sample(
+    logits: &Tensor,
+    (temperature, greedy): (&Tensor, &Tensor),
+    banned: &Tensor,
+    uniforms: &Tensor,
+) -> Result<Option<(Tensor, Tensor)>, TchError> {
+    let fits = matches!(logits.size()[..], [_, vocab] if vocab % 4 == 0)
+        && logits.kind() == Kind::Float
+        && logits.is_contiguous();
+    if !applies(&[logits, temperature, greedy, banned, uniforms]) || !fits {
+        return Ok(None);
+    }
+    let rows = logits.size()[0];
+    let tokens = Tensor::f_empty([rows], (Kind::Int64, logits.device()))?;
+    let logprobs = Tensor::f_empty([rows], (Kind::Float, logits.device()))?;
+    let floats = |t: &Tensor| t.f_to_kind(Kind::Float)?.f_contiguous();
+    ffi::sample(
+        logits,
+        (&floats(temperature)?, &greedy.f_contiguous()?),
+        (&banned.f_contiguous()?, &floats(uniforms)?),
+        (&tokens, &logprobs),
+    )?;
+    Ok(Some((tokens, logprobs)))
+}
+
 /// SwiGLU's `silu(gate) * up` for `gate` and `up` of one shape: one kernel over bf16 CUDA rows (each
 /// value rounded to bf16 after the silu and after the product, as libtorch's two operations round
 /// them), else those two operations.
@@ -141,6 +194,17 @@ mod ffi {
             heads: i64,
         ) -> c_int;
         fn groundrl_silu_mul(gate: *mut c_void, up: *mut c_void, out: *mut c_void) -> c_int;
+        fn groundrl_rms_norm(x: *mut c_void, weight: *mut c_void, out: *mut c_void, eps: f64) -> c_int;
+        fn groundrl_grad_enabled() -> c_int;
+        fn groundrl_sample(
+            logits: *mut c_void,
+            temperature: *mut c_void,
+            greedy: *mut c_void,
+            banned: *mut c_void,
+            uniforms: *mut c_void,
+            tokens: *mut c_void,
+            logprobs: *mut c_void,
+        ) -> c_int;
         fn groundrl_decode_attention(
             q: *mut c_void,
             keys: *mut c_void,
@@ -202,6 +266,39 @@ mod ffi {
         })
     }
 
+    pub fn rms_norm(x: &Tensor, weight: &Tensor, out: &Tensor, eps: f64) -> Result<(), TchError> {
+        // SAFETY: as in `vision_rotary`.
+        result("rms_norm", unsafe {
+            groundrl_rms_norm(raw(x), raw(weight), raw(out), eps)
+        })
+    }
+
+    pub fn grad_enabled() -> bool {
+        // SAFETY: reads a thread-local flag.
+        unsafe { groundrl_grad_enabled() != 0 }
+    }
+
+    pub fn sample(
+        logits: &Tensor,
+        (temperature, greedy): (&Tensor, &Tensor),
+        (banned, uniforms): (&Tensor, &Tensor),
+        (tokens, logprobs): (&Tensor, &Tensor),
+    ) -> Result<(), TchError> {
+        // SAFETY: as in `vision_rotary`.
+        result("sample", unsafe {
+            let settings = (raw(temperature), raw(greedy), raw(banned), raw(uniforms));
+            groundrl_sample(
+                raw(logits),
+                settings.0,
+                settings.1,
+                settings.2,
+                settings.3,
+                raw(tokens),
+                raw(logprobs),
+            )
+        })
+    }
+
     pub fn decode_attention(
         q: &Tensor,
         (keys, values): (&Tensor, &Tensor),
@@ -243,6 +340,24 @@ mod ffi {
     }
 
     pub fn silu_mul(_: &Tensor, _: &Tensor, _: &Tensor) -> Result<(), TchError> {
+        unavailable()
+    }
+
+    pub fn rms_norm(_: &Tensor, _: &Tensor, _: &Tensor, _: f64) -> Result<(), TchError> {
+        unavailable()
+    }
+
+    /// Never asked: no tensor is on a device where the kernels are active.
+    pub fn grad_enabled() -> bool {
+        true
+    }
+
+    pub fn sample(
+        _: &Tensor,
+        _: (&Tensor, &Tensor),
+        _: (&Tensor, &Tensor),
+        _: (&Tensor, &Tensor),
+    ) -> Result<(), TchError> {
         unavailable()
     }
 
@@ -312,6 +427,8 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
+        let weight = cpu(&[256]);
+        assert!(rms_norm(&cpu(&[3, 256]), &weight, 1e-6).unwrap().is_none());
     }
 
     /// Head dims 80 (the 3B shape: four values per thread) and 20 (one per thread).
@@ -421,6 +538,50 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Hidden 2048 (the 3B decoder) and 1280 (the vision tower), rows strided (a slice of wider
+    /// rows), against libtorch's `rms_norm`: at most one
+    /// bf16 unit apart (the sums of squares run in different orders), and few values differ. Steps
+    /// aside when a gradient is wanted; runs for a weight that requires one under a no-grad guard.
+    #[test]
+    fn rms_norm_is_within_one_bf16_unit_of_libtorch() {
+        let Some(device) = cuda() else { return };
+        tch::manual_seed(4);
+        for hidden in [2048, 1280] {
+            let wide = random(&[67, hidden + 256], Kind::BFloat16, device) * 3.0;
+            let x = wide.narrow(1, 0, hidden);
+            let weight = random(&[hidden], Kind::BFloat16, device);
+            let got = rms_norm(&x, &weight, 1e-6).unwrap().expect("kernel applies");
+            let want = x.rms_norm([hidden], Some(&weight), 1e-6);
+            let (got32, want32) = (got.to_kind(Kind::Float), want.to_kind(Kind::Float));
+            // One bf16 unit is 2^-8 to 2^-7 of a value.
+            let excess = ((&got32 - &want32).abs() - want32.abs() / 128.0)
+                .max()
+                .double_value(&[]);
+            assert!(
+                excess <= 0.0,
+                "hidden {hidden}: more than one bf16 unit apart ({excess})"
+            );
+            let differ = got
+                .ne_tensor(&want)
+                .to_kind(Kind::Float)
+                .mean(Kind::Float)
+                .double_value(&[]);
+            assert!(differ < 0.02, "hidden {hidden}: {differ} of the values differ");
+            eprintln!(
+                "hidden {hidden}: {:.3}% of the values one unit apart",
+                differ * 100.0
+            );
+        }
+        let x = random(&[3, 2048], Kind::BFloat16, device);
+        let weight = random(&[2048], Kind::BFloat16, device);
+        let leaf = x.detach().set_requires_grad(true);
+        assert!(rms_norm(&leaf, &weight, 1e-6).unwrap().is_none());
+        let parameter = weight.detach().set_requires_grad(true);
+        assert!(rms_norm(&x, &parameter, 1e-6).unwrap().is_none());
+        let _no_grad = tch::no_grad_guard();
+        assert!(rms_norm(&x, &parameter, 1e-6).unwrap().is_some());
     }
 
     /// 304 columns (eight per thread) and 300 (one per thread: rows not 16-byte aligned).

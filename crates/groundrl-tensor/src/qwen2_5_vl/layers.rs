@@ -5,6 +5,7 @@ use tch::{Tensor, nn};
 
 use super::ModelError;
 use super::lora::Adapter;
+use crate::fused;
 
 /// transformers' `initializer_range` default, used for random-init presets.
 pub const INIT_STD: f64 = 0.02;
@@ -81,10 +82,15 @@ impl RmsNorm {
     /// rounds again. So in f32 the two agree (bit for bit on the CPU, whose `rms_norm` runs the same
     /// operations; to f32 rounding on CUDA, whose kernel sums in another order), and in bf16 or f16
     /// about a quarter of the values differ by one unit in the last place, ours being the better
-    /// rounded (tests below). Every path (prefill, decoding, training) uses this one norm, so the
-    /// log-probs a rollout records and the ones a training step recomputes come from the same function.
+    /// rounded (tests below). Without gradients on a CUDA device (rollouts, the frozen tower) a kernel
+    /// of ours computes the same formula in one pass ([`fused::rms_norm`]), its f32 sum of squares in
+    /// another order: an output can differ from libtorch's by one bf16 unit.
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        x.rms_norm(self.weight.size(), Some(&self.weight), self.eps)
+        match fused::rms_norm(x, &self.weight, self.eps) {
+            Ok(Some(out)) => out,
+            Ok(None) => x.rms_norm(self.weight.size(), Some(&self.weight), self.eps),
+            Err(e) => panic!("{e}"),
+        }
     }
 }
 
