@@ -171,7 +171,7 @@ fi
 
 if want kernels; then
 echo "== 10. the tensor crate's tests on the GPU (fused kernels against transformers' order of operations)"
-(cd "$root/crates/groundrl-tensor" && "$root/.device/groundrl-tensor-tests" --test-threads 1 fused 2>&1 | tail -14) | tee "$out/kernels_tests.txt"
+(cd "$root/crates/groundrl-tensor" && "$root/.device/groundrl-tensor-tests" --test-threads 1 fused sampling 2>&1 | tail -16) | tee "$out/kernels_tests.txt"
 fi
 
 if want attention; then

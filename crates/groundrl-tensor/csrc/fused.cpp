@@ -28,9 +28,9 @@ int groundrl_launch_silu_mul(const void* gate, int64_t gate_row, const void* up,
                              void* out, int64_t rows, int64_t cols, void* stream);
 int groundrl_launch_rms_norm(const void* x, int64_t x_row, const void* w, void* out, int64_t rows,
                              int64_t hidden, float eps, void* stream);
-int groundrl_launch_sample(const float* logits, int64_t rows, int64_t vocab, const float* temperature,
-                           const bool* greedy, const bool* banned, const float* uniforms,
-                           int64_t* tokens, float* logprobs, void* stream);
+int groundrl_launch_sample(const void* logits, int bf16, int64_t rows, int64_t vocab,
+                           const float* temperature, const bool* greedy, const bool* banned,
+                           const float* uniforms, int64_t* tokens, float* logprobs, void* stream);
 int64_t groundrl_decode_attention_splits(int64_t rows, int64_t kv_heads, int64_t capacity,
                                          int device);
 int groundrl_launch_decode_attention(const void* q, const void* keys, const void* values,
@@ -175,7 +175,7 @@ int groundrl_rms_norm(void* x_, void* weight_, void* out_, double eps) {
   });
 }
 
-// tokens (rows,) int64 and logprobs (rows,) f32 drawn from logits (rows, vocab) f32 contiguous by
+// tokens (rows,) int64 and logprobs (rows,) f32 drawn from logits (rows, vocab) f32 or bf16 contiguous by
 // temperature, uniforms (rows,) f32, greedy (rows,) bool and banned (vocab,) bool; see sampling.cu.
 int groundrl_sample(void* logits_, void* temperature_, void* greedy_, void* banned_, void* uniforms_,
                     void* tokens_, void* logprobs_) {
@@ -183,7 +183,9 @@ int groundrl_sample(void* logits_, void* temperature_, void* greedy_, void* bann
     const auto &logits = tensor(logits_), &temperature = tensor(temperature_);
     const auto &greedy = tensor(greedy_), &banned = tensor(banned_), &uniforms = tensor(uniforms_);
     const auto &tokens = tensor(tokens_), &logprobs = tensor(logprobs_);
-    check(logits, at::kFloat, "logits");
+    require(logits.scalar_type() == at::kFloat || logits.scalar_type() == at::kBFloat16,
+            "logits must be f32 or bf16");
+    check(logits, logits.scalar_type(), "logits");
     require(logits.dim() == 2 && logits.is_contiguous() && logits.size(1) % 4 == 0,
             "logits must be contiguous (rows, vocab a multiple of 4)");
     int64_t rows = logits.size(0), vocab = logits.size(1);
@@ -196,7 +198,8 @@ int groundrl_sample(void* logits_, void* temperature_, void* greedy_, void* bann
               std::string(name) + " must be contiguous with " + std::to_string(size) + " values");
     }
     c10::cuda::CUDAGuard guard(logits.device());
-    launched(groundrl_launch_sample(logits.data_ptr<float>(), rows, vocab, temperature.data_ptr<float>(),
+    launched(groundrl_launch_sample(logits.data_ptr(), logits.scalar_type() == at::kBFloat16 ? 1 : 0,
+                                    rows, vocab, temperature.data_ptr<float>(),
                                     greedy.data_ptr<bool>(), banned.data_ptr<bool>(),
                                     uniforms.data_ptr<float>(), tokens.data_ptr<int64_t>(),
                                     logprobs.data_ptr<float>(), stream_of(logits)));

@@ -13,8 +13,9 @@
 // pick the neighbouring token (the crate's CUDA test compares with the composition).
 //
 // One block of 1,024 threads per row; warp w owns the w-th of 32 contiguous ranges of the vocabulary
-// and reads it 16 bytes per lane at a time.
+// and reads it four logits per lane at a time. Logits in f32 or bf16 (converted exactly to f32).
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -56,6 +57,20 @@ struct Online {
   }
 };
 
+// Four logits from x + i (16 bytes of f32, 8 of bf16, aligned: i and the row length multiples of 4).
+__device__ __forceinline__ float4 four(const float* x, int64_t i) {
+  return *reinterpret_cast<const float4*>(x + i);
+}
+
+__device__ __forceinline__ float4 four(const __nv_bfloat16* x, int64_t i) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(x + i);
+  return make_float4(__uint_as_float(raw.x << 16), __uint_as_float(raw.x & 0xffff0000u),
+                     __uint_as_float(raw.y << 16), __uint_as_float(raw.y & 0xffff0000u));
+}
+
+__device__ __forceinline__ float one(const float* x, int64_t i) { return x[i]; }
+__device__ __forceinline__ float one(const __nv_bfloat16* x, int64_t i) { return __bfloat162float(x[i]); }
+
 // The larger value, the smaller index between equals (the first maximum).
 __device__ __forceinline__ void keep_first_max(float& v, int64_t& i, float ov, int64_t oi) {
   if (ov > v || (ov == v && oi < i)) {
@@ -73,8 +88,9 @@ struct RowState {
   int64_t first_max;    // the greedy token
 };
 
+template <class T>
 __global__ void __launch_bounds__(kWarps * 32)
-sample_rows(const float* __restrict__ logits, int64_t vocab, const float* __restrict__ temperature,
+sample_rows(const T* __restrict__ logits, int64_t vocab, const float* __restrict__ temperature,
             const bool* __restrict__ greedy, const bool* __restrict__ banned,
             const float* __restrict__ uniforms, int64_t* __restrict__ tokens,
             float* __restrict__ logprobs) {
@@ -82,7 +98,7 @@ sample_rows(const float* __restrict__ logits, int64_t vocab, const float* __rest
   __shared__ int64_t best_i[kWarps];
   __shared__ RowState row_state;
   const int64_t row = blockIdx.x;
-  const float* x = logits + row * vocab;
+  const T* x = logits + row * vocab;
   const float t = temperature[row];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t span = ((vocab + kWarps - 1) / kWarps + 3) / 4 * 4;
@@ -94,7 +110,7 @@ sample_rows(const float* __restrict__ logits, int64_t vocab, const float* __rest
   float best = -INFINITY;
   int64_t best_at = vocab;
   for (int64_t i = begin + 4 * lane; i < end; i += 128) {
-    const float4 v = *reinterpret_cast<const float4*>(x + i);
+    const float4 v = four(x, i);
     const uchar4 ban = *reinterpret_cast<const uchar4*>(banned + i);
     const float s[4] = {v.x / t, v.y / t, v.z / t, v.w / t};
     const bool out[4] = {ban.x != 0, ban.y != 0, ban.z != 0, ban.w != 0};
@@ -171,7 +187,7 @@ sample_rows(const float* __restrict__ logits, int64_t vocab, const float* __rest
     // Only non-finite logits leave no token (every weight NaN); the first maximum, else 0, then.
     if (token < 0 || token >= vocab) token = st.first_max < vocab ? st.first_max : 0;
     tokens[row] = token;
-    logprobs[row] = (x[token] / t - st.raw_m) - logf(st.raw_s);
+    logprobs[row] = (one(x, token) / t - st.raw_m) - logf(st.raw_s);
   };
   if (greedy[row]) {
     if (threadIdx.x == 0) finish(st.first_max);
@@ -187,7 +203,7 @@ sample_rows(const float* __restrict__ logits, int64_t vocab, const float* __rest
     const int64_t i = c + 4 * lane;
     float e[4] = {0.f, 0.f, 0.f, 0.f};
     if (i < end) {
-      const float4 v = *reinterpret_cast<const float4*>(x + i);
+      const float4 v = four(x, i);
       const uchar4 ban = *reinterpret_cast<const uchar4*>(banned + i);
       const float s[4] = {v.x / t, v.y / t, v.z / t, v.w / t};
       const bool out[4] = {ban.x != 0, ban.y != 0, ban.z != 0, ban.w != 0};
@@ -238,15 +254,22 @@ sample_rows(const float* __restrict__ logits, int64_t vocab, const float* __rest
 
 extern "C" {
 
-// logits (rows, vocab) f32 contiguous with vocab a multiple of 4; temperature, uniforms (rows,) f32;
-// greedy (rows,) bool; banned (vocab,) bool; writes tokens (rows,) int64 and logprobs (rows,) f32.
-int groundrl_launch_sample(const float* logits, int64_t rows, int64_t vocab, const float* temperature,
-                           const bool* greedy, const bool* banned, const float* uniforms,
-                           int64_t* tokens, float* logprobs, void* stream) {
+// logits (rows, vocab) contiguous, f32 (`bf16` 0) or bf16 (1), vocab a multiple of 4; temperature,
+// uniforms (rows,) f32; greedy (rows,) bool; banned (vocab,) bool; writes tokens (rows,) int64 and
+// logprobs (rows,) f32.
+int groundrl_launch_sample(const void* logits, int bf16, int64_t rows, int64_t vocab,
+                           const float* temperature, const bool* greedy, const bool* banned,
+                           const float* uniforms, int64_t* tokens, float* logprobs, void* stream) {
   if (rows == 0) return 0;
   if (vocab % 4) return (int)cudaErrorInvalidValue;
-  sample_rows<<<(unsigned)rows, kWarps * 32, 0, (cudaStream_t)stream>>>(
-      logits, vocab, temperature, greedy, banned, uniforms, tokens, logprobs);
+  auto s = (cudaStream_t)stream;
+  if (bf16) {
+    sample_rows<<<(unsigned)rows, kWarps * 32, 0, s>>>((const __nv_bfloat16*)logits, vocab, temperature,
+                                                       greedy, banned, uniforms, tokens, logprobs);
+  } else {
+    sample_rows<<<(unsigned)rows, kWarps * 32, 0, s>>>((const float*)logits, vocab, temperature, greedy,
+                                                       banned, uniforms, tokens, logprobs);
+  }
   return (int)cudaGetLastError();
 }
 

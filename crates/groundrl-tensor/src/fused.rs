@@ -122,13 +122,13 @@ pub(crate) fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Option<T
 }
 
 /// Tokens (rows,) i64 and their log-probs (rows,) f32 for rows that do not filter by top-k or top-p:
-/// from `logits` (rows, vocab) f32 divided by `temperature` (rows,), the first allowed maximum where
+/// from `logits` (rows, vocab) (f32, or bf16 taken exactly to f32) divided by `temperature` (rows,), the first allowed maximum where
 /// `greedy` (rows,) is set, else an inverse-CDF draw by `uniforms` (rows,) in token-id order over the
 /// tokens `banned` (vocab,) does not exclude; log-probs over the whole vocabulary. One kernel for what
 /// [`crate::rollout::sampling`] composes from about 25; its sums run in another order, so a log-prob can
 /// differ in the last f32 bits and a draw within rounding of a boundary can pick the neighbouring
-/// token. None where the kernel does not apply (besides the module's conditions: f32 contiguous
-/// logits, vocab a multiple of 4).
+/// token. None where the kernel does not apply (besides the module's conditions: contiguous f32 or
+/// bf16 logits, vocab a multiple of 4).
 pub(crate) fn sample(
     logits: &Tensor,
     (temperature, greedy): (&Tensor, &Tensor),
@@ -136,7 +136,7 @@ pub(crate) fn sample(
     uniforms: &Tensor,
 ) -> Result<Option<(Tensor, Tensor)>, TchError> {
     let fits = matches!(logits.size()[..], [_, vocab] if vocab % 4 == 0)
-        && logits.kind() == Kind::Float
+        && matches!(logits.kind(), Kind::Float | Kind::BFloat16)
         && logits.is_contiguous();
     if !applies(&[logits, temperature, greedy, banned, uniforms]) || !fits {
         return Ok(None);

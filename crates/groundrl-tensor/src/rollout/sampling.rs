@@ -301,8 +301,8 @@ mod tests {
 
     /// The CUDA kernel ([`fused::sample`]) against the composition on the GPU machine (skipped
     /// elsewhere): 40 rows over Qwen's 151,936 tokens, greedy and sampling rows at temperatures 0.7-1.3,
-    /// banned tokens (one of them the row's largest logit), uniforms from 0 to just below 1. The same
-    /// tokens, log-probs within 2e-5.
+    /// banned tokens (one of them the row's largest logit), uniforms from 0 to just below 1, f32 and
+    /// bf16 logits. The same tokens, log-probs within 2e-5.
     #[test]
     fn the_sampling_kernel_picks_what_the_composition_picks() {
         let device = Device::cuda_if_available();
@@ -321,27 +321,24 @@ mod tests {
             })
             .collect();
         let sampler = Sampler::new(&settings, vocab, &banned, device);
-        let logits = Tensor::randn([rows, vocab], (Kind::Float, device)) * 3.0;
+        let f32_logits = Tensor::randn([rows, vocab], (Kind::Float, device)) * 3.0;
         // Row 0 (greedy) and row 1 put their largest logit on a banned token.
-        let _ = logits.get(0).get(7).fill_(40.0);
-        let _ = logits.get(1).get(151_655).fill_(40.0);
+        let _ = f32_logits.get(0).get(7).fill_(40.0);
+        let _ = f32_logits.get(1).get(151_655).fill_(40.0);
         let mut uniforms: Vec<f32> = (0..rows).map(|r| r as f32 / rows as f32).collect();
         uniforms[rows as usize - 1] = 0.999_999_94;
         let uniforms = Tensor::from_slice(&uniforms).to_device(device);
-        let (tokens, logprobs) = sampler.sample(&logits, &uniforms);
-        let (want_tokens, want_logprobs) = sampler.compose(&logits, &uniforms);
-        assert_eq!(
-            Vec::<i64>::try_from(&tokens).unwrap(),
-            Vec::<i64>::try_from(&want_tokens).unwrap()
-        );
-        let diff = (&logprobs - &want_logprobs).abs().max().double_value(&[]);
-        assert!(diff < 2e-5, "log-probs differ by {diff}");
-        assert!(
-            !Vec::<i64>::try_from(&tokens)
-                .unwrap()
-                .iter()
-                .any(|t| banned.contains(t))
-        );
-        eprintln!("largest log-prob difference {diff:.2e}");
+        // The model's logits in f32 (CPU models) and bf16 (the GPU's).
+        for kind in [Kind::Float, Kind::BFloat16] {
+            let logits = f32_logits.to_kind(kind);
+            let (tokens, logprobs) = sampler.sample(&logits, &uniforms);
+            let (want_tokens, want_logprobs) = sampler.compose(&logits, &uniforms);
+            let tokens = Vec::<i64>::try_from(&tokens).unwrap();
+            assert_eq!(tokens, Vec::<i64>::try_from(&want_tokens).unwrap(), "{kind:?}");
+            let diff = (&logprobs - &want_logprobs).abs().max().double_value(&[]);
+            assert!(diff < 2e-5, "{kind:?}: log-probs differ by {diff}");
+            assert!(!tokens.iter().any(|t| banned.contains(t)));
+            eprintln!("{kind:?} logits: largest log-prob difference {diff:.2e}");
+        }
     }
 }

@@ -97,7 +97,7 @@ impl Session {
             layers,
             cache: KvCache::new(cache, model.kind(), model.device()),
             decoding,
-            step: Step::new(shape.rows, text.vocab_size, model.device()),
+            step: Step::new(shape.rows, text.vocab_size, (model.kind(), model.device())),
             graph: None,
         }
     }
@@ -117,10 +117,12 @@ pub(crate) struct Step {
 }
 
 impl Step {
-    fn new(rows: i64, vocab: i64, device: Device) -> Self {
+    /// `logits_kind` is the model's dtype: its logits are kept as they come (the sampler computes
+    /// in f32), so a bf16 model's step copies half the bytes and converts nothing.
+    fn new(rows: i64, vocab: i64, (logits_kind, device): (Kind, Device)) -> Self {
         let zeros = |size: &[i64], kind| Tensor::zeros(size, (kind, device));
         Self {
-            logits: zeros(&[rows, vocab], Kind::Float),
+            logits: zeros(&[rows, vocab], logits_kind),
             index: zeros(&[1], Kind::Int64),
             first_column: zeros(&[1], Kind::Int64),
             first_position: zeros(&[rows], Kind::Int64),
