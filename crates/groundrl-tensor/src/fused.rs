@@ -372,6 +372,18 @@ mod ffi {
     }
 }
 
+/// For the crate's CUDA tests: the CUDA device where the kernels are active, else None after saying
+/// the test is skipped (CPU builds and machines).
+#[cfg(test)]
+pub(crate) fn cuda_for_tests() -> Option<Device> {
+    let device = Device::cuda_if_available();
+    if !active(device) {
+        eprintln!("skipped: no CUDA device in this build or machine");
+        return None;
+    }
+    Some(device)
+}
+
 /// The kernels against transformers' order of operations, on a CUDA device (the GPU machine runs
 /// them: `scripts/gpu/run.sh kernels`); elsewhere each test says it was skipped and checks only that
 /// the kernels stay out of the way.
@@ -379,15 +391,6 @@ mod ffi {
 mod tests {
     use super::*;
     use crate::rollout::kv_cache::attend_cached;
-
-    fn cuda() -> Option<Device> {
-        let device = Device::cuda_if_available();
-        if !active(device) {
-            eprintln!("skipped: no CUDA device in this build or machine");
-            return None;
-        }
-        Some(device)
-    }
 
     fn random(size: &[i64], kind: Kind, device: Device) -> Tensor {
         Tensor::randn(size, (Kind::Float, device)).to_kind(kind)
@@ -434,7 +437,7 @@ mod tests {
     /// Head dims 80 (the 3B shape: four values per thread) and 20 (one per thread).
     #[test]
     fn vision_rotary_equals_transformers_f32_order() {
-        let Some(device) = cuda() else { return };
+        let Some(device) = cuda_for_tests() else { return };
         tch::manual_seed(0);
         for dim in [80, 20] {
             // Queries and keys as the tower slices them from q|k|v: strided rows.
@@ -456,7 +459,7 @@ mod tests {
 
     #[test]
     fn decode_rotary_write_equals_the_bf16_composition_and_writes_one_column() {
-        let Some(device) = cuda() else { return };
+        let Some(device) = cuda_for_tests() else { return };
         tch::manual_seed(1);
         let (rows, heads, kv_heads, hd, capacity) = (5, 8, 2, 16, 10);
         let qkv = random(&[rows, heads + 2 * kv_heads, hd], Kind::BFloat16, device);
@@ -494,7 +497,7 @@ mod tests {
     /// splits per row and KV head (1, 13 and 21 on an H200).
     #[test]
     fn decode_attention_equals_f32_attention_and_reads_no_key_past_the_column() {
-        let Some(device) = cuda() else { return };
+        let Some(device) = cuda_for_tests() else { return };
         tch::manual_seed(3);
         let (kv_heads, capacity) = (2, 1400);
         for (rows, column) in [(64, 1263i64), (5, 1200), (5, 1399), (1, 47), (1, 1399)] {
@@ -546,7 +549,7 @@ mod tests {
     /// aside when a gradient is wanted; runs for a weight that requires one under a no-grad guard.
     #[test]
     fn rms_norm_is_within_one_bf16_unit_of_libtorch() {
-        let Some(device) = cuda() else { return };
+        let Some(device) = cuda_for_tests() else { return };
         tch::manual_seed(4);
         for hidden in [2048, 1280] {
             let wide = random(&[67, hidden + 256], Kind::BFloat16, device) * 3.0;
@@ -587,7 +590,7 @@ mod tests {
     /// 304 columns (eight per thread) and 300 (one per thread: rows not 16-byte aligned).
     #[test]
     fn swiglu_equals_silu_times_up_and_steps_aside_for_gradients() {
-        let Some(device) = cuda() else { return };
+        let Some(device) = cuda_for_tests() else { return };
         tch::manual_seed(2);
         for cols in [304, 300] {
             let gate_up = random(&[9, 2 * cols], Kind::BFloat16, device) * 4.0;

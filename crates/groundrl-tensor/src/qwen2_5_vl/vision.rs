@@ -523,11 +523,9 @@ mod tests {
     /// kernels off for a moment, process-wide: run.sh runs the CUDA tests on one thread.
     #[test]
     fn the_fused_rotary_equals_the_operations_on_cuda() {
-        let device = Device::cuda_if_available();
-        if !fused::active(device) {
-            eprintln!("skipped: no CUDA device in this build or machine");
+        let Some(device) = fused::cuda_for_tests() else {
             return;
-        }
+        };
         let positions: Vec<[i64; 2]> = (0..52 * 94).map(|i| [i / 94, i % 94]).collect();
         let rotary = Rotary::new(&positions, 80, 10000.0, device).unwrap();
         let qkv =

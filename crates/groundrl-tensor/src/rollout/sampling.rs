@@ -305,11 +305,9 @@ mod tests {
     /// bf16 logits. The same tokens, log-probs within 2e-5.
     #[test]
     fn the_sampling_kernel_picks_what_the_composition_picks() {
-        let device = Device::cuda_if_available();
-        if !fused::active(device) {
-            eprintln!("skipped: no CUDA device in this build or machine");
+        let Some(device) = fused::cuda_for_tests() else {
             return;
-        }
+        };
         tch::manual_seed(5);
         let (rows, vocab) = (40i64, 151_936i64);
         let banned = [151_652, 151_653, 151_655, 7];
