@@ -102,18 +102,25 @@ impl Sampler {
 
     /// Tokens (rows,) i64 and their log-probs (rows,) f32 from `logits` (rows, vocab) and `uniforms`
     /// (rows,) in [0, 1). The log-prob is `log_softmax(logits / T)` at the token over the whole
-    /// vocabulary, before banning and filtering (see [`super::Completion::logprobs`]). When no row
-    /// filters, one CUDA kernel where it applies ([`fused::sample`]), else libtorch's operations.
+    /// vocabulary, before banning and filtering (see [`super::Completion::logprobs`]). Rows that do
+    /// not filter go through one CUDA kernel where it applies ([`fused::sample`]), the others (and
+    /// every row elsewhere) through libtorch's operations.
     pub fn sample(&self, logits: &Tensor, uniforms: &Tensor) -> (Tensor, Tensor) {
-        if !self.any_filters {
-            let settings = (&self.temperature, &self.greedy);
-            match fused::sample(logits, settings, &self.banned, uniforms) {
-                Ok(Some(picked)) => return picked,
-                Ok(None) => {}
-                Err(e) => panic!("{e}"),
+        let settings = (&self.temperature, &self.greedy);
+        let fused = fused::sample(logits, settings, &self.banned, uniforms).unwrap_or_else(|e| panic!("{e}"));
+        match fused {
+            None => self.compose(logits, uniforms),
+            Some(picked) if !self.any_filters => picked,
+            // Filtering rows by the composition, the others by the kernel whatever their batch, so a
+            // row's completion does not depend on whether another row filters.
+            Some((tokens, logprobs)) => {
+                let (composed, composed_logprobs) = self.compose(logits, uniforms);
+                (
+                    composed.where_self(&self.filters, &tokens),
+                    composed_logprobs.where_self(&self.filters, &logprobs),
+                )
             }
         }
-        self.compose(logits, uniforms)
     }
 
     /// [`Self::sample`] as libtorch operations: every row's rule, top-k and top-p included.
@@ -302,7 +309,8 @@ mod tests {
     /// The CUDA kernel ([`fused::sample`]) against the composition on the GPU machine (skipped
     /// elsewhere): 40 rows over Qwen's 151,936 tokens, greedy and sampling rows at temperatures 0.7-1.3,
     /// banned tokens (one of them the row's largest logit), uniforms from 0 to just below 1, f32 and
-    /// bf16 logits. The same tokens, log-probs within 2e-5.
+    /// bf16 logits. The same tokens, log-probs within 2e-5; and a row's result unchanged, bit for bit,
+    /// in a batch where another row filters.
     #[test]
     fn the_sampling_kernel_picks_what_the_composition_picks() {
         let Some(device) = fused::cuda_for_tests() else {
@@ -338,5 +346,17 @@ mod tests {
             assert!(!tokens.iter().any(|t| banned.contains(t)));
             eprintln!("{kind:?} logits: largest log-prob difference {diff:.2e}");
         }
+        // The same rows in a batch where row 2 filters by top-k: every other row's token and log-prob
+        // as before, bit for bit.
+        let mut mixed = settings.clone();
+        mixed[2].top_k = 50;
+        let mixed = Sampler::new(&mixed, vocab, &banned, device);
+        let (alone, alone_logprobs) = sampler.sample(&f32_logits, &uniforms);
+        let (together, together_logprobs) = mixed.sample(&f32_logits, &uniforms);
+        let others =
+            Tensor::from_slice(&(0..rows).filter(|&r| r != 2).collect::<Vec<i64>>()).to_device(device);
+        let pick = |t: &Tensor| t.index_select(0, &others);
+        assert!(pick(&alone).equal(&pick(&together)));
+        assert!(pick(&alone_logprobs).equal(&pick(&together_logprobs)));
     }
 }
