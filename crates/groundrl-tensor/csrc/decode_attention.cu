@@ -1,5 +1,5 @@
 // Decoding attention (flash-decoding) for grouped-query attention with head dim 128 and 8 query
-// heads per KV head (Qwen2.5-VL 3B and 7B's text models): one new query per row and query head over a
+// heads per KV head (the text models of Qwen2.5-VL 3B and 72B; 7B's 7 per KV head take SDPA): one new query per row and query head over a
 // static KV cache (rows, kv_heads, capacity, 128), with an additive mask (rows, capacity) and the
 // step's column on the device (keys past it are neither read nor attended), so the launch keeps the
 // same shapes every step and joins a captured CUDA graph.
@@ -347,7 +347,7 @@ extern "C" {
 
 // How many splits per (row, KV head): about one block per SM in all (one block per SM already reads
 // at 3.4 TB/s on the H200 at batch 64, and more splits add the merge: `groundrl bench attention`),
-// with at least 64 keys per split.
+// at most one per 64 columns of capacity (early in a call, splits past the column find no keys).
 int64_t groundrl_decode_attention_splits(int64_t rows, int64_t kv_heads, int64_t capacity,
                                          int device) {
   int sms = 0;

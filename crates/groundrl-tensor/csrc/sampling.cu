@@ -30,6 +30,7 @@ struct Online {
   float m = -INFINITY, s = 0.f;
 
   __device__ void add(float x) {
+    if (x == -INFINITY) return;  // weight 0 (and exp(-inf - -inf) would be NaN)
     if (x > m) {
       s = s * expf(m - x) + 1.f;
       m = x;
@@ -169,7 +170,7 @@ sample_rows(const T* __restrict__ logits, int64_t vocab, const float* __restrict
         last_nonzero = w;
         before_last = before;
       }
-      if (range < 0 && before + weight[w] > target && weight[w] > 0.f) {
+      if (before + weight[w] > target && weight[w] > 0.f) {
         range = w;
         break;
       }
@@ -184,7 +185,8 @@ sample_rows(const T* __restrict__ logits, int64_t vocab, const float* __restrict
   __syncthreads();
   const RowState st = row_state;
   const auto finish = [&](int64_t token) {
-    // Only non-finite logits leave no token (every weight NaN); the first maximum, else 0, then.
+    // No token is left only when no token has weight (all banned, or NaN logits): the first
+    // maximum then, else 0.
     if (token < 0 || token >= vocab) token = st.first_max < vocab ? st.first_max : 0;
     tokens[row] = token;
     logprobs[row] = (one(x, token) / t - st.raw_m) - logf(st.raw_s);
@@ -228,7 +230,9 @@ sample_rows(const T* __restrict__ logits, int64_t vocab, const float* __restrict
       mine = other > mine ? other : mine;
     }
     if (mine >= 0) last_drawable = mine;
-    const unsigned above = __ballot_sync(kAll, run + inclusive > st.target);
+    // Only a lane with weight can hold the draw: the lanes' scans group their sums differently, so
+    // one with none (banned tokens, or past the range) could otherwise cross first by a rounding.
+    const unsigned above = __ballot_sync(kAll, own > 0.f && run + inclusive > st.target);
     if (above) {
       const int first = __ffs(above) - 1;
       if (lane == first) {
@@ -239,7 +243,7 @@ sample_rows(const T* __restrict__ logits, int64_t vocab, const float* __restrict
         for (int k = 0; k < 4; ++k) {
           cumulative += e[k];
           if (e[k] > 0.f) lane_last = i + k;
-          if (token < 0 && cumulative > st.target) token = i + k;
+          if (token < 0 && e[k] > 0.f && cumulative > st.target) token = i + k;
         }
         finish(token >= 0 ? token : lane_last >= 0 ? lane_last : last_drawable);
       }

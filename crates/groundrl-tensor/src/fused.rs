@@ -1,16 +1,20 @@
-//! Fused CUDA kernels (`csrc/kernels.cu`, behind the C ABI of `csrc/fused.cpp`) for work libtorch
-//! runs as several passes over memory: the vision tower's rotary embedding (five kernels, mostly f32
-//! passes over the 100M query/key values of a batch of screenshots), a decoding step's rotation with
-//! its KV-cache write (six kernels per layer per token), and SwiGLU's `silu(gate) * up` (two). Each kernel rounds as
-//! transformers' composition of PyTorch operations does, so its results equal that composition's bit
-//! for bit (the CUDA tests below check it on the GPU machine). The decoding attention
-//! ([`decode_attention`], `csrc/decode_attention.cu`) replaces libtorch's cuDNN attention, which reads
-//! the KV cache at under half the H200's bandwidth; like any attention kernel it sums in its own order
-//! (tested against f32 attention).
+//! CUDA kernels of our own (`csrc/*.cu`, behind the C ABI of `csrc/fused.cpp`), for work libtorch
+//! runs as several passes over memory or at a fraction of the bandwidth:
+//! - the vision tower's rotary embedding (five kernels, mostly f32 passes over the 100M query/key
+//!   values of a batch of screenshots), a decoding step's rotation with its KV-cache write (six
+//!   kernels per layer per token), and SwiGLU's `silu(gate) * up` (two). Each rounds as transformers'
+//!   composition of PyTorch operations does, so its results equal that composition's bit for bit (the
+//!   CUDA tests below check it on the GPU machine);
+//! - the decoding attention ([`decode_attention`], `csrc/decode_attention.cu`), where cuDNN reads the
+//!   KV cache at under half the H200's bandwidth, RMSNorm ([`rms_norm`]), whose libtorch kernel takes
+//!   twice as long on a decoding step's rows, and token selection ([`sample`], `csrc/sampling.cu`) in
+//!   one kernel instead of about 25. These sum in their own order, so they match libtorch to rounding
+//!   (tests against f32 attention, libtorch's norm and the sampler's composition).
 //!
-//! A kernel runs where it applies: a build with the `cuda` feature, bf16 CUDA tensors, and no
-//! gradient wanted (the kernels have no backward pass, so training runs the composition). Elsewhere,
-//! and when [`set_enabled`] turned them off, the callers' libtorch compositions run.
+//! A kernel runs where it applies: a build with the `cuda` feature, CUDA tensors of the kernel's
+//! dtypes (bf16; the sampler's logits also f32), and no gradient wanted (the kernels have no backward
+//! pass, so training runs the composition). Elsewhere, and when [`set_enabled`] turned them off, the
+//! callers' libtorch compositions run.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -35,6 +39,14 @@ pub fn active(device: Device) -> bool {
 fn applies(tensors: &[&Tensor]) -> bool {
     tensors.iter().all(|t| active(t.device()))
         && !(ffi::grad_enabled() && tensors.iter().any(|t| t.requires_grad()))
+}
+
+/// Whether every tensor's data starts at a multiple of `bytes` (the kernels' vector loads need it; a
+/// view at an odd offset takes libtorch's path instead of faulting).
+fn aligned(tensors: &[&Tensor], bytes: usize) -> bool {
+    tensors
+        .iter()
+        .all(|t| (t.data_ptr() as usize).is_multiple_of(bytes))
 }
 
 /// The vision tower's rotation of `x` (rows, heads, dim), strided in rows and heads, by `cos` and
@@ -92,10 +104,22 @@ pub fn decode_attention(
     column: &Tensor,
     splits: i64,
 ) -> Result<Option<Tensor>, TchError> {
-    let capacity_fits = keys.size().get(2).is_some_and(|c| c % 8 == 0);
-    let shape_fits = matches!(q.size()[..], [_, _, 8, 128]) && capacity_fits;
+    let (q_size, cache) = (q.size(), keys.size());
+    let shape_fits = match (&q_size[..], &cache[..]) {
+        ([rows, heads, 8, 128], [r, h, capacity, 128]) => {
+            (rows, heads) == (r, h)
+                && capacity % 8 == 0
+                && values.size() == cache
+                && mask.numel() as i64 == rows * capacity
+        }
+        _ => false,
+    };
     let bf16 = [q, keys, values, mask].iter().all(|t| t.kind() == Kind::BFloat16);
     if !applies(&[q, keys, values, mask, column]) || !shape_fits || !bf16 {
+        return Ok(None);
+    }
+    let contiguous = [keys, values, mask].iter().all(|t| t.is_contiguous());
+    if !contiguous || !aligned(&[q, keys, values, mask], 16) {
         return Ok(None);
     }
     let out = Tensor::f_empty(q.size(), (q.kind(), q.device()))?;
@@ -116,6 +140,10 @@ pub(crate) fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Option<T
         return Ok(None);
     }
     let rows = x.f_reshape([-1, hidden])?;
+    let row_stride_fits = rows.size()[0] <= 1 || rows.stride()[0] % 8 == 0;
+    if !aligned(&[&rows, weight], 16) || !row_stride_fits || rows.stride()[1] != 1 {
+        return Ok(None);
+    }
     let out = Tensor::f_empty(rows.size(), (x.kind(), x.device()))?;
     ffi::rms_norm(&rows, &weight.f_contiguous()?, &out, eps)?;
     Ok(Some(out.f_view(size.as_slice())?))
@@ -135,10 +163,13 @@ pub(crate) fn sample(
     banned: &Tensor,
     uniforms: &Tensor,
 ) -> Result<Option<(Tensor, Tensor)>, TchError> {
-    let fits = matches!(logits.size()[..], [_, vocab] if vocab % 4 == 0)
+    let fits = matches!(logits.size()[..], [_, vocab] if vocab > 0 && vocab % 4 == 0)
         && matches!(logits.kind(), Kind::Float | Kind::BFloat16)
         && logits.is_contiguous();
     if !applies(&[logits, temperature, greedy, banned, uniforms]) || !fits {
+        return Ok(None);
+    }
+    if !aligned(&[logits], 16) || !aligned(&[banned], 4) || !banned.is_contiguous() {
         return Ok(None);
     }
     let rows = logits.size()[0];
@@ -148,7 +179,7 @@ pub(crate) fn sample(
     ffi::sample(
         logits,
         (&floats(temperature)?, &greedy.f_contiguous()?),
-        (&banned.f_contiguous()?, &floats(uniforms)?),
+        (banned, &floats(uniforms)?),
         (&tokens, &logprobs),
     )?;
     Ok(Some((tokens, logprobs)))
@@ -494,7 +525,7 @@ mod tests {
     /// columns that end a 16-key step, fall inside one, and end a capacity that is a multiple of 8
     /// but not of 16; the keys and values past the column hold NaN, so the test fails if the kernel
     /// reads or attends them. Batches of 64, 5 and 1 rows, each with 1, 3 and the automatic number of
-    /// splits per row and KV head (1, 13 and 21 on an H200).
+    /// splits per row and KV head (1, 13 and 22 on an H200).
     #[test]
     fn decode_attention_equals_f32_attention_and_reads_no_key_past_the_column() {
         let Some(device) = cuda_for_tests() else { return };
@@ -546,7 +577,8 @@ mod tests {
     /// Hidden 2048 (the 3B decoder) and 1280 (the vision tower), rows strided (a slice of wider
     /// rows), against libtorch's `rms_norm`: at most one
     /// bf16 unit apart (the sums of squares run in different orders), and few values differ. Steps
-    /// aside when a gradient is wanted; runs for a weight that requires one under a no-grad guard.
+    /// aside for rows not 16-byte aligned and when a gradient is wanted; runs for a weight that
+    /// requires one under a no-grad guard.
     #[test]
     fn rms_norm_is_within_one_bf16_unit_of_libtorch() {
         let Some(device) = cuda_for_tests() else { return };
@@ -579,6 +611,9 @@ mod tests {
         }
         let x = random(&[3, 2048], Kind::BFloat16, device);
         let weight = random(&[2048], Kind::BFloat16, device);
+        // Rows starting 6 bytes into a row of the storage: no 16-byte loads, libtorch's path.
+        let offset = random(&[3, 2051], Kind::BFloat16, device).narrow(1, 3, 2048);
+        assert!(rms_norm(&offset, &weight, 1e-6).unwrap().is_none());
         let leaf = x.detach().set_requires_grad(true);
         assert!(rms_norm(&leaf, &weight, 1e-6).unwrap().is_none());
         let parameter = weight.detach().set_requires_grad(true);
