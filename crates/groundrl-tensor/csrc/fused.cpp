@@ -1,6 +1,7 @@
-// A C ABI over the CUDA kernels of kernels.cu, decode_attention.cu and sampling.cu, for tensors: checks devices, dtypes and layouts
-// (a C++ exception, turned into an error message, rather than a kernel reading out of bounds) and
-// launches on libtorch's current stream, so the kernels join captured CUDA graphs like any ATen op.
+// A C ABI over the CUDA kernels of kernels.cu, decode_attention.cu and sampling.cu, for tensors:
+// checks devices, dtypes and layouts (a C++ exception, turned into an error message, rather than a
+// kernel reading out of bounds) and launches on libtorch's current stream, so the kernels join
+// captured CUDA graphs like any ATen op.
 // The caller allocates the outputs.
 
 #include <ATen/ATen.h>
@@ -175,8 +176,9 @@ int groundrl_rms_norm(void* x_, void* weight_, void* out_, double eps) {
   });
 }
 
-// tokens (rows,) int64 and logprobs (rows,) f32 drawn from logits (rows, vocab) f32 or bf16 contiguous by
-// temperature, uniforms (rows,) f32, greedy (rows,) bool and banned (vocab,) bool; see sampling.cu.
+// tokens (rows,) int64 and logprobs (rows,) f32 drawn from logits (rows, vocab) f32 or bf16
+// contiguous by temperature, uniforms (rows,) f32, greedy (rows,) bool and banned (vocab,) bool; see
+// sampling.cu.
 int groundrl_sample(void* logits_, void* temperature_, void* greedy_, void* banned_, void* uniforms_,
                     void* tokens_, void* logprobs_) {
   return guarded([&] {
@@ -190,8 +192,9 @@ int groundrl_sample(void* logits_, void* temperature_, void* greedy_, void* bann
             "logits must be contiguous (rows, vocab a multiple of 4)");
     int64_t rows = logits.size(0), vocab = logits.size(1);
     for (auto [t, dtype, size, name] :
-         {std::tuple{&temperature, at::kFloat, rows, "temperature"}, {&uniforms, at::kFloat, rows, "uniforms"},
-          {&greedy, at::kBool, rows, "greedy"}, {&banned, at::kBool, vocab, "banned"},
+         {std::tuple{&temperature, at::kFloat, rows, "temperature"},
+          {&uniforms, at::kFloat, rows, "uniforms"}, {&greedy, at::kBool, rows, "greedy"},
+          {&banned, at::kBool, vocab, "banned"},
           {&tokens, at::kLong, rows, "tokens"}, {&logprobs, at::kFloat, rows, "logprobs"}}) {
       check(*t, dtype, name);
       require(t->dim() == 1 && t->size(0) == size && t->is_contiguous(),
@@ -232,7 +235,8 @@ int groundrl_decode_attention(void* q_, void* keys_, void* values_, void* mask_,
                 keys.size(3) == 128 && values.sizes() == keys.sizes(),
             "keys and values must be (rows, kv_heads, capacity, 128)");
     int64_t capacity = keys.size(2);
-    require(capacity % 8 == 0, "the capacity must be a multiple of 8 (the mask is read 16 bytes at a time)");
+    require(capacity % 8 == 0,
+            "the capacity must be a multiple of 8 (the mask is read 16 bytes at a time)");
     require(mask.numel() == rows * capacity, "mask must hold (rows, capacity) values");
     require(out.sizes() == q.sizes(), "out must be shaped like q");
     c10::cuda::CUDAGuard guard(q.device());

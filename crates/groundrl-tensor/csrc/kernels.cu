@@ -1,7 +1,8 @@
 // CUDA kernels for what libtorch runs as several passes over memory: the rotary embedding (vision
 // tower, and decoding with its KV-cache write) and the SwiGLU product silu(gate) * up; and RMSNorm
-// (one pass per row instead of libtorch's, see there). The first three compute what transformers' Qwen2.5-VL code computes, in its order of operations and roundings, so
-// results equal that composition of PyTorch operations bit for bit (checked by the crate's CUDA tests):
+// (one pass per row instead of libtorch's, see there). The first three compute what transformers'
+// Qwen2.5-VL code computes, in its order of operations and roundings, so results equal that
+// composition of PyTorch operations bit for bit (checked by the crate's CUDA tests):
 // - no contraction into fused multiply-adds (`__fmul_rn`/`__fadd_rn` where the reference rounds a
 //   product before adding it);
 // - IEEE division and `expf` (no fast math), as ATen's silu.

@@ -41,6 +41,17 @@ fn applies(tensors: &[&Tensor]) -> bool {
         && !(ffi::grad_enabled() && tensors.iter().any(|t| t.requires_grad()))
 }
 
+/// A kernel's output, or the caller's libtorch `composition` where the kernel does not apply. A
+/// kernel's error (a launch failure, or inputs the shim refused after the checks here let them
+/// through) is a bug of ours, not bad user data: it panics with the shim's message.
+pub(crate) fn or_compose<T>(kernel: Result<Option<T>, TchError>, composition: impl FnOnce() -> T) -> T {
+    match kernel {
+        Ok(Some(out)) => out,
+        Ok(None) => composition(),
+        Err(e) => panic!("{e}"),
+    }
+}
+
 /// Whether every tensor's data starts at a multiple of `bytes` (the kernels' vector loads need it; a
 /// view at an odd offset takes libtorch's path instead of faulting).
 fn aligned(tensors: &[&Tensor], bytes: usize) -> bool {
@@ -118,12 +129,13 @@ pub fn decode_attention(
     if !applies(&[q, keys, values, mask, column]) || !shape_fits || !bf16 {
         return Ok(None);
     }
+    let q = q.f_contiguous()?;
     let contiguous = [keys, values, mask].iter().all(|t| t.is_contiguous());
-    if !contiguous || !aligned(&[q, keys, values, mask], 16) {
+    if !contiguous || !aligned(&[&q, keys, values, mask], 16) {
         return Ok(None);
     }
     let out = Tensor::f_empty(q.size(), (q.kind(), q.device()))?;
-    ffi::decode_attention(&q.f_contiguous()?, (keys, values), (mask, column), &out, splits)?;
+    ffi::decode_attention(&q, (keys, values), (mask, column), &out, splits)?;
     Ok(Some(out))
 }
 
@@ -139,23 +151,23 @@ pub(crate) fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Option<T
     if !applies(&[x, weight]) || !bf16 || !fits {
         return Ok(None);
     }
-    let rows = x.f_reshape([-1, hidden])?;
+    let (rows, weight) = (x.f_reshape([-1, hidden])?, weight.f_contiguous()?);
     let row_stride_fits = rows.size()[0] <= 1 || rows.stride()[0] % 8 == 0;
-    if !aligned(&[&rows, weight], 16) || !row_stride_fits || rows.stride()[1] != 1 {
+    if !aligned(&[&rows, &weight], 16) || !row_stride_fits || rows.stride()[1] != 1 {
         return Ok(None);
     }
     let out = Tensor::f_empty(rows.size(), (x.kind(), x.device()))?;
-    ffi::rms_norm(&rows, &weight.f_contiguous()?, &out, eps)?;
+    ffi::rms_norm(&rows, &weight, &out, eps)?;
     Ok(Some(out.f_view(size.as_slice())?))
 }
 
 /// Tokens (rows,) i64 and their log-probs (rows,) f32 for rows that do not filter by top-k or top-p:
-/// from `logits` (rows, vocab) (f32, or bf16 taken exactly to f32) divided by `temperature` (rows,), the first allowed maximum where
-/// `greedy` (rows,) is set, else an inverse-CDF draw by `uniforms` (rows,) in token-id order over the
-/// tokens `banned` (vocab,) does not exclude; log-probs over the whole vocabulary. One kernel for what
-/// [`crate::rollout::sampling`] composes from about 25; its sums run in another order, so a log-prob can
-/// differ in the last f32 bits and a draw within rounding of a boundary can pick the neighbouring
-/// token. None where the kernel does not apply (besides the module's conditions: contiguous f32 or
+/// from `logits` (rows, vocab) (f32, or bf16 taken exactly to f32) divided by `temperature` (rows,),
+/// the first allowed maximum where `greedy` (rows,) is set, else an inverse-CDF draw by `uniforms`
+/// (rows,) in token-id order over the tokens `banned` (vocab,) does not exclude; log-probs over the
+/// whole vocabulary. One kernel for what [`crate::rollout::sampling`] composes from about 25; its sums
+/// run in another order, so a log-prob can differ in the last f32 bits and a draw within rounding of
+/// a boundary can pick the neighbouring token. None where the kernel does not apply (besides the module's conditions: contiguous f32 or
 /// bf16 logits, vocab a multiple of 4).
 pub(crate) fn sample(
     logits: &Tensor,

@@ -89,11 +89,9 @@ impl RmsNorm {
     /// (libtorch's norm, with gradients) can differ by that much more than the attention kernels
     /// already make them.
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        match fused::rms_norm(x, &self.weight, self.eps) {
-            Ok(Some(out)) => out,
-            Ok(None) => x.rms_norm(self.weight.size(), Some(&self.weight), self.eps),
-            Err(e) => panic!("{e}"),
-        }
+        fused::or_compose(fused::rms_norm(x, &self.weight, self.eps), || {
+            x.rms_norm(self.weight.size(), Some(&self.weight), self.eps)
+        })
     }
 }
 

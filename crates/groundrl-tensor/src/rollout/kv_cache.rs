@@ -140,9 +140,8 @@ pub fn attend_cached(q: &Tensor, keys: &Tensor, values: &Tensor, mask: &Tensor) 
 /// up to the column, split over enough thread blocks to fill the GPU), else SDPA over the whole
 /// capacity.
 pub fn attend_step(q: &Tensor, keys: &Tensor, values: &Tensor, mask: &Tensor, column: &Tensor) -> Tensor {
-    match fused::decode_attention(q, (keys, values), mask, column, 0) {
-        Ok(Some(out)) => out,
-        Ok(None) => attend_cached(q, keys, values, mask),
-        Err(e) => panic!("{e}"),
-    }
+    fused::or_compose(
+        fused::decode_attention(q, (keys, values), mask, column, 0),
+        || attend_cached(q, keys, values, mask),
+    )
 }
