@@ -10,11 +10,11 @@
 //!
 //! - With the `cuda` feature, the C++ shims (`csrc/cuda_graph.cpp`, a C ABI over
 //!   `at::cuda::CUDAGraph`; `csrc/profiler.cpp`, over libtorch's Kineto profiler; `csrc/fused.cpp`,
-//!   over the kernels) are compiled against libtorch's headers and the CUDA headers of
-//!   `scripts/gpu/cuda-toolkit.sh` (`GROUNDRL_CUDA_INCLUDE`), and linked with libtorch_cuda/libc10_cuda;
-//!   the CUDA kernels (`csrc/kernels.cu`, `csrc/decode_attention.cu`, `csrc/sampling.cu`) are
-//!   compiled by that script's nvcc (`NVCC`) for sm_80 and sm_90 (PTX for later GPUs) and linked
-//!   with the shared CUDA runtime, the one libtorch loads.
+//!   over the kernels; `csrc/autograd.cpp`, kernels as autograd functions) are compiled against
+//!   libtorch's headers and the CUDA headers of `scripts/gpu/cuda-toolkit.sh`
+//!   (`GROUNDRL_CUDA_INCLUDE`), and linked with libtorch_cuda/libc10_cuda; the CUDA kernels
+//!   (`csrc/*.cu`) are compiled by that script's nvcc (`NVCC`) for sm_80 and sm_90 (PTX for later
+//!   GPUs) and linked with the shared CUDA runtime, the one libtorch loads.
 //!
 //! `cargo:rustc-link-arg` reaches only this package's targets; dependents read the same arguments
 //! from `DEP_GROUNDRL_TENSOR_LINK_ARGS` (this package's `links` metadata) and re-emit them.
@@ -31,9 +31,12 @@ fn main() {
     println!("cargo:rerun-if-changed=csrc/guarded.h");
     println!("cargo:rerun-if-changed=csrc/guarded.cpp");
     println!("cargo:rerun-if-changed=csrc/fused.cpp");
+    println!("cargo:rerun-if-changed=csrc/autograd.cpp");
+    println!("cargo:rerun-if-changed=csrc/tensor_args.h");
     println!("cargo:rerun-if-changed=csrc/kernels.cu");
     println!("cargo:rerun-if-changed=csrc/decode_attention.cu");
     println!("cargo:rerun-if-changed=csrc/sampling.cu");
+    println!("cargo:rerun-if-changed=csrc/adamw.cu");
     println!("cargo:rerun-if-env-changed=NVCC");
     let mut args = vec!["-Wl,--disable-new-dtags".to_owned()];
     for var in ["LIBTORCH", "GROUNDRL_CUDA_RUNTIME"] {
@@ -72,6 +75,7 @@ fn compile_cuda_shims() {
         .file("csrc/cuda_graph.cpp")
         .file("csrc/profiler.cpp")
         .file("csrc/fused.cpp")
+        .file("csrc/autograd.cpp")
         .file("csrc/guarded.cpp")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))
@@ -89,10 +93,10 @@ fn compile_cuda_shims() {
     println!("cargo:rustc-link-lib=dylib=torch_cpu");
 }
 
-/// Compiles `csrc/kernels.cu`, `csrc/decode_attention.cu` and `csrc/sampling.cu` with nvcc (the
-/// `NVCC` of `scripts/gpu/cuda-toolkit.sh`) into a static library, linked with the shared CUDA runtime
-/// (`GROUNDRL_CUDA_RUNTIME` here, torch's on the GPU machine). No fast math: the kernels of kernels.cu
-/// round as the PyTorch operations they replace.
+/// Compiles the CUDA kernels (`csrc/*.cu`) with nvcc (the `NVCC` of `scripts/gpu/cuda-toolkit.sh`)
+/// into a static library, linked with the shared CUDA runtime (`GROUNDRL_CUDA_RUNTIME` here, torch's
+/// on the GPU machine). No fast math: the kernels of kernels.cu and adamw.cu round as the PyTorch
+/// operations they replace.
 /// Built for the GPUs the kernels were measured on (sm_90) and A100s (sm_80), with sm_90 PTX for later
 /// ones.
 #[cfg(feature = "cuda")]
@@ -108,6 +112,7 @@ fn compile_cuda_kernels(args: &mut Vec<String>) {
         .file("csrc/kernels.cu")
         .file("csrc/decode_attention.cu")
         .file("csrc/sampling.cu")
+        .file("csrc/adamw.cu")
         // The release profile keeps debug info, for which cc would pass nvcc `-G` (device code
         // unoptimized: measured 2x slower decoding steps).
         .debug(false)

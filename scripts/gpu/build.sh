@@ -10,13 +10,16 @@ CARGO_TARGET_DIR="$root/target/cuda" cargo build --release --features cuda -p gr
 mkdir -p .device
 cp target/cuda/release/groundrl .device/groundrl
 strip .device/groundrl
-# The tensor crate's unit tests for CUDA (scripts/gpu/run.sh kernels runs them on the GPU machine).
-tests=$(CARGO_TARGET_DIR="$root/target/cuda" cargo test --release --features cuda -p groundrl-tensor --lib --no-run \
-  --message-format=json | python3 -c 'import json, sys
+# The unit tests of the tensor and training crates for CUDA (scripts/gpu/run.sh kernels runs them on the
+# GPU machine): the kernels against the compositions they replace.
+for crate in groundrl-tensor groundrl-train; do
+  tests=$(CARGO_TARGET_DIR="$root/target/cuda" cargo test --release --features cuda -p $crate --lib --no-run \
+    --message-format=json | python3 -c 'import json, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["lib"]:
         print(m["executable"])')
-cp "$tests" .device/groundrl-tensor-tests
-strip .device/groundrl-tensor-tests
-ls -la .device/groundrl .device/groundrl-tensor-tests
+  cp "$tests" .device/$crate-tests
+  strip .device/$crate-tests
+done
+ls -la .device/groundrl .device/groundrl-tensor-tests .device/groundrl-train-tests

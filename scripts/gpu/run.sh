@@ -5,9 +5,9 @@
 #   3. forward and training-step time and device memory of the 3B shape.
 # It expects the GPU build of the CLI at .device/groundrl (scripts/gpu/build.sh makes it) and writes a
 # short table at the end. Usage on the GPU machine: bash scripts/gpu/run.sh [goldens] [parity] [bench]
-# [rollout] [train] [plan] [demo] [tools] [profile] [kernels] [attention] (the first five when none is named;
-# each fits one 10-minute device call). `kernels` runs the tensor crate's tests built for CUDA
-# (.device/groundrl-tensor-tests, also made by build.sh), the fused kernels' CUDA tests among them;
+# [rollout] [train] [trainstep] [plan] [demo] [tools] [profile] [kernels] [attention] (the first five when none is named;
+# each fits one 10-minute device call). `kernels` runs the tensor and training crates' tests built for
+# CUDA (.device/groundrl-{tensor,train}-tests, also made by build.sh), the kernels' CUDA tests among them;
 # `attention` times one layer's decoding attention alone (`groundrl bench attention`).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -73,9 +73,7 @@ $py "$root/scripts/bench/rollout_hf.py" --model "$work/q3b" 2>&1 | grep '^{' | t
 fi
 
 if want train; then
-echo "== 5. training: full fine-tune step (3B shape), one GRPO step of 8 prompts x 8 samples, plan vs peak"
-"$bin" bench train --preset 3b --dtype bf16 --device cuda --rows 8 | tee -a "$out/train_3b.jsonl"
-"$bin" bench train --preset 3b --dtype bf16 --device cuda --rows 8 --freeze-vision | tee -a "$out/train_3b.jsonl"
+echo "== 5. training: GRPO steps of 8 prompts x 8 samples (3B shape), plan vs peak (the single training step: trainstep)"
 grpo=$work/grpo
 rm -rf "$grpo" && mkdir -p "$grpo"
 "$bin" synth --out "$grpo/data" --n 30 --seed 0 --difficulty medium --prompt instruct
@@ -95,6 +93,19 @@ for line in open(sys.argv[1]):
                       "peak_memory_gib": t.get("peak_memory_bytes", 0) / 2**30,
                       "reward_mean": r["rollout"]["reward"]["mean"]}))
 PY
+fi
+
+if want trainstep; then
+echo "== 5b. the full fine-tune and frozen-tower steps with and without our CUDA kernels; a profiled step"
+for freeze in "" --freeze-vision; do
+  for fused in "" --no-fused; do
+    "$bin" bench train --preset 3b --dtype bf16 --device cuda --rows 8 $freeze $fused | tee -a "$out/train_step_3b.jsonl"
+  done
+done
+prof=$work/profile
+rm -rf "$prof" && mkdir -p "$prof"
+"$bin" bench train --preset 3b --dtype bf16 --device cuda --rows 8 --profile "$prof/train.json" > /dev/null
+$py "$root/scripts/bench/kernel_table.py" "$prof/train.json" --top 40 | tee "$out/profile_train.txt"
 fi
 
 if want plan; then
@@ -171,7 +182,10 @@ fi
 
 if want kernels; then
 echo "== 10. the tensor crate's tests on the GPU (fused kernels against transformers' order of operations)"
-(cd "$root/crates/groundrl-tensor" && "$root/.device/groundrl-tensor-tests" --test-threads 1 fused sampling 2>&1 | tail -16) | tee "$out/kernels_tests.txt"
+(cd "$root/crates/groundrl-tensor" && "$root/.device/groundrl-tensor-tests" --test-threads 1 fused sampling \
+  rotary 2>&1 | tail -20) | tee "$out/kernels_tests.txt"
+(cd "$root/crates/groundrl-train" && "$root/.device/groundrl-train-tests" --test-threads 1 --nocapture \
+  the_cuda_kernel 2>&1 | tail -20) | tee -a "$out/kernels_tests.txt"
 fi
 
 if want attention; then

@@ -1,4 +1,5 @@
-// A C ABI over the CUDA kernels of kernels.cu, decode_attention.cu and sampling.cu, for tensors:
+// A C ABI over the CUDA kernels of kernels.cu, decode_attention.cu, sampling.cu and adamw.cu, for
+// tensors (autograd.cpp wraps the kernels that training differentiates):
 // checks devices, dtypes and layouts (a C++ exception, turned into an error message, rather than a
 // kernel reading out of bounds) and launches on libtorch's current stream, so the kernels join
 // captured CUDA graphs like any ATen op.
@@ -15,18 +16,17 @@
 #include <tuple>
 
 #include "guarded.h"
+#include "tensor_args.h"
 
 extern "C" {
-int groundrl_launch_vision_rotary(const void* x, int64_t x_row, int64_t x_head, const float* cos,
-                                  const float* ssin, void* out, int64_t rows, int64_t heads,
-                                  int64_t half, void* stream);
 int groundrl_launch_decode_rotary_write(const void* qkv, int64_t qkv_row, const void* cos,
                                         const void* ssin, void* q_out, void* keys, void* values,
                                         const int64_t* column, int64_t rows, int64_t heads,
                                         int64_t kv_heads, int64_t capacity, int64_t half,
                                         void* stream);
-int groundrl_launch_silu_mul(const void* gate, int64_t gate_row, const void* up, int64_t up_row,
-                             void* out, int64_t rows, int64_t cols, void* stream);
+int groundrl_launch_adamw(void* param, int param_bf16, const void* grad, float* exp_avg,
+                          float* exp_avg_sq, float* master, int64_t n, const float* scalars,
+                          void* stream);
 int groundrl_launch_rms_norm(const void* x, int64_t x_row, const void* w, void* out, int64_t rows,
                              int64_t hidden, float eps, void* stream);
 int groundrl_launch_sample(const void* logits, int bf16, int64_t rows, int64_t vocab,
@@ -38,25 +38,11 @@ int groundrl_launch_decode_attention(const void* q, const void* keys, const void
                                      const void* mask, const int64_t* column, void* out,
                                      float* part_o, float* part_ml, int64_t rows, int64_t kv_heads,
                                      int64_t capacity, int64_t splits, float scale, void* stream);
-const char* groundrl_cuda_error_string(int code);
 }
 
 namespace {
 
-using groundrl::guarded;
-
-void require(bool ok, const std::string& what) {
-  if (!ok) throw std::invalid_argument(what);
-}
-
-// A CUDA tensor of `dtype` whose last dimension is contiguous.
-void check(const at::Tensor& t, at::ScalarType dtype, const char* name) {
-  require(t.is_cuda(), std::string(name) + " is not on a CUDA device");
-  require(t.scalar_type() == dtype, std::string(name) + " has dtype " +
-                                        std::string(c10::toString(t.scalar_type())) + ", not " +
-                                        std::string(c10::toString(dtype)));
-  require(t.dim() == 0 || t.stride(-1) == 1, std::string(name) + "'s last dimension is strided");
-}
+using namespace groundrl;
 
 // cos and signed_sin: contiguous (rows, dim) tables of `dtype`.
 void check_tables(const at::Tensor& cos, const at::Tensor& ssin, at::ScalarType dtype, int64_t rows,
@@ -68,43 +54,9 @@ void check_tables(const at::Tensor& cos, const at::Tensor& ssin, at::ScalarType 
           "cos and signed_sin must be contiguous (rows, dim)");
 }
 
-void* stream_of(const at::Tensor& t) {
-  return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
-}
-
-void launched(int code) {
-  if (code != 0) throw std::runtime_error(groundrl_cuda_error_string(code));
-}
-
-const at::Tensor& tensor(void* t) { return *static_cast<at::Tensor*>(t); }
-
-// The kernels index threads with 32 bits.
-void require_threads(int64_t threads) {
-  require(threads < (int64_t(1) << 31), "too many elements for one launch: " + std::to_string(threads));
-}
-
 }  // namespace
 
 extern "C" {
-
-// out (rows, heads, dim) contiguous = the vision rotation of x (rows, heads, dim), strided in rows
-// and heads, by cos and signed_sin (rows, dim) f32 contiguous.
-int groundrl_vision_rotary(void* x_, void* cos_, void* ssin_, void* out_) {
-  return guarded([&] {
-    const auto &x = tensor(x_), &cos = tensor(cos_), &ssin = tensor(ssin_), &out = tensor(out_);
-    check(x, at::kBFloat16, "x");
-    check(out, at::kBFloat16, "out");
-    require(x.dim() == 3 && x.size(2) % 2 == 0, "x must be (rows, heads, even dim)");
-    int64_t rows = x.size(0), heads = x.size(1), dim = x.size(2);
-    check_tables(cos, ssin, at::kFloat, rows, dim);
-    require(out.sizes() == x.sizes() && out.is_contiguous(), "out must be contiguous like x");
-    require_threads(rows * heads * dim / 2);
-    c10::cuda::CUDAGuard guard(x.device());
-    launched(groundrl_launch_vision_rotary(x.data_ptr(), x.stride(0), x.stride(1),
-                                           cos.data_ptr<float>(), ssin.data_ptr<float>(),
-                                           out.data_ptr(), rows, heads, dim / 2, stream_of(x)));
-  });
-}
 
 // One decoding step's rotation and cache write; see kernels.cu. qkv (rows, heads + 2 kv_heads, dim)
 // with contiguous heads; cos, signed_sin (rows, dim) contiguous; q_out (rows, heads, dim), keys and
@@ -141,20 +93,38 @@ int groundrl_decode_rotary_write(void* qkv_, void* cos_, void* ssin_, void* q_ou
   });
 }
 
-// out (rows, cols) contiguous = silu(gate) * up, gate and up (rows, cols) strided in rows.
-int groundrl_silu_mul(void* gate_, void* up_, void* out_) {
+// One AdamW update of `param` (bf16 or f32) from `grad` (its dtype) with the f32 moments and, when
+// `master_` is not null, the f32 master copy; all contiguous, of one size, on one device. `scalars`:
+// the seven f32 values of adamw.cu's AdamwScalars, in order.
+int groundrl_adamw(void* param_, void* grad_, void* exp_avg_, void* exp_avg_sq_, void* master_,
+                   const float* scalars) {
   return guarded([&] {
-    const auto &gate = tensor(gate_), &up = tensor(up_), &out = tensor(out_);
-    check(gate, at::kBFloat16, "gate");
-    check(up, at::kBFloat16, "up");
-    check(out, at::kBFloat16, "out");
-    require(gate.dim() == 2 && up.sizes() == gate.sizes(), "gate and up must be (rows, cols)");
-    require(out.sizes() == gate.sizes() && out.is_contiguous(), "out must be contiguous like gate");
-    require_threads(gate.numel());
-    c10::cuda::CUDAGuard guard(gate.device());
-    launched(groundrl_launch_silu_mul(gate.data_ptr(), gate.stride(0), up.data_ptr(), up.stride(0),
-                                      out.data_ptr(), gate.size(0), gate.size(1),
-                                      stream_of(gate)));
+    const auto &param = tensor(param_), &grad = tensor(grad_);
+    const auto &exp_avg = tensor(exp_avg_), &exp_avg_sq = tensor(exp_avg_sq_);
+    auto dtype = param.scalar_type();
+    require(dtype == at::kBFloat16 || dtype == at::kFloat, "the parameter must be bf16 or f32");
+    check(param, dtype, "param");
+    check(grad, dtype, "grad");
+    check(exp_avg, at::kFloat, "exp_avg");
+    check(exp_avg_sq, at::kFloat, "exp_avg_sq");
+    std::initializer_list<const at::Tensor*> all = {&param, &grad, &exp_avg, &exp_avg_sq};
+    for (const auto* t : all) {
+      require(t->is_contiguous() && t->numel() == param.numel() && t->device() == param.device(),
+              "AdamW's tensors must be contiguous, of one size, on one device");
+    }
+    float* master = nullptr;
+    if (master_ != nullptr) {
+      const auto& m = tensor(master_);
+      check(m, at::kFloat, "master");
+      require(m.is_contiguous() && m.numel() == param.numel() && m.device() == param.device(),
+              "the master copy must be contiguous, of the parameter's size, on its device");
+      master = m.data_ptr<float>();
+    }
+    c10::cuda::CUDAGuard guard(param.device());
+    launched(groundrl_launch_adamw(param.data_ptr(), dtype == at::kBFloat16 ? 1 : 0,
+                                   grad.data_ptr(), exp_avg.data_ptr<float>(),
+                                   exp_avg_sq.data_ptr<float>(), master, param.numel(), scalars,
+                                   stream_of(param)));
   });
 }
 

@@ -1,26 +1,31 @@
 // CUDA kernels for what libtorch runs as several passes over memory: the rotary embedding (vision
-// tower, and decoding with its KV-cache write) and the SwiGLU product silu(gate) * up; and RMSNorm
-// (one pass per row instead of libtorch's, see there). The first three compute what transformers'
-// Qwen2.5-VL code computes, in its order of operations and roundings, so results equal that
+// tower, and decoding with its KV-cache write) and the SwiGLU product silu(gate) * up, with the
+// backward passes of the vision rotary and SwiGLU (autograd.cpp makes them autograd functions); and
+// RMSNorm (one pass per row instead of libtorch's, see there). The rotary and SwiGLU kernels compute
+// what transformers' Qwen2.5-VL code computes, in its order of operations and roundings, and their
+// backward kernels what libtorch's autograd of that code computes, so results equal that
 // composition of PyTorch operations bit for bit (checked by the crate's CUDA tests):
 // - no contraction into fused multiply-adds (`__fmul_rn`/`__fadd_rn` where the reference rounds a
-//   product before adding it);
+//   product before adding it), except where ATen's own kernel contracts (the silu backward);
 // - IEEE division and `expf` (no fast math), as ATen's silu.
-// bf16 tensors only; the launchers take raw pointers and strides in elements (the C++ shim
-// fused.cpp checks the tensors, and that a launch has fewer than 2^31 threads, so thread indices are
-// split with 32-bit arithmetic) and return the launch's cudaError_t.
+// bf16 tensors only; the launchers take raw pointers and strides in elements (the C++ shims
+// check the tensors, and that a launch has fewer than 2^31 threads, so thread indices are split with
+// 32-bit arithmetic) and return the launch's cudaError_t.
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <initializer_list>
+#include <tuple>
+#include <type_traits>
 
 namespace {
 
 using bf16 = __nv_bfloat16;
 
 __device__ __forceinline__ float f(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float f(float x) { return x; }
 __device__ __forceinline__ bf16 b(float x) { return __float2bfloat16_rn(x); }
 
 // W values of T loaded or stored in one access (W * sizeof(T) bytes, which the launchers check the
@@ -50,30 +55,76 @@ bool aligned(int64_t align, int64_t bytes, std::initializer_list<const void*> po
   return true;
 }
 
-// The vision tower's rotation, in f32 as transformers does (`q.float()`, f32 cos/sin, the sum cast
-// back): out[i] = x[i] cos[i] + x[pair(i)] signed_sin[i] over (rows, heads, dim) with dim = 2 half.
-// One thread per (row, head, W consecutive i < half) computes those i and the i + half (W = 4 when
-// the layout allows 8-byte loads, else 1).
-template <int W>
-__global__ void vision_rotary(const bf16* __restrict__ x, int64_t x_row, int64_t x_head,
-                              const float* __restrict__ cos, const float* __restrict__ ssin,
-                              bf16* __restrict__ out, int64_t rows, int64_t heads, int64_t half) {
+// The rotary embedding of a training or prefill forward, and its backward, as one kernel each for
+// the tensors autograd.cpp's Rotary function sees: `parts` (rows, heads, dim) tensors with dim = 2
+// half, of which the first `rotated` turn by the row's cos and signed_sin tables (rows, dim) and the
+// others are copied (the vision tower's values ride along with its queries and keys). Two
+// roundings, by the tables' type T:
+// - f32 tables (the vision tower, as transformers computes it in f32: `q.float()`, f32 cos/sin):
+//   forward out = bf16(x cos + x[pair] signed_sin) from f32 products and sum; backward, as libtorch's
+//   autograd of that composition, dx = bf16(g cos + g[pair] signed_sin[pair]), the f32 gradient of
+//   the f32 copy of x (which reaches it by two paths) rounded once by the conversion's backward;
+// - bf16 tables (the decoder, transformers' bf16 `q * cos + rotate_half(q) * sin`): every product
+//   rounded to bf16 before the bf16 sum, forward and backward alike (the gradient of each bf16
+//   product is rounded to bf16, then the two are summed).
+// A missing gradient (a null source) counts as zero. Sources and destinations are views with one
+// row and head stride for all parts. One thread per (row, part, head, W consecutive i < half) writes
+// those i and the i + half (W = 4 when the layout allows 8-byte loads, else 1).
+struct RotaryParts {
+  const bf16 *src0, *src1, *src2;
+  int64_t src_row, src_head;
+  bf16 *dst0, *dst1, *dst2;
+  int64_t dst_row, dst_head;
+  int parts, rotated;
+};
+
+// A product as the composition rounds it: kept in f32 next to f32 tables, rounded to bf16 next to
+// bf16 ones.
+__device__ __forceinline__ float product(float x, float table, float) { return __fmul_rn(x, table); }
+__device__ __forceinline__ float product(float x, float table, bf16) {
+  return f(b(__fmul_rn(x, table)));
+}
+
+template <int W, bool Backward, class T>
+__global__ void rotary(RotaryParts p, const T* __restrict__ cos, const T* __restrict__ ssin,
+                       int64_t rows, int64_t heads, int64_t half) {
   uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
   uint32_t chunks = (uint32_t)(half / W);
-  if (t >= rows * heads * chunks) return;
-  int64_t i = (t % chunks) * W, h = (t / chunks) % (uint32_t)heads, r = t / (chunks * (uint32_t)heads);
-  const bf16* xs = x + r * x_row + h * x_head;
-  const float* c = cos + r * 2 * half;
-  const float* s = ssin + r * 2 * half;
-  bf16* o = out + (r * heads + h) * 2 * half;
-  Vec<bf16, W> lo = load<W>(xs + i), hi = load<W>(xs + i + half), out_lo, out_hi;
-  Vec<float, W> c_lo = load<W>(c + i), c_hi = load<W>(c + i + half);
-  Vec<float, W> s_lo = load<W>(s + i), s_hi = load<W>(s + i + half);
+  if (t >= rows * p.parts * heads * chunks) return;
+  int64_t i = (t % chunks) * W, h = (t / chunks) % (uint32_t)heads;
+  uint32_t per_row = chunks * (uint32_t)heads * (uint32_t)p.parts;
+  int part = (int)((t / (chunks * (uint32_t)heads)) % (uint32_t)p.parts);
+  int64_t r = t / per_row;
+  // Selected, not indexed: an array of kernel parameters indexed by a thread's value would be copied
+  // to local memory by every thread.
+  const bf16* src = part == 0 ? p.src0 : part == 1 ? p.src1 : p.src2;
+  bf16* o = (part == 0 ? p.dst0 : part == 1 ? p.dst1 : p.dst2) + r * p.dst_row + h * p.dst_head;
+  Vec<bf16, W> lo, hi, out_lo, out_hi;
+  if (src == nullptr) {
+#pragma unroll
+    for (int k = 0; k < W; ++k) lo.v[k] = hi.v[k] = b(0.f);
+  } else {
+    const bf16* xs = src + r * p.src_row + h * p.src_head;
+    lo = load<W>(xs + i);
+    hi = load<W>(xs + i + half);
+  }
+  if (part >= p.rotated) {
+    store<W>(o + i, lo);
+    store<W>(o + i + half, hi);
+    return;
+  }
+  const T* c = cos + r * 2 * half;
+  const T* s = ssin + r * 2 * half;
+  Vec<T, W> c_lo = load<W>(c + i), c_hi = load<W>(c + i + half);
+  Vec<T, W> s_lo = load<W>(s + i), s_hi = load<W>(s + i + half);
+  // The backward pairs each half with the other half's signed sin (the transpose of the rotation).
+  const Vec<T, W>& s_for_lo = Backward ? s_hi : s_lo;
+  const Vec<T, W>& s_for_hi = Backward ? s_lo : s_hi;
 #pragma unroll
   for (int k = 0; k < W; ++k) {
     float l = f(lo.v[k]), h2 = f(hi.v[k]);
-    out_lo.v[k] = b(__fadd_rn(__fmul_rn(l, c_lo.v[k]), __fmul_rn(h2, s_lo.v[k])));
-    out_hi.v[k] = b(__fadd_rn(__fmul_rn(h2, c_hi.v[k]), __fmul_rn(l, s_hi.v[k])));
+    out_lo.v[k] = b(__fadd_rn(product(l, f(c_lo.v[k]), T()), product(h2, f(s_for_lo.v[k]), T())));
+    out_hi.v[k] = b(__fadd_rn(product(h2, f(c_hi.v[k]), T()), product(l, f(s_for_hi.v[k]), T())));
   }
   store<W>(o + i, out_lo);
   store<W>(o + i + half, out_hi);
@@ -134,6 +185,37 @@ __global__ void silu_mul(const bf16* __restrict__ gate, int64_t gate_row, const 
   store<W>(out + r * cols + c, o);
 }
 
+// The gradients of `silu(gate) * up` (rounded as silu_mul rounds it) from the output's gradient
+// `grad` (rows, cols), as libtorch's autograd of the two operations computes them: the product's
+// gradients bf16(grad up) and bf16(grad silu(gate)), then ATen's silu backward of the first,
+// dy s (1 + x (1 - s)) with s = sigmoid(x) in f32, whose sum the compiler fuses into one fma.
+// Rows of gate, up and grad strided, outputs contiguous; W as in silu_mul.
+template <int W>
+__global__ void silu_mul_backward(const bf16* __restrict__ gate, int64_t gate_row,
+                                  const bf16* __restrict__ up, int64_t up_row,
+                                  const bf16* __restrict__ grad, int64_t grad_row,
+                                  bf16* __restrict__ grad_gate, bf16* __restrict__ grad_up,
+                                  int64_t rows, int64_t cols) {
+  uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
+  uint32_t chunks = (uint32_t)(cols / W);
+  if (t >= rows * chunks) return;
+  int64_t r = t / chunks, c = (t % chunks) * W;
+  Vec<bf16, W> g = load<W>(gate + r * gate_row + c), u = load<W>(up + r * up_row + c);
+  Vec<bf16, W> dy = load<W>(grad + r * grad_row + c), dg, du;
+#pragma unroll
+  for (int k = 0; k < W; ++k) {
+    float x = f(g.v[k]);
+    float silu = f(b(x / (1.0f + expf(-x))));
+    float d = f(dy.v[k]);
+    du.v[k] = b(__fmul_rn(d, silu));
+    float ds = f(b(__fmul_rn(d, f(u.v[k]))));
+    float s = 1.0f / (1.0f + expf(-x));
+    dg.v[k] = b(__fmul_rn(__fmul_rn(ds, s), fmaf(x, 1.0f - s, 1.0f)));
+  }
+  store<W>(grad_gate + r * cols + c, dg);
+  store<W>(grad_up + r * cols + c, du);
+}
+
 // RMSNorm as libtorch's bf16 `rms_norm` computes it (layers.rs): in f32, weight * (rsqrt(mean(x^2) +
 // eps) * x), rounded once to bf16. Unlike the kernels above it is not bit-exact by construction: its
 // sum of squares runs in its own order (threads, warps), so the f32 rsqrt can differ in its last bits
@@ -171,17 +253,44 @@ unsigned blocks(int64_t threads) { return (unsigned)((threads + kThreads - 1) / 
 
 extern "C" {
 
-int groundrl_launch_vision_rotary(const void* x, int64_t x_row, int64_t x_head, const float* cos,
-                                  const float* ssin, void* out, int64_t rows, int64_t heads,
-                                  int64_t half, void* stream) {
+// Forward (backward = 0) or backward (1) of `rotary`, with f32 (bf16_tables = 0) or bf16 tables;
+// see there. src and dst: `parts` pointers each (a null source counts as zeros); strides in elements.
+int groundrl_launch_rotary(int backward, int bf16_tables, const void* const* src, int64_t src_row,
+                           int64_t src_head, void* const* dst, int64_t dst_row, int64_t dst_head,
+                           int parts, int rotated, const void* cos, const void* ssin, int64_t rows,
+                           int64_t heads, int64_t half, void* stream) {
   auto s = (cudaStream_t)stream;
+  if (parts < 1 || parts > 3 || rotated > parts) return (int)cudaErrorInvalidValue;
   if (rows * heads * half == 0) return 0;
-  if (half % 4 == 0 && aligned(8, 2, {x, out}, {x_row, x_head, half}) && aligned(16, 4, {cos, ssin}, {half})) {
-    vision_rotary<4><<<blocks(rows * heads * half / 4), kThreads, 0, s>>>(
-        (const bf16*)x, x_row, x_head, cos, ssin, (bf16*)out, rows, heads, half);
+  const void* any[3] = {nullptr, nullptr, nullptr};
+  void* out[3] = {dst[0], dst[0], dst[0]};
+  for (int k = 0; k < parts; ++k) {
+    any[k] = src[k];
+    out[k] = dst[k];
+  }
+  RotaryParts p{(const bf16*)any[0], (const bf16*)any[1], (const bf16*)any[2], src_row, src_head,
+                (bf16*)out[0], (bf16*)out[1], (bf16*)out[2], dst_row, dst_head, parts, rotated};
+  int64_t table_bytes = bf16_tables ? 2 : 4;
+  bool vec = half % 4 == 0 &&
+             aligned(8, 2, {any[0], any[1], any[2], out[0], out[1], out[2]},
+                     {src_row, src_head, dst_row, dst_head, half}) &&
+             aligned(4 * table_bytes, table_bytes, {cos, ssin}, {half});
+  unsigned grid = blocks(rows * parts * heads * half / (vec ? 4 : 1));
+  auto launch = [&](auto w, auto back, auto table) {
+    using T = decltype(table);
+    rotary<decltype(w)::value, decltype(back)::value, T><<<grid, kThreads, 0, s>>>(
+        p, (const T*)cos, (const T*)ssin, rows, heads, half);
+  };
+  using One = std::integral_constant<int, 1>;
+  using Four = std::integral_constant<int, 4>;
+  using Fwd = std::false_type;
+  using Bwd = std::true_type;
+  if (bf16_tables) {
+    if (vec) backward ? launch(Four(), Bwd(), bf16()) : launch(Four(), Fwd(), bf16());
+    else backward ? launch(One(), Bwd(), bf16()) : launch(One(), Fwd(), bf16());
   } else {
-    vision_rotary<1><<<blocks(rows * heads * half), kThreads, 0, s>>>(
-        (const bf16*)x, x_row, x_head, cos, ssin, (bf16*)out, rows, heads, half);
+    if (vec) backward ? launch(Four(), Bwd(), 0.f) : launch(Four(), Fwd(), 0.f);
+    else backward ? launch(One(), Bwd(), 0.f) : launch(One(), Fwd(), 0.f);
   }
   return (int)cudaGetLastError();
 }
@@ -209,6 +318,25 @@ int groundrl_launch_silu_mul(const void* gate, int64_t gate_row, const void* up,
   } else {
     silu_mul<1><<<blocks(rows * cols), kThreads, 0, s>>>(
         (const bf16*)gate, gate_row, (const bf16*)up, up_row, (bf16*)out, rows, cols);
+  }
+  return (int)cudaGetLastError();
+}
+
+int groundrl_launch_silu_mul_backward(const void* gate, int64_t gate_row, const void* up,
+                                      int64_t up_row, const void* grad, int64_t grad_row,
+                                      void* grad_gate, void* grad_up, int64_t rows, int64_t cols,
+                                      void* stream) {
+  auto s = (cudaStream_t)stream;
+  if (rows * cols == 0) return 0;
+  auto args = std::make_tuple((const bf16*)gate, gate_row, (const bf16*)up, up_row,
+                              (const bf16*)grad, grad_row, (bf16*)grad_gate, (bf16*)grad_up, rows,
+                              cols);
+  if (aligned(16, 2, {gate, up, grad, grad_gate, grad_up}, {gate_row, up_row, grad_row, cols})) {
+    std::apply([&](auto... a) { silu_mul_backward<8><<<blocks(rows * cols / 8), kThreads, 0, s>>>(a...); },
+               args);
+  } else {
+    std::apply([&](auto... a) { silu_mul_backward<1><<<blocks(rows * cols), kThreads, 0, s>>>(a...); },
+               args);
   }
   return (int)cudaGetLastError();
 }

@@ -116,29 +116,30 @@ impl SegmentPlan {
             Some(index) => t.f_index_select(0, index),
             None => Ok(t.shallow_clone()),
         };
-        let (q, k, v) = (gathered(q)?, gathered(k)?, gathered(v)?);
+        // One split per tensor rather than a slice per group: the backward of a split is one
+        // concatenation, where each slice's would fill a zeroed tensor of all the rows and add them up.
+        let sizes: Vec<i64> = self.groups.iter().map(|g| g.len * g.count).collect();
+        let split = |t: &Tensor| -> Result<Vec<Tensor>, ModelError> {
+            Ok(gathered(t)?.f_split_with_sizes(&sizes, 0)?)
+        };
+        let (qs, ks, vs) = (split(q)?, split(k)?, split(v)?);
         let mut outputs = Vec::with_capacity(self.groups.len());
-        let mut start = 0;
-        for group in &self.groups {
-            let rows = group.len * group.count;
+        for (i, group) in self.groups.iter().enumerate() {
             let batch = |t: &Tensor| -> Result<Tensor, ModelError> {
-                let slice = t.f_narrow(0, start, rows)?;
-                Ok(slice
-                    .f_reshape([group.count, group.len, heads, head_dim])?
+                Ok(t.f_reshape([group.count, group.len, heads, head_dim])?
                     .f_transpose(1, 2)?)
             };
             let out = Tensor::f_scaled_dot_product_attention(
-                &batch(&q)?,
-                &batch(&k)?,
-                &batch(&v)?,
+                &batch(&qs[i])?,
+                &batch(&ks[i])?,
+                &batch(&vs[i])?,
                 None::<Tensor>,
                 0.0,
                 false,
                 None,
                 false,
             )?;
-            outputs.push(out.f_transpose(1, 2)?.f_reshape([rows, heads, head_dim])?);
-            start += rows;
+            outputs.push(out.f_transpose(1, 2)?.f_reshape([sizes[i], heads, head_dim])?);
         }
         let packed = match outputs.len() {
             0 => return Ok(q.f_zeros_like()?),

@@ -11,6 +11,7 @@ use tch::{Device, Kind, Tensor};
 use crate::processor::Encoded;
 use crate::qwen2_5_vl::model::{Batch, Qwen25Vl, logprobs_at};
 use crate::qwen2_5_vl::rope_index::Grid;
+use crate::qwen2_5_vl::vision::window_layout;
 use crate::qwen2_5_vl::{ModelError, Qwen25VlConfig, presets};
 
 /// The shape of one synthetic batch.
@@ -195,4 +196,93 @@ pub fn decode_step_bytes(config: &Qwen25VlConfig, kind: Kind, rows: i64, context
     let kv_per_token = 2 * t.num_hidden_layers * t.num_key_value_heads * t.head_dim();
     let element = kind.elt_size_in_bytes() as f64;
     (weights + (rows * context * kv_per_token) as f64) * element
+}
+
+/// The arithmetic of one training step on a batch of `shape`, in FLOPs, as model FLOPs utilisation
+/// counts it (PaLM's definition, recomputation not counted): 2 per multiply-add of every matmul and
+/// attention product of the forward, twice as many in the backward, each tower on the rows it runs
+/// on: the vision tower on image patches (its merger on merged tokens), the decoder on every token,
+/// the output head on the scored (completion) tokens alone, as the training step projects only
+/// those. A frozen tower runs its forward only. The simpler formula, 6 x trainable parameters
+/// x tokens, credits the tower's parameters once per decoder token: a quarter of the patches it
+/// actually runs on.
+pub fn training_flops(
+    config: &Qwen25VlConfig,
+    shape: &StepShape,
+    vision_trained: bool,
+) -> Result<f64, ModelError> {
+    let t = &config.text;
+    let (rows, len) = (shape.rows as f64, shape.row_len(config) as f64);
+    let attention_width = (t.num_attention_heads * t.head_dim()) as f64;
+    let kv_width = (t.num_key_value_heads * t.head_dim()) as f64;
+    let (hidden, inner) = (t.hidden_size as f64, t.intermediate_size as f64);
+    let layer_weights =
+        hidden * (attention_width + 2.0 * kv_width) + attention_width * hidden + 3.0 * hidden * inner;
+    let layers = t.num_hidden_layers as f64;
+    // Causal attention: half of the L x L scores, each a head-dim product for QK^T and again for PV.
+    let causal_attention = 2.0 * attention_width * len * len * layers;
+    let head = 2.0 * (t.vocab_size as f64) * hidden * shape.completion as f64;
+    let text_forward = rows * (2.0 * layer_weights * len * layers + causal_attention + head);
+    Ok(3.0 * text_forward
+        + if vision_trained { 3.0 } else { 1.0 } * rows * vision_forward_flops(config, shape.grid)?)
+}
+
+/// The vision tower's forward FLOPs on one image of `grid`: patch embedding, blocks (window attention
+/// within each window, full attention over the frame in the full-attention blocks), merger.
+fn vision_forward_flops(config: &Qwen25VlConfig, grid: Grid) -> Result<f64, ModelError> {
+    let v = &config.vision;
+    let (width, inner) = (v.hidden_size as f64, v.intermediate_size as f64);
+    let merged_width = width * (v.spatial_merge_size * v.spatial_merge_size) as f64;
+    let window = v.window_size / (v.patch_size * v.spatial_merge_size);
+    let layout = window_layout(&[grid], v.spatial_merge_size, window)?;
+    let patches = layout.window_lengths.iter().sum::<i64>() as f64;
+    let squares = |lengths: &[i64]| lengths.iter().map(|&l| (l * l) as f64).sum::<f64>();
+    let full_blocks = v.fullatt_block_indexes.len() as f64;
+    let windowed_blocks = v.depth as f64 - full_blocks;
+    // Non-causal attention: every score, a head-dim product for QK^T and again for PV.
+    let attention = 4.0
+        * width
+        * (windowed_blocks * squares(&layout.window_lengths) + full_blocks * squares(&layout.frame_lengths));
+    let block_weights = width * 3.0 * width + width * width + 3.0 * width * inner;
+    let embed = v.patch_dim() as f64 * width;
+    let merger = merged_width * merged_width + merged_width * v.out_hidden_size as f64;
+    let merged = patches / (v.spatial_merge_size * v.spatial_merge_size) as f64;
+    Ok(2.0 * (patches * (embed + v.depth as f64 * block_weights) + merged * merger) + attention)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The 3B shape on the benchmark's rows (8 x 1,390 tokens: 38 text, 2 vision markers, 1,222 image
+    /// tokens from a 52 x 94 patch grid, 128 scored), part by part.
+    #[test]
+    fn training_flops_of_the_3b_shape_add_up_by_hand() {
+        let config = presets::qwen2_5_vl_3b();
+        let shape = StepShape {
+            rows: 8,
+            grid: [1, 52, 94],
+            prompt_text: 38,
+            completion: 128,
+        };
+        let len = 1390.0;
+        // Decoder: per layer q 2048 + k, v 256 each from 2048, o 2048x2048, gate/up/down 2048x11008.
+        let layer = 2048.0 * 2560.0 + 2048.0 * 2048.0 + 3.0 * 2048.0 * 11008.0;
+        assert_eq!(layer, 77_070_336.0);
+        let text = 8.0
+            * (2.0 * layer * len * 36.0 + 2.0 * 2048.0 * len * len * 36.0 + 2.0 * 151_936.0 * 2048.0 * 128.0);
+        // Tower: 4,888 patches; 84 windows (66 of 64 patches, 6 of 48, 11 of 32, one of 24) in 28
+        // blocks, the whole image in 4; qkv, proj, gate/up/down of width 1280 (inner 3420); patch
+        // embedding 1176 x 1280; merger 5120 x 5120 and 5120 x 2048 on 1,222 merged tokens.
+        let windows = 66.0 * 64.0 * 64.0 + 6.0 * 48.0 * 48.0 + 11.0 * 32.0 * 32.0 + 24.0 * 24.0;
+        let attention = 4.0 * 1280.0 * (28.0 * windows + 4.0 * 4888.0 * 4888.0);
+        let block = 1280.0 * 3840.0 + 1280.0 * 1280.0 + 3.0 * 1280.0 * 3420.0;
+        let merger = 5120.0 * 5120.0 + 5120.0 * 2048.0;
+        let vision = 2.0 * (4888.0 * (1176.0 * 1280.0 + 32.0 * block) + 1222.0 * merger) + attention;
+        let trained = training_flops(&config, &shape, true).unwrap();
+        assert_eq!(trained, 3.0 * text + 3.0 * 8.0 * vision);
+        assert_eq!(trained, 356_938_985_766_912.0);
+        let frozen = training_flops(&config, &shape, false).unwrap();
+        assert_eq!(frozen, 3.0 * text + 8.0 * vision);
+    }
 }

@@ -72,15 +72,16 @@ impl DecoderLayer {
     }
 
     /// Queries (B, heads, L, hd) and keys/values (B, kv_heads, L, hd) of `x` (B, L, hidden), with the
-    /// rotary embedding applied to queries and keys.
+    /// rotary embedding applied to queries and keys (views of (B, L, heads, hd) tensors, the layout
+    /// SDPA reads as it is).
     pub fn project_qkv(&self, x: &Tensor, rotary: &Rotary) -> (Tensor, Tensor, Tensor) {
         let normed = self.input_layernorm.forward(x);
         let (b, l) = (x.size()[0], x.size()[1]);
-        let split = |t: Tensor, heads: i64| t.view([b, l, heads, self.head_dim]).transpose(1, 2);
-        let q = split(self.self_attn.q_proj.forward(&normed), self.heads);
-        let k = split(self.self_attn.k_proj.forward(&normed), self.kv_heads);
-        let v = split(self.self_attn.v_proj.forward(&normed), self.kv_heads);
-        (rotary.apply(&q), rotary.apply(&k), v)
+        let heads = |t: Tensor, heads: i64| t.view([b, l, heads, self.head_dim]);
+        let q = rotary.apply(&heads(self.self_attn.q_proj.forward(&normed), self.heads));
+        let k = rotary.apply(&heads(self.self_attn.k_proj.forward(&normed), self.kv_heads));
+        let v = heads(self.self_attn.v_proj.forward(&normed), self.kv_heads);
+        (q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
     }
 
     /// The block's output from its input `x` and the attention output `attn` (B, heads, L, hd).
@@ -330,10 +331,24 @@ impl Rotary {
         }
     }
 
-    /// `x` (B, heads, L, hd) rotated by its positions.
+    /// `x` (B, L, heads, hd) rotated by its positions: on bf16 CUDA tensors one kernel, and one for
+    /// its backward ([`fused::rotary`]), where libtorch's operations take four, with the same
+    /// roundings (each product rounded to bf16 before the sum; a CUDA test compares both ways).
     pub fn apply(&self, x: &Tensor) -> Tensor {
-        let half = x.size()[3] / 2;
-        x * self.cos.unsqueeze(1) + x.roll(&[half][..], &[-1][..]) * self.signed_sin.unsqueeze(1)
+        let size = x.size();
+        let rows = size[0] * size[1];
+        let table = |t: &Tensor| t.view([rows, size[3]]);
+        let kernel = match x.f_view([rows, 1, size[2], size[3]]) {
+            Ok(heads) => fused::rotary(&heads, &table(&self.cos), &table(&self.signed_sin), 1),
+            Err(_) => Ok(None),
+        };
+        fused::or_compose(
+            kernel.map(|parts| parts.map(|p| p[0].view(size.as_slice()))),
+            || {
+                let half = size[3] / 2;
+                x * self.cos.unsqueeze(2) + x.roll(&[half][..], &[-1][..]) * self.signed_sin.unsqueeze(2)
+            },
+        )
     }
 
     /// `x` (B, heads, hd), one token per row, rotated by its row's position (tables made for L = 1):
@@ -359,7 +374,8 @@ impl Rotary {
     }
 }
 
-/// SwiGLU's `silu(gate) * up` ([`fused::swiglu`]: one kernel on bf16 CUDA tensors without gradient).
+/// SwiGLU's `silu(gate) * up` ([`fused::swiglu`]: one kernel on bf16 CUDA tensors, and one for its
+/// backward).
 fn swiglu(gate: &Tensor, up: &Tensor) -> Tensor {
     fused::swiglu(gate, up).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -522,6 +538,49 @@ mod tests {
             .into_iter()
             .fold(0.0, f64::max)
         })
+    }
+
+    /// On a CUDA device (the GPU machine runs it: `scripts/gpu/run.sh kernels`), the rotary kernels and
+    /// libtorch's operations give the same rotated queries of the 3B shape (16 heads of 128, bf16
+    /// tables from M-RoPE positions) and the same gradient, bit for bit. Elsewhere it says it was
+    /// skipped. It switches the kernels off for a moment, process-wide: run.sh runs the CUDA tests on
+    /// one thread.
+    #[test]
+    fn the_fused_rotary_equals_the_operations_on_cuda_with_gradients() {
+        let Some(device) = fused::cuda_for_tests() else {
+            return;
+        };
+        tch::manual_seed(6);
+        let config = presets::qwen2_5_vl_3b();
+        let (b, l, heads, hd) = (2, 300, 16, 128);
+        let positions = Tensor::arange(3 * b * l, (Kind::Int64, device))
+            .remainder(997)
+            .view([3, b, l]);
+        let rotary = Rotary::new(&config.text, &positions, Kind::BFloat16);
+        let leaf = Tensor::randn([b, l, heads * hd], (Kind::Float, device))
+            .to_kind(Kind::BFloat16)
+            .set_requires_grad(true);
+        let x = leaf.view([b, l, heads, hd]);
+        let upstream = Tensor::randn([b, l, heads, hd], (Kind::Float, device)).to_kind(Kind::BFloat16);
+        let run = |kernels: bool| {
+            fused::set_enabled(kernels);
+            let out = rotary.apply(&x);
+            fused::set_enabled(true);
+            let loss = (out.to_kind(Kind::Float) * upstream.to_kind(Kind::Float)).sum(Kind::Float);
+            let grad = Tensor::run_backward(&[loss], &[&leaf], false, false).remove(0);
+            (out, grad)
+        };
+        let (kernel_out, kernel_grad) = run(true);
+        let (ops_out, ops_grad) = run(false);
+        assert_eq!(
+            max_diff(&kernel_out.to_kind(Kind::Float), &ops_out.to_kind(Kind::Float)),
+            0.0
+        );
+        assert_eq!(
+            max_diff(&kernel_grad.to_kind(Kind::Float), &ops_grad.to_kind(Kind::Float)),
+            0.0
+        );
+        assert!(kernel_grad.abs().max().double_value(&[]) > 0.0);
     }
 
     /// The fused weights give the layer's function, adapters included, and after the adapters change

@@ -408,8 +408,8 @@ impl Block {
             .qkv
             .forward(x)
             .f_reshape([rows, 3, self.heads, hidden / self.heads])?;
-        let qk = rotary.apply(&qkv.f_narrow(1, 0, 2)?)?;
-        let out = plan.attend(&qk.f_select(1, 0)?, &qk.f_select(1, 1)?, &qkv.f_select(1, 2)?)?;
+        let (q, k, v) = rotary.apply_qkv(&qkv)?;
+        let out = plan.attend(&q, &k, &v)?;
         Ok(self.proj.forward(&out.f_reshape([rows, hidden])?))
     }
 }
@@ -479,31 +479,41 @@ impl Rotary {
         })
     }
 
-    /// Rotates (rows, pair, heads, head_dim) query/key vectors in f32, back in their dtype, as
-    /// transformers does: `x * cos + rotate_half(x) * sin` with `rotate_half([x1, x2]) = [-x2, x1]`,
-    /// written as `x * cos + swap_halves(x) * signed_sin` (the same products: negating a factor is
-    /// exact). Without gradients on a CUDA bf16 run, one fused kernel in transformers' exact order
-    /// ([`fused::vision_rotary`]: one pass instead of about 2 GB of f32 traffic per block for a batch
-    /// of eight screenshots). Otherwise libtorch's operations in the same order, so that both give the
-    /// same values (a checkpointed block's recompute, which wants gradients, takes this path after a
-    /// first pass that took the kernel): the multiplications by the f32 tables promote `x` without a
-    /// separate conversion, the halves are swapped by `flip` on a view, and the products are rounded
-    /// before their sum (an `addcmul_` may fuse the second product into the sum).
-    fn apply(&self, x: &Tensor) -> Result<Tensor, TchError> {
+    /// Queries and keys of `qkv` (rows, 3, heads, head_dim) rotated, and its values: (q, k, v), each
+    /// (rows, heads, head_dim). The rotation is transformers': `x * cos + rotate_half(x) * sin` in f32,
+    /// back in x's dtype, with `rotate_half([x1, x2]) = [-x2, x1]`, written as `x * cos +
+    /// swap_halves(x) * signed_sin` (the same products: negating a factor is exact). On bf16 CUDA
+    /// tensors one kernel, and one for the backward when a gradient is wanted
+    /// ([`fused::rotary`]: one pass where the composition makes about 2 GB of f32 traffic
+    /// per block for a batch of eight screenshots, and a backward without the zero-filled slices of
+    /// q|k|v). Otherwise libtorch's operations in the same order ([`Self::rotate`]), which give the
+    /// same values and gradients bit for bit (a CUDA test).
+    fn apply_qkv(&self, qkv: &Tensor) -> Result<(Tensor, Tensor, Tensor), TchError> {
+        let size = qkv.size();
+        let tables = |t: &Tensor| t.f_view([size[0], size[3]]);
+        if let Some(parts) = fused::rotary(qkv, &tables(&self.cos)?, &tables(&self.signed_sin)?, 2)?
+            && let [q, k, v] = &parts[..]
+        {
+            return Ok((q.shallow_clone(), k.shallow_clone(), v.shallow_clone()));
+        }
+        let qk = self.rotate(&qkv.f_narrow(1, 0, 2)?)?;
+        Ok((qk.f_select(1, 0)?, qk.f_select(1, 1)?, qkv.f_select(1, 2)?))
+    }
+
+    /// Rotates (rows, pair, heads, head_dim) query/key vectors as [`Self::apply_qkv`] describes, with
+    /// libtorch's operations: the halves swapped by `flip` on a view, the products rounded to f32
+    /// before their sum (an `addcmul_` may fuse the second product into the sum), and x converted to
+    /// f32 first, as transformers does, so that the backward rounds the gradient once, from its f32
+    /// sum.
+    fn rotate(&self, x: &Tensor) -> Result<Tensor, TchError> {
         let shape = x.size();
         let half = shape[3] / 2;
-        let tables = |t: &Tensor| t.f_view([shape[0], shape[3]]);
-        let heads = x.f_view([shape[0], shape[1] * shape[2], shape[3]]);
-        if let Ok(heads) = heads
-            && let Some(out) = fused::vision_rotary(&heads, &tables(&self.cos)?, &tables(&self.signed_sin)?)?
-        {
-            return out.f_view(shape.as_slice());
-        }
-        let swapped = x
+        let xf = x.f_to_kind(Kind::Float)?;
+        let swapped = xf
             .f_reshape([shape[0], shape[1], shape[2], 2, half])?
             .f_flip([3])?
             .f_reshape(shape.as_slice())?;
-        x.f_mul(&self.cos)?
+        xf.f_mul(&self.cos)?
             .f_add(&swapped.f_mul(&self.signed_sin)?)?
             .f_to_kind(x.kind())
     }
@@ -517,28 +527,53 @@ fn index_tensor(values: &[i64], device: Device) -> Result<Tensor, TchError> {
 mod tests {
     use super::*;
 
-    /// On a CUDA device (the GPU machine runs it: `scripts/gpu/run.sh kernels`), the fused rotary kernel
-    /// and libtorch's operations give the same values, bit for bit, so a checkpointed block's recompute
-    /// (operations) matches its first pass (kernel). Elsewhere it says it was skipped. It switches the
-    /// kernels off for a moment, process-wide: run.sh runs the CUDA tests on one thread.
+    /// On a CUDA device (the GPU machine runs it: `scripts/gpu/run.sh kernels`), the fused rotary kernels
+    /// and libtorch's operations give the same q, k, v and the same gradient of q|k|v, bit for bit, so
+    /// a checkpointed block's recompute matches its first pass and training gets transformers'
+    /// gradients. Head dims 80 (the 3B shape: four values per thread) and 20 (one per thread), q|k|v
+    /// as the tower makes it (a reshaped linear output) and strided in rows. Elsewhere it says it was
+    /// skipped. It switches the kernels off for a moment, process-wide: run.sh runs the CUDA tests on
+    /// one thread.
     #[test]
-    fn the_fused_rotary_equals_the_operations_on_cuda() {
+    fn the_fused_rotary_equals_the_operations_on_cuda_with_gradients() {
         let Some(device) = fused::cuda_for_tests() else {
             return;
         };
-        let positions: Vec<[i64; 2]> = (0..52 * 94).map(|i| [i / 94, i % 94]).collect();
-        let rotary = Rotary::new(&positions, 80, 10000.0, device).unwrap();
-        let qkv =
-            Tensor::randn([positions.len() as i64, 3, 16, 80], (Kind::Float, device)).to_kind(Kind::BFloat16);
-        let x = qkv.narrow(1, 0, 2);
-        let kernel = rotary.apply(&x).unwrap();
-        fused::set_enabled(false);
-        let operations = rotary.apply(&x);
-        fused::set_enabled(true);
-        let diff = (kernel.to_kind(Kind::Float) - operations.unwrap().to_kind(Kind::Float))
-            .abs()
-            .max();
-        assert_eq!(diff.double_value(&[]), 0.0);
+        tch::manual_seed(0);
+        for (dim, extra) in [(80, 0), (20, 0), (80, 16)] {
+            let rows = 52 * 94;
+            let positions: Vec<[i64; 2]> = (0..rows).map(|i| [i / 94, i % 94]).collect();
+            let rotary = Rotary::new(&positions, dim, 10000.0, device).unwrap();
+            let wide = Tensor::randn([rows, 3 * 16 * dim + extra], (Kind::Float, device));
+            let leaf = wide.to_kind(Kind::BFloat16).set_requires_grad(true);
+            let qkv = leaf.narrow(1, 0, 3 * 16 * dim).view([rows, 3, 16, dim]);
+            let upstream: Vec<Tensor> = (0..3)
+                .map(|_| Tensor::randn([rows, 16, dim], (Kind::Float, device)).to_kind(Kind::BFloat16))
+                .collect();
+            let run = |kernels: bool| {
+                fused::set_enabled(kernels);
+                let (q, k, v) = rotary.apply_qkv(&qkv).unwrap();
+                fused::set_enabled(true);
+                let loss = [q.shallow_clone(), k.shallow_clone(), v.shallow_clone()]
+                    .iter()
+                    .zip(&upstream)
+                    .map(|(out, g)| (out.to_kind(Kind::Float) * g.to_kind(Kind::Float)).sum(Kind::Float))
+                    .fold(Tensor::zeros([], (Kind::Float, device)), |a, b| a + b);
+                let grad = Tensor::run_backward(&[loss], &[&leaf], false, false).remove(0);
+                (Tensor::stack(&[q, k, v], 1), grad)
+            };
+            let (kernel_out, kernel_grad) = run(true);
+            let (ops_out, ops_grad) = run(false);
+            let diff = |a: &Tensor, b: &Tensor| {
+                (a.to_kind(Kind::Float) - b.to_kind(Kind::Float))
+                    .abs()
+                    .max()
+                    .double_value(&[])
+            };
+            assert_eq!(diff(&kernel_out, &ops_out), 0.0, "outputs, head dim {dim}");
+            assert_eq!(diff(&kernel_grad, &ops_grad), 0.0, "gradients, head dim {dim}");
+            assert!(kernel_grad.abs().max().double_value(&[]) > 0.0);
+        }
     }
 
     /// Merged tokens of a 1x6x10 patch grid (3x5 merged) numbered row by row, tiled by 2x2 windows.

@@ -1,13 +1,13 @@
 //! `groundrl bench train`: one full fine-tuning step (forward, backward with per-block recompute,
 //! AdamW with f32 master weights) on synthetic screenshot rows; prints the step time, tokens/s, MFU
-//! and device memory.
+//! and device memory (`--no-fused`: the same step on libtorch's operations alone).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use groundrl_tensor::qwen2_5_vl::ModelError;
 use groundrl_tensor::tch::Tensor;
-use groundrl_tensor::{bench, profiler};
+use groundrl_tensor::{bench, fused, profiler};
 use groundrl_train::optim::{AdamW, OptimConfig};
 use groundrl_train::trainer::H100_BF16_FLOPS;
 use serde::Serialize;
@@ -23,6 +23,10 @@ pub struct Args {
     /// Keep every block's activations instead of recomputing them in the backward.
     #[arg(long)]
     no_checkpoint: bool,
+    /// Run libtorch's operations where the CUDA kernels of our own would (vision rotary, SwiGLU,
+    /// RMSNorm, AdamW), to time what the kernels save.
+    #[arg(long)]
+    no_fused: bool,
     /// Also record one more step with libtorch's profiler and write its Chrome trace to this file
     /// (needs the `cuda` build).
     #[arg(long)]
@@ -36,12 +40,19 @@ struct Report {
     trainable_parameters: i64,
     ms: f64,
     tokens_per_s: f64,
-    /// 6 x trainable parameters x tokens / time / 989e12 (H100/H200 dense bf16).
+    /// 6 x trainable parameters x tokens / time / 989e12 (H100/H200 dense bf16): the formula.
     mfu: f64,
+    /// The step's model arithmetic ([`bench::training_flops`]: each tower on the rows it runs on,
+    /// attention included, recomputation not) and its share of 989e12 FLOP/s over the step's time.
+    model_flops: f64,
+    mfu_model_flops: f64,
+    /// Whether the CUDA kernels of our own ran (`--no-fused` turns them off).
+    fused: bool,
     device_memory_gib: Option<f64>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    fused::set_enabled(!args.no_fused);
     let (model, device, _) = args.model.load()?;
     let shape = args.step.shape()?;
     let (batch, scored) = bench::synthetic_batch(&model.config, &shape, 0);
@@ -69,6 +80,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         })??;
     }
     let tokens = args.step.rows * shape.row_len(&model.config);
+    let model_flops = bench::training_flops(&model.config, &shape, !args.step.freeze_vision)?;
     let seconds = ms / 1e3;
     let report = Report {
         rows: args.step.rows,
@@ -77,6 +89,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         ms,
         tokens_per_s: tokens as f64 / seconds,
         mfu: 6.0 * parameters as f64 * tokens as f64 / seconds / H100_BF16_FLOPS,
+        model_flops,
+        mfu_model_flops: model_flops / seconds / H100_BF16_FLOPS,
+        fused: !args.no_fused,
         device_memory_gib: bench::cuda_memory_in_use().map(|b| b as f64 / (1u64 << 30) as f64),
     };
     println!("{}", serde_json::to_string(&report)?);

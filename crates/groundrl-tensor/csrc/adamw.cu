@@ -1,0 +1,92 @@
+// AdamW's update of one parameter in one pass over memory: the gradient is read once, the moments and
+// the f32 master (when kept) are read and written once, the parameter written once. The optimizer of
+// groundrl-train (optim/adamw.rs) composes the same update from about a dozen libtorch operations,
+// each a full pass over f32 tensors of the parameter's size; for a 3B model that is about 500 GB of
+// traffic per step against about 100 GB here.
+//
+// The arithmetic follows that composition operation by operation, each result rounded to f32 where
+// the composition's kernel rounds it (`__fmul_rn` and friends: no contraction across operations),
+// and inside an operation as ATen's CUDA kernel computes it (lerp's fused multiply-add, division by
+// a scalar as multiplication by its f32 reciprocal). The crate's CUDA test compares the two.
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+// The scalars of one update, as the composition hands them to its kernels (f32).
+struct AdamwScalars {
+  float grad_scale;    // the clipping factor, 1 when not clipped
+  float w1, w2;        // 1 - beta1, 1 - beta2: the lerp weights of the moments
+  float inv_bias2;     // 1 / sqrt(1 - beta2^t)
+  float eps;
+  float decay;         // 1 - lr * weight_decay
+  float step_size;     // lr / (1 - beta1^t)
+};
+
+__device__ __forceinline__ float load_f(const bf16* p, int64_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ float load_f(const float* p, int64_t i) { return p[i]; }
+__device__ __forceinline__ void store_f(bf16* p, int64_t i, float x) { p[i] = __float2bfloat16_rn(x); }
+__device__ __forceinline__ void store_f(float* p, int64_t i, float x) { p[i] = x; }
+
+// ATen's lerp: self + w (end - self) for small weights, else end - (end - self)(1 - w), each with
+// its product fused into the sum as nvcc compiles ATen's expression.
+__device__ __forceinline__ float lerp(float self, float end, float w) {
+  float diff = __fsub_rn(end, self);
+  return w < 0.5f ? fmaf(w, diff, self) : fmaf(-diff, __fsub_rn(1.0f, w), end);
+}
+
+// One thread per element (grid-stride). P: the parameter's type; G: the gradient's (the same);
+// `master`: the f32 copy the update applies to, or null (then the parameter itself, widened).
+template <class P>
+__global__ void adamw(P* __restrict__ param, const P* __restrict__ grad, float* __restrict__ exp_avg,
+                      float* __restrict__ exp_avg_sq, float* __restrict__ master, int64_t n,
+                      AdamwScalars k) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    float g = __fmul_rn(load_f(grad, i), k.grad_scale);
+    float m = lerp(exp_avg[i], g, k.w1);
+    float v = lerp(exp_avg_sq[i], __fmul_rn(g, g), k.w2);
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+    float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(v), k.inv_bias2), k.eps);
+    float p = master != nullptr ? master[i] : load_f(param, i);
+    p = __fmul_rn(p, k.decay);
+    p = __fsub_rn(p, __fmul_rn(__fdiv_rn(m, denom), k.step_size));
+    if (master != nullptr) master[i] = p;
+    store_f(param, i, p);
+  }
+}
+
+constexpr int kThreads = 256;
+
+template <class P>
+int launch(void* param, const void* grad, float* exp_avg, float* exp_avg_sq, float* master,
+           int64_t n, const AdamwScalars& k, cudaStream_t s) {
+  int64_t wanted = (n + kThreads - 1) / kThreads;
+  unsigned grid = (unsigned)(wanted < 65536 ? wanted : 65536);
+  adamw<P><<<grid, kThreads, 0, s>>>((P*)param, (const P*)grad, exp_avg, exp_avg_sq, master, n, k);
+  return (int)cudaGetLastError();
+}
+
+}  // namespace
+
+extern "C" {
+
+// One AdamW update of `n` contiguous elements; `param` and `grad` bf16 (param_bf16 = 1) or f32,
+// the moments f32, `master` f32 or null. The scalars in AdamwScalars' order.
+int groundrl_launch_adamw(void* param, int param_bf16, const void* grad, float* exp_avg,
+                          float* exp_avg_sq, float* master, int64_t n, const float* scalars,
+                          void* stream) {
+  if (n == 0) return 0;
+  AdamwScalars k{scalars[0], scalars[1], scalars[2], scalars[3], scalars[4], scalars[5], scalars[6]};
+  auto s = (cudaStream_t)stream;
+  return param_bf16 ? launch<bf16>(param, grad, exp_avg, exp_avg_sq, master, n, k, s)
+                    : launch<float>(param, grad, exp_avg, exp_avg_sq, master, n, k, s);
+}
+
+}  // extern "C"
