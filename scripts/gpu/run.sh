@@ -5,8 +5,8 @@
 #   3. forward and training-step time and device memory of the 3B shape.
 # It expects the GPU build of the CLI at .device/groundrl (scripts/gpu/build.sh makes it) and writes a
 # short table at the end. Usage on the GPU machine: bash scripts/gpu/run.sh [goldens] [parity] [bench]
-# [rollout] [train] [trainstep] [plan] [demo] [tools] [profile] [kernels] [attention] (the first five when none is named;
-# each fits one 10-minute device call). `kernels` runs the tensor and training crates' tests built for
+# [rollout] [train] [trainstep] [cudnn] [plan] [demo] [tools] [profile] [kernels] [attention] (the first
+# five when none is named; each fits one 10-minute device call). `kernels` runs the tensor and training crates' tests built for
 # CUDA (.device/groundrl-{tensor,train}-tests, also made by build.sh), the kernels' CUDA tests among them;
 # `attention` times one layer's decoding attention alone (`groundrl bench attention`).
 set -uo pipefail
@@ -88,6 +88,7 @@ import json, sys
 for line in open(sys.argv[1]):
     r = json.loads(line); t = r["train"]
     print(json.dumps({"step": r["step"], "time_step_s": t["time/step"], "time_rollout_s": t["time/rollout"],
+                      "time_encode_s": t.get("time/encode"), "time_generate_s": t.get("time/generate"),
                       "time_update_s": t["time/update"], "mfu_update": t.get("mfu"),
                       "generated_tokens_per_s": t["generated_tokens_per_s"],
                       "peak_memory_gib": t.get("peak_memory_bytes", 0) / 2**30,
@@ -106,6 +107,35 @@ prof=$work/profile
 rm -rf "$prof" && mkdir -p "$prof"
 "$bin" bench train --preset 3b --dtype bf16 --device cuda --rows 8 --profile "$prof/train.json" > /dev/null
 $py "$root/scripts/bench/kernel_table.py" "$prof/train.json" --top 40 | tee "$out/profile_train.txt"
+fi
+
+if want cudnn; then
+echo "== 5c. libtorch's attention with and without cuDNN's kernels: fixed-shape training steps, GRPO steps"
+for freeze in "" --freeze-vision; do
+  for cudnn in "" --no-cudnn-attention; do
+    "$bin" bench train --preset 3b --dtype bf16 --device cuda --rows 8 $freeze $cudnn | tee -a "$out/train_step_cudnn.jsonl"
+  done
+done
+grpo=$work/grpo-cudnn
+rm -rf "$grpo" && mkdir -p "$grpo"
+"$bin" synth --out "$grpo/data" --n 30 --seed 0 --difficulty medium --prompt instruct > /dev/null
+gpu_gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | awk '{printf "%d", $1/1024}')
+for cudnn in false true; do
+  # The second run starts from the first one's initial model instead of writing the preset again.
+  model=(); [ "$cudnn" = true ] && model=(model.preset=none model.path="$grpo/false/initial-model")
+  (cd "$root" && "$bin" train configs/3b-1gpu.toml data.train="$grpo/data/samples.jsonl" 'data.val=""' \
+    trainer.run_dir="$grpo/$cudnn" trainer.max_steps=4 trainer.save_freq=0 trainer.test_freq=0 \
+    model.cudnn_attention=$cudnn "${model[@]}" --gpu-memory-gib "$gpu_gib") > /dev/null 2>&1
+  cp "$grpo/$cudnn/metrics.jsonl" "$out/grpo_cudnn_$cudnn.jsonl"
+  $py - "$grpo/$cudnn/metrics.jsonl" "$cudnn" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line); t = r["train"]
+    print(json.dumps({"cudnn_attention": sys.argv[2], "step": r["step"], "time_step_s": round(t["time/step"], 3),
+                      "time_generate_s": round(t["time/generate"], 3), "time_update_s": round(t["time/update"], 3),
+                      "peak_memory_gib": round(t.get("peak_memory_bytes", 0) / 2**30, 2)}))
+PY
+done
 fi
 
 if want plan; then

@@ -7,7 +7,9 @@
 // The arithmetic follows that composition operation by operation, each result rounded to f32 where
 // the composition's kernel rounds it (`__fmul_rn` and friends: no contraction across operations),
 // and inside an operation as ATen's CUDA kernel computes it (lerp's fused multiply-add, division by
-// a scalar as multiplication by its f32 reciprocal). The crate's CUDA test compares the two.
+// a scalar as multiplication by its f32 reciprocal). groundrl-train's CUDA test compares the two:
+// the moments and bf16 parameters come out equal, 0.7% of the f32 masters one f32 unit apart (some
+// operation rounds differently; which one is not known).
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

@@ -5,7 +5,9 @@
 // gradient) the same call runs the forward kernel alone and records nothing.
 //
 // Both reproduce the rounding of the composition they replace, forward and backward (see
-// kernels.cu); the crate's CUDA tests compare outputs and gradients with libtorch's autograd.
+// kernels.cu); the crate's CUDA tests compare outputs and gradients with libtorch's autograd. The
+// backward passes are raw kernels, so they are first-order only: a graph of the gradient itself
+// (`create_graph`) does not go through them, which RL training never asks for.
 // Outputs reach Rust as new `at::Tensor*` handles, which tch's `Tensor::from_ptr` takes over.
 
 #include <ATen/ATen.h>

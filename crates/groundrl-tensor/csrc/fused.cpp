@@ -182,6 +182,10 @@ int groundrl_sample(void* logits_, void* temperature_, void* greedy_, void* bann
 // Whether autograd records operations on this thread (false inside a no-grad guard).
 int groundrl_grad_enabled() { return at::GradMode::is_enabled() ? 1 : 0; }
 
+// Lets libtorch's SDPA pick cuDNN's attention (on, its default) or not (then the flash and
+// memory-efficient kernels); process-wide, as torch.backends.cuda.enable_cudnn_sdp.
+void groundrl_set_cudnn_attention(int on) { at::globalContext().setSDPUseCuDNN(on != 0); }
+
 // out (rows, kv_heads, 8, 128) = attention of q (rows, kv_heads, 8, 128) over keys and values
 // (rows, kv_heads, capacity, 128) with the additive mask (rows, 1, 1, capacity) through the column held
 // by `column` (a one-element int64 CUDA tensor); see decode_attention.cu. All contiguous bf16.

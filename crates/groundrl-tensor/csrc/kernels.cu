@@ -1,14 +1,16 @@
-// CUDA kernels for what libtorch runs as several passes over memory: the rotary embedding (vision
-// tower, and decoding with its KV-cache write) and the SwiGLU product silu(gate) * up, with the
-// backward passes of the vision rotary and SwiGLU (autograd.cpp makes them autograd functions); and
-// RMSNorm (one pass per row instead of libtorch's, see there). The rotary and SwiGLU kernels compute
+// CUDA kernels for what libtorch runs as several passes over memory: the rotary embedding (of a full
+// forward, vision tower or decoder, and of a decoding step with its KV-cache write) and the SwiGLU
+// product silu(gate) * up, with the backward passes of the full-forward rotary and SwiGLU
+// (autograd.cpp makes them autograd functions); and RMSNorm (one pass per row instead of
+// libtorch's, see there). The rotary and SwiGLU kernels compute
 // what transformers' Qwen2.5-VL code computes, in its order of operations and roundings, and their
 // backward kernels what libtorch's autograd of that code computes, so results equal that
 // composition of PyTorch operations bit for bit (checked by the crate's CUDA tests):
 // - no contraction into fused multiply-adds (`__fmul_rn`/`__fadd_rn` where the reference rounds a
 //   product before adding it), except where ATen's own kernel contracts (the silu backward);
 // - IEEE division and `expf` (no fast math), as ATen's silu.
-// bf16 tensors only; the launchers take raw pointers and strides in elements (the C++ shims
+// bf16 activations (the full-forward rotary's tables f32 or bf16); the launchers take raw pointers and
+// strides in elements (the C++ shims
 // check the tensors, and that a launch has fewer than 2^31 threads, so thread indices are split with
 // 32-bit arithmetic) and return the launch's cudaError_t.
 

@@ -14,6 +14,27 @@ use tch::{Device, Kind, Tensor};
 
 use crate::qwen2_5_vl::ModelError;
 
+/// Lets libtorch's `scaled_dot_product_attention` choose cuDNN's attention kernels on CUDA (`true`,
+/// libtorch's default) or keeps it to its flash and memory-efficient ones, for the whole process.
+///
+/// cuDNN builds a plan for every attention shape it has not seen, about 0.1 s per shape for a
+/// forward and backward on an H100 (measured: 99-138 ms for the first call at each new sequence
+/// length, 1.0-1.4 ms for the next ones), where the flash kernels run any length at once (1.3-1.5 ms).
+/// Fixed shapes, as in a benchmark, repay the plans; a GRPO step meets new lengths at every
+/// prompt, image size and window count. No effect in builds without the `cuda` feature.
+pub fn use_cudnn_attention(on: bool) {
+    #[cfg(feature = "cuda")]
+    {
+        unsafe extern "C" {
+            fn groundrl_set_cudnn_attention(on: std::ffi::c_int);
+        }
+        // SAFETY: sets a flag of libtorch's global context.
+        unsafe { groundrl_set_cudnn_attention(std::ffi::c_int::from(on)) }
+    }
+    #[cfg(not(feature = "cuda"))]
+    let _ = on;
+}
+
 /// Segments of one length, stacked into one attention batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Group {

@@ -18,9 +18,9 @@
 //!   dozen passes over f32 tensors of its size.
 //!
 //! A kernel runs where it applies: a build with the `cuda` feature, CUDA tensors of the kernel's
-//! dtypes (bf16; the sampler's logits also f32), and, for the kernels without a backward, no gradient
-//! wanted. Elsewhere, and when [`set_enabled`] turned them off, the callers' libtorch compositions
-//! run.
+//! dtypes (bf16 activations; f32 also for the sampler's logits, the vision rotary's tables and
+//! AdamW's state), and, for the kernels without a backward, no gradient wanted. Elsewhere, and when
+//! [`set_enabled`] turned them off, the callers' libtorch compositions run.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -64,6 +64,16 @@ pub(crate) fn or_compose<T>(kernel: Result<Option<T>, TchError>, composition: im
     }
 }
 
+/// Whether the tensors share one device and a launch of `threads` threads fits the kernels' 32-bit
+/// thread indices: what the shims check besides dtypes and shapes, so that a caller takes libtorch's
+/// path for inputs the shim would refuse (a refusal is a panic, see [`or_compose`]).
+fn one_launch(tensors: &[&Tensor], threads: i64) -> bool {
+    threads < 1 << 31
+        && tensors
+            .windows(2)
+            .all(|pair| pair[0].device() == pair[1].device())
+}
+
 /// Whether every tensor's data starts at a multiple of `bytes` (the kernels' vector loads need it; a
 /// view at an odd offset takes libtorch's path instead of faulting).
 fn aligned(tensors: &[&Tensor], bytes: usize) -> bool {
@@ -85,19 +95,23 @@ pub(crate) fn rotary(
     signed_sin: &Tensor,
     rotated: i64,
 ) -> Result<Option<Vec<Tensor>>, TchError> {
-    let size = x.size();
+    let &[rows, parts, heads, dim] = &x.size()[..] else {
+        return Ok(None);
+    };
     let tables_fit = [cos, signed_sin].iter().all(|t| {
         matches!(t.kind(), Kind::Float | Kind::BFloat16)
             && t.kind() == cos.kind()
             && t.is_contiguous()
-            && t.size() == [size[0], size[3]]
+            && t.size() == [rows, dim]
     });
-    let fits = matches!(size[..], [_, 1..=3, _, dim] if dim % 2 == 0)
-        && (0..=size[1]).contains(&rotated)
+    let fits = (1..=3).contains(&parts)
+        && dim % 2 == 0
+        && (0..=parts).contains(&rotated)
         && x.kind() == Kind::BFloat16
         && x.stride()[3] == 1
         && tables_fit;
-    if !on_kernel_device(&[x, cos, signed_sin]) || !fits {
+    let tensors = [x, cos, signed_sin];
+    if !on_kernel_device(&tensors) || !fits || !one_launch(&tensors, rows * parts * heads * dim / 2) {
         return Ok(None);
     }
     ffi::rotary(x, cos, signed_sin, rotated).map(Some)
@@ -230,10 +244,17 @@ pub(crate) fn sample(
 /// rounds them), else those two operations.
 pub(crate) fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor, TchError> {
     let bf16 = gate.kind() == Kind::BFloat16 && up.kind() == Kind::BFloat16;
-    if on_kernel_device(&[gate, up]) && bf16 && gate.size() == up.size() {
-        let size = gate.size();
+    let size = gate.size();
+    if on_kernel_device(&[gate, up])
+        && bf16
+        && up.size() == size
+        && one_launch(&[gate, up], gate.numel() as i64)
+    {
         let cols = size.last().copied().unwrap_or(1);
-        if let (Ok(g), Ok(u)) = (gate.f_view([-1, cols]), up.f_view([-1, cols])) {
+        if let (Ok(g), Ok(u)) = (gate.f_view([-1, cols]), up.f_view([-1, cols]))
+            && g.stride()[1] == 1
+            && u.stride()[1] == 1
+        {
             return ffi::swiglu(&g, &u)?.f_view(size.as_slice());
         }
     }

@@ -189,6 +189,16 @@ pub struct Trainer {
     health: HealthMonitor,
     /// The held-out evaluations this process ran.
     evaluations: Vec<Evaluation>,
+    /// Where the current step's rollout time goes, for its record.
+    rollout_seconds: RolloutSeconds,
+}
+
+/// Seconds a step's rollouts spent encoding prompts (images loaded and preprocessed) and generating,
+/// summed over its draws; the rest of `time/rollout` is scoring and bookkeeping.
+#[derive(Clone, Copy, Debug, Default)]
+struct RolloutSeconds {
+    encode: f64,
+    generate: f64,
 }
 
 impl Trainer {
@@ -255,6 +265,7 @@ impl Trainer {
     }
 
     fn build(cfg: TrainConfig, run_dir: PathBuf, resumed_at: Option<u64>) -> Result<Self, TrainError> {
+        groundrl_tensor::attention::use_cudnn_attention(cfg.model.cudnn_attention);
         let mut policy = load_policy(&cfg, &run_dir)?;
         let reference = cfg
             .loss
@@ -335,6 +346,7 @@ impl Trainer {
             events,
             health,
             evaluations: Vec::new(),
+            rollout_seconds: RolloutSeconds::default(),
         })
     }
 
@@ -633,6 +645,7 @@ impl Trainer {
     /// One GRPO step.
     pub fn step(&mut self) -> Result<StepRecord, TrainError> {
         let start = Instant::now();
+        self.rollout_seconds = RolloutSeconds::default();
         let Rollouts {
             kept: groups,
             scored,
@@ -721,6 +734,8 @@ impl Trainer {
             ("clip_fraction", report.stats.clip_fraction),
             ("skipped_optimizer_steps", f64::from(report.skipped_steps)),
             ("time/rollout", rollout_seconds),
+            ("time/encode", self.rollout_seconds.encode),
+            ("time/generate", self.rollout_seconds.generate),
             ("time/update", update_seconds),
             (
                 "generated_tokens_per_s",
@@ -900,6 +915,7 @@ impl Trainer {
             Split::Test => &self.test,
         };
         let mut groups = Vec::new();
+        let encode_start = Instant::now();
         for &index in indices {
             let sample = &data.samples[index];
             match self.encode(sample, &data.base) {
@@ -910,12 +926,15 @@ impl Trainer {
                 }
             }
         }
+        self.rollout_seconds.encode += encode_start.elapsed().as_secs_f64();
         if groups.is_empty() {
             return Ok(groups);
         }
+        let generate_start = Instant::now();
         for t in self.generate(&groups, seed, n, temperature)? {
             groups[t.prompt_index].completions.push(t);
         }
+        self.rollout_seconds.generate += generate_start.elapsed().as_secs_f64();
         let mut scored = Vec::with_capacity(groups.len());
         for (position, mut group) in groups.into_iter().enumerate() {
             match self.score_group(&data.samples[group.index], &group, position) {

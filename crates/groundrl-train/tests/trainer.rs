@@ -97,6 +97,13 @@ fn mean_reward_rises_within_twenty_steps() {
     let (first, last) = (mean_reward(&records[..5]), mean_reward(&records[15..]));
     println!("mean reward: steps 1-5 {first:.3}, steps 16-20 {last:.3}");
     assert!(last > first + 0.1, "reward did not rise: {first:.3} -> {last:.3}");
+    // The rollout phase's parts: encoding and generation within it, the rest scoring.
+    for record in &records {
+        let seconds = |key: &str| record["train"][key].as_f64().unwrap();
+        let (encode, generate) = (seconds("time/encode"), seconds("time/generate"));
+        assert!(encode > 0.0 && generate > 0.0, "{record}");
+        assert!(encode + generate <= seconds("time/rollout"), "{record}");
+    }
 }
 
 /// The record without wall-clock fields, which differ between any two runs.

@@ -23,6 +23,10 @@ pub mod keys {
     pub const GRAD_NORM: &str = "grad_norm";
     pub const LR: &str = "lr";
     pub const TIME_ROLLOUT: &str = "time/rollout";
+    /// The parts of `time/rollout` spent encoding prompts (loading and preprocessing images) and
+    /// generating; the rest is scoring.
+    pub const TIME_ENCODE: &str = "time/encode";
+    pub const TIME_GENERATE: &str = "time/generate";
     pub const TIME_REWARD: &str = "time/reward";
     pub const TIME_UPDATE: &str = "time/update";
     pub const TIME_STEP: &str = "time/step";

@@ -337,10 +337,14 @@ impl Rotary {
     pub fn apply(&self, x: &Tensor) -> Tensor {
         let size = x.size();
         let rows = size[0] * size[1];
-        let table = |t: &Tensor| t.view([rows, size[3]]);
-        let kernel = match x.f_view([rows, 1, size[2], size[3]]) {
-            Ok(heads) => fused::rotary(&heads, &table(&self.cos), &table(&self.signed_sin), 1),
-            Err(_) => Ok(None),
+        let views = (
+            x.f_view([rows, 1, size[2], size[3]]),
+            self.cos.f_view([rows, size[3]]),
+            self.signed_sin.f_view([rows, size[3]]),
+        );
+        let kernel = match views {
+            (Ok(heads), Ok(cos), Ok(signed_sin)) => fused::rotary(&heads, &cos, &signed_sin, 1),
+            _ => Ok(None),
         };
         fused::or_compose(
             kernel.map(|parts| parts.map(|p| p[0].view(size.as_slice()))),

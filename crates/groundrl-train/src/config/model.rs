@@ -50,6 +50,11 @@ pub struct ModelConfig {
     pub lora_targets: Vec<String>,
     /// Also adapt the vision tower's block projections (qkv, proj, gate/up/down). Default false.
     pub lora_vision: bool,
+    /// Let libtorch's attention use cuDNN's kernels on CUDA. cuDNN builds a plan for every attention
+    /// shape it has not seen (about 0.1 s each on an H100), and a GRPO step brings new ones with
+    /// every prompt length, image size and window count; the flash kernels take any length at
+    /// once. Default false (see `groundrl_tensor::attention::use_cudnn_attention`).
+    pub cudnn_attention: bool,
 }
 
 impl Default for ModelConfig {
@@ -68,6 +73,7 @@ impl Default for ModelConfig {
             lora_alpha: 32.0,
             lora_targets: LORA_TEXT_TARGETS.iter().map(|t| t.to_string()).collect(),
             lora_vision: false,
+            cudnn_attention: false,
         }
     }
 }

@@ -220,8 +220,11 @@ fn print_summary(args: &Args, counts: &Counts, rolled: usize, failed: usize, bad
     }
 }
 
-/// Loads the model folder on the asked device, in the asked dtype.
+/// Loads the model folder on the asked device, in the asked dtype, with libtorch's attention kept off
+/// cuDNN's kernels: samples of many prompt lengths and image sizes bring new attention shapes, for
+/// each of which cuDNN would build a plan first (see `attention::use_cudnn_attention`).
 pub(crate) fn load_model(args: &ModelArgs) -> anyhow::Result<HfModel> {
+    groundrl_tensor::attention::use_cudnn_attention(false);
     let device = parse_device(&args.device)?;
     let kind = match args.dtype.as_str() {
         "auto" if device == Device::Cpu => Kind::Float,

@@ -93,11 +93,16 @@ pub struct ModelArgs {
     dtype: String,
     #[arg(long, default_value = "auto")]
     device: String,
+    /// Keep libtorch's attention off cuDNN's kernels (flash and memory-efficient ones instead), as
+    /// `groundrl train` does by default (`model.cudnn_attention`).
+    #[arg(long)]
+    pub(crate) no_cudnn_attention: bool,
 }
 
 impl ModelArgs {
-    /// The model with its device and parameter dtype.
+    /// The model with its device and parameter dtype (and libtorch's attention set as asked).
     pub(crate) fn load(&self) -> anyhow::Result<(Qwen25Vl, Device, Kind)> {
+        groundrl_tensor::attention::use_cudnn_attention(!self.no_cudnn_attention);
         let kind = parse_dtype(&self.dtype)?;
         let device = parse_device(&self.device)?;
         let model = match &self.model {

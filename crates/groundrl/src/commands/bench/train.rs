@@ -23,8 +23,8 @@ pub struct Args {
     /// Keep every block's activations instead of recomputing them in the backward.
     #[arg(long)]
     no_checkpoint: bool,
-    /// Run libtorch's operations where the CUDA kernels of our own would (vision rotary, SwiGLU,
-    /// RMSNorm, AdamW), to time what the kernels save.
+    /// Run libtorch's operations where the CUDA kernels of our own would (the rotary embeddings,
+    /// SwiGLU, RMSNorm, AdamW), to time what the kernels save.
     #[arg(long)]
     no_fused: bool,
     /// Also record one more step with libtorch's profiler and write its Chrome trace to this file
@@ -46,8 +46,10 @@ struct Report {
     /// attention included, recomputation not) and its share of 989e12 FLOP/s over the step's time.
     model_flops: f64,
     mfu_model_flops: f64,
-    /// Whether the CUDA kernels of our own ran (`--no-fused` turns them off).
+    /// Whether the CUDA kernels of our own ran (`--no-fused` turns them off), and whether libtorch's
+    /// attention could use cuDNN's (`--no-cudnn-attention`).
     fused: bool,
+    cudnn_attention: bool,
     device_memory_gib: Option<f64>,
 }
 
@@ -92,6 +94,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         model_flops,
         mfu_model_flops: model_flops / seconds / H100_BF16_FLOPS,
         fused: !args.no_fused,
+        cudnn_attention: !args.model.no_cudnn_attention,
         device_memory_gib: bench::cuda_memory_in_use().map(|b| b as f64 / (1u64 << 30) as f64),
     };
     println!("{}", serde_json::to_string(&report)?);
