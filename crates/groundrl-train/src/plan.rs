@@ -198,6 +198,7 @@ pub fn estimate(cfg: &TrainConfig, model: &Qwen25VlConfig, extras: PlanExtras) -
         },
         kv_cache(cfg, model, &tokens),
         decoding_weights(cfg, model),
+        prefill(cfg, model, &tokens),
         activations(cfg, model, &tokens),
         logprob_chunk(cfg, model),
         vision_tower(cfg, model, &tokens),
@@ -304,7 +305,7 @@ fn decoding_weights(cfg: &TrainConfig, model: &Qwen25VlConfig) -> Part {
 
 /// The rollout's static KV cache: `rows = prompts_per_step * n` rows (the prompt's keys are copied
 /// to each of its n samples), `capacity = prompt + max_new_tokens` columns, and per column
-/// `2 (key, value) * L * kv * d * b` bytes. The prefill's transient activations are not counted.
+/// `2 (key, value) * L * kv * d * b` bytes. The prefill's transient activations are [`prefill`]'s.
 fn kv_cache(cfg: &TrainConfig, model: &Qwen25VlConfig, tokens: &Tokens) -> Part {
     let t = &model.text;
     let per_token = 2 * (t.num_hidden_layers * t.num_key_value_heads * t.head_dim()) as u64;
@@ -400,19 +401,47 @@ fn logprob_chunk(cfg: &TrainConfig, model: &Qwen25VlConfig) -> Part {
     }
 }
 
+/// The rollout's prefill: the vision tower over the images of the step's `prompts_per_step` prompts,
+/// without a graph, so at most one block's set at a time: `prompts_per_step * patches * block`
+/// ([`vision_block_bytes`]). The decoder's prefill holds less (one layer's activations of the
+/// prompts' tokens, next to a KV cache already counted).
+fn prefill(cfg: &TrainConfig, model: &Qwen25VlConfig, tokens: &Tokens) -> Part {
+    let m = &cfg.model;
+    let images = u64::from(cfg.rollout.prompts_per_step);
+    Part {
+        name: "prefill",
+        phase: Phase::Rollout,
+        bytes: images * tokens.patches * vision_block_bytes(model, m.dtype.bytes()),
+        advice: Some(format!(
+            "lower `model.max_pixels` ({}) or `rollout.prompts_per_step` ({images})",
+            m.max_pixels
+        )),
+    }
+}
+
+/// [`block_bytes_per_token`] of a vision block: `vh`, `vI`, `vH`.
+fn vision_block_bytes(model: &Qwen25VlConfig, b: u64) -> u64 {
+    let v = &model.vision;
+    block_bytes_per_token(
+        v.hidden_size as u64,
+        v.intermediate_size as u64,
+        v.num_heads as u64,
+        b,
+    )
+}
+
 /// The vision tower on the micro-batch's images (one per row, at most `max_pixels`): `P =
 /// micro_batch_size * patches` patch tokens through `depth` blocks of the same layout as the
-/// decoder's ([`block_bytes_per_token`] with `vh`, `vI`, `vH`). Frozen, it keeps no graph and holds
-/// at most one block's set at a time: `P * block`; trained, `P * depth * block`, or with
-/// checkpointing `P * (depth * b vh + block)`. The merged features it hands the decoder are counted
-/// with the decoder's tokens.
+/// decoder's ([`vision_block_bytes`]). Frozen, it keeps no graph and holds at most one block's set
+/// at a time: `P * block`; trained, `P * depth * block`, or with checkpointing `P * (depth * b vh +
+/// block)`. The merged features it hands the decoder are counted with the decoder's tokens.
 fn vision_tower(cfg: &TrainConfig, model: &Qwen25VlConfig, tokens: &Tokens) -> Part {
     let m = &cfg.model;
     let v = &model.vision;
     let b = m.dtype.bytes();
     let vh = v.hidden_size as u64;
     let depth = v.depth as u64;
-    let block = block_bytes_per_token(vh, v.intermediate_size as u64, v.num_heads as u64, b);
+    let block = vision_block_bytes(model, b);
     let patches = u64::from(cfg.trainer.micro_batch_size) * tokens.patches;
     let per_patch = match (m.vision_trained(), m.gradient_checkpointing) {
         (false, _) => block,
@@ -502,10 +531,11 @@ mod tests {
         // 4 * 32 = 128 completion tokens: saved log-softmax 128 * 662 * 4, plus one chunk of 128
         // f32 logits (f32 model: no second copy) 128 * 662 * 4.
         let logprobs = 128 * 662 * 4 * 2; // 677,888
-        // Vision block per patch: 8*64 + 4*(8*64 + 4*128) + 4*2 = 4,616; 4 images * 256 * 4 patches.
+        // Vision block per patch: 8*64 + 4*(8*64 + 4*128) + 4*2 = 4,616; 4 images * 256 * 4 patches,
+        // in the update (a micro-batch of 4) as in the prefill (4 prompts).
         let vision = 4 * 1_024 * 4_616; // 18,907,136
-        // Peak: resident 15,336,192 + update 96,368,640 (> rollout 13,631,488 + 2,363,392) = 111,704,832;
-        // CPU: no CUDA context, 10% slack = 11,170,483.
+        // Peak: resident 15,336,192 + update 96,368,640 (> rollout 13,631,488 + 2,100,224 +
+        // 18,907,136) = 111,704,832; CPU: no CUDA context, 10% slack = 11,170,483.
         let slack = 11_170_483;
         assert_eq!(
             bytes(&plan),
@@ -516,6 +546,7 @@ mod tests {
                 ("reference model", 0),
                 ("KV cache", kv),
                 ("decoding weights", decoding),
+                ("prefill", vision),
                 ("activations", activations),
                 ("log-prob chunk", logprobs),
                 ("vision tower", vision),
@@ -572,17 +603,21 @@ mod tests {
                 ("KV cache", 64 * 1_536 * 18_432 * 2),
                 // 36 layers * (2048*2560 + 2560 + 2*2048*11008) * 2.
                 ("decoding weights", 36 * 50_334_208 * 2),
+                // The 8 prompts' images, 5,120 patches each, one vision block's set (below).
+                ("prefill", 40_960 * 58_144),
                 // 12,288 tokens * (36 * 2 * 2048 + 137,280 + 6 * 2048).
                 ("activations", 12_288 * 297_024),
                 // 1,024 completion tokens * 151,936 * 4 + a 1,024-token chunk * 151,936 * (4 + 2).
                 ("log-prob chunk", 1_024 * 151_936 * 10),
                 // 8 images * 5,120 patches * (8*1280 + 2*(8*1280 + 4*3420) + 4*16).
                 ("vision tower", 40_960 * 58_144),
-                // 1 GiB + 10% of 58,299,621,376.
-                ("context and allocator slack", GIB + 5_829_962_137),
+                // Peak: resident 50,712,387,584 + rollout 9,629,519,872 (> update 7,587,233,792);
+                // 1 GiB + 10% of 60,341,907,456.
+                ("context and allocator slack", GIB + 6_034_190_745),
             ]
         );
-        assert_eq!(plan.total(), 65_203_325_337); // 60.73 GiB
+        assert_eq!(plan.peak_phase(), Phase::Rollout);
+        assert_eq!(plan.total(), 67_449_840_025); // 62.82 GiB
         assert_eq!(plan.check(80 * GIB), Ok(()));
     }
 
