@@ -305,7 +305,7 @@ fn decoding_weights(cfg: &TrainConfig, model: &Qwen25VlConfig) -> Part {
 
 /// The rollout's static KV cache: `rows = prompts_per_step * n` rows (the prompt's keys are copied
 /// to each of its n samples), `capacity = prompt + max_new_tokens` columns, and per column
-/// `2 (key, value) * L * kv * d * b` bytes. The prefill's transient activations are [`prefill`]'s.
+/// `2 (key, value) * L * kv * d * b` bytes. The prefill's working set is [`prefill`]'s.
 fn kv_cache(cfg: &TrainConfig, model: &Qwen25VlConfig, tokens: &Tokens) -> Part {
     let t = &model.text;
     let per_token = 2 * (t.num_hidden_layers * t.num_key_value_heads * t.head_dim()) as u64;
