@@ -40,12 +40,6 @@ using namespace groundrl;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// A bf16 CUDA tensor whose last dimension is contiguous.
-void check_bf16(const at::Tensor& t, const char* name) {
-  require(t.is_cuda() && t.scalar_type() == at::kBFloat16 && t.stride(-1) == 1,
-          std::string(name) + " must be a bf16 CUDA tensor with a contiguous last dimension");
-}
-
 // x (rows, parts, heads, dim) -> `parts` contiguous (rows, heads, dim) tensors, the first `rotated`
 // turned by cos and signed_sin (rows, dim), the others copied; see kernels.cu's `rotary` for the two
 // roundings (f32 tables: the vision tower; bf16 tables: the decoder). The tables take no gradient.
@@ -138,7 +132,7 @@ extern "C" {
 int groundrl_rotary(void* x_, void* cos_, void* ssin_, int64_t rotated, void** out) {
   return guarded([&] {
     const auto &x = tensor(x_), &cos = tensor(cos_), &ssin = tensor(ssin_);
-    check_bf16(x, "x");
+    check(x, at::kBFloat16, "x");
     require(x.dim() == 4 && x.size(1) >= 1 && x.size(1) <= 3 && x.size(3) % 2 == 0,
             "x must be (rows, 1 to 3 parts, heads, even dim)");
     require(rotated >= 0 && rotated <= x.size(1), "rotated must be at most the number of parts");
@@ -161,8 +155,8 @@ int groundrl_rotary(void* x_, void* cos_, void* ssin_, int64_t rotated, void** o
 int groundrl_swiglu(void* gate_, void* up_, void** out) {
   return guarded([&] {
     const auto &gate = tensor(gate_), &up = tensor(up_);
-    check_bf16(gate, "gate");
-    check_bf16(up, "up");
+    check(gate, at::kBFloat16, "gate");
+    check(up, at::kBFloat16, "up");
     require(gate.dim() == 2 && up.sizes() == gate.sizes() && up.device() == gate.device(),
             "gate and up must be (rows, cols) of one shape on one device");
     require_threads(gate.numel());

@@ -2,24 +2,22 @@
 // forward, vision tower or decoder, and of a decoding step with its KV-cache write) and the SwiGLU
 // product silu(gate) * up, with the backward passes of the full-forward rotary and SwiGLU
 // (autograd.cpp makes them autograd functions); and RMSNorm (one pass per row instead of
-// libtorch's, see there). The rotary and SwiGLU kernels compute
-// what transformers' Qwen2.5-VL code computes, in its order of operations and roundings, and their
-// backward kernels what libtorch's autograd of that code computes, so results equal that
-// composition of PyTorch operations bit for bit (checked by the crate's CUDA tests):
+// libtorch's, see there). The rotary and SwiGLU kernels compute what transformers' Qwen2.5-VL code
+// computes, in its order of operations and roundings, and their backward kernels what libtorch's
+// autograd of that code computes, so results equal that composition of PyTorch operations bit for
+// bit (checked by the crate's CUDA tests):
 // - no contraction into fused multiply-adds (`__fmul_rn`/`__fadd_rn` where the reference rounds a
 //   product before adding it), except where ATen's own kernel contracts (the silu backward);
 // - IEEE division and `expf` (no fast math), as ATen's silu.
-// bf16 activations (the full-forward rotary's tables f32 or bf16); the launchers take raw pointers and
-// strides in elements (the C++ shims
-// check the tensors, and that a launch has fewer than 2^31 threads, so thread indices are split with
-// 32-bit arithmetic) and return the launch's cudaError_t.
+// bf16 activations (the full-forward rotary's tables f32 or bf16); the launchers take raw pointers
+// and strides in elements (the C++ shims check the tensors, and that a launch has fewer than 2^31
+// threads, so thread indices are split with 32-bit arithmetic) and return the launch's cudaError_t.
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <initializer_list>
-#include <tuple>
 #include <type_traits>
 
 namespace {
@@ -330,15 +328,16 @@ int groundrl_launch_silu_mul_backward(const void* gate, int64_t gate_row, const 
                                       void* stream) {
   auto s = (cudaStream_t)stream;
   if (rows * cols == 0) return 0;
-  auto args = std::make_tuple((const bf16*)gate, gate_row, (const bf16*)up, up_row,
-                              (const bf16*)grad, grad_row, (bf16*)grad_gate, (bf16*)grad_up, rows,
-                              cols);
+  auto launch = [&](auto w) {
+    constexpr int W = decltype(w)::value;
+    silu_mul_backward<W><<<blocks(rows * cols / W), kThreads, 0, s>>>(
+        (const bf16*)gate, gate_row, (const bf16*)up, up_row, (const bf16*)grad, grad_row,
+        (bf16*)grad_gate, (bf16*)grad_up, rows, cols);
+  };
   if (aligned(16, 2, {gate, up, grad, grad_gate, grad_up}, {gate_row, up_row, grad_row, cols})) {
-    std::apply([&](auto... a) { silu_mul_backward<8><<<blocks(rows * cols / 8), kThreads, 0, s>>>(a...); },
-               args);
+    launch(std::integral_constant<int, 8>());
   } else {
-    std::apply([&](auto... a) { silu_mul_backward<1><<<blocks(rows * cols), kThreads, 0, s>>>(a...); },
-               args);
+    launch(std::integral_constant<int, 1>());
   }
   return (int)cudaGetLastError();
 }

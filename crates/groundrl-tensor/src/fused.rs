@@ -580,6 +580,29 @@ pub(crate) fn cuda_for_tests() -> Option<Device> {
     Some(device)
 }
 
+/// For the crate's CUDA tests: the exact difference of two tensors in f64 (0 when equal bit for bit,
+/// NaNs aside).
+#[cfg(test)]
+pub(crate) fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+    (a.to_kind(Kind::Double) - b.to_kind(Kind::Double))
+        .abs()
+        .max()
+        .double_value(&[])
+}
+
+/// For the crate's CUDA tests of the autograd kernels: the gradient with respect to `leaf` of
+/// `sum_i sum(outputs[i] * upstream[i])` in f32, i.e. `upstream` fed back through the outputs.
+#[cfg(test)]
+pub(crate) fn gradient_for_tests(outputs: &[&Tensor], upstream: &[&Tensor], leaf: &Tensor) -> Tensor {
+    let loss = outputs
+        .iter()
+        .zip(upstream)
+        .map(|(out, g)| (out.to_kind(Kind::Float) * g.to_kind(Kind::Float)).sum(Kind::Float))
+        .reduce(|a, b| a + b)
+        .expect("one output at least");
+    Tensor::run_backward(&[loss], &[leaf], false, false).remove(0)
+}
+
 /// The kernels against transformers' order of operations, on a CUDA device (the GPU machine runs
 /// them: `scripts/gpu/run.sh kernels`); elsewhere each test says it was skipped and checks only that
 /// the kernels stay out of the way.
@@ -590,14 +613,6 @@ mod tests {
 
     fn random(size: &[i64], kind: Kind, device: Device) -> Tensor {
         Tensor::randn(size, (Kind::Float, device)).to_kind(kind)
-    }
-
-    /// The exact difference of two tensors in f64 (0 when equal bit for bit, NaNs aside).
-    fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
-        (a.to_kind(Kind::Double) - b.to_kind(Kind::Double))
-            .abs()
-            .max()
-            .double_value(&[])
     }
 
     /// `x` with the two halves of its last dimension swapped.
@@ -788,8 +803,7 @@ mod tests {
             let (gate, up) = (leaf.narrow(1, 0, cols), leaf.narrow(1, cols, cols));
             let upstream = random(&[9, cols], Kind::BFloat16, device);
             let run = |out: Tensor| {
-                let loss = (out.to_kind(Kind::Float) * upstream.to_kind(Kind::Float)).sum(Kind::Float);
-                let grad = Tensor::run_backward(&[loss], &[&leaf], false, false).remove(0);
+                let grad = gradient_for_tests(&[&out], &[&upstream], &leaf);
                 (out, grad)
             };
             let (got, got_grad) = run(swiglu(&gate, &up).unwrap());

@@ -550,26 +550,17 @@ mod tests {
             let upstream: Vec<Tensor> = (0..3)
                 .map(|_| Tensor::randn([rows, 16, dim], (Kind::Float, device)).to_kind(Kind::BFloat16))
                 .collect();
+            let upstream: Vec<&Tensor> = upstream.iter().collect();
             let run = |kernels: bool| {
                 fused::set_enabled(kernels);
                 let (q, k, v) = rotary.apply_qkv(&qkv).unwrap();
                 fused::set_enabled(true);
-                let loss = [q.shallow_clone(), k.shallow_clone(), v.shallow_clone()]
-                    .iter()
-                    .zip(&upstream)
-                    .map(|(out, g)| (out.to_kind(Kind::Float) * g.to_kind(Kind::Float)).sum(Kind::Float))
-                    .fold(Tensor::zeros([], (Kind::Float, device)), |a, b| a + b);
-                let grad = Tensor::run_backward(&[loss], &[&leaf], false, false).remove(0);
+                let grad = fused::gradient_for_tests(&[&q, &k, &v], &upstream, &leaf);
                 (Tensor::stack(&[q, k, v], 1), grad)
             };
             let (kernel_out, kernel_grad) = run(true);
             let (ops_out, ops_grad) = run(false);
-            let diff = |a: &Tensor, b: &Tensor| {
-                (a.to_kind(Kind::Float) - b.to_kind(Kind::Float))
-                    .abs()
-                    .max()
-                    .double_value(&[])
-            };
+            let diff = fused::max_diff;
             assert_eq!(diff(&kernel_out, &ops_out), 0.0, "outputs, head dim {dim}");
             assert_eq!(diff(&kernel_grad, &ops_grad), 0.0, "gradients, head dim {dim}");
             assert!(kernel_grad.abs().max().double_value(&[]) > 0.0);
