@@ -658,6 +658,7 @@ fn reward_collapse_fires_below_half_the_best_moving_average() {
         window: 2,
         warmup_steps: 3,
         collapse_fraction: 0.5,
+        collapse_steps: 1,
         ..HealthConfig::default()
     };
     // Moving averages from step 4 (after warm-up): .625, .75, .75, .625, .375, .25, .375, .375.
@@ -677,6 +678,39 @@ fn reward_collapse_fires_below_half_the_best_moving_average() {
 }
 
 #[test]
+fn one_unlucky_step_is_not_a_collapse_but_a_lasting_fall_is() {
+    let config = HealthConfig {
+        window: 4,
+        warmup_steps: 0,
+        collapse_fraction: 0.5,
+        collapse_steps: 3,
+        ..HealthConfig::default()
+    };
+    // Best moving average .5 (steps 1-4); step 5's lone .1 keeps the mean of the last 3 steps at
+    // (.5 + .5 + .1) / 3 = .367, above .25, and so does step 8's first .1 of three. At step 9 the
+    // mean of the last 3 is (.5 + .1 + .1) / 3 = .233 < .25: one alarm, which step 10 continues.
+    let rewards = [0.5, 0.5, 0.5, 0.5, 0.1, 0.5, 0.5, 0.1, 0.1, 0.1];
+    let history: Vec<Shape> = rewards
+        .iter()
+        .map(|&reward| Shape { reward, ..HEALTHY })
+        .collect();
+    let fired = alarms(config, &history);
+    assert_eq!(fired.len(), 1, "{fired:?}");
+    match &fired[0] {
+        Alarm::RewardCollapse {
+            step,
+            reward,
+            best_average,
+            ..
+        } => {
+            assert_eq!((*step, *best_average), (9, 0.5));
+            assert!((reward - 0.7 / 3.0).abs() < 1e-12, "{reward}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn warm_up_rewards_do_not_set_the_bar() {
     // High rewards during warm-up, then a steady lower level.
     let history: Vec<Shape> = [0.75, 0.75, 0.75, 0.25, 0.25, 0.25]
@@ -686,6 +720,7 @@ fn warm_up_rewards_do_not_set_the_bar() {
     let config = |warmup_steps| HealthConfig {
         window: 2,
         warmup_steps,
+        collapse_steps: 1,
         ..HealthConfig::default()
     };
     // After a warm-up of 3 steps the best average is (.75 + .25) / 2 = .5, and .25 is not below .25.

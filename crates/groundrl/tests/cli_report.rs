@@ -82,6 +82,7 @@ fn answers(data: &Path, right: usize, confident: bool) -> Vec<EvalRecord> {
                 tool_calls: 0,
                 tool_calls_ok: 0,
                 target_size: None,
+                sampled: None,
             }
         })
         .collect()

@@ -2,6 +2,7 @@
 //! figures and the sample screenshots, with a note for each piece that is missing.
 
 use std::cmp::Ordering;
+use std::collections::HashMap;
 use std::fs;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
@@ -11,6 +12,7 @@ use serde::de::DeserializeOwned;
 use super::ReportError;
 use super::samples::{self, SampleView};
 use crate::data::error::from_json_str;
+use crate::metrics::gain::{Interval, paired_gain};
 use crate::telemetry::{EvalRecord, StepRecord};
 
 /// The step log the trainer appends to (the trainer's `METRICS_FILE`).
@@ -37,6 +39,22 @@ impl EvalSet {
             .iter()
             .filter(|r| keep(r))
             .fold((0, 0), |(right, n), r| (right + usize::from(r.correct), n + 1))
+    }
+
+    /// The accuracy gain from `earlier` to this evaluation over the samples both answered (paired
+    /// by id), with its 95% interval ([`paired_gain`]). `None` when they share no sample.
+    pub fn gain_over(&self, earlier: &EvalSet) -> Option<Interval> {
+        let before: HashMap<&str, bool> = earlier
+            .records
+            .iter()
+            .map(|r| (r.id.as_str(), r.correct))
+            .collect();
+        let (was, is): (Vec<bool>, Vec<bool>) = self
+            .records
+            .iter()
+            .filter_map(|r| before.get(r.id.as_str()).map(|&b| (b, r.correct)))
+            .unzip();
+        paired_gain(&was, &is)
     }
 }
 

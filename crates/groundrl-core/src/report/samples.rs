@@ -201,6 +201,7 @@ mod tests {
             tool_calls: 0,
             tool_calls_ok: 0,
             target_size: None,
+            sampled: None,
         }
     }
 

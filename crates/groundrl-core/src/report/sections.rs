@@ -8,8 +8,9 @@ use base64::prelude::{BASE64_STANDARD, Engine};
 
 use super::run::{CONFIG_FILE, EVAL_DIR, EvalSet, METRICS_FILE, Run};
 use super::tools;
+use crate::metrics::gain::wilson;
 use crate::plot::{BarChart, BarSeries, LineChart, Marker, ReliabilityDiagram, Series, escape, format_value};
-use crate::telemetry::StepRecord;
+use crate::telemetry::{StepRecord, check_curve};
 
 /// Tags of the step scalars drawn (as [`StepRecord::scalars`] names them).
 mod tags {
@@ -125,18 +126,23 @@ fn headline(run: &Run) -> Section {
     } else {
         body.push_str(
             "<table class=\"headline\"><thead><tr><th>evaluation</th><th>samples</th><th>right</th>\
-             <th>accuracy</th><th>mean reward</th></tr></thead><tbody>",
+             <th>accuracy</th><th>95% interval</th><th>sampled pass@k</th><th>mean reward</th></tr></thead><tbody>",
         );
         for set in &run.evals {
             let (right, n) = set.correct_of(|_| true);
             let mean_reward = set.records.iter().map(|r| r.reward).sum::<f64>() / n.max(1) as f64;
-            let (accuracy, reward) = match n {
-                0 => ("–".to_string(), "–".to_string()),
-                _ => (percent(right as f64 / n as f64), format_value(mean_reward)),
+            let (accuracy, interval, reward) = match wilson(right, n) {
+                None => ("–".to_string(), "–".to_string(), "–".to_string()),
+                Some(w) => (
+                    percent(w.value),
+                    format!("{} – {}", percent(w.low), percent(w.high)),
+                    format_value(mean_reward),
+                ),
             };
             body.push_str(&format!(
-                r#"<tr><td>{}</td><td>{n}</td><td>{right}</td><td class="accuracy">{accuracy}</td><td>{reward}</td></tr>"#,
-                escape(&set.label)
+                r#"<tr><td>{}</td><td>{n}</td><td>{right}</td><td class="accuracy">{accuracy}</td><td>{interval}</td><td>{}</td><td>{reward}</td></tr>"#,
+                escape(&set.label),
+                pass_at_k(set)
             ));
         }
         body.push_str("</tbody></table>");
@@ -159,25 +165,53 @@ fn headline(run: &Run) -> Section {
     }
 }
 
-/// "after vs before: +50.0 points (25.0% → 75.0%)", for the first and last evaluations with answers.
+/// "after vs before: +50.0 points (25.0% → 75.0%)", for the first and last evaluations with
+/// answers, with the 95% interval of the gain over the samples both answered.
 fn change(evals: &[EvalSet]) -> String {
-    let answered: Vec<(&str, f64)> = evals
+    let answered: Vec<(&EvalSet, f64)> = evals
         .iter()
         .filter_map(|set| {
             let (right, n) = set.correct_of(|_| true);
-            (n > 0).then(|| (set.label.as_str(), right as f64 / n as f64))
+            (n > 0).then(|| (set, right as f64 / n as f64))
         })
         .collect();
     match (answered.first(), answered.last()) {
-        (Some(&(from, a)), Some(&(to, b))) if answered.len() >= 2 => format!(
-            r#"<p class="change">{} vs {}: <b>{:+.1} points</b> ({} → {})</p>"#,
-            escape(to),
-            escape(from),
-            100.0 * (b - a),
-            percent(a),
-            percent(b)
-        ),
+        (Some(&(from, a)), Some(&(to, b))) if answered.len() >= 2 => {
+            let interval = to.gain_over(from).map_or(String::new(), |g| {
+                format!(
+                    "; 95% interval of the gain on the {} samples both answered: {:+.1} to {:+.1} points",
+                    to.records.len().min(from.records.len()),
+                    100.0 * g.low,
+                    100.0 * g.high
+                )
+            });
+            format!(
+                r#"<p class="change">{} vs {}: <b>{:+.1} points</b> ({} → {}){interval}</p>"#,
+                escape(&to.label),
+                escape(&from.label),
+                100.0 * (b - a),
+                percent(a),
+                percent(b)
+            )
+        }
         _ => String::new(),
+    }
+}
+
+/// "71.2% (k = 8)": the share of samples with a correct answer among the ones sampled at the
+/// training temperature, when the evaluation sampled any (`trainer.eval_samples`).
+fn pass_at_k(set: &EvalSet) -> String {
+    let sampled: Vec<_> = set.records.iter().filter_map(|r| r.sampled).collect();
+    match sampled.first() {
+        None => "–".to_string(),
+        Some(first) => {
+            let passed = sampled.iter().filter(|s| s.correct > 0).count();
+            format!(
+                "{} (k = {})",
+                percent(passed as f64 / sampled.len() as f64),
+                first.n
+            )
+        }
     }
 }
 
@@ -211,12 +245,34 @@ fn training(timeline: &Timeline) -> Section {
                 label: format!("best val {}", percent(y)),
             }),
         };
-        charts(&[reward.svg(), accuracy.svg()])
+        let mut body = charts(&[reward.svg(), accuracy.svg()]);
+        body.push_str(&curve_note(timeline));
+        body
     };
     Section {
         id: "training",
         title: "Reward and accuracy",
         body,
+    }
+}
+
+/// Whether the training reward rose and stayed up ([`check_curve`]), in words.
+fn curve_note(timeline: &Timeline) -> String {
+    let rewards: Vec<f64> = timeline
+        .0
+        .get(tags::REWARD)
+        .map(|points| points.iter().map(|p| p.1).collect())
+        .unwrap_or_default();
+    match check_curve(&rewards) {
+        None => String::new(),
+        Some(c) => format!(
+            r#"<p class="curve">Training reward, moving average of {} steps: {} at the start, {} at the end; the end {} the best fifth of the run's averages ({}).</p>"#,
+            c.window,
+            format_value(c.start),
+            format_value(c.end),
+            if c.holds { "is within" } else { "fell below" },
+            format_value(c.best_fifth)
+        ),
     }
 }
 

@@ -57,6 +57,7 @@ fn answer(id: &str, source: &str, correct: bool, confidence: Option<f64>) -> Eva
         tool_calls: 0,
         tool_calls_ok: 0,
         target_size: None,
+        sampled: None,
     }
 }
 
@@ -141,13 +142,15 @@ fn a_full_run_has_every_section_and_the_hand_computed_numbers() {
     ] {
         assert_eq!(page.matches(&format!("<section id=\"{id}\">")).count(), 1, "{id}");
     }
-    // Headline: before 1/4 = 25.0%, mean reward 0.25; after 3/4 = 75.0%, mean reward 0.75.
+    // Headline: before 1/4 = 25.0%, mean reward 0.25; after 3/4 = 75.0%, mean reward 0.75. Wilson's
+    // interval of 1/4: centre (0.25 + z^2/8) / (1 + z^2/4) = 0.3725, half-width 0.3269 -> 4.6-69.9%;
+    // 3/4 mirrors it. No sampled answers: no pass@k.
     let headline = between(&page, "<section id=\"headline\">", "</section>");
     assert!(headline.contains(
-        r#"<tr><td>before</td><td>4</td><td>1</td><td class="accuracy">25.0%</td><td>0.25</td></tr>"#
-    ));
+        r#"<tr><td>before</td><td>4</td><td>1</td><td class="accuracy">25.0%</td><td>4.6% – 69.9%</td><td>–</td><td>0.25</td></tr>"#
+    ), "{headline}");
     assert!(headline.contains(
-        r#"<tr><td>after</td><td>4</td><td>3</td><td class="accuracy">75.0%</td><td>0.75</td></tr>"#
+        r#"<tr><td>after</td><td>4</td><td>3</td><td class="accuracy">75.0%</td><td>30.1% – 95.4%</td><td>–</td><td>0.75</td></tr>"#
     ));
     assert!(headline.contains("after vs before: <b>+50.0 points</b> (25.0% → 75.0%)"));
     assert!(headline.contains("3 training steps logged, steps 1 to 3 (epoch 0)."));
@@ -176,6 +179,53 @@ fn a_full_run_has_every_section_and_the_hand_computed_numbers() {
     assert!(page.contains("<figcaption>rounds/round-1/transition.svg</figcaption>"));
     // No tool was called: no tools section.
     assert!(!page.contains("id=\"tools\""));
+}
+
+/// The same items before and after: the gain's paired interval, pass@k of the sampled answers and
+/// the training curve's verdict, worked out by hand.
+#[test]
+fn the_headline_pairs_the_evaluations_and_shows_pass_at_k() {
+    let dir = tempfile::tempdir().unwrap();
+    // Step means 0.5, 0.75, 1, 1, 1, 1 (each step: a reward of 1 and one of r): window 5, averages
+    // 0.85 and 0.95; the end holds.
+    let steps: Vec<StepRecord> = [0.0, 0.5, 1.0, 1.0, 1.0, 1.0]
+        .iter()
+        .enumerate()
+        .map(|(i, &r)| step(i as u64 + 1, [1.0, r], None))
+        .collect();
+    write_jsonl(&dir.path().join(METRICS_FILE), &steps);
+    fs::create_dir_all(dir.path().join("eval")).unwrap();
+    let sampled = |correct| Some(crate::telemetry::SampledAnswers { n: 8, correct });
+    // Before: x1 right; x2-x4 wrong, sampled right 0, 2, 5 of 8 times: pass@8 3/4.
+    let before: Vec<EvalRecord> = [(true, 8), (false, 0), (false, 2), (false, 5)]
+        .iter()
+        .enumerate()
+        .map(|(i, &(right, c))| EvalRecord {
+            sampled: sampled(c),
+            ..answer(&format!("x{}", i + 1), "web", right, None)
+        })
+        .collect();
+    // After: x1, x3, x4 right: per-item differences 0, 0, 1, 1.
+    let after: Vec<EvalRecord> = [true, false, true, true]
+        .iter()
+        .enumerate()
+        .map(|(i, &right)| answer(&format!("x{}", i + 1), "web", right, None))
+        .collect();
+    write_jsonl(&dir.path().join("eval/before.jsonl"), &before);
+    write_jsonl(&dir.path().join("eval/after.jsonl"), &after);
+    let page = render(&Run::load(dir.path(), dir.path()).unwrap());
+    let headline = between(&page, "<section id=\"headline\">", "</section>");
+    assert!(headline.contains("<td>75.0% (k = 8)</td>"), "{headline}");
+    // Gain 0.5, sd of (0, 0, 1, 1) = sqrt(1/3), half-width 1.96 * 0.5774 / 2 = 0.5658.
+    assert!(
+        headline.contains("+50.0 points</b> (25.0% → 75.0%); 95% interval of the gain on the 4 samples both answered: -6.6 to +106.6 points"),
+        "{headline}"
+    );
+    let training = between(&page, "<section id=\"training\">", "</section>");
+    assert!(
+        training.contains("moving average of 5 steps: 0.85 at the start, 0.95 at the end; the end is within"),
+        "{training}"
+    );
 }
 
 /// A step of two completions: the first called a tool twice (one call ran, one was malformed) and
@@ -211,6 +261,7 @@ fn tool_step(step: u64) -> StepRecord {
 fn tool_answer(id: &str, correct: bool, size: f64, calls: u32, ok: u32) -> EvalRecord {
     EvalRecord {
         target_size: Some(size),
+        sampled: None,
         tool_calls: calls,
         tool_calls_ok: ok,
         ..answer(id, "web", correct, Some(0.6))

@@ -7,10 +7,12 @@
 //! - **length explosion**: the mean response length exceeds `length_factor` × its mean over the
 //!   first `baseline_steps` steps (a policy falling into repetition loops), or the truncated share
 //!   exceeds `max_truncated_share` (checked from the first step);
-//! - **reward collapse**: the step's mean reward falls below `collapse_fraction` × the best moving
-//!   average of `window` steps seen after `warmup_steps` steps; the best is smoothed so that one lucky
-//!   batch does not set a bar no later step reaches, while the step itself is not, so that a sudden
-//!   collapse is caught at once. Only a positive best counts: a fraction of a negative reward says
+//! - **reward collapse**: the mean reward of the last `collapse_steps` steps falls below
+//!   `collapse_fraction` × the best moving average of `window` steps seen after `warmup_steps` steps;
+//!   the best is smoothed so that one lucky batch does not set a bar no later step reaches, and the
+//!   recent mean over a few steps only, so that a collapse is caught within those steps while one
+//!   unlucky small batch is not taken for one (at 8 prompts of a pass/fail reward near 0.35, single
+//!   steps fall below half the best average by chance several times in 150 steps). Only a positive best counts: a fraction of a negative reward says
 //!   nothing. Parse failures above `max_parse_failure_rate` raise their own alarm from the first
 //!   step (a prompt asking for the wrong format shows there);
 //! - **entropy blow-up**: the trainer's [`keys::ENTROPY`] exceeds `entropy_factor` × its mean over the
@@ -49,6 +51,8 @@ pub struct HealthConfig {
     pub warmup_steps: usize,
     /// Collapse alarm below this fraction of the best moving average. Default 0.5.
     pub collapse_fraction: f64,
+    /// Steps whose mean reward is compared with the bar (1: each step alone). Default 5.
+    pub collapse_steps: usize,
     /// Parse-failure alarm above this rate. Default 0.5.
     pub max_parse_failure_rate: f64,
     /// Entropy alarm above this multiple of the baseline entropy. Default 2: GRPO's entropy normally
@@ -65,6 +69,7 @@ impl Default for HealthConfig {
             window: 10,
             warmup_steps: 20,
             collapse_fraction: 0.5,
+            collapse_steps: 5,
             max_parse_failure_rate: 0.5,
             entropy_factor: 2.0,
         }
@@ -81,6 +86,9 @@ impl HealthConfig {
         }
         if self.window == 0 {
             return bad("window", "must be at least 1");
+        }
+        if self.collapse_steps == 0 {
+            return bad("collapse_steps", "must be at least 1");
         }
         for (field, factor) in [
             ("length_factor", self.length_factor),
@@ -165,7 +173,7 @@ impl fmt::Display for Alarm {
                 fraction,
             } => write!(
                 f,
-                "step {step}: reward collapse: mean reward {reward:.4} < {fraction} x best moving average {best_average:.4}"
+                "step {step}: reward collapse: recent mean reward {reward:.4} < {fraction} x best moving average {best_average:.4}"
             ),
             Alarm::ParseFailures { step, rate, max } => write!(
                 f,
@@ -250,8 +258,10 @@ impl HealthMonitor {
                 max: c.max_truncated_share,
             });
         }
-        let reward = r.reward.mean;
-        if let Some(best_average) = self.best_reward_average(reward)
+        let best = self.best_reward_average(r.reward.mean);
+        let recent = self.recent_rewards.len().min(c.collapse_steps);
+        let reward = self.recent_rewards.iter().rev().take(recent).sum::<f64>() / recent as f64;
+        if let Some(best_average) = best
             && reward < c.collapse_fraction * best_average
         {
             alarms.push(Alarm::RewardCollapse {

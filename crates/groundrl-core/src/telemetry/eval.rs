@@ -45,6 +45,18 @@ pub struct EvalRecord {
     /// How small the target is ([`super::stats::target_size`]), for accuracy by target size.
     #[serde(default)]
     pub target_size: Option<f64>,
+    /// Completions sampled at the training temperature besides the greedy one, when the run asks
+    /// for them (`trainer.eval_samples`): how far sampling reaches beyond the greedy answer
+    /// (pass@k), the headroom GRPO can turn into greedy accuracy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampled: Option<SampledAnswers>,
+}
+
+/// How many of a test sample's sampled completions were correct.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SampledAnswers {
+    pub n: u32,
+    pub correct: u32,
 }
 
 #[cfg(test)]
@@ -70,6 +82,7 @@ mod tests {
             tool_calls: 2,
             tool_calls_ok: 1,
             target_size: Some(0.125),
+            sampled: None,
         };
         let line = serde_json::to_string(&record).unwrap();
         let old_fields = r#"{"id":"synth-3","source":"synth/easy","image":"images/000003.png","width":320,"height":240,"instruction":"click OK","targets":[[10.0,20.0,50.0,40.0]],"completion":"(30, 30)","point":[30.0,30.0],"pred_box":null,"correct":true,"reward":1.0,"confidence":null"#;

@@ -9,13 +9,15 @@
 //! - [`tensorboard`]: TensorBoard event files, written without TensorFlow;
 //! - [`alarms`]: the [`HealthMonitor`], which raises an [`Alarm`] when lengths explode, rewards
 //!   collapse or entropy blows up;
-//! - [`eval`]: the [`EvalRecord`] of one held-out sample's answer, for the run report.
+//! - [`eval`]: the [`EvalRecord`] of one held-out sample's answer, for the run report;
+//! - [`curve`]: whether a run's reward rose and stayed up ([`check_curve`]).
 //!
 //! Every number written is finite: non-finite inputs are refused with the field named, and a statistic
 //! that does not exist (accuracy when nothing was judged) is `None`/`null`, never NaN (serde_json writes
 //! NaN as `null` without a word, which would hide the difference).
 
 pub mod alarms;
+pub mod curve;
 pub mod eval;
 pub mod jsonl;
 pub mod record;
@@ -23,7 +25,8 @@ pub mod stats;
 pub mod tensorboard;
 
 pub use alarms::{Alarm, HealthConfig, HealthMonitor};
-pub use eval::EvalRecord;
+pub use curve::{CurveCheck, check_curve};
+pub use eval::{EvalRecord, SampledAnswers};
 pub use jsonl::JsonlLog;
 pub use record::{Scalars, StepRecord};
 pub use stats::{Accuracy, CompletionRecord, Correlation, LengthStats, RolloutStats, Summary};
