@@ -76,6 +76,7 @@ pub fn synthetic_batch(config: &Qwen25VlConfig, shape: &StepShape, seed: u64) ->
         attention_mask: None,
         pixel_values: Some(pixel_values),
         image_grids: vec![shape.grid; shape.rows as usize],
+        branches: None,
     };
     (batch, scored)
 }

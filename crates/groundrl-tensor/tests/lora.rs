@@ -43,6 +43,7 @@ fn batch() -> Batch {
                 .view([16, patch_dim]),
         ),
         image_grids: vec![[1, 4, 4]],
+        branches: None,
     }
 }
 

@@ -34,6 +34,7 @@ fn golden(name: &str) -> (Batch, HashMap<String, Tensor>) {
         attention_mask: Some(rows(&inputs["attention_mask"])),
         pixel_values: Some(inputs["pixel_values"].to_kind(Kind::Float)),
         image_grids: grids,
+        branches: None,
     };
     (batch, named(fixture(name).join("expected.safetensors")))
 }

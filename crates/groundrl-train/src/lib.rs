@@ -13,5 +13,6 @@ pub mod optim;
 pub mod plan;
 pub mod scoring;
 pub mod sft;
+pub mod shared_prefix;
 pub mod trainer;
 pub mod update;

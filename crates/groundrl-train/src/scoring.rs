@@ -81,6 +81,15 @@ impl Scorer {
         self.spec.components().iter().map(|c| c.name.clone()).collect()
     }
 
+    /// Whether a component reads the confidence the model states (`confidence` or `gate`), so
+    /// reference answers must write one.
+    pub fn reads_confidence(&self) -> bool {
+        self.spec
+            .components()
+            .iter()
+            .any(|c| matches!(c.kind, Kind::Confidence(_) | Kind::Gate(_)))
+    }
+
     /// Scores one completion. A sample whose target cannot be scored is an error naming it.
     pub fn score(&self, s: &Scoring) -> Result<CompletionRecord, String> {
         let target =

@@ -17,7 +17,8 @@ use groundrl_core::frame::{Frame, ImageFrames, Size};
 use groundrl_core::metrics::grounding::{Answer, Resolved, resolve::resolve};
 use groundrl_core::rng::keyed;
 use groundrl_core::telemetry::{
-    CompletionRecord, EvalRecord, EventWriter, HealthMonitor, JsonlLog, RolloutStats, Scalars, StepRecord,
+    CompletionRecord, EvalRecord, EventWriter, HealthMonitor, JsonlLog, RolloutStats, SampledAnswers,
+    Scalars, StepRecord,
 };
 use groundrl_core::tool::View;
 use groundrl_tensor::hf_folder::{self, HfModel};
@@ -120,12 +121,40 @@ pub struct SftRecord {
 pub struct Evaluation {
     pub label: String,
     pub samples: usize,
+    /// Samples whose greedy answer was correct.
     pub correct: usize,
+    /// With `trainer.eval_samples`: the completions sampled per sample (k), the samples with at
+    /// least one correct (pass@k), and the correct ones among all sampled.
+    pub sampled: Option<SampledSummary>,
+}
+
+/// What sampling at the training temperature reached on the held-out set.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SampledSummary {
+    pub k: u32,
+    pub pass_at_k: usize,
+    pub correct: usize,
+    pub completions: usize,
 }
 
 impl Evaluation {
     pub fn accuracy(&self) -> f64 {
         self.correct as f64 / self.samples.max(1) as f64
+    }
+
+    fn of(label: &str, records: &[EvalRecord]) -> Self {
+        let sampled: Vec<SampledAnswers> = records.iter().filter_map(|r| r.sampled).collect();
+        Self {
+            label: label.to_string(),
+            samples: records.len(),
+            correct: records.iter().filter(|r| r.correct).count(),
+            sampled: sampled.first().map(|first| SampledSummary {
+                k: first.n,
+                pass_at_k: sampled.iter().filter(|s| s.correct > 0).count(),
+                correct: sampled.iter().map(|s| s.correct as usize).sum(),
+                completions: sampled.iter().map(|s| s.n as usize).sum(),
+            }),
+        }
     }
 }
 
@@ -180,6 +209,8 @@ pub struct Trainer {
     /// The tools offered to the model (none without `[tools]`) and the turn limits.
     tools: ToolSetup,
     train: Dataset,
+    /// The warm-up's own samples (`sft.data`); `None`: it warms up on `train`.
+    warm_up_data: Option<Dataset>,
     val: Dataset,
     test: Dataset,
     pub state: RunState,
@@ -306,7 +337,24 @@ impl Trainer {
             false => Dataset::load(path).map_err(setup),
         };
         let (val, test) = (optional(&cfg.data.val)?, optional(&cfg.data.test)?);
-        for line in train.skipped.iter().chain(&val.skipped).chain(&test.skipped) {
+        let warm_up_data = match cfg.sft.data.as_os_str().is_empty() {
+            true => None,
+            false => Some(Dataset::load(&cfg.sft.data).map_err(setup)?),
+        };
+        if warm_up_data
+            .as_ref()
+            .is_some_and(|d| d.is_empty() && cfg.sft.steps > 0)
+        {
+            return Err(setup(format!("sft.data {}: no samples", cfg.sft.data.display())));
+        }
+        let warm_up_skipped = warm_up_data.iter().flat_map(|d| &d.skipped);
+        for line in train
+            .skipped
+            .iter()
+            .chain(warm_up_skipped)
+            .chain(&val.skipped)
+            .chain(&test.skipped)
+        {
             eprintln!("skipped: {line}");
         }
         let log_path = run_dir.join(METRICS_FILE);
@@ -338,6 +386,7 @@ impl Trainer {
             scorer,
             tools,
             train,
+            warm_up_data,
             val,
             test,
             state: RunState::default(),
@@ -427,7 +476,7 @@ impl Trainer {
         let step = self.state.sft_step;
         let mut examples: Vec<(Encoded, Encoded, Vec<bool>)> = Vec::new();
         for index in self.warm_up_indices(step) {
-            let sample = &self.train.samples[index];
+            let sample = &self.warm_up_set().samples[index];
             match self.reference_example(sample) {
                 Ok(example) => examples.push(example),
                 Err(e) => {
@@ -480,10 +529,15 @@ impl Trainer {
         })
     }
 
-    /// The training samples of warm-up step `step`: positions `step * batch_size ..` of the
+    /// The samples the warm-up draws from.
+    fn warm_up_set(&self) -> &Dataset {
+        self.warm_up_data.as_ref().unwrap_or(&self.train)
+    }
+
+    /// The samples of warm-up step `step`: positions `step * batch_size ..` of the
     /// concatenated epoch orders of the warm-up's seed, so a resumed warm-up sees the same batches.
     fn warm_up_indices(&self, step: u32) -> Vec<usize> {
-        let len = self.train.len();
+        let len = self.warm_up_set().len();
         let size = self.cfg.sft.batch_size as usize;
         let seed = keyed(self.cfg.data.seed, "sft");
         let first = step as usize * size;
@@ -502,13 +556,14 @@ impl Trainer {
     /// A sample's prompt and its reference response: the answer's tokens ended by the end-of-turn
     /// token, after a zoom call and its (masked) reply for the small targets `[tools]` names.
     fn reference_example(&self, sample: &Sample) -> Result<(Encoded, Encoded, Vec<bool>), String> {
-        let prompt = self.encode(sample, &self.train.base)?;
+        let prompt = self.encode(sample, &self.warm_up_set().base)?;
         let (response, generated) = self.tools.reference_response(
             &self.policy.processor,
             sample,
             prompt.view.frames,
             &prompt.image,
             self.scorer.spec.model_frame,
+            self.tools.is_on() || self.scorer.reads_confidence(),
         )?;
         Ok((prompt.encoded, response, generated))
     }
@@ -555,9 +610,28 @@ impl Trainer {
         }
         let indices: Vec<usize> = (0..self.test.len()).collect();
         let mut records = Vec::new();
+        let k = self.cfg.trainer.eval_samples as usize;
         for chunk in indices.chunks(self.cfg.rollout.prompts_per_step.max(1) as usize) {
-            for group in self.sample_groups(chunk, 0, Split::Test)? {
-                records.push(self.eval_record(&group)?);
+            let greedy = self.sample_groups(chunk, 0, Split::Test)?;
+            let mut sampled = match k {
+                0 => Vec::new(),
+                _ => {
+                    let seed = keyed(self.cfg.trainer.seed, &format!("eval {label} {}", chunk[0]));
+                    self.sample_groups_with(chunk, seed, Split::Test, k, self.temperature())?
+                }
+            }
+            .into_iter()
+            .peekable();
+            for group in greedy {
+                let mut record = self.eval_record(&group)?;
+                // Both lists follow `chunk`'s order and skip the same unreadable samples.
+                if let Some(s) = sampled.next_if(|s| s.index == group.index) {
+                    record.sampled = Some(SampledAnswers {
+                        n: s.records.len() as u32,
+                        correct: s.records.iter().filter(|r| r.correct == Some(true)).count() as u32,
+                    });
+                }
+                records.push(record);
             }
         }
         let dir = self.run_dir.join(EVAL_DIR);
@@ -568,17 +642,25 @@ impl Trainer {
         for record in &records {
             log.append(record)?;
         }
-        let evaluation = Evaluation {
-            label: label.to_string(),
-            samples: records.len(),
-            correct: records.iter().filter(|r| r.correct).count(),
-        };
+        let evaluation = Evaluation::of(label, &records);
         eprintln!(
             "held-out {label}: {}/{} correct ({:.1}%)",
             evaluation.correct,
             evaluation.samples,
             100.0 * evaluation.accuracy()
         );
+        if let Some(s) = evaluation.sampled {
+            eprintln!(
+                "held-out {label}, {} samples each at temperature {}: pass@{} {}/{} ({:.1}%), {:.1}% of all sampled correct",
+                s.k,
+                self.temperature(),
+                s.k,
+                s.pass_at_k,
+                evaluation.samples,
+                100.0 * s.pass_at_k as f64 / evaluation.samples.max(1) as f64,
+                100.0 * s.correct as f64 / s.completions.max(1) as f64
+            );
+        }
         self.state.evaluations.push(label.to_string());
         self.evaluations.push(evaluation.clone());
         Ok(Some(evaluation))
@@ -631,6 +713,7 @@ impl Trainer {
             confidence: scored.confidence,
             tool_calls: scored.tool_calls,
             tool_calls_ok: scored.tool_calls_ok,
+            sampled: None,
         })
     }
 
@@ -666,6 +749,7 @@ impl Trainer {
             temperature: self.temperature(),
             response_budget: self.generation_budget() as i64,
             lr,
+            shared_prefix: t.shared_prefix,
         };
         let overlong = &self.cfg.advantage.overlong;
         let mut rows: Vec<Row> = groups
@@ -737,6 +821,7 @@ impl Trainer {
             ("time/encode", self.rollout_seconds.encode),
             ("time/generate", self.rollout_seconds.generate),
             ("time/update", update_seconds),
+            ("update/shared_prefix", f64::from(u8::from(report.shared_prefix))),
             (
                 "generated_tokens_per_s",
                 generated as f64 / rollout_seconds.max(1e-9),

@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 
 use groundrl_tensor::processor::{Encoded, Processor};
-use groundrl_tensor::qwen2_5_vl::model::{ImageFeatures, logprobs_and_entropy_at};
+use groundrl_tensor::qwen2_5_vl::model::{
+    ImageFeatures, TokenScores, logprobs_and_entropy_at, logprobs_and_entropy_of_pairs,
+};
 use groundrl_tensor::qwen2_5_vl::{Batch, ModelError, Qwen25Vl};
 use tch::{Device, Kind, Tensor};
 
@@ -32,7 +34,7 @@ pub struct Row<'a> {
 
 impl Row<'_> {
     /// Whether response token `i` is the model's.
-    fn learns_from(&self, i: usize) -> bool {
+    pub(crate) fn learns_from(&self, i: usize) -> bool {
         self.generated.get(i).copied().unwrap_or(true)
     }
 
@@ -68,6 +70,9 @@ pub struct UpdateSettings<'a> {
     /// The response length budget (`rollout.max_new_tokens`), for Dr.GRPO's normaliser.
     pub response_budget: i64,
     pub lr: f64,
+    /// Run a prompt's completions as branches of one forward of the prompt where they allow it
+    /// ([`crate::shared_prefix`]).
+    pub shared_prefix: bool,
 }
 
 /// What the update did. Statistics, loss and gradient norm are means over the optimizer steps (the
@@ -81,6 +86,8 @@ pub struct UpdateReport {
     pub skipped_steps: u32,
     /// Tokens run through the model (prompt and completion, padding excluded), all passes.
     pub tokens: u64,
+    /// Whether a micro-batch ran its completions as branches of their shared prompt.
+    pub shared_prefix: bool,
 }
 
 /// The training inputs of some rows on the model's device.
@@ -101,6 +108,21 @@ pub(crate) struct MicroBatch {
     /// The same from the reference model's tower, when there is one: computed the same way as the
     /// policy's, so that equal weights give equal log-probs to the last bit.
     pub reference_features: Option<Tensor>,
+    /// Where the batch's images come from, in order: each row's prompt and response, or each
+    /// branched row's prompt (keys of [`FrozenFeatures`]).
+    pub sources: Vec<*const Encoded>,
+    /// For branched rows ([`crate::shared_prefix`]): which tokens are scored and where their
+    /// scores go in `mask`'s layout; `None` for plain rows, scored where `mask` is 1.
+    pub branched: Option<Branched>,
+}
+
+/// The scored tokens of a branched micro-batch: flat (row-major) indices into the batch's (B, L) of
+/// each scored token and of the token that predicts it, and the flat index into `mask`'s (R, W)
+/// where its score goes.
+pub(crate) struct Branched {
+    pub targets_at: Tensor,
+    pub predictors_at: Tensor,
+    pub slots: Tensor,
 }
 
 impl MicroBatch {
@@ -155,14 +177,10 @@ impl FrozenFeatures {
         Ok(Self { by_source })
     }
 
-    /// The features of `rows`' images in batch order (each row's prompt images, then its
-    /// response's); `None` when the tower is trained or the rows have no image.
-    fn of(&self, rows: &[Row]) -> Option<Tensor> {
-        let parts: Vec<&Tensor> = rows
-            .iter()
-            .flat_map(|r| [r.prompt, r.response])
-            .filter_map(|e| self.by_source.get(&(e as *const Encoded)))
-            .collect();
+    /// The features of a micro-batch's images in batch order ([`MicroBatch::sources`]); `None`
+    /// when the tower is trained or the batch has no image.
+    fn of(&self, sources: &[*const Encoded]) -> Option<Tensor> {
+        let parts: Vec<&Tensor> = sources.iter().filter_map(|e| self.by_source.get(e)).collect();
         (!parts.is_empty()).then(|| Tensor::cat(&parts, 0))
     }
 }
@@ -186,9 +204,9 @@ pub fn update(
     let micro = |mini: &[Row]| -> Result<Vec<MicroBatch>, ModelError> {
         mini.chunks(s.micro_batch_size.max(1))
             .map(|rows| {
-                let mut mb = micro_batch(processor, rows, device)?;
-                mb.features = frozen.of(rows);
-                mb.reference_features = frozen_reference.as_ref().and_then(|f| f.of(rows));
+                let mut mb = training_batch(processor, rows, device, s.shared_prefix)?;
+                mb.features = frozen.of(&mb.sources);
+                mb.reference_features = frozen_reference.as_ref().and_then(|f| f.of(&mb.sources));
                 Ok(mb)
             })
             .collect()
@@ -249,6 +267,7 @@ pub fn update(
                 forward.backward(&out.loss)?;
                 report.stats.merge(&out.stats);
                 report.tokens += mb.tokens;
+                report.shared_prefix |= mb.branched.is_some();
             }
             report.loss += mini_loss;
             match optimizer
@@ -290,9 +309,9 @@ pub fn kl_penalties(
     let frozen_reference = FrozenFeatures::for_reference(&frozen, reference, rows)?;
     let mut penalties = Vec::with_capacity(rows.len());
     for chunk in rows.chunks(s.micro_batch_size.max(1)) {
-        let mut mb = micro_batch(processor, chunk, model.device())?;
-        mb.features = frozen.of(chunk);
-        mb.reference_features = frozen_reference.of(chunk);
+        let mut mb = training_batch(processor, chunk, model.device(), s.shared_prefix)?;
+        mb.features = frozen.of(&mb.sources);
+        mb.reference_features = frozen_reference.of(&mb.sources);
         let policy = scores_without_grad(model, &mb, mb.policy_features(), s)?;
         let reference = scores_without_grad(reference, &mb, mb.reference_features(), s)?;
         let penalty = kl_reward_penalty(s.loss, &policy, &reference, &mb.mask)
@@ -300,6 +319,22 @@ pub fn kl_penalties(
         penalties.extend(penalty);
     }
     Ok(penalties)
+}
+
+/// The micro-batch of `rows`: their completions as branches of their shared prompts where
+/// `shared_prefix` is on and the rows allow it ([`crate::shared_prefix::applies`]), else one row
+/// each ([`micro_batch`]).
+fn training_batch(
+    processor: &Processor,
+    rows: &[Row],
+    device: Device,
+    shared_prefix: bool,
+) -> Result<MicroBatch, ModelError> {
+    if shared_prefix && crate::shared_prefix::applies(rows) {
+        crate::shared_prefix::micro_batch(processor, rows, device)
+    } else {
+        micro_batch(processor, rows, device)
+    }
 }
 
 /// The rows as one left-padded batch of prompt + response, with the mask of the tokens learned
@@ -351,26 +386,51 @@ pub(crate) fn micro_batch(
         counted,
         features: None,
         reference_features: None,
+        sources: rows
+            .iter()
+            .flat_map(|r| [r.prompt as *const Encoded, r.response as *const Encoded])
+            .collect(),
+        branched: None,
     })
 }
 
 /// Log-probs and entropies of the micro-batch's masked tokens (the model's) at the sampling
 /// temperature; 0 elsewhere, with no graph to them.
-fn token_scores(
+pub(crate) fn token_scores(
     model: &Qwen25Vl,
     hidden: &Tensor,
     ids: &Tensor,
     mb: &MicroBatch,
     s: &UpdateSettings,
-) -> Result<groundrl_tensor::qwen2_5_vl::model::TokenScores, ModelError> {
+) -> Result<TokenScores, ModelError> {
     // logits / T = (hidden / T) · W: the output projection has no bias.
     let hidden = if s.temperature > 0.0 && s.temperature != 1.0 {
         hidden / s.temperature
     } else {
         hidden.shallow_clone()
     };
-    let scored = mb.mask.gt(0.0);
-    logprobs_and_entropy_at(&model.text, &hidden, ids, &scored, s.logprob_chunk)
+    let Some(b) = &mb.branched else {
+        let scored = mb.mask.gt(0.0);
+        return logprobs_and_entropy_at(&model.text, &hidden, ids, &scored, s.logprob_chunk);
+    };
+    let flat = logprobs_and_entropy_of_pairs(
+        &model.text,
+        &hidden,
+        ids,
+        &b.targets_at,
+        &b.predictors_at,
+        s.logprob_chunk,
+    )?;
+    let shape = mb.mask.size();
+    let place = |values: &Tensor| {
+        Tensor::zeros([shape[0] * shape[1]], (Kind::Float, values.device()))
+            .index_put(&[Some(&b.slots)], values, false)
+            .view([shape[0], shape[1]])
+    };
+    Ok(TokenScores {
+        logprobs: place(&flat.logprobs),
+        entropy: place(&flat.entropy),
+    })
 }
 
 /// The completion tokens' log-probs under `model` without a graph, its image features from `source`.
@@ -421,7 +481,7 @@ pub(crate) mod tests {
 
     /// `text` with its one `<|image_pad|>` expanded for an image of `grid`, and made-up pixel rows
     /// `offset + 1e-4 * k` for k = 0, 1, ... (every value different, so their order can be checked).
-    fn with_image(p: &Processor, text: &str, grid: Grid, offset: f64) -> Encoded {
+    pub(crate) fn with_image(p: &Processor, text: &str, grid: Grid, offset: f64) -> Encoded {
         let patches = grid.iter().product::<i64>();
         let merged = (patches / 4) as usize;
         let pixels = Tensor::arange(patches * 1176, (Kind::Float, Device::Cpu)).view([patches, 1176]) * 1e-4;
@@ -432,7 +492,7 @@ pub(crate) mod tests {
         }
     }
 
-    const PROMPT: &str = "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Click OK.<|im_end|>\n\
+    pub(crate) const PROMPT: &str = "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Click OK.<|im_end|>\n\
                           <|im_start|>assistant\n";
     const CALL: &str =
         "<tool_call>\n{\"name\": \"zoom\", \"arguments\": {\"bbox_2d\": [0, 0, 28, 28]}}\n</tool_call>";
@@ -601,6 +661,7 @@ pub(crate) mod tests {
                 temperature: 1.0,
                 response_budget: 256,
                 lr: 1e-6,
+                shared_prefix: false,
             };
             let scores = token_scores(&model, &hidden, &ids, &mb, &s).unwrap();
             let scale = LossScale::of_mini_batch([&mb.mask], &cfg, s.response_budget).unwrap();
@@ -654,7 +715,7 @@ pub(crate) mod tests {
         // The trajectory's prompt and response, the plain prompt; the text answer has no image.
         assert_eq!(frozen.by_source.len(), 3);
         let mut mb = micro_batch(&p, &rows, Device::Cpu).unwrap();
-        mb.features = frozen.of(&rows);
+        mb.features = frozen.of(&mb.sources);
         let tower = tch::no_grad(|| model.hidden_states(&mb.batch)).unwrap();
         let given = tch::no_grad(|| model.hidden_states_from(&mb.batch, mb.policy_features())).unwrap();
         // Up to f32 rounding: the tower batches the images' windows differently when run per image.

@@ -25,6 +25,7 @@ fn batch() -> (Batch, Tensor) {
         attention_mask: Some(vec![vec![0, 0, 1, 1, 1, 1, 1, 1, 1], vec![1; 9]]),
         pixel_values: None,
         image_grids: vec![],
+        branches: None,
     };
     let scored = Tensor::zeros([2, 9], (Kind::Bool, Device::Cpu));
     let _ = scored.narrow(1, 5, 4).fill_(1);

@@ -1,5 +1,6 @@
 //! Qwen2.5-VL on libtorch: configuration, checkpoint tensors, the vision tower and the M-RoPE decoder.
 
+pub mod branches;
 pub mod config;
 mod layers;
 pub mod lora;
@@ -14,6 +15,7 @@ pub mod weights;
 use std::fmt::Display;
 use std::path::Path;
 
+pub use branches::BranchRow;
 pub use config::{Qwen25VlConfig, TextConfig, VisionConfig};
 pub use lora::LoraSpec;
 pub use model::{Batch, Qwen25Vl};

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use tch::{Device, Kind, Tensor, nn};
 
+use super::branches::{self, BranchRow};
 use super::rope_index::{Grid, RopeIndex, RopeSpec};
 use super::text::{AttentionMask, Rotary, TextModel};
 use super::vision::VisionTower;
@@ -21,6 +22,10 @@ pub struct Batch {
     /// (patches, patch_dim) as the image processor makes them, all images concatenated.
     pub pixel_values: Option<Tensor>,
     pub image_grids: Vec<Grid>,
+    /// Rows that are a prompt followed by branches ([`branches`]), right-padded, one layout per
+    /// row; `None` for plain rows (and then `attention_mask` marks the padding). With branches the
+    /// prompts hold every image and `attention_mask` is not read.
+    pub branches: Option<Vec<BranchRow>>,
 }
 
 /// Where a forward takes the features of its batch's images from.
@@ -168,6 +173,36 @@ impl Qwen25Vl {
             let features = features(pixels, &batch.image_grids)?.to_kind(embeds.kind());
             embeds = self.place_features(&batch.input_ids, embeds, &features)?;
         }
+        let (rope, mask) = match &batch.branches {
+            Some(layout) => {
+                branches::check(layout, rows as usize, len as usize)?;
+                let rope =
+                    branches::positions(&self.rope_spec(), &batch.input_ids, layout, &batch.image_grids)?;
+                let mask = AttentionMask::Allowed(branches::mask(layout, len as usize, device));
+                (rope, mask)
+            }
+            None => self.rows_positions_and_mask(batch, device)?,
+        };
+        let positions: Vec<i64> = rope.positions.iter().flat_map(|c| c.concat()).collect();
+        let positions = Tensor::from_slice(&positions)
+            .view([3, rows, len])
+            .to_device(device);
+        let rotary = Rotary::new(&self.config.text, &positions, embeds.kind());
+        Ok(Prepared {
+            ids,
+            embeds,
+            rotary,
+            mask,
+            rope,
+        })
+    }
+
+    /// Positions and attention mask of plain rows: causal, padded keys hidden where there is padding.
+    fn rows_positions_and_mask(
+        &self,
+        batch: &Batch,
+        device: Device,
+    ) -> Result<(RopeIndex, AttentionMask), ModelError> {
         let rope = RopeIndex::new(
             &self.rope_spec(),
             &batch.input_ids,
@@ -176,13 +211,9 @@ impl Qwen25Vl {
             &[],
             &[],
         )?;
-        let positions: Vec<i64> = rope.positions.iter().flat_map(|c| c.concat()).collect();
-        let positions = Tensor::from_slice(&positions)
-            .view([3, rows, len])
-            .to_device(device);
-        let rotary = Rotary::new(&self.config.text, &positions, embeds.kind());
         let mask = match &batch.attention_mask {
             Some(m) if m.iter().flatten().any(|&v| v == 0) => {
+                let (rows, len) = (m.len() as i64, m.first().map_or(0, Vec::len) as i64);
                 let m = Tensor::from_slice(&m.concat())
                     .view([rows, len])
                     .to_device(device);
@@ -190,13 +221,7 @@ impl Qwen25Vl {
             }
             _ => AttentionMask::Causal,
         };
-        Ok(Prepared {
-            ids,
-            embeds,
-            rotary,
-            mask,
-            rope,
-        })
+        Ok((rope, mask))
     }
 
     /// The vision tower's merged features (images' tokens, hidden), without a graph when it is frozen.
@@ -316,10 +341,10 @@ fn entropy_of(logprobs: &Tensor) -> Tensor {
     -(logprobs.exp() * logprobs).sum_dim_intlist(-1, false, Kind::Float)
 }
 
-/// The chunk loop shared by [`logprobs_at`] and [`logprobs_and_entropy_at`]: projects the hidden
-/// states that predict scored tokens to f32 vocabulary log-probabilities, `chunk` rows at a time, and
-/// hands each chunk with its target ids to `per_chunk`; each of its `N` per-row results is placed
-/// back at the scored positions of a (B, L) f32 tensor, 0 elsewhere.
+/// The chunk loop shared by [`logprobs_at`] and [`logprobs_and_entropy_at`]: scores the tokens
+/// where `scored` (B, L) is true, each predicted by the position before it ([`scores_of_pairs`]), and
+/// places each of the `N` per-token results back at the scored positions of a (B, L) f32 tensor, 0
+/// elsewhere.
 fn scores_at<const N: usize>(
     text: &TextModel,
     hidden: &Tensor,
@@ -342,11 +367,33 @@ fn scores_at<const N: usize>(
             "the first token of a row has no prediction to score".into(),
         ));
     }
-    // Token (b, i) is predicted by hidden (b, i - 1): flatten and pick those rows.
+    // Token (b, i) is predicted by hidden (b, i - 1).
     let targets_at = scored.view([-1]).nonzero().squeeze_dim(1);
     let predictors_at = &targets_at - 1;
-    let h = hidden.view([rows * len, -1]).index_select(0, &predictors_at);
-    let targets = ids.view([-1]).index_select(0, &targets_at);
+    let values = scores_of_pairs(text, hidden, ids, &targets_at, &predictors_at, chunk, per_chunk)?;
+    Ok(values.map(|values| {
+        Tensor::zeros([rows * len], (Kind::Float, ids.device()))
+            .index_put(&[Some(&targets_at)], &values, false)
+            .view([rows, len])
+    }))
+}
+
+/// Projects the hidden states at `predictors_at` (flat, row-major indices into `hidden`'s (B, L))
+/// to f32 vocabulary log-probabilities, `chunk` rows at a time, and hands each chunk with the ids at
+/// `targets_at` to `per_chunk`; returns its `N` per-token results in the pairs' order. Branched rows
+/// ([`super::branches`]) score this way: a branch's first token is predicted by the prompt's last.
+pub fn scores_of_pairs<const N: usize>(
+    text: &TextModel,
+    hidden: &Tensor,
+    ids: &Tensor,
+    targets_at: &Tensor,
+    predictors_at: &Tensor,
+    chunk: i64,
+    per_chunk: impl Fn(&Tensor, &Tensor) -> [Tensor; N],
+) -> Result<[Tensor; N], ModelError> {
+    let (rows, len) = (ids.size()[0], ids.size()[1]);
+    let h = hidden.view([rows * len, -1]).index_select(0, predictors_at);
+    let targets = ids.view([-1]).index_select(0, targets_at);
     let chunk = chunk.max(1);
     let mut parts: [Vec<Tensor>; N] = std::array::from_fn(|_| Vec::new());
     let n = targets.size()[0];
@@ -361,16 +408,32 @@ fn scores_at<const N: usize>(
         }
         start += size;
     }
-    Ok(parts.map(|part| {
-        let values = if part.is_empty() {
-            Tensor::zeros([0], (Kind::Float, ids.device()))
-        } else {
-            Tensor::cat(&part, 0)
-        };
-        Tensor::zeros([rows * len], (Kind::Float, ids.device()))
-            .index_put(&[Some(&targets_at)], &values, false)
-            .view([rows, len])
+    Ok(parts.map(|part| match part.is_empty() {
+        true => Tensor::zeros([0], (Kind::Float, ids.device())),
+        false => Tensor::cat(&part, 0),
     }))
+}
+
+/// The log-probability and the entropy at each of the pairs' tokens, flat: [`scores_of_pairs`]
+/// with what [`logprobs_and_entropy_at`] computes.
+pub fn logprobs_and_entropy_of_pairs(
+    text: &TextModel,
+    hidden: &Tensor,
+    ids: &Tensor,
+    targets_at: &Tensor,
+    predictors_at: &Tensor,
+    chunk: i64,
+) -> Result<TokenScores, ModelError> {
+    let [logprobs, entropy] = scores_of_pairs(
+        text,
+        hidden,
+        ids,
+        targets_at,
+        predictors_at,
+        chunk,
+        |logprobs, targets| [chosen(logprobs, targets), entropy_of(logprobs)],
+    )?;
+    Ok(TokenScores { logprobs, entropy })
 }
 
 fn batch_shape(batch: &Batch) -> Result<(i64, i64), ModelError> {

@@ -5,6 +5,8 @@
 //! steps of cross-entropy on the answer format (`groundrl_core::prompt::answer`) give RL something
 //! to sharpen; the warm-up runs in the same trainer, with its own AdamW state, before the first step.
 
+use std::path::PathBuf;
+
 use serde::{Deserialize, Serialize};
 
 use super::{ConfigError, ensure};
@@ -14,6 +16,9 @@ use super::{ConfigError, ensure};
 pub struct SftConfig {
     /// Optimizer steps of warm-up; 0 turns it off. Default 0.
     pub steps: u32,
+    /// The warm-up's own samples (JSONL or Parquet, as `data.train`), so that GRPO meets tasks the
+    /// warm-up never showed; `""` warms up on `data.train`. Default `""`.
+    pub data: PathBuf,
     /// Samples per warm-up step (in micro-batches of `trainer.micro_batch_size`). Default 16.
     pub batch_size: u32,
     /// Constant learning rate of the warm-up (after `warmup_steps` of linear ramp); GRPO then starts
@@ -27,6 +32,7 @@ impl Default for SftConfig {
     fn default() -> Self {
         Self {
             steps: 0,
+            data: PathBuf::new(),
             batch_size: 16,
             lr: 1e-4,
             warmup_steps: 0,

@@ -54,6 +54,17 @@ pub struct TrainerConfig {
     pub max_nonfinite_steps: u32,
     /// Seed of sampling and of the validation subsample. Default 0.
     pub seed: u64,
+    /// Completions sampled per held-out test sample at the training temperature, besides the
+    /// greedy answer, at each held-out evaluation: pass@k (k = this) tells how much accuracy
+    /// sampling reaches that greedy decoding does not, the headroom GRPO can turn into greedy
+    /// accuracy. 0: greedy only. Default 0.
+    pub eval_samples: u32,
+    /// Forward each group's prompt once in the update, its completions as branches attending to it
+    /// (`crate::shared_prefix`): the same gradient up to float summation order, a prompt's tokens
+    /// and image run once instead of `rollout.n` times. Applies where no response holds an image
+    /// (tool turns' zoomed views take the row-per-completion layout); step records say whether it
+    /// ran (`update/shared_prefix`). Default true.
+    pub shared_prefix: bool,
 }
 
 impl Default for TrainerConfig {
@@ -75,6 +86,8 @@ impl Default for TrainerConfig {
             early_stopping_mode: EarlyStoppingMode::Max,
             max_nonfinite_steps: 3,
             seed: 0,
+            eval_samples: 0,
+            shared_prefix: true,
         }
     }
 }

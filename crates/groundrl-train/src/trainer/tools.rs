@@ -11,7 +11,7 @@ use groundrl_core::data::Sample;
 use groundrl_core::frame::{Frame, ImageFrames};
 use groundrl_core::metrics::grounding::RawAnswer;
 use groundrl_core::parse::{Answer, confidence_in, parse_completion};
-use groundrl_core::prompt::answer::{reference_answer_in_view, reference_zoom_call};
+use groundrl_core::prompt::answer::{reference_answer, reference_answer_in_view, reference_zoom_call};
 use groundrl_core::prompt::tools::tool_instruction;
 use groundrl_core::resize::PixelBudget;
 use groundrl_core::reward::ToolUse;
@@ -94,7 +94,8 @@ impl ToolSetup {
 
     /// The warm-up's reference response for `sample`: its answer, or for a target smaller than
     /// `warm_up_zoom_below` a zoom call, the zoom's real reply (masked) and the answer about the
-    /// view the answer is read in. The response's tokens with their generated flags.
+    /// view the answer is read in, with `\n<confidence>c</confidence>` after the answer when
+    /// `writes_confidence`. The response's tokens with their generated flags.
     pub fn reference_response(
         &self,
         processor: &Processor,
@@ -102,6 +103,7 @@ impl ToolSetup {
         frames: ImageFrames,
         image: &RgbImage,
         model_frame: Frame,
+        writes_confidence: bool,
     ) -> Result<(Encoded, Vec<bool>), String> {
         let full = View::full(frames);
         let eos = i64::from(processor.tokenizer.special_ids().eos);
@@ -132,8 +134,14 @@ impl ToolSetup {
                 view = reply.output.view.unwrap_or(full);
             }
         }
-        let answer = reference_answer_in_view(sample, frames, &view, REFERENCE_CONFIDENCE_AFTER)
-            .map_err(|e| e.to_string())?;
+        // A confidence line only where the reward reads it: otherwise it would only lengthen every
+        // answer the model must learn to end.
+        let answer = if writes_confidence {
+            reference_answer_in_view(sample, frames, &view, REFERENCE_CONFIDENCE_AFTER)
+        } else {
+            reference_answer(sample, frames)
+        }
+        .map_err(|e| e.to_string())?;
         let mut answer_tokens = tokens(processor, &answer)?;
         answer_tokens.push(eos);
         response.push(&answer_tokens, true);

@@ -74,5 +74,6 @@ fn read_batch(path: &PathBuf) -> anyhow::Result<Batch> {
         attention_mask,
         pixel_values: named.remove("pixel_values").map(|p| p.to_kind(Kind::Float)),
         image_grids,
+        branches: None,
     })
 }
