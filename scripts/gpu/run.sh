@@ -171,19 +171,20 @@ echo "== 7. groundrl demo --gpu: the small preset from random weights, warm-up, 
 demo=$work/demo-gpu
 rm -rf "$demo"
 (cd "$work" && timeout 560 "$bin" demo --gpu --out "$demo") 2>&1 | grep -v '^\s*$' | tail -12
-for f in sft.jsonl metrics.jsonl report.html config.toml; do cp "$demo/$f" "$out/demo_gpu_$f" 2>/dev/null; done
-for label in before after; do cp "$demo/eval/$label.jsonl" "$out/demo_gpu_eval_$label.jsonl" 2>/dev/null; done
+cp "$demo/summary.json" "$out/demo_gpu_summary.json" 2>/dev/null
+for f in sft.jsonl metrics.jsonl report.html config.toml; do cp "$demo/seed-0/$f" "$out/demo_gpu_$f" 2>/dev/null; done
+for label in before after; do cp "$demo/seed-0/eval/$label.jsonl" "$out/demo_gpu_eval_$label.jsonl" 2>/dev/null; done
 fi
 
 if want tools; then
 echo "== 8. groundrl demo --tools --gpu: the small preset learns to zoom; mixed batches of zooming and direct answers"
 demo=$work/demo-tools-gpu
 rm -rf "$demo"
-(cd "$work" && timeout 590 "$bin" demo --tools --gpu --out "$demo" --train-screenshots 600 --test-screenshots 100 \
+(cd "$work" && timeout 590 "$bin" demo --tools --gpu --out "$demo" --seeds 1 --test-tasks 183 \
   sft.steps=300 trainer.max_steps=40) 2>&1 | grep -v '^\s*$' | tail -12
-for f in sft.jsonl metrics.jsonl report.html config.toml; do cp "$demo/$f" "$out/demo_tools_gpu_$f" 2>/dev/null; done
-for label in before after; do cp "$demo/eval/$label.jsonl" "$out/demo_tools_gpu_eval_$label.jsonl" 2>/dev/null; done
-$py - "$demo/metrics.jsonl" <<'PY'
+for f in sft.jsonl metrics.jsonl report.html config.toml; do cp "$demo/seed-0/$f" "$out/demo_tools_gpu_$f" 2>/dev/null; done
+for label in before after; do cp "$demo/seed-0/eval/$label.jsonl" "$out/demo_tools_gpu_eval_$label.jsonl" 2>/dev/null; done
+$py - "$demo/seed-0/metrics.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 for r in rows[:3] + rows[-3:]:

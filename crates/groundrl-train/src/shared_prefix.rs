@@ -16,7 +16,7 @@ use groundrl_tensor::qwen2_5_vl::branches::scored_pairs;
 use groundrl_tensor::qwen2_5_vl::{Batch, BranchRow, ModelError};
 use tch::{Device, Tensor};
 
-use crate::update::{Branched, MicroBatch, Row};
+use crate::update::{Branched, MicroBatch, Row, check_generated_flags};
 
 /// The runs of consecutive rows that share one prompt (the same `Encoded`).
 fn packs(rows: &[Row]) -> Vec<Range<usize>> {
@@ -58,15 +58,7 @@ pub(crate) fn micro_batch(
         .collect();
     let len = layout.iter().map(BranchRow::len).max().unwrap_or(0);
     let width = rows.iter().map(|r| r.response.input_ids.len()).max().unwrap_or(0);
-    for (i, r) in rows.iter().enumerate() {
-        let response = r.response.input_ids.len();
-        if !r.generated.is_empty() && r.generated.len() != response {
-            return Err(ModelError::Input(format!(
-                "row {i}: {} generated flags for {response} response tokens",
-                r.generated.len()
-            )));
-        }
-    }
+    check_generated_flags(rows)?;
     let learned = |pack: usize, branch: usize, t: usize| {
         let row = &rows[packs[pack].start + branch];
         row.counts && row.learns_from(t)

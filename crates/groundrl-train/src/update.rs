@@ -354,14 +354,9 @@ pub(crate) fn micro_batch(
     let mut tokens = 0;
     let mut counted = 0;
     let mut encoded = Vec::with_capacity(rows.len());
+    check_generated_flags(rows)?;
     for (i, r) in rows.iter().enumerate() {
         let response = r.response.input_ids.len();
-        if !r.generated.is_empty() && r.generated.len() != response {
-            return Err(ModelError::Input(format!(
-                "row {i}: {} generated flags for {response} response tokens",
-                r.generated.len()
-            )));
-        }
         tokens += (r.prompt.input_ids.len() + response) as u64;
         if r.counts {
             // Left padding puts the response at the end of the row.
@@ -392,6 +387,20 @@ pub(crate) fn micro_batch(
             .collect(),
         branched: None,
     })
+}
+
+/// Refuses a row whose `generated` flags do not match its response, naming it.
+pub(crate) fn check_generated_flags(rows: &[Row]) -> Result<(), ModelError> {
+    for (i, r) in rows.iter().enumerate() {
+        let response = r.response.input_ids.len();
+        if !r.generated.is_empty() && r.generated.len() != response {
+            return Err(ModelError::Input(format!(
+                "row {i}: {} generated flags for {response} response tokens",
+                r.generated.len()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Log-probs and entropies of the micro-batch's masked tokens (the model's) at the sampling
