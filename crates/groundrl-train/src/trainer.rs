@@ -18,7 +18,7 @@ use groundrl_core::metrics::grounding::{Answer, Resolved, resolve::resolve};
 use groundrl_core::rng::keyed;
 use groundrl_core::telemetry::{
     CompletionRecord, EvalRecord, EventWriter, HealthMonitor, JsonlLog, RolloutStats, SampledAnswers,
-    Scalars, StepRecord,
+    SampledSummary, Scalars, StepRecord,
 };
 use groundrl_core::tool::View;
 use groundrl_tensor::hf_folder::{self, HfModel};
@@ -128,32 +128,17 @@ pub struct Evaluation {
     pub sampled: Option<SampledSummary>,
 }
 
-/// What sampling at the training temperature reached on the held-out set.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct SampledSummary {
-    pub k: u32,
-    pub pass_at_k: usize,
-    pub correct: usize,
-    pub completions: usize,
-}
-
 impl Evaluation {
     pub fn accuracy(&self) -> f64 {
         self.correct as f64 / self.samples.max(1) as f64
     }
 
     fn of(label: &str, records: &[EvalRecord]) -> Self {
-        let sampled: Vec<SampledAnswers> = records.iter().filter_map(|r| r.sampled).collect();
         Self {
             label: label.to_string(),
             samples: records.len(),
             correct: records.iter().filter(|r| r.correct).count(),
-            sampled: sampled.first().map(|first| SampledSummary {
-                k: first.n,
-                pass_at_k: sampled.iter().filter(|s| s.correct > 0).count(),
-                correct: sampled.iter().map(|s| s.correct as usize).sum(),
-                completions: sampled.iter().map(|s| s.n as usize).sum(),
-            }),
+            sampled: SampledSummary::of(records),
         }
     }
 }
@@ -657,7 +642,7 @@ impl Trainer {
                 s.k,
                 s.pass_at_k,
                 evaluation.samples,
-                100.0 * s.pass_at_k as f64 / evaluation.samples.max(1) as f64,
+                100.0 * s.pass_rate(),
                 100.0 * s.correct as f64 / s.completions.max(1) as f64
             );
         }

@@ -1,18 +1,18 @@
 //! The next round's data pool, from the last round's ledger.
 //!
-//! Seed 003's rule: samples whose rollouts were all correct (k = n) teach nothing more and are dropped;
+//! The rule: samples whose rollouts were all correct (k = n) teach nothing more and are dropped;
 //! samples with some correct rollouts (0 < k < n) are the GRPO signal and are all kept; samples with no
-//! correct rollout (k = 0) are added back until they make up a target share of the pool (seed 003:
-//! 20% did better than 30%). Which k = 0 samples are taken is seeded and prefix-stable: samples are ranked
-//! by `keyed(seed, id)` as in [`crate::data::split::subsample`], so a larger share's choice contains a
-//! smaller one's.
+//! correct rollout (k = 0) are added back until they make up a target share of the pool (a share, not
+//! all of them: hopeless samples give flat groups). Which k = 0 samples are taken is seeded and
+//! prefix-stable: samples are ranked by `keyed(seed, id)` as in [`crate::data::split::subsample`],
+//! so a larger share's choice contains a smaller one's.
 //!
 //! The share counts only the samples the ledger knows: a sample the ledger never saw (new data, or a
 //! round that stopped before reaching it) has no known difficulty. Such samples are kept by default
 //! ([`PoolOptions::keep_unseen`]): absence from the ledger says nothing against a sample, and dropping
 //! them would shrink the data without a word. They are always listed in the report.
 //!
-//! Whole sources can be included or excluded (seed 003 removed ambiguous, noisy sources). The report
+//! Whole sources can be included or excluded (to remove ambiguous, noisy sources). The report
 //! gives, per source, how many samples fell in each outcome and the share of k = 0 among those the
 //! ledger saw: a source where most samples are never solved is where ambiguous or mislabeled data hides.
 

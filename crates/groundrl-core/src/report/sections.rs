@@ -10,7 +10,7 @@ use super::run::{CONFIG_FILE, EVAL_DIR, EvalSet, METRICS_FILE, Run};
 use super::tools;
 use crate::metrics::gain::wilson;
 use crate::plot::{BarChart, BarSeries, LineChart, Marker, ReliabilityDiagram, Series, escape, format_value};
-use crate::telemetry::{StepRecord, check_curve};
+use crate::telemetry::{SampledSummary, StepRecord, check_curve};
 
 /// Tags of the step scalars drawn (as [`StepRecord::scalars`] names them).
 mod tags {
@@ -201,18 +201,9 @@ fn change(evals: &[EvalSet]) -> String {
 /// "71.2% (k = 8)": the share of samples with a correct answer among the ones sampled at the
 /// training temperature, when the evaluation sampled any (`trainer.eval_samples`).
 fn pass_at_k(set: &EvalSet) -> String {
-    let sampled: Vec<_> = set.records.iter().filter_map(|r| r.sampled).collect();
-    match sampled.first() {
-        None => "–".to_string(),
-        Some(first) => {
-            let passed = sampled.iter().filter(|s| s.correct > 0).count();
-            format!(
-                "{} (k = {})",
-                percent(passed as f64 / sampled.len() as f64),
-                first.n
-            )
-        }
-    }
+    SampledSummary::of(&set.records).map_or("–".to_string(), |s| {
+        format!("{} (k = {})", percent(s.pass_rate()), s.k)
+    })
 }
 
 /// Reward and accuracy over steps, the best validation accuracy marked.

@@ -59,6 +59,38 @@ pub struct SampledAnswers {
     pub correct: u32,
 }
 
+/// What sampling at the training temperature reached over an evaluation's records: pass@k (the
+/// samples with at least one correct of their k) and the correct share of all sampled answers.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SampledSummary {
+    /// Completions sampled per sample (the first sampled record's).
+    pub k: u32,
+    /// Records with sampled answers.
+    pub samples: usize,
+    pub pass_at_k: usize,
+    pub correct: usize,
+    pub completions: usize,
+}
+
+impl SampledSummary {
+    /// `None` when no record has sampled answers.
+    pub fn of(records: &[EvalRecord]) -> Option<Self> {
+        let sampled: Vec<SampledAnswers> = records.iter().filter_map(|r| r.sampled).collect();
+        sampled.first().map(|first| Self {
+            k: first.n,
+            samples: sampled.len(),
+            pass_at_k: sampled.iter().filter(|s| s.correct > 0).count(),
+            correct: sampled.iter().map(|s| s.correct as usize).sum(),
+            completions: sampled.iter().map(|s| s.n as usize).sum(),
+        })
+    }
+
+    /// pass@k as a share of the samples.
+    pub fn pass_rate(&self) -> f64 {
+        self.pass_at_k as f64 / self.samples.max(1) as f64
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

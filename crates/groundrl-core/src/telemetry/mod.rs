@@ -26,7 +26,7 @@ pub mod tensorboard;
 
 pub use alarms::{Alarm, HealthConfig, HealthMonitor};
 pub use curve::{CurveCheck, check_curve};
-pub use eval::{EvalRecord, SampledAnswers};
+pub use eval::{EvalRecord, SampledAnswers, SampledSummary};
 pub use jsonl::JsonlLog;
 pub use record::{Scalars, StepRecord};
 pub use stats::{Accuracy, CompletionRecord, Correlation, LengthStats, RolloutStats, Summary};

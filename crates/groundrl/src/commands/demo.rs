@@ -24,7 +24,7 @@ use groundrl_core::metrics::gain::{Interval, mean_over_seeds};
 use groundrl_core::prompt::{ModelKind, Preset, PromptStyle, Reasoning};
 use groundrl_core::report::{Run, write_report};
 use groundrl_core::synth::{Difficulty, SynthConfig, generate};
-use groundrl_core::telemetry::{CurveCheck, check_curve};
+use groundrl_core::telemetry::{CurveCheck, SampledSummary, check_curve};
 use groundrl_train::config::TrainConfig;
 use groundrl_train::trainer::{CONFIG_FILE, Trainer};
 use serde::Serialize;
@@ -196,11 +196,7 @@ fn seed_result(seed: u64, run: &Run, minutes: f64) -> Option<SeedResult> {
         let (right, n) = set.correct_of(|_| true);
         right as f64 / n.max(1) as f64
     };
-    let sampled: Vec<_> = first.records.iter().filter_map(|r| r.sampled).collect();
-    let pass_at_k_before = sampled.first().map(|s| {
-        let passed = sampled.iter().filter(|s| s.correct > 0).count();
-        (s.n, passed as f64 / sampled.len() as f64)
-    });
+    let pass_at_k_before = SampledSummary::of(&first.records).map(|s| (s.k, s.pass_rate()));
     let rewards: Vec<f64> = run.steps.iter().map(|s| s.rollout.reward.mean).collect();
     Some(SeedResult {
         seed,

@@ -1,4 +1,5 @@
-//! COCO instances files (`instances_val2017.json`) to detection samples, with seed 004's subsets.
+//! COCO instances files (`instances_val2017.json`) to detection samples, with the subsets RL-for-
+//! detection recipes train on.
 //!
 //! The file holds `images` (`id`, `file_name`, `width`, `height`), `annotations` (`id`, `image_id`,
 //! `category_id`, `bbox` as `[x, y, w, h]` pixels, `iscrowd`) and `categories` (`id`, `name`). One
@@ -9,8 +10,9 @@
 //! are counted ([`CocoStats::crowd_boxes_skipped`]) and their categories listed in the sample's
 //! `crowd_categories` metadata, so a reward may choose to forgive detections there.
 //!
-//! **Subsets** (seed 004 §1.2/§2.1, prose only; our reading). Crowd boxes are removed first; an image
-//! left with no box is never in a `pos` subset (the subsets are "positive" images).
+//! **Subsets** (as RL-for-detection reports describe them in prose; our reading). Crowd boxes are
+//! removed first; an image left with no box is never in a `pos` subset (the subsets are "positive"
+//! images).
 //! - `pos_1` ("COCO_filtered"): "filters out categories with more than 10 annotation boxes". Counted
 //!   over the whole of val2017 every category has far more than 10 boxes, so that reading would leave
 //!   nothing; we read it per image: a category with more than 10 boxes *in that image* (a crowd of
