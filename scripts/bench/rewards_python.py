@@ -1,6 +1,6 @@
 """Scores the reward benchmark's batch in plain Python, the way the peers (VLM-R1 and friends) do it.
 
-IoU and weighted_sum are written here from the formulas of semantics.md §4 (greedy matching as VLM-R1,
+IoU and weighted_sum are written here from VLM-R1's formulas (greedy matching as its `detection_score`,
 label mismatch recording IoU 0); per-sample AP / AP50 use pycocotools' COCOeval on one image, built
 in memory per sample with every prediction scored 1.0, as VLM-R1's od_ap does. Parsing is part of
 each reward, as in the peers: the last <answer> block, then the ```json fence, then json.loads.

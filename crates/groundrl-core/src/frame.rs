@@ -1,7 +1,7 @@
 //! Coordinate frames: which image, and which scale, a box's numbers refer to.
 //!
-//! Seed 001 lost its rewards to this: the model emitted `[0.1,0.2,0.3,0.4]` and `[2420,146,2512,170]`
-//! in one run and a frame-blind reward scored both 0. Here every box that crosses a module boundary
+//! RL runs lose their rewards to this: a model may emit `[0.1,0.2,0.3,0.4]` and `[2420,146,2512,170]`
+//! in one run, and a frame-blind reward scores both 0. Here every box that crosses a module boundary
 //! says its frame, and conversions go through one formula: `x_to = x_from / extent_from * extent_to`.
 
 use std::fmt;
@@ -198,7 +198,7 @@ mod tests {
 
     #[test]
     fn detects_seed_001_mix() {
-        // seed 001 §2.2A: both boxes came from one run on ScreenSpot screenshots (2560x1440 here).
+        // Both boxes as one model answered on ScreenSpot screenshots (2560x1440 here) in one run.
         let f = ImageFrames::from_original(2560, 1440, PixelBudget::default()).unwrap();
         let norm = f.detect(&[0.1, 0.2, 0.3, 0.4], Frame::Resized).unwrap();
         assert_eq!(

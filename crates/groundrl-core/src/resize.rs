@@ -121,7 +121,7 @@ mod tests {
 
     #[test]
     fn reference_vectors() {
-        // semantics.md §1, from transformers.
+        // transformers' `smart_resize` (image_processing_qwen2_vl.py) gives these.
         let full_hd = smart_resize(1080, 1920, PixelBudget::default()).unwrap();
         assert_eq!((full_hd.height, full_hd.width), (1092, 1932));
         assert_eq!(full_hd.grid(), [1, 78, 138]);

@@ -187,7 +187,7 @@ fn singleton_lists(values: ArrayRef) -> ArrayRef {
     ))
 }
 
-/// Rows as seed 002 and the Hugging Face `datasets` writer make them: `data_source` as a list,
+/// Rows as verl's example preprocessors and the Hugging Face `datasets` writer make them: `data_source` as a list,
 /// `prompt` as a JSON string, `images` as `{bytes, path}` structs, an `extra_info` without our flags.
 #[test]
 fn reads_verl_style_variants_and_reports_bad_rows() {

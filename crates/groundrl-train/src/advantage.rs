@@ -1,6 +1,7 @@
 //! From the rewards of a step's completions to their advantages: GRPO's group baseline, Dr.GRPO's
 //! variant without the std division, and DAPO's reward-side tools (dynamic sampling's informative
-//! groups, overlong shaping and filtering). Formulas: `shared/reference/semantics.md` §6.
+//! groups, overlong shaping and filtering). Formulas: DeepSeekMath (arXiv 2402.03300), Dr.GRPO
+//! (arXiv 2503.20783), DAPO (arXiv 2503.14476); docs/design.md.
 //!
 //! A group is the completions sampled for one prompt; every token of a completion shares its
 //! advantage. Advantages are computed on the host in f64: a step has at most a few hundred rewards.

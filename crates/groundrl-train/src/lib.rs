@@ -2,7 +2,7 @@
 //!
 //! One readable path from prompts to a policy update: rollouts from the engine, rewards from the core
 //! reward spec, group advantages, the clipped policy loss with its variants, AdamW, checkpoints that
-//! resume exactly, and per-step telemetry. Formulas follow `shared/reference/semantics.md` §6.
+//! resume exactly, and per-step telemetry. Formulas and the reasons for them: docs/design.md.
 
 pub mod advantage;
 pub mod checkpoint;

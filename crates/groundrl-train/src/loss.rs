@@ -1,6 +1,7 @@
 //! The clipped policy loss of GRPO and its variants (DAPO's clip-higher, verl's dual clip, Dr.GRPO's
 //! constant normaliser), with the KL to a reference policy and an entropy bonus.
-//! Formulas: `shared/reference/semantics.md` §6.
+//! Formulas: DeepSeekMath (arXiv 2402.03300), DAPO (arXiv 2503.14476), Dr.GRPO (arXiv 2503.20783),
+//! verl's `core_algos.py`; docs/design.md.
 //!
 //! Per response token `t` of sequence `b`, with `ratio = exp(logp - logp_old)` and the sequence's
 //! advantage `A`:

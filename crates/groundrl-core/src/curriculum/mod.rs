@@ -1,6 +1,6 @@
 //! Multi-round curriculum: which samples the next round of RL trains on, and at what temperature.
 //!
-//! Seed 003's recipe, after each round: drop the samples whose rollouts were all correct, keep those
+//! The recipe (docs/design.md, "Curriculum"), after each round: drop the samples whose rollouts were all correct, keep those
 //! with some correct rollouts, add back enough samples with no correct rollout that they make up about
 //! 20% of the pool, and raise the sampling temperature to the highest one where accuracy holds. The
 //! pieces, each usable from a training loop or from `groundrl curate`:

@@ -1,7 +1,8 @@
 //! Choosing the next round's sampling temperature.
 //!
-//! Seed 003 raised the temperature each round (1.1, then 1.7) for more diverse rollouts, taking "the
-//! highest temperature where performance doesn't collapse" on a validation set. Here that is: sample n
+//! A multi-round curriculum raises the temperature each round (say 1.1, then 1.7) for more diverse
+//! rollouts, taking the highest temperature where accuracy does not collapse on a validation set
+//! (docs/design.md, "Curriculum"). Here that is: sample n
 //! rollouts per validation sample at each temperature, and pick the highest temperature whose accuracy
 //! is within `tolerance` (absolute, e.g. 0.01 = one point) of the best accuracy of the sweep.
 

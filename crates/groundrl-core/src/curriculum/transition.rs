@@ -1,7 +1,7 @@
 //! How samples moved between two rounds, and where the unsolved ones come from.
 //!
-//! Seed 003 looked at the "life-cycle" of samples across rounds with a k-of-8 transition matrix (rows:
-//! correct rollouts before, columns: after) over the samples rolled out in both rounds, and at the
+//! The "life-cycle" of samples across rounds is read from a k-of-8 transition matrix (rows:
+//! correct rollouts before, columns: after) over the samples rolled out in both rounds, and from the
 //! distribution of k per source. Both need one n for every sample (k of 8 and k of 16 are different
 //! scales), which offline rollouts with a fixed `--n` give; a trainer's ledger, where a sample seen in
 //! two epochs has twice the rollouts, does not.

@@ -1,4 +1,4 @@
-//! The confidence a model states about its answer, for calibration rewards (seed 001 §2.2B).
+//! The confidence a model states about its answer, for calibration rewards (docs/design.md, "Rewards").
 
 use super::cursor::Cursor;
 

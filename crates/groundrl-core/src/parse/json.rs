@@ -1,6 +1,6 @@
 //! JSON answers: where to find them in a completion, and what their values mean.
 //!
-//! Search order (semantics.md §3): ```` ```json ```` fences, then any fence, then each bracketed span
+//! Search order (docs/design.md, "Parsing"): ```` ```json ```` fences, then any fence, then each bracketed span
 //! `[...]` / `{...}` of the text in turn. Spans written one after another with only commas or
 //! whitespace between (models often list objects one per line without the enclosing `[...]`) are
 //! first read together as one list, then one by one. Each candidate is read as strict JSON first,

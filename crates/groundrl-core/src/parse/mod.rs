@@ -1,4 +1,4 @@
-//! One parser for what grounding and detection models emit (semantics.md §3).
+//! One parser for what grounding and detection models emit (docs/design.md, "Parsing").
 //!
 //! It never panics and never executes anything: model output is data. A completion that holds no
 //! usable answer gives a [`ParseFailure`] with a reason, which callers count as a metric.

@@ -1,6 +1,6 @@
 //! Reliability diagrams: stated confidence, binned, against the accuracy of the answers in each bin.
-//! A calibrated model's bars reach the diagonal; bars under it mean overconfidence (seed 001 saw
-//! 87-92% confidence on wrong answers).
+//! A calibrated model's bars reach the diagonal; bars under it mean overconfidence (a model
+//! stating 87-92% confidence on wrong answers).
 
 use super::axis::{Axis, format_value, num};
 use super::canvas::{Anchor, Area, Canvas};

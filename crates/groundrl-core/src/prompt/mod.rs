@@ -1,10 +1,11 @@
 //! Chat prompts for samples, rendered from the minijinja templates in [`presets`].
 //!
 //! A prompt says what to find, the answer format, the coordinate frame to answer in (Qwen2.5-VL answers
-//! in pixels of the resized image it sees; Qwen2-VL and Qwen3-VL on a 0-1000 grid: semantics.md §1),
+//! in pixels of the resized image it sees; Qwen2-VL and Qwen3-VL on a 0-1000 grid: docs/design.md),
 //! and optionally the think/answer form. Format instructions go in the user turn for instruct models
-//! and in the system prompt for base models (seed 004 §5.3: an instruct model keeps its built-in
-//! system prompt; format text there barely moved its format reward). With tools on,
+//! and in the system prompt for base models (MM-Eureka, arXiv 2503.07365, and VLM-R1's OVD
+//! write-up: an instruct model keeps its built-in system prompt; format text there barely moved its
+//! format reward). With tools on,
 //! [`tools::tool_instruction`] is added to the user turn.
 //!
 //! ```
@@ -33,7 +34,7 @@ pub enum Preset {
     Point,
     /// One box `[x1, y1, x2, y2]`.
     Box,
-    /// A JSON list of `{"bbox_2d": [...], "label": ...}` or `None` (seed 004's OVD prompt).
+    /// A JSON list of `{"bbox_2d": [...], "label": ...}` or `None` (VLM-R1's OVD prompt).
     OvdJson,
 }
 

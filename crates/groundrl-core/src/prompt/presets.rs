@@ -1,5 +1,5 @@
 //! The prompt texts, as minijinja templates. Each part is one or more full sentences; parts are joined
-//! with one space, so no sentence ever runs into the next ("motorcycle.Output", seed 004 §5.1).
+//! with one space, so no sentence ever runs into the next ("motorcycle.Output", as VLM-R1's OVD write-up found in its prompt).
 
 /// Named templates, registered in the prompt environment.
 pub const TEMPLATES: [(&str, &str); 7] = [
@@ -20,12 +20,12 @@ pub const TEMPLATES: [(&str, &str); 7] = [
          {\"bbox_2d\": [x1, y1, x2, y2], \"label\": \"target name\"}]\n```. If there are no such targets \
          in the image, simply respond with None.",
     ),
-    // Seed 004 §1.5, the "standard" prompt.
+    // VLM-R1's "standard" think/answer prompt.
     (
         "reasoning/standard",
         "Output the thinking process in <think> </think> and final answer in <answer> </answer> tags.",
     ),
-    // Seed 004 §1.5 and §5.2, the "enhanced" prompt: format reward and accuracy rose together with it.
+    // VLM-R1's "enhanced" prompt; its OVD write-up saw format reward and accuracy rise together with it.
     (
         "reasoning/enhanced",
         "First think about the reasoning process in the mind and then provide the user with the answer. \

@@ -398,7 +398,7 @@ impl<'a> Fields<'a> {
 mod tests {
     use super::*;
 
-    /// The released Qwen2.5-VL-3B-Instruct config's fields (flat layout), as documented in semantics.md §2.
+    /// The released Qwen2.5-VL-3B-Instruct config's fields (flat layout), as its config.json on the Hub has them.
     fn released_3b() -> Value {
         json!({
             "architectures": ["Qwen2_5_VLForConditionalGeneration"],

@@ -4,7 +4,7 @@
 use super::config::{Qwen25VlConfig, TextConfig, VisionConfig};
 use crate::processor::tokenizer::SpecialIds;
 
-/// Qwen's real special ids (semantics.md §2), used by the 3B shape.
+/// Qwen's real special ids (Qwen2.5-VL-3B-Instruct's tokenizer_config.json), used by the 3B shape.
 pub const QWEN_IDS: SpecialIds = SpecialIds {
     endoftext: 151643,
     im_start: 151644,
@@ -206,7 +206,7 @@ mod tests {
         let c = qwen2_5_vl_3b();
         c.validate().unwrap();
         let n = parameter_count(&c);
-        // semantics.md §2: "About 3.75B parameters in all".
+        // Qwen2.5-VL-3B-Instruct's safetensors hold about 3.75B parameters.
         assert!((3_700_000_000..3_800_000_000).contains(&n), "{n}");
     }
 

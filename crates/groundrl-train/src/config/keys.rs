@@ -2,8 +2,8 @@
 //! check that every key the user wrote exists, against the TOML serialization of the defaults.
 //!
 //! Nothing here knows a section by name, so a new section of [`super::TrainConfig`] is checked as soon
-//! as it is a field. Typos are the point: seeds 001/002 lost days to configs that accepted unknown
-//! keys silently, so each one is refused with the valid name nearest to it.
+//! as it is a field. Typos are the point: RL runs lose days to configs that accept unknown keys
+//! silently, so each one is refused with the valid name nearest to it.
 
 use super::ConfigError;
 

@@ -40,7 +40,7 @@ pub struct Args {
     /// a click point, or the OVD JSON list for detection. Without it samples carry no prompt.
     #[arg(long, value_enum)]
     prompt: Option<PromptModel>,
-    /// With --prompt: think before answering, in seed 004's standard or enhanced think/answer words.
+    /// With --prompt: think before answering, in VLM-R1's standard or enhanced think/answer words.
     #[arg(long, value_enum, default_value = "none")]
     reasoning: PromptReasoning,
     /// With --prompt: the frame the prompt asks answers in (resized for Qwen2.5-VL).

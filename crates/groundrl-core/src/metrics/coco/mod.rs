@@ -1,5 +1,5 @@
 //! COCO bbox evaluation, identical to pycocotools 2.0.11 `COCOeval(gt, dt, "bbox")` followed by
-//! `evaluate()`, `accumulate()` and `summarize()` (semantics.md §5): same matching, same curves, and
+//! `evaluate()`, `accumulate()` and `summarize()` (pycocotools' `cocoeval.py`): same matching, same curves, and
 //! the 12 `stats` equal to the last bit (the means are summed in numpy's pairwise order).
 //!
 //! ```
@@ -25,7 +25,7 @@
 //!
 //! # Precision and recall at IoU 0.5
 //!
-//! Seed 004 reports one "Precision (IoU=0.5)" and one "Recall (IoU=0.5)" per dataset. Here they are
+//! VLM-R1's OVD write-up reports one "Precision (IoU=0.5)" and one "Recall (IoU=0.5)" per dataset. Here they are
 //! micro-averaged over categories, at the setting of AP50 (IoU 0.5, area "all", at most 100 detections
 //! per image and category, the top-scored ones): with TP the detections matched to a counted
 //! ground truth, FP the unmatched ones (detections matched to crowd regions count as neither), and GT

@@ -1,4 +1,5 @@
-//! Grounding accuracy as ScreenSpot, ScreenSpot-Pro and OSWorld-G report it (semantics.md §5).
+//! Grounding accuracy as ScreenSpot, ScreenSpot-Pro and OSWorld-G report it (SeeClick's
+//! `screenspot_test.py`, ScreenSpot-Pro's `eval_screenspot_pro.py`, lmms-eval's OSWorld-G task).
 //!
 //! An item is correct when the model's click (a point, or the centre of a box it answered) lies in
 //! a target, inclusive of the border; polygon targets are tested by ray casting, inclusive of edges

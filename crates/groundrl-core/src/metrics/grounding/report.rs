@@ -24,7 +24,7 @@ pub struct GroundingReport {
     pub missing_ids: Vec<String>,
     /// The frame completions were expected in.
     pub model_frame: Frame,
-    /// How many clicks were read in each frame: with frame detection on, a mix here is the seed 001
+    /// How many clicks were read in each frame: with frame detection on, a mix here is a known RL
     /// failure (a model answering some items normalized, others in pixels).
     pub answer_frames: BTreeMap<String, usize>,
     /// Clicks read in a frame other than `model_frame` (syntax hints, detection, explicit frames).
