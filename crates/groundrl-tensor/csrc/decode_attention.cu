@@ -4,8 +4,8 @@
 // additive mask (rows, capacity) and the step's column on the device (keys past it are neither read
 // nor attended), so the launch keeps the same shapes every step and joins a captured CUDA graph.
 //
-// Why our own: libtorch's cuDNN attention reads the cache at 2.2-2.4 TB/s on the H200 at batch 64;
-// this kernel at 3.4 TB/s (`groundrl bench attention`). Each (row, KV head) may be split over several
+// Why our own: libtorch's cuDNN attention reads the cache well below the card's bandwidth at batch 64,
+// and this kernel much closer to it (`groundrl bench attention`; docs/performance.md). Each (row, KV head) may be split over several
 // blocks (`splits`: about one block per SM in all), whose partial results a second kernel merges.
 //
 // Each warp takes 16 keys at a time, copied to its own shared memory in whole cache lines
@@ -45,7 +45,7 @@ struct Tile {
 
 // The same 16 keys in shared memory, copied by the warp with `cp.async` in 512-byte runs (whole
 // cache lines per instruction: a first version that read scattered 16-byte pieces straight into the
-// fragment layout reached 2.5 TB/s on the H200, with or without the arithmetic). Keys and values in
+// fragment layout ran no faster than cuDNN, with or without the arithmetic; docs/performance.md). Keys and values in
 // 16-byte chunks, each key's chunks XOR-permuted (`swizzle`) so that the fragment reads of a quarter
 // warp hit distinct banks; the 16 keys' mask values.
 struct Stage {
@@ -346,7 +346,7 @@ decode_attention_merge(const float* __restrict__ part_o, const float* __restrict
 extern "C" {
 
 // How many splits per (row, KV head): about one block per SM in all (one block per SM already reads
-// at 3.4 TB/s on the H200 at batch 64, and more splits add the merge: `groundrl bench attention`),
+// near the bandwidth at batch 64, and more splits add the merge: `groundrl bench attention`),
 // at most one per 64 columns of capacity (early in a call, splits past the column find no keys).
 int64_t groundrl_decode_attention_splits(int64_t rows, int64_t kv_heads, int64_t capacity,
                                          int device) {

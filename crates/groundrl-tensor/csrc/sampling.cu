@@ -1,6 +1,6 @@
 // Token selection for rows that do not filter by top-k or top-p (`rollout/sampling.rs`), in one
-// kernel where libtorch's composition takes about 25 kernels and 0.5 ms per decoding step at batch 64
-// on an H200 (full-vocabulary f32 passes: division, log-softmax, masking, softmax, padding, sums,
+// kernel where libtorch's composition takes about 25 kernels per decoding step (full-vocabulary f32
+// passes, timed in docs/performance.md: division, log-softmax, masking, softmax, padding, sums,
 // scans). Per row, the same quantities:
 // - scaled logits x / T (IEEE division, as the composition);
 // - the token: the first maximum of the allowed (not banned) scaled logits for greedy rows; else an

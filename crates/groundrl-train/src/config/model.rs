@@ -51,7 +51,7 @@ pub struct ModelConfig {
     /// Also adapt the vision tower's block projections (qkv, proj, gate/up/down). Default false.
     pub lora_vision: bool,
     /// Let libtorch's attention use cuDNN's kernels on CUDA. cuDNN builds a plan for every attention
-    /// shape it has not seen (about 0.1 s each on an H100), and a GRPO step brings new ones with
+    /// shape it has not seen (docs/performance.md gives what that cost), and a GRPO step brings new ones with
     /// every prompt length, image size and window count; the flash kernels take any length at
     /// once. Default false (see `groundrl_tensor::attention::use_cudnn_attention`).
     pub cudnn_attention: bool,
