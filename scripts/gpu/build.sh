@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the GPU (`cuda` feature) release binary here and puts a stripped copy in the git-ignored
-# .device/ folder, which the device tool carries to the GPU machine (see scripts/gpu/run.sh).
+# Builds the GPU (`cuda` feature) release binary (target/cuda/release/groundrl) and puts a stripped copy
+# in the git-ignored .device/ folder, for a GPU machine that runs it without a build (scripts/gpu/run.sh).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"

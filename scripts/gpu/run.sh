@@ -6,7 +6,7 @@
 # It expects the GPU build of the CLI at .device/groundrl (scripts/gpu/build.sh makes it) and writes a
 # short table at the end. Usage on the GPU machine: bash scripts/gpu/run.sh [goldens] [parity] [bench]
 # [rollout] [train] [trainstep] [cudnn] [plan] [demo] [tools] [profile] [kernels] [attention] (the first
-# five when none is named; each fits one 10-minute device call). `kernels` runs the tensor and training crates' tests built for
+# five when none is named; each runs within ten minutes). `kernels` runs the tensor and training crates' tests built for
 # CUDA (.device/groundrl-{tensor,train}-tests, also made by build.sh), the kernels' CUDA tests among them;
 # `attention` times one layer's decoding attention alone (`groundrl bench attention`).
 set -uo pipefail
