@@ -187,8 +187,8 @@ fn singleton_lists(values: ArrayRef) -> ArrayRef {
     ))
 }
 
-/// Rows as verl's example preprocessors and the Hugging Face `datasets` writer make them: `data_source` as a list,
-/// `prompt` as a JSON string, `images` as `{bytes, path}` structs, an `extra_info` without our flags.
+/// Rows as verl's example preprocessors and the Hugging Face `datasets` writer make them: `data_source` as a
+/// list, `prompt` as a JSON string, `images` as `{bytes, path}` structs, an `extra_info` without our flags.
 #[test]
 fn reads_verl_style_variants_and_reports_bad_rows() {
     let truth = r#"{"task":"point_grounding","frame":"pixel","none":false,"image_sizes":[[200,100]],"targets":[{"shape":{"type":"point","coords":[5.0,6.0]}}]}"#;

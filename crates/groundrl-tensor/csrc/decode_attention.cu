@@ -4,9 +4,10 @@
 // additive mask (rows, capacity) and the step's column on the device (keys past it are neither read
 // nor attended), so the launch keeps the same shapes every step and joins a captured CUDA graph.
 //
-// Why our own: libtorch's cuDNN attention reads the cache well below the card's bandwidth at batch 64,
-// and this kernel much closer to it (`groundrl bench attention`; docs/performance.md). Each (row, KV head) may be split over several
-// blocks (`splits`: about one block per SM in all), whose partial results a second kernel merges.
+// Why our own: libtorch's cuDNN attention reads the cache well below the card's bandwidth at batch 64, and
+// this kernel much closer to it (`groundrl bench attention`; docs/performance.md). Each (row, KV head) may be
+// split over several blocks (`splits`: about one block per SM in all), whose partial results a second kernel
+// merges.
 //
 // Each warp takes 16 keys at a time, copied to its own shared memory in whole cache lines
 // (`cp.async`, the next two steps in flight while it works on the current one) and read from there
@@ -43,11 +44,11 @@ struct Tile {
   float mask[4];
 };
 
-// The same 16 keys in shared memory, copied by the warp with `cp.async` in 512-byte runs (whole
-// cache lines per instruction: a first version that read scattered 16-byte pieces straight into the
-// fragment layout ran no faster than cuDNN, with or without the arithmetic; docs/performance.md). Keys and values in
-// 16-byte chunks, each key's chunks XOR-permuted (`swizzle`) so that the fragment reads of a quarter
-// warp hit distinct banks; the 16 keys' mask values.
+// The same 16 keys in shared memory, copied by the warp with `cp.async` in 512-byte runs (whole cache lines
+// per instruction: a first version that read scattered 16-byte pieces straight into the fragment layout ran
+// no faster than cuDNN, with or without the arithmetic; docs/performance.md). Keys and values in 16-byte
+// chunks, each key's chunks XOR-permuted (`swizzle`) so that the fragment reads of a quarter warp hit
+// distinct banks; the 16 keys' mask values.
 struct Stage {
   uint4 k[16][16];
   uint4 v[16][16];

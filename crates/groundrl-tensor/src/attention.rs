@@ -17,10 +17,11 @@ use crate::qwen2_5_vl::ModelError;
 /// Lets libtorch's `scaled_dot_product_attention` choose cuDNN's attention kernels on CUDA (`true`,
 /// libtorch's default) or keeps it to its flash and memory-efficient ones, for the whole process.
 ///
-/// cuDNN builds a plan for every attention shape it has not seen, which costs about a hundred times
-/// a call of that shape the first time, where the flash kernels run any length at once (measured:
-/// docs/performance.md, "Training"; `scripts/bench/sdpa_first_call.py` measures it). Fixed shapes, as in a benchmark, repay the plans; a GRPO step meets new lengths at every
-/// prompt, image size and window count. No effect in builds without the `cuda` feature.
+/// cuDNN builds a plan for every attention shape it has not seen, which costs about a hundred times a call of
+/// that shape the first time, where the flash kernels run any length at once (measured: docs/performance.md,
+/// "Training"; `scripts/bench/sdpa_first_call.py` measures it). Fixed shapes, as in a benchmark, repay the
+/// plans; a GRPO step meets new lengths at every prompt, image size and window count. No effect in builds
+/// without the `cuda` feature.
 pub fn use_cudnn_attention(on: bool) {
     #[cfg(feature = "cuda")]
     {

@@ -1,9 +1,9 @@
 //! Multi-round curriculum: which samples the next round of RL trains on, and at what temperature.
 //!
-//! The recipe (docs/design.md, "Curriculum"), after each round: drop the samples whose rollouts were all correct, keep those
-//! with some correct rollouts, add back enough samples with no correct rollout that they make up about
-//! 20% of the pool, and raise the sampling temperature to the highest one where accuracy holds. The
-//! pieces, each usable from a training loop or from `groundrl curate`:
+//! The recipe (docs/design.md, "Curriculum"), after each round: drop the samples whose rollouts were all
+//! correct, keep those with some correct rollouts, add back enough samples with no correct rollout that they
+//! make up about 20% of the pool, and raise the sampling temperature to the highest one where accuracy holds.
+//! The pieces, each usable from a training loop or from `groundrl curate`:
 //!
 //! - [`ledger`]: one [`LedgerEntry`] per (sample, round, rollout batch) with `k` correct of `n`
 //!   rollouts, appended by [`LedgerWriter`], read back by [`read_ledger`] and pooled per sample and

@@ -1,11 +1,11 @@
 //! JSON answers: where to find them in a completion, and what their values mean.
 //!
-//! Search order (docs/design.md, "Parsing"): ```` ```json ```` fences, then any fence, then each bracketed span
-//! `[...]` / `{...}` of the text in turn. Spans written one after another with only commas or
-//! whitespace between (models often list objects one per line without the enclosing `[...]`) are
-//! first read together as one list, then one by one. Each candidate is read as strict JSON first,
-//! then after [`repair`](super::repair::repair). The first candidate that reads as boxes or points
-//! wins; a candidate that does not is reported only if nothing else in the completion reads.
+//! Search order (docs/design.md, "Parsing"): ```` ```json ```` fences, then any fence, then each bracketed
+//! span `[...]` / `{...}` of the text in turn. Spans written one after another with only commas or whitespace
+//! between (models often list objects one per line without the enclosing `[...]`) are first read together as
+//! one list, then one by one. Each candidate is read as strict JSON first, then after
+//! [`repair`](super::repair::repair). The first candidate that reads as boxes or points wins; a candidate
+//! that does not is reported only if nothing else in the completion reads.
 
 use std::borrow::Cow;
 

@@ -1,5 +1,6 @@
-//! The prompt texts, as minijinja templates. Each part is one or more full sentences; parts are joined
-//! with one space, so no sentence ever runs into the next ("motorcycle.Output", as VLM-R1's OVD write-up found in its prompt).
+//! The prompt texts, as minijinja templates. Each part is one or more full sentences; parts are joined with
+//! one space, so no sentence ever runs into the next ("motorcycle.Output", as VLM-R1's OVD write-up found in
+//! its prompt).
 
 /// Named templates, registered in the prompt environment.
 pub const TEMPLATES: [(&str, &str); 7] = [

@@ -1,11 +1,11 @@
 //! Tools a model may call in the middle of its answer, and what a call returns.
 //!
-//! Arc Vision (the example proposed to verl in volcengine/verl pull request 2335) described a model
-//! that zooms when unsure, but its tools were simulations never offered to the model. Here a tool is real code
-//! behind a [`Tool`] trait: the rollout engine declares each tool's schema to the model through the
-//! chat template's `<tools>` block, reads the model's `<tool_call>{"name": ..., "arguments": ...}`
-//! with the core parser, runs the tool on the sample's original image and appends the reply (text,
-//! and for [`zoom`] a new image) as a tool turn before the model continues.
+//! Arc Vision (the example proposed to verl in volcengine/verl pull request 2335) described a model that
+//! zooms when unsure, but its tools were simulations never offered to the model. Here a tool is real code
+//! behind a [`Tool`] trait: the rollout engine declares each tool's schema to the model through the chat
+//! template's `<tools>` block, reads the model's `<tool_call>{"name": ..., "arguments": ...}` with the core
+//! parser, runs the tool on the sample's original image and appends the reply (text, and for [`zoom`] a new
+//! image) as a tool turn before the model continues.
 //!
 //! Model output is data: a malformed call, an unknown tool or a tool that refuses its arguments
 //! gets an error message as the tool's reply ([`Toolbox::run`]), never a panic, and the outcome is

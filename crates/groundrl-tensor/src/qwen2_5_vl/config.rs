@@ -398,7 +398,8 @@ impl<'a> Fields<'a> {
 mod tests {
     use super::*;
 
-    /// The released Qwen2.5-VL-3B-Instruct config's fields (flat layout), as its config.json on the Hub has them.
+    /// The released Qwen2.5-VL-3B-Instruct config's fields (flat layout), as its config.json on the Hub has
+    /// them.
     fn released_3b() -> Value {
         json!({
             "architectures": ["Qwen2_5_VLForConditionalGeneration"],

@@ -371,13 +371,13 @@ impl Block {
 
     /// The SwiGLU MLP, its inner width padded with zeros to a multiple of [`MATMUL_ALIGN`].
     ///
-    /// Qwen2.5-VL's vision MLP is 3420 wide, not a multiple of 8: cuBLAS then runs its matmuls with
-    /// kernels for 2-element alignment, about twice as slow, and those products are most of the vision
-    /// tower's time (measurements: docs/performance.md, the profiler runs of 38d9046). Zero rows in gate and up
-    /// (zero bias too) give inner activations silu(0) x 0 = 0, which meet zero columns of down: the
-    /// function is unchanged and the padding takes no gradient back to the real weights. The padded
-    /// weights are made per call (a few MB, differentiable), so the parameters keep their shapes.
-    /// Projections with LoRA adapters run unpadded (their adapter path is a separate product).
+    /// Qwen2.5-VL's vision MLP is 3420 wide, not a multiple of 8: cuBLAS then runs its matmuls with kernels
+    /// for 2-element alignment, about twice as slow, and those products are most of the vision tower's time
+    /// (measurements: docs/performance.md, the profiler runs of 38d9046). Zero rows in gate and up (zero bias
+    /// too) give inner activations silu(0) x 0 = 0, which meet zero columns of down: the function is
+    /// unchanged and the padding takes no gradient back to the real weights. The padded weights are made per
+    /// call (a few MB, differentiable), so the parameters keep their shapes. Projections with LoRA adapters
+    /// run unpadded (their adapter path is a separate product).
     fn mlp(&self, h: &Tensor) -> Result<Tensor, ModelError> {
         let inner = self.gate.weight.size()[0];
         let pad = (MATMUL_ALIGN - inner % MATMUL_ALIGN) % MATMUL_ALIGN;

@@ -176,11 +176,11 @@ fn draw_in_id_order(allowed: &Tensor, uniforms: &Tensor) -> Tensor {
 /// Per row, the first index whose cumulative probability exceeds `uniform × total` (`probs` (rows,
 /// vocab) need not be normalised).
 ///
-/// In two levels, because a scan along 152k columns runs on one thread block per row (slow enough to
-/// show in a decoding step's profile; docs/performance.md): the masses of blocks of [`CDF_BLOCK`] tokens, their
-/// cumulative sum to find the block, then the cumulative sum within that block alone. The result is
-/// the one-level search's up to the order of the float additions. Rounding can put the target past a
-/// block's last token; the index is then held at the block's last token of non-zero probability.
+/// In two levels, because a scan along 152k columns runs on one thread block per row (slow enough to show in
+/// a decoding step's profile; docs/performance.md): the masses of blocks of [`CDF_BLOCK`] tokens, their
+/// cumulative sum to find the block, then the cumulative sum within that block alone. The result is the
+/// one-level search's up to the order of the float additions. Rounding can put the target past a block's last
+/// token; the index is then held at the block's last token of non-zero probability.
 fn inverse_cdf(probs: &Tensor, uniforms: &Tensor) -> Tensor {
     let (rows, vocab) = (probs.size()[0], probs.size()[1]);
     let blocks = (vocab + CDF_BLOCK - 1) / CDF_BLOCK;

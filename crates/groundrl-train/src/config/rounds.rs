@@ -1,8 +1,8 @@
-//! `[rounds]`: multi-round curriculum (docs/design.md, "Curriculum"). After each round of GRPO the policy is rolled out
-//! on the round's training pool (`ledger_n` rollouts per sample) into a pass-rate ledger; the next
-//! round trains on the pool the ledger selects (samples every rollout solved are dropped, partly
-//! solved ones kept, unsolved ones kept up to `zero_share` of the pool) at the highest temperature of
-//! `temperatures` whose validation accuracy stays within `tolerance` of the best.
+//! `[rounds]`: multi-round curriculum (docs/design.md, "Curriculum"). After each round of GRPO the policy is
+//! rolled out on the round's training pool (`ledger_n` rollouts per sample) into a pass-rate ledger; the next
+//! round trains on the pool the ledger selects (samples every rollout solved are dropped, partly solved ones
+//! kept, unsolved ones kept up to `zero_share` of the pool) at the highest temperature of `temperatures`
+//! whose validation accuracy stays within `tolerance` of the best.
 
 use serde::{Deserialize, Serialize};
 

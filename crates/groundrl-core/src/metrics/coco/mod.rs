@@ -1,6 +1,6 @@
-//! COCO bbox evaluation, identical to pycocotools 2.0.11 `COCOeval(gt, dt, "bbox")` followed by
-//! `evaluate()`, `accumulate()` and `summarize()` (pycocotools' `cocoeval.py`): same matching, same curves, and
-//! the 12 `stats` equal to the last bit (the means are summed in numpy's pairwise order).
+//! COCO bbox evaluation, identical to pycocotools 2.0.11 `COCOeval(gt, dt, "bbox")` followed by `evaluate()`,
+//! `accumulate()` and `summarize()` (pycocotools' `cocoeval.py`): same matching, same curves, and the 12
+//! `stats` equal to the last bit (the means are summed in numpy's pairwise order).
 //!
 //! ```
 //! use groundrl_core::metrics::coco::{evaluate, parse_detections, parse_ground_truth};
@@ -25,16 +25,15 @@
 //!
 //! # Precision and recall at IoU 0.5
 //!
-//! VLM-R1's OVD write-up reports one "Precision (IoU=0.5)" and one "Recall (IoU=0.5)" per dataset. Here they are
-//! micro-averaged over categories, at the setting of AP50 (IoU 0.5, area "all", at most 100 detections
-//! per image and category, the top-scored ones): with TP the detections matched to a counted
-//! ground truth, FP the unmatched ones (detections matched to crowd regions count as neither), and GT
-//! the non-crowd ground truths, precision = ΣTP / (ΣTP + ΣFP) and recall = ΣTP / ΣGT, sums over all
-//! categories. Detections of a category absent from an image's ground truth are false positives (an
-//! answer naming a category that is not there lowers precision), even for a category with no ground
-//! truth at all, which COCO's AP skips. No score threshold: every kept detection counts, so this is the
-//! end point of the precision/recall curve. See [`CocoEval::at50`]; [`CategoryMetrics::at50`] holds
-//! the same counts per category.
+//! VLM-R1's OVD write-up reports one "Precision (IoU=0.5)" and one "Recall (IoU=0.5)" per dataset. Here they
+//! are micro-averaged over categories, at the setting of AP50 (IoU 0.5, area "all", at most 100 detections
+//! per image and category, the top-scored ones): with TP the detections matched to a counted ground truth, FP
+//! the unmatched ones (detections matched to crowd regions count as neither), and GT the non-crowd ground
+//! truths, precision = ΣTP / (ΣTP + ΣFP) and recall = ΣTP / ΣGT, sums over all categories. Detections of a
+//! category absent from an image's ground truth are false positives (an answer naming a category that is not
+//! there lowers precision), even for a category with no ground truth at all, which COCO's AP skips. No score
+//! threshold: every kept detection counts, so this is the end point of the precision/recall curve. See
+//! [`CocoEval::at50`]; [`CategoryMetrics::at50`] holds the same counts per category.
 //!
 //! # Stricter than pycocotools
 //!
