@@ -139,7 +139,7 @@ mod tests {
 
     #[test]
     fn screenshot_of_the_rollout_benchmark() {
-        // issue 6: grid 1x52x94 is 1222 image tokens.
+        // The rollout benchmark's screenshot: grid 1x52x94 is 1222 image tokens.
         let r = Resized {
             height: 52 * 14,
             width: 94 * 14,

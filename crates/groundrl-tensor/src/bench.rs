@@ -204,7 +204,7 @@ pub fn decode_step_bytes(config: &Qwen25VlConfig, kind: Kind, rows: i64, context
 /// attention product of the forward, twice as many in the backward, each tower on the rows it runs
 /// on: the vision tower on image patches (its merger on merged tokens), the decoder on every token,
 /// the output head on the scored (completion) tokens alone, as the training step projects only
-/// those. A frozen tower runs its forward only. The simpler formula, 6 x trainable parameters
+/// those. A frozen tower runs its forward only. The simpler 6ND formula, 6 x trainable parameters
 /// x tokens, credits the tower's parameters once per decoder token: a quarter of the patches it
 /// actually runs on.
 pub fn training_flops(

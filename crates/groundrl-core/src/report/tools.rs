@@ -1,4 +1,4 @@
-//! The "Tools" section, for runs whose model was offered tools (the zoom tool of issue 10): how
+//! The "Tools" section, for runs whose model was offered tools (the zoom tool): how
 //! often it called them over training, how the calls went, and whether answers that used a tool were
 //! more often right, by how small the target was (zooming should help most on the smallest ones).
 

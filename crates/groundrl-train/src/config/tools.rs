@@ -1,5 +1,5 @@
-//! `[tools]`: tools the model may call in the middle of its answer (issue 10: the confidence-gated
-//! zoom), and the limits of a tool-using rollout.
+//! `[tools]`: tools the model may call in the middle of its answer (the zoom tool with the
+//! confidence-gated reward), and the limits of a tool-using rollout.
 //!
 //! ```toml
 //! [tools]

@@ -40,7 +40,7 @@ struct Report {
     trainable_parameters: i64,
     ms: f64,
     tokens_per_s: f64,
-    /// 6 x trainable parameters x tokens / time / 989e12 (H100/H200 dense bf16): the formula.
+    /// 6 x trainable parameters x tokens / time / 989e12 (H100/H200 dense bf16): the 6ND formula.
     mfu: f64,
     /// The step's model arithmetic ([`bench::training_flops`]: each tower on the rows it runs on,
     /// attention included, recomputation not) and its share of 989e12 FLOP/s over the step's time.
