@@ -197,7 +197,7 @@ mod tests {
     }
 
     #[test]
-    fn detects_seed_001_mix() {
+    fn detects_a_run_mixing_normalized_and_pixel_boxes() {
         // Both boxes as one model answered on ScreenSpot screenshots (2560x1440 here) in one run.
         let f = ImageFrames::from_original(2560, 1440, PixelBudget::default()).unwrap();
         let norm = f.detect(&[0.1, 0.2, 0.3, 0.4], Frame::Resized).unwrap();

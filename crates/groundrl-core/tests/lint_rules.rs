@@ -11,7 +11,7 @@ fn rules(text: &str) -> Vec<Rule> {
 }
 
 #[test]
-fn seed_004_missing_space_is_found_and_the_fixed_text_is_clean() {
+fn missing_space_after_a_sentence_is_found_and_the_fixed_text_is_clean() {
     let bad = "detect: person sit on motorcycle; motorcycle is sat on by person.Output each detected target.";
     let good =
         "detect: person sit on motorcycle; motorcycle is sat on by person. Output each detected target.";

@@ -44,7 +44,7 @@ fn screenshot(target: [f64; 4]) -> RewardInput {
 }
 
 #[test]
-fn seed_001_mix_of_frames_scores_both_answers() {
+fn a_run_mixing_frames_scores_both_answers() {
     // One model answered [0.1,0.2,0.3,0.4] and [2420,146,2512,170] in one run; a frame-blind
     // reward scored both 0. The first is normalized, the second in resized pixels.
     let s = spec(IOU);

@@ -292,7 +292,7 @@ mod tests {
     }
 
     #[test]
-    fn seed_004_detection_answer_reads_with_labels() {
+    fn vlm_r1_ovd_answer_reads_with_labels() {
         let text = "```json\n[\n{\"bbox_2d\": [38, 95, 113, 164], \"label\": \"plastic chair\"},\n\
                     {\"bbox_2d\": [130, 90, 177, 150], \"label\": \"plastic chair\"}\n]\n```";
         let expected = boxes(

@@ -63,7 +63,7 @@ fn arc_vision_bbox_tag_with_confidence() {
 }
 
 #[test]
-fn seed_001_mixed_frames_are_returned_as_written() {
+fn mixed_frames_of_one_run_are_returned_as_written() {
     // Normalized and pixel answers both parse; the frame is decided later, per image.
     assert_eq!(boxes(&parsed("[0.1,0.2,0.3,0.4]")), vec![[0.1, 0.2, 0.3, 0.4]]);
     assert_eq!(
