@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use groundrl_core::data::check::{Problem, check, write_previews};
+use groundrl_core::data::image_file::ImageLimits;
 use groundrl_core::data::jsonl::read_jsonl;
 use groundrl_core::data::lint::lint;
 use groundrl_core::data::{Sample, Shape, Task};
@@ -33,7 +34,7 @@ fn generated_data_is_lint_and_check_clean_with_and_without_prompts() {
         let (plain_dir, plain) = generated(name, difficulty, None);
         assert_eq!(lint(&plain), vec![]);
         assert!(plain.iter().all(|s| s.prompt.is_empty()));
-        let report = check(&plain, &plain_dir);
+        let report = check(&plain, &plain_dir, ImageLimits::default());
         assert_eq!(report.samples, plain.len());
         assert_eq!(report.issues, vec![]);
         std::fs::remove_dir_all(plain_dir).unwrap();
@@ -62,7 +63,9 @@ fn generated_data_is_lint_and_check_clean_with_and_without_prompts() {
             );
         }
         assert_eq!(lint(&samples), vec![]);
-        let previews = write_previews(&samples, &dir, &dir.join("previews"), 3).unwrap();
+        let previews = write_previews(&samples, &dir, &dir.join("previews"), 3, ImageLimits::default())
+            .unwrap()
+            .written;
         assert_eq!(previews.len(), 3);
         let img = image::open(&previews[0]).unwrap().to_rgb8();
         assert_eq!(
@@ -89,7 +92,7 @@ fn check_names_each_problem_and_counts_it_per_source() {
     let mut undecodable = samples[5].clone();
     undecodable.images[0].path = "images/bad.png".into();
     broken.push(undecodable);
-    let report = check(&broken, &dir);
+    let report = check(&broken, &dir, ImageLimits::default());
     let problems: Vec<(Problem, &str)> = report
         .issues
         .iter()
@@ -119,13 +122,19 @@ fn normalized_and_qwen1000_frames_are_checked_against_their_own_extent() {
     s.frame = Frame::Normalized;
     s.targets.truncate(1);
     s.targets[0].shape = Shape::Box([0.1, 0.1, 0.5, 0.5]);
-    assert_eq!(check(std::slice::from_ref(&s), &dir).issues, vec![]);
+    assert_eq!(
+        check(std::slice::from_ref(&s), &dir, ImageLimits::default()).issues,
+        vec![]
+    );
     s.targets[0].shape = Shape::Box([0.1, 0.1, 1.5, 0.5]);
     assert_eq!(
-        check(std::slice::from_ref(&s), &dir).issues[0].problem,
+        check(std::slice::from_ref(&s), &dir, ImageLimits::default()).issues[0].problem,
         Problem::OutsideImage
     );
     s.frame = Frame::Qwen1000;
-    assert_eq!(check(std::slice::from_ref(&s), &dir).issues, vec![]);
+    assert_eq!(
+        check(std::slice::from_ref(&s), &dir, ImageLimits::default()).issues,
+        vec![]
+    );
     std::fs::remove_dir_all(dir).unwrap();
 }

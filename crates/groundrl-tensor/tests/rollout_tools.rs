@@ -255,6 +255,7 @@ fn the_tool_turn_is_what_the_template_renders_after_the_call() {
         tokenizer: p.tokenizer.clone(),
         template: ChatTemplate::new(source).unwrap(),
         image: p.image.clone(),
+        files: p.files,
     };
     let rewrites_history = "{{ messages | length }}{% for m in messages %}<|im_start|>{{ m.role }}\n\
         {% if m.content is string %}{{ m.content }}{% endif %}<|im_end|>\n{% endfor %}";

@@ -466,6 +466,7 @@ pub(crate) mod tests {
     use groundrl_tensor::processor::image::ImageProcessor;
     use groundrl_tensor::processor::tiny_tokenizer::{VOCAB_SIZE, tiny_tokenizer};
     use groundrl_tensor::processor::tokenizer::expand_image_pads;
+    use groundrl_core::data::image_file::ImageLimits;
     use groundrl_tensor::qwen2_5_vl::presets;
     use groundrl_tensor::qwen2_5_vl::rope_index::Grid;
 
@@ -479,6 +480,7 @@ pub(crate) mod tests {
             tokenizer: tiny_tokenizer().unwrap(),
             template: ChatTemplate::qwen2_5_vl(),
             image: ImageProcessor::default(),
+            files: ImageLimits::default(),
         };
         (Qwen25Vl::new(&config, Device::Cpu, Kind::Float, 3), processor)
     }

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
+use super::confine::PathError;
+use super::image_file::{self, ImageFileError, ImageLimits};
 use super::{Sample, Shape};
 use crate::frame::{Frame, ImageFrames};
 use crate::resize::PixelBudget;
@@ -18,7 +20,11 @@ use crate::synth::font::{draw_text, text_size};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Problem {
     MissingImage,
+    /// A path that leaves the sample file's folder, a device or not a regular file.
+    RefusedPath,
     UndecodableImage,
+    /// More pixels than the decoding budget.
+    ImageTooLarge,
     SizeMismatch,
     /// Non-finite coordinates, x1 > x2, a polygon with fewer than 3 vertices.
     MalformedTarget,
@@ -34,7 +40,9 @@ impl Problem {
     pub fn name(self) -> &'static str {
         match self {
             Problem::MissingImage => "missing-image",
+            Problem::RefusedPath => "refused-path",
             Problem::UndecodableImage => "undecodable-image",
+            Problem::ImageTooLarge => "image-too-large",
             Problem::SizeMismatch => "size-mismatch",
             Problem::MalformedTarget => "malformed-target",
             Problem::DegenerateBox => "degenerate-box",
@@ -86,16 +94,16 @@ impl CheckReport {
 /// An image as found on disk: its decoded size, or why it has none.
 type Decoded = Result<(u32, u32), (Problem, String)>;
 
-/// Checks `samples`, whose relative image paths are relative to `base`. Each distinct image is decoded
-/// once, in parallel.
-pub fn check(samples: &[Sample], base: &Path) -> CheckReport {
+/// Checks `samples`, whose image paths are relative to `base` and read within `limits`. Each
+/// distinct image is decoded once, in parallel.
+pub fn check(samples: &[Sample], base: &Path, limits: ImageLimits) -> CheckReport {
     let mut paths: Vec<&str> = samples
         .iter()
         .flat_map(|s| s.images.iter().map(|i| i.path.as_str()))
         .collect();
     paths.sort_unstable();
     paths.dedup();
-    let decoded: HashMap<&str, Decoded> = paths.par_iter().map(|&p| (p, decode(&base.join(p)))).collect();
+    let decoded: HashMap<&str, Decoded> = paths.par_iter().map(|&p| (p, decode(base, p, limits))).collect();
     let issues = samples.iter().flat_map(|s| check_sample(s, &decoded)).collect();
     CheckReport {
         samples: samples.len(),
@@ -103,16 +111,18 @@ pub fn check(samples: &[Sample], base: &Path) -> CheckReport {
     }
 }
 
-fn decode(path: &Path) -> Decoded {
-    if !path.exists() {
-        return Err((
-            Problem::MissingImage,
-            format!("{} does not exist", path.display()),
-        ));
-    }
-    let img =
-        image::open(path).map_err(|e| (Problem::UndecodableImage, format!("{}: {e}", path.display())))?;
+fn decode(base: &Path, path: &str, limits: ImageLimits) -> Decoded {
+    let img = image_file::open(base, path, limits).map_err(|e| (problem_of(&e), e.to_string()))?;
     Ok((img.width(), img.height()))
+}
+
+fn problem_of(error: &ImageFileError) -> Problem {
+    match error {
+        ImageFileError::Path(PathError::Missing(_)) => Problem::MissingImage,
+        ImageFileError::Path(_) => Problem::RefusedPath,
+        ImageFileError::TooLarge { .. } => Problem::ImageTooLarge,
+        ImageFileError::Undecodable { .. } => Problem::UndecodableImage,
+    }
 }
 
 fn check_sample(sample: &Sample, decoded: &HashMap<&str, Decoded>) -> Vec<Issue> {
@@ -192,21 +202,26 @@ fn points(shape: &Shape) -> Box<dyn Iterator<Item = [f64; 2]> + '_> {
     }
 }
 
+/// Why a preview was not drawn. The message carries the cause's text, so the cause is not also
+/// given as a `source` (it would be printed twice).
 #[derive(Debug, thiserror::Error)]
 pub enum PreviewError {
-    #[error("sample {id}: cannot read {path}: {source}")]
-    Read {
-        id: String,
-        path: PathBuf,
-        source: image::ImageError,
-    },
-    #[error("cannot write {path}: {source}")]
+    #[error("sample {id}: no preview: {problem}")]
+    Read { id: String, problem: ImageFileError },
+    #[error("cannot write {}: {problem}", path.display())]
     Write {
         path: PathBuf,
-        source: image::ImageError,
+        problem: image::ImageError,
     },
-    #[error("cannot create {path}: {source}")]
-    Folder { path: PathBuf, source: std::io::Error },
+    #[error("cannot create {}: {problem}", path.display())]
+    Folder { path: PathBuf, problem: std::io::Error },
+}
+
+/// The previews drawn, and the samples whose preview failed (each failure stops only its preview).
+#[derive(Debug, Default)]
+pub struct Previews {
+    pub written: Vec<PathBuf>,
+    pub failed: Vec<PreviewError>,
 }
 
 /// Colour of drawn targets: a magenta that GUI themes and photos rarely contain.
@@ -214,45 +229,56 @@ const TARGET_COLOUR: [u8; 3] = [255, 0, 200];
 
 /// Writes up to `n` previews, spread evenly over `samples`, as `out/preview_NNN.png`: the first image
 /// with every target outlined (points as small squares) and the instruction on a dark strip at the top.
+/// A sample whose image cannot be read or whose preview cannot be written is listed in
+/// [`Previews::failed`] and the others are still drawn; only an uncreatable `out` stops it all.
 pub fn write_previews(
     samples: &[Sample],
     base: &Path,
     out: &Path,
     n: usize,
-) -> Result<Vec<PathBuf>, PreviewError> {
-    std::fs::create_dir_all(out).map_err(|source| PreviewError::Folder {
+    limits: ImageLimits,
+) -> Result<Previews, PreviewError> {
+    std::fs::create_dir_all(out).map_err(|problem| PreviewError::Folder {
         path: out.to_path_buf(),
-        source,
+        problem,
     })?;
     let picked: Vec<&Sample> = (0..n.min(samples.len()))
         .map(|k| &samples[k * samples.len() / n.min(samples.len())])
         .collect();
-    picked
+    let outcomes: Vec<Result<PathBuf, PreviewError>> = picked
         .par_iter()
         .enumerate()
         .map(|(k, sample)| {
             let path = out.join(format!("preview_{k:03}.png"));
-            let image = preview(sample, base)?;
-            image.save(&path).map_err(|source| PreviewError::Write {
+            let image = preview(sample, base, limits)?;
+            image.save(&path).map_err(|problem| PreviewError::Write {
                 path: path.clone(),
-                source,
+                problem,
             })?;
             Ok(path)
         })
-        .collect()
+        .collect();
+    let mut previews = Previews::default();
+    for outcome in outcomes {
+        match outcome {
+            Ok(path) => previews.written.push(path),
+            Err(e) => previews.failed.push(e),
+        }
+    }
+    Ok(previews)
 }
 
-fn preview(sample: &Sample, base: &Path) -> Result<image::RgbImage, PreviewError> {
+fn preview(sample: &Sample, base: &Path, limits: ImageLimits) -> Result<image::RgbImage, PreviewError> {
     let Some(first) = sample.images.first() else {
         return Ok(image::RgbImage::new(1, 1));
     };
-    let path = base.join(&first.path);
-    let read_err = |source| PreviewError::Read {
+    let read_err = |problem| PreviewError::Read {
         id: sample.id.clone(),
-        path: path.clone(),
-        source,
+        problem,
     };
-    let mut img = image::open(&path).map_err(read_err)?.to_rgb8();
+    let mut img = image_file::open(base, &first.path, limits)
+        .map_err(read_err)?
+        .to_rgb8();
     let (w, h) = img.dimensions();
     let line = (w.max(h) / 400).max(2);
     let frames = ImageFrames::from_original(u64::from(w), u64::from(h), PixelBudget::default()).ok();

@@ -5,10 +5,14 @@
 //! - [`import`]: ScreenSpot, ScreenSpot-Pro, OSWorld-G, COCO, ODVG and RefCOCO to samples;
 //! - [`split`]: seeded, prefix-stable subsamples and splits;
 //! - [`lint`] and [`check`]: text problems in prompts, and samples that disagree with their images;
+//! - [`confine`] and [`image_file`]: paths from data files kept inside their folder, and images
+//!   decoded within a pixel budget;
 //! - [`error`]: errors naming file, record and field, and [`Loaded`] (samples plus skipped records).
 
 pub mod check;
+pub mod confine;
 pub mod error;
+pub mod image_file;
 pub mod import;
 pub mod jsonl;
 pub mod lint;

@@ -13,6 +13,7 @@ use base64::prelude::{BASE64_STANDARD, Engine};
 use image::ImageFormat;
 use image::imageops::FilterType;
 
+use crate::data::image_file::{self, ImageLimits};
 use crate::plot::{escape, format_value};
 use crate::telemetry::EvalRecord;
 
@@ -33,8 +34,9 @@ pub struct SampleView {
     pub image: Result<String, String>,
 }
 
-/// Picks the samples of `records` (see [`pick`]) and reads their screenshots, relative paths from
-/// `images`; a screenshot shared by several samples is read once.
+/// Picks the samples of `records` (see [`pick`]) and reads their screenshots, paths relative to
+/// `images` and kept inside it ([`crate::data::confine`]); a screenshot shared by several samples is
+/// read once.
 pub(super) fn load(records: &[EvalRecord], images: &Path) -> Vec<SampleView> {
     let mut cache: BTreeMap<&str, Result<String, String>> = BTreeMap::new();
     pick(records, MAX_SAMPLES)
@@ -42,7 +44,7 @@ pub(super) fn load(records: &[EvalRecord], images: &Path) -> Vec<SampleView> {
         .map(|record| {
             let image = cache
                 .entry(&record.image)
-                .or_insert_with(|| data_uri(&images.join(&record.image)))
+                .or_insert_with(|| data_uri(images, &record.image))
                 .clone();
             SampleView {
                 record: record.clone(),
@@ -74,9 +76,9 @@ fn pick(records: &[EvalRecord], max: usize) -> Vec<&EvalRecord> {
         .collect()
 }
 
-/// The image at `path` as a PNG data URI, shrunk to [`MAX_SIDE`]; or why it could not be read.
-fn data_uri(path: &Path) -> Result<String, String> {
-    let image = image::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+/// The image `name` in `folder` as a PNG data URI, shrunk to [`MAX_SIDE`]; or why it could not be read.
+fn data_uri(folder: &Path, name: &str) -> Result<String, String> {
+    let image = image_file::open(folder, name, ImageLimits::default()).map_err(|e| e.to_string())?;
     let image = if image.width() > MAX_SIDE || image.height() > MAX_SIDE {
         image.resize(MAX_SIDE, MAX_SIDE, FilterType::Triangle)
     } else {
@@ -86,7 +88,7 @@ fn data_uri(path: &Path) -> Result<String, String> {
     image
         .to_rgb8()
         .write_to(&mut Cursor::new(&mut png), ImageFormat::Png)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+        .map_err(|e| format!("{name}: {e}"))?;
     Ok(format!("data:image/png;base64,{}", BASE64_STANDARD.encode(png)))
 }
 
@@ -278,13 +280,15 @@ mod tests {
         image::RgbImage::from_pixel(1280, 320, image::Rgb([10, 20, 30]))
             .save(dir.path().join("big.png"))
             .unwrap();
-        let uri = data_uri(&dir.path().join("big.png")).unwrap();
+        let uri = data_uri(dir.path(), "big.png").unwrap();
         let png = BASE64_STANDARD
             .decode(uri.strip_prefix("data:image/png;base64,").unwrap())
             .unwrap();
         let shrunk = image::load_from_memory(&png).unwrap();
         assert_eq!((shrunk.width(), shrunk.height()), (640, 160));
-        let err = data_uri(&dir.path().join("none.png")).unwrap_err();
-        assert!(err.contains("none.png"), "{err}");
+        let err = data_uri(dir.path(), "none.png").unwrap_err();
+        assert!(err.ends_with("none.png does not exist"), "{err}");
+        let err = data_uri(&dir.path().join("sub"), "../big.png").unwrap_err();
+        assert!(err.contains("\"../big.png\" steps up with `..`"), "{err}");
     }
 }

@@ -9,6 +9,7 @@ pub mod tiny_tokenizer;
 pub mod tokenizer;
 mod tool_turn;
 
+use groundrl_core::data::image_file::ImageLimits;
 use std::path::Path;
 
 use ::image::DynamicImage;
@@ -77,6 +78,9 @@ pub struct Processor {
     pub tokenizer: Tokenizer,
     pub template: ChatTemplate,
     pub image: ImageProcessor,
+    /// How sample images are read ([`Self::encode_sample`]): kept inside the sample file's folder
+    /// and within a pixel budget unless set otherwise.
+    pub files: ImageLimits,
 }
 
 impl Processor {
@@ -104,6 +108,7 @@ impl Processor {
             tokenizer,
             template,
             image,
+            files: ImageLimits::default(),
         })
     }
 

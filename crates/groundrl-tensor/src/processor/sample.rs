@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use groundrl_core::data::image_file;
 use groundrl_core::data::{Content, Message, Sample};
 use groundrl_core::frame::Frame;
 use groundrl_core::prompt::{ModelKind, Preset, PromptStyle, Reasoning, build_prompt};
@@ -24,7 +25,7 @@ impl Processor {
     /// Encodes `sample` for generation (the chat ends with the assistant's turn opened). Samples
     /// without a prompt are asked with `style`, or when `None` in their task's default instruct format
     /// (click point or OVD JSON list, answered in resized-image pixels). Image paths are relative to
-    /// `base`, the dataset file's folder.
+    /// `base`, the dataset file's folder, and read within [`Processor::files`].
     pub fn encode_sample(
         &self,
         sample: &Sample,
@@ -54,11 +55,10 @@ impl Processor {
                         sample.id
                     ))
                 })?;
-                let path = base.join(&reference.path);
-                images.push(::image::open(&path).map_err(|e| ProcessorError::File {
-                    path: path.display().to_string(),
-                    problem: e.to_string(),
-                })?);
+                let decoded = image_file::open(base, &reference.path, self.files).map_err(|e| {
+                    ProcessorError::Input(format!("sample {}: images[{image}]: {e}", sample.id))
+                })?;
+                images.push(decoded);
             }
         }
         if let Some(tools) = tools {

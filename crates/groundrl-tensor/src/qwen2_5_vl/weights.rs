@@ -11,6 +11,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
+use groundrl_core::data::confine::{self, PathPolicy};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView, View};
 use tch::{Kind, Tensor, nn};
 
@@ -28,7 +29,9 @@ pub fn canonical_name(name: &str) -> Cow<'_, str> {
     }
 }
 
-/// The safetensors files of an HF folder: `model.safetensors`, or the shards its index lists.
+/// The safetensors files of an HF folder: `model.safetensors`, or the shards its index lists. A
+/// shard name must stay inside the folder ([`confine`]): an index is data, and may come from
+/// anywhere.
 pub fn checkpoint_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
     let single = dir.join("model.safetensors");
     if single.is_file() {
@@ -51,7 +54,8 @@ pub fn checkpoint_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
         let file = file
             .as_str()
             .ok_or_else(|| ModelError::file(&index, "a `weight_map` value is not a string"))?;
-        let path = dir.join(file);
+        let path = confine::resolve(dir, file, PathPolicy::Inside)
+            .map_err(|e| ModelError::file(&index, format!("shard {e}")))?;
         if !shards.contains(&path) {
             shards.push(path);
         }

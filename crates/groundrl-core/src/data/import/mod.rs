@@ -21,6 +21,7 @@ use serde_json::Value;
 
 use super::Sample;
 use super::error::{DataError, FieldError, Loaded, RecordError, from_json_value};
+use super::image_file::{self, ImageFileError, ImageLimits};
 
 /// Reads and parses a whole JSON file.
 pub(crate) fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T, DataError> {
@@ -44,8 +45,12 @@ pub(crate) fn stem_after(path: &Path, prefix: &str) -> String {
 
 /// Where an image named in a dataset lives (see the module doc).
 pub(crate) fn image_path(dataset: &Path, images_dir: Option<&Path>, name: &str) -> PathBuf {
-    let base = images_dir.or_else(|| dataset.parent()).unwrap_or(Path::new(""));
-    base.join(name)
+    images_folder(dataset, images_dir).join(name)
+}
+
+/// The folder a dataset's image names are relative to: `images_dir`, else the dataset file's folder.
+pub(crate) fn images_folder<'a>(dataset: &'a Path, images_dir: Option<&'a Path>) -> &'a Path {
+    images_dir.or_else(|| dataset.parent()).unwrap_or(Path::new(""))
 }
 
 /// How a record is named in errors: its kind and index in the file, plus its `id` when it has one
@@ -107,9 +112,12 @@ pub(crate) fn checked(sample: Sample) -> Result<Sample, FieldError> {
     Ok(sample)
 }
 
-/// Width and height from an image file's header (PNG or JPEG), for datasets that do not state them.
-pub(crate) fn image_size_from_file(path: &Path) -> Result<(u32, u32), String> {
-    image::image_dimensions(path).map_err(|e| format!("cannot read the size of {}: {e}", path.display()))
+/// Width and height of the image `name` in `folder`, for datasets that do not state them. The image
+/// is decoded whole (within the default pixel budget, inside `folder`): a header alone would let a
+/// truncated file through.
+pub(crate) fn image_size_from_file(folder: &Path, name: &str) -> Result<(u32, u32), ImageFileError> {
+    let image = image_file::open(folder, name, ImageLimits::default())?;
+    Ok((image.width(), image.height()))
 }
 
 /// `[w, h]` as a dataset states it, checked to be whole positive pixels.

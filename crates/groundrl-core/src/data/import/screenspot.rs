@@ -2,7 +2,8 @@
 //!
 //! Record fields: `img_filename`, `bbox` (`[x, y, w, h]` in original pixels), `instruction`,
 //! `data_type` (`text` | `icon`), `data_source` (e.g. `ios`, `macos`, `shop`). Records carry no image
-//! size, so it is read from the image file's header; a record whose image cannot be read is skipped.
+//! size, so it is read from the image itself, decoded whole (a truncated file is caught here rather than
+//! in training); a record whose image cannot be read is skipped.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -10,7 +11,7 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{convert_records, image_path, image_size_from_file, read_json, stem_after};
+use super::{convert_records, image_path, image_size_from_file, images_folder, read_json, stem_after};
 use crate::data::error::{DataError, FieldError, Loaded};
 use crate::data::{ImageRef, Sample, Shape, Target, Task};
 use crate::frame::Frame;
@@ -31,7 +32,8 @@ pub fn import(path: &Path, images_dir: Option<&Path>) -> Result<Loaded, DataErro
     let split = stem_after(path, "screenspot_");
     Ok(convert_records(path, records, |index, r: Record| {
         let image = image_path(path, images_dir, &r.img_filename);
-        let (width, height) = image_size_from_file(&image).map_err(|e| FieldError::new("img_filename", e))?;
+        let (width, height) = image_size_from_file(images_folder(path, images_dir), &r.img_filename)
+            .map_err(|e| FieldError::new("img_filename", e))?;
         Ok(Sample {
             id: format!("screenspot/{split}/{index}"),
             source: format!("screenspot/{split}"),

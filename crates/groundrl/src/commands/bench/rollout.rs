@@ -2,6 +2,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use groundrl_core::data::image_file::ImageLimits;
 use groundrl_tensor::bench::{self, StepShape};
 use groundrl_tensor::processor::Processor;
 use groundrl_tensor::processor::chat_template::ChatTemplate;
@@ -82,6 +83,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         tokenizer: tiny_tokenizer()?,
         template: ChatTemplate::qwen2_5_vl(),
         image: ImageProcessor::default(),
+        files: ImageLimits::default(),
     };
     let shape = StepShape {
         rows: 1,

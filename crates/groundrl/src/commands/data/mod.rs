@@ -15,6 +15,8 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
+use groundrl_core::data::confine::PathPolicy;
+use groundrl_core::data::image_file::{DEFAULT_MAX_IMAGE_PIXELS, ImageLimits};
 use groundrl_core::data::{Loaded, RecordError, Sample, jsonl, parquet};
 
 #[derive(clap::Subcommand)]
@@ -38,6 +40,27 @@ pub fn run(cmd: DataCommand) -> anyhow::Result<ExitCode> {
         DataCommand::Sample(args) => sample::run(args),
         DataCommand::Lint(args) => lint::run(args),
         DataCommand::Check(args) => check::run(args),
+    }
+}
+
+/// How a command reads the images a sample file names.
+#[derive(clap::Args)]
+pub(crate) struct ImageArgs {
+    /// Read image paths that leave the sample file's folder (absolute, `..`, symlinks out);
+    /// files under /dev are never read.
+    #[arg(long)]
+    allow_outside_paths: bool,
+    /// Largest image decoded, in pixels (width x height); larger ones are refused before decoding.
+    #[arg(long, default_value_t = DEFAULT_MAX_IMAGE_PIXELS)]
+    max_image_pixels: u64,
+}
+
+impl ImageArgs {
+    pub(crate) fn limits(&self) -> ImageLimits {
+        ImageLimits {
+            paths: PathPolicy::from_flag(self.allow_outside_paths),
+            max_pixels: self.max_image_pixels,
+        }
     }
 }
 
