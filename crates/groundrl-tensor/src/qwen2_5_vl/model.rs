@@ -165,6 +165,7 @@ impl Qwen25Vl {
         features: impl FnOnce(&Tensor, &[Grid]) -> Result<Tensor, ModelError>,
     ) -> Result<Prepared, ModelError> {
         let (rows, len) = batch_shape(batch)?;
+        check_vocabulary(&batch.input_ids, self.config.text.vocab_size)?;
         let device = self.device();
         let flat: Vec<i64> = batch.input_ids.concat();
         let ids = Tensor::from_slice(&flat).view([rows, len]).to_device(device);
@@ -449,6 +450,23 @@ fn batch_shape(batch: &Batch) -> Result<(i64, i64), ModelError> {
         )));
     }
     Ok((rows as i64, len as i64))
+}
+
+/// Refuses a token id outside `0..vocab_size`: the embedding lookup would index out of its table,
+/// which libtorch reports by aborting the process rather than by an error.
+fn check_vocabulary(input_ids: &[Vec<i64>], vocab_size: i64) -> Result<(), ModelError> {
+    for (row, ids) in input_ids.iter().enumerate() {
+        if let Some((col, id)) = ids
+            .iter()
+            .enumerate()
+            .find(|(_, id)| !(0..vocab_size).contains(*id))
+        {
+            return Err(ModelError::Input(format!(
+                "input_ids[{row}][{col}] = {id} is outside the vocabulary (0..{vocab_size})"
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn dtype_name(kind: Kind) -> &'static str {
