@@ -190,3 +190,53 @@ fn words_length_is_used_only_when_asked() {
     // 4 words of 8, correct: 1 + 0.5 * (2 - 1) * (1 + cos(pi/2))
     assert!((scored.components[0] - 1.5).abs() < 1e-12, "{scored:?}");
 }
+
+#[test]
+fn an_overflowing_total_is_a_bad_record_not_a_null_reward() {
+    // 1e308 passes the load-time check (one finite weight), but 1e308 * 2 is not a number.
+    let s = spec(
+        "[components.len]\nkind = \"cosine_length\"\nweight = 1e308\ncorrect_from = \"f\"\ncorrect_threshold = 0.5\nmax_length = 8\nexceed_margin = 0\nlength_unit = \"words\"\n\
+         [components.f]\nkind = \"format\"\nweight = 0\n",
+    );
+    let input = record(json!({"completion": "", "target": {"frame": "pixel"}}));
+    let e = score_parsed(&s, &input, Ok(&parsed(Answer::NoObjects, Syntax::NoneWord))).unwrap_err();
+    assert_eq!(e.field, "reward");
+    assert!(
+        e.problem
+            .contains("is -inf, not a finite number: component `len` gives 1000")
+            || e.problem
+                .contains("is inf, not a finite number: component `len` gives 1000"),
+        "{e}"
+    );
+}
+
+#[test]
+fn boxes_past_max_boxes_are_counted_and_not_matched() {
+    let text =
+        |max: usize| format!("max_boxes = {max}\n[components.w]\nkind = \"weighted_sum\"\nweight = 1\n");
+    let input = record(json!({"completion": "", "target": {
+        "boxes": [{"bbox": [0, 0, 10, 10]}, {"bbox": [20, 0, 30, 10]}], "frame": "pixel",
+        "image_size": [100, 100], "resized_size": [100, 100]}}));
+    let answer = boxes(&[
+        ([0.0, 0.0, 10.0, 10.0], ""),
+        ([20.0, 0.0, 30.0, 10.0], ""),
+        ([50.0, 50.0, 60.0, 60.0], ""),
+    ]);
+    let all = score_parsed(&spec(&text(3)), &input, Ok(&answer)).unwrap();
+    let capped = score_parsed(&spec(&text(1)), &input, Ok(&answer)).unwrap();
+    // 2 of 2 targets, 1 false alarm of 3: 0.7 + 0.3 * (1 - 1/6)
+    assert!((all.total - 0.95).abs() < 1e-12, "{all:?}");
+    assert_eq!(all.parse.excess_boxes, 0);
+    // only the first box is matched; the other two count as false alarms:
+    // 0.7 * 1/2 + 0.3 * (1 - (1/2 + 2/3) / 2)
+    assert_eq!(capped.parse.excess_boxes, 2);
+    assert!((capped.total - (0.35 + 0.3 * (1.0 - (0.5 + 2.0 / 3.0) / 2.0))).abs() < 1e-12);
+    let written = serde_json::to_value(&capped.parse).unwrap();
+    assert_eq!(written["excess_boxes"], 2);
+    assert!(
+        serde_json::to_value(&all.parse)
+            .unwrap()
+            .get("excess_boxes")
+            .is_none()
+    );
+}

@@ -40,6 +40,14 @@ pub struct ParseInfo {
     pub error: Option<String>,
     /// The frame the answer's coordinates were read in (none for an answer without coordinates).
     pub frame: Option<Frame>,
+    /// Boxes (or points) past the spec's `max_boxes`, not scored but counted; written only when
+    /// there are some.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub excess_boxes: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// Scores every record, in parallel; results are in input order.
@@ -80,6 +88,7 @@ pub fn score_parsed(
         target_none: target.none,
         prediction: prediction.as_ref(),
         image_extent,
+        excess_boxes: parse.excess_boxes,
     };
     // Read whether or not the answer parsed, so a confidence counts the same either way: otherwise
     // appending a `<tool_call>` block (which the parser takes as the answer) to an unreadable answer
@@ -97,17 +106,30 @@ pub fn score_parsed(
             .unwrap_or_else(|| ToolUse::without_tools(stated)),
     };
     let components = evaluate(spec, &record);
-    let total = spec
-        .components()
-        .iter()
-        .zip(&components)
-        .map(|(c, v)| c.weight * v)
-        .sum();
+    let total = weighted_total(spec, &components)?;
     Ok(Scored {
         total,
         components,
         parse,
     })
+}
+
+/// `Σ weight * value`; a total that is not finite (a weight so large that a term or the sum
+/// overflows) is an error naming the component, never a `null` reward.
+fn weighted_total(spec: &RewardSpec, values: &[f64]) -> Result<f64, InputError> {
+    let terms = || spec.components().iter().zip(values);
+    let total: f64 = terms().map(|(c, v)| c.weight * v).sum();
+    if total.is_finite() {
+        return Ok(total);
+    }
+    let detail = match terms().find(|(c, v)| !(c.weight * **v).is_finite()) {
+        Some((c, v)) => format!("component `{}` gives {} * {v}", c.name, c.weight),
+        None => "the terms overflow when added".to_string(),
+    };
+    Err(InputError::new(
+        "reward",
+        format!("the total is {total}, not a finite number: {detail}"),
+    ))
 }
 
 /// Refuses a record without `num_tokens` when a component counts tokens.
@@ -134,6 +156,7 @@ fn read_answer(
             ok: false,
             error: Some(error),
             frame: None,
+            excess_boxes: 0,
         };
         Ok((None, info))
     };
@@ -155,11 +178,12 @@ fn read_answer(
             ),
         ));
     }
-    let prediction = scoring.prediction(parsed, frame.unwrap_or(scoring.frame));
+    let mut prediction = scoring.prediction(parsed, frame.unwrap_or(scoring.frame));
     let info = ParseInfo {
         ok: true,
         error: None,
         frame,
+        excess_boxes: prediction.truncate(spec.max_boxes),
     };
     Ok((Some(prediction), info))
 }

@@ -88,6 +88,7 @@ mod tests {
             target_none: false,
             prediction,
             image_extent: None,
+            excess_boxes: 0,
         }
     }
 

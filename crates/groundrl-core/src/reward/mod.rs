@@ -58,6 +58,16 @@ impl Prediction {
     pub fn is_empty(&self) -> bool {
         self.boxes.is_empty() && self.clicks.is_empty()
     }
+
+    /// Keeps the first `max` boxes and the first `max` clicks; returns how many boxes (or clicks,
+    /// if more) were left out. Matching is quadratic or worse in the boxes, and a model can list
+    /// thousands.
+    pub fn truncate(&mut self, max: usize) -> usize {
+        let excess = self.boxes.len().max(self.clicks.len()).saturating_sub(max);
+        self.boxes.truncate(max);
+        self.clicks.truncate(max);
+        excess
+    }
 }
 
 /// Everything a reward may look at for one sample, in one common frame.
@@ -71,6 +81,9 @@ pub struct Scene<'a> {
     pub prediction: Option<&'a Prediction>,
     /// Width and height of the whole image in the scene's frame, when known.
     pub image_extent: Option<crate::frame::Size>,
+    /// Boxes the answer listed past the spec's `max_boxes`, left out of `prediction`: rewards over
+    /// the box list count them as predictions that matched nothing.
+    pub excess_boxes: usize,
 }
 
 impl Scene<'_> {

@@ -133,6 +133,7 @@ mod tests {
             target_none: false,
             prediction: Some(p),
             image_extent: Some(Size::new(100.0, 50.0)),
+            excess_boxes: 0,
         }
     }
 

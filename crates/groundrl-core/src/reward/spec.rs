@@ -4,6 +4,7 @@
 //! model_frame = "resized"   # frame the model answers in (default: resized, Qwen2.5-VL)
 //! detect_frame = true       # guess the frame from the numbers when they do not fit (default: true)
 //! # min_pixels / max_pixels: smart_resize budget for records without `resized_size`
+//! # max_boxes = 300: boxes (or points) of an answer that are scored; the rest are counted
 //!
 //! [components.iou]
 //! kind = "iou"
@@ -21,7 +22,8 @@
 //! order of the file. A component may read another's value (`correct_from`, `task_from`: its
 //! source). Unknown keys, unknown kinds, references to unknown components and dependency cycles are
 //! refused when the spec is loaded, with the component named: seeds 001/002 lost days to configs
-//! that accepted typos silently.
+//! that accepted typos silently. So are parameters that are not finite numbers (`nan`, `inf`) and
+//! weights whose sum overflows: they would turn every reward into NaN.
 
 use std::path::Path;
 
@@ -46,6 +48,9 @@ pub struct RewardSpec {
     pub detect_frame: bool,
     /// smart_resize budget for records that give no `resized_size`.
     pub budget: PixelBudget,
+    /// Boxes (and points) of one answer that are scored; the rest are counted in
+    /// [`super::ParseInfo::excess_boxes`] and, by box-list rewards, as unmatched predictions.
+    pub max_boxes: usize,
     components: Vec<Component>,
     /// Component indices with every source before its user.
     eval_order: Vec<usize>,
@@ -130,7 +135,17 @@ struct SpecFile {
     min_pixels: Option<u64>,
     #[serde(default)]
     max_pixels: Option<u64>,
+    #[serde(default = "default_max_boxes")]
+    max_boxes: usize,
     components: toml::Table,
+}
+
+/// Default [`RewardSpec::max_boxes`]: three times COCO's 100 detections per image, so that no
+/// plausible answer is cut, while matching a capped answer stays well under a millisecond greedy.
+pub const DEFAULT_MAX_BOXES: usize = 300;
+
+fn default_max_boxes() -> usize {
+    DEFAULT_MAX_BOXES
 }
 
 fn resized() -> Frame {
@@ -164,6 +179,9 @@ impl RewardSpec {
                 budget.min_pixels, budget.max_pixels
             )));
         }
+        if file.max_boxes == 0 {
+            return Err(SpecError::Invalid("max_boxes must be at least 1".into()));
+        }
         let components = file
             .components
             .into_iter()
@@ -174,12 +192,19 @@ impl RewardSpec {
                 "no components: add at least one [components.NAME] table".into(),
             ));
         }
+        let weights: f64 = components.iter().map(|c| c.weight.abs()).sum();
+        if !weights.is_finite() {
+            return Err(SpecError::Invalid(format!(
+                "the weights' magnitudes add up to {weights}: totals would overflow"
+            )));
+        }
         let sources = sources(&components)?;
         let eval_order = evaluation_order(&components, &sources)?;
         Ok(Self {
             model_frame: file.model_frame,
             detect_frame: file.detect_frame,
             budget,
+            max_boxes: file.max_boxes,
             components,
             eval_order,
             sources,
@@ -236,6 +261,9 @@ fn parse_component(name: String, value: toml::Value) -> Result<Component, SpecEr
     if !weight.is_finite() {
         return Err(fail(format!("weight must be finite, got {weight}")));
     }
+    if let Some((key, value)) = non_finite(&table) {
+        return Err(fail(format!("{key} must be a finite number, got {value}")));
+    }
     let kind: Kind = toml::Value::Table(table)
         .try_into()
         .map_err(|e: toml::de::Error| fail(e.message().into()))?;
@@ -263,6 +291,15 @@ fn check_params(kind: &Kind) -> Result<(), String> {
         }
         _ => Ok(()),
     }
+}
+
+/// The first parameter (at any depth) that is `nan` or `inf`, with its dotted key.
+fn non_finite(table: &toml::Table) -> Option<(String, f64)> {
+    table.iter().find_map(|(key, value)| match value {
+        toml::Value::Float(f) if !f.is_finite() => Some((key.clone(), *f)),
+        toml::Value::Table(inner) => non_finite(inner).map(|(k, f)| (format!("{key}.{k}"), f)),
+        _ => None,
+    })
 }
 
 fn in_unit_interval(key: &str, v: f64) -> Result<(), String> {
@@ -441,5 +478,37 @@ think_answer = true
         assert!(e.contains("components.g") && e.contains("tua"), "{e}");
         let e = err("[components.g]\nkind = \"gate\"\nweight = 1\nunnecessary = 0.5");
         assert!(e.contains("components.g") && e.contains("unnecessary"), "{e}");
+    }
+
+    #[test]
+    fn refuses_non_finite_parameters_and_overflowing_weights() {
+        let length = "[components.iou]\nkind = \"iou\"\nweight = 1\n\
+                      [components.len]\nkind = \"cosine_length\"\nweight = 1\ncorrect_from = \"iou\"\n\
+                      correct_threshold = 0.5\nmax_length = 100\n";
+        assert_eq!(
+            err(&format!("{length}min_wrong = nan")),
+            "reward spec: components.len: min_wrong must be a finite number, got NaN"
+        );
+        assert_eq!(
+            err(&format!("{length}max_correct = -inf")),
+            "reward spec: components.len: max_correct must be a finite number, got -inf"
+        );
+        let e = err("[components.w]\nkind = \"weighted_sum\"\nweight = 1\nposition_weight = inf");
+        assert_eq!(
+            e,
+            "reward spec: components.w: position_weight must be a finite number, got inf"
+        );
+        let huge = "[components.a]\nkind = \"iou\"\nweight = 1e308\n\
+                    [components.b]\nkind = \"giou\"\nweight = -1e308\n";
+        assert_eq!(
+            err(huge),
+            "reward spec: the weights' magnitudes add up to inf: totals would overflow"
+        );
+        assert_eq!(
+            err("max_boxes = 0\n[components.a]\nkind = \"iou\"\nweight = 1"),
+            "reward spec: max_boxes must be at least 1"
+        );
+        let spec = RewardSpec::from_toml("[components.a]\nkind = \"iou\"\nweight = 1").unwrap();
+        assert_eq!(spec.max_boxes, DEFAULT_MAX_BOXES);
     }
 }
