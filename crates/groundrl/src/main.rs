@@ -72,8 +72,25 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", message(&err));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, each told once. Many errors quote their cause's text in their own
+/// message and also give it as their source (a TOML or JSON error, an I/O error), which `{:#}`
+/// would print twice.
+fn message(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain().map(ToString::to_string) {
+        if text.contains(&cause) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&cause);
+    }
+    text
 }

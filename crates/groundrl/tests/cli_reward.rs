@@ -207,7 +207,7 @@ fn bad_lines_are_named_skipped_and_fail_the_run() {
     let spec = repo_root().join("examples/reward/spec.toml");
     let (out, lines) = run_reward(&spec, &input);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert_eq!(lines.len(), 2, "good lines are still written");
     assert_eq!(lines[0]["rewards"]["iou"], 1.0);
     assert!(stderr.contains("line 2: line: not valid JSON"), "{stderr}");
@@ -243,7 +243,7 @@ fn tool_use_feeds_the_gated_reward() {
     std::fs::write(&input, text).unwrap();
     let (out, lines) = run_reward(&repo_root().join("configs/rewards/tool-gated.toml"), &input);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert_eq!(lines.len(), 2);
     // click, tool gain, gate, calibration -(0.75 - 1)^2
     let rewards = |line: &Value| -> Vec<f64> {
@@ -285,4 +285,158 @@ fn a_bad_spec_is_refused_before_reading_input() {
         "{stderr}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A spec of one weighted_sum component with `extra` lines at the top.
+fn write_spec(dir: &Path, extra: &str) -> PathBuf {
+    let spec = dir.join("spec.toml");
+    let text = format!("{extra}\n[components.w]\nkind = \"weighted_sum\"\nweight = 1\n");
+    std::fs::write(&spec, text).unwrap();
+    spec
+}
+
+/// A record whose answer lists `n` boxes, the first matching the one target exactly.
+fn boxes_record(n: usize) -> String {
+    let boxes: Vec<String> = (0..n)
+        .map(|i| format!(r#"{{\"bbox_2d\": [{}, 0, {}, 10]}}"#, i * 20, i * 20 + 10))
+        .collect();
+    format!(
+        r#"{{"completion": "[{}]", "target": {{"boxes": [{{"bbox": [0, 0, 10, 10]}}], "frame": "resized"}}}}"#,
+        boxes.join(", ")
+    )
+}
+
+#[test]
+fn invalid_utf8_is_one_bad_line_and_the_run_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = write_spec(dir.path(), "");
+    let input = dir.path().join("in.jsonl");
+    // 10,000 lines, more than one scoring chunk; line 9,000 has a byte that is not UTF-8.
+    let good = boxes_record(1);
+    let mut bytes = Vec::new();
+    for n in 1..=10_000 {
+        if n == 9_000 {
+            bytes.extend_from_slice(b"{\"completion\": \"\xff\"}\n");
+        } else {
+            bytes.extend_from_slice(good.as_bytes());
+            bytes.push(b'\n');
+        }
+    }
+    std::fs::write(&input, bytes).unwrap();
+    let (out, lines) = run_reward(&spec, &input);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(lines.len(), 9_999);
+    assert!(lines.iter().all(|l| l["reward"] == 1.0));
+    assert_eq!(
+        stderr,
+        "line 9000: line: not valid UTF-8 (byte 17)\n\
+         scored 9999 lines, 1 bad lines, 0 parse failures; answer frames: resized 9999\n"
+    );
+}
+
+#[test]
+fn a_run_that_fails_exits_1_and_a_run_with_bad_lines_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = write_spec(dir.path(), "");
+    let (missing, _) = run_reward(&spec, &dir.path().join("missing.jsonl"));
+    assert_eq!(missing.status.code(), Some(1));
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, format!("{}\n", boxes_record(1))).unwrap();
+    let (clean, _) = run_reward(&spec, &input);
+    assert_eq!(clean.status.code(), Some(0));
+    std::fs::write(&input, format!("{}\n[]\n", boxes_record(1))).unwrap();
+    let (bad, lines) = run_reward(&spec, &input);
+    assert_eq!(bad.status.code(), Some(2));
+    assert_eq!(lines.len(), 1);
+}
+
+#[test]
+fn non_finite_spec_parameters_are_refused_and_overflowing_totals_are_bad_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, format!("{}\n", boxes_record(1))).unwrap();
+    let nan = dir.path().join("nan.toml");
+    std::fs::write(
+        &nan,
+        "[components.w]\nkind = \"weighted_sum\"\nweight = 1\n\
+         [components.len]\nkind = \"cosine_length\"\nweight = 1\ncorrect_from = \"w\"\n\
+         correct_threshold = 0.5\nmax_length = 100\nlength_unit = \"words\"\nmin_correct = nan\n",
+    )
+    .unwrap();
+    let (out, lines) = run_reward(&nan, &input);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(lines.is_empty());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "error: reward spec: components.len: min_correct must be a finite number, got NaN\n"
+    );
+    let huge = dir.path().join("huge.toml");
+    std::fs::write(
+        &huge,
+        "[components.w]\nkind = \"weighted_sum\"\nweight = 1\n\
+         [components.len]\nkind = \"cosine_length\"\nweight = 1e308\ncorrect_from = \"w\"\n\
+         correct_threshold = 0.5\nmax_length = 100\nlength_unit = \"words\"\n",
+    )
+    .unwrap();
+    let (out, lines) = run_reward(&huge, &input);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(lines.is_empty());
+    // cosine length about 2 (right, 5 words of 100): 1e308 * 2 overflows
+    assert!(
+        stderr
+            .starts_with("line 1: reward: the total is inf, not a finite number: component `len` gives 1000"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.ends_with("scored 0 lines, 1 bad lines, 0 parse failures; answer frames: -\n"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn boxes_past_max_boxes_are_counted_and_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, format!("{}\n{}\n", boxes_record(1_000), boxes_record(3))).unwrap();
+    let (out, lines) = run_reward(&write_spec(dir.path(), "max_boxes = 300"), &input);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(lines[0]["parse"]["excess_boxes"], 700);
+    assert!(lines[1]["parse"].get("excess_boxes").is_none());
+    // 1 of 1 target at IoU 1; 999 of 1,000 predictions are false alarms: 0.7 + 0.3 * (1 - 0.999 / 2)
+    let total = lines[0]["reward"].as_f64().unwrap();
+    assert!(
+        (total - (0.7 + 0.3 * (1.0 - 0.999 / 2.0))).abs() < 1e-12,
+        "{total}"
+    );
+    assert!(
+        stderr.ends_with(
+            "1 answers had more than max_boxes = 300 boxes: 700 boxes past it were not matched (counted as false alarms)\n"
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn toml_and_io_errors_are_printed_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("spec.toml");
+    std::fs::write(&spec, "[components.a\nkind = \"iou\"\n").unwrap();
+    let (out, _) = run_reward(&spec, &dir.path().join("in.jsonl"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr.starts_with("error: reward spec: TOML parse error at line 1, column 14"), "{stderr}");
+    assert_eq!(stderr.matches("TOML parse error").count(), 1, "{stderr}");
+    assert_eq!(stderr.matches("unclosed table").count(), 1, "{stderr}");
+    let missing = dir.path().join("missing.toml");
+    let (out, _) = run_reward(&missing, &dir.path().join("in.jsonl"));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "error: cannot read reward spec {}: No such file or directory (os error 2)\n",
+            missing.display()
+        )
+    );
 }

@@ -4,8 +4,11 @@
 //! `target`, and optionally `num_tokens` (length rewards) and `tool_use` (the gated tool reward).
 //! Each output line is the input line (every field kept, in order) plus `"reward"` (the total),
 //! `"rewards"` (each component by name, in spec order) and `"parse"` (`ok`, `error`, `frame`).
-//! A bad line is reported on stderr as `line N: <field>: <problem>` and left out; the run goes on,
-//! and the exit code is 1 if there was any.
+//! A bad line (not UTF-8, not JSON, a bad field, a total that is not a number) is reported on
+//! stderr as `line N: <field>: <problem>` and left out; the run goes on, and the summary counts it.
+//! Exit codes: 0 every line scored, 2 the run finished but some lines were bad, 1 the run failed
+//! (bad spec, unreadable file, full disk). A failure mid-file still writes and summarizes the
+//! lines read before it.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -36,9 +39,14 @@ pub struct Args {
 /// Counts for the closing summary.
 #[derive(Default)]
 struct Summary {
+    /// Lines read so far, blank ones included.
+    lines: usize,
     scored: usize,
     bad: usize,
     parse_failures: usize,
+    /// Answers with more boxes than the spec's `max_boxes`, and the boxes left unscored.
+    capped: usize,
+    excess_boxes: usize,
     frames: BTreeMap<String, usize>,
 }
 
@@ -54,38 +62,77 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let mut out = BufWriter::new(out);
     let mut summary = Summary::default();
-    let mut chunk = Vec::with_capacity(CHUNK_LINES);
-    for (i, line) in BufReader::new(input).lines().enumerate() {
-        let line = line.with_context(|| format!("cannot read {} at line {}", args.input.display(), i + 1))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        chunk.push((i + 1, line));
-        if chunk.len() == CHUNK_LINES {
-            score_chunk(&spec, std::mem::take(&mut chunk), &mut out, &mut summary)?;
-        }
-    }
-    score_chunk(&spec, chunk, &mut out, &mut summary)?;
-    out.flush().context("cannot write output")?;
-    print_summary(&summary);
+    let scored = score_lines(&spec, BufReader::new(input), &mut out, &mut summary);
+    let flushed = out.flush().context("cannot write output");
+    print_summary(&summary, spec.max_boxes);
+    scored
+        .and(flushed)
+        .with_context(|| format!("scoring {}", args.input.display()))?;
     Ok(if summary.bad > 0 {
-        ExitCode::FAILURE
+        ExitCode::from(2)
     } else {
         ExitCode::SUCCESS
     })
 }
 
-/// Reads, scores and writes one chunk of `(line number, text)`, in order.
+/// A line as read: its number and its text, or why it has none.
+type Line = (usize, Result<String, String>);
+
+/// Scores `input` chunk by chunk, in order. Stops at the first read or write failure, once the
+/// lines read before it are scored and written.
+fn score_lines(
+    spec: &RewardSpec,
+    mut input: impl BufRead,
+    out: &mut impl Write,
+    summary: &mut Summary,
+) -> anyhow::Result<()> {
+    let mut chunk: Vec<Line> = Vec::with_capacity(CHUNK_LINES);
+    let mut bytes = Vec::new();
+    let read = loop {
+        bytes.clear();
+        let number = summary.lines + 1;
+        match input.read_until(b'\n', &mut bytes) {
+            Ok(0) => break Ok(()),
+            Ok(_) => summary.lines = number,
+            Err(e) => break Err(anyhow::Error::new(e).context(format!("cannot read line {number}"))),
+        }
+        let text = line_text(&bytes);
+        if text.as_ref().is_ok_and(|t| t.trim().is_empty()) {
+            continue;
+        }
+        chunk.push((number, text));
+        if chunk.len() == CHUNK_LINES {
+            score_chunk(spec, std::mem::take(&mut chunk), out, summary)?;
+        }
+    };
+    score_chunk(spec, chunk, out, summary)?;
+    read
+}
+
+/// A line's bytes as text without its `\n` or `\r\n` (as `BufRead::lines` gives it); invalid
+/// UTF-8 makes the line bad, not the run.
+fn line_text(bytes: &[u8]) -> Result<String, String> {
+    let bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+    let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+    String::from_utf8(bytes.to_vec()).map_err(|e| {
+        format!(
+            "line: not valid UTF-8 (byte {})",
+            e.utf8_error().valid_up_to() + 1
+        )
+    })
+}
+
+/// Reads, scores and writes one chunk of lines, in order.
 fn score_chunk(
     spec: &RewardSpec,
-    lines: Vec<(usize, String)>,
+    lines: Vec<Line>,
     out: &mut impl Write,
     summary: &mut Summary,
 ) -> anyhow::Result<()> {
     let mut records = Vec::with_capacity(lines.len());
     let mut inputs = Vec::with_capacity(lines.len());
     for (n, text) in lines {
-        match read_record(&text) {
+        match text.and_then(|text| read_record(&text)) {
             Ok((fields, input)) => {
                 records.push((n, fields));
                 inputs.push(input);
@@ -140,6 +187,10 @@ fn count(scored: &Scored, summary: &mut Summary) {
     if !scored.parse.ok {
         summary.parse_failures += 1;
     }
+    if scored.parse.excess_boxes > 0 {
+        summary.capped += 1;
+        summary.excess_boxes += scored.parse.excess_boxes;
+    }
     let frame = scored.parse.frame.map_or("none", |f| f.name());
     *summary.frames.entry(frame.to_string()).or_default() += 1;
 }
@@ -158,7 +209,7 @@ fn output_line(spec: &RewardSpec, mut fields: Map<String, Value>, scored: &Score
     Value::Object(fields)
 }
 
-fn print_summary(s: &Summary) {
+fn print_summary(s: &Summary, max_boxes: usize) {
     let frames: Vec<String> = s.frames.iter().map(|(f, n)| format!("{f} {n}")).collect();
     eprintln!(
         "scored {} lines, {} bad lines, {} parse failures; answer frames: {}",
@@ -171,4 +222,10 @@ fn print_summary(s: &Summary) {
             frames.join(", ")
         }
     );
+    if s.capped > 0 {
+        eprintln!(
+            "{} answers had more than max_boxes = {max_boxes} boxes: {} boxes past it were not matched (counted as false alarms)",
+            s.capped, s.excess_boxes
+        );
+    }
 }
