@@ -244,3 +244,42 @@ fn a_missing_run_folder_is_an_error() {
         format!("error: {}: not a run folder\n", missing.display())
     );
 }
+
+#[test]
+fn screenshots_come_from_the_evaluated_dataset_and_stay_inside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, data) = make_run(dir.path());
+    let samples = data.join("samples.jsonl");
+    fs::write(
+        run.join("config.toml"),
+        format!("[data]\ntest = \"{}\"\n", samples.display()),
+    )
+    .unwrap();
+    // Records name their screenshots by absolute paths into the dataset, as the trainer writes
+    // them; the last one names a copy outside it.
+    let mut records = answers(&data, 4, true);
+    let outside = dir.path().join("outside.png");
+    fs::copy(data.join(&records[5].image), &outside).unwrap();
+    for record in &mut records[..5] {
+        record.image = data.join(&record.image).display().to_string();
+    }
+    records[5].image = outside.display().to_string();
+    fs::remove_file(run.join("eval/before.jsonl")).unwrap();
+    fs::remove_file(run.join("eval/after.jsonl")).unwrap();
+    write_jsonl(&run.join("eval/after.jsonl"), &records);
+    let output = Command::new(env!("CARGO_BIN_EXE_groundrl"))
+        .args(["report", run.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr),
+        "note: 1 sample screenshots could not be read (pass --images DIR?)\n"
+    );
+    let page = fs::read_to_string(run.join("report.html")).unwrap();
+    assert_eq!(page.matches("<image href=\"data:image/png;base64,").count(), 5);
+    assert!(
+        page.contains(&format!("is absolute, outside {}", data.display())),
+        "{page}"
+    );
+}

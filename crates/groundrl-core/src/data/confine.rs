@@ -46,23 +46,24 @@ pub enum PathError {
 }
 
 /// Where `path`, as written in a file in `base`, lives on disk, following symlinks; refused as
-/// the module doc says.
+/// the module doc says. An absolute path or a `..` step is fine as long as it ends inside `base`
+/// (a record may name its image by an absolute path into the dataset's folder). A path that leads
+/// out is refused whether or not its target exists, so that refusals tell nothing about files
+/// outside.
 pub fn resolve(base: &Path, path: &str, policy: PathPolicy) -> Result<PathBuf, PathError> {
-    let outside = |why: &str| PathError::Outside {
-        path: path.to_string(),
-        base: base.display().to_string(),
-        why: why.to_string(),
-    };
-    let written = Path::new(path);
-    if policy == PathPolicy::Inside {
-        if written.has_root() {
-            return Err(outside("is absolute"));
-        }
-        if written.components().any(|c| c == Component::ParentDir) {
-            return Err(outside("steps up with `..`"));
-        }
+    let joined = base.join(path);
+    if policy == PathPolicy::Inside && !inside(&joined, base)? {
+        let why = if Path::new(path).has_root() {
+            "is absolute"
+        } else {
+            "steps up with `..`"
+        };
+        return Err(PathError::Outside {
+            path: path.to_string(),
+            base: base.display().to_string(),
+            why: why.to_string(),
+        });
     }
-    let joined = base.join(written);
     let resolved = canonical(&joined)?;
     let shown = resolved.display().to_string();
     if resolved.starts_with("/dev") || joined.starts_with("/dev") {
@@ -71,8 +72,12 @@ pub fn resolve(base: &Path, path: &str, policy: PathPolicy) -> Result<PathBuf, P
             resolved: shown,
         });
     }
-    if policy == PathPolicy::Inside && !resolved.starts_with(canonical(base_folder(base))?) {
-        return Err(outside(&format!("leads through a symlink to {shown}")));
+    if policy == PathPolicy::Inside && !resolved.starts_with(canonical(base)?) {
+        return Err(PathError::Outside {
+            path: path.to_string(),
+            base: base.display().to_string(),
+            why: format!("leads through a symlink to {shown}"),
+        });
     }
     if !resolved.is_file() {
         return Err(PathError::NotAFile {
@@ -81,6 +86,23 @@ pub fn resolve(base: &Path, path: &str, policy: PathPolicy) -> Result<PathBuf, P
         });
     }
     Ok(resolved)
+}
+
+/// Whether `joined` lies in `base` as written (`.` and `..` taken lexically), or, where it exists,
+/// once symlinks are followed (`base` itself may be reached through one).
+fn inside(joined: &Path, base: &Path) -> Result<bool, PathError> {
+    let unreadable = |e: std::io::Error| PathError::Unreadable {
+        path: joined.display().to_string(),
+        problem: e.to_string(),
+    };
+    let written = lexical_absolute(joined).map_err(unreadable)?;
+    if written.starts_with(lexical_absolute(base_folder(base)).map_err(unreadable)?) {
+        return Ok(true);
+    }
+    match (joined.canonicalize(), base_folder(base).canonicalize()) {
+        (Ok(file), Ok(folder)) => Ok(file.starts_with(folder)),
+        _ => Ok(false),
+    }
 }
 
 /// `base`, with the empty path (a file name without folder) as the current folder.
@@ -159,6 +181,19 @@ mod tests {
         assert!(matches!(
             resolve(&base, "/etc/passwd", PathPolicy::Inside),
             Err(PathError::Outside { why, .. }) if why == "is absolute"
+        ));
+        // Absolute paths and `..` steps that end inside are inside.
+        let absolute = base.join("a.png").canonicalize().unwrap();
+        let written = absolute.display().to_string();
+        assert_eq!(resolve(&base, &written, PathPolicy::Inside).unwrap(), absolute);
+        assert_eq!(
+            resolve(&base, "../inner/a.png", PathPolicy::Inside).unwrap(),
+            absolute
+        );
+        // Outside is refused the same whether or not the file exists.
+        assert!(matches!(
+            resolve(&base, "../none.txt", PathPolicy::Inside),
+            Err(PathError::Outside { why, .. }) if why == "steps up with `..`"
         ));
         std::os::unix::fs::symlink(dir.join("secret.txt"), base.join("link.png")).unwrap();
         let err = resolve(&base, "link.png", PathPolicy::Inside).unwrap_err();

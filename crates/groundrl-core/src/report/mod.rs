@@ -49,6 +49,16 @@ pub enum ReportError {
     Record(#[from] RecordError),
 }
 
+/// The folder of the dataset the run evaluated on (`data.test` in its `config.toml`), if that
+/// folder is there.
+fn evaluated_folder(run_dir: &Path) -> Option<std::path::PathBuf> {
+    let text = std::fs::read_to_string(run_dir.join(CONFIG_FILE)).ok()?;
+    let config: toml::Table = text.parse().ok()?;
+    let test = Path::new(config.get("data")?.get("test")?.as_str()?);
+    let folder = test.parent()?;
+    folder.is_dir().then(|| folder.to_path_buf())
+}
+
 impl ReportError {
     fn io(path: &Path, error: std::io::Error) -> Self {
         Self::Io {
@@ -58,11 +68,17 @@ impl ReportError {
     }
 }
 
-/// Reads the run in `run_dir` and writes its report to `out`. Relative image paths of the evaluation
-/// records are read from `images` (the evaluation dataset's folder), or from `run_dir` when `None`.
-/// Returns the run as read, whose `notes` say what was missing.
+/// Reads the run in `run_dir` and writes its report to `out`. The evaluation records' screenshots
+/// are read inside `images`, by default the folder of the evaluated dataset that the run's
+/// `config.toml` names (`data.test`), else `run_dir`; a record naming a file elsewhere gets a note,
+/// not the file ([`crate::data::confine`]). Returns the run as read, whose `notes` say what was
+/// missing.
 pub fn write_report(run_dir: &Path, out: &Path, images: Option<&Path>) -> Result<Run, ReportError> {
-    let run = Run::load(run_dir, images.unwrap_or(run_dir))?;
+    let folder = images
+        .map(Path::to_path_buf)
+        .or_else(|| evaluated_folder(run_dir))
+        .unwrap_or_else(|| run_dir.to_path_buf());
+    let run = Run::load(run_dir, &folder)?;
     std::fs::write(out, render(&run)).map_err(|e| ReportError::io(out, e))?;
     Ok(run)
 }
