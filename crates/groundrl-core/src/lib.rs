@@ -3,6 +3,7 @@
 //! Coordinate frames and Qwen2.5-VL's smart_resize, output parsing, rewards and metrics. Everything
 //! here is deterministic CPU code, usable as a library without the tensor side.
 
+pub mod atomic;
 pub mod curriculum;
 pub mod data;
 pub mod frame;

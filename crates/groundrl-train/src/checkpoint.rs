@@ -7,14 +7,16 @@
 //! A save writes into `checkpoints/.tmp-step-N-<pid>/`, fsyncs every file and the folder, renames it to
 //! `step-N`, fsyncs `checkpoints/`, and only then replaces `latest` (write a temporary file, fsync,
 //! rename, fsync the folder). A crash therefore leaves either the previous `latest` with its complete
-//! checkpoint, or the new one; a half-written temporary folder is never read. Older checkpoints beyond
-//! `keep` are removed last.
+//! checkpoint, or the new one; a half-written temporary folder is never read, and the trainer removes
+//! such leftovers when it starts again (`groundrl_core::atomic::remove_temporaries`). Older
+//! checkpoints beyond `keep` are removed last.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use groundrl_core::atomic::{self, write_atomic};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tch::{Device, Kind, TchError, Tensor};
@@ -130,6 +132,7 @@ fn write_temporary<T: Serialize>(
     }
     fs::create_dir(&tmp).map_err(io_error(&tmp))?;
     let written = write_tensors(&tmp.join(WEIGHTS), parts.weights)
+        .inspect(|()| crate::fault::point(crate::fault::SAVE))
         .and_then(|()| write_tensors(&tmp.join(OPTIMIZER), parts.optimizer))
         .and_then(|()| write_json(&tmp.join(STATE), parts.state))
         .and_then(|()| sync_dir(&tmp));
@@ -156,6 +159,12 @@ pub fn latest_checkpoint(run_dir: &Path) -> Result<PathBuf, CheckpointError> {
         });
     }
     Ok(dir)
+}
+
+/// Whether the run has a complete checkpoint (`checkpoints/latest` exists); without one, a run
+/// stopped early starts over.
+pub fn has_checkpoint(run_dir: &Path) -> bool {
+    run_dir.join(CHECKPOINTS).join(LATEST).is_file()
 }
 
 /// Loads the newest complete checkpoint of a run; leftover temporary folders are ignored.
@@ -278,11 +287,8 @@ fn read_tensors(path: &Path) -> Result<Vec<(String, Tensor)>, CheckpointError> {
 
 /// Replaces `latest` with `name` so that a reader sees either the old or the new content, never a mix.
 fn write_latest(root: &Path, name: &str) -> Result<(), CheckpointError> {
-    let tmp = root.join(format!(".{LATEST}-{}", std::process::id()));
-    write_synced(&tmp, format!("{name}\n").as_bytes())?;
     let latest = root.join(LATEST);
-    fs::rename(&tmp, &latest).map_err(io_error(&latest))?;
-    sync_dir(root)
+    write_atomic(&latest, format!("{name}\n").as_bytes()).map_err(io_error(&latest))
 }
 
 /// The step `checkpoints/latest` names.
@@ -345,7 +351,7 @@ fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
 
 /// Makes the entries of `dir` (files created, renamed or removed in it) durable.
 fn sync_dir(dir: &Path) -> Result<(), CheckpointError> {
-    File::open(dir).and_then(|d| d.sync_all()).map_err(io_error(dir))
+    atomic::sync_dir(dir).map_err(io_error(dir))
 }
 
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {

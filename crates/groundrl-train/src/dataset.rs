@@ -20,13 +20,18 @@ impl Dataset {
         let loaded = read_samples(path).map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(Self {
             samples: loaded.samples,
-            base: path.parent().unwrap_or(Path::new(".")).to_path_buf(),
+            base: Self::base_of(path),
             skipped: loaded
                 .skipped
                 .iter()
                 .map(|e| format!("{}: {e}", path.display()))
                 .collect(),
         })
+    }
+
+    /// The folder a sample file's image paths are relative to: the file's own.
+    pub fn base_of(path: &Path) -> PathBuf {
+        path.parent().unwrap_or(Path::new(".")).to_path_buf()
     }
 
     /// No samples (no validation set configured).

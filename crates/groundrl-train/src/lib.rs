@@ -8,6 +8,7 @@ pub mod advantage;
 pub mod checkpoint;
 pub mod config;
 pub mod dataset;
+pub mod fault;
 pub mod loss;
 pub mod optim;
 pub mod plan;

@@ -4,11 +4,14 @@
 //! Read [`Trainer::step`] top to bottom for one step. Everything random is keyed by the config's
 //! seeds and the step or epoch number (data order, sampling), so the saved [`RunState`] together
 //! with the weights and the optimizer state is all a resumed run needs to continue as if it had
-//! never stopped.
+//! never stopped. A resumed run cuts its logs (metrics, ledger, TensorBoard) back to the checkpoint
+//! before redoing the steps after it, and every file it reads back is written atomically
+//! (`groundrl_core::atomic`); docs/reliability.md says what is guaranteed and which test shows it.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use groundrl_core::atomic::{publish_dir, remove_temporaries, temporary_path, write_atomic};
 use groundrl_core::curriculum::ledger::{
     LedgerEntry, LedgerWriter, RolloutBatch, drop_after_step, rule_text,
 };
@@ -34,10 +37,12 @@ use tch::Tensor;
 
 use crate::advantage::{group_advantages, informative_groups};
 use crate::checkpoint::{
-    CheckpointParts, checkpoint_dir, latest_checkpoint, load_latest, restore_tensors, save_checkpoint,
+    CheckpointParts, checkpoint_dir, has_checkpoint, latest_checkpoint, load_latest, restore_tensors,
+    save_checkpoint,
 };
 use crate::config::{EarlyStoppingMode, ModelPreset, TrainConfig};
 use crate::dataset::{Dataset, epoch_order, fixed_subsample};
+use crate::fault;
 use crate::optim::{AdamW, lr_at};
 use crate::scoring::ToolScoring;
 use crate::scoring::{Scorer, Scoring};
@@ -64,6 +69,10 @@ pub const TRAINING_ROUND: u32 = 1;
 /// The folder of held-out evaluations in the run folder: `before.jsonl`, `after.jsonl` of
 /// [`EvalRecord`]s.
 pub const EVAL_DIR: &str = "eval";
+/// The folder of TensorBoard event files in the run folder.
+pub const TENSORBOARD_DIR: &str = "tensorboard";
+/// The folder in the run folder a model preset is written to (the run's initial weights).
+pub const INITIAL_MODEL_DIR: &str = "initial-model";
 /// Dense bf16 peak of an H100/H200 SXM (FLOP/s), the MFU denominator.
 pub const H100_BF16_FLOPS: f64 = 989e12;
 
@@ -97,6 +106,28 @@ pub struct RunState {
     /// The sampling temperature a round's sweep picked (`None`: `rollout.temperature`).
     #[serde(default)]
     pub temperature: Option<f64>,
+    /// The TensorBoard event file as it stood at the checkpoint, where a resumed run continues it.
+    #[serde(default)]
+    pub events: Option<EventsPosition>,
+}
+
+/// An event file of the run's TensorBoard folder and its length at a checkpoint.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EventsPosition {
+    /// The file's name in the TensorBoard folder.
+    pub file: String,
+    /// Its length in bytes when the checkpoint was saved (the events of the steps up to it).
+    pub len: u64,
+}
+
+/// What [`Trainer::build`] finds in the run folder.
+enum Start<'a> {
+    /// A new run.
+    New,
+    /// A run stopped before its first checkpoint (during the warm-up, say): it starts over.
+    Over,
+    /// A run continued from the checkpoint of this state.
+    At(&'a RunState),
 }
 
 /// One line of the warm-up log.
@@ -218,9 +249,11 @@ struct RolloutSeconds {
 }
 
 impl Trainer {
-    /// Starts a new run in `cfg.trainer.run_dir` (which must not hold a run yet).
+    /// Starts a new run in `cfg.trainer.run_dir` (which must not hold a run yet). The config's paths
+    /// are made absolute first, so that the saved `config.toml` resumes from any folder.
     pub fn new(cfg: TrainConfig) -> Result<Self, TrainError> {
         cfg.validate().map_err(setup)?;
+        let cfg = with_absolute_paths(cfg)?;
         let run_dir = cfg.trainer.run_dir.clone();
         if run_dir.join(CONFIG_FILE).exists() {
             return Err(setup(format!(
@@ -228,27 +261,34 @@ impl Trainer {
                 run_dir.display()
             )));
         }
+        let existed = run_dir.exists();
+        // Without a config.toml the folder holds no run: an initial model there is what a start
+        // killed before writing it left, perhaps of another preset or seed.
+        remove_dir_if_any(&run_dir.join(INITIAL_MODEL_DIR))?;
         std::fs::create_dir_all(&run_dir).map_err(|e| io(&run_dir, e))?;
         let text = cfg.to_toml().map_err(setup)?;
-        let trainer = Self::build(cfg, run_dir, None)?;
+        let trainer = Self::build(cfg, run_dir.clone(), Start::New)
+            .inspect_err(|_| discard_failed_start(&run_dir, existed))?;
         // Written once the run could start, so a failed start leaves the folder free for a new one.
-        let path = trainer.run_dir.join(CONFIG_FILE);
-        std::fs::write(&path, text).map_err(|e| io(&path, e))?;
+        write_file(&trainer.run_dir.join(CONFIG_FILE), text.as_bytes())?;
         Ok(trainer)
     }
 
     /// Continues the run in `run_dir` from its latest checkpoint, with the config it was started with.
     /// A run stopped before its first checkpoint (during the warm-up, say) starts over in its folder.
+    /// Temporary files and folders of writes the stop cut short are removed first.
     pub fn resume(run_dir: &Path) -> Result<Self, TrainError> {
         let cfg = TrainConfig::load(&run_dir.join(CONFIG_FILE), &[]).map_err(setup)?;
-        let checkpoint = match load_latest::<RunState>(run_dir) {
-            Err(crate::checkpoint::CheckpointError::Missing { .. }) => {
-                eprintln!("{}: no checkpoint yet: starting the run over", run_dir.display());
-                return Self::build(cfg, run_dir.to_path_buf(), Some(0));
-            }
-            loaded => loaded?,
-        };
-        let mut trainer = Self::build(cfg, run_dir.to_path_buf(), Some(checkpoint.step))?;
+        for path in remove_temporaries(run_dir).map_err(|e| io(run_dir, e))? {
+            eprintln!("removed {}, left by a write that was cut short", path.display());
+        }
+        if !has_checkpoint(run_dir) {
+            eprintln!("{}: no checkpoint yet: starting the run over", run_dir.display());
+            return Self::build(cfg, run_dir.to_path_buf(), Start::Over);
+        }
+        let checkpoint = load_latest::<RunState>(run_dir)?;
+        let start = Start::At(&checkpoint.state);
+        let mut trainer = Self::build(cfg, run_dir.to_path_buf(), start)?;
         restore_tensors(
             &trainer
                 .policy
@@ -264,8 +304,7 @@ impl Trainer {
             .load_state(&checkpoint.optimizer)
             .map_err(setup)?;
         if checkpoint.state.round > 0 {
-            let pool = trainer.pool_path(TRAINING_ROUND + checkpoint.state.round);
-            trainer.train = Dataset::load(&pool).map_err(setup)?;
+            trainer.train = trainer.load_pool(TRAINING_ROUND + checkpoint.state.round)?;
         }
         if checkpoint.state.cursor > trainer.train.len() {
             return Err(setup(format!(
@@ -280,7 +319,7 @@ impl Trainer {
         Ok(trainer)
     }
 
-    fn build(cfg: TrainConfig, run_dir: PathBuf, resumed_at: Option<u64>) -> Result<Self, TrainError> {
+    fn build(cfg: TrainConfig, run_dir: PathBuf, start: Start<'_>) -> Result<Self, TrainError> {
         groundrl_tensor::attention::use_cudnn_attention(cfg.model.cudnn_attention);
         let mut policy = load_policy(&cfg, &run_dir)?;
         let reference = cfg
@@ -342,24 +381,11 @@ impl Trainer {
         {
             eprintln!("skipped: {line}");
         }
-        let log_path = run_dir.join(METRICS_FILE);
-        if let Some(step) = resumed_at {
-            truncate_log(&log_path, step)?;
-            if step == 0 {
-                // Checkpoints come after the warm-up: a run resumed at step 0 redoes all of it.
-                truncate_log(&run_dir.join(SFT_FILE), 0)?;
-            }
-            let ledger = run_dir.join(LEDGER_FILE);
-            if ledger.exists() {
-                for round in TRAINING_ROUND..TRAINING_ROUND + cfg.rounds.count {
-                    drop_after_step(&ledger, round, step).map_err(setup)?;
-                }
-            }
-        }
-        let ledger = LedgerWriter::open(run_dir.join(LEDGER_FILE)).map_err(setup)?;
-        let log = JsonlLog::open(&log_path)?;
-        let events = EventWriter::create(run_dir.join("tensorboard"))?;
         let health = HealthMonitor::new(cfg.health.clone())?;
+        cut_logs(&run_dir, &start, cfg.rounds.count)?;
+        let ledger = LedgerWriter::open(run_dir.join(LEDGER_FILE)).map_err(setup)?;
+        let log = JsonlLog::open(run_dir.join(METRICS_FILE))?;
+        let events = open_events(&run_dir.join(TENSORBOARD_DIR), &start)?;
         Ok(Self {
             cfg,
             run_dir,
@@ -446,6 +472,7 @@ impl Trainer {
             ];
             self.events.add_scalars(u64::from(record.step), &scalars)?;
             on_step(&record);
+            fault::point(fault::WARM_UP);
         }
         self.optimizer = AdamW::new(shallow(&self.trainable), &self.cfg.optim).map_err(setup)?;
         if self.cfg.trainer.save_freq > 0 {
@@ -560,6 +587,7 @@ impl Trainer {
         let (encoded, images) = processor
             .encode_sample_with(sample, base, None, self.tools.prompt.as_ref())
             .map_err(|e| e.to_string())?;
+        check_declared_sizes(sample, &images)?;
         let frames = self.frames_of(sample, &encoded)?;
         let image = images
             .into_iter()
@@ -618,15 +646,11 @@ impl Trainer {
                 }
                 records.push(record);
             }
+            fault::point(fault::EVAL);
         }
         let dir = self.run_dir.join(EVAL_DIR);
         std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
-        let path = dir.join(format!("{label}.jsonl"));
-        let _ = std::fs::remove_file(&path);
-        let mut log = JsonlLog::open(&path)?;
-        for record in &records {
-            log.append(record)?;
-        }
+        write_file(&dir.join(format!("{label}.jsonl")), &jsonl_bytes(&records)?)?;
         let evaluation = Evaluation::of(label, &records);
         eprintln!(
             "held-out {label}: {}/{} correct ({:.1}%)",
@@ -719,6 +743,7 @@ impl Trainer {
             scored,
             dropped,
         } = self.rollouts()?;
+        fault::point(fault::STEP);
         let rollout_seconds = start.elapsed().as_secs_f64();
         let records: Vec<CompletionRecord> = groups.iter().flat_map(|g| g.records.clone()).collect();
         let update_start = Instant::now();
@@ -877,7 +902,7 @@ impl Trainer {
             );
             drawn += indices.len();
             let groups = self.sample_groups(&indices, seed, Split::Train)?;
-            self.log_pass_rates(&groups)?;
+            self.log_pass_rates(&groups, seed)?;
             for group in groups {
                 let group_id = kept.len() + dropped;
                 scored.extend(group.records.iter().map(|r| CompletionRecord {
@@ -908,20 +933,29 @@ impl Trainer {
     }
 
     /// Appends each group's k-of-n to the ledger (dropped groups too: they were drawn and judged).
-    fn log_pass_rates(&mut self, groups: &[Group]) -> Result<(), TrainError> {
-        let entries = self.ledger_entries(groups, self.ledger_round(), self.state.step + 1)?;
-        self.ledger.append(&entries).map_err(setup)
+    fn log_pass_rates(&mut self, groups: &[Group], seed: u64) -> Result<(), TrainError> {
+        let entries = self.ledger_entries(groups, self.ledger_round(), self.state.step + 1, seed)?;
+        let duplicates = self.ledger.append(&entries).map_err(setup)?;
+        if duplicates > 0 {
+            eprintln!(
+                "step {}: {duplicates} ledger entries were logged before and not again",
+                self.state.step + 1
+            );
+        }
+        Ok(())
     }
 
-    /// The ledger entries (k of n) of train-set groups sampled at the current temperature, logged
-    /// as ledger round `round` at training step `step`.
+    /// The ledger entries (k of n) of train-set groups sampled at the current temperature with
+    /// `seed`, logged as ledger round `round` at training step `step`.
     fn ledger_entries(
         &self,
         groups: &[Group],
         round: u32,
         step: u64,
+        seed: u64,
     ) -> Result<Vec<LedgerEntry>, TrainError> {
         let batch = RolloutBatch {
+            run: self.run_name(),
             round,
             step,
             temperature: self.temperature(),
@@ -932,7 +966,10 @@ impl Trainer {
         };
         groups
             .iter()
-            .map(|g| LedgerEntry::from_records(&self.train.samples[g.index], &batch, &g.records))
+            .map(|g| {
+                let draw = draw_seed(seed, g.position);
+                LedgerEntry::from_records(&self.train.samples[g.index], &batch, draw, &g.records)
+            })
             .collect::<Result<Vec<_>, _>>()
             .map_err(setup)
     }
@@ -989,7 +1026,7 @@ impl Trainer {
         for &index in indices {
             let sample = &data.samples[index];
             match self.encode(sample, &data.base) {
-                Ok(prompt) => groups.push(Group::new(index, prompt)),
+                Ok(prompt) => groups.push(Group::new(index, groups.len(), prompt)),
                 Err(e) => {
                     eprintln!("skipped sample {}: {e}", sample.id);
                     self.state.bad_samples += 1;
@@ -1033,16 +1070,13 @@ impl Trainer {
         let stops = stop_ids(&self.policy);
         let requests: Vec<ToolRequest> = groups
             .iter()
-            .enumerate()
-            .map(|(position, g)| ToolRequest {
+            .map(|g| ToolRequest {
                 request: GenerationRequest {
                     prompt: g.encoded.share(),
                     n,
                     first_sample: 0,
                     params: SamplingParams {
-                        // By position in the draw: a sample drawn twice in one step (at an epoch's
-                        // end and the next one's start) gets different completions.
-                        seed: keyed(seed, &position.to_string()),
+                        seed: draw_seed(seed, g.position),
                         temperature,
                         top_p: r.top_p,
                         top_k: i64::from(r.top_k),
@@ -1173,6 +1207,11 @@ impl Trainer {
 
     /// Writes a checkpoint of the current step.
     pub fn save(&mut self) -> Result<PathBuf, TrainError> {
+        let file = self.events.path().file_name().unwrap_or_default();
+        self.state.events = Some(EventsPosition {
+            file: file.to_string_lossy().into_owned(),
+            len: self.events.sync()?,
+        });
         let weights: Vec<(String, Tensor)> = self.policy.model.var_store().variables().into_iter().collect();
         let optimizer = self.optimizer.state();
         let parts = CheckpointParts {
@@ -1190,6 +1229,12 @@ impl Trainer {
 
     pub fn run_dir(&self) -> &Path {
         &self.run_dir
+    }
+
+    /// The run as ledger entries name it: its folder's name.
+    fn run_name(&self) -> String {
+        let name = self.run_dir.file_name().unwrap_or_default();
+        name.to_string_lossy().into_owned()
     }
 
     /// The sampling temperature of the current round.
@@ -1263,6 +1308,8 @@ struct Prompt {
 struct Group {
     /// The sample's index in its dataset.
     index: usize,
+    /// Its position in the draw, which seeds its completions ([`draw_seed`]).
+    position: usize,
     encoded: Encoded,
     image: RgbImage,
     view: View,
@@ -1271,9 +1318,10 @@ struct Group {
 }
 
 impl Group {
-    fn new(index: usize, prompt: Prompt) -> Self {
+    fn new(index: usize, position: usize, prompt: Prompt) -> Self {
         Self {
             index,
+            position,
             encoded: prompt.encoded,
             image: prompt.image,
             view: prompt.view,
@@ -1287,6 +1335,27 @@ impl Group {
         let rewards: Vec<f64> = self.records.iter().map(|r| r.reward).collect();
         informative_groups(&rewards, &vec![0; rewards.len()]).is_ok_and(|v| v.first() == Some(&true))
     }
+}
+
+/// The sampling seed of the prompt at `position` in a draw seeded `seed`: by position, so a sample
+/// drawn twice in one step (at an epoch's end and the next one's start) gets different completions.
+fn draw_seed(seed: u64, position: usize) -> u64 {
+    keyed(seed, &position.to_string())
+}
+
+/// Refuses a sample whose images' declared sizes are not the decoded images' sizes: its targets are
+/// read in the declared frame, so a wrong size would silently mis-score every answer.
+fn check_declared_sizes(sample: &Sample, images: &[image::DynamicImage]) -> Result<(), String> {
+    for (declared, decoded) in sample.images.iter().zip(images) {
+        let (width, height) = (decoded.width(), decoded.height());
+        if (declared.width, declared.height) != (width, height) {
+            return Err(format!(
+                "sample {}: {} declares {}x{} pixels, but the image is {width}x{height}",
+                sample.id, declared.path, declared.width, declared.height
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Tokens of a trajectory the model generated (its tool turns left out).
@@ -1313,14 +1382,9 @@ fn load_policy(cfg: &TrainConfig, run_dir: &Path) -> Result<HfModel, TrainError>
     let dir = match m.preset {
         ModelPreset::None => m.path.clone(),
         preset => {
-            let dir = run_dir.join("initial-model");
-            if !dir.join("config.json").exists() {
-                let written = match preset {
-                    ModelPreset::Tiny => hf_folder::write_tiny(&dir, m.seed, kind),
-                    ModelPreset::Small => hf_folder::write_small(&dir, m.seed, kind),
-                    _ => hf_folder::write_3b_with_tiny_tokenizer(&dir, m.seed, kind),
-                };
-                written.map_err(setup)?;
+            let dir = run_dir.join(INITIAL_MODEL_DIR);
+            if !dir.is_dir() {
+                write_preset(&dir, preset, m)?;
             }
             dir
         }
@@ -1342,22 +1406,151 @@ fn load_policy(cfg: &TrainConfig, run_dir: &Path) -> Result<HfModel, TrainError>
     Ok(policy)
 }
 
-/// Keeps the log's records of steps up to `step` (a resumed run rewrites the later ones).
-fn truncate_log(path: &Path, step: u64) -> Result<(), TrainError> {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return Ok(());
+/// Writes the preset's folder whole: into a temporary folder, published by a rename once every file
+/// is written and synced, so the folder exists only complete.
+fn write_preset(dir: &Path, preset: ModelPreset, m: &crate::config::ModelConfig) -> Result<(), TrainError> {
+    let tmp = temporary_path(dir);
+    remove_dir_if_any(&tmp)?;
+    let kind = m.dtype.kind();
+    let written = match preset {
+        ModelPreset::Tiny => hf_folder::write_tiny(&tmp, m.seed, kind),
+        ModelPreset::Small => hf_folder::write_small(&tmp, m.seed, kind),
+        _ => hf_folder::write_3b_with_tiny_tokenizer(&tmp, m.seed, kind),
     };
-    let kept: String = text
-        .lines()
-        .filter(|line| {
-            serde_json::from_str::<serde_json::Value>(line)
-                .ok()
-                .and_then(|v| v.get("step").and_then(serde_json::Value::as_u64))
-                .is_some_and(|s| s <= step)
-        })
-        .map(|line| format!("{line}\n"))
-        .collect();
-    std::fs::write(path, kept).map_err(|e| io(path, e))
+    written.map_err(setup)?;
+    publish_dir(&tmp, dir).map_err(|e| io(dir, e))
+}
+
+/// The config with every path made absolute against the current folder, so that the run folder's
+/// `config.toml` resumes from any folder; unset (empty) paths stay empty.
+fn with_absolute_paths(mut cfg: TrainConfig) -> Result<TrainConfig, TrainError> {
+    let paths = [
+        &mut cfg.model.path,
+        &mut cfg.data.train,
+        &mut cfg.data.val,
+        &mut cfg.data.test,
+        &mut cfg.sft.data,
+        &mut cfg.reward.spec,
+        &mut cfg.trainer.run_dir,
+    ];
+    for path in paths {
+        if !path.as_os_str().is_empty() {
+            *path = std::path::absolute(&*path).map_err(|e| io(path, e))?;
+        }
+    }
+    Ok(cfg)
+}
+
+/// Removes what a start that failed wrote: the whole run folder if the start created it, else the
+/// initial model (a later start of another preset or seed would take it for its own). Best effort:
+/// the start's own error is what the user needs to see.
+fn discard_failed_start(run_dir: &Path, existed: bool) {
+    let leftover = match existed {
+        true => run_dir.join(INITIAL_MODEL_DIR),
+        false => run_dir.to_path_buf(),
+    };
+    if let Err(e) = remove_dir_if_any(&leftover) {
+        eprintln!("{e}");
+    }
+}
+
+fn remove_dir_if_any(dir: &Path) -> Result<(), TrainError> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(dir, e)),
+        _ => Ok(()),
+    }
+}
+
+/// Cuts the logs of a resumed run back to its checkpoint (`Start::At`), or to nothing for a run that
+/// starts over (its warm-up too): the steps after that point are done and logged again.
+fn cut_logs(run_dir: &Path, start: &Start<'_>, rounds: u32) -> Result<(), TrainError> {
+    let step = match start {
+        Start::New => return Ok(()),
+        Start::Over => {
+            truncate_log(&run_dir.join(SFT_FILE), 0)?;
+            0
+        }
+        // Checkpoints come after the warm-up, so its log stays whole.
+        Start::At(state) => state.step,
+    };
+    truncate_log(&run_dir.join(METRICS_FILE), step)?;
+    let ledger = run_dir.join(LEDGER_FILE);
+    if ledger.exists() {
+        for round in TRAINING_ROUND..TRAINING_ROUND + rounds {
+            drop_after_step(&ledger, round, step).map_err(setup)?;
+        }
+    }
+    Ok(())
+}
+
+/// The run's TensorBoard writer: the checkpoint's event file cut back to the checkpoint, or a new
+/// file (said, when that file is gone). A run starting over first removes the files of the attempt
+/// it redoes.
+fn open_events(dir: &Path, start: &Start<'_>) -> Result<EventWriter, TrainError> {
+    match start {
+        Start::At(RunState {
+            events: Some(position),
+            ..
+        }) => {
+            let path = dir.join(&position.file);
+            if path.is_file() {
+                return Ok(EventWriter::resume(path, position.len)?);
+            }
+            eprintln!("{} is gone: TensorBoard continues in a new file", path.display());
+            Ok(EventWriter::create(dir)?)
+        }
+        Start::Over => {
+            remove_dir_if_any(dir)?;
+            Ok(EventWriter::create(dir)?)
+        }
+        // A new run, or a checkpoint written before event files were continued.
+        _ => Ok(EventWriter::create(dir)?),
+    }
+}
+
+/// Keeps the log's records of steps up to `step` (a resumed run logs the later ones again) and
+/// replaces the file atomically. A line a crash cut short is dropped, and said; a missing log has
+/// nothing to keep, but any other read error stops the resume rather than lose the log.
+fn truncate_log(path: &Path, step: u64) -> Result<(), TrainError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io(path, e)),
+    };
+    let mut kept = String::with_capacity(text.len());
+    let mut cut = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let logged = serde_json::from_str::<serde_json::Value>(line)
+            .ok()
+            .and_then(|v| v.get("step").and_then(serde_json::Value::as_u64));
+        match logged {
+            Some(s) if s <= step => {
+                kept.push_str(line);
+                kept.push('\n');
+            }
+            Some(_) => {}
+            None => cut += 1,
+        }
+    }
+    if cut > 0 {
+        eprintln!("{}: {cut} line(s) cut short by the stop dropped", path.display());
+    }
+    write_file(path, kept.as_bytes())
+}
+
+/// Replaces `path` with `bytes` atomically (see `groundrl_core::atomic`).
+fn write_file(path: &Path, bytes: &[u8]) -> Result<(), TrainError> {
+    write_atomic(path, bytes).map_err(|e| io(path, e))
+}
+
+/// Records as JSONL, one compact object per line, as `JsonlLog` writes them.
+fn jsonl_bytes<T: Serialize>(records: &[T]) -> Result<Vec<u8>, TrainError> {
+    let mut bytes = Vec::new();
+    for record in records {
+        serde_json::to_writer(&mut bytes, record).map_err(setup)?;
+        bytes.push(b'\n');
+    }
+    Ok(bytes)
 }
 
 fn io(path: &Path, source: std::io::Error) -> TrainError {

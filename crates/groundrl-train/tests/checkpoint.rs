@@ -4,9 +4,10 @@
 use std::fs;
 use std::path::Path;
 
+use groundrl_core::atomic::remove_temporaries;
 use groundrl_train::checkpoint::{
-    CheckpointParts, LoadedCheckpoint, latest_checkpoint, load_checkpoint, load_latest, restore_tensors,
-    save_checkpoint,
+    CheckpointParts, LoadedCheckpoint, has_checkpoint, latest_checkpoint, load_checkpoint, load_latest,
+    restore_tensors, save_checkpoint,
 };
 use groundrl_train::optim::{AdamW, OptimConfig};
 use serde::{Deserialize, Serialize};
@@ -117,6 +118,13 @@ fn leftovers_of_a_crashed_save_are_ignored() {
     fs::create_dir(root.join("step-2")).unwrap();
     let loaded: LoadedCheckpoint<Resume> = load_latest(run.path()).unwrap();
     assert_eq!((loaded.step, loaded.state), (1, resume(1)));
+    // The temporary folder is what a process restarting in the run folder removes (whatever pid
+    // left it); the renamed folder is a checkpoint's name and stays until it is saved again.
+    let removed = remove_temporaries(run.path()).unwrap();
+    assert_eq!(removed, [root.join(".tmp-step-2-4242")]);
+    assert_eq!(entries(&root), ["latest", "step-1", "step-2"]);
+    assert!(has_checkpoint(run.path()));
+    assert!(!has_checkpoint(&run.path().join("elsewhere")));
 
     // Saving step 2 again replaces the stale folder; saving the step `latest` names is refused.
     save(run.path(), 2, 0);

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use groundrl_core::synth::{Difficulty, SynthConfig, generate};
 use groundrl_train::config::TrainConfig;
-use groundrl_train::trainer::{Ending, LEDGER_FILE, METRICS_FILE, Trainer};
+use groundrl_train::trainer::{Ending, INITIAL_MODEL_DIR, LEDGER_FILE, METRICS_FILE, SFT_FILE, Trainer};
 use serde_json::Value;
 
 /// 20 easy screenshots (about 60 samples) without prompts: the trainer asks each task's default.
@@ -131,9 +131,21 @@ fn a_stopped_and_resumed_run_logs_what_an_uninterrupted_run_logs() {
     drop(trainer);
     let run = stopped.path().join("run");
     assert_eq!(metrics(&run).len(), 3);
+    // What a kill in the middle of writes would leave: a checkpoint folder never renamed, a
+    // temporary of an atomic replacement. A resumed run removes them before anything else.
+    let leftovers = [
+        run.join("checkpoints/.tmp-step-3-4242"),
+        run.join(".metrics.jsonl.tmp-4242"),
+    ];
+    std::fs::create_dir(&leftovers[0]).unwrap();
+    std::fs::write(leftovers[0].join("weights.safetensors"), b"half a file").unwrap();
+    std::fs::write(&leftovers[1], b"{\"step\":1").unwrap();
     let mut resumed = Trainer::resume(&run).unwrap();
     assert_eq!(resumed.state.step, 2);
+    assert!(leftovers.iter().all(|p| !p.exists()));
     resumed.run(|_| {}).unwrap();
+    // TensorBoard: the resumed run continued the one event file, cut back to step 2.
+    assert_eq!(std::fs::read_dir(run.join("tensorboard")).unwrap().count(), 1);
 
     let a: Vec<Value> = metrics(&straight.path().join("run"))
         .into_iter()
@@ -147,6 +159,128 @@ fn a_stopped_and_resumed_run_logs_what_an_uninterrupted_run_logs() {
     let straight_ledger = ledger(&straight.path().join("run"));
     assert_eq!(straight_ledger.lines().count(), 16);
     assert_eq!(straight_ledger, ledger(&run));
+}
+
+/// A run resumed from the checkpoint saved right after its warm-up (step 0) keeps the warm-up's log:
+/// the warm-up is done and is not redone.
+#[test]
+fn resuming_at_step_zero_keeps_the_warm_up_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synthetic_data(dir.path());
+    let overrides = [
+        "sft.steps=2",
+        "sft.batch_size=4",
+        "trainer.max_steps=1",
+        "trainer.save_freq=1",
+    ];
+    let cfg = config(dir.path(), &data, &overrides);
+    let run = cfg.trainer.run_dir.clone();
+    let mut trainer = Trainer::new(cfg).unwrap();
+    trainer.warm_up(|_| {}).unwrap();
+    drop(trainer);
+    let log = std::fs::read_to_string(run.join(SFT_FILE)).unwrap();
+    assert_eq!(log.lines().count(), 2);
+    assert_eq!(
+        std::fs::read_to_string(run.join("checkpoints/latest")).unwrap(),
+        "step-0\n"
+    );
+
+    let mut resumed = Trainer::resume(&run).unwrap();
+    assert_eq!((resumed.state.step, resumed.state.sft_step), (0, 2));
+    assert_eq!(std::fs::read_to_string(run.join(SFT_FILE)).unwrap(), log);
+    resumed.run(|_| {}).unwrap();
+    assert_eq!(std::fs::read_to_string(run.join(SFT_FILE)).unwrap(), log);
+    assert_eq!(metrics(&run).len(), 1);
+}
+
+/// A log a resume cannot read (an invalid UTF-8 byte here) stops the resume with the file named,
+/// and the file keeps every byte: before, the read error was taken for "no log" and the log was
+/// rewritten empty.
+#[test]
+fn a_resume_does_not_rewrite_a_log_it_cannot_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synthetic_data(dir.path());
+    let cfg = config(dir.path(), &data, &["trainer.max_steps=1", "trainer.save_freq=1"]);
+    let run = cfg.trainer.run_dir.clone();
+    Trainer::new(cfg).unwrap().run(|_| {}).unwrap();
+    let path = run.join(METRICS_FILE);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes.extend_from_slice(b"{\"step\":2,\"note\":\"\xff\"}\n");
+    std::fs::write(&path, &bytes).unwrap();
+    let err = Trainer::resume(&run).err().unwrap().to_string();
+    assert!(err.starts_with(&path.display().to_string()), "{err}");
+    assert_eq!(std::fs::read(&path).unwrap(), bytes);
+}
+
+/// A start that fails leaves nothing behind: the run folder it created is removed, and in a folder
+/// that was there, the initial model it wrote. An initial model in a folder without `config.toml`
+/// (a start killed before writing it; here only its config.json) is not taken for complete.
+#[test]
+fn a_failed_or_killed_start_leaves_no_initial_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synthetic_data(dir.path());
+    let missing = format!("data.train=\"{}\"", dir.path().join("none.jsonl").display());
+    let cfg = config(dir.path(), &data, &[missing.as_str()]);
+    let run = cfg.trainer.run_dir.clone();
+    let err = Trainer::new(cfg.clone()).err().unwrap().to_string();
+    assert!(err.contains("none.jsonl"), "{err}");
+    assert!(!run.exists());
+
+    std::fs::create_dir_all(run.join(INITIAL_MODEL_DIR)).unwrap();
+    std::fs::write(run.join("notes.txt"), "mine").unwrap();
+    assert!(Trainer::new(cfg).is_err());
+    let names: Vec<String> = std::fs::read_dir(&run)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["notes.txt"]);
+
+    std::fs::create_dir_all(run.join(INITIAL_MODEL_DIR)).unwrap();
+    std::fs::write(run.join(INITIAL_MODEL_DIR).join("config.json"), "{}").unwrap();
+    let mut trainer = Trainer::new(config(dir.path(), &data, &["trainer.max_steps=1"])).unwrap();
+    trainer.run(|_| {}).unwrap();
+    let written = std::fs::read_to_string(run.join(INITIAL_MODEL_DIR).join("config.json")).unwrap();
+    assert!(written.contains("vision_config"), "{written}");
+}
+
+/// A sample whose declared image size is not its image's is skipped and counted, not scored in
+/// the wrong frame: one of the step's four prompts declares a width one pixel off.
+#[test]
+fn a_sample_of_the_wrong_declared_size_is_counted_bad() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synthetic_data(dir.path());
+    let text = std::fs::read_to_string(&data).unwrap();
+    let mut samples: Vec<Value> = text
+        .lines()
+        .take(4)
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let width = samples[2]["images"][0]["width"].as_u64().unwrap();
+    samples[2]["images"][0]["width"] = (width + 1).into();
+    let bad_id = samples[2]["id"].as_str().unwrap().to_string();
+    let four = data.with_file_name("four.jsonl");
+    let lines: Vec<String> = samples.iter().map(Value::to_string).collect();
+    std::fs::write(&four, lines.join("\n") + "\n").unwrap();
+
+    let cfg = config(dir.path(), &four, &["trainer.max_steps=1"]);
+    let run = cfg.trainer.run_dir.clone();
+    let mut trainer = Trainer::new(cfg).unwrap();
+    let record = trainer.step().unwrap();
+    assert_eq!(trainer.state.bad_samples, 1);
+    assert_eq!(record.train.get("bad_samples"), Some(1.0));
+    assert_eq!(record.rollout.completions, 3 * 8);
+    let ledger = std::fs::read_to_string(run.join(LEDGER_FILE)).unwrap();
+    let ids: Vec<String> = ledger
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(ids.len(), 3);
+    assert!(!ids.contains(&bad_id));
 }
 
 #[test]

@@ -374,6 +374,9 @@ fn rollout_appends_one_ledger_entry_per_sample() {
         assert_eq!(e["k"].as_u64(), Some(k), "{e}");
         assert_eq!(e["rule"], rule);
         assert!((e["mean_reward"].as_f64().unwrap() - reward).abs() < 1e-9, "{e}");
+        let model = std::path::absolute(d.join("tiny")).unwrap();
+        assert_eq!(e["run"], model.display().to_string().as_str());
+        assert!(e["draw"].is_u64(), "{e}");
     }
     let line: Value = serde_json::from_str(
         std::fs::read_to_string(d.join("rollouts.jsonl"))
@@ -385,6 +388,18 @@ fn rollout_appends_one_ledger_entry_per_sample() {
     .unwrap();
     assert_eq!(line["correct"], false);
     assert!((line["reward"].as_f64().unwrap() - reward).abs() < 1e-9);
+
+    // Run again (as after a crash): the same run, round, samples and seeds are not logged twice.
+    let again = rollout("0", "0.5");
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    let expected = format!(
+        "0 ledger entries of round 0 appended to {}; {} were there already",
+        ledger.display(),
+        sample_ids.len()
+    );
+    assert!(stderr.contains(&expected), "{stderr}");
+    let lines = std::fs::read_to_string(&ledger).unwrap().lines().count();
+    assert_eq!(lines, 2 * sample_ids.len());
 
     // The ledger is what `curate next` reads: round 1 has every sample at k = 0, so no partial sample
     // is kept and the 20% share of nothing is nothing.
@@ -406,6 +421,23 @@ fn rollout_appends_one_ledger_entry_per_sample() {
         Some(sample_ids.len() as u64)
     );
     assert_eq!(ids(&out).len(), 0);
+
+    // A line logged twice by another writer (a copy) is counted once, and said.
+    let mut text = std::fs::read_to_string(&ledger).unwrap();
+    text += &format!("{}\n", text.lines().last().unwrap());
+    std::fs::write(&ledger, text).unwrap();
+    let output = ok(groundrl(&[
+        "curate",
+        "next",
+        "--ledger",
+        &path(&ledger),
+        "--data",
+        &path(&data),
+        "--out",
+        &path(&out),
+    ]));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("1 duplicate entries"), "{stderr}");
 }
 
 #[test]

@@ -1,10 +1,12 @@
-//! `groundrl train`: a run killed with SIGKILL after a checkpoint and continued with `--resume`
-//! logs exactly the metrics of an uninterrupted run (CPU, tiny preset); config errors are clean.
+//! `groundrl train`: a run killed with SIGKILL at seeded points (mid-warm-up, mid-evaluation,
+//! mid-step, mid-save) and continued with `--resume` each time ends exactly as an uninterrupted run
+//! (CPU, tiny preset); a run resumes from any folder; config errors are clean.
 
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
+use groundrl_tensor::tch::Tensor;
 use serde_json::Value;
 
 fn groundrl() -> Command {
@@ -86,47 +88,247 @@ fn metrics(run: &Path) -> Vec<Value> {
         .collect()
 }
 
-fn latest_step(run: &Path) -> Option<u64> {
-    let name = std::fs::read_to_string(run.join("checkpoints/latest")).ok()?;
-    name.trim().strip_prefix("step-")?.parse().ok()
+/// A file of `run` as JSON lines, without the fields that hold wall-clock times.
+fn json_lines(run: &Path, file: &str) -> Vec<Value> {
+    let timed = ["seconds", "tokens_per_s", "generated_tokens_per_s"];
+    std::fs::read_to_string(run.join(file))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: Value = serde_json::from_str(l).unwrap();
+            v.as_object_mut()
+                .unwrap()
+                .retain(|k, _| !timed.contains(&k.as_str()));
+            v
+        })
+        .collect()
 }
 
+/// The run's checkpointed tensors of `step` (`weights` or `optimizer`), sorted by name.
+fn tensors(run: &Path, step: u64, file: &str) -> Vec<(String, Tensor)> {
+    let path = run.join(format!("checkpoints/step-{step}/{file}.safetensors"));
+    let mut tensors = Tensor::read_safetensors(path).unwrap();
+    tensors.sort_by(|a, b| a.0.cmp(&b.0));
+    tensors
+}
+
+/// Every scalar of the run's one TensorBoard event file as (step, tag, value bits), in file order;
+/// wall-clock tags left out. The TFRecord framing and the three protobuf messages are decoded here
+/// from the format's description, independently of the writer.
+fn tensorboard_scalars(run: &Path) -> Vec<(u64, String, u32)> {
+    let files: Vec<PathBuf> = std::fs::read_dir(run.join("tensorboard"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let bytes = std::fs::read(&files[0]).unwrap();
+    let mut rest = bytes.as_slice();
+    let mut scalars = Vec::new();
+    while !rest.is_empty() {
+        let length = u64::from_le_bytes(rest[..8].try_into().unwrap()) as usize;
+        let event = &rest[12..12 + length];
+        rest = &rest[16 + length..];
+        let mut step = 0;
+        for (field, payload) in protobuf_fields(event) {
+            match field {
+                2 => step = payload.value,
+                5 => {
+                    for (_, value) in protobuf_fields(payload.bytes) {
+                        let parts = protobuf_fields(value.bytes);
+                        let tag = String::from_utf8(parts[0].1.bytes.to_vec()).unwrap();
+                        let bits = parts[1].1.value as u32;
+                        if !tag.starts_with("train/time/") && !tag.ends_with("tokens_per_s") {
+                            scalars.push((step, tag, bits));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    scalars
+}
+
+/// A protobuf field's payload: a varint or fixed-width value, or length-delimited bytes.
+#[derive(Clone, Copy, Default)]
+struct Payload<'a> {
+    value: u64,
+    bytes: &'a [u8],
+}
+
+fn protobuf_fields(mut bytes: &[u8]) -> Vec<(u64, Payload<'_>)> {
+    fn varint(bytes: &mut &[u8]) -> u64 {
+        let mut value = 0;
+        for shift in (0..64).step_by(7) {
+            let b = bytes[0];
+            *bytes = &bytes[1..];
+            value |= u64::from(b & 0x7f) << shift;
+            if b < 0x80 {
+                break;
+            }
+        }
+        value
+    }
+    let mut fields = Vec::new();
+    while !bytes.is_empty() {
+        let key = varint(&mut bytes);
+        let mut payload = Payload::default();
+        let width = match key & 7 {
+            0 => {
+                payload.value = varint(&mut bytes);
+                0
+            }
+            1 => 8,
+            5 => 4,
+            _ => varint(&mut bytes) as usize,
+        };
+        let (head, tail) = bytes.split_at(width);
+        if key & 7 == 1 || key & 7 == 5 {
+            payload.value = head.iter().rev().fold(0, |v, &b| v << 8 | u64::from(b));
+        }
+        payload.bytes = head;
+        bytes = tail;
+        fields.push((key >> 3, payload));
+    }
+    fields
+}
+
+/// Names under `dir` that are temporaries of a write cut short (`.NAME.tmp-PID`, `.tmp-step-N-PID`).
+fn temporaries(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().unwrap().to_string_lossy().contains(".tmp") {
+            found.push(path.clone());
+        }
+        if path.is_dir() {
+            found.extend(temporaries(&path));
+        }
+    }
+    found
+}
+
+/// The fault-injection test: a run with a warm-up, held-out evaluations and a checkpoint after every
+/// step is killed with SIGKILL (`GROUNDRL_FAULT`, see `groundrl_train::fault`) mid-warm-up, mid-
+/// evaluation, mid-step and mid-save, at the N-th passage each, N drawn from a seed, and resumed
+/// after each kill. Its logs, evaluations, ledgers, TensorBoard scalars and final weights and
+/// optimizer state equal an uninterrupted run's (times aside), and no temporary is left.
 #[test]
-fn killed_and_resumed_equals_uninterrupted() {
+fn killed_at_seeded_points_and_resumed_equals_uninterrupted() {
+    const SEED: u64 = 23;
     let dir = tempfile::tempdir().unwrap();
     let config = setup(dir.path());
-    let straight = dir.path().join("straight");
-    let out: Output = train(&config, &straight).output().unwrap();
+    let data = dir.path().join("data/samples.jsonl");
+    let samples = std::fs::read_to_string(&data).unwrap();
+    let held_out: Vec<&str> = samples.lines().take(8).collect();
+    std::fs::write(data.with_file_name("test.jsonl"), held_out.join("\n") + "\n").unwrap();
+    let overrides = [
+        "trainer.max_steps=4".to_string(),
+        "sft.steps=3".to_string(),
+        "sft.batch_size=4".to_string(),
+        format!("data.test=\"{}\"", data.with_file_name("test.jsonl").display()),
+    ];
+    let start = |run: &Path| {
+        let mut cmd = train(&config, run);
+        cmd.args(&overrides);
+        cmd
+    };
+    let straight = dir.path().join("a/run");
+    let out = start(&straight).output().unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
 
-    let killed = dir.path().join("killed");
-    let mut child = train(&config, &killed).spawn().unwrap();
-    let start = Instant::now();
-    while latest_step(&killed).is_none_or(|s| s < 2) {
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "no checkpoint of step 2"
-        );
-        if child.try_wait().unwrap().is_some() {
-            panic!("the run ended before it could be killed");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    // (point, how many passages it may take before the kill): 3 warm-up steps; the first of the
+    // two batches of an evaluation; a step or a save of the four steps left after the kills before.
+    let kills = [("warm-up", 3), ("eval", 1), ("step", 2), ("save", 2), ("eval", 1)];
+    let killed = dir.path().join("b/run");
+    for (i, (point, range)) in kills.into_iter().enumerate() {
+        let n = 1 + groundrl_core::rng::keyed(SEED, &format!("{i} {point}")) % range;
+        let mut cmd = match i {
+            0 => start(&killed),
+            _ => resume(&killed),
+        };
+        let out = cmd
+            .env("GROUNDRL_FAULT", format!("{point}:{n}"))
+            .output()
+            .unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.signal(), Some(9), "{point}:{n}: {stderr}");
+        assert!(stderr.contains(&format!("killed at {point} {n}")), "{stderr}");
     }
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
-    let at_kill = latest_step(&killed).unwrap();
-    assert!(at_kill < 6, "killed after the last step");
+    let out = resume(&killed).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    assert_eq!(json_lines(&straight, "sft.jsonl").len(), 3);
+    assert_eq!(metrics(&straight).len(), 4);
+    assert_eq!(metrics(&straight), metrics(&killed));
+    for file in ["sft.jsonl", "eval/before.jsonl", "eval/after.jsonl"] {
+        assert_eq!(json_lines(&straight, file), json_lines(&killed, file), "{file}");
+    }
+    for file in ["ledger.jsonl", "rounds/round-1/ledger.jsonl"] {
+        let read = |run: &Path| std::fs::read_to_string(run.join(file)).unwrap();
+        assert_eq!(read(&straight), read(&killed), "{file}");
+    }
+    let scalars = tensorboard_scalars(&straight);
+    assert_eq!(scalars.iter().filter(|s| s.1 == "reward/mean").count(), 4);
+    assert_eq!(scalars.iter().filter(|s| s.1 == "sft/loss").count(), 3);
+    assert_eq!(scalars, tensorboard_scalars(&killed));
+    for file in ["weights", "optimizer"] {
+        let (a, b) = (tensors(&straight, 4, file), tensors(&killed, 4, file));
+        assert_eq!(a.len(), b.len());
+        for ((name_a, a), (name_b, b)) in a.iter().zip(&b) {
+            assert_eq!(name_a, name_b);
+            assert!(a.equal(b), "{file}: {name_a} differs");
+        }
+    }
+    assert_eq!(temporaries(&killed), Vec::<PathBuf>::new());
+}
+
+fn resume(run: &Path) -> Command {
+    let mut cmd = groundrl();
+    cmd.arg("train").arg("--resume").arg(run);
+    cmd
+}
+
+/// `config.toml` holds absolute paths, so a run started with paths relative to one folder resumes
+/// from another.
+#[test]
+fn a_run_started_with_relative_paths_resumes_from_another_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = setup(dir.path());
+    let relative = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace(&dir.path().join("data").display().to_string(), "data");
+    std::fs::write(&config, relative).unwrap();
     let out = groundrl()
-        .arg("train")
-        .arg("--resume")
-        .arg(&killed)
+        .current_dir(dir.path())
+        .args([
+            "train",
+            "config.toml",
+            "trainer.max_steps=1",
+            "trainer.run_dir=\"runs/rel\"",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
+    let run = dir.path().join("runs/rel");
+    let saved = std::fs::read_to_string(run.join("config.toml")).unwrap();
+    let line = |key: &str| saved.lines().find(|l| l.starts_with(key)).unwrap().to_string();
+    let quoted = |path: PathBuf| format!("{:?}", path.display().to_string());
+    assert_eq!(
+        line("train = "),
+        format!("train = {}", quoted(dir.path().join("data/samples.jsonl")))
+    );
+    assert_eq!(line("run_dir = "), format!("run_dir = {}", quoted(run.clone())));
 
-    let (a, b) = (metrics(&straight), metrics(&killed));
-    assert_eq!(a.len(), 6);
-    assert_eq!(a, b, "killed after step {at_kill}");
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let out = groundrl()
+        .current_dir(&elsewhere)
+        .args(["train", "--resume", "../runs/rel"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(metrics(&run).len(), 1);
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! One JSON line per (sample, round, rollout batch):
 //!
 //! ```json
-//! {"id":"ss-17","source":"screenspot/web","round":1,"step":12,"n":8,"k":5,"mean_reward":0.61,"temperature":1.1,"rule":"click >= 1"}
+//! {"id":"ss-17","source":"screenspot/web","round":1,"step":12,"n":8,"k":5,"mean_reward":0.61,"temperature":1.1,"rule":"click >= 1","run":"grpo","draw":7301}
 //! ```
 //!
 //! `step` is the training step of the batch (0 for offline rollouts), so a trainer resumed from a
@@ -13,15 +13,23 @@
 //! A sample rolled out several times in one round (several epochs, or a trainer and an offline pass)
 //! has several entries; [`Ledger::summary`] pools them into one [`Tally`] (k and n summed, mean
 //! reward weighted by n), which is what the next pool and the transition matrices read.
+//!
+//! The same rollouts logged twice (a command re-run after a crash) must not count twice: an entry is
+//! keyed by `run` (who drew: the training run, or the offline command's model), `round`, the sample,
+//! `step`, `draw` (the seed its rollouts were sampled with) and the temperature ([`DrawKey`]).
+//! [`LedgerWriter`] does not append a key the file already holds, and [`read_ledger`] keeps the first
+//! entry of a key and counts the others in [`Ledger::duplicates`]. Entries without a `draw` (written
+//! before it existed) are never duplicates.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use super::CurriculumError;
+use crate::atomic::write_atomic;
 use crate::data::error::from_json_str;
 use crate::data::{FieldError, RecordError, Sample};
 use crate::telemetry::{CompletionRecord, JsonlLog};
@@ -47,11 +55,24 @@ pub struct LedgerEntry {
     pub temperature: f64,
     /// The correctness rule, e.g. `click >= 1` ([`rule_text`]).
     pub rule: String,
+    /// Who drew the rollouts: the training run's folder name, or the offline command's `--run`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub run: String,
+    /// The seed the sample's rollouts were drawn with; with the rest of [`DrawKey`], what tells the
+    /// same rollouts logged twice from new ones. `None` in ledgers written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draw: Option<u64>,
 }
+
+/// What identifies one draw of a sample's rollouts: run, round, sample id, step, draw seed and the
+/// temperature's bits.
+pub type DrawKey = (String, u32, String, u64, u64, u64);
 
 /// What every entry of one rollout batch shares.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RolloutBatch {
+    /// Who draws ([`LedgerEntry::run`]).
+    pub run: String,
     pub round: u32,
     /// Training step, or 0 for offline rollouts.
     pub step: u64,
@@ -68,11 +89,12 @@ pub fn rule_text(component: &str, threshold: f64) -> String {
 }
 
 impl LedgerEntry {
-    /// The entry of one sample's scored rollouts. Every record must carry a correctness judgment
-    /// (`CompletionRecord::correct`); a sample without rollouts has no entry.
+    /// The entry of one sample's scored rollouts, drawn with the seed `draw`. Every record must carry
+    /// a correctness judgment (`CompletionRecord::correct`); a sample without rollouts has no entry.
     pub fn from_records(
         sample: &Sample,
         batch: &RolloutBatch,
+        draw: u64,
         records: &[CompletionRecord],
     ) -> Result<Self, CurriculumError> {
         let what = || format!("sample {}", sample.id);
@@ -100,11 +122,20 @@ impl LedgerEntry {
             mean_reward: records.iter().map(|r| r.reward).sum::<f64>() / f64::from(n.max(1)),
             temperature: batch.temperature,
             rule: batch.rule.clone(),
+            run: batch.run.clone(),
+            draw: Some(draw),
         };
         entry
             .validate()
             .map_err(|e| CurriculumError::invalid(what(), format!("{}: {}", e.field, e.problem)))?;
         Ok(entry)
+    }
+
+    /// The entry's [`DrawKey`]; `None` without a `draw`.
+    pub fn key(&self) -> Option<DrawKey> {
+        let draw = self.draw?;
+        let (run, id) = (self.run.clone(), self.id.clone());
+        Some((run, self.round, id, self.step, draw, self.temperature.to_bits()))
     }
 
     /// Checks what the summaries rely on, naming the first bad field.
@@ -136,37 +167,63 @@ impl LedgerEntry {
 }
 
 /// Appends entries to a ledger file, each batch written and flushed at once, so that a crash loses at
-/// most the batch being written.
+/// most the batch being written; an entry whose [`DrawKey`] the file already holds is not written
+/// again.
 #[derive(Debug)]
 pub struct LedgerWriter {
     log: JsonlLog,
+    /// The keys of the entries in the file.
+    keys: HashSet<DrawKey>,
 }
 
 impl LedgerWriter {
-    /// Opens `path` for appending, creating it if needed.
+    /// Opens `path` for appending, creating it if needed, and reads the keys it holds.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, CurriculumError> {
-        Ok(Self {
-            log: JsonlLog::open(path)?,
-        })
+        let log = JsonlLog::open(path)?;
+        let existing = read_ledger(log.path())?;
+        let keys = existing.entries.iter().filter_map(LedgerEntry::key).collect();
+        Ok(Self { log, keys })
     }
 
     pub fn path(&self) -> &Path {
         self.log.path()
     }
 
-    /// Checks every entry, then writes them in order. Nothing is written if one is invalid.
-    pub fn append(&mut self, entries: &[LedgerEntry]) -> Result<(), CurriculumError> {
+    /// Checks every entry, then writes in order those whose key is new; returns how many were
+    /// already in the file (not written again). Nothing is written if one is invalid.
+    pub fn append(&mut self, entries: &[LedgerEntry]) -> Result<usize, CurriculumError> {
         for entry in entries {
             entry.validate().map_err(|e| {
                 let what = format!("{}: ledger entry of sample {:?}", self.path().display(), entry.id);
                 CurriculumError::invalid(what, format!("{}: {}", e.field, e.problem))
             })?;
         }
+        let mut duplicates = 0;
         for entry in entries {
-            self.log.append(entry)?;
+            if entry.key().is_some_and(|key| !self.keys.insert(key)) {
+                duplicates += 1;
+            } else {
+                self.log.append(entry)?;
+            }
         }
-        Ok(())
+        Ok(duplicates)
     }
+}
+
+/// Replaces the ledger at `path` with `entries` atomically (a crash leaves the old file or the new
+/// one): for ledgers written whole, such as a curriculum round's.
+pub fn write_ledger(path: &Path, entries: &[LedgerEntry]) -> Result<(), CurriculumError> {
+    let mut text = Vec::new();
+    for entry in entries {
+        entry.validate().map_err(|e| {
+            let what = format!("{}: ledger entry of sample {:?}", path.display(), entry.id);
+            CurriculumError::invalid(what, format!("{}: {}", e.field, e.problem))
+        })?;
+        serde_json::to_writer(&mut text, entry)
+            .map_err(|e| CurriculumError::io(path, std::io::Error::other(e)))?;
+        text.push(b'\n');
+    }
+    write_atomic(path, &text).map_err(|e| CurriculumError::io(path, e))
 }
 
 /// A ledger file as read: its valid entries in file order and the lines that had to be skipped.
@@ -176,22 +233,27 @@ pub struct Ledger {
     pub entries: Vec<LedgerEntry>,
     /// One error per bad line (`file: line N: field: problem`).
     pub skipped: Vec<RecordError>,
+    /// Entries left out because an earlier one has their [`DrawKey`] (the same rollouts logged twice).
+    pub duplicates: usize,
 }
 
 /// Reads a ledger; a line that is not a valid entry is skipped and listed in [`Ledger::skipped`] (a
-/// crash can leave the last line cut short). Blank lines are allowed.
+/// crash can leave the last line cut short), and a second entry of a [`DrawKey`] is left out and
+/// counted in [`Ledger::duplicates`]. Blank lines are allowed.
 pub fn read_ledger(path: &Path) -> Result<Ledger, CurriculumError> {
     let file = File::open(path).map_err(|e| CurriculumError::io(path, e))?;
     let mut ledger = Ledger {
         path: path.to_path_buf(),
         ..Ledger::default()
     };
+    let mut keys = HashSet::new();
     for (i, line) in BufReader::new(file).lines().enumerate() {
         let line = line.map_err(|e| CurriculumError::io(path, e))?;
         if line.trim().is_empty() {
             continue;
         }
         match parse_line(&line) {
+            Ok(entry) if entry.key().is_some_and(|key| !keys.insert(key)) => ledger.duplicates += 1,
             Ok(entry) => ledger.entries.push(entry),
             Err(e) => ledger.skipped.push(e.at(path, format!("line {}", i + 1))),
         }
@@ -224,16 +286,7 @@ pub fn drop_after_step(path: &Path, round: u32, step: u64) -> Result<usize, Curr
         }
     }
     if dropped > 0 {
-        let mut temporary = path.as_os_str().to_owned();
-        temporary.push(".tmp");
-        let temporary = PathBuf::from(temporary);
-        let write = || -> std::io::Result<()> {
-            let mut file = File::create(&temporary)?;
-            file.write_all(kept.as_bytes())?;
-            file.sync_all()?;
-            std::fs::rename(&temporary, path)
-        };
-        write().map_err(io)?;
+        write_atomic(path, kept.as_bytes()).map_err(io)?;
     }
     Ok(dropped)
 }
@@ -359,7 +412,7 @@ mod tests {
         Ledger {
             path: "l.jsonl".into(),
             entries,
-            skipped: Vec::new(),
+            ..Ledger::default()
         }
     }
 
@@ -389,6 +442,7 @@ mod tests {
     #[test]
     fn an_entry_counts_correct_rollouts_and_averages_rewards() {
         let batch = RolloutBatch {
+            run: "r".into(),
             round: 2,
             step: 7,
             temperature: 1.4,
@@ -400,15 +454,16 @@ mod tests {
             record(0.5, Some(true)),
             record(0.25, Some(false)),
         ];
-        let e = LedgerEntry::from_records(&sample("a", "web"), &batch, &records).unwrap();
+        let e = LedgerEntry::from_records(&sample("a", "web"), &batch, 31, &records).unwrap();
         assert_eq!((e.n, e.k, e.round, e.step), (4, 2, 2, 7));
+        assert_eq!((e.run.as_str(), e.draw), ("r", Some(31)));
         assert_eq!(e.mean_reward, 0.5);
         assert_eq!((e.source.as_str(), e.temperature), ("web", 1.4));
 
         let unjudged = [record(1.0, Some(true)), record(0.0, None)];
-        let err = LedgerEntry::from_records(&sample("a", "web"), &batch, &unjudged).unwrap_err();
+        let err = LedgerEntry::from_records(&sample("a", "web"), &batch, 31, &unjudged).unwrap_err();
         assert_eq!(err.to_string(), "sample a: rollout 1 was not judged");
-        let err = LedgerEntry::from_records(&sample("a", "web"), &batch, &[]).unwrap_err();
+        let err = LedgerEntry::from_records(&sample("a", "web"), &batch, 31, &[]).unwrap_err();
         assert_eq!(err.to_string(), "sample a: n: must be at least 1");
     }
 
@@ -452,6 +507,40 @@ mod tests {
             read.skipped[0]
                 .to_string()
                 .starts_with(&format!("{}: line 4: round:", path.display()))
+        );
+    }
+
+    #[test]
+    fn the_same_draw_logged_twice_counts_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.jsonl");
+        let drawn = |id, draw| LedgerEntry {
+            run: "r".into(),
+            draw: Some(draw),
+            ..entry(id, "web", 1, 8, 2, 0.25)
+        };
+        let mut writer = LedgerWriter::open(&path).unwrap();
+        assert_eq!(writer.append(&[drawn("a", 1), drawn("b", 1)]).unwrap(), 0);
+        drop(writer);
+        // Re-run after a crash: the first two draws are there already; a new seed is a new draw.
+        let mut writer = LedgerWriter::open(&path).unwrap();
+        let again = [drawn("a", 1), drawn("b", 1), drawn("c", 1), drawn("a", 2)];
+        assert_eq!(writer.append(&again).unwrap(), 2);
+        drop(writer);
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 4);
+        // A line copied by another writer, and two entries without a draw (never duplicates).
+        let line = |e: &LedgerEntry| serde_json::to_string(e).unwrap() + "\n";
+        text += &line(&drawn("b", 1));
+        text += &line(&entry("z", "web", 1, 8, 1, 0.0)).repeat(2);
+        std::fs::write(&path, text).unwrap();
+        let read = read_ledger(&path).unwrap();
+        assert_eq!((read.entries.len(), read.duplicates), (6, 1));
+        let summary = read.summary(1).unwrap();
+        let tally = |id: &str| (summary.samples[id].n, summary.samples[id].entries);
+        assert_eq!(
+            [tally("a"), tally("b"), tally("c"), tally("z")],
+            [(16, 2), (8, 1), (8, 1), (16, 2)]
         );
     }
 

@@ -21,8 +21,11 @@
 //! use groundrl_core::curriculum::{LedgerEntry, LedgerWriter, RolloutBatch, rule_text};
 //! # let (sample, records): (groundrl_core::data::Sample, Vec<groundrl_core::telemetry::CompletionRecord>) = todo!();
 //! let mut ledger = LedgerWriter::open("run/ledger.jsonl")?;
-//! let batch = RolloutBatch { round: 1, step: 12, temperature: 1.1, rule: rule_text("click", 1.0) };
-//! ledger.append(&[LedgerEntry::from_records(&sample, &batch, &records)?])?;
+//! let batch = RolloutBatch {
+//!     run: "grpo".into(), round: 1, step: 12, temperature: 1.1, rule: rule_text("click", 1.0),
+//! };
+//! let draw_seed = 7301;
+//! ledger.append(&[LedgerEntry::from_records(&sample, &batch, draw_seed, &records)?])?;
 //! # Ok(()) }
 //! ```
 
@@ -32,8 +35,8 @@ pub mod temperature;
 pub mod transition;
 
 pub use ledger::{
-    Ledger, LedgerEntry, LedgerWriter, Outcome, RolloutBatch, RoundSummary, Tally, drop_after_step,
-    read_ledger, rule_text,
+    DrawKey, Ledger, LedgerEntry, LedgerWriter, Outcome, RolloutBatch, RoundSummary, Tally, drop_after_step,
+    read_ledger, rule_text, write_ledger,
 };
 pub use pool::{NextPool, PoolOptions, PoolReport, SourceCounts, next_pool, zero_count};
 pub use temperature::{Sweep, SweepPoint, pick_temperature};
@@ -99,6 +102,8 @@ mod testing {
             mean_reward,
             temperature: 1.0,
             rule: "click >= 1".into(),
+            run: String::new(),
+            draw: None,
         }
     }
 
@@ -111,7 +116,7 @@ mod testing {
         let ledger = Ledger {
             path: "l.jsonl".into(),
             entries,
-            skipped: Vec::new(),
+            ..Ledger::default()
         };
         ledger.summary(1).expect("a valid test ledger")
     }

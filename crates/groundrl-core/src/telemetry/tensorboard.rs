@@ -26,7 +26,9 @@ const LENGTH_DELIMITED: u8 = 2;
 const FIXED32: u8 = 5;
 
 /// Writes scalars to a new event file. Every call writes through to the file, so TensorBoard sees a
-/// step as soon as it is added and a crash loses nothing already added.
+/// step as soon as it is added and a crash loses nothing already added. A resumed run continues the
+/// file it wrote before ([`Self::sync`] at a checkpoint, [`Self::resume`] from it), so the steps it
+/// redoes after the checkpoint are not shown twice.
 #[derive(Debug)]
 pub struct EventWriter {
     file: File,
@@ -55,6 +57,29 @@ impl EventWriter {
         put_bytes(&mut event, 3, b"brain.Event:2");
         writer.write_record(&event)?;
         Ok(writer)
+    }
+
+    /// Continues the event file `path` from its first `len` bytes (what [`Self::sync`] returned at the
+    /// checkpoint a run resumes from): the events written after them, of steps the run will redo,
+    /// are cut off. A file shorter than `len` is an error, as it lost events it had.
+    pub fn resume(path: impl AsRef<Path>, len: u64) -> Result<Self, TelemetryError> {
+        let path = path.as_ref().to_path_buf();
+        let io = |e| TelemetryError::io(&path, e);
+        let file = OpenOptions::new().append(true).open(&path).map_err(io)?;
+        let found = file.metadata().map_err(io)?.len();
+        if found < len {
+            let problem = format!("holds {found} bytes, but {len} were written up to the checkpoint");
+            return Err(TelemetryError::invalid(path.display().to_string(), problem));
+        }
+        file.set_len(len).map_err(io)?;
+        Ok(Self { file, path })
+    }
+
+    /// Makes every event written so far durable and returns the file's length, for [`Self::resume`].
+    pub fn sync(&self) -> Result<u64, TelemetryError> {
+        let io = |e| TelemetryError::io(&self.path, e);
+        self.file.sync_data().map_err(io)?;
+        Ok(self.file.metadata().map_err(io)?.len())
     }
 
     pub fn path(&self) -> &Path {
@@ -137,6 +162,33 @@ fn put_bytes(out: &mut Vec<u8>, field: u32, bytes: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_resumed_file_drops_the_events_after_the_synced_length() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = EventWriter::create(dir.path()).unwrap();
+        writer.add_scalars(1, &[("a", 1.0)]).unwrap();
+        let len = writer.sync().unwrap();
+        let at_one = std::fs::read(writer.path()).unwrap();
+        writer.add_scalars(2, &[("a", 2.0)]).unwrap();
+        let path = writer.path().to_path_buf();
+        drop(writer);
+        assert!(std::fs::metadata(&path).unwrap().len() > len);
+
+        let mut resumed = EventWriter::resume(&path, len).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), at_one);
+        resumed.add_scalars(2, &[("a", 2.5)]).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(bytes[..at_one.len()], at_one[..]);
+        // The new step's record: its value 2.5 as f32 right before the record's CRC.
+        let value = &bytes[bytes.len() - 8..bytes.len() - 4];
+        assert_eq!(value, 2.5f32.to_le_bytes());
+        let err = EventWriter::resume(&path, 10_000).unwrap_err();
+        assert!(
+            err.to_string().contains("were written up to the checkpoint"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn crc32c_matches_the_published_check_values() {

@@ -5,22 +5,25 @@
 //! one (`rounds/transition-{r-1}-{r}.svg` and `.json`, embedded by the report). Unless r was the last
 //! round, the next pool is chosen from the ledger (`rounds/round-{r+1}/pool.jsonl` and its report),
 //! the temperature is swept on the validation set when `rounds.temperatures` is set, and training
-//! goes on in round r + 1 on the new pool with epochs counted afresh.
+//! goes on in round r + 1 on the new pool with epochs counted afresh. A pool's image paths are those
+//! of `data.train`, read against `data.train`'s folder ([`Trainer::load_pool`]): images stay
+//! confined to the data's folder as they are in round 1.
 //!
 //! Everything here is keyed by the step at which the round ended, so redoing it after a resume
-//! (from a checkpoint taken before the switch) writes the same files again.
+//! (from a checkpoint taken before the switch) writes the same files again. Every file is written
+//! whole and atomically (a resumed run reads the pool of its round).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use groundrl_core::curriculum::ledger::{LedgerWriter, read_ledger};
+use groundrl_core::atomic::{publish_file, temporary_path};
+use groundrl_core::curriculum::ledger::{read_ledger, write_ledger};
 use groundrl_core::curriculum::pool::{PoolOptions, next_pool};
 use groundrl_core::curriculum::temperature::{SweepPoint, pick_temperature};
 use groundrl_core::curriculum::transition::transition;
-use groundrl_core::data::Sample;
 use groundrl_core::data::jsonl::write_jsonl;
 use groundrl_core::rng::keyed;
 
-use super::{Split, TRAINING_ROUND, TrainError, Trainer, io, setup};
+use super::{Split, TRAINING_ROUND, TrainError, Trainer, io, setup, write_file};
 use crate::dataset::{Dataset, fixed_subsample};
 
 /// The rounds folder in the run folder.
@@ -38,8 +41,15 @@ impl Trainer {
     }
 
     /// The pool file of ledger round `round` (round 1 trains on `data.train` itself).
-    pub(super) fn pool_path(&self, round: u32) -> PathBuf {
+    fn pool_path(&self, round: u32) -> PathBuf {
         self.round_dir(round).join("pool.jsonl")
+    }
+
+    /// The samples of ledger round `round`'s pool, their images read from `data.train`'s folder.
+    pub(super) fn load_pool(&self, round: u32) -> Result<Dataset, TrainError> {
+        let mut pool = Dataset::load(&self.pool_path(round)).map_err(setup)?;
+        pool.base = Dataset::base_of(&self.cfg.data.train);
+        Ok(pool)
     }
 
     /// Ends the current round: its ledger, the transition from the previous round, and, unless it
@@ -66,7 +76,7 @@ impl Trainer {
         std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
         let report = dir.join("pool-report.json");
         let json = serde_json::to_string_pretty(&pool.report).map_err(setup)?;
-        std::fs::write(&report, json).map_err(|e| io(&report, e))?;
+        write_file(&report, json.as_bytes())?;
         if pool.samples.is_empty() {
             eprintln!(
                 "round {round}: the next pool is empty (every sample solved): no round {}",
@@ -75,18 +85,19 @@ impl Trainer {
             return Ok(false);
         }
         let path = self.pool_path(round + 1);
-        let samples = with_absolute_images(pool.samples, &self.train.base);
-        write_jsonl(&path, &samples).map_err(setup)?;
+        let tmp = temporary_path(&path);
+        write_jsonl(&tmp, &pool.samples).map_err(setup)?;
+        publish_file(&tmp, &path).map_err(|e| io(&path, e))?;
         eprintln!(
             "round {round} ended at step {}: next pool of {} samples ({})",
             self.state.step,
-            samples.len(),
+            pool.samples.len(),
             path.display()
         );
         if !self.cfg.rounds.temperatures.is_empty() {
             self.state.temperature = Some(self.sweep_temperature(round + 1)?);
         }
-        self.train = Dataset::load(&path).map_err(setup)?;
+        self.train = self.load_pool(round + 1)?;
         self.state.round += 1;
         self.state.round_start_step = self.state.step;
         self.state.epoch = 0;
@@ -100,8 +111,7 @@ impl Trainer {
         let dir = self.round_dir(round);
         std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
         let path = dir.join("ledger.jsonl");
-        let _ = std::fs::remove_file(&path);
-        let mut writer = LedgerWriter::open(&path).map_err(setup)?;
+        let mut entries = Vec::new();
         let n = self.ledger_n();
         let indices: Vec<usize> = (0..self.train.len()).collect();
         let seed = keyed(self.cfg.trainer.seed, &format!("round {round} ledger"));
@@ -109,16 +119,11 @@ impl Trainer {
             .chunks(self.cfg.rollout.prompts_per_step.max(1) as usize)
             .enumerate()
         {
-            let groups = self.sample_groups_with(
-                chunk,
-                keyed(seed, &c.to_string()),
-                Split::Train,
-                n,
-                self.temperature(),
-            )?;
-            let entries = self.ledger_entries(&groups, round, self.state.step)?;
-            writer.append(&entries).map_err(setup)?;
+            let chunk_seed = keyed(seed, &c.to_string());
+            let groups = self.sample_groups_with(chunk, chunk_seed, Split::Train, n, self.temperature())?;
+            entries.extend(self.ledger_entries(&groups, round, self.state.step, chunk_seed)?);
         }
+        write_ledger(&path, &entries).map_err(setup)?;
         Ok(path)
     }
 
@@ -136,9 +141,8 @@ impl Trainer {
             .join(format!("transition-{}-{round}", round - 1));
         let json = stem.with_extension("json");
         let text = serde_json::to_string_pretty(&matrix).map_err(setup)?;
-        std::fs::write(&json, text).map_err(|e| io(&json, e))?;
-        let svg = stem.with_extension("svg");
-        std::fs::write(&svg, matrix.heatmap().svg()).map_err(|e| io(&svg, e))
+        write_file(&json, text.as_bytes())?;
+        write_file(&stem.with_extension("svg"), matrix.heatmap().svg().as_bytes())
     }
 
     /// Accuracy of `rounds.ledger_n` rollouts per validation sample (the fixed subsample) at each
@@ -175,9 +179,8 @@ impl Trainer {
         let stem = self.round_dir(round).join("temperature");
         let json = stem.with_extension("json");
         let text = serde_json::to_string_pretty(&sweep).map_err(setup)?;
-        std::fs::write(&json, text).map_err(|e| io(&json, e))?;
-        let svg = stem.with_extension("svg");
-        std::fs::write(&svg, sweep.line_chart().svg()).map_err(|e| io(&svg, e))?;
+        write_file(&json, text.as_bytes())?;
+        write_file(&stem.with_extension("svg"), sweep.line_chart().svg().as_bytes())?;
         eprintln!(
             "round {round}: temperature {} (sweep in {})",
             sweep.picked,
@@ -192,14 +195,4 @@ impl Trainer {
             n => n as usize,
         }
     }
-}
-
-/// The samples with every image path made absolute against `base` (the folder their paths were
-/// relative to), so a pool written elsewhere still finds its images.
-fn with_absolute_images(mut samples: Vec<Sample>, base: &Path) -> Vec<Sample> {
-    let base = std::fs::canonicalize(base).unwrap_or_else(|_| base.to_path_buf());
-    for image in samples.iter_mut().flat_map(|s| s.images.iter_mut()) {
-        image.path = base.join(&image.path).display().to_string();
-    }
-    samples
 }

@@ -1,6 +1,8 @@
 //! `groundrl rollout`: offline rollouts of a model over a dataset, n completions per sample, as JSONL;
 //! with `--reward`, each completion scored, and with `--ledger`, one pass-rate ledger entry per sample
 //! (`groundrl_core::curriculum::ledger`), what `groundrl curate next` builds the next round from.
+//! Entries are keyed by run, round, sample and draw seed, so the same command run again (after a
+//! crash, say) adds no entry twice; it says how many it found there already.
 //!
 //! The generation loop ([`roll_out`]) and the scoring ([`Judge`]) are shared with
 //! `groundrl curate temperature`.
@@ -97,6 +99,10 @@ pub struct Args {
     /// The curriculum round the ledger entries belong to (0: the model before RL).
     #[arg(long, requires = "ledger")]
     round: Option<u32>,
+    /// Who drew the rollouts, as ledger entries name it (default: the model folder's absolute path).
+    /// Entries of the same run, round, sample and seed are the same rollouts and are logged once.
+    #[arg(long, requires = "ledger")]
+    run: Option<String>,
     #[arg(long)]
     out: PathBuf,
 }
@@ -126,6 +132,8 @@ struct Counts {
     /// Samples whose completions could not be scored (listed on stderr).
     unscored: usize,
     entries: usize,
+    /// Ledger entries the ledger held already (a re-run), not appended again.
+    duplicates: usize,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -147,6 +155,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let bar = progress(loaded.samples.len());
     let mut counts = Counts::default();
     let batch = RolloutBatch {
+        run: run_name(&args)?,
         round: args.round.unwrap_or_default(),
         step: 0,
         temperature: args.temperature,
@@ -176,12 +185,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 write_lines(&mut out, &args, r, records.as_deref())?;
                 counts.written += r.completions.len();
                 if let (Some(records), Some(_)) = (records, &ledger) {
-                    entries.push(LedgerEntry::from_records(r.sample, &batch, &records)?);
+                    entries.push(LedgerEntry::from_records(r.sample, &batch, r.seed, &records)?);
                 }
             }
             if let Some(ledger) = &mut ledger {
-                ledger.append(&entries)?;
-                counts.entries += entries.len();
+                let duplicates = ledger.append(&entries)?;
+                counts.entries += entries.len() - duplicates;
+                counts.duplicates += duplicates;
             }
             Ok(())
         },
@@ -213,11 +223,23 @@ fn print_summary(args: &Args, counts: &Counts, rolled: usize, failed: usize, bad
     }
     if let (Some(path), Some(round)) = (&args.ledger, args.round) {
         eprintln!(
-            "{} ledger entries of round {round} appended to {}",
+            "{} ledger entries of round {round} appended to {}; {} were there already (same run, \
+             sample and seed) and not appended again",
             counts.entries,
-            path.display()
+            path.display(),
+            counts.duplicates
         );
     }
+}
+
+/// The `run` of the ledger entries: `--run`, or the model folder's absolute path.
+fn run_name(args: &Args) -> anyhow::Result<String> {
+    if let Some(run) = &args.run {
+        return Ok(run.clone());
+    }
+    let model = std::path::absolute(&args.model.model)
+        .with_context(|| format!("model folder {}", args.model.model.display()))?;
+    Ok(model.display().to_string())
 }
 
 /// Loads the model folder on the asked device, in the asked dtype, with libtorch's attention kept off
@@ -249,6 +271,8 @@ pub(crate) struct Rolled<'a> {
     pub sample: &'a Sample,
     /// The resized image size `[width, height]` the model saw (what its answers are in).
     pub resized: Option<[u64; 2]>,
+    /// The seed its completions were drawn with.
+    pub seed: u64,
     pub completions: Vec<(Completion, String)>,
 }
 
@@ -277,12 +301,14 @@ pub(crate) fn roll_out(
             let position = (chunk_index * batch + i) as u64;
             match hf.processor.encode_sample(sample, base, None) {
                 Ok(prompt) => {
+                    let seed = groundrl_core::rng::keyed(sampling.seed, &position.to_string());
                     rolled.push(Rolled {
                         sample,
                         resized: resized_size(hf, &prompt),
+                        seed,
                         completions: Vec::new(),
                     });
-                    requests.push(request(hf, sampling, temperature, prompt, position));
+                    requests.push(request(hf, sampling, temperature, prompt, seed));
                 }
                 Err(err) => {
                     failed += 1;
@@ -319,7 +345,7 @@ fn request(
     sampling: &SamplingArgs,
     temperature: f64,
     prompt: Encoded,
-    position: u64,
+    seed: u64,
 ) -> GenerationRequest {
     let mut stop_token_ids = hf.model.config.text.eos_token_ids.clone();
     let eos = i64::from(hf.processor.tokenizer.special_ids().eos);
@@ -331,7 +357,7 @@ fn request(
         n: sampling.n,
         first_sample: 0,
         params: SamplingParams {
-            seed: groundrl_core::rng::keyed(sampling.seed, &position.to_string()),
+            seed,
             temperature,
             top_p: sampling.top_p,
             top_k: sampling.top_k,

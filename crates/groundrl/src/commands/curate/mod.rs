@@ -37,11 +37,19 @@ pub fn run(cmd: CurateCommand) -> anyhow::Result<ExitCode> {
 }
 
 /// A ledger's `round` (default: its latest) pooled per sample, and how many bad lines were skipped
-/// (each listed on stderr).
+/// (each listed on stderr). Entries logged twice (the same draw) count once, and are said.
 pub(crate) fn read_round(path: &Path, round: Option<u32>) -> anyhow::Result<(RoundSummary, usize)> {
     let ledger = read_ledger(path)?;
     for e in &ledger.skipped {
         eprintln!("skipped: {e}");
+    }
+    if ledger.duplicates > 0 {
+        eprintln!(
+            "{}: {} duplicate entries (the same run, round, sample, step and seed logged again) \
+             counted once",
+            path.display(),
+            ledger.duplicates
+        );
     }
     let round = match round.or(ledger.latest_round()) {
         Some(round) => round,
