@@ -1,7 +1,7 @@
 //! `groundrl demo` end to end at a toy size (CPU, tiny preset), two seeds: each draws its own
 //! warm-up and GRPO screenshots (one fresh task per warm-up example and per GRPO prompt), all are
 //! evaluated on one held-out set, and the summary holds each seed's gain and the mean; a second demo
-//! into the same folder is refused.
+//! into the same folder is refused; seeds trained side by side match seeds trained in a row.
 
 use std::process::Command;
 
@@ -105,4 +105,72 @@ fn a_toy_demo_writes_evaluations_and_a_report() {
     let again = demo();
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("already holds a demo"));
+}
+
+/// Seeds trained side by side (the CPU default) give what they give one after another: each seed's
+/// sampling draws from its own keyed streams and the model's initialisation holds libtorch's global
+/// generator, so threads do not disturb each other. Both ways use the same number of libtorch
+/// threads per seed, since another thread count may round sums differently.
+#[test]
+fn seeds_side_by_side_train_as_they_do_one_after_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let toy = [
+        "--seeds=2",
+        "--test-tasks=8",
+        "sft.steps=12",
+        "sft.batch_size=4",
+        "trainer.max_steps=3",
+        "rollout.n=4",
+        "rollout.prompts_per_step=2",
+        "trainer.mini_batch_size=8",
+        "trainer.micro_batch_size=4",
+    ];
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads_each = (cores / 2).max(1).to_string();
+    let run = |name: &str, extra: &[&str]| {
+        let out = dir.path().join(name);
+        let run = groundrl()
+            .arg("demo")
+            .arg("--out")
+            .arg(&out)
+            .args(toy)
+            .args(extra)
+            .env("OMP_NUM_THREADS", &threads_each)
+            .output()
+            .unwrap();
+        assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+        out
+    };
+    let side_by_side = run("side-by-side", &[]);
+    let in_a_row = run("in-a-row", &["--jobs=1"]);
+    for seed in 0..2 {
+        let logs = |out: &std::path::Path| {
+            let run = out.join(format!("seed-{seed}"));
+            let rewards: Vec<Value> = lines(&run.join("metrics.jsonl"))
+                .iter()
+                .map(|m| m["rollout"]["reward"]["mean"].clone())
+                .collect();
+            let losses: Vec<Value> = lines(&run.join("sft.jsonl"))
+                .iter()
+                .map(|r| r["loss"].clone())
+                .collect();
+            (rewards, losses, lines(&run.join("eval/after.jsonl")))
+        };
+        let (a, b) = (logs(&side_by_side), logs(&in_a_row));
+        assert_eq!(a.0.len(), 3);
+        assert_eq!(a.1.len(), 12);
+        assert_eq!(a.0, b.0, "seed {seed}: training rewards");
+        assert_eq!(a.1, b.1, "seed {seed}: warm-up losses");
+        let completions = |records: &[Value]| {
+            records
+                .iter()
+                .map(|r| r["completion"].clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            completions(&a.2),
+            completions(&b.2),
+            "seed {seed}: held-out answers"
+        );
+    }
 }

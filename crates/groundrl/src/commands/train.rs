@@ -45,7 +45,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// A spinner with the elapsed time and a message.
 pub fn progress_bar() -> ProgressBar {
     let bar = ProgressBar::new_spinner();
-    if let Ok(style) = ProgressStyle::with_template("{spinner} {elapsed} {msg}") {
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {prefix} {elapsed} {msg}") {
         bar.set_style(style);
     }
     bar
@@ -53,7 +53,11 @@ pub fn progress_bar() -> ProgressBar {
 
 /// Runs the trainer (warm-up included) with a progress line per step.
 pub fn train_with_progress(trainer: &mut Trainer) -> anyhow::Result<Ending> {
-    let bar = progress_bar();
+    train_with_bar(trainer, &progress_bar())
+}
+
+/// Runs the trainer (warm-up included), showing each step on `bar`.
+pub fn train_with_bar(trainer: &mut Trainer, bar: &ProgressBar) -> anyhow::Result<Ending> {
     trainer.warm_up(|r| {
         bar.set_message(format!("warm-up step {}: loss {:.3}", r.step, r.loss));
         bar.tick();
