@@ -2,6 +2,7 @@
 //! then the M-RoPE decoder runs over the sequence. One `VarStore` holds every parameter under the
 //! released checkpoints' names, so loading, saving and optimizers see one flat set.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use tch::{Device, Kind, Tensor, nn};
@@ -26,6 +27,59 @@ pub struct Batch {
     /// row; `None` for plain rows (and then `attention_mask` marks the padding). With branches the
     /// prompts hold every image and `attention_mask` is not read.
     pub branches: Option<Vec<BranchRow>>,
+}
+
+impl Batch {
+    /// A batch from a safetensors file whose tensors are named as HF's processor names them:
+    /// `input_ids` (B, L) and optionally `attention_mask` (B, L), `pixel_values` (patches,
+    /// patch_dim) and `image_grid_thw` (images, 3). For `groundrl model logits` and parity checks;
+    /// a file of another shape is an error naming it.
+    pub fn read_safetensors(path: &Path) -> Result<Self, ModelError> {
+        let mut named: HashMap<String, Tensor> = Tensor::read_safetensors(path)
+            .map_err(|e| ModelError::file(path, e))?
+            .into_iter()
+            .collect();
+        let input_ids = named
+            .remove("input_ids")
+            .ok_or_else(|| ModelError::file(path, "no `input_ids`"))?;
+        let attention_mask = named
+            .remove("attention_mask")
+            .map(|m| int_rows(path, "attention_mask", &m))
+            .transpose()?;
+        let image_grids = match named.remove("image_grid_thw") {
+            Some(g) => int_rows(path, "image_grid_thw", &g)?
+                .into_iter()
+                .map(|row| {
+                    Grid::try_from(row).map_err(|row| {
+                        ModelError::file(path, format!("image_grid_thw row {row:?} is not 3 values"))
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+            None => vec![],
+        };
+        let pixel_values = named
+            .remove("pixel_values")
+            .map(|p| p.f_to_kind(Kind::Float))
+            .transpose()?;
+        Ok(Self {
+            input_ids: int_rows(path, "input_ids", &input_ids)?,
+            attention_mask,
+            pixel_values,
+            image_grids,
+            branches: None,
+        })
+    }
+}
+
+/// A 2-D tensor of a batch file as rows of int64.
+fn int_rows(path: &Path, name: &str, tensor: &Tensor) -> Result<Vec<Vec<i64>>, ModelError> {
+    if tensor.dim() != 2 {
+        return Err(ModelError::file(
+            path,
+            format!("`{name}` has shape {:?}, not (rows, columns)", tensor.size()),
+        ));
+    }
+    Ok(Vec::<Vec<i64>>::try_from(&tensor.f_to_kind(Kind::Int64)?)?)
 }
 
 /// Where a forward takes the features of its batch's images from.
