@@ -5,7 +5,7 @@
 //! decoded, so the size is read from the header first and an image over the budget is refused
 //! before any pixel is decoded.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use image::{DynamicImage, ImageReader};
 
@@ -54,9 +54,15 @@ pub enum ImageFileError {
 /// The image `path` names, written in a file in `base`, decoded.
 pub fn open(base: &Path, path: &str, limits: ImageLimits) -> Result<DynamicImage, ImageFileError> {
     let file = confine::resolve(base, path, limits.paths)?;
-    let size = header_size(&file)?;
-    check_budget(&file, size, limits.max_pixels)?;
-    reader(&file)?.decode().map_err(|e| undecodable(&file, e))
+    let (width, height) = header_size(&file)?;
+    check_budget(&file, (width, height), limits.max_pixels)?;
+    // The decoder is held to the size just checked, in case the file changed in between.
+    let mut decoder = reader(&file)?;
+    let mut held = image::Limits::default();
+    held.max_image_width = Some(width);
+    held.max_image_height = Some(height);
+    decoder.limits(held);
+    decoder.decode().map_err(|e| undecodable(&file, e))
 }
 
 /// Width and height of an image file from its header, decoding nothing.
@@ -84,13 +90,15 @@ fn reader(file: &Path) -> Result<ImageReader<std::io::BufReader<std::fs::File>>,
 
 fn undecodable(file: &Path, e: impl std::fmt::Display) -> ImageFileError {
     ImageFileError::Undecodable {
-        path: PathBuf::from(file).display().to_string(),
+        path: file.display().to_string(),
         problem: e.to_string(),
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
 
     fn folder(name: &str) -> PathBuf {
