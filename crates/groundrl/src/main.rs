@@ -19,7 +19,8 @@ struct Cli {
 enum Command {
     /// Qwen2.5-VL's smart_resize of an image size: resized size, patch grid, image tokens.
     SmartResize(commands::smart_resize::Args),
-    /// Score model completions with a reward spec (JSONL in, JSONL out).
+    /// Score model completions with a reward spec (JSONL in, JSONL out); exit code 2 if some lines
+    /// were bad (each is reported and skipped), 1 if the run failed.
     Reward(commands::reward::Args),
     /// Evaluate predictions: COCO mAP as pycocotools computes it.
     #[command(subcommand)]
