@@ -393,7 +393,7 @@ fn image_paths(path: &Path) -> Vec<String> {
 }
 
 #[test]
-fn convert_writes_image_paths_relative_to_the_output_file() {
+fn convert_split_and_sample_write_image_paths_relative_to_the_output_file() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     screenspot_copy(root);
@@ -450,6 +450,50 @@ fn convert_writes_image_paths_relative_to_the_output_file() {
         ],
     );
     assert_eq!(allowed.status.code(), Some(0), "{}", text(&allowed.stdout));
+
+    // Split and sample write their files where they are told, the paths following them.
+    let o = groundrl_in(
+        root,
+        &[
+            "data",
+            "split",
+            "--input",
+            "raw/ss.jsonl",
+            "--out-dir",
+            "raw/parts",
+            "--ratios",
+            "a=0.5,b=0.5",
+            "--seed",
+            "1",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let mut parts = [
+        image_paths(&root.join("raw/parts/a.jsonl")),
+        image_paths(&root.join("raw/parts/b.jsonl")),
+    ]
+    .concat();
+    parts.sort();
+    assert_eq!(parts, ["../images/mobile_1.png", "../images/mobile_2.png"]);
+    let o = groundrl_in(
+        root,
+        &[
+            "data",
+            "sample",
+            "--input",
+            "raw/sub/copy.jsonl",
+            "--n",
+            "2",
+            "--seed",
+            "1",
+            "--output",
+            "raw/two.jsonl",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let mut two = image_paths(&root.join("raw/two.jsonl"));
+    two.sort();
+    assert_eq!(two, ["images/mobile_1.png", "images/mobile_2.png"]);
 }
 
 #[test]

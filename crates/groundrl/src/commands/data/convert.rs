@@ -1,20 +1,18 @@
 //! `groundrl data convert`: a benchmark's files, or a sample file, to a sample file.
 //!
-//! Image paths are written relative to the output file's folder, where readers resolve them. An
-//! image outside that folder gets a `..` path, which readers refuse unless given
-//! `--allow-outside-paths`; the command says how many there are.
+//! Image paths are written relative to the output file's folder, where readers resolve them
+//! (see [`super::write_rebased`]).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::ValueEnum;
-use groundrl_core::data::confine::relative_to;
+use groundrl_core::data::Loaded;
 use groundrl_core::data::import::coco::{self, Mode, Subset};
 use groundrl_core::data::import::{odvg, osworld_g, refcoco, screenspot, screenspot_pro};
-use groundrl_core::data::{Loaded, Sample};
 
-use super::{print_read, print_written, read_samples, report_skipped, write_samples};
+use super::{folder_of, print_read, print_written, read_samples, report_skipped, write_rebased};
 
 /// What the input is.
 #[derive(Clone, Copy, ValueEnum)]
@@ -89,38 +87,15 @@ fn load(args: &Args) -> anyhow::Result<Loaded> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let mut loaded = load(&args)?;
+    let loaded = load(&args)?;
     report_skipped(&loaded.skipped, args.strict)?;
     print_read(&args.input, &loaded);
     // Importers name images from the current folder; sample files from their own folder.
     let read_from = match args.from {
-        InputKind::Jsonl | InputKind::Parquet => args.input.parent().unwrap_or(Path::new("")),
+        InputKind::Jsonl | InputKind::Parquet => folder_of(&args.input),
         _ => Path::new(""),
     };
-    let write_to = args.output.parent().unwrap_or(Path::new(""));
-    std::fs::create_dir_all(write_to)
-        .with_context(|| format!("cannot create {}", write_to.display()))?;
-    let outside = rebase_images(&mut loaded.samples, read_from, write_to)?;
-    write_samples(&args.output, &loaded.samples)?;
+    write_rebased(&args.output, &loaded.samples, read_from)?;
     print_written(&args.output, &loaded.samples);
-    if outside > 0 {
-        println!(
-            "note: {outside} image paths lead out of {} (`..`); readers refuse them unless given \
-             --allow-outside-paths: write the output into a folder that holds the images",
-            write_to.display()
-        );
-    }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Rewrites every image path, read relative to `from`, relative to `to`; returns how many lead
-/// out of `to`.
-fn rebase_images(samples: &mut [Sample], from: &Path, to: &Path) -> anyhow::Result<usize> {
-    let mut outside = 0;
-    for image in samples.iter_mut().flat_map(|s| s.images.iter_mut()) {
-        let rebased = relative_to(&from.join(&image.path), to)?;
-        outside += usize::from(rebased.starts_with(".."));
-        image.path = rebased.display().to_string();
-    }
-    Ok(outside)
 }

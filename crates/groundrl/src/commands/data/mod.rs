@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use groundrl_core::data::confine::PathPolicy;
+use groundrl_core::data::confine::{PathPolicy, relative_to};
 use groundrl_core::data::image_file::{DEFAULT_MAX_IMAGE_PIXELS, ImageLimits};
 use groundrl_core::data::{Loaded, RecordError, Sample, jsonl, parquet};
 
@@ -103,6 +103,43 @@ pub(crate) fn write_samples(path: &Path, samples: &[Sample]) -> anyhow::Result<(
         }
     }
     Ok(())
+}
+
+/// [`write_samples`] for samples whose image paths are relative to `read_from` as read: the
+/// file's folder is created if needed and the paths are written relative to it, where readers
+/// resolve them. Paths that must leave it (`..`) are refused by readers without
+/// `--allow-outside-paths`, so a note says how many there are.
+pub(crate) fn write_rebased(path: &Path, samples: &[Sample], read_from: &Path) -> anyhow::Result<()> {
+    let folder = folder_of(path);
+    std::fs::create_dir_all(folder).with_context(|| format!("cannot create {}", folder.display()))?;
+    let mut samples = samples.to_vec();
+    let outside = rebase_images(&mut samples, read_from, folder)?;
+    write_samples(path, &samples)?;
+    if outside > 0 {
+        println!(
+            "note: {outside} image paths lead out of {} (`..`); readers refuse them unless given \
+             --allow-outside-paths: write the output into a folder that holds the images",
+            folder.display()
+        );
+    }
+    Ok(())
+}
+
+/// The folder a sample file's image paths are relative to: its own.
+pub(crate) fn folder_of(path: &Path) -> &Path {
+    path.parent().unwrap_or(Path::new(""))
+}
+
+/// Rewrites every image path, read relative to `from`, relative to `to`; returns how many lead
+/// out of `to`.
+fn rebase_images(samples: &mut [Sample], from: &Path, to: &Path) -> anyhow::Result<usize> {
+    let mut outside = 0;
+    for image in samples.iter_mut().flat_map(|s| s.images.iter_mut()) {
+        let rebased = relative_to(&from.join(&image.path), to)?;
+        outside += usize::from(rebased.starts_with(".."));
+        image.path = rebased.display().to_string();
+    }
+    Ok(outside)
 }
 
 /// Lists skipped records on stderr, then fails in strict mode if there were any.

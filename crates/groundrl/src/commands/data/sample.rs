@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use groundrl_core::data::split::subsample;
 
-use super::{print_read, print_written, read_samples, report_skipped, write_samples};
+use super::{folder_of, print_read, print_written, read_samples, report_skipped, write_rebased};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -34,7 +34,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     report_skipped(&loaded.skipped, args.strict)?;
     print_read(&args.input, &loaded);
     let kept = subsample(loaded.samples, args.n, args.seed);
-    write_samples(&args.output, &kept)?;
+    write_rebased(&args.output, &kept, folder_of(&args.input))?;
     print_written(&args.output, &kept);
     Ok(ExitCode::SUCCESS)
 }

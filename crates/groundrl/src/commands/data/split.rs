@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use groundrl_core::data::split::{parse_ratios, split};
 
-use super::{FileFormat, print_read, print_written, read_samples, report_skipped, write_samples};
+use super::{FileFormat, folder_of, print_read, print_written, read_samples, report_skipped, write_rebased};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -34,10 +34,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let loaded = read_samples(&args.input)?;
     report_skipped(&loaded.skipped, args.strict)?;
     print_read(&args.input, &loaded);
-    std::fs::create_dir_all(&args.out_dir).with_context(|| format!("creating {}", args.out_dir.display()))?;
     for (name, part) in split(loaded.samples, &ratios, args.seed) {
         let path = args.out_dir.join(format!("{name}.{}", format.extension()));
-        write_samples(&path, &part)?;
+        write_rebased(&path, &part, folder_of(&args.input))?;
         print_written(&path, &part);
     }
     Ok(ExitCode::SUCCESS)
