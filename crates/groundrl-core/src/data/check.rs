@@ -1,6 +1,8 @@
-//! `data check`: does each sample agree with its image? Images exist and decode, stated sizes match,
-//! targets are well formed, non-degenerate and inside the image in their frame. Also draws preview PNGs
-//! with the targets and the instruction, to look at what a model will be trained on.
+//! `data check`: does each sample agree with its image? Images exist inside the sample file's folder
+//! and decode within the pixel budget ([`super::image_file`]), stated sizes match, targets are well
+//! formed, non-degenerate and inside the image in their frame. Also draws preview PNGs with the
+//! targets and the instruction, to look at what a model will be trained on. An image that cannot be
+//! read is an issue of its sample, never the end of the check.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
