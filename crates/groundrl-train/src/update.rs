@@ -461,12 +461,12 @@ fn scores_without_grad(
 /// Fixtures shared with the warm-up's tests: the tiny model and a tool-using trajectory.
 #[cfg(test)]
 pub(crate) mod tests {
+    use groundrl_core::data::image_file::ImageLimits;
     use groundrl_tensor::hf_folder::tiny_ids;
     use groundrl_tensor::processor::chat_template::ChatTemplate;
     use groundrl_tensor::processor::image::ImageProcessor;
     use groundrl_tensor::processor::tiny_tokenizer::{VOCAB_SIZE, tiny_tokenizer};
     use groundrl_tensor::processor::tokenizer::expand_image_pads;
-    use groundrl_core::data::image_file::ImageLimits;
     use groundrl_tensor::qwen2_5_vl::presets;
     use groundrl_tensor::qwen2_5_vl::rope_index::Grid;
 

@@ -71,10 +71,11 @@ pub struct Args {
     /// Held-out click tasks (drawn from their own generator seed); default 500 (CPU) or 1000 (GPU).
     #[arg(long)]
     test_tasks: Option<usize>,
-    /// Seeds trained at the same time, the cores shared equally among them. Default: every seed at
-    /// once on the CPU (on 2 cores three single-threaded seeds finish sooner than three two-threaded
-    /// ones in a row: the tiny model's operations are too small to keep two threads busy), one at a
-    /// time on the GPU.
+    /// Seeds trained at the same time on the CPU, the cores shared equally among them. Default:
+    /// every seed at once (on 2 cores three single-threaded seeds finish sooner than three
+    /// two-threaded ones in a row: the tiny model's operations are too small to keep two threads
+    /// busy). The GPU demo trains one seed at a time: the rollout engine captures CUDA graphs, and a
+    /// capture fails when another thread uses the device meanwhile.
     #[arg(long)]
     jobs: Option<u64>,
     /// Config keys to override in every seed's run, `dotted.key=value`, e.g. `sft.steps=50
@@ -125,10 +126,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let test_tasks = args.test_tasks.unwrap_or(if args.gpu { 1000 } else { 500 });
     let test = draw(&out.join("data/test"), TEST_SYNTH_SEED, test_tasks, demo.size)?;
     let seeds: Vec<u64> = (args.first_seed..args.first_seed + args.seeds).collect();
-    let jobs = args
-        .jobs
-        .unwrap_or(if args.gpu { 1 } else { args.seeds })
-        .clamp(1, args.seeds);
+    if args.gpu && args.jobs.is_some_and(|j| j > 1) {
+        bail!("--jobs above 1 is for the CPU demo: on the GPU, seeds train one at a time");
+    }
+    let jobs = if args.gpu {
+        1
+    } else {
+        args.jobs.unwrap_or(args.seeds).clamp(1, args.seeds)
+    };
     if jobs > 1 {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
         groundrl_tensor::tch::set_num_threads((cores / jobs).max(1) as i32);
