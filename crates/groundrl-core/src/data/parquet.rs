@@ -6,7 +6,7 @@
 //! - `prompt` (list of struct `{role: string, content: string}`): the chat, each image of the message
 //!   written as an `<image>` placeholder that verl expands in order. verl iterates this list itself,
 //!   so it is stored as a list of structs (what geo3k writes), not as a JSON string: a JSON-string
-//!   prompt is what seed 002's custom loader wanted and stock verl cannot use. Both read back here.
+//!   prompt is what some custom loaders want and stock verl cannot use. Both read back here.
 //!   A sample without a rendered prompt is written with a bare one (its `<image>` placeholders, then
 //!   the instruction) and flagged `extra_info.prompt_rendered = false`, so it reads back without one.
 //! - `images` (list of struct `{image: string}`): the image paths. verl hands each struct to
@@ -21,7 +21,7 @@
 //!   is the sample's metadata as a JSON string (its keys differ per dataset, a struct could not hold
 //!   them all); `index` is the row number and `split` the caller's split name.
 //!
-//! Reading also accepts what seed 002 met: `data_source` as a one-element list, `prompt` as a JSON
+//! Reading also accepts what files written by other tools hold: `data_source` as a one-element list, `prompt` as a JSON
 //! string, message `content` as a list of `{"type": "text" | "image"}` pieces, and `images` as a list
 //! of path strings.
 
@@ -415,7 +415,7 @@ fn prefixed(prefix: &str, e: FieldError) -> FieldError {
     }
 }
 
-/// `data_source` as a string, or a one-element list of one (seed 002's "arrived as an array").
+/// `data_source` as a string, or a one-element list of one (as some exporters write it).
 fn data_source(value: Value) -> Result<String, FieldError> {
     match &value {
         Value::String(s) => return Ok(s.clone()),

@@ -1,6 +1,6 @@
 //! Detection rewards over a list of labeled boxes: VLM-R1's `weighted_sum` and per-sample AP.
 //!
-//! **weighted_sum** (VLM-R1 `detection_score`, seed 004 §4.2), in this order:
+//! **weighted_sum** (VLM-R1 `detection_score`, arXiv 2504.07615), in this order:
 //! 1. the target says "none": 1 iff the model answered "None", else 0;
 //! 2. the target has no boxes: 1 iff the model predicted no boxes, else 0;
 //! 3. no predicted boxes (or no parsable answer): 0;

@@ -1,9 +1,9 @@
-//! The gated tool reward (seeds 001-002, Arc Vision): pay a model for zooming when it is unsure and
-//! the zoom helped, and penalise zooming for nothing.
+//! The gated tool reward, after Arc Vision's (the example proposed to verl, examples/arc_vision/):
+//! pay a model for zooming when it is unsure and the zoom helped, and penalise zooming for nothing.
 //!
 //! Arc Vision's total was `0.6 task + 0.3 tool + 0.1 gate`. Its "confidence" was a keyword count
 //! and its tool count included any `<tool_call>` text, so writing tool-call text raised the reward
-//! and the missed-opportunity penalty could never fire (`../shared/reference/arc-vision.md`). Here
+//! and the missed-opportunity penalty could never fire. Here
 //! both inputs come from the rollout itself ([`ToolUse`]): the calls the engine saw and ran, and
 //! the confidences the model stated (`<confidence>p</confidence>`, parsed):
 //! - `confidence_before`: stated before the first tool call (for a completion without calls, the

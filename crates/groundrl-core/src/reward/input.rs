@@ -7,7 +7,7 @@
 //!   "tool_use": {"calls": int, "successful": int, "confidence_before": float, "confidence_after":
 //!   float} (optional; the confidences may be left out; see [`super::gated`])}`.
 //!
-//! Frames (seed 001 lost its rewards to mixing them): target boxes are in `target.frame`; the answer
+//! Frames (mixing them silently zeroes a run's rewards): target boxes are in `target.frame`; the answer
 //! is in the spec's `model_frame`, unless the parser saw a syntax that implies a frame (Qwen-VL box
 //! tokens: 0-1000) or, with `detect_frame`, its numbers do not fit `model_frame` and do fit another
 //! ([`ImageFrames::detect`]). With `image_size` both sides are converted to original pixels before

@@ -21,8 +21,8 @@
 //! The total reward is `Σ weight * component`; every component's own value is reported too, in the
 //! order of the file. A component may read another's value (`correct_from`, `task_from`: its
 //! source). Unknown keys, unknown kinds, references to unknown components and dependency cycles are
-//! refused when the spec is loaded, with the component named: seeds 001/002 lost days to configs
-//! that accepted typos silently. So are parameters that are not finite numbers (`nan`, `inf`) and
+//! refused when the spec is loaded, with the component named: a config that accepts a typo silently
+//! trains with a reward nobody asked for. So are parameters that are not finite numbers (`nan`, `inf`) and
 //! weights whose sum overflows: they would turn every reward into NaN.
 
 use std::path::Path;

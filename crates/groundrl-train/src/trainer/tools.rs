@@ -1,4 +1,4 @@
-//! The trainer's side of tool use (`[tools]`, issue 10): prompts that offer the tools, rollouts
+//! The trainer's side of tool use (`[tools]`): prompts that offer the tools, rollouts
 //! through [`ToolRollout`], what a trajectory tells the gated reward and the telemetry, and the
 //! warm-up's reference trajectories that zoom before answering.
 //!

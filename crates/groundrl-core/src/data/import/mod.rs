@@ -4,8 +4,7 @@
 //! with boxes as `[x1, y1, x2, y2]`, keeps the benchmark's slice fields (data_type, platform, ...) in
 //! `metadata`, and skips a bad record with a [`super::RecordError`] naming file, record and field rather than
 //! stopping. Image paths are `images_dir/<name>` when an images folder is given, else the name joined
-//! to the dataset file's folder. Field names follow each benchmark's released files (see
-//! `shared/reference/semantics.md` §5).
+//! to the dataset file's folder. Field names follow each benchmark's released files.
 
 pub mod coco;
 pub mod odvg;

@@ -1,7 +1,7 @@
 //! `groundrl curate compare`: how samples moved between two rounds (semantics:
 //! `groundrl_core::curriculum::transition`). Writes to `DIR`: `compare.json` (both sides, the matrix, k
 //! per source), `transition.svg` (the matrix as a heatmap with counts), `by-source.svg` (k per source
-//! in the later round, seed 003's figure) and `by-source-before.svg` (the same for the earlier one).
+//! in the later round) and `by-source-before.svg` (the same for the earlier one).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -1,4 +1,4 @@
-//! `groundrl curate`: the multi-round curriculum of seed 003 (semantics:
+//! `groundrl curate`: the multi-round curriculum (docs/design.md, "Curriculum"; semantics:
 //! `groundrl_core::curriculum`).
 //!
 //! After a round, `groundrl rollout --reward SPEC --ledger L --round R` (or the trainer) records how many

@@ -50,7 +50,7 @@ pub struct Args {
     /// RefCOCO: the dataset's COCO `instances.json`.
     #[arg(long)]
     instances: Option<PathBuf>,
-    /// COCO: full, pos_1, pos_2 or pos_3 (seed 004's subsets).
+    /// COCO: full, pos_1, pos_2 or pos_3 (the subsets of `groundrl_core::data::import::coco`).
     #[arg(long, default_value = "full", value_parser = str::parse::<Subset>)]
     subset: Subset,
     /// COCO: all, positive or one-box (which categories each sample asks for).
