@@ -174,14 +174,7 @@ pub fn load_latest<T: DeserializeOwned>(run_dir: &Path) -> Result<LoadedCheckpoi
 
 /// Loads the checkpoint folder `dir` (named `step-N`).
 pub fn load_checkpoint<T: DeserializeOwned>(dir: &Path) -> Result<LoadedCheckpoint<T>, CheckpointError> {
-    let step = dir
-        .file_name()
-        .and_then(|name| name.to_str())
-        .and_then(parse_step_name)
-        .ok_or_else(|| CheckpointError::Invalid {
-            path: dir.to_owned(),
-            message: "a checkpoint folder is named step-N".into(),
-        })?;
+    let step = folder_step(dir)?;
     let state_path = dir.join(STATE);
     let text = read(&state_path)?;
     let state = serde_json::from_slice(&text).map_err(|source| CheckpointError::Json {
@@ -195,6 +188,14 @@ pub fn load_checkpoint<T: DeserializeOwned>(dir: &Path) -> Result<LoadedCheckpoi
         optimizer: read_tensors(&dir.join(OPTIMIZER))?,
         state,
     })
+}
+
+/// The step and the model tensors of the checkpoint folder `dir` (named `step-N`), without its
+/// optimizer state (twice the weights' size for AdamW) or its resumable state: what running or
+/// exporting the trained model needs. Tensors are on the CPU, in their saved dtype.
+pub fn load_weights(dir: &Path) -> Result<(u64, Vec<(String, Tensor)>), CheckpointError> {
+    let step = folder_step(dir)?;
+    Ok((step, read_tensors(&dir.join(WEIGHTS))?))
 }
 
 /// Copies the tensors `from` (e.g. a loaded checkpoint's weights) into the existing tensors `into` (e.g.
@@ -318,6 +319,17 @@ fn prune(root: &Path, step: u64, keep: usize) -> Result<(), CheckpointError> {
         fs::remove_dir_all(&dir).map_err(io_error(&dir))?;
     }
     Ok(())
+}
+
+/// The step of a checkpoint folder, from its name.
+fn folder_step(dir: &Path) -> Result<u64, CheckpointError> {
+    dir.file_name()
+        .and_then(|name| name.to_str())
+        .and_then(parse_step_name)
+        .ok_or_else(|| CheckpointError::Invalid {
+            path: dir.to_owned(),
+            message: "a checkpoint folder is named step-N".into(),
+        })
 }
 
 fn step_name(step: u64) -> String {

@@ -9,6 +9,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod dataset;
 pub mod fault;
+pub mod load_model;
 pub mod loss;
 pub mod optim;
 pub mod plan;
