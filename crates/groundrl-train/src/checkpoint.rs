@@ -167,6 +167,19 @@ pub fn has_checkpoint(run_dir: &Path) -> bool {
     run_dir.join(CHECKPOINTS).join(LATEST).is_file()
 }
 
+/// The steps of a run's checkpoints (its `checkpoints/step-N` entries), ascending; none when the run
+/// has no `checkpoints/` folder. The step `latest` names is one of them; later ones may be left by a
+/// run resumed from an earlier step.
+pub fn checkpoint_steps(run_dir: &Path) -> Result<Vec<u64>, CheckpointError> {
+    let root = run_dir.join(CHECKPOINTS);
+    if !root.is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut steps = steps_in(&root)?;
+    steps.sort_unstable();
+    Ok(steps)
+}
+
 /// Loads the newest complete checkpoint of a run; leftover temporary folders are ignored.
 pub fn load_latest<T: DeserializeOwned>(run_dir: &Path) -> Result<LoadedCheckpoint<T>, CheckpointError> {
     load_checkpoint(&latest_checkpoint(run_dir)?)
@@ -308,9 +321,8 @@ fn prune(root: &Path, step: u64, keep: usize) -> Result<(), CheckpointError> {
     if keep == 0 {
         return Ok(());
     }
-    let mut older: Vec<u64> = fs::read_dir(root)
-        .map_err(io_error(root))?
-        .filter_map(|entry| entry.ok()?.file_name().to_str().and_then(parse_step_name))
+    let mut older: Vec<u64> = steps_in(root)?
+        .into_iter()
         .filter(|&other| other < step)
         .collect();
     older.sort_unstable_by(|a, b| b.cmp(a));
@@ -330,6 +342,14 @@ fn folder_step(dir: &Path) -> Result<u64, CheckpointError> {
             path: dir.to_owned(),
             message: "a checkpoint folder is named step-N".into(),
         })
+}
+
+/// The steps of the `step-N` entries of the checkpoints folder `root`, in no order.
+fn steps_in(root: &Path) -> Result<Vec<u64>, CheckpointError> {
+    Ok(fs::read_dir(root)
+        .map_err(io_error(root))?
+        .filter_map(|entry| entry.ok()?.file_name().to_str().and_then(parse_step_name))
+        .collect())
 }
 
 fn step_name(step: u64) -> String {

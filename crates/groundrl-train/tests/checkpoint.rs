@@ -6,8 +6,8 @@ use std::path::Path;
 
 use groundrl_core::atomic::remove_temporaries;
 use groundrl_train::checkpoint::{
-    CheckpointParts, LoadedCheckpoint, has_checkpoint, latest_checkpoint, load_checkpoint, load_latest,
-    restore_tensors, save_checkpoint,
+    CheckpointParts, LoadedCheckpoint, checkpoint_steps, has_checkpoint, latest_checkpoint, load_checkpoint,
+    load_latest, restore_tensors, save_checkpoint,
 };
 use groundrl_train::optim::{AdamW, OptimConfig};
 use serde::{Deserialize, Serialize};
@@ -152,6 +152,7 @@ fn keep_removes_the_oldest_checkpoints_once_the_new_one_is_complete() {
         save(run.path(), step, 2);
     }
     assert_eq!(entries(&root), ["latest", "step-2", "step-3"]);
+    assert_eq!(checkpoint_steps(run.path()).unwrap(), [2, 3]);
     // keep 0 keeps everything.
     save(run.path(), 4, 0);
     assert_eq!(entries(&root), ["latest", "step-2", "step-3", "step-4"]);
@@ -159,6 +160,11 @@ fn keep_removes_the_oldest_checkpoints_once_the_new_one_is_complete() {
     fs::create_dir(root.join("step-9")).unwrap();
     save(run.path(), 5, 1);
     assert_eq!(entries(&root), ["latest", "step-5", "step-9"]);
+    assert_eq!(checkpoint_steps(run.path()).unwrap(), [5, 9]);
+    assert_eq!(
+        checkpoint_steps(&run.path().join("elsewhere")).unwrap(),
+        [0u64; 0]
+    );
     assert_eq!(latest_checkpoint(run.path()).unwrap(), root.join("step-5"));
 }
 

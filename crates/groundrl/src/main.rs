@@ -33,6 +33,11 @@ enum Command {
     /// Qwen2.5-VL models on libtorch: make (random init), run for logits.
     #[command(subcommand)]
     Model(commands::model::ModelCommand),
+    /// Write a training run's checkpoint as an HF model folder (LoRA adapters merged).
+    Export(commands::export::Args),
+    /// A model's answer on one screenshot (an HF folder or a training run's checkpoint): the
+    /// completion and the answer in original pixels; --draw writes the screenshot with it drawn.
+    Predict(commands::predict::Args),
     /// Offline rollouts of a model over a dataset: n completions per sample (JSONL).
     Rollout(commands::rollout::Args),
     /// GRPO training from a TOML config (dotted overrides), or --resume a run folder.
@@ -63,6 +68,8 @@ fn main() -> ExitCode {
         Command::Data(cmd) => commands::data::run(cmd),
         Command::Model(cmd) => commands::model::run(cmd),
         Command::Bench(cmd) => commands::bench::run(cmd),
+        Command::Export(args) => commands::export::run(args),
+        Command::Predict(args) => commands::predict::run(args),
         Command::Rollout(args) => commands::rollout::run(args),
         Command::Plan(args) => commands::plan::run(args),
         Command::Curate(cmd) => commands::curate::run(cmd),
