@@ -1,0 +1,43 @@
+//! The C ABI of `csrc/dist.cpp`. Each call returns 0, or 1 with the C++ exception's message kept
+//! for this thread (`last_error`, read right after the call).
+
+use std::ffi::{CStr, c_char, c_int, c_void};
+
+/// A tch tensor handle (`Tensor::as_ptr`), an `at::Tensor*` on the C++ side.
+pub(crate) type RawTensor = *mut c_void;
+
+unsafe extern "C" {
+    pub(crate) fn groundrl_dist_last_error() -> *const c_char;
+    pub(crate) fn groundrl_dist_gloo_new(
+        host: *const c_char,
+        port: u16,
+        rank: c_int,
+        world: c_int,
+        timeout_ms: i64,
+        device_host: *const c_char,
+    ) -> *mut c_void;
+    pub(crate) fn groundrl_dist_all_reduce_sum(g: *mut c_void, t: RawTensor, timeout_ms: i64) -> c_int;
+    pub(crate) fn groundrl_dist_broadcast(
+        g: *mut c_void,
+        t: RawTensor,
+        root: c_int,
+        timeout_ms: i64,
+    ) -> c_int;
+    pub(crate) fn groundrl_dist_all_gather(
+        g: *mut c_void,
+        input: RawTensor,
+        outputs: *const RawTensor,
+        world: c_int,
+        timeout_ms: i64,
+    ) -> c_int;
+    pub(crate) fn groundrl_dist_barrier(g: *mut c_void, timeout_ms: i64) -> c_int;
+    pub(crate) fn groundrl_dist_free(g: *mut c_void);
+}
+
+/// The message of the last failed shim call on this thread.
+pub(crate) fn last_error() -> String {
+    // SAFETY: the shim returns a NUL-terminated thread-local string, copied here at once.
+    unsafe { CStr::from_ptr(groundrl_dist_last_error()) }
+        .to_string_lossy()
+        .into_owned()
+}

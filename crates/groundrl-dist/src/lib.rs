@@ -1,0 +1,307 @@
+//! Process groups and collectives for groundrl, on libtorch's c10d: the layer under PyTorch's
+//! `torch.distributed`, DDP and FSDP, reached through a small C++ shim (`csrc/dist.cpp`).
+//!
+//! - Rendezvous through c10d's `TCPStore`, served by rank 0 at `MASTER_ADDR:MASTER_PORT`
+//!   ([`Rendezvous`], read from torchrun's variables by [`ProcessGroup::from_env`]).
+//! - Collectives through c10d's `ProcessGroupGloo` on CPU tensors: the sum all-reduce (bucketed),
+//!   broadcast, all-gather of tensors and of bytes, barrier.
+//! - Every call waits at most the group's timeout ([`ProcessGroup::set_timeout`]) and returns an
+//!   error with c10d's message past it, or as soon as a peer's connection closes (a rank that died).
+//!   A failed call leaves the ranks out of step, so the group refuses further calls.
+//!
+//! NCCL (`ProcessGroupNCCL`, CUDA tensors) is not reached yet: `docs/distributed.md` says what exists.
+
+mod bucket;
+mod ffi;
+mod rendezvous;
+
+use std::ffi::{CString, c_int, c_void};
+use std::fmt;
+use std::time::Duration;
+
+use tch::Tensor;
+
+pub use rendezvous::Rendezvous;
+
+/// Why a group could not be made or a collective failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DistError {
+    #[error(
+        "environment variable {name} is not set (a launcher such as torchrun sets RANK, WORLD_SIZE, \
+         LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT for each worker)"
+    )]
+    MissingVar { name: &'static str },
+    #[error("environment variable {name}={value:?} is not valid: {why}")]
+    BadVar {
+        name: &'static str,
+        value: String,
+        why: String,
+    },
+    #[error("bad rendezvous: {0}")]
+    Rendezvous(String),
+    #[error("{operation} failed: {message}")]
+    C10d {
+        operation: &'static str,
+        message: String,
+    },
+    #[error("the process group failed earlier ({0}) and its ranks are out of step; make a new one")]
+    Failed(String),
+}
+
+/// How a group waits and buckets.
+#[derive(Clone, Debug)]
+pub struct GroupOptions {
+    /// How long the rendezvous and each collective may wait for the other ranks. PyTorch's default
+    /// for Gloo groups is 30 minutes (`torch.distributed.constants.default_pg_timeout`).
+    pub timeout: Duration,
+    /// The size of one `all_reduce_sum` bucket; PyTorch DDP's default `bucket_cap_mb` is 25.
+    pub bucket_bytes: usize,
+}
+
+impl Default for GroupOptions {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(30 * 60),
+            bucket_bytes: 25 << 20,
+        }
+    }
+}
+
+/// One rank's handle on a group of processes (c10d's Gloo backend over a TCPStore).
+pub struct ProcessGroup {
+    raw: *mut c_void,
+    rank: usize,
+    world_size: usize,
+    options: GroupOptions,
+    failed: Option<String>,
+}
+
+// SAFETY: the c10d backend is not tied to the thread that made it, and every call takes `&mut self`.
+unsafe impl Send for ProcessGroup {}
+
+impl fmt::Debug for ProcessGroup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ProcessGroup(rank {} of {})", self.rank, self.world_size)
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        // SAFETY: `raw` came from groundrl_dist_gloo_new and is freed once.
+        unsafe { ffi::groundrl_dist_free(self.raw) }
+    }
+}
+
+impl ProcessGroup {
+    /// Joins the group described by torchrun's variables ([`Rendezvous::from_env`]).
+    pub fn from_env(options: GroupOptions) -> Result<Self, DistError> {
+        Self::new(&Rendezvous::from_env()?, options)
+    }
+
+    /// Joins the group: rank 0 serves the TCPStore, every rank connects to it and to every other
+    /// rank, within `options.timeout`. With a loopback `master_addr` every rank is on this machine
+    /// and Gloo binds to 127.0.0.1; otherwise to the address of this host's name (or the interfaces
+    /// of `GLOO_SOCKET_IFNAME`), as PyTorch does.
+    pub fn new(rendezvous: &Rendezvous, options: GroupOptions) -> Result<Self, DistError> {
+        rendezvous.check()?;
+        let text = |name: &str, value: &str| {
+            CString::new(value).map_err(|_| DistError::Rendezvous(format!("{name} holds a NUL byte")))
+        };
+        let host = text("MASTER_ADDR", &rendezvous.master_addr)?;
+        let device = rendezvous.is_loopback().then_some(c"127.0.0.1");
+        let (rank, world) = (c_int_of(rendezvous.rank)?, c_int_of(rendezvous.world_size)?);
+        // SAFETY: the strings outlive the call; the shim copies what it keeps.
+        let raw = unsafe {
+            ffi::groundrl_dist_gloo_new(
+                host.as_ptr(),
+                rendezvous.master_port,
+                rank,
+                world,
+                millis(options.timeout),
+                device.map_or(std::ptr::null(), |d| d.as_ptr()),
+            )
+        };
+        if raw.is_null() {
+            return Err(DistError::C10d {
+                operation: "joining the process group",
+                message: ffi::last_error(),
+            });
+        }
+        Ok(Self {
+            raw,
+            rank: rendezvous.rank,
+            world_size: rendezvous.world_size,
+            options,
+            failed: None,
+        })
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    pub fn world_size(&self) -> usize {
+        self.world_size
+    }
+
+    /// Sets how long each following collective may wait for the other ranks.
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.options.timeout = timeout;
+    }
+
+    /// Sums each tensor over all ranks, in place: the tensors (CPU; the same shapes, dtypes and
+    /// order on every rank) are packed into flat buffers of at most `bucket_bytes` per dtype, each
+    /// reduced by one collective and copied back.
+    pub fn all_reduce_sum(&mut self, tensors: &mut [Tensor]) -> Result<(), DistError> {
+        let slots: Vec<bucket::Slot> = tensors
+            .iter()
+            .map(|t| bucket::Slot {
+                kind: t.kind(),
+                device: t.device(),
+                bytes: t.numel() * t.kind().elt_size_in_bytes(),
+            })
+            .collect();
+        for range in bucket::plan(&slots, self.options.bucket_bytes) {
+            self.all_reduce_bucket(&mut tensors[range])?;
+        }
+        Ok(())
+    }
+
+    /// Reduces one bucket: a lone contiguous tensor in place, several through one flat copy.
+    fn all_reduce_bucket(&mut self, bucket: &mut [Tensor]) -> Result<(), DistError> {
+        if let [tensor] = bucket
+            && tensor.is_contiguous()
+        {
+            return self.all_reduce_flat(tensor);
+        }
+        let mut flat = tch::no_grad(|| {
+            let parts: Vec<Tensor> = bucket.iter().map(|t| t.reshape([-1])).collect();
+            Tensor::cat(&parts, 0)
+        });
+        self.all_reduce_flat(&mut flat)?;
+        tch::no_grad(|| {
+            let mut offset = 0;
+            for tensor in bucket.iter_mut() {
+                let n = tensor.numel() as i64;
+                tensor.copy_(&flat.narrow(0, offset, n).reshape(tensor.size()));
+                offset += n;
+            }
+        });
+        Ok(())
+    }
+
+    fn all_reduce_flat(&mut self, tensor: &mut Tensor) -> Result<(), DistError> {
+        let raw = tensor.as_mut_ptr() as ffi::RawTensor;
+        self.call("all_reduce_sum", |group, ms| {
+            // SAFETY: `raw` is a live tensor handle for the duration of the call.
+            unsafe { ffi::groundrl_dist_all_reduce_sum(group, raw, ms) }
+        })
+    }
+
+    /// Replaces `tensor` on every rank by rank `root`'s (the same shape and dtype on every rank).
+    pub fn broadcast(&mut self, tensor: &mut Tensor, root: usize) -> Result<(), DistError> {
+        let root = self.check_rank(root)?;
+        let mut buffer = tensor.contiguous();
+        let raw = buffer.as_mut_ptr() as ffi::RawTensor;
+        self.call("broadcast", |group, ms| {
+            // SAFETY: `raw` is a live tensor handle for the duration of the call.
+            unsafe { ffi::groundrl_dist_broadcast(group, raw, root, ms) }
+        })?;
+        if !tensor.is_contiguous() {
+            tch::no_grad(|| tensor.copy_(&buffer));
+        }
+        Ok(())
+    }
+
+    /// Every rank's `tensor`, in rank order (the same shape and dtype on every rank).
+    pub fn all_gather(&mut self, tensor: &Tensor) -> Result<Vec<Tensor>, DistError> {
+        let input = tensor.contiguous();
+        let outputs: Vec<Tensor> = (0..self.world_size).map(|_| input.empty_like()).collect();
+        let raws: Vec<ffi::RawTensor> = outputs.iter().map(|t| t.as_ptr() as ffi::RawTensor).collect();
+        let world = c_int_of(self.world_size)?;
+        self.call("all_gather", |group, ms| {
+            // SAFETY: `input` and `outputs` are live tensors for the duration of the call, and
+            // `raws` holds `world` handles; the shim writes the outputs' data only.
+            unsafe {
+                ffi::groundrl_dist_all_gather(
+                    group,
+                    input.as_ptr() as ffi::RawTensor,
+                    raws.as_ptr(),
+                    world,
+                    ms,
+                )
+            }
+        })?;
+        Ok(outputs)
+    }
+
+    /// Every rank's bytes, in rank order; lengths may differ between ranks (two collectives: the
+    /// lengths, then the bytes padded to the longest).
+    pub fn all_gather_bytes(&mut self, bytes: &[u8]) -> Result<Vec<Vec<u8>>, DistError> {
+        let lengths = self.all_gather(&Tensor::from_slice(&[bytes.len() as i64]))?;
+        let lengths: Vec<usize> = lengths.iter().map(|t| t.int64_value(&[0]) as usize).collect();
+        let longest = lengths.iter().copied().max().unwrap_or(0);
+        if longest == 0 {
+            return Ok(vec![Vec::new(); self.world_size]);
+        }
+        let mut padded = bytes.to_vec();
+        padded.resize(longest, 0);
+        let gathered = self.all_gather(&Tensor::from_slice(&padded))?;
+        Ok(gathered
+            .iter()
+            .zip(lengths)
+            .map(|(t, len)| {
+                let mut out = vec![0u8; longest];
+                t.copy_data_u8(&mut out, longest);
+                out.truncate(len);
+                out
+            })
+            .collect())
+    }
+
+    /// Returns once every rank has called it.
+    pub fn barrier(&mut self) -> Result<(), DistError> {
+        self.call("barrier", |group, ms| {
+            // SAFETY: a plain call on the live group.
+            unsafe { ffi::groundrl_dist_barrier(group, ms) }
+        })
+    }
+
+    /// Runs one collective with the group's timeout; a failure marks the group failed.
+    fn call(
+        &mut self,
+        operation: &'static str,
+        run: impl FnOnce(*mut c_void, i64) -> c_int,
+    ) -> Result<(), DistError> {
+        if let Some(earlier) = &self.failed {
+            return Err(DistError::Failed(earlier.clone()));
+        }
+        if run(self.raw, millis(self.options.timeout)) == 0 {
+            return Ok(());
+        }
+        let message = ffi::last_error();
+        self.failed = Some(format!("{operation}: {message}"));
+        Err(DistError::C10d { operation, message })
+    }
+
+    fn check_rank(&self, rank: usize) -> Result<c_int, DistError> {
+        if rank >= self.world_size {
+            return Err(DistError::Rendezvous(format!(
+                "rank {rank} is not in a group of {}",
+                self.world_size
+            )));
+        }
+        c_int_of(rank)
+    }
+}
+
+/// A timeout in whole milliseconds for c10d: at least one (c10d reads 0 as "no timeout"), at most
+/// `i32::MAX` (24 days), far from where C++'s clock arithmetic would overflow.
+fn millis(timeout: Duration) -> i64 {
+    let most = i64::from(i32::MAX);
+    i64::try_from(timeout.as_millis()).map_or(most, |ms| ms.clamp(1, most))
+}
+
+fn c_int_of(n: usize) -> Result<c_int, DistError> {
+    c_int::try_from(n).map_err(|_| DistError::Rendezvous(format!("{n} ranks are more than c10d takes")))
+}

@@ -1,0 +1,269 @@
+//! Multi-process tests of the Gloo group on the CPU. Each test starts 2 or 3 copies of this test
+//! binary, each running the ignored `rank` test below with torchrun's variables (a TCPStore on
+//! 127.0.0.1 at a port found free by binding port 0) and the scenario in `GROUNDRL_DIST_SCENARIO`.
+//! A rank asserts its own results and prints a line naming its scenario when they hold; the test
+//! checks every rank's exit status and that line (a rank that ran no test would exit 0 too).
+//!
+//! The values summed are small integers, so the f32 sums are exact whatever order Gloo adds them
+//! in (every partial sum is an integer below 2^24), and the tests compare with exact equality.
+
+use std::net::TcpListener;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use groundrl_dist::{DistError, GroupOptions, ProcessGroup};
+use tch::{Kind, Tensor};
+
+const SCENARIO: &str = "GROUNDRL_DIST_SCENARIO";
+const PASSED: &str = "groundrl-dist scenario passed:";
+/// Ample for a loaded 2-core machine; the fault scenarios set short timeouts of their own.
+const TIMEOUT: Duration = Duration::from_secs(20);
+/// Small enough that the mixed tensors of `buckets` span several buckets.
+const BUCKET_BYTES: usize = 64;
+
+/// A TCP port that was free a moment ago (the OS picks it for a bind to port 0).
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("binding port 0 on the loopback");
+    listener.local_addr().expect("bound address").port()
+}
+
+/// Runs `scenario` on `world` ranks (children of this process) and returns their outputs, rank
+/// order; `unset` names a torchrun variable the children do not get.
+fn launch(scenario: &str, world: usize, unset: Option<&str>) -> Vec<Output> {
+    let port = free_port().to_string();
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let children: Vec<_> = (0..world)
+        .map(|rank| {
+            let mut command = Command::new(&exe);
+            command
+                .args(["rank", "--exact", "--ignored", "--nocapture"])
+                .env(SCENARIO, scenario)
+                .env("RANK", rank.to_string())
+                .env("WORLD_SIZE", world.to_string())
+                .env("LOCAL_RANK", rank.to_string())
+                .env("LOCAL_WORLD_SIZE", world.to_string())
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", &port)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            if let Some(name) = unset {
+                command.env_remove(name);
+            }
+            command.spawn().expect("starting a rank")
+        })
+        .collect();
+    children
+        .into_iter()
+        .map(|child| child.wait_with_output().expect("waiting for a rank"))
+        .collect()
+}
+
+/// Asserts that rank `rank` exited 0 after passing `scenario`.
+fn assert_passed(outputs: &[Output], rank: usize, scenario: &str) {
+    let out = &outputs[rank];
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains(&format!("{PASSED} {scenario} rank {rank}")),
+        "rank {rank} of {scenario}: {}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        out.status
+    );
+}
+
+#[test]
+fn two_ranks_reduce_broadcast_gather_and_meet() {
+    let outputs = launch("collectives", 2, None);
+    (0..2).for_each(|rank| assert_passed(&outputs, rank, "collectives"));
+}
+
+#[test]
+fn three_ranks_reduce_broadcast_gather_and_meet() {
+    let outputs = launch("collectives", 3, None);
+    (0..3).for_each(|rank| assert_passed(&outputs, rank, "collectives"));
+}
+
+#[test]
+fn a_rank_that_died_makes_the_survivor_fail() {
+    let outputs = launch("dead_peer", 2, None);
+    assert_passed(&outputs, 0, "dead_peer");
+    assert_eq!(outputs[1].status.code(), Some(DEAD_EXIT_CODE));
+}
+
+#[test]
+fn a_rank_that_never_joins_the_collective_makes_the_other_time_out() {
+    let outputs = launch("silent_peer", 2, None);
+    (0..2).for_each(|rank| assert_passed(&outputs, rank, "silent_peer"));
+}
+
+#[test]
+fn from_env_names_the_missing_variable() {
+    let outputs = launch("missing_world_size", 1, Some("WORLD_SIZE"));
+    assert_passed(&outputs, 0, "missing_world_size");
+}
+
+// ---- one rank -------------------------------------------------------------------------------
+
+const DEAD_EXIT_CODE: i32 = 3;
+
+#[test]
+#[ignore = "one rank of the multi-process tests above, which start it with GROUNDRL_DIST_SCENARIO"]
+fn rank() {
+    let scenario = std::env::var(SCENARIO).expect("GROUNDRL_DIST_SCENARIO (set by the tests above)");
+    let options = GroupOptions {
+        timeout: TIMEOUT,
+        bucket_bytes: BUCKET_BYTES,
+    };
+    if scenario == "missing_world_size" {
+        let err = ProcessGroup::from_env(options).unwrap_err();
+        assert!(
+            matches!(err, DistError::MissingVar { name: "WORLD_SIZE" }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("WORLD_SIZE is not set"), "{err}");
+        println!("{PASSED} {scenario} rank 0");
+        return;
+    }
+    let mut group = ProcessGroup::from_env(options).expect("joining the group");
+    match scenario.as_str() {
+        "collectives" => {
+            all_reduce(&mut group);
+            buckets(&mut group);
+            broadcast(&mut group);
+            all_gather(&mut group);
+            group.barrier().expect("barrier");
+        }
+        "dead_peer" => dead_peer(&mut group),
+        "silent_peer" => silent_peer(&mut group),
+        other => panic!("unknown scenario {other}"),
+    }
+    println!("{PASSED} {scenario} rank {}", group.rank());
+}
+
+/// 1 + 2 + ... + world: the sum of the factors `rank + 1` over the ranks.
+fn rank_factor_sum(group: &ProcessGroup) -> i64 {
+    let w = group.world_size() as i64;
+    w * (w + 1) / 2
+}
+
+/// `factor * (1, 2, ..., n)` in `shape` and `kind`.
+fn ramp(shape: &[i64], kind: Kind, factor: i64) -> Tensor {
+    let n: i64 = shape.iter().product();
+    (Tensor::arange(n, (Kind::Int64, tch::Device::Cpu)) + 1)
+        .g_mul_scalar(factor)
+        .reshape(shape)
+        .to_kind(kind)
+}
+
+fn all_reduce(group: &mut ProcessGroup) {
+    let factor = group.rank() as i64 + 1;
+    let mut tensors = [ramp(&[2, 3], Kind::Float, factor)];
+    group.all_reduce_sum(&mut tensors).expect("all_reduce_sum");
+    assert!(tensors[0].equal(&ramp(&[2, 3], Kind::Float, rank_factor_sum(group))));
+}
+
+/// Tensors of several shapes and dtypes across bucket boundaries (64 bytes): two f32 tensors
+/// sharing a bucket (12 + 32 bytes), an f64 and an i64 tensor (a dtype change starts a bucket), an
+/// f32 tensor larger than a bucket (reduced in place), a transposed (strided) one and a scalar.
+fn buckets(group: &mut ProcessGroup) {
+    let factor = group.rank() as i64 + 1;
+    let shapes: [(&[i64], Kind); 6] = [
+        (&[3], Kind::Float),
+        (&[2, 4], Kind::Float),
+        (&[5], Kind::Double),
+        (&[2, 2], Kind::Int64),
+        (&[20], Kind::Float),
+        (&[], Kind::Float),
+    ];
+    let mut tensors: Vec<Tensor> = shapes.iter().map(|(s, k)| ramp(s, *k, factor)).collect();
+    tensors.insert(5, ramp(&[2, 3], Kind::Float, factor).tr());
+    assert!(!tensors[5].is_contiguous());
+    group
+        .all_reduce_sum(&mut tensors)
+        .expect("all_reduce_sum of mixed tensors");
+    let total = rank_factor_sum(group);
+    let mut expected: Vec<Tensor> = shapes.iter().map(|(s, k)| ramp(s, *k, total)).collect();
+    expected.insert(5, ramp(&[2, 3], Kind::Float, total).tr());
+    for (i, (got, want)) in tensors.iter().zip(&expected).enumerate() {
+        assert_eq!((got.size(), got.kind()), (want.size(), want.kind()), "tensor {i}");
+        assert!(got.equal(want), "tensor {i}: {got} != {want}");
+    }
+}
+
+fn broadcast(group: &mut ProcessGroup) {
+    let sent = Tensor::from_slice(&[7.0f32, 8.0, 9.0]);
+    let mut tensor = if group.rank() == 1 {
+        sent.copy()
+    } else {
+        Tensor::zeros([3], (Kind::Float, tch::Device::Cpu))
+    };
+    group.broadcast(&mut tensor, 1).expect("broadcast from rank 1");
+    assert!(tensor.equal(&sent));
+}
+
+fn all_gather(group: &mut ProcessGroup) {
+    let r = group.rank() as i64;
+    let gathered = group
+        .all_gather(&Tensor::from_slice(&[r, 10 * r]))
+        .expect("all_gather");
+    assert_eq!(gathered.len(), group.world_size());
+    for (i, t) in gathered.iter().enumerate() {
+        let i = i as i64;
+        assert_eq!(Vec::<i64>::try_from(t).unwrap(), vec![i, 10 * i]);
+    }
+    let bytes = |rank: usize| format!("rank {rank}{}", "!".repeat(rank)).into_bytes();
+    let gathered = group
+        .all_gather_bytes(&bytes(group.rank()))
+        .expect("all_gather_bytes");
+    assert_eq!(gathered, (0..group.world_size()).map(bytes).collect::<Vec<_>>());
+}
+
+/// Rank 1 exits after the group is up; rank 0's next all-reduce must fail (Gloo sees the closed
+/// connection; the timeout bounds it otherwise), and so must every later call on the group.
+fn dead_peer(group: &mut ProcessGroup) {
+    group.barrier().expect("barrier before the fault");
+    if group.rank() == 1 {
+        std::process::exit(DEAD_EXIT_CODE);
+    }
+    group.set_timeout(Duration::from_secs(5));
+    let err = group
+        .all_reduce_sum(&mut [Tensor::ones([4], (Kind::Float, tch::Device::Cpu))])
+        .unwrap_err();
+    println!("the survivor's error: {err}");
+    let DistError::C10d { message, .. } = &err else {
+        panic!("not a c10d error: {err}")
+    };
+    let lower = message.to_lowercase();
+    assert!(lower.contains("peer") || lower.contains("timed out"), "{err}");
+    let again = group.barrier().unwrap_err();
+    assert!(matches!(again, DistError::Failed(_)), "{again}");
+}
+
+/// Rank 1 stays alive but never enters the collective; rank 0's all-reduce must give up at its
+/// 1 s timeout with c10d's timeout error. Rank 1 leaves only once rank 0's call has returned (a
+/// file rank 0 then writes), so that its exit cannot end the wait first.
+fn silent_peer(group: &mut ProcessGroup) {
+    let port = std::env::var("MASTER_PORT").expect("MASTER_PORT");
+    let returned = std::env::temp_dir().join(format!("groundrl-dist-silent-peer-{port}"));
+    group.barrier().expect("barrier before the fault");
+    if group.rank() == 1 {
+        wait_for_file(&returned);
+        return;
+    }
+    group.set_timeout(Duration::from_secs(1));
+    let result = group.all_reduce_sum(&mut [Tensor::ones([4], (Kind::Float, tch::Device::Cpu))]);
+    std::fs::write(&returned, b"").expect("writing the signal file");
+    let err = result.unwrap_err();
+    println!("the waiting rank's error: {err}");
+    assert!(err.to_string().to_lowercase().contains("timed out"), "{err}");
+}
+
+/// Waits until `path` exists (at most a minute), then removes it.
+fn wait_for_file(path: &std::path::Path) {
+    for _ in 0..1200 {
+        if std::fs::remove_file(path).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{} never appeared", path.display());
+}
