@@ -39,6 +39,8 @@ pub enum DistError {
     },
     #[error("bad rendezvous: {0}")]
     Rendezvous(String),
+    #[error("rank {rank} is not in this group of {world_size}")]
+    NoSuchRank { rank: usize, world_size: usize },
     #[error("{operation} failed: {message}")]
     C10d {
         operation: &'static str,
@@ -286,10 +288,10 @@ impl ProcessGroup {
 
     fn check_rank(&self, rank: usize) -> Result<c_int, DistError> {
         if rank >= self.world_size {
-            return Err(DistError::Rendezvous(format!(
-                "rank {rank} is not in a group of {}",
-                self.world_size
-            )));
+            return Err(DistError::NoSuchRank {
+                rank,
+                world_size: self.world_size,
+            });
         }
         c_int_of(rank)
     }

@@ -196,8 +196,28 @@ fn broadcast(group: &mut ProcessGroup) {
     } else {
         Tensor::zeros([3], (Kind::Float, tch::Device::Cpu))
     };
-    group.broadcast(&mut tensor, 1).expect("broadcast from rank 1");
+    let world_size = group.world_size();
+    let err = group.broadcast(&mut tensor, world_size).unwrap_err();
+    assert!(
+        matches!(err, DistError::NoSuchRank { rank, .. } if rank == world_size),
+        "{err}"
+    );
+    group
+        .broadcast(&mut tensor, 1)
+        .expect("broadcast from rank 1 (a bad root is refused before any collective)");
     assert!(tensor.equal(&sent));
+    // A strided tensor goes through a contiguous buffer and comes back in place.
+    let sent = ramp(&[2, 3], Kind::Int64, 5).tr();
+    let mut strided = if group.rank() == 1 {
+        sent.copy()
+    } else {
+        sent.zeros_like()
+    };
+    assert!(!strided.is_contiguous());
+    group
+        .broadcast(&mut strided, 1)
+        .expect("broadcast of a strided tensor");
+    assert!(strided.equal(&sent));
 }
 
 fn all_gather(group: &mut ProcessGroup) {
