@@ -10,13 +10,12 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
+use super::annotate::{TARGET_COLOUR, caption, line_width, outline_box};
 use super::confine::PathError;
 use super::image_file::{self, ImageFileError, ImageLimits};
 use super::{Sample, Shape};
 use crate::frame::{Frame, ImageFrames};
 use crate::resize::PixelBudget;
-use crate::synth::draw::{Rect, fill_rect, stroke_rect};
-use crate::synth::font::{draw_text, text_size};
 
 /// A kind of problem; the summary counts them per source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -227,8 +226,6 @@ pub struct Previews {
 }
 
 /// Colour of drawn targets: a magenta that GUI themes and photos rarely contain.
-const TARGET_COLOUR: [u8; 3] = [255, 0, 200];
-
 /// Writes up to `n` previews, spread evenly over `samples`, as `out/preview_NNN.png`: the first image
 /// with every target outlined (points as small squares) and the instruction on a dark strip at the top.
 /// A sample whose image cannot be read or whose preview cannot be written is listed in
@@ -282,26 +279,23 @@ fn preview(sample: &Sample, base: &Path, limits: ImageLimits) -> Result<image::R
         .map_err(read_err)?
         .to_rgb8();
     let (w, h) = img.dimensions();
-    let line = (w.max(h) / 400).max(2);
+    let line = line_width(&img);
     let frames = ImageFrames::from_original(u64::from(w), u64::from(h), PixelBudget::default()).ok();
     for target in &sample.targets {
         let Some(frames) = frames else { break };
-        if let Some(rect) = pixel_rect(&target.shape, sample.frame, &frames, line) {
-            stroke_rect(&mut img, rect, line, TARGET_COLOUR);
-        }
+        outline_box(
+            &mut img,
+            pixel_box(&target.shape, sample.frame, &frames, line),
+            line,
+            TARGET_COLOUR,
+        );
     }
-    let font_px = (h as f32 / 40.0).clamp(12.0, 40.0);
-    let caption = format!("{}: {}", sample.id, sample.instruction);
-    let (_, text_h) = text_size(&caption, font_px);
-    fill_rect(&mut img, Rect::new(0, 0, w, text_h + 4), [0, 0, 0]);
-    draw_text(&mut img, 2, 2, &caption, font_px, [255, 255, 255]);
+    caption(&mut img, &format!("{}: {}", sample.id, sample.instruction));
     Ok(img)
 }
 
-/// The target's bounding rectangle in original-image pixels, clipped to the image; a point becomes a
-/// small square around it.
-fn pixel_rect(shape: &Shape, frame: Frame, frames: &ImageFrames, grow: u32) -> Option<Rect> {
-    let (w, h) = (frames.original.width, frames.original.height);
+/// The target's bounding box in original-image pixels; a point becomes a small square around it.
+fn pixel_box(shape: &Shape, frame: Frame, frames: &ImageFrames, grow: u32) -> [f64; 4] {
     let pts: Vec<_> = points(shape)
         .map(|[x, y]| frames.convert_point(crate::geometry::Point::new(x, y), frame, Frame::Pixel))
         .collect();
@@ -314,7 +308,5 @@ fn pixel_rect(shape: &Shape, frame: Frame, frames: &ImageFrames, grow: u32) -> O
     let y1 = pts.iter().map(|p| p.y).fold(f64::INFINITY, f64::min) - pad;
     let x2 = pts.iter().map(|p| p.x).fold(f64::NEG_INFINITY, f64::max) + pad;
     let y2 = pts.iter().map(|p| p.y).fold(f64::NEG_INFINITY, f64::max) + pad;
-    let (x1, y1) = (x1.clamp(0.0, w - 1.0) as u32, y1.clamp(0.0, h - 1.0) as u32);
-    let (x2, y2) = (x2.clamp(0.0, w).ceil() as u32, y2.clamp(0.0, h).ceil() as u32);
-    (x2 > x1 && y2 > y1).then(|| Rect::new(x1, y1, x2 - x1, y2 - y1))
+    [x1, y1, x2, y2]
 }

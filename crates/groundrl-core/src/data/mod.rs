@@ -9,6 +9,7 @@
 //!   decoded within a pixel budget;
 //! - [`error`]: errors naming file, record and field, and [`Loaded`] (samples plus skipped records).
 
+pub mod annotate;
 pub mod check;
 pub mod confine;
 pub mod error;

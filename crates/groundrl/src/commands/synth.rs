@@ -48,14 +48,16 @@ pub struct Args {
     answer_frame: Frame,
 }
 
+/// The kind of model a prompt is worded for (`--prompt`).
 #[derive(Clone, Copy, clap::ValueEnum)]
-enum PromptModel {
+pub(crate) enum PromptModel {
     Instruct,
     Base,
 }
 
+/// Think-before-answering wording (`--reasoning`).
 #[derive(Clone, Copy, clap::ValueEnum)]
-enum PromptReasoning {
+pub(crate) enum PromptReasoning {
     None,
     Standard,
     Enhanced,
@@ -65,21 +67,26 @@ impl Args {
     /// The prompt style `--prompt`, `--reasoning` and `--answer-frame` describe; the preset is a
     /// placeholder, since the generator picks each task's own (`PromptStyle::for_task`).
     fn prompt_style(&self) -> Option<PromptStyle> {
-        let model = match self.prompt? {
-            PromptModel::Instruct => ModelKind::Instruct,
-            PromptModel::Base => ModelKind::Base,
-        };
-        let reasoning = match self.reasoning {
-            PromptReasoning::None => Reasoning::None,
-            PromptReasoning::Standard => Reasoning::Standard,
-            PromptReasoning::Enhanced => Reasoning::Enhanced,
-        };
-        Some(PromptStyle {
-            preset: Preset::Point,
-            reasoning,
-            model,
-            frame: self.answer_frame,
-        })
+        Some(prompt_style(self.prompt?, self.reasoning, self.answer_frame))
+    }
+}
+
+/// The prompt style of these choices, for click points (`PromptStyle::for_task` words other tasks).
+pub(crate) fn prompt_style(model: PromptModel, reasoning: PromptReasoning, frame: Frame) -> PromptStyle {
+    let model = match model {
+        PromptModel::Instruct => ModelKind::Instruct,
+        PromptModel::Base => ModelKind::Base,
+    };
+    let reasoning = match reasoning {
+        PromptReasoning::None => Reasoning::None,
+        PromptReasoning::Standard => Reasoning::Standard,
+        PromptReasoning::Enhanced => Reasoning::Enhanced,
+    };
+    PromptStyle {
+        preset: Preset::Point,
+        reasoning,
+        model,
+        frame,
     }
 }
 

@@ -10,6 +10,7 @@ use super::predictions::RawAnswer;
 use crate::frame::{Frame, ImageFrames};
 use crate::geometry::{BBox, Point};
 use crate::parse::{self, parse_completion};
+use crate::reward::Prediction;
 use crate::reward::input::ScoringFrame;
 
 /// How a prediction was read.
@@ -49,15 +50,37 @@ fn answer(point: Point, bbox: Option<BBox>, frame: Frame) -> Resolved {
 /// The first click of a completion (ScreenSpot scores one click), and its first box if it gave
 /// boxes.
 fn resolve_completion(text: &str, frames: ImageFrames, model_frame: Frame, detect_frame: bool) -> Resolved {
-    let parsed = match parse_completion(text) {
-        Ok(parsed) => parsed,
-        Err(failure) => return Resolved::Failure(failure.reason().to_string()),
+    let (prediction, frame) = match read_completion(text, frames, model_frame, detect_frame) {
+        Ok(read) => read,
+        Err(reason) => return Resolved::Failure(reason),
     };
-    if parsed.answer == parse::Answer::NoObjects {
-        return Resolved::Answer {
+    match (prediction.first_click(), frame) {
+        _ if prediction.no_objects => Resolved::Answer {
             answer: Answer::Refusal,
             frame: None,
+        },
+        (Some(point), Some(frame)) => answer(point, prediction.first_box().copied(), frame),
+        _ => Resolved::Failure("no_click".into()),
+    }
+}
+
+/// Everything a completion answers, in original pixels: its boxes (with their labels) and clicks in
+/// listing order, or "None" (`no_objects`, with no frame), and the frame its numbers were read in.
+/// `Err` holds the reason it gives no answer, named as [`Resolved::Failure`] names it.
+pub fn read_completion(
+    text: &str,
+    frames: ImageFrames,
+    model_frame: Frame,
+    detect_frame: bool,
+) -> Result<(Prediction, Option<Frame>), String> {
+    let parsed = parse_completion(text).map_err(|failure| failure.reason().to_string())?;
+    if parsed.answer == parse::Answer::NoObjects {
+        let none = Prediction {
+            boxes: Vec::new(),
+            clicks: Vec::new(),
+            no_objects: true,
         };
+        return Ok((none, None));
     }
     let scoring = ScoringFrame {
         frames: Some(frames),
@@ -65,14 +88,10 @@ fn resolve_completion(text: &str, frames: ImageFrames, model_frame: Frame, detec
     };
     let frame = match scoring.answer_frame(&parsed, model_frame, detect_frame) {
         Ok(Some(frame)) => frame,
-        Ok(None) => return Resolved::Failure("no_click".into()),
-        Err(_) => return Resolved::Failure("out_of_frame".into()),
+        Ok(None) => return Err("no_click".into()),
+        Err(_) => return Err("out_of_frame".into()),
     };
-    let prediction = scoring.prediction(&parsed, frame);
-    match prediction.first_click() {
-        Some(point) => answer(point, prediction.first_box().copied(), frame),
-        None => Resolved::Failure("no_click".into()),
-    }
+    Ok((scoring.prediction(&parsed, frame), Some(frame)))
 }
 
 #[cfg(test)]
@@ -130,6 +149,36 @@ mod tests {
         assert_eq!(
             resolve(&too_big, frames(), Frame::Resized, true),
             Resolved::Failure("out_of_frame".into())
+        );
+    }
+
+    #[test]
+    fn a_whole_answer_is_read_in_original_pixels_with_labels_and_its_frame() {
+        let text =
+            r#"[{"bbox_2d": [10, 20, 30, 40], "label": "dog"}, {"bbox_2d": [0, 0, 50, 50], "label": "cat"}]"#;
+        let (prediction, frame) = read_completion(text, frames(), Frame::Resized, false).unwrap();
+        assert_eq!(frame, Some(Frame::Resized));
+        let boxes: Vec<_> = prediction
+            .boxes
+            .iter()
+            .map(|b| (b.label.as_str(), b.bbox.xyxy()))
+            .collect();
+        assert_eq!(
+            boxes,
+            [
+                ("dog", [20.0, 40.0, 60.0, 80.0]),
+                ("cat", [0.0, 0.0, 100.0, 100.0])
+            ]
+        );
+        assert_eq!(
+            prediction.clicks,
+            [Point::new(40.0, 60.0), Point::new(50.0, 50.0)]
+        );
+        let (none, frame) = read_completion("None", frames(), Frame::Resized, false).unwrap();
+        assert!(none.no_objects && none.boxes.is_empty() && frame.is_none());
+        assert_eq!(
+            read_completion("", frames(), Frame::Resized, false).unwrap_err(),
+            "empty"
         );
     }
 

@@ -1,0 +1,345 @@
+//! A model answering samples as training asks them: the prompt encoded as the trainer encodes it
+//! (the sample's own chat, or its task's prompt preset; the run's tools offered), trajectories from
+//! the rollout engine (the tools' replies between turns), and the final answer read in original
+//! pixels as the held-out evaluation reads it. `groundrl predict` and `groundrl eval model` answer
+//! through it, so a run's model answers there exactly as it did in the run's evaluation.
+
+use std::path::Path;
+
+use groundrl_core::data::Sample;
+use groundrl_core::frame::{Frame, ImageFrames, Size};
+use groundrl_core::geometry::{LabeledBox, Point};
+use groundrl_core::metrics::grounding::resolve::{Resolved, read_completion, resolve};
+use groundrl_core::metrics::grounding::{Answer, RawAnswer};
+use groundrl_core::parse::{self, parse_completion};
+use groundrl_core::prompt::PromptStyle;
+use groundrl_core::prompt::tools::tool_instruction;
+use groundrl_core::resize::PixelBudget;
+use groundrl_core::reward::RewardSpec;
+use groundrl_core::tool::answer::answer_in_full_view;
+use groundrl_core::tool::{AnswerView, Toolbox, View};
+use groundrl_tensor::hf_folder::HfModel;
+use groundrl_tensor::processor::{Encoded, Processor, ToolPrompt};
+use groundrl_tensor::rollout::{
+    Engine, GenerationRequest, RolloutError, SamplingParams, ToolRequest, ToolRollout, Trajectory, TurnLimits,
+};
+use image::RgbImage;
+
+use crate::config::TrainConfig;
+
+/// How a model is asked and how its answers are read.
+#[derive(Debug)]
+pub struct Inference {
+    /// The tools offered (empty without `[tools]`).
+    pub toolbox: Toolbox,
+    /// The tools' schemas and instruction added to every prompt; `None` without tools.
+    pub tool_prompt: Option<ToolPrompt>,
+    pub limits: TurnLimits,
+    /// The image a final answer is about: the full screenshot, or the last zoomed view.
+    pub answer_view: AnswerView,
+    /// The frame the model writes coordinates in (the reward spec's `model_frame`).
+    pub model_frame: Frame,
+    /// Let an answer's numbers pick their frame when they do not fit `model_frame`.
+    pub detect_frame: bool,
+    pub top_p: f64,
+    /// 0: off.
+    pub top_k: i64,
+    /// Tokens the model may write in one turn.
+    pub max_new_tokens: usize,
+}
+
+impl Inference {
+    /// As the run of `cfg` asks: its tools and turn limits, `rollout.top_p`, `top_k` and
+    /// `max_new_tokens`, and the frame of its reward spec `spec`.
+    pub fn of_run(cfg: &TrainConfig, spec: &RewardSpec) -> Self {
+        let t = &cfg.tools;
+        let budget = PixelBudget {
+            min_pixels: cfg.model.min_pixels,
+            max_pixels: cfg.model.max_pixels,
+        };
+        let toolbox = t.toolbox(budget);
+        let max_new = cfg.rollout.max_new_tokens;
+        let (tool_prompt, limits) = if toolbox.is_empty() {
+            (None, one_turn(max_new as usize))
+        } else {
+            let prompt = ToolPrompt {
+                schemas: toolbox.schemas(),
+                instruction: tool_instruction(t.answer_view, t.max_turns.saturating_sub(1)),
+            };
+            let limits = TurnLimits {
+                max_turns: t.max_turns as usize,
+                max_total_tokens: t.total_token_budget(max_new, cfg.model.max_pixels) as usize,
+            };
+            (Some(prompt), limits)
+        };
+        Self {
+            toolbox,
+            tool_prompt,
+            limits,
+            answer_view: t.answer_view,
+            model_frame: spec.model_frame,
+            detect_frame: spec.detect_frame,
+            top_p: cfg.rollout.top_p,
+            top_k: i64::from(cfg.rollout.top_k),
+            max_new_tokens: max_new as usize,
+        }
+    }
+
+    /// Plain generation: no tools, one turn of at most `max_new_tokens`, answers read in
+    /// `model_frame`.
+    pub fn plain(max_new_tokens: usize, model_frame: Frame, detect_frame: bool) -> Self {
+        Self {
+            toolbox: Toolbox::new(Vec::new()),
+            tool_prompt: None,
+            limits: one_turn(max_new_tokens),
+            answer_view: AnswerView::Full,
+            model_frame,
+            detect_frame,
+            top_p: 1.0,
+            top_k: 0,
+            max_new_tokens,
+        }
+    }
+
+    pub fn tools_on(&self) -> bool {
+        self.tool_prompt.is_some()
+    }
+
+    /// `sample`'s prompt as the model sees it, with the tools offered when there are any; `style`
+    /// words a sample that carries no prompt of its own (`None`: its task's default).
+    pub fn encode(
+        &self,
+        processor: &Processor,
+        sample: &Sample,
+        base: &Path,
+        style: Option<&PromptStyle>,
+    ) -> Result<Prompt, String> {
+        encode_prompt(processor, sample, base, style, self.tool_prompt.as_ref())
+    }
+
+    /// `n` trajectories of each prompt at `temperature` (0: greedy), prompt `i` seeded by
+    /// `prompts[i].1`, tools answered between turns.
+    pub fn generate(
+        &self,
+        hf: &HfModel,
+        prompts: &[(&Prompt, u64)],
+        n: usize,
+        temperature: f64,
+    ) -> Result<Vec<Trajectory>, RolloutError> {
+        let stops = stop_ids(hf);
+        let requests: Vec<ToolRequest> = prompts
+            .iter()
+            .map(|&(prompt, seed)| ToolRequest {
+                request: GenerationRequest {
+                    prompt: prompt.encoded.share(),
+                    n,
+                    first_sample: 0,
+                    params: SamplingParams {
+                        seed,
+                        temperature,
+                        top_p: self.top_p,
+                        top_k: self.top_k,
+                        max_new_tokens: self.max_new_tokens,
+                        stop_token_ids: stops.clone(),
+                        stop_strings: Vec::new(),
+                    },
+                },
+                image: &prompt.image,
+                view: prompt.view,
+            })
+            .collect();
+        let engine = Engine::new(&hf.model, &hf.processor);
+        let rollout = ToolRollout {
+            engine: &engine,
+            processor: &hf.processor,
+            toolbox: &self.toolbox,
+            model_frame: self.model_frame,
+            limits: self.limits,
+        };
+        rollout.generate(&requests)
+    }
+
+    /// The image a trajectory's final answer is about.
+    pub fn shown<'a>(&self, trajectory: &'a Trajectory, full: &'a View) -> &'a View {
+        match self.answer_view {
+            AnswerView::Full => full,
+            AnswerView::Last => &trajectory.last_view,
+        }
+    }
+
+    /// The trajectory's final answer as the grounding evaluation reads it ([`eval_answer`]).
+    pub fn raw_answer(&self, trajectory: &Trajectory, full: &View) -> RawAnswer {
+        let shown = self.shown(trajectory, full);
+        eval_answer(trajectory.final_text(), shown, full, self.model_frame)
+    }
+
+    /// The trajectory's final answer resolved as the held-out evaluation scores it: its first click
+    /// (and box) in original pixels, a refusal, or why there is none.
+    pub fn resolve(&self, trajectory: &Trajectory, full: &View) -> Resolved {
+        let raw = self.raw_answer(trajectory, full);
+        resolve(&raw, full.frames, self.model_frame, self.detect_frame)
+    }
+
+    /// Everything the final answer gives, in original pixels: every box and click of an answer
+    /// about the full screenshot (a detection's list), or the one click an answer about a zoomed
+    /// view maps back to. `Err` is the reason it gives no answer, as [`Resolved::Failure`] names it.
+    pub fn read(&self, trajectory: &Trajectory, full: &View) -> Result<PixelAnswer, String> {
+        if self.shown(trajectory, full).is_full() {
+            let (prediction, frame) = read_completion(
+                trajectory.final_text(),
+                full.frames,
+                self.model_frame,
+                self.detect_frame,
+            )?;
+            return Ok(PixelAnswer {
+                frame,
+                boxes: prediction.boxes,
+                clicks: prediction.clicks,
+                refusal: prediction.no_objects,
+            });
+        }
+        match self.resolve(trajectory, full) {
+            Resolved::Failure(reason) => Err(reason),
+            Resolved::Answer { answer, frame } => Ok(match answer {
+                Answer::Refusal => PixelAnswer {
+                    frame,
+                    boxes: Vec::new(),
+                    clicks: Vec::new(),
+                    refusal: true,
+                },
+                Answer::Click { point, bbox } => PixelAnswer {
+                    frame,
+                    boxes: bbox
+                        .map(|bbox| LabeledBox {
+                            bbox,
+                            label: String::new(),
+                        })
+                        .into_iter()
+                        .collect(),
+                    clicks: vec![point],
+                    refusal: false,
+                },
+            }),
+        }
+    }
+}
+
+/// One turn of at most `max_new_tokens`: plain generation.
+fn one_turn(max_new_tokens: usize) -> TurnLimits {
+    TurnLimits {
+        max_turns: 1,
+        max_total_tokens: max_new_tokens,
+    }
+}
+
+/// An answer in original pixels ([`Inference::read`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PixelAnswer {
+    /// The frame its numbers were read in (`None` for a refusal).
+    pub frame: Option<Frame>,
+    /// Boxes in listing order, with their labels (`""` when unlabeled).
+    pub boxes: Vec<LabeledBox>,
+    /// Click points in listing order: points as given, boxes by their centre.
+    pub clicks: Vec<Point>,
+    /// The model answered "None" (no such object).
+    pub refusal: bool,
+}
+
+/// A sample's prompt as the model sees it, with what its tools work on.
+#[derive(Debug)]
+pub struct Prompt {
+    pub encoded: Encoded,
+    /// The prompt's (first) image, original size: what a zoom crops.
+    pub image: RgbImage,
+    /// That image as the prompt shows it.
+    pub view: View,
+}
+
+/// `sample`'s prompt (see [`Inference::encode`]): its images read from `base` within the
+/// processor's limits, their declared sizes checked against the decoded images, and the first image's
+/// original and resized sizes.
+pub fn encode_prompt(
+    processor: &Processor,
+    sample: &Sample,
+    base: &Path,
+    style: Option<&PromptStyle>,
+    tools: Option<&ToolPrompt>,
+) -> Result<Prompt, String> {
+    let (encoded, images) = processor
+        .encode_sample_with(sample, base, style, tools)
+        .map_err(|e| e.to_string())?;
+    check_declared_sizes(sample, &images)?;
+    let frames = match (sample.images.first(), resized_size(processor, &encoded)) {
+        (Some(image), Some([width, height])) => ImageFrames {
+            original: Size::new(f64::from(image.width), f64::from(image.height)),
+            resized: Size::new(width as f64, height as f64),
+        },
+        _ => return Err(format!("sample {}: no image in its prompt", sample.id)),
+    };
+    let image = images
+        .into_iter()
+        .next()
+        .ok_or_else(|| format!("sample {}: no image in its prompt", sample.id))?
+        .to_rgb8();
+    Ok(Prompt {
+        encoded,
+        image,
+        view: View::full(frames),
+    })
+}
+
+/// Refuses a sample whose images' declared sizes are not the decoded images' sizes: its targets are
+/// read in the declared frame, so a wrong size would silently mis-score every answer.
+fn check_declared_sizes(sample: &Sample, images: &[image::DynamicImage]) -> Result<(), String> {
+    for (declared, decoded) in sample.images.iter().zip(images) {
+        let (width, height) = (decoded.width(), decoded.height());
+        if (declared.width, declared.height) != (width, height) {
+            return Err(format!(
+                "sample {}: {} declares {}x{} pixels, but the image is {width}x{height}",
+                sample.id, declared.path, declared.width, declared.height
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The `[width, height]` in pixels the processor resized the prompt's first image to (its patch grid
+/// times the patch size).
+pub fn resized_size(processor: &Processor, encoded: &Encoded) -> Option<[u64; 2]> {
+    let patch = u64::from(processor.image.patch_size);
+    encoded
+        .image_grids
+        .first()
+        .map(|g| [g[2] as u64 * patch, g[1] as u64 * patch])
+}
+
+/// The model's end-of-sequence ids and the tokenizer's eos: a completion ends at any of them.
+pub fn stop_ids(hf: &HfModel) -> Vec<i64> {
+    let mut ids = hf.model.config.text.eos_token_ids.clone();
+    let eos = i64::from(hf.processor.tokenizer.special_ids().eos);
+    if !ids.contains(&eos) {
+        ids.push(eos);
+    }
+    ids
+}
+
+/// The final answer as the grounding evaluation reads it: the completion itself when it is about
+/// the full screenshot, else its first click re-expressed about the full screenshot.
+pub fn eval_answer(text: &str, shown: &View, full: &View, model_frame: Frame) -> RawAnswer {
+    if shown.is_full() {
+        return RawAnswer::Completion(text.to_string());
+    }
+    let Ok(parsed) = parse_completion(text) else {
+        return RawAnswer::Completion(text.to_string());
+    };
+    let mapped = answer_in_full_view(&parsed, shown, full, model_frame);
+    let frame = mapped.frame_hint.unwrap_or(model_frame);
+    match (&mapped.answer, mapped.click_points().first()) {
+        (parse::Answer::Boxes(boxes), _) if !boxes.is_empty() => RawAnswer::Box {
+            xyxy: boxes[0].coords,
+            frame,
+        },
+        (_, Some(&xy)) => RawAnswer::Point { xy, frame },
+        _ => RawAnswer::Completion(text.to_string()),
+    }
+}
