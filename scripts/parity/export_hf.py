@@ -119,7 +119,7 @@ def main():
     ap.add_argument("--bin", default=os.path.join(ROOT, "target/release/groundrl"))
     ap.add_argument("--tolerance", type=float, default=1e-4)
     args = ap.parse_args()
-    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+    commit = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True,
                             text=True).stdout.strip()
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
                 if line.startswith("model name")), platform.processor())

@@ -39,6 +39,8 @@ pub enum ExportError {
     },
     #[error("{}: exists and is not empty; export writes a new folder (give another --out or remove it)", path.display())]
     OutNotEmpty { path: PathBuf },
+    #[error("{}: name the folder to write (not `..` or `/`)", path.display())]
+    OutName { path: PathBuf },
     #[error(transparent)]
     Load(#[from] LoadError),
     #[error(transparent)]
@@ -78,6 +80,7 @@ pub fn export(run_dir: &Path, step: Option<u64>, out: &Path) -> Result<Exported,
             path: run_dir.to_path_buf(),
         });
     }
+    let out = &named_folder(out)?;
     check_out(out)?;
     let source = match step {
         Some(step) => existing_checkpoint(run_dir, step)?,
@@ -110,6 +113,21 @@ fn existing_checkpoint(run_dir: &Path, step: u64) -> Result<PathBuf, ExportError
     })
 }
 
+/// `out` as an absolute path ending in a name (`.` components dropped), so that its temporary
+/// sibling is beside it and not inside it.
+fn named_folder(out: &Path) -> Result<PathBuf, ExportError> {
+    let absolute = std::path::absolute(out).map_err(|source| ExportError::Io {
+        path: out.to_path_buf(),
+        source,
+    })?;
+    match absolute.file_name() {
+        Some(_) => Ok(absolute),
+        None => Err(ExportError::OutName {
+            path: out.to_path_buf(),
+        }),
+    }
+}
+
 /// Refuses an `out` that holds anything: an export never mixes its files with others.
 fn check_out(out: &Path) -> Result<(), ExportError> {
     let io = |source| ExportError::Io {
@@ -138,7 +156,7 @@ fn write_folder(loaded: &LoadedModel, out: &Path) -> Result<(), ExportError> {
         let path = path.to_path_buf();
         move |source| ExportError::Io { path, source }
     };
-    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+    if let Some(parent) = out.parent() {
         std::fs::create_dir_all(parent).map_err(io(parent))?;
     }
     let tmp = temporary_path(out);

@@ -289,6 +289,9 @@ fn bad_runs_steps_and_output_folders_are_clear_errors() {
     let message = error(export(&fresh, &["--step", "2"], &out));
     assert!(message.contains("its checkpoints: none"), "{message}");
 
+    let message = error(export(&run, &[], &dir.path().join("exports/..")));
+    assert!(message.contains("name the folder to write"), "{message}");
+
     std::fs::create_dir(&out).unwrap();
     std::fs::write(out.join("notes.txt"), "mine").unwrap();
     let message = error(export(&run, &[], &out));
