@@ -161,7 +161,7 @@ fn write_folder(loaded: &LoadedModel, out: &Path) -> Result<(), ExportError> {
     }
     let tmp = temporary_path(out);
     if tmp.exists() {
-        // Left by an earlier export of this process that failed.
+        // Left by a killed export whose process had this one's id.
         std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
     }
     let written = hf_folder::save(&loaded.hf.model, &loaded.base, &tmp)
