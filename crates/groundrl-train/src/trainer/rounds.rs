@@ -17,13 +17,14 @@ use std::path::PathBuf;
 
 use groundrl_core::atomic::{publish_file, temporary_path};
 use groundrl_core::curriculum::ledger::{read_ledger, write_ledger};
-use groundrl_core::curriculum::pool::{PoolOptions, next_pool};
+use groundrl_core::curriculum::pool::{PoolOptions, SourceCounts, next_pool};
 use groundrl_core::curriculum::temperature::{SweepPoint, pick_temperature};
 use groundrl_core::curriculum::transition::transition;
 use groundrl_core::data::jsonl::write_jsonl;
 use groundrl_core::rng::keyed;
 
-use super::{Split, TRAINING_ROUND, TrainError, Trainer, io, setup, write_file};
+use super::rollouts::Split;
+use super::{TRAINING_ROUND, TrainError, Trainer, io, setup, write_file};
 use crate::dataset::{Dataset, fixed_subsample};
 
 /// The rounds folder in the run folder.
@@ -78,10 +79,7 @@ impl Trainer {
         let json = serde_json::to_string_pretty(&pool.report).map_err(setup)?;
         write_file(&report, json.as_bytes())?;
         if pool.samples.is_empty() {
-            eprintln!(
-                "round {round}: the next pool is empty (every sample solved): no round {}",
-                round + 1
-            );
+            eprintln!("{}", empty_pool_message(round, &pool.report.total));
             return Ok(false);
         }
         let path = self.pool_path(round + 1);
@@ -194,5 +192,59 @@ impl Trainer {
             0 => self.cfg.rollout.n as usize,
             n => n as usize,
         }
+    }
+}
+
+/// What ends the rounds when round `round`'s ledger leaves no sample for the next pool. With every
+/// source allowed and unseen samples kept, a pool is empty only when no sample was partly solved:
+/// then every sample was solved, or the unsolved ones had no partly solved ones to be a share of
+/// (`rounds.zero_share`).
+fn empty_pool_message(round: u32, counts: &SourceCounts) -> String {
+    let why = match (counts.solved, counts.unsolved) {
+        (_, 0) => "every sample solved".to_string(),
+        (0, unsolved) => format!(
+            "all {unsolved} samples unsolved, and unsolved samples are kept only as a share beside \
+             partly solved ones"
+        ),
+        (solved, unsolved) => format!(
+            "{solved} samples solved and {unsolved} unsolved, none partly solved, and unsolved samples \
+             are kept only as a share beside partly solved ones"
+        ),
+    };
+    format!(
+        "round {round}: the next pool is empty ({why}): no round {}",
+        round + 1
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(solved: usize, unsolved: usize) -> SourceCounts {
+        SourceCounts {
+            data: solved + unsolved,
+            solved,
+            unsolved,
+            ..SourceCounts::default()
+        }
+    }
+
+    #[test]
+    fn empty_pool_message_says_whether_samples_were_solved_or_unsolved() {
+        assert_eq!(
+            empty_pool_message(1, &counts(5, 0)),
+            "round 1: the next pool is empty (every sample solved): no round 2"
+        );
+        assert_eq!(
+            empty_pool_message(2, &counts(0, 4)),
+            "round 2: the next pool is empty (all 4 samples unsolved, and unsolved samples are kept \
+             only as a share beside partly solved ones): no round 3"
+        );
+        assert_eq!(
+            empty_pool_message(1, &counts(3, 2)),
+            "round 1: the next pool is empty (3 samples solved and 2 unsolved, none partly solved, and \
+             unsolved samples are kept only as a share beside partly solved ones): no round 2"
+        );
     }
 }

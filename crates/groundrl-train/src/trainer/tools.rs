@@ -22,7 +22,7 @@ use groundrl_tensor::processor::{Encoded, Processor, ToolPrompt};
 use groundrl_tensor::rollout::{Trajectory, TurnLimits};
 use image::RgbImage;
 
-use super::pixel_boxes;
+use super::evaluation::pixel_boxes;
 use crate::config::TrainConfig;
 
 /// Confidence written before the zoom in a reference trajectory: below the gate's default tau

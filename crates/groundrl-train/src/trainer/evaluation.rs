@@ -1,0 +1,224 @@
+//! Held-out evaluation (`eval/before.jsonl`, `eval/after.jsonl` on `data.test`) and validation
+//! every `trainer.test_freq` steps on `data.val`, with early stopping on its metric.
+
+use groundrl_core::data::Sample;
+use groundrl_core::frame::{Frame, ImageFrames};
+use groundrl_core::metrics::grounding::{Answer, Resolved, resolve::resolve};
+use groundrl_core::rng::keyed;
+use groundrl_core::telemetry::{EvalRecord, SampledAnswers, SampledSummary};
+use serde::Serialize;
+
+use super::rollouts::{Group, Split};
+use super::tools::eval_answer;
+use super::{EVAL_DIR, Ending, TrainError, Trainer, io, setup, write_file};
+use crate::config::EarlyStoppingMode;
+use crate::dataset::fixed_subsample;
+use crate::fault;
+
+/// The accuracy of one held-out evaluation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Evaluation {
+    pub label: String,
+    pub samples: usize,
+    /// Samples whose greedy answer was correct.
+    pub correct: usize,
+    /// With `trainer.eval_samples`: the completions sampled per sample (k), the samples with at
+    /// least one correct (pass@k), and the correct ones among all sampled.
+    pub sampled: Option<SampledSummary>,
+}
+
+impl Evaluation {
+    pub fn accuracy(&self) -> f64 {
+        self.correct as f64 / self.samples.max(1) as f64
+    }
+
+    fn of(label: &str, records: &[EvalRecord]) -> Self {
+        Self {
+            label: label.to_string(),
+            samples: records.len(),
+            correct: records.iter().filter(|r| r.correct).count(),
+            sampled: SampledSummary::of(records),
+        }
+    }
+}
+
+impl Trainer {
+    /// Answers every held-out test sample greedily once per `label` (unless done already): writes
+    /// `eval/<label>.jsonl` and logs the accuracy. Nothing to do without `data.test`.
+    pub fn evaluate_once(&mut self, label: &str) -> Result<Option<Evaluation>, TrainError> {
+        if self.test.is_empty() || self.state.evaluations.iter().any(|l| l == label) {
+            return Ok(None);
+        }
+        let indices: Vec<usize> = (0..self.test.len()).collect();
+        let mut records = Vec::new();
+        let k = self.cfg.trainer.eval_samples as usize;
+        for chunk in indices.chunks(self.cfg.rollout.prompts_per_step.max(1) as usize) {
+            let greedy = self.sample_groups(chunk, 0, Split::Test)?;
+            let mut sampled = match k {
+                0 => Vec::new(),
+                _ => {
+                    let seed = keyed(self.cfg.trainer.seed, &format!("eval {label} {}", chunk[0]));
+                    self.sample_groups_with(chunk, seed, Split::Test, k, self.temperature())?
+                }
+            }
+            .into_iter()
+            .peekable();
+            for group in greedy {
+                let mut record = self.eval_record(&group)?;
+                // Both lists follow `chunk`'s order and skip the same unreadable samples.
+                if let Some(s) = sampled.next_if(|s| s.index == group.index) {
+                    record.sampled = Some(SampledAnswers {
+                        n: s.records.len() as u32,
+                        correct: s.records.iter().filter(|r| r.correct == Some(true)).count() as u32,
+                    });
+                }
+                records.push(record);
+            }
+            fault::point(fault::EVAL);
+        }
+        let dir = self.run_dir.join(EVAL_DIR);
+        std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+        write_file(&dir.join(format!("{label}.jsonl")), &jsonl_bytes(&records)?)?;
+        let evaluation = Evaluation::of(label, &records);
+        eprintln!(
+            "held-out {label}: {}/{} correct ({:.1}%)",
+            evaluation.correct,
+            evaluation.samples,
+            100.0 * evaluation.accuracy()
+        );
+        if let Some(s) = evaluation.sampled {
+            eprintln!(
+                "held-out {label}, {} samples each at temperature {}: pass@{} {}/{} ({:.1}%), {:.1}% of all sampled correct",
+                s.k,
+                self.temperature(),
+                s.k,
+                s.pass_at_k,
+                evaluation.samples,
+                100.0 * s.pass_rate(),
+                100.0 * s.correct as f64 / s.completions.max(1) as f64
+            );
+        }
+        self.state.evaluations.push(label.to_string());
+        self.evaluations.push(evaluation.clone());
+        Ok(Some(evaluation))
+    }
+
+    /// The evaluation record of a test sample's greedy answer: the answer placed in original pixels
+    /// the way the reward spec reads it.
+    fn eval_record(&self, group: &Group) -> Result<EvalRecord, TrainError> {
+        let sample = &self.test.samples[group.index];
+        let (trajectory, scored) = match (group.completions.first(), group.records.first()) {
+            (Some(c), Some(r)) => (c, r),
+            _ => return Err(setup(format!("sample {}: no answer to evaluate", sample.id))),
+        };
+        let text = trajectory.final_text().to_string();
+        let frames = group.view.frames;
+        let spec = &self.scorer.spec;
+        let shown = self.tools.shown(trajectory, &group.view);
+        let raw = eval_answer(&text, shown, &group.view, spec.model_frame);
+        let (point, pred_box) = match resolve(&raw, frames, spec.model_frame, spec.detect_frame) {
+            Resolved::Answer {
+                answer: Answer::Click { point, bbox },
+                ..
+            } => (Some([point.x, point.y]), bbox.map(|b| [b.x1, b.y1, b.x2, b.y2])),
+            _ => (None, None),
+        };
+        let targets = pixel_boxes(sample, frames);
+        Ok(EvalRecord {
+            id: sample.id.clone(),
+            source: sample.source.clone(),
+            // Absolute, so a report finds it from any folder.
+            image: sample
+                .images
+                .first()
+                .map(|i| {
+                    let base =
+                        std::fs::canonicalize(&self.test.base).unwrap_or_else(|_| self.test.base.clone());
+                    base.join(&i.path).display().to_string()
+                })
+                .unwrap_or_default(),
+            width: frames.original.width as u32,
+            height: frames.original.height as u32,
+            instruction: sample.instruction.clone(),
+            target_size: scored.target_size,
+            targets,
+            completion: text,
+            point,
+            pred_box,
+            correct: scored.correct == Some(true),
+            reward: scored.reward,
+            confidence: scored.confidence,
+            tool_calls: scored.tool_calls,
+            tool_calls_ok: scored.tool_calls_ok,
+            sampled: None,
+        })
+    }
+
+    /// Greedy accuracy and mean reward on the fixed validation subsample.
+    pub(super) fn validate(&mut self) -> Result<(f64, f64), TrainError> {
+        let t = &self.cfg.trainer;
+        let indices = fixed_subsample(self.val.len(), t.val_samples as usize, t.seed);
+        let mut records = Vec::new();
+        for chunk in indices.chunks(self.cfg.rollout.prompts_per_step.max(1) as usize) {
+            for g in self.sample_groups(chunk, 0, Split::Val)? {
+                records.extend(g.records);
+            }
+        }
+        let n = records.len().max(1) as f64;
+        let correct = records.iter().filter(|r| r.correct == Some(true)).count() as f64;
+        let reward: f64 = records.iter().map(|r| r.reward).sum();
+        Ok((correct / n, reward / n))
+    }
+
+    pub(super) fn track_best(&mut self, accuracy: f64, reward: f64) {
+        let t = &self.cfg.trainer;
+        // The config allows exactly these two names (`EARLY_STOPPING_METRICS`).
+        let value = if t.early_stopping_metric == "val/reward" {
+            reward
+        } else {
+            accuracy
+        };
+        let better = match (self.state.best, t.early_stopping_mode) {
+            (None, _) => true,
+            (Some(best), EarlyStoppingMode::Max) => value > best,
+            (Some(best), EarlyStoppingMode::Min) => value < best,
+        };
+        if better {
+            self.state.best = Some(value);
+            self.state.validations_without_gain = 0;
+        } else {
+            self.state.validations_without_gain += 1;
+        }
+    }
+
+    pub(super) fn early_stop(&self) -> Option<Ending> {
+        let t = &self.cfg.trainer;
+        let patience = t.early_stopping_patience;
+        (patience > 0 && self.state.validations_without_gain >= patience).then(|| Ending::EarlyStopped {
+            metric: t.early_stopping_metric.clone(),
+            best: self.state.best.unwrap_or(f64::NAN),
+        })
+    }
+}
+
+/// The bounding boxes of the sample's targets in original pixels.
+pub(super) fn pixel_boxes(sample: &Sample, frames: ImageFrames) -> Vec<[f64; 4]> {
+    sample
+        .targets
+        .iter()
+        .map(|t| {
+            let b = frames.convert_box(t.shape.bounding_box(), sample.frame, Frame::Pixel);
+            [b.x1, b.y1, b.x2, b.y2]
+        })
+        .collect()
+}
+
+/// Records as JSONL, one compact object per line, as `JsonlLog` writes them.
+fn jsonl_bytes<T: Serialize>(records: &[T]) -> Result<Vec<u8>, TrainError> {
+    let mut bytes = Vec::new();
+    for record in records {
+        serde_json::to_writer(&mut bytes, record).map_err(setup)?;
+        bytes.push(b'\n');
+    }
+    Ok(bytes)
+}

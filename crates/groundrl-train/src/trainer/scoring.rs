@@ -1,0 +1,106 @@
+//! Scoring a group's completions with the run's reward spec, and logging each group's pass rate (k of
+//! n) to the ledger that `groundrl curate next` and the curriculum rounds read.
+
+use groundrl_core::curriculum::ledger::{LedgerEntry, RolloutBatch, rule_text};
+use groundrl_core::data::Sample;
+use groundrl_core::telemetry::CompletionRecord;
+use groundrl_tensor::rollout::FinishReason;
+
+use super::rollouts::{Group, draw_seed, generated_tokens, resized_size};
+use super::tools::{call_failures, sample_target_size, tool_use};
+use super::{TrainError, Trainer, setup};
+use crate::scoring::{Scoring, ToolScoring};
+
+impl Trainer {
+    /// Appends each group's k-of-n to the ledger (dropped groups too: they were drawn and judged).
+    pub(super) fn log_pass_rates(&mut self, groups: &[Group], seed: u64) -> Result<(), TrainError> {
+        let entries = self.ledger_entries(groups, self.ledger_round(), self.state.step + 1, seed)?;
+        let duplicates = self.ledger.append(&entries).map_err(setup)?;
+        if duplicates > 0 {
+            eprintln!(
+                "step {}: {duplicates} ledger entries were logged before and not again",
+                self.state.step + 1
+            );
+        }
+        Ok(())
+    }
+
+    /// The ledger entries (k of n) of train-set groups sampled at the current temperature with
+    /// `seed`, logged as ledger round `round` at training step `step`.
+    pub(super) fn ledger_entries(
+        &self,
+        groups: &[Group],
+        round: u32,
+        step: u64,
+        seed: u64,
+    ) -> Result<Vec<LedgerEntry>, TrainError> {
+        let batch = RolloutBatch {
+            run: self.run_name(),
+            round,
+            step,
+            temperature: self.temperature(),
+            rule: rule_text(
+                &self.cfg.reward.correct_component,
+                self.cfg.reward.correct_threshold,
+            ),
+        };
+        groups
+            .iter()
+            .map(|g| {
+                let draw = draw_seed(seed, g.position);
+                LedgerEntry::from_records(&self.train.samples[g.index], &batch, draw, &g.records)
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(setup)
+    }
+
+    /// The records of a group's trajectories, each scored on its final answer (about the view the
+    /// run reads answers in) with its tool use; an error when one cannot be scored.
+    pub(super) fn score_group(
+        &self,
+        sample: &Sample,
+        group: &Group,
+        position: usize,
+    ) -> Result<Vec<CompletionRecord>, String> {
+        let resized = resized_size(&self.policy.processor, &group.encoded);
+        let size = sample_target_size(sample, group.view.frames);
+        let budget = self.generation_budget();
+        group
+            .completions
+            .iter()
+            .map(|t| {
+                let tokens = generated_tokens(t);
+                let scoring = Scoring {
+                    sample,
+                    resized,
+                    group: position,
+                    text: t.final_text(),
+                    tokens,
+                    truncated: t.finish == FinishReason::Length,
+                    target_size: size,
+                    tools: self.tools.is_on().then(|| ToolScoring {
+                        tool_use: tool_use(t),
+                        failures: call_failures(t),
+                        shown: self.tools.shown(t, &group.view),
+                        full: &group.view,
+                    }),
+                };
+                let mut record = self.scorer.score(&scoring)?;
+                record.reward += self.cfg.advantage.overlong.reward_shaping(tokens, budget);
+                Ok(record)
+            })
+            .collect()
+    }
+
+    /// Most tokens the model may generate in one sample: `rollout.max_new_tokens` per turn (the
+    /// response budget of Dr.GRPO's normaliser and of overlong shaping).
+    pub(super) fn generation_budget(&self) -> usize {
+        self.cfg.rollout.max_new_tokens as usize * self.tools.limits.max_turns
+    }
+
+    /// The run as ledger entries name it: its folder's name.
+    fn run_name(&self) -> String {
+        let name = self.run_dir.file_name().unwrap_or_default();
+        name.to_string_lossy().into_owned()
+    }
+}

@@ -1,0 +1,246 @@
+//! Starting a run: the run folder, the policy (and the frozen reference), the optimizer, the scorer
+//! and the datasets. A start that fails leaves the folder free for the next one.
+
+use std::path::{Path, PathBuf};
+
+use groundrl_core::atomic::{publish_dir, temporary_path};
+use groundrl_core::curriculum::ledger::LedgerWriter;
+use groundrl_core::telemetry::{HealthMonitor, JsonlLog};
+use groundrl_tensor::hf_folder::{self, HfModel};
+use groundrl_tensor::qwen2_5_vl::lora::LoraSpec;
+use tch::Tensor;
+
+use super::checkpoints::{cut_logs, open_events};
+use super::tools::ToolSetup;
+use super::{
+    CONFIG_FILE, INITIAL_MODEL_DIR, LEDGER_FILE, METRICS_FILE, RolloutSeconds, RunState, TENSORBOARD_DIR,
+    TrainError, Trainer, io, setup, write_file,
+};
+use crate::config::{ModelPreset, TrainConfig};
+use crate::dataset::Dataset;
+use crate::optim::AdamW;
+use crate::scoring::Scorer;
+
+/// What [`Trainer::build`] finds in the run folder.
+pub(super) enum Start<'a> {
+    /// A new run.
+    New,
+    /// A run stopped before its first checkpoint (during the warm-up, say): it starts over.
+    Over,
+    /// A run continued from the checkpoint of this state.
+    At(&'a RunState),
+}
+
+impl Trainer {
+    /// Starts a new run in `cfg.trainer.run_dir` (which must not hold a run yet). The config's paths
+    /// are made absolute first, so that the saved `config.toml` resumes from any folder.
+    pub fn new(cfg: TrainConfig) -> Result<Self, TrainError> {
+        cfg.validate().map_err(setup)?;
+        let cfg = with_absolute_paths(cfg)?;
+        let run_dir = cfg.trainer.run_dir.clone();
+        if run_dir.join(CONFIG_FILE).exists() {
+            return Err(setup(format!(
+                "{} already holds a run: resume it with --resume, or choose another trainer.run_dir",
+                run_dir.display()
+            )));
+        }
+        let existed = run_dir.exists();
+        // Without a config.toml the folder holds no run: an initial model there is what a start
+        // killed before writing it left, perhaps of another preset or seed.
+        remove_dir_if_any(&run_dir.join(INITIAL_MODEL_DIR))?;
+        std::fs::create_dir_all(&run_dir).map_err(|e| io(&run_dir, e))?;
+        let text = cfg.to_toml().map_err(setup)?;
+        let trainer = Self::build(cfg, run_dir.clone(), Start::New)
+            .inspect_err(|_| discard_failed_start(&run_dir, existed))?;
+        // Written once the run could start, so a failed start leaves the folder free for a new one.
+        write_file(&trainer.run_dir.join(CONFIG_FILE), text.as_bytes())?;
+        Ok(trainer)
+    }
+
+    pub(super) fn build(cfg: TrainConfig, run_dir: PathBuf, start: Start<'_>) -> Result<Self, TrainError> {
+        groundrl_tensor::attention::use_cudnn_attention(cfg.model.cudnn_attention);
+        let mut policy = load_policy(&cfg, &run_dir)?;
+        let reference = cfg
+            .loss
+            .needs_reference()
+            .then(|| load_policy(&cfg, &run_dir).map(|m| m.model))
+            .transpose()?;
+        if let Some(r) = &reference {
+            r.set_vision_trainable(false);
+            for (_, mut v) in r.var_store().variables() {
+                let _ = v.requires_grad_(false);
+            }
+        }
+        // Sorted by name: the store's map has no fixed order, and the optimizer's state and the
+        // gradient norm's summation follow this one.
+        let mut trainable: Vec<(String, Tensor)> = policy
+            .model
+            .var_store()
+            .variables()
+            .into_iter()
+            .filter(|(_, t)| t.requires_grad())
+            .collect();
+        trainable.sort_by(|a, b| a.0.cmp(&b.0));
+        policy.processor.image.min_pixels = cfg.model.min_pixels;
+        policy.processor.image.max_pixels = cfg.model.max_pixels;
+        let optimizer_parameters = trainable.iter().map(|(_, t)| t.numel() as i64).sum();
+        let optimizer = AdamW::new(shallow(&trainable), &cfg.optim).map_err(setup)?;
+        let scorer = Scorer::new(&cfg.reward).map_err(setup)?;
+        let tools = ToolSetup::new(&cfg);
+        let train = Dataset::load(&cfg.data.train).map_err(setup)?;
+        if train.is_empty() {
+            return Err(setup(format!(
+                "data.train {}: no samples",
+                cfg.data.train.display()
+            )));
+        }
+        let optional = |path: &Path| match path.as_os_str().is_empty() {
+            true => Ok(Dataset::empty()),
+            false => Dataset::load(path).map_err(setup),
+        };
+        let (val, test) = (optional(&cfg.data.val)?, optional(&cfg.data.test)?);
+        let warm_up_data = match cfg.sft.data.as_os_str().is_empty() {
+            true => None,
+            false => Some(Dataset::load(&cfg.sft.data).map_err(setup)?),
+        };
+        if warm_up_data
+            .as_ref()
+            .is_some_and(|d| d.is_empty() && cfg.sft.steps > 0)
+        {
+            return Err(setup(format!("sft.data {}: no samples", cfg.sft.data.display())));
+        }
+        let warm_up_skipped = warm_up_data.iter().flat_map(|d| &d.skipped);
+        for line in train
+            .skipped
+            .iter()
+            .chain(warm_up_skipped)
+            .chain(&val.skipped)
+            .chain(&test.skipped)
+        {
+            eprintln!("skipped: {line}");
+        }
+        let health = HealthMonitor::new(cfg.health.clone())?;
+        cut_logs(&run_dir, &start, cfg.rounds.count)?;
+        let ledger = LedgerWriter::open(run_dir.join(LEDGER_FILE)).map_err(setup)?;
+        let log = JsonlLog::open(run_dir.join(METRICS_FILE))?;
+        let events = open_events(&run_dir.join(TENSORBOARD_DIR), &start)?;
+        Ok(Self {
+            cfg,
+            run_dir,
+            policy,
+            reference,
+            optimizer,
+            trainable,
+            optimizer_parameters,
+            scorer,
+            tools,
+            train,
+            warm_up_data,
+            val,
+            test,
+            state: RunState::default(),
+            log,
+            ledger,
+            events,
+            health,
+            evaluations: Vec::new(),
+            rollout_seconds: RolloutSeconds::default(),
+        })
+    }
+}
+
+/// The tensors again, sharing storage (a new optimizer over the same parameters).
+pub(super) fn shallow(tensors: &[(String, Tensor)]) -> Vec<(String, Tensor)> {
+    tensors
+        .iter()
+        .map(|(n, t)| (n.clone(), t.shallow_clone()))
+        .collect()
+}
+
+/// The policy: the model folder of `model.path`, or the preset written into the run folder (so the
+/// run's initial model can be inspected and reloaded; the 3B preset is Qwen2.5-VL-3B's shape with the
+/// tiny tokenizer, for measurements), with LoRA and the frozen vision tower as configured.
+fn load_policy(cfg: &TrainConfig, run_dir: &Path) -> Result<HfModel, TrainError> {
+    let m = &cfg.model;
+    let kind = m.dtype.kind();
+    let dir = match m.preset {
+        ModelPreset::None => m.path.clone(),
+        preset => {
+            let dir = run_dir.join(INITIAL_MODEL_DIR);
+            if !dir.is_dir() {
+                write_preset(&dir, preset, m)?;
+            }
+            dir
+        }
+    };
+    let mut policy = hf_folder::load(&dir, m.device.device(), kind).map_err(setup)?;
+    if m.freeze_vision {
+        policy.model.set_vision_trainable(false);
+    }
+    if m.lora() {
+        let spec = LoraSpec {
+            rank: m.lora_rank as usize,
+            alpha: m.lora_alpha,
+            targets: m.lora_targets.clone(),
+            vision: m.lora_vision,
+            seed: m.seed as u64,
+        };
+        policy.model.add_lora(&spec)?;
+    }
+    Ok(policy)
+}
+
+/// Writes the preset's folder whole: into a temporary folder, published by a rename once every file
+/// is written and synced, so the folder exists only complete.
+fn write_preset(dir: &Path, preset: ModelPreset, m: &crate::config::ModelConfig) -> Result<(), TrainError> {
+    let tmp = temporary_path(dir);
+    remove_dir_if_any(&tmp)?;
+    let kind = m.dtype.kind();
+    let written = match preset {
+        ModelPreset::Tiny => hf_folder::write_tiny(&tmp, m.seed, kind),
+        ModelPreset::Small => hf_folder::write_small(&tmp, m.seed, kind),
+        _ => hf_folder::write_3b_with_tiny_tokenizer(&tmp, m.seed, kind),
+    };
+    written.map_err(setup)?;
+    publish_dir(&tmp, dir).map_err(|e| io(dir, e))
+}
+
+/// The config with every path made absolute against the current folder, so that the run folder's
+/// `config.toml` resumes from any folder; unset (empty) paths stay empty.
+fn with_absolute_paths(mut cfg: TrainConfig) -> Result<TrainConfig, TrainError> {
+    let paths = [
+        &mut cfg.model.path,
+        &mut cfg.data.train,
+        &mut cfg.data.val,
+        &mut cfg.data.test,
+        &mut cfg.sft.data,
+        &mut cfg.reward.spec,
+        &mut cfg.trainer.run_dir,
+    ];
+    for path in paths {
+        if !path.as_os_str().is_empty() {
+            *path = std::path::absolute(&*path).map_err(|e| io(path, e))?;
+        }
+    }
+    Ok(cfg)
+}
+
+/// Removes what a start that failed wrote: the whole run folder if the start created it, else the
+/// initial model (a later start of another preset or seed would take it for its own). Best effort:
+/// the start's own error is what the user needs to see.
+fn discard_failed_start(run_dir: &Path, existed: bool) {
+    let leftover = match existed {
+        true => run_dir.join(INITIAL_MODEL_DIR),
+        false => run_dir.to_path_buf(),
+    };
+    if let Err(e) = remove_dir_if_any(&leftover) {
+        eprintln!("{e}");
+    }
+}
+
+pub(super) fn remove_dir_if_any(dir: &Path) -> Result<(), TrainError> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(dir, e)),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,163 @@
+//! The supervised warm-up (`[sft]`): cross-entropy on reference answers before GRPO, so that the
+//! policy's first rollouts already have the answer's format.
+
+use std::time::Instant;
+
+use groundrl_core::data::Sample;
+use groundrl_core::rng::keyed;
+use groundrl_core::telemetry::JsonlLog;
+use groundrl_tensor::processor::Encoded;
+use serde::{Deserialize, Serialize};
+
+use super::start::shallow;
+use super::{SFT_FILE, TrainError, Trainer, setup};
+use crate::dataset::{Dataset, epoch_order};
+use crate::fault;
+use crate::optim::AdamW;
+use crate::sft::{SftSettings, sft_step};
+use crate::update::Row;
+
+/// One line of the warm-up log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SftRecord {
+    /// 1-based warm-up step.
+    pub step: u32,
+    /// Mean negative log-likelihood per answer token, before the step's update.
+    pub loss: f64,
+    pub grad_norm: f64,
+    pub lr: f64,
+    /// False when non-finite gradients made the optimizer skip the step.
+    pub applied: bool,
+    pub answer_tokens: u64,
+    /// Prompt and answer tokens through the model per second.
+    pub tokens_per_s: f64,
+    pub seconds: f64,
+}
+
+impl Trainer {
+    /// Runs the supervised warm-up (`[sft]`) to its last step, unless done; `on_step` sees each
+    /// step's record. GRPO then starts from a fresh optimizer, and a checkpoint is saved (unless
+    /// `trainer.save_freq` is 0) so that a resumed run never repeats the warm-up.
+    pub fn warm_up(&mut self, mut on_step: impl FnMut(&SftRecord)) -> Result<(), TrainError> {
+        let steps = self.cfg.sft.steps;
+        if self.state.sft_step >= steps {
+            return Ok(());
+        }
+        let mut log = JsonlLog::open(self.run_dir.join(SFT_FILE))?;
+        while self.state.sft_step < steps {
+            let record = self.warm_up_step()?;
+            log.append(&record)?;
+            let scalars = [
+                ("sft/loss".to_string(), record.loss),
+                ("sft/lr".to_string(), record.lr),
+            ];
+            self.events.add_scalars(u64::from(record.step), &scalars)?;
+            on_step(&record);
+            fault::point(fault::WARM_UP);
+        }
+        self.optimizer = AdamW::new(shallow(&self.trainable), &self.cfg.optim).map_err(setup)?;
+        if self.cfg.trainer.save_freq > 0 {
+            self.save()?;
+        }
+        Ok(())
+    }
+
+    /// One warm-up step: the reference answers of the next `sft.batch_size` training samples (in
+    /// the warm-up's own seeded order), one optimizer step of cross-entropy on them.
+    fn warm_up_step(&mut self) -> Result<SftRecord, TrainError> {
+        let start = Instant::now();
+        let step = self.state.sft_step;
+        let mut examples: Vec<(Encoded, Encoded, Vec<bool>)> = Vec::new();
+        for index in self.warm_up_indices(step) {
+            let sample = &self.warm_up_set().samples[index];
+            match self.reference_example(sample) {
+                Ok(example) => examples.push(example),
+                Err(e) => {
+                    eprintln!("skipped sample {} in the warm-up: {e}", sample.id);
+                    self.state.bad_samples += 1;
+                }
+            }
+        }
+        if examples.is_empty() {
+            return Err(setup(format!(
+                "warm-up step {}: none of its samples has a reference answer (see above)",
+                step + 1
+            )));
+        }
+        let rows: Vec<Row> = examples
+            .iter()
+            .map(|(prompt, response, generated)| Row {
+                prompt,
+                response,
+                generated,
+                advantage: 0.0,
+                counts: true,
+            })
+            .collect();
+        let lr = self.cfg.sft.lr_at(step);
+        let settings = SftSettings {
+            micro_batch_size: self.cfg.trainer.micro_batch_size as usize,
+            checkpoint: self.cfg.model.gradient_checkpointing,
+            logprob_chunk: i64::from(self.cfg.trainer.logprob_chunk),
+            lr,
+        };
+        let report = sft_step(
+            &self.policy.model,
+            &self.policy.processor,
+            &mut self.optimizer,
+            &rows,
+            &settings,
+        )?;
+        self.state.sft_step += 1;
+        let seconds = start.elapsed().as_secs_f64();
+        Ok(SftRecord {
+            step: self.state.sft_step,
+            loss: report.loss,
+            grad_norm: report.grad_norm,
+            lr,
+            applied: report.applied,
+            answer_tokens: report.answer_tokens,
+            tokens_per_s: report.tokens as f64 / seconds.max(1e-9),
+            seconds,
+        })
+    }
+
+    /// The samples the warm-up draws from.
+    fn warm_up_set(&self) -> &Dataset {
+        self.warm_up_data.as_ref().unwrap_or(&self.train)
+    }
+
+    /// The samples of warm-up step `step`: positions `step * batch_size ..` of the
+    /// concatenated epoch orders of the warm-up's seed, so a resumed warm-up sees the same batches.
+    fn warm_up_indices(&self, step: u32) -> Vec<usize> {
+        let len = self.warm_up_set().len();
+        let size = self.cfg.sft.batch_size as usize;
+        let seed = keyed(self.cfg.data.seed, "sft");
+        let first = step as usize * size;
+        let mut order: Option<(usize, Vec<usize>)> = None;
+        (first..first + size)
+            .map(|position| {
+                let epoch = position / len;
+                if order.as_ref().is_none_or(|(e, _)| *e != epoch) {
+                    order = Some((epoch, epoch_order(len, seed, epoch as u64)));
+                }
+                order.as_ref().map_or(0, |(_, o)| o[position % len])
+            })
+            .collect()
+    }
+
+    /// A sample's prompt and its reference response: the answer's tokens ended by the end-of-turn
+    /// token, after a zoom call and its (masked) reply for the small targets `[tools]` names.
+    fn reference_example(&self, sample: &Sample) -> Result<(Encoded, Encoded, Vec<bool>), String> {
+        let prompt = self.encode(sample, &self.warm_up_set().base)?;
+        let (response, generated) = self.tools.reference_response(
+            &self.policy.processor,
+            sample,
+            prompt.view.frames,
+            &prompt.image,
+            self.scorer.spec.model_frame,
+            self.tools.is_on() || self.scorer.reads_confidence(),
+        )?;
+        Ok((prompt.encoded, response, generated))
+    }
+}
