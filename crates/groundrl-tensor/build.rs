@@ -17,7 +17,8 @@
 //!   GPUs) and linked with the shared CUDA runtime, the one libtorch loads.
 //!
 //! `cargo:rustc-link-arg` reaches only this package's targets; dependents read the same arguments
-//! from `DEP_GROUNDRL_TENSOR_LINK_ARGS` (this package's `links` metadata) and re-emit them.
+//! from `DEP_GROUNDRL_TENSOR_LINK_ARGS` (this package's `links` metadata) and re-emit them
+//! (`groundrl_build::reemit_groundrl_tensor_link_args`).
 
 use std::env;
 use std::path::PathBuf;

@@ -1,8 +1,6 @@
 //! Links the trainer's tests as groundrl-tensor's targets are linked (see there): with the `cuda`
 //! feature, its CUDA tests need libtorch_cuda.
 
-include!("../groundrl-tensor/dependent_build.rs");
-
 fn main() {
-    reemit_groundrl_tensor_link_args();
+    groundrl_build::reemit_groundrl_tensor_link_args();
 }
