@@ -35,6 +35,11 @@ use serde::{Deserialize, Serialize};
 
 use super::input::InputError;
 
+/// The shipped reward spec for clicks with the zoom tool (`configs/rewards/tool-gated.toml`, a
+/// link to this crate's copy): click 0.6, tool 0.3, gate 0.1, calibration 0.1. Embedded so that
+/// `groundrl demo --tools` scores with exactly the spec tested here.
+pub const TOOL_GATED_SPEC: &str = include_str!("../../configs/rewards/tool-gated.toml");
+
 /// What a rollout did with tools, as the gated reward reads it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -392,7 +397,7 @@ mod tests {
 
     /// The shipped spec: click 0.6, tool 0.3, gate 0.1, calibration 0.1.
     fn shipped() -> RewardSpec {
-        RewardSpec::from_toml(include_str!("../../../../configs/rewards/tool-gated.toml")).unwrap()
+        RewardSpec::from_toml(TOOL_GATED_SPEC).unwrap()
     }
 
     /// A 400x200 screenshot shown unresized, with the target at x 100..120, y 100..110.

@@ -1,5 +1,5 @@
-//! Text in a real font: DejaVu Sans, embedded in the binary (`assets/fonts`, Bitstream Vera licence),
-//! so screenshots look the same on every machine and nothing is read at run time.
+//! Text in a real font: DejaVu Sans, embedded in the binary (this crate's `assets/fonts`, Bitstream Vera
+//! licence), so screenshots look the same on every machine and nothing is read at run time.
 
 use std::sync::LazyLock;
 
@@ -8,7 +8,7 @@ use image::RgbImage;
 
 use super::theme::Rgb;
 
-static FONT_BYTES: &[u8] = include_bytes!("../../../../assets/fonts/DejaVuSans.ttf");
+static FONT_BYTES: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
 
 static FONT: LazyLock<FontRef<'static>> =
     LazyLock::new(|| FontRef::try_from_slice(FONT_BYTES).expect("the embedded DejaVu Sans parses"));
