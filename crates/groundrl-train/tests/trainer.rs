@@ -440,6 +440,32 @@ fn warm_up_then_held_out_evaluations_before_and_after() {
     resumed.warm_up(|_| panic!("the warm-up ran again")).unwrap();
 }
 
+/// A one-round run writes its ledger (8 rollouts of every training sample) unless
+/// `rounds.final_ledger = false`, which ends it with the training steps alone.
+#[test]
+fn the_last_ledger_is_written_unless_the_config_skips_it() {
+    for (skip, written) in [(false, true), (true, false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let data = synthetic_data(dir.path());
+        let flag = format!("rounds.final_ledger={}", !skip);
+        let cfg = config(
+            dir.path(),
+            &data,
+            &["trainer.max_steps=1", "rounds.ledger_n=2", &flag],
+        );
+        let run = cfg.trainer.run_dir.clone();
+        let mut trainer = Trainer::new(cfg).unwrap();
+        assert_eq!(trainer.run(|_| {}).unwrap(), Ending::Finished);
+        assert_eq!(trainer.state.step, 1);
+        let ledger = run.join("rounds/round-1/ledger.jsonl");
+        assert_eq!(ledger.exists(), written, "{flag}");
+        if written {
+            let samples = std::fs::read_to_string(&data).unwrap().lines().count();
+            assert_eq!(std::fs::read_to_string(&ledger).unwrap().lines().count(), samples);
+        }
+    }
+}
+
 /// Two curriculum rounds: round 1 trains on the data, rolls the policy out on it into its ledger,
 /// the next pool follows the ledger (no k = n sample, every 0 < k < n one), the temperature is swept
 /// on the validation set, round 2 trains on the pool at the picked temperature, and the two rounds'

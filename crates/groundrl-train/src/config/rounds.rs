@@ -23,6 +23,11 @@ pub struct RoundsConfig {
     pub temperatures: Vec<f64>,
     /// Accuracy slack of the temperature pick (absolute, 0.01 = one point). Default 0.01.
     pub tolerance: f64,
+    /// Roll the policy out on the last round's pool too, into its ledger (and the transition from
+    /// the round before), for `groundrl curate` or a later round started by hand. It costs about as
+    /// many rollouts as the round's own training; a run that only wants the trained model can skip
+    /// it. Default true.
+    pub final_ledger: bool,
 }
 
 impl Default for RoundsConfig {
@@ -33,6 +38,7 @@ impl Default for RoundsConfig {
             ledger_n: 0,
             temperatures: Vec::new(),
             tolerance: 0.01,
+            final_ledger: true,
         }
     }
 }

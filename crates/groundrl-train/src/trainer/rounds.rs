@@ -56,12 +56,16 @@ impl Trainer {
     /// Ends the current round: its ledger, the transition from the previous round, and, unless it
     /// was the last, the next pool and temperature. Returns whether another round starts.
     pub(super) fn end_round(&mut self) -> Result<bool, TrainError> {
+        let last = self.state.round + 1 >= self.cfg.rounds.count;
+        if last && !self.cfg.rounds.final_ledger {
+            return Ok(false);
+        }
         let round = self.ledger_round();
         let ledger = self.round_ledger(round)?;
         if round > TRAINING_ROUND {
             self.write_transition(round)?;
         }
-        if self.state.round + 1 >= self.cfg.rounds.count {
+        if last {
             return Ok(false);
         }
         let summary = read_ledger(&ledger)
