@@ -1,31 +1,13 @@
 //! `groundrl curate next` and `curate compare` on small hand-written ledgers, and `groundrl rollout
 //! --reward --ledger` on the tiny model writing the ledger they read.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
+use std::path::{Path, PathBuf};
+
+use common::{groundrl, ids, json_lines, ok, path, repo_root, synth, tiny_model};
 use groundrl_core::rng::keyed;
 use serde_json::Value;
-
-fn groundrl(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_groundrl"))
-        .args(args)
-        .output()
-        .expect("groundrl runs")
-}
-
-fn ok(output: Output) -> Output {
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
-}
-
-fn path(p: &Path) -> String {
-    p.to_string_lossy().into_owned()
-}
 
 /// A point-grounding sample line.
 fn sample(id: &str, source: &str) -> String {
@@ -45,19 +27,6 @@ fn entry(id: &str, source: &str, round: u32, n: u32, k: u32) -> String {
 fn write_lines(path: &Path, lines: &[String]) -> PathBuf {
     std::fs::write(path, lines.join("\n") + "\n").unwrap();
     path.to_path_buf()
-}
-
-fn ids(pool: &Path) -> Vec<String> {
-    std::fs::read_to_string(pool)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<Value>(l).unwrap()["id"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        })
-        .collect()
 }
 
 /// Ten samples (s1-s4 of source a, s5-s10 of b) and a ledger giving each its round-1 outcome (in the
@@ -277,18 +246,8 @@ fn compare_writes_the_transition_matrix_and_k_per_source() {
 
 /// The tiny random model in `d/tiny` and three synthetic samples; returns the sample file.
 fn tiny_model_and_data(d: &Path) -> PathBuf {
-    ok(groundrl(&[
-        "model",
-        "init",
-        "--preset",
-        "tiny",
-        "--out",
-        &path(&d.join("tiny")),
-    ]));
-    ok(groundrl(&[
-        "synth",
-        "--out",
-        &path(&d.join("synth")),
+    tiny_model(&d.join("tiny"), &[]);
+    let args = [
         "--n",
         "1",
         "--seed",
@@ -297,13 +256,13 @@ fn tiny_model_and_data(d: &Path) -> PathBuf {
         "easy",
         "--prompt",
         "instruct",
-    ]));
-    d.join("synth/samples.jsonl")
+    ];
+    synth(&d.join("synth"), &args)
 }
 
 /// A reward of the completion's length alone (see the file): what a random model's answers can pass.
 fn length_only_spec() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/rewards/length-only.toml")
+    repo_root().join("configs/rewards/length-only.toml")
 }
 
 #[test]
@@ -349,11 +308,7 @@ fn rollout_appends_one_ledger_entry_per_sample() {
     };
     rollout("0", "0.5");
     rollout("1", "0.9");
-    let entries: Vec<Value> = std::fs::read_to_string(&ledger)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let entries = json_lines(&ledger);
     assert_eq!(entries.len(), 2 * sample_ids.len());
     // The random tiny model runs every completion to the 6-token limit (as in cli_rollout.rs): the
     // cosine length reward of 6 tokens out of 17 is 0.5 (1 + cos(6 pi / 17)) = 0.7229, which passes
@@ -495,4 +450,33 @@ fn temperature_sweep_writes_accuracies_and_the_pick() {
     let svg = std::fs::read_to_string(out.join("temperature.svg")).unwrap();
     assert!(svg.contains("line-chart") && svg.contains("picked 1"), "{svg}");
     assert!(String::from_utf8_lossy(&output.stdout).contains("<- picked"));
+}
+
+/// The pool's image paths are written relative to the pool file, where readers resolve them: a
+/// pool in a subfolder of the data's folder names its images `../a.png`, and says that readers
+/// refuse such paths unless allowed.
+#[test]
+fn next_writes_image_paths_relative_to_the_pool_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, ledger) = next_fixture(dir.path());
+    let out = dir.path().join("round-2/next.jsonl");
+    let output = ok(groundrl(&[
+        "curate",
+        "next",
+        "--ledger",
+        &path(&ledger),
+        "--data",
+        &path(&data),
+        "--out",
+        &path(&out),
+    ]));
+    let pool = std::fs::read_to_string(&out).unwrap();
+    let paths: Vec<String> = pool
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["images"][0]["path"].to_string())
+        .collect();
+    assert_eq!(paths.len(), 6);
+    assert!(paths.iter().all(|p| p == "\"../a.png\""), "{paths:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("6 image paths lead out of"), "{stdout}");
 }

@@ -24,7 +24,7 @@ use groundrl_train::scoring::{Scorer, Scoring};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use crate::commands::data::{read_samples, report_skipped};
+use crate::commands::data::{ImageArgs, read_samples, report_skipped};
 use crate::commands::model::{parse_device, parse_dtype};
 
 /// The model and where it runs.
@@ -80,6 +80,8 @@ pub struct Args {
     /// instruct format (click point or OVD JSON list, answer in resized-image pixels).
     #[arg(long)]
     data: PathBuf,
+    #[command(flatten)]
+    images: ImageArgs,
     #[command(flatten)]
     sampling: SamplingArgs,
     /// Sampling temperature (0 = greedy).
@@ -137,7 +139,8 @@ struct Counts {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let hf = load_model(&args.model)?;
+    let mut hf = load_model(&args.model)?;
+    hf.processor.files = args.images.limits();
     let judge = args
         .reward
         .as_deref()

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use groundrl_core::curriculum::{PoolOptions, PoolReport, SourceCounts, next_pool};
 
 use super::{percent, read_round};
-use crate::commands::data::{read_samples, report_skipped, write_samples};
+use crate::commands::data::{folder_of, read_samples, report_skipped, write_rebased};
 
 /// Unseen ids printed before the list is cut short (`--json` has them all).
 const UNSEEN_SHOWN: usize = 10;
@@ -31,7 +31,7 @@ pub struct Args {
     #[arg(long)]
     round: Option<u32>,
     /// Target share of samples with no correct rollout (k = 0) among the pool's samples the ledger
-    /// knows; seed 003 found 0.2 best.
+    /// knows (docs/design.md, "Curriculum").
     #[arg(long, default_value_t = 0.2)]
     zero_share: f64,
     /// Keep only these sources (comma-separated).
@@ -64,7 +64,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         seed: args.seed,
     };
     let pool = next_pool(loaded.samples, &summary, &options)?;
-    write_samples(&args.out, &pool.samples)?;
+    write_rebased(&args.out, &pool.samples, folder_of(&args.data))?;
     for source in &pool.report.unmatched_sources {
         eprintln!("warning: no sample of the data has source {source:?} (named in a source filter)");
     }
