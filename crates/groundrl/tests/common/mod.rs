@@ -1,0 +1,86 @@
+//! What the CLI tests share: running the `groundrl` binary, reading what it writes, and the small
+//! inputs they run it on (the tiny random model, synthetic screenshots, the repository's configs
+//! and the core crate's fixtures).
+
+// Every test file is a crate of its own that uses a part of these.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// The binary under test, to add arguments to.
+pub fn command() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_groundrl"))
+}
+
+/// Runs the binary with `args`, whatever its exit status.
+pub fn groundrl(args: &[&str]) -> Output {
+    command().args(args).output().expect("groundrl runs")
+}
+
+/// The output of a run that must succeed; else the test fails with the run's stderr.
+pub fn ok(output: Output) -> Output {
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    output
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A path as a command-line argument.
+pub fn path(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+/// The repository's root folder, where the shipped configs' paths start.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A file or folder of the core crate's test fixtures.
+pub fn core_fixture(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../groundrl-core/tests/fixtures")
+        .join(relative)
+}
+
+/// Every line of a JSONL file, parsed.
+pub fn json_lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The `id` of every line of a JSONL file (samples, a pool), in order.
+pub fn ids(path: &Path) -> Vec<String> {
+    json_lines(path)
+        .iter()
+        .map(|v| v["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The tiny preset's random model written as an HF folder `out` by `groundrl model init`, with
+/// `extra` arguments (a `--seed`, say); returns `out`.
+pub fn tiny_model(out: &Path, extra: &[&str]) -> PathBuf {
+    let mut args = vec!["model", "init", "--preset", "tiny"];
+    args.extend_from_slice(extra);
+    let out_arg = path(out);
+    args.extend(["--out", &out_arg]);
+    ok(groundrl(&args));
+    out.to_path_buf()
+}
+
+/// Synthetic screenshots and their tasks written to `out` by `groundrl synth` with `args`; returns
+/// the sample file, `out/samples.jsonl`.
+pub fn synth(out: &Path, args: &[&str]) -> PathBuf {
+    let out_arg = path(out);
+    let mut all = vec!["synth", "--out", &out_arg];
+    all.extend_from_slice(args);
+    ok(groundrl(&all));
+    out.join("samples.jsonl")
+}
