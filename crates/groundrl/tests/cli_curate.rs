@@ -4,6 +4,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::process::Output;
 
 use common::{groundrl, ids, json_lines, ok, path, repo_root, synth, tiny_model};
 use groundrl_core::rng::keyed;
@@ -53,23 +54,27 @@ fn next_fixture(dir: &Path) -> (PathBuf, PathBuf) {
     )
 }
 
+/// `groundrl curate next` on `ledger` and `data` into `out`, with `extra` arguments; it must succeed.
+fn curate_next(ledger: &Path, data: &Path, out: &Path, extra: &[&str]) -> Output {
+    let args = [
+        "curate",
+        "next",
+        "--ledger",
+        &path(ledger),
+        "--data",
+        &path(data),
+        "--out",
+        &path(out),
+    ];
+    ok(groundrl(&[&args[..], extra].concat()))
+}
+
 #[test]
 fn next_writes_the_pool_and_reports_per_source() {
     let dir = tempfile::tempdir().unwrap();
     let (data, ledger) = next_fixture(dir.path());
     let out = dir.path().join("next.jsonl");
-    let output = ok(groundrl(&[
-        "curate",
-        "next",
-        "--ledger",
-        &path(&ledger),
-        "--data",
-        &path(&data),
-        "--out",
-        &path(&out),
-        "--seed",
-        "1",
-    ]));
+    let output = curate_next(&ledger, &data, &out, &["--seed", "1"]);
     // 4 partial kept; one unsolved makes 1 / 5 = 20%: the first of s4, s6, s7 in the seeded order.
     let mut unsolved = ["s4", "s6", "s7"];
     unsolved.sort_by_key(|id| keyed(1, id));
@@ -86,20 +91,12 @@ fn next_writes_the_pool_and_reports_per_source() {
         "{stdout}"
     );
 
-    let output = ok(groundrl(&[
-        "curate",
-        "next",
-        "--ledger",
-        &path(&ledger),
-        "--data",
-        &path(&data),
-        "--out",
-        &path(&out),
-        "--exclude-source",
-        "b",
-        "--drop-unseen",
-        "--json",
-    ]));
+    let output = curate_next(
+        &ledger,
+        &data,
+        &out,
+        &["--exclude-source", "b", "--drop-unseen", "--json"],
+    );
     // a: s2 and s3 partial; s4 as the one unsolved (1 / 3 is closer to 20% than 0 / 2).
     assert_eq!(ids(&out), ["s2", "s3", "s4"]);
     let report: Value = serde_json::from_slice(&output.stdout).unwrap();
@@ -359,17 +356,7 @@ fn rollout_appends_one_ledger_entry_per_sample() {
     // The ledger is what `curate next` reads: round 1 has every sample at k = 0, so no partial sample
     // is kept and the 20% share of nothing is nothing.
     let out = d.join("next.jsonl");
-    let output = ok(groundrl(&[
-        "curate",
-        "next",
-        "--ledger",
-        &path(&ledger),
-        "--data",
-        &path(&data),
-        "--out",
-        &path(&out),
-        "--json",
-    ]));
+    let output = curate_next(&ledger, &data, &out, &["--json"]);
     let report: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(
         report["total"]["unsolved"].as_u64(),
@@ -381,16 +368,7 @@ fn rollout_appends_one_ledger_entry_per_sample() {
     let mut text = std::fs::read_to_string(&ledger).unwrap();
     text += &format!("{}\n", text.lines().last().unwrap());
     std::fs::write(&ledger, text).unwrap();
-    let output = ok(groundrl(&[
-        "curate",
-        "next",
-        "--ledger",
-        &path(&ledger),
-        "--data",
-        &path(&data),
-        "--out",
-        &path(&out),
-    ]));
+    let output = curate_next(&ledger, &data, &out, &[]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("1 duplicate entries"), "{stderr}");
 }
@@ -460,16 +438,7 @@ fn next_writes_image_paths_relative_to_the_pool_file() {
     let dir = tempfile::tempdir().unwrap();
     let (data, ledger) = next_fixture(dir.path());
     let out = dir.path().join("round-2/next.jsonl");
-    let output = ok(groundrl(&[
-        "curate",
-        "next",
-        "--ledger",
-        &path(&ledger),
-        "--data",
-        &path(&data),
-        "--out",
-        &path(&out),
-    ]));
+    let output = curate_next(&ledger, &data, &out, &[]);
     let pool = std::fs::read_to_string(&out).unwrap();
     let paths: Vec<String> = pool
         .lines()
