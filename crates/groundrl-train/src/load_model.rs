@@ -208,6 +208,7 @@ fn load_checkpoint_model(
     }
     hf.processor.image.min_pixels = config.model.min_pixels;
     hf.processor.image.max_pixels = config.model.max_pixels;
+    hf.processor.files = config.data.image_limits();
     let (step, weights) = load_weights(&dir)?;
     let variables: Vec<(String, Tensor)> = hf.model.var_store().variables().into_iter().collect();
     restore_tensors(&variables, &in_kinds_of(&variables, weights))?;

@@ -440,6 +440,62 @@ fn warm_up_then_held_out_evaluations_before_and_after() {
     resumed.warm_up(|_| panic!("the warm-up ran again")).unwrap();
 }
 
+/// Image paths that leave the sample file's folder are refused unless `data.allow_outside_paths`:
+/// a sample file in another folder naming the images by absolute path gets its first step's
+/// samples counted bad (and the run stopped, since none could be read), and trains with the key set.
+#[test]
+fn images_outside_the_data_folder_are_read_only_when_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synthetic_data(dir.path());
+    let images = data.parent().unwrap().canonicalize().unwrap();
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let moved: Vec<String> = std::fs::read_to_string(&data)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let mut sample: Value = serde_json::from_str(line).unwrap();
+            for image in sample["images"].as_array_mut().unwrap() {
+                let name = image["path"].as_str().unwrap().to_string();
+                image["path"] = Value::from(images.join(name).display().to_string());
+            }
+            sample.to_string()
+        })
+        .collect();
+    let outside = elsewhere.join("samples.jsonl");
+    std::fs::write(&outside, moved.join("\n") + "\n").unwrap();
+    for (allow, bad) in [(false, true), (true, false)] {
+        let run = dir.path().join(format!("run-{allow}"));
+        let flag = format!("data.allow_outside_paths={allow}");
+        let run_dir = format!("trainer.run_dir={}", run.display());
+        let cfg = config(
+            dir.path(),
+            &outside,
+            &[
+                "trainer.max_steps=1",
+                "rounds.final_ledger=false",
+                &flag,
+                &run_dir,
+            ],
+        );
+        let mut trainer = Trainer::new(cfg).unwrap();
+        let ending = trainer.run(|_| {});
+        let counted = trainer.state.bad_samples;
+        if bad {
+            // The first step draws 4 prompts; none can be read, so the run stops there.
+            let error = ending.unwrap_err().to_string();
+            assert!(
+                error.contains("none of the 4 prompts drawn could be encoded"),
+                "{error}"
+            );
+            assert_eq!(counted, 4, "{flag}");
+        } else {
+            assert_eq!(ending.unwrap(), Ending::Finished);
+            assert_eq!(counted, 0, "{flag}");
+        }
+    }
+}
+
 /// A one-round run writes its ledger (8 rollouts of every training sample) unless
 /// `rounds.final_ledger = false`, which ends it with the training steps alone.
 #[test]

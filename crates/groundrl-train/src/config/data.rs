@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use groundrl_core::data::confine::PathPolicy;
+use groundrl_core::data::image_file::{DEFAULT_MAX_IMAGE_PIXELS, ImageLimits};
 use serde::{Deserialize, Serialize};
 
 use super::{ConfigError, ensure};
@@ -24,6 +26,13 @@ pub struct DataConfig {
     /// Ask the model to think before answering (`<think>` then `<answer>`), with the standard
     /// reasoning wording of the prompt presets. Default false.
     pub reasoning: bool,
+    /// Read image paths that leave their sample file's folder (absolute, `..`, symlinks out), as
+    /// `--allow-outside-paths` does for the data commands; files under /dev are never read.
+    /// Default false.
+    pub allow_outside_paths: bool,
+    /// Largest image decoded, in pixels (width x height); a larger one is refused before decoding
+    /// and its sample counted bad. Default 67108864 (`DEFAULT_MAX_IMAGE_PIXELS`).
+    pub max_image_pixels: u64,
 }
 
 impl Default for DataConfig {
@@ -34,16 +43,31 @@ impl Default for DataConfig {
             test: PathBuf::new(),
             seed: 0,
             reasoning: false,
+            allow_outside_paths: false,
+            max_image_pixels: DEFAULT_MAX_IMAGE_PIXELS,
         }
     }
 }
 
 impl DataConfig {
+    /// How the run reads the images its sample files name.
+    pub fn image_limits(&self) -> ImageLimits {
+        ImageLimits {
+            paths: PathPolicy::from_flag(self.allow_outside_paths),
+            max_pixels: self.max_image_pixels,
+        }
+    }
+
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         ensure(
             !self.train.as_os_str().is_empty(),
             "data.train",
             "is required: the training samples (JSONL or Parquet)",
+        )?;
+        ensure(
+            self.max_image_pixels > 0,
+            "data.max_image_pixels",
+            "must be at least 1 (the largest image decoded, in pixels)",
         )
     }
 }

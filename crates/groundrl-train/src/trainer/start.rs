@@ -83,6 +83,7 @@ impl Trainer {
         trainable.sort_by(|a, b| a.0.cmp(&b.0));
         policy.processor.image.min_pixels = cfg.model.min_pixels;
         policy.processor.image.max_pixels = cfg.model.max_pixels;
+        policy.processor.files = cfg.data.image_limits();
         let optimizer_parameters = trainable.iter().map(|(_, t)| t.numel() as i64).sum();
         let optimizer = AdamW::new(shallow(&trainable), &cfg.optim).map_err(setup)?;
         let scorer = Scorer::new(&cfg.reward).map_err(setup)?;
