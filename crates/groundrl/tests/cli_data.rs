@@ -1,36 +1,14 @@
 //! `groundrl data` end to end on the core crate's fixtures.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
+
+use common::{command, groundrl, ids, json_lines, text};
 
 fn fixture(relative: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../groundrl-core/tests/fixtures/data")
-        .join(relative)
-}
-
-fn groundrl(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_groundrl"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn ids(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).unwrap()["id"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
-        .collect()
+    common::core_fixture("data").join(relative)
 }
 
 #[test]
@@ -212,11 +190,7 @@ fn split_and_sample_are_seeded() {
 }
 
 fn groundrl_in(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_groundrl"))
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .unwrap()
+    command().current_dir(dir).args(args).output().unwrap()
 }
 
 /// A sample line asking about `path`, stated `w` x `h`.
@@ -382,13 +356,9 @@ fn screenspot_copy(root: &Path) {
 }
 
 fn image_paths(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            v["images"][0]["path"].as_str().unwrap().to_string()
-        })
+    json_lines(path)
+        .iter()
+        .map(|v| v["images"][0]["path"].as_str().unwrap().to_string())
         .collect()
 }
 

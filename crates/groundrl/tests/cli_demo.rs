@@ -3,21 +3,10 @@
 //! evaluated on one held-out set, and the summary holds each seed's gain and the mean; a second demo
 //! into the same folder is refused; seeds trained side by side match seeds trained in a row.
 
-use std::process::Command;
+mod common;
 
+use common::{command, json_lines};
 use serde_json::Value;
-
-fn groundrl() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_groundrl"))
-}
-
-fn lines(path: &std::path::Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
 
 #[test]
 fn a_toy_demo_writes_evaluations_and_a_report() {
@@ -36,7 +25,7 @@ fn a_toy_demo_writes_evaluations_and_a_report() {
         "trainer.micro_batch_size=2",
     ];
     let demo = || {
-        groundrl()
+        command()
             .arg("demo")
             .arg("--out")
             .arg(&out)
@@ -51,14 +40,14 @@ fn a_toy_demo_writes_evaluations_and_a_report() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&run.stderr)
     );
-    let test = lines(&out.join("data/test/clicks.jsonl"));
+    let test = json_lines(&out.join("data/test/clicks.jsonl"));
     assert_eq!(test.len(), 6);
     let mut seen = std::collections::HashSet::new();
     for seed in 0..2 {
         let run = out.join(format!("seed-{seed}"));
         // Exactly one fresh task per warm-up example (3 x 4) and per GRPO prompt (2 x 2).
-        let warm_up = lines(&run.join("data/warm-up/clicks.jsonl"));
-        let train = lines(&run.join("data/train/clicks.jsonl"));
+        let warm_up = json_lines(&run.join("data/warm-up/clicks.jsonl"));
+        let train = json_lines(&run.join("data/train/clicks.jsonl"));
         assert_eq!((warm_up.len(), train.len()), (12, 4));
         // Every kept sample is a click task; no screenshot is in two sets (different generator seeds).
         assert!(
@@ -75,13 +64,13 @@ fn a_toy_demo_writes_evaluations_and_a_report() {
             }
         }
         for label in ["before", "after"] {
-            let evals = lines(&run.join(format!("eval/{label}.jsonl")));
+            let evals = json_lines(&run.join(format!("eval/{label}.jsonl")));
             assert_eq!(evals.len(), test.len(), "{label}");
             // Two sampled answers per held-out task besides the greedy one.
             assert!(evals.iter().all(|e| e["sampled"]["n"] == 2), "{label}");
         }
-        assert_eq!(lines(&run.join("sft.jsonl")).len(), 3);
-        assert_eq!(lines(&run.join("metrics.jsonl")).len(), 2);
+        assert_eq!(json_lines(&run.join("sft.jsonl")).len(), 3);
+        assert_eq!(json_lines(&run.join("metrics.jsonl")).len(), 2);
         let report = std::fs::read_to_string(run.join("report.html")).unwrap();
         assert!(report.contains("<svg"), "the report has no chart");
         assert!(
@@ -129,7 +118,7 @@ fn seeds_side_by_side_train_as_they_do_one_after_another() {
     let threads_each = (cores / 2).max(1).to_string();
     let run = |name: &str, extra: &[&str]| {
         let out = dir.path().join(name);
-        let run = groundrl()
+        let run = command()
             .arg("demo")
             .arg("--out")
             .arg(&out)
@@ -146,15 +135,15 @@ fn seeds_side_by_side_train_as_they_do_one_after_another() {
     for seed in 0..2 {
         let logs = |out: &std::path::Path| {
             let run = out.join(format!("seed-{seed}"));
-            let rewards: Vec<Value> = lines(&run.join("metrics.jsonl"))
+            let rewards: Vec<Value> = json_lines(&run.join("metrics.jsonl"))
                 .iter()
                 .map(|m| m["rollout"]["reward"]["mean"].clone())
                 .collect();
-            let losses: Vec<Value> = lines(&run.join("sft.jsonl"))
+            let losses: Vec<Value> = json_lines(&run.join("sft.jsonl"))
                 .iter()
                 .map(|r| r["loss"].clone())
                 .collect();
-            (rewards, losses, lines(&run.join("eval/after.jsonl")))
+            (rewards, losses, json_lines(&run.join("eval/after.jsonl")))
         };
         let (a, b) = (logs(&side_by_side), logs(&in_a_row));
         assert_eq!(a.0.len(), 3);

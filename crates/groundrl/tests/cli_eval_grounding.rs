@@ -1,16 +1,19 @@
 //! `groundrl eval grounding` end to end on the core crate's grounding fixtures.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use common::command;
 use serde_json::{Value, json};
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../groundrl-core/tests/fixtures/grounding")
+    common::core_fixture("grounding")
 }
 
 fn eval(args: &[&str], data: &Path, predictions: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_groundrl"))
+    command()
         .args(["eval", "grounding", "--data"])
         .arg(data)
         .arg("--predictions")

@@ -2,26 +2,18 @@
 //! `groundrl model logits`, the logits of the trained model bit for bit; a LoRA run's export holds
 //! merged weights and no adapter tensors; bad run folders, steps and output folders are clear errors.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
+use common::{groundrl, repo_root, synth, text};
 use groundrl_tensor::processor::chat_template::RenderOptions;
 use groundrl_tensor::qwen2_5_vl::model::Batch;
 use groundrl_tensor::tch::{self, Device, Kind, Tensor};
 use groundrl_train::load_model::load_model;
 use serde_json::json;
-
-fn groundrl(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_groundrl"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 fn arg(path: &Path) -> &str {
     path.to_str().unwrap()
@@ -33,8 +25,7 @@ fn arg(path: &Path) -> &str {
 fn train(dir: &Path, name: &str, overrides: &[&str]) -> PathBuf {
     let data = dir.join("data");
     if !data.exists() {
-        let out = groundrl(&["synth", "--n", "8", "--difficulty", "easy", "--out", arg(&data)]);
-        assert!(out.status.success(), "{}", text(&out.stderr));
+        synth(&data, &["--n", "8", "--difficulty", "easy"]);
     }
     let config = format!(
         r#"
@@ -65,9 +56,7 @@ keep_checkpoints = 0
 test_freq = 0
 "#,
         data = data.join("samples.jsonl").display(),
-        spec = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../configs/rewards/length-only.toml")
-            .display()
+        spec = repo_root().join("configs/rewards/length-only.toml").display()
     );
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, config).unwrap();

@@ -1,19 +1,12 @@
 //! `groundrl model logits` on inputs a user wrote: ids outside the vocabulary and weights indexes
 //! that name files outside their folder are refused with an error, never a crash.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn groundrl(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_groundrl"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use common::{groundrl, text, tiny_model};
 
 /// A safetensors file holding `input_ids` (1, n) as int64.
 fn write_ids(path: &Path, ids: &[i64]) {
@@ -46,16 +39,7 @@ fn logits(model: &Path, inputs: &Path, out: &Path) -> Output {
 }
 
 fn tiny(dir: &Path) -> (std::path::PathBuf, i64) {
-    let model = dir.join("tiny");
-    let init = groundrl(&[
-        "model",
-        "init",
-        "--preset",
-        "tiny",
-        "--out",
-        model.to_str().unwrap(),
-    ]);
-    assert!(init.status.success(), "{}", text(&init.stderr));
+    let model = tiny_model(&dir.join("tiny"), &[]);
     let config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(model.join("config.json")).unwrap()).unwrap();
     let vocab = config["vocab_size"]

@@ -2,21 +2,20 @@
 //! `groundrl-train/src/plan.rs`'s tests), exit code 2 with the knob when a config does not fit, and a
 //! clean error for unknown keys.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
+
+use std::process::Output;
+
+use common::{command, repo_root, text};
 
 /// Runs `groundrl plan` from the repository root, where the shipped configs' paths start.
 fn plan(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_groundrl"))
-        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+    command()
+        .current_dir(repo_root())
         .arg("plan")
         .args(args)
         .output()
         .unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8(bytes.to_vec()).unwrap()
 }
 
 #[test]

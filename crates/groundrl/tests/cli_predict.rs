@@ -3,34 +3,12 @@
 //! as the run's evaluation answered it (`eval/after.jsonl`, `eval/before.jsonl`); `--draw` writes a
 //! PNG of the screenshot's size; bad input is an error, not a panic.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output};
 
+use common::{groundrl, json_lines, ok, path, repo_root, text, tiny_model};
 use serde_json::Value;
-
-fn groundrl(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_groundrl"))
-        .args(args)
-        .output()
-        .expect("groundrl runs")
-}
-
-fn ok(output: Output) -> Output {
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn path(p: &Path) -> String {
-    p.to_string_lossy().into_owned()
-}
 
 /// Easy synthetic screenshots in `dir` (`train/`, and `test/` held out) and a 2-step GRPO run of
 /// the tiny preset on them (`run/`). Model seed 3 answers different screenshots differently (seed
@@ -71,8 +49,7 @@ test_freq = 0
 "#,
         train = path(&d.join("train/samples.jsonl")),
         test = path(&d.join("test/samples.jsonl")),
-        spec =
-            path(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/rewards/synthetic-click.toml")),
+        spec = path(&repo_root().join("configs/rewards/synthetic-click.toml")),
         run = path(&d.join("run")),
     );
     std::fs::write(d.join("config.toml"), config).unwrap();
@@ -81,8 +58,7 @@ test_freq = 0
 
 /// Two easy 224 x 224 synthetic screenshots with their tasks in `d/name`.
 fn synth(d: &Path, name: &str, seed: &str) {
-    ok(groundrl(&[
-        "synth",
+    let args = [
         "--n",
         "2",
         "--seed",
@@ -91,33 +67,15 @@ fn synth(d: &Path, name: &str, seed: &str) {
         "easy",
         "--size",
         "224x224",
-        "--out",
-        &path(&d.join(name)),
-    ]));
+    ];
+    common::synth(&d.join(name), &args);
 }
 
 /// The tiny preset's random model as an HF folder `d/tiny` and a screenshot; returns the image.
 fn tiny_and_image(d: &Path) -> String {
-    ok(groundrl(&[
-        "model",
-        "init",
-        "--preset",
-        "tiny",
-        "--seed",
-        "3",
-        "--out",
-        &path(&d.join("tiny")),
-    ]));
+    tiny_model(&d.join("tiny"), &["--seed", "3"]);
     synth(d, "data", "5");
     path(&d.join("data/images/000000.png"))
-}
-
-fn json_lines(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 /// `predict --json` of `model` on an evaluation record's screenshot and instruction, asked as its

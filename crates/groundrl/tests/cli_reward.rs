@@ -1,16 +1,15 @@
 //! `groundrl reward` end to end: the shipped example, bad lines, exit codes.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use common::{command, repo_root};
 use serde_json::Value;
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 fn run_reward(spec: &Path, input: &Path) -> (Output, Vec<Value>) {
-    let out = Command::new(env!("CARGO_BIN_EXE_groundrl"))
+    let out = command()
         .args(["reward", "--spec"])
         .arg(spec)
         .arg("--input")

@@ -2,24 +2,12 @@
 //! sample with the documented fields, the same seed gives the same file, bad samples are skipped,
 //! listed and counted.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn groundrl(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_groundrl"))
-        .args(args)
-        .output()
-        .expect("groundrl runs")
-}
-
-fn ok(output: Output) -> Output {
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
-}
+use common::{groundrl, ok, synth, tiny_model};
 
 fn rollout(dir: &Path, data: &Path, out: &str) -> Output {
     groundrl(&[
@@ -48,18 +36,8 @@ fn rollout(dir: &Path, data: &Path, out: &str) -> Output {
 fn rollouts_are_complete_seeded_and_skip_bad_samples() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    ok(groundrl(&[
-        "model",
-        "init",
-        "--preset",
-        "tiny",
-        "--out",
-        &d.join("tiny").to_string_lossy(),
-    ]));
-    ok(groundrl(&[
-        "synth",
-        "--out",
-        &d.join("synth").to_string_lossy(),
+    tiny_model(&d.join("tiny"), &[]);
+    let args = [
         "--n",
         "1",
         "--seed",
@@ -68,8 +46,8 @@ fn rollouts_are_complete_seeded_and_skip_bad_samples() {
         "easy",
         "--prompt",
         "instruct",
-    ]));
-    let data = d.join("synth/samples.jsonl");
+    ];
+    let data = synth(&d.join("synth"), &args);
     let samples = std::fs::read_to_string(&data).unwrap().lines().count();
     ok(rollout(d, &data, "a.jsonl"));
     ok(rollout(d, &data, "b.jsonl"));

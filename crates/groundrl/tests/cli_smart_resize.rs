@@ -1,14 +1,12 @@
 //! `groundrl smart-resize`: the documented JSON on stdout, and exit code 2 with a message for sizes
 //! the processor refuses.
 
-use std::process::Command;
+mod common;
+
+use common::command;
 
 fn smart_resize(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_groundrl"))
-        .arg("smart-resize")
-        .args(args)
-        .output()
-        .unwrap()
+    command().arg("smart-resize").args(args).output().unwrap()
 }
 
 #[test]

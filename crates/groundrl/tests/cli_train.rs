@@ -2,31 +2,21 @@
 //! mid-step, mid-save) and continued with `--resume` each time ends exactly as an uninterrupted run
 //! (CPU, tiny preset); a run resumes from any folder; config errors are clean.
 
+mod common;
+
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::{command, repo_root, synth, text};
 use groundrl_tensor::tch::Tensor;
 use serde_json::Value;
-
-fn groundrl() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_groundrl"))
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 /// Easy synthetic screenshots and a config training the tiny preset on them for six steps, with a
 /// checkpoint after every step (the reward is `configs/rewards/length-only.toml`, which a random
 /// model can climb).
 fn setup(dir: &Path) -> PathBuf {
-    let out = groundrl()
-        .args(["synth", "--n", "12", "--difficulty", "easy", "--out"])
-        .arg(dir.join("data"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    let data = synth(&dir.join("data"), &["--n", "12", "--difficulty", "easy"]);
     let config = format!(
         r#"
 [model]
@@ -56,10 +46,8 @@ save_freq = 1
 keep_checkpoints = 0
 test_freq = 0
 "#,
-        data = dir.join("data/samples.jsonl").display(),
-        spec = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../configs/rewards/length-only.toml")
-            .display()
+        data = data.display(),
+        spec = repo_root().join("configs/rewards/length-only.toml").display()
     );
     let path = dir.join("config.toml");
     std::fs::write(&path, config).unwrap();
@@ -67,7 +55,7 @@ test_freq = 0
 }
 
 fn train(config: &Path, run: &Path) -> Command {
-    let mut cmd = groundrl();
+    let mut cmd = command();
     cmd.arg("train")
         .arg(config)
         .arg(format!("trainer.run_dir=\"{}\"", run.display()));
@@ -76,32 +64,24 @@ fn train(config: &Path, run: &Path) -> Command {
 
 /// The metrics log without wall-clock fields.
 fn metrics(run: &Path) -> Vec<Value> {
-    std::fs::read_to_string(run.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let mut v: Value = serde_json::from_str(l).unwrap();
-            let train = v["train"].as_object_mut().unwrap();
-            train.retain(|k, _| !k.starts_with("time/") && k != "generated_tokens_per_s");
-            v
-        })
-        .collect()
+    let mut lines = common::json_lines(&run.join("metrics.jsonl"));
+    for v in &mut lines {
+        let train = v["train"].as_object_mut().unwrap();
+        train.retain(|k, _| !k.starts_with("time/") && k != "generated_tokens_per_s");
+    }
+    lines
 }
 
 /// A file of `run` as JSON lines, without the fields that hold wall-clock times.
 fn json_lines(run: &Path, file: &str) -> Vec<Value> {
     let timed = ["seconds", "tokens_per_s", "generated_tokens_per_s"];
-    std::fs::read_to_string(run.join(file))
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let mut v: Value = serde_json::from_str(l).unwrap();
-            v.as_object_mut()
-                .unwrap()
-                .retain(|k, _| !timed.contains(&k.as_str()));
-            v
-        })
-        .collect()
+    let mut lines = common::json_lines(&run.join(file));
+    for v in &mut lines {
+        v.as_object_mut()
+            .unwrap()
+            .retain(|k, _| !timed.contains(&k.as_str()));
+    }
+    lines
 }
 
 /// The run's checkpointed tensors of `step` (`weights` or `optimizer`), sorted by name.
@@ -284,7 +264,7 @@ fn killed_at_seeded_points_and_resumed_equals_uninterrupted() {
 }
 
 fn resume(run: &Path) -> Command {
-    let mut cmd = groundrl();
+    let mut cmd = command();
     cmd.arg("train").arg("--resume").arg(run);
     cmd
 }
@@ -299,7 +279,7 @@ fn a_run_started_with_relative_paths_resumes_from_another_folder() {
         .unwrap()
         .replace(&dir.path().join("data").display().to_string(), "data");
     std::fs::write(&config, relative).unwrap();
-    let out = groundrl()
+    let out = command()
         .current_dir(dir.path())
         .args([
             "train",
@@ -322,7 +302,7 @@ fn a_run_started_with_relative_paths_resumes_from_another_folder() {
 
     let elsewhere = dir.path().join("elsewhere");
     std::fs::create_dir(&elsewhere).unwrap();
-    let out = groundrl()
+    let out = command()
         .current_dir(&elsewhere)
         .args(["train", "--resume", "../runs/rel"])
         .output()
@@ -335,7 +315,7 @@ fn a_run_started_with_relative_paths_resumes_from_another_folder() {
 fn config_errors_name_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let config = setup(dir.path());
-    let out = groundrl()
+    let out = command()
         .arg("train")
         .arg(&config)
         .arg("rollout.temprature=0.5")
@@ -347,7 +327,7 @@ fn config_errors_name_the_key() {
         "{}",
         text(&out.stderr)
     );
-    let out = groundrl()
+    let out = command()
         .arg("train")
         .arg("--resume")
         .arg(dir.path().join("nothing"))
