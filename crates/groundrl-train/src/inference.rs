@@ -16,6 +16,8 @@ use groundrl_core::prompt::PromptStyle;
 use groundrl_core::prompt::tools::tool_instruction;
 use groundrl_core::resize::PixelBudget;
 use groundrl_core::reward::RewardSpec;
+use groundrl_core::telemetry::EvalRecord;
+use groundrl_core::telemetry::stats::target_size;
 use groundrl_core::tool::answer::answer_in_full_view;
 use groundrl_core::tool::{AnswerView, Toolbox, View};
 use groundrl_tensor::hf_folder::HfModel;
@@ -222,6 +224,68 @@ impl Inference {
             }),
         }
     }
+}
+
+impl Inference {
+    /// The record of `sample`'s answer `trajectory` to `prompt`, as a held-out evaluation writes it
+    /// (`eval/<label>.jsonl`): the answer resolved in original pixels ([`Self::resolve`]), the
+    /// targets in original pixels and their size, the image path made absolute against `base` (the
+    /// sample file's folder) so that a report finds it from any folder. `correct`, `reward`,
+    /// `confidence` and the tool counts are left for the caller's scoring to set (false, 0, none, 0).
+    pub fn eval_record(
+        &self,
+        sample: &Sample,
+        base: &Path,
+        prompt: &Prompt,
+        trajectory: &Trajectory,
+    ) -> EvalRecord {
+        let frames = prompt.view.frames;
+        let (point, pred_box) = match self.resolve(trajectory, &prompt.view) {
+            Resolved::Answer {
+                answer: Answer::Click { point, bbox },
+                ..
+            } => (Some([point.x, point.y]), bbox.map(|b| b.xyxy())),
+            _ => (None, None),
+        };
+        let targets = pixel_boxes(sample, frames);
+        let base = std::fs::canonicalize(base).unwrap_or_else(|_| base.to_path_buf());
+        EvalRecord {
+            id: sample.id.clone(),
+            source: sample.source.clone(),
+            image: sample
+                .images
+                .first()
+                .map(|i| base.join(&i.path).display().to_string())
+                .unwrap_or_default(),
+            width: frames.original.width as u32,
+            height: frames.original.height as u32,
+            instruction: sample.instruction.clone(),
+            target_size: target_size(&targets, frames.original.width, frames.original.height),
+            targets,
+            completion: trajectory.final_text().to_string(),
+            point,
+            pred_box,
+            correct: false,
+            reward: 0.0,
+            confidence: None,
+            tool_calls: 0,
+            tool_calls_ok: 0,
+            sampled: None,
+        }
+    }
+}
+
+/// The bounding boxes of the sample's targets in original pixels.
+pub fn pixel_boxes(sample: &Sample, frames: ImageFrames) -> Vec<[f64; 4]> {
+    sample
+        .targets
+        .iter()
+        .map(|t| {
+            frames
+                .convert_box(t.shape.bounding_box(), sample.frame, Frame::Pixel)
+                .xyxy()
+        })
+        .collect()
 }
 
 /// One turn of at most `max_new_tokens`: plain generation.

@@ -32,6 +32,7 @@ use crate::checkpoint::{checkpoint_dir, latest_checkpoint};
 use crate::config::TrainConfig;
 use crate::dataset::Dataset;
 use crate::fault;
+use crate::inference::Inference;
 use crate::optim::{AdamW, lr_at};
 use crate::scoring::Scorer;
 use crate::update::{Row, UpdateSettings, kl_penalties, update};
@@ -156,7 +157,10 @@ pub struct Trainer {
     /// Parameters the optimizer updates (for MFU).
     optimizer_parameters: i64,
     scorer: Scorer,
-    /// The tools offered to the model (none without `[tools]`) and the turn limits.
+    /// How the policy is asked and its answers read: prompts (with the tools of `[tools]`), turn
+    /// limits, sampling settings, the reward spec's frame.
+    inference: Inference,
+    /// How the warm-up's reference trajectories use the tools.
     tools: ToolSetup,
     train: Dataset,
     /// The warm-up's own samples (`sft.data`); `None`: it warms up on `train`.
@@ -267,7 +271,7 @@ impl Trainer {
             .iter()
             .flat_map(|g| g.completions.iter().map(move |c| (g, c)))
             .map(|(g, c)| Row {
-                prompt: &g.encoded,
+                prompt: &g.prompt.encoded,
                 response: &c.response,
                 generated: &c.generated,
                 advantage: 0.0,

@@ -1,15 +1,11 @@
 //! Held-out evaluation (`eval/before.jsonl`, `eval/after.jsonl` on `data.test`) and validation
 //! every `trainer.test_freq` steps on `data.val`, with early stopping on its metric.
 
-use groundrl_core::data::Sample;
-use groundrl_core::frame::{Frame, ImageFrames};
-use groundrl_core::metrics::grounding::{Answer, Resolved, resolve::resolve};
 use groundrl_core::rng::keyed;
 use groundrl_core::telemetry::{EvalRecord, SampledAnswers, SampledSummary};
 use serde::Serialize;
 
 use super::rollouts::{Group, Split};
-use super::tools::eval_answer;
 use super::{EVAL_DIR, Ending, TrainError, Trainer, io, setup, write_file};
 use crate::config::EarlyStoppingMode;
 use crate::dataset::fixed_subsample;
@@ -104,53 +100,24 @@ impl Trainer {
     }
 
     /// The evaluation record of a test sample's greedy answer: the answer placed in original pixels
-    /// the way the reward spec reads it.
+    /// the way the reward spec reads it, scored as training scores it.
     fn eval_record(&self, group: &Group) -> Result<EvalRecord, TrainError> {
         let sample = &self.test.samples[group.index];
         let (trajectory, scored) = match (group.completions.first(), group.records.first()) {
             (Some(c), Some(r)) => (c, r),
             _ => return Err(setup(format!("sample {}: no answer to evaluate", sample.id))),
         };
-        let text = trajectory.final_text().to_string();
-        let frames = group.view.frames;
-        let spec = &self.scorer.spec;
-        let shown = self.tools.shown(trajectory, &group.view);
-        let raw = eval_answer(&text, shown, &group.view, spec.model_frame);
-        let (point, pred_box) = match resolve(&raw, frames, spec.model_frame, spec.detect_frame) {
-            Resolved::Answer {
-                answer: Answer::Click { point, bbox },
-                ..
-            } => (Some([point.x, point.y]), bbox.map(|b| [b.x1, b.y1, b.x2, b.y2])),
-            _ => (None, None),
-        };
-        let targets = pixel_boxes(sample, frames);
+        let record = self
+            .inference
+            .eval_record(sample, &self.test.base, &group.prompt, trajectory);
         Ok(EvalRecord {
-            id: sample.id.clone(),
-            source: sample.source.clone(),
-            // Absolute, so a report finds it from any folder.
-            image: sample
-                .images
-                .first()
-                .map(|i| {
-                    let base =
-                        std::fs::canonicalize(&self.test.base).unwrap_or_else(|_| self.test.base.clone());
-                    base.join(&i.path).display().to_string()
-                })
-                .unwrap_or_default(),
-            width: frames.original.width as u32,
-            height: frames.original.height as u32,
-            instruction: sample.instruction.clone(),
             target_size: scored.target_size,
-            targets,
-            completion: text,
-            point,
-            pred_box,
             correct: scored.correct == Some(true),
             reward: scored.reward,
             confidence: scored.confidence,
             tool_calls: scored.tool_calls,
             tool_calls_ok: scored.tool_calls_ok,
-            sampled: None,
+            ..record
         })
     }
 
@@ -199,18 +166,6 @@ impl Trainer {
             best: self.state.best.unwrap_or(f64::NAN),
         })
     }
-}
-
-/// The bounding boxes of the sample's targets in original pixels.
-pub(super) fn pixel_boxes(sample: &Sample, frames: ImageFrames) -> Vec<[f64; 4]> {
-    sample
-        .targets
-        .iter()
-        .map(|t| {
-            let b = frames.convert_box(t.shape.bounding_box(), sample.frame, Frame::Pixel);
-            [b.x1, b.y1, b.x2, b.y2]
-        })
-        .collect()
 }
 
 /// Records as JSONL, one compact object per line, as `JsonlLog` writes them.

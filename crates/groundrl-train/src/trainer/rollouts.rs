@@ -2,24 +2,16 @@
 //! engine `rollout.n` times each (greedily once for validation and evaluation), with DAPO's dynamic
 //! sampling drawing more prompts when groups carry no signal.
 
-use std::path::Path;
 use std::time::Instant;
 
-use groundrl_core::data::Sample;
-use groundrl_core::frame::{ImageFrames, Size};
 use groundrl_core::rng::keyed;
 use groundrl_core::telemetry::CompletionRecord;
-use groundrl_core::tool::View;
-use groundrl_tensor::hf_folder::HfModel;
-use groundrl_tensor::processor::{Encoded, Processor};
-use groundrl_tensor::rollout::{
-    Engine, GenerationRequest, SamplingParams, ToolRequest, ToolRollout, Trajectory,
-};
-use image::RgbImage;
+use groundrl_tensor::rollout::Trajectory;
 
 use super::{TrainError, Trainer, setup};
 use crate::advantage::informative_groups;
 use crate::dataset::epoch_order;
+use crate::inference::Prompt;
 
 impl Trainer {
     /// Samples `rollout.n` completions of the step's prompts and scores them. With dynamic sampling,
@@ -127,7 +119,10 @@ impl Trainer {
         let encode_start = Instant::now();
         for &index in indices {
             let sample = &data.samples[index];
-            match self.encode(sample, &data.base) {
+            match self
+                .inference
+                .encode(&self.policy.processor, sample, &data.base, None)
+            {
                 Ok(prompt) => groups.push(Group::new(index, groups.len(), prompt)),
                 Err(e) => {
                     eprintln!("skipped sample {}: {e}", sample.id);
@@ -140,7 +135,11 @@ impl Trainer {
             return Ok(groups);
         }
         let generate_start = Instant::now();
-        for t in self.generate(&groups, seed, n, temperature)? {
+        let prompts: Vec<(&Prompt, u64)> = groups
+            .iter()
+            .map(|g| (&g.prompt, draw_seed(seed, g.position)))
+            .collect();
+        for t in self.inference.generate(&self.policy, &prompts, n, temperature)? {
             groups[t.prompt_index].completions.push(t);
         }
         self.rollout_seconds.generate += generate_start.elapsed().as_secs_f64();
@@ -158,83 +157,6 @@ impl Trainer {
             }
         }
         Ok(scored)
-    }
-
-    /// A sample's prompt as the model sees it (with the tools offered, when there are any), its
-    /// first image and the full view of that image.
-    pub(super) fn encode(&self, sample: &Sample, base: &Path) -> Result<Prompt, String> {
-        let processor = &self.policy.processor;
-        let (encoded, images) = processor
-            .encode_sample_with(sample, base, None, self.tools.prompt.as_ref())
-            .map_err(|e| e.to_string())?;
-        check_declared_sizes(sample, &images)?;
-        let frames = self.frames_of(sample, &encoded)?;
-        let image = images
-            .into_iter()
-            .next()
-            .ok_or_else(|| format!("sample {}: no image in its prompt", sample.id))?
-            .to_rgb8();
-        Ok(Prompt {
-            encoded,
-            image,
-            view: View::full(frames),
-        })
-    }
-
-    /// The original and resized sizes of the sample's first image, as the processor resized it.
-    fn frames_of(&self, sample: &Sample, encoded: &Encoded) -> Result<ImageFrames, String> {
-        match (
-            sample.images.first(),
-            resized_size(&self.policy.processor, encoded),
-        ) {
-            (Some(image), Some([width, height])) => Ok(ImageFrames {
-                original: Size::new(f64::from(image.width), f64::from(image.height)),
-                resized: Size::new(width as f64, height as f64),
-            }),
-            _ => Err(format!("sample {}: no image in its prompt", sample.id)),
-        }
-    }
-
-    /// `n` trajectories of every group's prompt at `temperature`, tools answered between turns.
-    fn generate(
-        &self,
-        groups: &[Group],
-        seed: u64,
-        n: usize,
-        temperature: f64,
-    ) -> Result<Vec<Trajectory>, TrainError> {
-        let r = &self.cfg.rollout;
-        let stops = stop_ids(&self.policy);
-        let requests: Vec<ToolRequest> = groups
-            .iter()
-            .map(|g| ToolRequest {
-                request: GenerationRequest {
-                    prompt: g.encoded.share(),
-                    n,
-                    first_sample: 0,
-                    params: SamplingParams {
-                        seed: draw_seed(seed, g.position),
-                        temperature,
-                        top_p: r.top_p,
-                        top_k: i64::from(r.top_k),
-                        max_new_tokens: r.max_new_tokens as usize,
-                        stop_token_ids: stops.clone(),
-                        stop_strings: Vec::new(),
-                    },
-                },
-                image: &g.image,
-                view: g.view,
-            })
-            .collect();
-        let engine = Engine::new(&self.policy.model, &self.policy.processor);
-        let rollout = ToolRollout {
-            engine: &engine,
-            processor: &self.policy.processor,
-            toolbox: &self.tools.toolbox,
-            model_frame: self.scorer.spec.model_frame,
-            limits: self.tools.limits,
-        };
-        Ok(rollout.generate(&requests)?)
     }
 }
 
@@ -255,24 +177,14 @@ pub(super) struct Rollouts {
     pub(super) dropped: usize,
 }
 
-/// A sample's prompt as the model sees it, with what its tools work on.
-pub(super) struct Prompt {
-    pub(super) encoded: Encoded,
-    /// The prompt's (first) image, original size: what a zoom crops.
-    pub(super) image: RgbImage,
-    /// That image as the prompt shows it.
-    pub(super) view: View,
-}
-
 /// One prompt's completions with their scores.
 pub(super) struct Group {
     /// The sample's index in its dataset.
     pub(super) index: usize,
     /// Its position in the draw, which seeds its completions ([`draw_seed`]).
     pub(super) position: usize,
-    pub(super) encoded: Encoded,
-    pub(super) image: RgbImage,
-    pub(super) view: View,
+    /// Its prompt, as [`crate::inference::Inference::encode`] made it.
+    pub(super) prompt: Prompt,
     pub(super) completions: Vec<Trajectory>,
     pub(super) records: Vec<CompletionRecord>,
 }
@@ -282,9 +194,7 @@ impl Group {
         Self {
             index,
             position,
-            encoded: prompt.encoded,
-            image: prompt.image,
-            view: prompt.view,
+            prompt,
             completions: Vec::new(),
             records: Vec::new(),
         }
@@ -303,42 +213,7 @@ pub(super) fn draw_seed(seed: u64, position: usize) -> u64 {
     keyed(seed, &position.to_string())
 }
 
-/// Refuses a sample whose images' declared sizes are not the decoded images' sizes: its targets are
-/// read in the declared frame, so a wrong size would silently mis-score every answer.
-fn check_declared_sizes(sample: &Sample, images: &[image::DynamicImage]) -> Result<(), String> {
-    for (declared, decoded) in sample.images.iter().zip(images) {
-        let (width, height) = (decoded.width(), decoded.height());
-        if (declared.width, declared.height) != (width, height) {
-            return Err(format!(
-                "sample {}: {} declares {}x{} pixels, but the image is {width}x{height}",
-                sample.id, declared.path, declared.width, declared.height
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// Tokens of a trajectory the model generated (its tool turns left out).
 pub(super) fn generated_tokens(t: &Trajectory) -> usize {
     t.generated.iter().filter(|&&g| g).count()
-}
-
-/// The model's end-of-sequence ids and the tokenizer's eos: a completion ends at any of them.
-fn stop_ids(policy: &HfModel) -> Vec<i64> {
-    let mut ids = policy.model.config.text.eos_token_ids.clone();
-    let eos = i64::from(policy.processor.tokenizer.special_ids().eos);
-    if !ids.contains(&eos) {
-        ids.push(eos);
-    }
-    ids
-}
-
-/// The `[width, height]` in pixels the processor resized the prompt's first image to (its patch grid
-/// times the patch size).
-pub(super) fn resized_size(processor: &Processor, encoded: &Encoded) -> Option<[u64; 2]> {
-    let patch = u64::from(processor.image.patch_size);
-    encoded
-        .image_grids
-        .first()
-        .map(|g| [g[2] as u64 * patch, g[1] as u64 * patch])
 }

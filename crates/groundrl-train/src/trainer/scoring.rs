@@ -6,9 +6,10 @@ use groundrl_core::data::Sample;
 use groundrl_core::telemetry::CompletionRecord;
 use groundrl_tensor::rollout::FinishReason;
 
-use super::rollouts::{Group, draw_seed, generated_tokens, resized_size};
+use super::rollouts::{Group, draw_seed, generated_tokens};
 use super::tools::{call_failures, sample_target_size, tool_use};
 use super::{TrainError, Trainer, setup};
+use crate::inference::resized_size;
 use crate::scoring::{Scoring, ToolScoring};
 
 impl Trainer {
@@ -62,8 +63,8 @@ impl Trainer {
         group: &Group,
         position: usize,
     ) -> Result<Vec<CompletionRecord>, String> {
-        let resized = resized_size(&self.policy.processor, &group.encoded);
-        let size = sample_target_size(sample, group.view.frames);
+        let resized = resized_size(&self.policy.processor, &group.prompt.encoded);
+        let size = sample_target_size(sample, group.prompt.view.frames);
         let budget = self.generation_budget();
         group
             .completions
@@ -78,11 +79,11 @@ impl Trainer {
                     tokens,
                     truncated: t.finish == FinishReason::Length,
                     target_size: size,
-                    tools: self.tools.is_on().then(|| ToolScoring {
+                    tools: self.inference.tools_on().then(|| ToolScoring {
                         tool_use: tool_use(t),
                         failures: call_failures(t),
-                        shown: self.tools.shown(t, &group.view),
-                        full: &group.view,
+                        shown: self.inference.shown(t, &group.prompt.view),
+                        full: &group.prompt.view,
                     }),
                 };
                 let mut record = self.scorer.score(&scoring)?;
@@ -95,7 +96,7 @@ impl Trainer {
     /// Most tokens the model may generate in one sample: `rollout.max_new_tokens` per turn (the
     /// response budget of Dr.GRPO's normaliser and of overlong shaping).
     pub(super) fn generation_budget(&self) -> usize {
-        self.cfg.rollout.max_new_tokens as usize * self.tools.limits.max_turns
+        self.cfg.rollout.max_new_tokens as usize * self.inference.limits.max_turns
     }
 
     /// The run as ledger entries name it: its folder's name.

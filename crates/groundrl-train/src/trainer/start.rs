@@ -7,7 +7,6 @@ use groundrl_core::atomic::{publish_dir, temporary_path};
 use groundrl_core::curriculum::ledger::LedgerWriter;
 use groundrl_core::telemetry::{HealthMonitor, JsonlLog};
 use groundrl_tensor::hf_folder::{self, HfModel};
-use groundrl_tensor::qwen2_5_vl::lora::LoraSpec;
 use tch::Tensor;
 
 use super::checkpoints::{cut_logs, open_events};
@@ -18,6 +17,8 @@ use super::{
 };
 use crate::config::{ModelPreset, TrainConfig};
 use crate::dataset::Dataset;
+use crate::inference::Inference;
+use crate::load_model::{initial_model_dir, lora_spec};
 use crate::optim::AdamW;
 use crate::scoring::Scorer;
 
@@ -87,6 +88,7 @@ impl Trainer {
         let optimizer_parameters = trainable.iter().map(|(_, t)| t.numel() as i64).sum();
         let optimizer = AdamW::new(shallow(&trainable), &cfg.optim).map_err(setup)?;
         let scorer = Scorer::new(&cfg.reward).map_err(setup)?;
+        let inference = Inference::of_run(&cfg, &scorer.spec);
         let tools = ToolSetup::new(&cfg);
         let train = Dataset::load(&cfg.data.train).map_err(setup)?;
         if train.is_empty() {
@@ -134,6 +136,7 @@ impl Trainer {
             trainable,
             optimizer_parameters,
             scorer,
+            inference,
             tools,
             train,
             warm_up_data,
@@ -164,28 +167,15 @@ pub(super) fn shallow(tensors: &[(String, Tensor)]) -> Vec<(String, Tensor)> {
 fn load_policy(cfg: &TrainConfig, run_dir: &Path) -> Result<HfModel, TrainError> {
     let m = &cfg.model;
     let kind = m.dtype.kind();
-    let dir = match m.preset {
-        ModelPreset::None => m.path.clone(),
-        preset => {
-            let dir = run_dir.join(INITIAL_MODEL_DIR);
-            if !dir.is_dir() {
-                write_preset(&dir, preset, m)?;
-            }
-            dir
-        }
-    };
+    let dir = initial_model_dir(m, run_dir);
+    if m.preset != ModelPreset::None && !dir.is_dir() {
+        write_preset(&dir, m.preset, m)?;
+    }
     let mut policy = hf_folder::load(&dir, m.device.device(), kind).map_err(setup)?;
     if m.freeze_vision {
         policy.model.set_vision_trainable(false);
     }
-    if m.lora() {
-        let spec = LoraSpec {
-            rank: m.lora_rank as usize,
-            alpha: m.lora_alpha,
-            targets: m.lora_targets.clone(),
-            vision: m.lora_vision,
-            seed: m.seed as u64,
-        };
+    if let Some(spec) = lora_spec(m) {
         policy.model.add_lora(&spec)?;
     }
     Ok(policy)

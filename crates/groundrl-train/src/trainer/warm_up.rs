@@ -149,14 +149,16 @@ impl Trainer {
     /// A sample's prompt and its reference response: the answer's tokens ended by the end-of-turn
     /// token, after a zoom call and its (masked) reply for the small targets `[tools]` names.
     fn reference_example(&self, sample: &Sample) -> Result<(Encoded, Encoded, Vec<bool>), String> {
-        let prompt = self.encode(sample, &self.warm_up_set().base)?;
+        let prompt = self
+            .inference
+            .encode(&self.policy.processor, sample, &self.warm_up_set().base, None)?;
         let (response, generated) = self.tools.reference_response(
+            &self.inference,
             &self.policy.processor,
             sample,
             prompt.view.frames,
             &prompt.image,
-            self.scorer.spec.model_frame,
-            self.tools.is_on() || self.scorer.reads_confidence(),
+            self.inference.tools_on() || self.scorer.reads_confidence(),
         )?;
         Ok((prompt.encoded, response, generated))
     }
