@@ -32,12 +32,12 @@ use serde::Serialize;
 
 use crate::commands::train::{progress_bar, report_ending, train_with_bar};
 
-const CPU_CONFIG: &str = include_str!("../../../../configs/demo-cpu.toml");
-const GPU_CONFIG: &str = include_str!("../../../../configs/demo-gpu.toml");
-const REWARD_SPEC: &str = include_str!("../../../../configs/rewards/synthetic-click.toml");
-const TOOLS_CPU_CONFIG: &str = include_str!("../../../../configs/demo-tools-cpu.toml");
-const TOOLS_GPU_CONFIG: &str = include_str!("../../../../configs/demo-tools-gpu.toml");
-const TOOLS_REWARD_SPEC: &str = include_str!("../../../../configs/rewards/tool-gated.toml");
+const CPU_CONFIG: &str = include_str!("../../configs/demo-cpu.toml");
+const GPU_CONFIG: &str = include_str!("../../configs/demo-gpu.toml");
+const REWARD_SPEC: &str = include_str!("../../configs/rewards/synthetic-click.toml");
+const TOOLS_CPU_CONFIG: &str = include_str!("../../configs/demo-tools-cpu.toml");
+const TOOLS_GPU_CONFIG: &str = include_str!("../../configs/demo-tools-gpu.toml");
+const TOOLS_REWARD_SPEC: &str = groundrl_core::reward::gated::TOOL_GATED_SPEC;
 
 /// The synthetic generator's seed of the held-out screenshots. Training screenshots of demo seed
 /// `s` come from generator seeds `2s` (warm-up) and `2s + 1` (GRPO), so no demo seed below
