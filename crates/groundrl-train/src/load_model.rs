@@ -148,9 +148,9 @@ impl LoadedModel {
                     false => String::new(),
                 };
                 format!(
-                    "run {} at step {} ({} on {}{lora})",
-                    run.run_dir.display(),
+                    "step {} of run {} ({}, initial model {}{lora})",
                     run.step,
+                    run.run_dir.display(),
                     run.dir.display(),
                     self.base.display()
                 )

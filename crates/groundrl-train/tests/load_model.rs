@@ -81,7 +81,11 @@ fn a_run_folder_and_its_checkpoint_load_the_trained_tensors_with_the_runs_pixel_
         assert_eq!((info.step, info.run_dir.as_path()), (3, run.as_path()));
         assert_eq!(loaded.base, run.join("initial-model"));
         assert_eq!(loaded.hf.processor.image.max_pixels, 100352);
-        assert!(loaded.describe().contains("at step 3"), "{}", loaded.describe());
+        assert!(
+            loaded.describe().contains("step 3 of run"),
+            "{}",
+            loaded.describe()
+        );
     }
 }
 

@@ -143,7 +143,7 @@ fn predict_answers_as_the_runs_evaluation_did_from_the_run_its_checkpoint_and_it
             (a["width"].clone(), a["height"].clone())
         );
         assert!(
-            from_run["model"].as_str().unwrap().contains("at step 2"),
+            from_run["model"].as_str().unwrap().contains("step 2 of run"),
             "{from_run}"
         );
         let from_checkpoint = predict(&run.join("checkpoints/step-2"), a, &samples, &[]);

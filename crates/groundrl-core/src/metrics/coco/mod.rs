@@ -18,7 +18,8 @@
 //! - `evaluate`: per category and image, IoU and greedy matching in score order per area range;
 //! - `accumulate`: per category, the precision/recall curve sampled at 101 recall thresholds;
 //! - `summary`: the 12 stats, per-category AP, precision and recall at IoU 0.5, the printed summary;
-//! - `single_image`: the per-sample AP reward of VLM-R1 ([`single_image_ap`]).
+//! - `single_image`: the per-sample AP reward of VLM-R1 ([`single_image_ap`]);
+//! - `answers`: a model's answers on detection samples as a dataset ([`evaluate_answers`]).
 //!
 //! Categories are independent, so they are evaluated in parallel (rayon); each category's arithmetic
 //! runs in one thread in a fixed order, so results do not depend on the number of threads.
@@ -44,6 +45,7 @@
 //! it). `iscrowd` may be absent (0); pycocotools requires it.
 
 mod accumulate;
+mod answers;
 mod dataset;
 mod evaluate;
 mod params;
@@ -53,6 +55,7 @@ mod summary;
 use rayon::prelude::*;
 
 pub use accumulate::Counts;
+pub use answers::{AnsweredImage, AnswersEval, evaluate_answers};
 pub use dataset::{
     Category, CocoError, Detection, GroundTruth, GtAnnotation, RecordRef, load_detections, load_ground_truth,
     parse_detections, parse_ground_truth,

@@ -56,7 +56,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// Precision and recall at IoU 0.5 over all categories (definition: `groundrl_core::metrics::coco` docs).
-fn print_at50(c: &Counts) {
+pub(super) fn print_at50(c: &Counts) {
     let tp = c.true_positives;
     let setting = "@[ IoU=0.50      | area=   all | maxDets=100 ]";
     println!(
@@ -71,7 +71,7 @@ fn print_at50(c: &Counts) {
     );
 }
 
-fn print_per_category(eval: &CocoEval) {
+pub(super) fn print_per_category(eval: &CocoEval) {
     println!(
         "{:>11}  {:<20} {:>6} {:>6} {:>6} {:>6} {:>7} {:>7}",
         "category_id", "name", "AP", "AP50", "P@.5", "R@.5", "GT", "det"
