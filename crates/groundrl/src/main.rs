@@ -22,7 +22,8 @@ enum Command {
     /// Score model completions with a reward spec (JSONL in, JSONL out); exit code 2 if some lines
     /// were bad (each is reported and skipped), 1 if the run failed.
     Reward(commands::reward::Args),
-    /// Evaluate predictions: COCO mAP as pycocotools computes it.
+    /// Evaluate predictions (COCO mAP as pycocotools computes it, grounding accuracy as the
+    /// benchmarks count it) or a model on a sample file in one go.
     #[command(subcommand)]
     Eval(commands::eval::EvalCommand),
     /// Generate the synthetic GUI grounding dataset (screenshots + samples.jsonl).

@@ -190,6 +190,27 @@ fn draw_writes_the_screenshot_at_its_size_with_the_answer_and_instruction() {
         (original.width(), original.height())
     );
     assert_ne!(written.to_rgb8(), original.to_rgb8(), "the caption is drawn");
+    // A smaller image budget: the model sees the screenshot smaller, answers map back to its size.
+    let out = ok(groundrl(&[
+        "predict",
+        "--model",
+        &path(&dir.path().join("tiny")),
+        "--image",
+        &image,
+        "--instruction",
+        "OK",
+        "--max-new-tokens",
+        "2",
+        "--max-pixels",
+        "12544",
+        "--json",
+    ]));
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["resized"], serde_json::json!([112, 112]));
+    assert_eq!(
+        (answer["width"].clone(), answer["height"].clone()),
+        (224.into(), 224.into())
+    );
 }
 
 #[test]
@@ -198,7 +219,22 @@ fn bad_input_is_a_clear_error_and_no_panic() {
     let image = tiny_and_image(dir.path());
     let model = path(&dir.path().join("tiny"));
     let not_a_model = path(&dir.path().join("data"));
-    let cases: [(Vec<&str>, &str); 5] = [
+    let cases: [(Vec<&str>, &str); 6] = [
+        (
+            vec![
+                "--model",
+                &model,
+                "--image",
+                &image,
+                "--instruction",
+                "OK",
+                "--min-pixels",
+                "4000",
+                "--max-pixels",
+                "3000",
+            ],
+            "the pixel budget is empty",
+        ),
         (
             vec!["--model", &model, "--image", "missing.png", "--instruction", "OK"],
             "missing.png",

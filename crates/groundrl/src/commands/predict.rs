@@ -46,6 +46,15 @@ pub struct AskArgs {
     /// Most tokens the model writes in a turn (default: a run's `rollout.max_new_tokens`, else 256).
     #[arg(long)]
     max_new_tokens: Option<usize>,
+    /// Smallest resized image area in pixels (default: a run's `model.min_pixels`, else the
+    /// folder's preprocessor_config.json).
+    #[arg(long)]
+    min_pixels: Option<u64>,
+    /// Largest resized image area in pixels: bounds a screenshot's image tokens (default: a run's
+    /// `model.max_pixels`, else the folder's preprocessor_config.json). Give a training config's to
+    /// measure a base model as the run will see screenshots.
+    #[arg(long)]
+    max_pixels: Option<u64>,
     /// The frame the prompt asks answers in and they are read in: resized (Qwen2.5-VL), pixel,
     /// normalized, qwen1000 (default: a run's reward spec `model_frame`, else resized).
     #[arg(long)]
@@ -80,7 +89,17 @@ impl AskArgs {
             "auto" => None,
             other => Some(parse_dtype(other)?),
         };
-        let loaded = load_model(&self.model, device, kind)?;
+        let mut loaded = load_model(&self.model, device, kind)?;
+        let image = &mut loaded.hf.processor.image;
+        image.min_pixels = self.min_pixels.unwrap_or(image.min_pixels);
+        image.max_pixels = self.max_pixels.unwrap_or(image.max_pixels);
+        if image.min_pixels > image.max_pixels {
+            bail!(
+                "the pixel budget is empty: min_pixels {} is above max_pixels {}",
+                image.min_pixels,
+                image.max_pixels
+            );
+        }
         let mut inference = match &loaded.run {
             Some(run) => {
                 let spec = run
