@@ -56,7 +56,9 @@ pub struct AskArgs {
     #[arg(long)]
     max_pixels: Option<u64>,
     /// The frame the prompt asks answers in and they are read in: resized (Qwen2.5-VL), pixel,
-    /// normalized, qwen1000 (default: a run's reward spec `model_frame`, else resized).
+    /// normalized, qwen1000. By default prompts ask in resized pixels, as training asks a sample
+    /// that carries no prompt of its own, and answers are read in a run's reward spec `model_frame`
+    /// (else resized).
     #[arg(long)]
     answer_frame: Option<Frame>,
     /// Let an answer's numbers pick their frame when they do not fit the answer frame (default: a
@@ -130,7 +132,11 @@ impl AskArgs {
             inference.model_frame = frame;
         }
         inference.detect_frame |= self.detect_frame;
-        let style = prompt_style(self.prompt, self.reasoning, inference.model_frame);
+        let style = prompt_style(
+            self.prompt,
+            self.reasoning,
+            self.answer_frame.unwrap_or(Frame::Resized),
+        );
         Ok(Asker {
             loaded,
             inference,
@@ -233,8 +239,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         bail!("--instruction is empty: say what to find");
     }
     let (base, name) = split_image_path(&args.image)?;
+    // The user named this file: it may be a symlink to anywhere (only devices are refused).
     let limits = ImageLimits {
-        paths: PathPolicy::Inside,
+        paths: PathPolicy::AllowOutside,
         max_pixels: args.max_image_pixels,
     };
     let decoded = image_file::open(&base, &name, limits)
