@@ -96,10 +96,11 @@ fn a_toy_demo_writes_evaluations_and_a_report() {
     assert!(String::from_utf8_lossy(&again.stderr).contains("already holds a demo"));
 }
 
-/// Seeds trained side by side (the CPU default) give what they give one after another: each seed's
-/// sampling draws from its own keyed streams and the model's initialisation holds libtorch's global
-/// generator, so threads do not disturb each other. Both ways use the same number of libtorch
-/// threads per seed, since another thread count may round sums differently.
+/// Seeds trained side by side (the CPU default), or side by side in processes of their own (the
+/// GPU demo's way), give what they give one after another: each seed's sampling draws from its own
+/// keyed streams and the model's initialisation holds libtorch's global generator, so threads do
+/// not disturb each other. Every way uses the same number of libtorch threads per seed, since
+/// another thread count may round sums differently.
 #[test]
 fn seeds_side_by_side_train_as_they_do_one_after_another() {
     let dir = tempfile::tempdir().unwrap();
@@ -132,7 +133,10 @@ fn seeds_side_by_side_train_as_they_do_one_after_another() {
     };
     let side_by_side = run("side-by-side", &[]);
     let in_a_row = run("in-a-row", &["--jobs=1"]);
+    let in_processes = run("in-processes", &["--processes"]);
     for seed in 0..2 {
+        let log = std::fs::read_to_string(in_processes.join(format!("seed-{seed}.log"))).unwrap();
+        assert!(log.contains("finished after 3 steps"), "seed {seed}'s log: {log}");
         let logs = |out: &std::path::Path| {
             let run = out.join(format!("seed-{seed}"));
             let rewards: Vec<Value> = json_lines(&run.join("metrics.jsonl"))
@@ -145,11 +149,13 @@ fn seeds_side_by_side_train_as_they_do_one_after_another() {
                 .collect();
             (rewards, losses, json_lines(&run.join("eval/after.jsonl")))
         };
-        let (a, b) = (logs(&side_by_side), logs(&in_a_row));
+        let (a, b, c) = (logs(&side_by_side), logs(&in_a_row), logs(&in_processes));
         assert_eq!(a.0.len(), 3);
         assert_eq!(a.1.len(), 12);
         assert_eq!(a.0, b.0, "seed {seed}: training rewards");
         assert_eq!(a.1, b.1, "seed {seed}: warm-up losses");
+        assert_eq!(a.0, c.0, "seed {seed}: training rewards in a process");
+        assert_eq!(a.1, c.1, "seed {seed}: warm-up losses in a process");
         let completions = |records: &[Value]| {
             records
                 .iter()
@@ -161,5 +167,59 @@ fn seeds_side_by_side_train_as_they_do_one_after_another() {
             completions(&b.2),
             "seed {seed}: held-out answers"
         );
+        assert_eq!(
+            completions(&a.2),
+            completions(&c.2),
+            "seed {seed}: held-out answers in a process"
+        );
     }
+}
+
+/// The zoom-tool demo's baseline trains the same seeds without the tool: no tool in its resolved
+/// config, the plain click reward, and the accuracy on small targets in its summary (every target
+/// of the tools demo's screenshots is under a fifth of the side, so the small-target set is the
+/// whole held-out set).
+#[test]
+fn the_zoom_demo_without_the_tool_is_its_baseline() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("demo");
+    let run = command()
+        .args(["demo", "--tools", "--without-tool", "--seeds=1", "--test-tasks=4"])
+        .arg("--out")
+        .arg(&out)
+        .args([
+            "sft.steps=2",
+            "sft.batch_size=2",
+            "trainer.max_steps=1",
+            "rollout.n=2",
+            "rollout.prompts_per_step=2",
+            "trainer.mini_batch_size=4",
+            "trainer.micro_batch_size=2",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let config = std::fs::read_to_string(out.join("seed-0/config.toml")).unwrap();
+    let tools = &config[config.find("[tools]").unwrap()..];
+    assert!(tools.contains("\nenabled = []\n"), "{tools}");
+    assert!(tools.contains("\nwarm_up_zoom_below = 0.0\n"), "{tools}");
+    let spec = std::fs::read_to_string(out.join("seed-0/reward.toml")).unwrap();
+    assert!(
+        spec.contains("gaussian_point") && !spec.contains("tool_gain"),
+        "{spec}"
+    );
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let seed = &summary["seeds"][0];
+    assert_eq!(seed["small_targets"]["tasks"], 4);
+    assert_eq!(seed["small_targets"]["after"], seed["after"]);
+    assert!(
+        stdout.contains("small targets (under a fifth of the side)"),
+        "{stdout}"
+    );
 }

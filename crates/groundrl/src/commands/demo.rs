@@ -22,7 +22,7 @@ use groundrl_core::data::{Sample, Task};
 use groundrl_core::frame::Frame;
 use groundrl_core::metrics::gain::{Interval, mean_over_seeds};
 use groundrl_core::prompt::{ModelKind, Preset, PromptStyle, Reasoning};
-use groundrl_core::report::{Run, write_report};
+use groundrl_core::report::{EvalSet, Run, write_report};
 use groundrl_core::synth::{Difficulty, SynthConfig, generate};
 use groundrl_core::telemetry::{CurveCheck, SampledSummary, check_curve};
 use groundrl_train::config::TrainConfig;
@@ -43,6 +43,13 @@ const TOOLS_REWARD_SPEC: &str = groundrl_core::reward::gated::TOOL_GATED_SPEC;
 /// `s` come from generator seeds `2s` (warm-up) and `2s + 1` (GRPO), so no demo seed below
 /// 500,000 trains on a held-out screenshot.
 const TEST_SYNTH_SEED: u64 = 1_000_000;
+
+/// The click tasks kept of a set of drawn screenshots, in the set's folder.
+const CLICKS_FILE: &str = "clicks.jsonl";
+
+/// Targets whose smaller side is under this share of the image's are "small": the zoom tool's case
+/// (`telemetry::stats::target_size`).
+const SMALL_TARGET: f64 = 0.2;
 
 /// The summary file of a demo: every seed's result and the mean over seeds.
 pub const SUMMARY_FILE: &str = "summary.json";
@@ -71,13 +78,28 @@ pub struct Args {
     /// Held-out click tasks (drawn from their own generator seed); default 500 (CPU) or 1000 (GPU).
     #[arg(long)]
     test_tasks: Option<usize>,
-    /// Seeds trained at the same time on the CPU, the cores shared equally among them. Default:
-    /// every seed at once (on 2 cores three single-threaded seeds finish sooner than three
-    /// two-threaded ones in a row: the tiny model's operations are too small to keep two threads
-    /// busy). The GPU demo trains one seed at a time: the rollout engine captures CUDA graphs, and a
-    /// capture fails when another thread uses the device meanwhile.
+    /// Seeds trained at the same time, the CPU cores shared equally among them. Default: every
+    /// seed at once. On the CPU, three single-threaded seeds on 2 cores finish sooner than three
+    /// two-threaded ones in a row (the tiny model's operations are too small to keep two threads
+    /// busy); on one H100 three seeds of the GPU demo take 4.7 minutes together where one alone
+    /// takes about 3. On the GPU each seed runs in a process of its own (log in
+    /// `<out>/seed-N.log`): the rollout engine captures CUDA graphs, and a capture fails when
+    /// another thread of the same process uses the device meanwhile.
     #[arg(long)]
     jobs: Option<u64>,
+    /// Train the seeds of a wave in processes of their own rather than threads of this one (the
+    /// GPU demo always does).
+    #[arg(long)]
+    processes: bool,
+    /// The zoom-tool demo's baseline (with `--tools`): the same screenshots, views, model and steps
+    /// with the tool withheld and the plain click reward, so that the accuracy on small targets
+    /// with the tool can be set beside the accuracy without it.
+    #[arg(long, requires = "tools")]
+    without_tool: bool,
+    /// Set by the demo itself when it trains seeds in processes of their own (`--jobs` on the
+    /// GPU): train seed `--first-seed` alone on the held-out data the parent process drew.
+    #[arg(long, hide = true)]
+    seed_process: bool,
     /// Config keys to override in every seed's run, `dotted.key=value`, e.g. `sft.steps=50
     /// trainer.max_steps=20` (the seeds themselves are the demo's).
     overrides: Vec<String>,
@@ -96,7 +118,39 @@ struct SeedResult {
     pass_at_k_before: Option<(u32, f64)>,
     /// The training-rollout reward curve: risen and held at its end?
     reward_curve: Option<CurveCheck>,
+    /// Zoom-tool demos: the accuracy on small targets.
+    small_targets: Option<SmallTargets>,
     minutes: f64,
+}
+
+/// Held-out accuracy on small targets (under [`SMALL_TARGET`] of the image side), before and after
+/// GRPO: what the zoom tool is for.
+#[derive(Clone, Debug, Serialize)]
+struct SmallTargets {
+    tasks: usize,
+    before: f64,
+    after: f64,
+    gain: Interval,
+}
+
+impl SmallTargets {
+    /// From the first and last evaluations; `None` when no record has a small target.
+    fn of(first: &EvalSet, last: &EvalSet) -> Option<Self> {
+        let small = |set: &EvalSet| EvalSet {
+            label: set.label.clone(),
+            records: (set.records.iter())
+                .filter(|r| r.target_size.is_some_and(|size| size < SMALL_TARGET))
+                .cloned()
+                .collect(),
+        };
+        let (first, last) = (small(first), small(last));
+        Some(Self {
+            gain: last.gain_over(&first)?,
+            tasks: last.records.len(),
+            before: accuracy(&first),
+            after: accuracy(&last),
+        })
+    }
 }
 
 /// The demo's result over its seeds.
@@ -105,9 +159,47 @@ struct Summary {
     seeds: Vec<SeedResult>,
     mean_gain: Option<Interval>,
     every_gain_above_zero: bool,
+    /// The mean over seeds of the accuracy on small targets after GRPO (zoom-tool demos).
+    mean_small_target_accuracy: Option<Interval>,
+}
+
+impl Summary {
+    fn of(seeds: Vec<SeedResult>) -> Self {
+        let gains: Vec<f64> = seeds.iter().map(|r| r.gain.value).collect();
+        let small: Option<Vec<f64>> = seeds
+            .iter()
+            .map(|r| r.small_targets.as_ref().map(|s| s.after))
+            .collect();
+        Self {
+            mean_gain: mean_over_seeds(&gains),
+            every_gain_above_zero: gains.iter().all(|&g| g > 0.0),
+            mean_small_target_accuracy: small.as_deref().and_then(mean_over_seeds),
+            seeds,
+        }
+    }
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if args.seeds == 0 {
+        bail!("--seeds must be at least 1");
+    }
+    let demo = Demo::of(&args);
+    let jobs = args.jobs.unwrap_or(args.seeds).max(1);
+    // A seed's process is one of `jobs` at once and takes its share of the cores.
+    let at_once = if args.seed_process {
+        jobs
+    } else {
+        jobs.min(args.seeds)
+    };
+    if at_once > 1 {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+        groundrl_tensor::tch::set_num_threads((cores / at_once).max(1) as i32);
+    }
+    if args.seed_process {
+        let bar = progress_bar().with_prefix(format!("seed {}", args.first_seed));
+        let (_, code) = run_seed(&args, &demo, args.first_seed, &test_data(&args.out), bar)?;
+        return Ok(code);
+    }
     let start = Instant::now();
     let out = &args.out;
     let first = out.join(format!("seed-{}", args.first_seed));
@@ -119,30 +211,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             out.display()
         );
     }
-    if args.seeds == 0 {
-        bail!("--seeds must be at least 1");
-    }
-    let demo = Demo::of(&args);
     let test_tasks = args.test_tasks.unwrap_or(if args.gpu { 1000 } else { 500 });
     let test = draw(&out.join("data/test"), TEST_SYNTH_SEED, test_tasks, demo.size)?;
     let seeds: Vec<u64> = (args.first_seed..args.first_seed + args.seeds).collect();
-    if args.gpu && args.jobs.is_some_and(|j| j > 1) {
-        bail!("--jobs above 1 is for the CPU demo: on the GPU, seeds train one at a time");
-    }
-    let jobs = if args.gpu {
-        1
-    } else {
-        args.jobs.unwrap_or(args.seeds).clamp(1, args.seeds)
-    };
-    if jobs > 1 {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
-        groundrl_tensor::tch::set_num_threads((cores / jobs).max(1) as i32);
-    }
     let bars = MultiProgress::new();
     let mut results = Vec::new();
     let mut code = ExitCode::SUCCESS;
-    for wave in seeds.chunks(jobs as usize) {
-        for outcome in run_wave(&args, &demo, wave, &test, &bars) {
+    for wave in seeds.chunks(at_once as usize) {
+        let outcomes = if (args.gpu || args.processes) && wave.len() > 1 {
+            run_processes(&args, wave, jobs)
+        } else {
+            run_wave(&args, &demo, wave, &test, &bars)
+        };
+        for outcome in outcomes {
             let (result, seed_code) = outcome?;
             print_seed(&result);
             results.push(result);
@@ -151,12 +232,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    let gains: Vec<f64> = results.iter().map(|r| r.gain.value).collect();
-    let summary = Summary {
-        mean_gain: mean_over_seeds(&gains),
-        every_gain_above_zero: gains.iter().all(|&g| g > 0.0),
-        seeds: results,
-    };
+    let summary = Summary::of(results);
     let path = out.join(SUMMARY_FILE);
     std::fs::write(&path, serde_json::to_string_pretty(&summary)? + "\n")
         .with_context(|| format!("writing {}", path.display()))?;
@@ -167,6 +243,92 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         path.display()
     );
     Ok(code)
+}
+
+/// The held-out tasks' file, drawn once per demo into its output folder.
+fn test_data(out: &Path) -> PathBuf {
+    out.join("data/test").join(CLICKS_FILE)
+}
+
+/// Runs the seeds of `wave` at the same time, one process each (this binary with
+/// `--seed-process`), and reads each seed's result from its run folder once its process ended.
+fn run_processes(args: &Args, wave: &[u64], jobs: u64) -> Vec<anyhow::Result<(SeedResult, ExitCode)>> {
+    let start = Instant::now();
+    let children: Vec<_> = wave
+        .iter()
+        .map(|&seed| (seed, spawn_seed(args, seed, jobs)))
+        .collect();
+    children
+        .into_iter()
+        .map(|(seed, child)| {
+            let log = seed_log(&args.out, seed);
+            let status = child?
+                .wait()
+                .with_context(|| format!("waiting for seed {seed}'s process"))?;
+            let code = match status.code() {
+                Some(0) => ExitCode::SUCCESS,
+                Some(3) => ExitCode::from(3),
+                _ => bail!(
+                    "seed {seed}'s process failed ({status}); its log: {}",
+                    log.display()
+                ),
+            };
+            let dir = args.out.join(format!("seed-{seed}"));
+            let run = Run::load(&dir, &dir).with_context(|| format!("reading seed {seed}'s run"))?;
+            let minutes = start.elapsed().as_secs_f64() / 60.0;
+            let result = seed_result(seed, &run, minutes, args.tools).with_context(|| {
+                format!(
+                    "seed {seed}: no held-out evaluation before and after GRPO; log {}",
+                    log.display()
+                )
+            })?;
+            Ok((result, code))
+        })
+        .collect()
+}
+
+/// Where the process of seed `seed` writes its output.
+fn seed_log(out: &Path, seed: u64) -> PathBuf {
+    out.join(format!("seed-{seed}.log"))
+}
+
+/// Starts this binary on seed `seed` alone, with the demo's own arguments.
+fn spawn_seed(args: &Args, seed: u64, jobs: u64) -> anyhow::Result<std::process::Child> {
+    let exe = std::env::current_exe().context("locating the groundrl binary")?;
+    let path = seed_log(&args.out, seed);
+    let log = std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+    let mut command = std::process::Command::new(exe);
+    command
+        .arg("demo")
+        .arg("--seed-process")
+        .arg("--out")
+        .arg(&args.out);
+    command.args([
+        "--first-seed",
+        &seed.to_string(),
+        "--seeds",
+        "1",
+        "--jobs",
+        &jobs.to_string(),
+    ]);
+    for (on, flag) in [
+        (args.gpu, "--gpu"),
+        (args.tools, "--tools"),
+        (args.without_tool, "--without-tool"),
+    ] {
+        if on {
+            command.arg(flag);
+        }
+    }
+    command.arg("--").args(&args.overrides);
+    command.stdout(log.try_clone()?).stderr(log);
+    eprintln!(
+        "seed {seed}: training in a process of its own; log {}",
+        path.display()
+    );
+    command
+        .spawn()
+        .with_context(|| format!("starting seed {seed}'s process"))
 }
 
 /// Runs the seeds of `wave` at the same time, one thread each; their outcomes in seed order.
@@ -205,7 +367,10 @@ fn run_seed(
 ) -> anyhow::Result<(SeedResult, ExitCode)> {
     let start = Instant::now();
     let dir = args.out.join(format!("seed-{seed}"));
-    let mut cfg = TrainConfig::from_toml_str(demo.config, &args.overrides).context("demo config")?;
+    let overrides: Vec<String> = (demo.overrides.iter().map(|o| o.to_string()))
+        .chain(args.overrides.iter().cloned())
+        .collect();
+    let mut cfg = TrainConfig::from_toml_str(demo.config, &overrides).context("demo config")?;
     cfg.model.seed = seed as i64;
     cfg.data.seed = seed;
     cfg.trainer.seed = seed;
@@ -238,19 +403,15 @@ fn run_seed(
     for note in &run.notes {
         eprintln!("report: {note}");
     }
-    let result = seed_result(seed, &run, start.elapsed().as_secs_f64() / 60.0)
+    let result = seed_result(seed, &run, start.elapsed().as_secs_f64() / 60.0, args.tools)
         .with_context(|| format!("seed {seed}: no held-out evaluation before and after GRPO"))?;
     Ok((result, code))
 }
 
 /// The seed's held-out result from its run folder: the first and last evaluations, paired by task.
-fn seed_result(seed: u64, run: &Run, minutes: f64) -> Option<SeedResult> {
+fn seed_result(seed: u64, run: &Run, minutes: f64, tools: bool) -> Option<SeedResult> {
     let (first, last) = (run.evals.first()?, run.evals.last()?);
     let gain = last.gain_over(first)?;
-    let accuracy = |set: &groundrl_core::report::EvalSet| {
-        let (right, n) = set.correct_of(|_| true);
-        right as f64 / n.max(1) as f64
-    };
     let pass_at_k_before = SampledSummary::of(&first.records).map(|s| (s.k, s.pass_rate()));
     let rewards: Vec<f64> = run.steps.iter().map(|s| s.rollout.reward.mean).collect();
     Some(SeedResult {
@@ -262,8 +423,19 @@ fn seed_result(seed: u64, run: &Run, minutes: f64) -> Option<SeedResult> {
         gain,
         pass_at_k_before,
         reward_curve: check_curve(&rewards),
+        small_targets: if tools {
+            SmallTargets::of(first, last)
+        } else {
+            None
+        },
         minutes,
     })
+}
+
+/// The share of right answers of an evaluation.
+fn accuracy(set: &EvalSet) -> f64 {
+    let (right, n) = set.correct_of(|_| true);
+    right as f64 / n.max(1) as f64
 }
 
 fn print_seed(r: &SeedResult) {
@@ -284,9 +456,17 @@ fn print_seed(r: &SeedResult) {
             }
         )
     });
+    let small = r.small_targets.as_ref().map_or(String::new(), |s| {
+        format!(
+            "; small targets (under a fifth of the side): {:.1}% -> {:.1}% on {} tasks",
+            100.0 * s.before,
+            100.0 * s.after,
+            s.tasks
+        )
+    });
     println!(
         "seed {}: held-out accuracy {:.1}% -> {:.1}% on {} tasks, gain {:+.1} points (95% interval \
-         {:+.1} to {:+.1}){pass}{curve}; {:.1} min",
+         {:+.1} to {:+.1}){pass}{curve}{small}; {:.1} min",
         r.seed,
         100.0 * r.before,
         100.0 * r.after,
@@ -311,14 +491,27 @@ fn print_summary(s: &Summary) {
         100.0 * mean.high,
         if s.every_gain_above_zero { "yes" } else { "no" }
     );
+    if let Some(small) = s.mean_small_target_accuracy {
+        println!(
+            "small targets: mean accuracy after GRPO {:.1}% (95% t interval {:.1}% to {:.1}%)",
+            100.0 * small.value,
+            100.0 * small.low,
+            100.0 * small.high
+        );
+    }
 }
 
-/// Which demo runs: its training config, reward spec and screenshot size.
+/// Which demo runs: its training config, the overrides it puts before the user's, its reward spec
+/// and screenshot size.
 struct Demo {
     config: &'static str,
+    overrides: &'static [&'static str],
     reward_spec: &'static str,
     size: (u32, u32),
 }
+
+/// The zoom-tool demo's baseline: no tool offered, so no reference trajectory zooms either.
+const WITHOUT_TOOL: [&str; 2] = ["tools.enabled=[]", "tools.warm_up_zoom_below=0"];
 
 impl Demo {
     fn of(args: &Args) -> Self {
@@ -330,8 +523,17 @@ impl Demo {
             (true, false) => (TOOLS_CPU_CONFIG, TOOLS_REWARD_SPEC, (448, 448)),
             (true, true) => (TOOLS_GPU_CONFIG, TOOLS_REWARD_SPEC, (896, 896)),
         };
+        if args.without_tool {
+            return Self {
+                config,
+                overrides: &WITHOUT_TOOL,
+                reward_spec: REWARD_SPEC,
+                size,
+            };
+        }
         Self {
             config,
+            overrides: &[],
             reward_spec,
             size,
         }
@@ -349,7 +551,7 @@ fn draw(dir: &Path, seed: u64, tasks: usize, size: (u32, u32)) -> anyhow::Result
     loop {
         let clicks = draw_screenshots(dir, seed, screenshots, size)?;
         if clicks.len() >= tasks {
-            let kept = dir.join("clicks.jsonl");
+            let kept = dir.join(CLICKS_FILE);
             write_jsonl(&kept, &clicks[..tasks])?;
             eprintln!(
                 "drew {screenshots} screenshots into {} (generator seed {seed}): kept {tasks} of {} click tasks",
