@@ -252,4 +252,12 @@ fn kill(backend: Backend, timeout: Duration) {
         took.as_secs_f64(),
         timeout.as_secs()
     );
+    // How long c10d takes to tear the failed group down (its watchdog pauses for its flight-recorder
+    // dump after a failure).
+    let started = Instant::now();
+    drop(group);
+    println!(
+        "rank {rank}: the failed group was dropped in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
 }

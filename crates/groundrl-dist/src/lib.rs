@@ -144,7 +144,8 @@ impl ProcessGroup {
     /// `CUDA_VISIBLE_DEVICES`) and its communicator is made here, so that a rank that never comes
     /// makes this call fail. Unless `TORCH_NCCL_ASYNC_ERROR_HANDLING` is set, it is set to 2, so that
     /// a failed or timed-out collective comes back as an error instead of NCCL's watchdog ending the
-    /// process (PyTorch's default, 3).
+    /// process (PyTorch's default, 3). After such an error, drop the group (or exit): c10d's
+    /// heartbeat monitor ends the process some minutes after a failure if the group is still there.
     pub fn new(rendezvous: &Rendezvous, options: GroupOptions) -> Result<Self, DistError> {
         rendezvous.check()?;
         let text = |name: &str, value: &str| {
