@@ -22,4 +22,8 @@ for line in sys.stdin:
   cp "$tests" .device/$crate-tests
   strip .device/$crate-tests
 done
-ls -la .device/groundrl .device/groundrl-tensor-tests .device/groundrl-train-tests
+# The NCCL group's check and bandwidth program (scripts/gpu/nccl-bench.sh runs it on the GPU machine).
+CARGO_TARGET_DIR="$root/target/cuda" cargo build --release --features cuda -p groundrl-dist --example nccl_bench
+cp target/cuda/release/examples/nccl_bench .device/nccl-bench
+strip .device/nccl-bench
+ls -la .device/groundrl .device/groundrl-tensor-tests .device/groundrl-train-tests .device/nccl-bench

@@ -1,19 +1,22 @@
 // A C ABI over libtorch's c10d (the layer under PyTorch's torch.distributed): a TCPStore for the
-// rendezvous and a ProcessGroupGloo for the collectives, used through the generic c10d::Backend
-// interface. Each collective waits at most its timeout (c10d's Work::wait throws "Operation timed
-// out!" past it) and passes the same timeout in its options, which stops Gloo's own transfer too.
+// rendezvous and a ProcessGroupGloo (here) or ProcessGroupNCCL (nccl.cpp, with the crate's `cuda`
+// feature) for the collectives, used through the generic c10d::Backend interface. Each collective
+// waits at most its timeout (c10d's Work::wait throws past it) and passes the same timeout in its
+// options, which stops Gloo's own transfer too and sets the deadline of NCCL's watchdog.
 // Every entry point catches C++ exceptions and returns a code; the message is kept per
 // thread for the Rust side (src/ffi.rs), so no exception crosses the FFI boundary.
 //
 // Sources: torch/csrc/distributed/c10d/{TCPStore,ProcessGroupGloo,Backend,Work,Types}.hpp of the
 // torch 2.11.0 wheel; Gloo's headers from third_party/gloo (the wheel ships none, README there).
 
+#include "shim.h"
+
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <chrono>
-#include <exception>
 #include <string>
+#include <thread>
 #include <vector>
 
 // The object is allocated here but built by libtorch's constructor: its size must be libtorch's own
@@ -21,37 +24,57 @@
 static_assert(sizeof(c10d::ProcessGroupGloo) == 0x1e8,
               "c10d::ProcessGroupGloo's layout differs from libtorch 2.11.0's");
 
-namespace {
+namespace groundrl_dist {
 
-thread_local std::string last_error;
-
-// Runs `f`: 0 when it returns, 1 when it throws (the message kept in `last_error`; c10d's errors
-// without their C++ backtrace).
-template <class F>
-int guarded(F f) {
-  try {
-    f();
-    return 0;
-  } catch (const c10::Error& e) {
-    last_error = e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    last_error = e.what();
-  } catch (...) {
-    last_error = "unknown C++ exception";
-  }
-  return 1;
+std::string& last_error() {
+  thread_local std::string message;
+  return message;
 }
 
-struct Group {
-  c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::Backend> backend;
-};
+c10::intrusive_ptr<c10d::Store> connect_store(const char* host, uint16_t port, int rank, int world,
+                                              std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions store_options;
+  store_options.port = port;
+  store_options.isServer = rank == 0;
+  store_options.numWorkers = static_cast<std::size_t>(world);
+  store_options.timeout = timeout;
+  return c10::make_intrusive<c10d::TCPStore>(host, store_options);
+}
+
+}  // namespace groundrl_dist
+
+namespace {
+
+using groundrl_dist::Group;
+using groundrl_dist::guarded;
+
+// Waits for a collective's work, at most `timeout` after it was enqueued. ProcessGroupNCCL's own
+// wait(timeout) checks its work once a millisecond (a 1 ms nanosleep between checks in libtorch_cuda.so
+// 2.11.0), which would dominate collectives that take microseconds; for NCCL the work is polled here
+// (yielding at first, then sleeping 100 us), and wait() is called once it is done or the timeout has
+// passed: it returns at once for finished work or throws its error, and for work older than the
+// timeout it aborts the communicators and throws c10d's timeout error.
+void finish(const Group& group, const c10::intrusive_ptr<c10d::Work>& work,
+            std::chrono::milliseconds timeout) {
+  if (group.nccl) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int polls = 0; !work->isCompleted(); ++polls) {
+      if (std::chrono::steady_clock::now() - start >= timeout) break;
+      if (polls < 10000) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+    }
+  }
+  work->wait(timeout);
+}
 
 }  // namespace
 
 extern "C" {
 
-const char* groundrl_dist_last_error() { return last_error.c_str(); }
+const char* groundrl_dist_last_error() { return groundrl_dist::last_error().c_str(); }
 
 // Connects to (rank 0: serves) the TCPStore at host:port, then builds a Gloo group of `world`
 // ranks over it. `device_host`: the address this rank's Gloo transport binds to, or null for c10d's
@@ -61,12 +84,7 @@ void* groundrl_dist_gloo_new(const char* host, uint16_t port, int rank, int worl
   Group* group = nullptr;
   guarded([&] {
     std::chrono::milliseconds timeout(timeout_ms);
-    c10d::TCPStoreOptions store_options;
-    store_options.port = port;
-    store_options.isServer = rank == 0;
-    store_options.numWorkers = static_cast<std::size_t>(world);
-    store_options.timeout = timeout;
-    auto store = c10::make_intrusive<c10d::TCPStore>(host, store_options);
+    auto store = groundrl_dist::connect_store(host, port, rank, world, timeout);
     auto options = device_host == nullptr
                        ? c10d::ProcessGroupGloo::Options::create_default(timeout)
                        : c10d::ProcessGroupGloo::Options::create(timeout);
@@ -85,7 +103,8 @@ int groundrl_dist_all_reduce_sum(void* g, at::Tensor* tensor, int64_t timeout_ms
     c10d::AllreduceOptions opts;
     opts.reduceOp = c10d::ReduceOp::SUM;
     opts.timeout = std::chrono::milliseconds(timeout_ms);
-    static_cast<Group*>(g)->backend->allreduce(tensors, opts)->wait(opts.timeout);
+    auto* group = static_cast<Group*>(g);
+    finish(*group, group->backend->allreduce(tensors, opts), opts.timeout);
   });
 }
 
@@ -95,7 +114,8 @@ int groundrl_dist_broadcast(void* g, at::Tensor* tensor, int root, int64_t timeo
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
     opts.timeout = std::chrono::milliseconds(timeout_ms);
-    static_cast<Group*>(g)->backend->broadcast(tensors, opts)->wait(opts.timeout);
+    auto* group = static_cast<Group*>(g);
+    finish(*group, group->backend->broadcast(tensors, opts), opts.timeout);
   });
 }
 
@@ -108,7 +128,8 @@ int groundrl_dist_all_gather(void* g, const at::Tensor* input, at::Tensor* const
     for (int r = 0; r < world; ++r) gathered[0].push_back(*outputs[r]);
     c10d::AllgatherOptions opts;
     opts.timeout = std::chrono::milliseconds(timeout_ms);
-    static_cast<Group*>(g)->backend->allgather(gathered, inputs, opts)->wait(opts.timeout);
+    auto* group = static_cast<Group*>(g);
+    finish(*group, group->backend->allgather(gathered, inputs, opts), opts.timeout);
   });
 }
 
@@ -116,14 +137,26 @@ int groundrl_dist_barrier(void* g, int64_t timeout_ms) {
   return guarded([&] {
     c10d::BarrierOptions opts;
     opts.timeout = std::chrono::milliseconds(timeout_ms);
-    static_cast<Group*>(g)->backend->barrier(opts)->wait(opts.timeout);
+    auto* group = static_cast<Group*>(g);
+    finish(*group, group->backend->barrier(opts), opts.timeout);
   });
 }
 
-// The backend goes first: its worker threads stop before the store closes.
-void groundrl_dist_free(void* g) {
+// The backend goes first: its worker threads stop before the store closes. An NCCL group is shut
+// down (its communicators destroyed) as PyTorch's destroy_process_group does, or aborted when a
+// collective failed (`failed` != 0), whose communicators may be stuck in a kernel.
+void groundrl_dist_free(void* g, int failed) {
+  auto* group = static_cast<Group*>(g);
   guarded([&] {
-    auto* group = static_cast<Group*>(g);
+    if (group->nccl) {
+      if (failed != 0) {
+        group->backend->abort();
+      } else {
+        group->backend->shutdown();
+      }
+    }
+  });
+  guarded([&] {
     group->backend.reset();
     delete group;
   });

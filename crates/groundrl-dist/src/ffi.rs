@@ -31,7 +31,21 @@ unsafe extern "C" {
         timeout_ms: i64,
     ) -> c_int;
     pub(crate) fn groundrl_dist_barrier(g: *mut c_void, timeout_ms: i64) -> c_int;
-    pub(crate) fn groundrl_dist_free(g: *mut c_void);
+    pub(crate) fn groundrl_dist_free(g: *mut c_void, failed: c_int);
+}
+
+#[cfg(feature = "cuda")]
+unsafe extern "C" {
+    pub(crate) fn groundrl_dist_nccl_new(
+        host: *const c_char,
+        port: u16,
+        rank: c_int,
+        world: c_int,
+        timeout_ms: i64,
+        local_rank: c_int,
+        device: *mut c_int,
+    ) -> *mut c_void;
+    pub(crate) fn groundrl_dist_nccl_version(out: *mut c_char, capacity: c_int) -> c_int;
 }
 
 /// The message of the last failed shim call on this thread.

@@ -3,13 +3,14 @@
 //!
 //! - Rendezvous through c10d's `TCPStore`, served by rank 0 at `MASTER_ADDR:MASTER_PORT`
 //!   ([`Rendezvous`], read from torchrun's variables by [`ProcessGroup::from_env`]).
-//! - Collectives through c10d's `ProcessGroupGloo` on CPU tensors: the sum all-reduce (bucketed),
-//!   broadcast, all-gather of tensors and of bytes, barrier.
+//! - Collectives through c10d's `ProcessGroupGloo` on CPU tensors, or its `ProcessGroupNCCL` on the
+//!   CUDA tensors of one device per rank ([`Backend`]; NCCL with the crate's `cuda` feature only): the
+//!   sum all-reduce (bucketed), broadcast, all-gather of tensors and of bytes, barrier.
 //! - Every call waits at most the group's timeout ([`ProcessGroup::set_timeout`]) and returns an
-//!   error with c10d's message past it, or as soon as a peer's connection closes (a rank that died).
-//!   A failed call leaves the ranks out of step, so the group refuses further calls.
+//!   error with c10d's message past it, or as soon as c10d sees a peer fail (Gloo: a closed
+//!   connection). A failed call leaves the ranks out of step, so the group refuses further calls.
 //!
-//! NCCL (`ProcessGroupNCCL`, CUDA tensors) is not reached yet: `docs/distributed.md` says what exists.
+//! `docs/distributed.md` says what exists and what has been run where.
 
 mod bucket;
 mod ffi;
@@ -19,7 +20,7 @@ use std::ffi::{CString, c_int, c_void};
 use std::fmt;
 use std::time::Duration;
 
-use tch::Tensor;
+use tch::{Device, Tensor};
 
 pub use rendezvous::Rendezvous;
 
@@ -48,6 +49,29 @@ pub enum DistError {
     },
     #[error("the process group failed earlier ({0}) and its ranks are out of step; make a new one")]
     Failed(String),
+    /// Something this build lacks: the NCCL backend without the crate's `cuda` feature.
+    #[error("{0}")]
+    Unsupported(String),
+    /// A tensor away from an NCCL group's device. NCCL reduces its own device's tensors only; the
+    /// call is refused before any collective, so the group stays usable.
+    #[error("{operation}: a tensor on {found:?}, but this group's collectives run on {expected:?}")]
+    WrongDevice {
+        operation: &'static str,
+        expected: Device,
+        found: Device,
+    },
+}
+
+/// Which c10d backend carries a group's collectives.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Backend {
+    /// `ProcessGroupGloo`: CPU tensors, TCP between ranks.
+    #[default]
+    Gloo,
+    /// `ProcessGroupNCCL`: CUDA tensors on this rank's device ([`ProcessGroup::device`]: CUDA device
+    /// `LOCAL_RANK` modulo the devices this process sees), NVLink, PCIe or the network between ranks.
+    /// Needs the crate's `cuda` feature.
+    Nccl,
 }
 
 /// How a group waits and buckets.
@@ -58,6 +82,8 @@ pub struct GroupOptions {
     pub timeout: Duration,
     /// The size of one `all_reduce_sum` bucket; PyTorch DDP's default `bucket_cap_mb` is 25.
     pub bucket_bytes: usize,
+    /// Gloo (the default) or NCCL.
+    pub backend: Backend,
 }
 
 impl Default for GroupOptions {
@@ -65,15 +91,17 @@ impl Default for GroupOptions {
         Self {
             timeout: Duration::from_secs(30 * 60),
             bucket_bytes: 25 << 20,
+            backend: Backend::Gloo,
         }
     }
 }
 
-/// One rank's handle on a group of processes (c10d's Gloo backend over a TCPStore).
+/// One rank's handle on a group of processes (c10d's Gloo or NCCL backend over a TCPStore).
 pub struct ProcessGroup {
     raw: *mut c_void,
     rank: usize,
     world_size: usize,
+    device: Device,
     options: GroupOptions,
     failed: Option<String>,
 }
@@ -83,14 +111,18 @@ unsafe impl Send for ProcessGroup {}
 
 impl fmt::Debug for ProcessGroup {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ProcessGroup(rank {} of {})", self.rank, self.world_size)
+        write!(
+            f,
+            "ProcessGroup(rank {} of {}, {:?} on {:?})",
+            self.rank, self.world_size, self.options.backend, self.device
+        )
     }
 }
 
 impl Drop for ProcessGroup {
     fn drop(&mut self) {
-        // SAFETY: `raw` came from groundrl_dist_gloo_new and is freed once.
-        unsafe { ffi::groundrl_dist_free(self.raw) }
+        // SAFETY: `raw` came from groundrl_dist_{gloo,nccl}_new and is freed once.
+        unsafe { ffi::groundrl_dist_free(self.raw, c_int::from(self.failed.is_some())) }
     }
 }
 
@@ -101,27 +133,44 @@ impl ProcessGroup {
     }
 
     /// Joins the group: rank 0 serves the TCPStore, every rank connects to it and to every other
-    /// rank, within `options.timeout`. With a loopback `master_addr` every rank is on this machine
-    /// and Gloo binds to 127.0.0.1; otherwise to the address of this host's name (or the interfaces
-    /// of `GLOO_SOCKET_IFNAME`), as PyTorch does.
+    /// rank, within `options.timeout`.
+    ///
+    /// Gloo: with a loopback `master_addr` every rank is on this machine and Gloo binds to
+    /// 127.0.0.1; otherwise to the address of this host's name (or the interfaces of
+    /// `GLOO_SOCKET_IFNAME`), as PyTorch does.
+    ///
+    /// NCCL: the group is bound to CUDA device `local_rank` modulo the devices this process sees
+    /// (all of them: one process per GPU, as torchrun starts them; or one each through
+    /// `CUDA_VISIBLE_DEVICES`) and its communicator is made here, so that a rank that never comes
+    /// makes this call fail. Unless `TORCH_NCCL_ASYNC_ERROR_HANDLING` is set, it is set to 2, so that
+    /// a failed or timed-out collective comes back as an error instead of NCCL's watchdog ending the
+    /// process (PyTorch's default, 3). After such an error, drop the group (or exit): c10d's
+    /// heartbeat monitor ends the process some minutes after a failure if the group is still there.
     pub fn new(rendezvous: &Rendezvous, options: GroupOptions) -> Result<Self, DistError> {
         rendezvous.check()?;
         let text = |name: &str, value: &str| {
             CString::new(value).map_err(|_| DistError::Rendezvous(format!("{name} holds a NUL byte")))
         };
         let host = text("MASTER_ADDR", &rendezvous.master_addr)?;
-        let device = rendezvous.is_loopback().then_some(c"127.0.0.1");
         let (rank, world) = (c_int_of(rendezvous.rank)?, c_int_of(rendezvous.world_size)?);
-        // SAFETY: the strings outlive the call; the shim copies what it keeps.
-        let raw = unsafe {
-            ffi::groundrl_dist_gloo_new(
-                host.as_ptr(),
-                rendezvous.master_port,
-                rank,
-                world,
-                millis(options.timeout),
-                device.map_or(std::ptr::null(), |d| d.as_ptr()),
-            )
+        let timeout = millis(options.timeout);
+        let (raw, device) = match options.backend {
+            Backend::Gloo => {
+                let bind = rendezvous.is_loopback().then_some(c"127.0.0.1");
+                // SAFETY: the strings outlive the call; the shim copies what it keeps.
+                let raw = unsafe {
+                    ffi::groundrl_dist_gloo_new(
+                        host.as_ptr(),
+                        rendezvous.master_port,
+                        rank,
+                        world,
+                        timeout,
+                        bind.map_or(std::ptr::null(), |d| d.as_ptr()),
+                    )
+                };
+                (raw, Device::Cpu)
+            }
+            Backend::Nccl => nccl_new(&host, rendezvous, rank, world, timeout)?,
         };
         if raw.is_null() {
             return Err(DistError::C10d {
@@ -133,6 +182,7 @@ impl ProcessGroup {
             raw,
             rank: rendezvous.rank,
             world_size: rendezvous.world_size,
+            device,
             options,
             failed: None,
         })
@@ -146,15 +196,28 @@ impl ProcessGroup {
         self.world_size
     }
 
+    /// The backend that carries this group's collectives.
+    pub fn backend(&self) -> Backend {
+        self.options.backend
+    }
+
+    /// Where this group's tensors live: the CPU for Gloo, this rank's CUDA device for NCCL.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
     /// Sets how long each following collective may wait for the other ranks.
     pub fn set_timeout(&mut self, timeout: Duration) {
         self.options.timeout = timeout;
     }
 
-    /// Sums each tensor over all ranks, in place: the tensors (CPU; the same shapes, dtypes and
-    /// order on every rank) are packed into flat buffers of at most `bucket_bytes` per dtype, each
-    /// reduced by one collective and copied back.
+    /// Sums each tensor over all ranks, in place: the tensors (on [`Self::device`]; the same shapes,
+    /// dtypes and order on every rank) are packed into flat buffers of at most `bucket_bytes` per
+    /// dtype, each reduced by one collective and copied back.
     pub fn all_reduce_sum(&mut self, tensors: &mut [Tensor]) -> Result<(), DistError> {
+        for tensor in tensors.iter() {
+            self.check_device("all_reduce_sum", tensor)?;
+        }
         let slots: Vec<bucket::Slot> = tensors
             .iter()
             .map(|t| bucket::Slot {
@@ -203,6 +266,7 @@ impl ProcessGroup {
     /// Replaces `tensor` on every rank by rank `root`'s (the same shape and dtype on every rank).
     pub fn broadcast(&mut self, tensor: &mut Tensor, root: usize) -> Result<(), DistError> {
         let root = self.check_rank(root)?;
+        self.check_device("broadcast", tensor)?;
         let mut buffer = tensor.contiguous();
         let raw = buffer.as_mut_ptr() as ffi::RawTensor;
         self.call("broadcast", |group, ms| {
@@ -217,6 +281,7 @@ impl ProcessGroup {
 
     /// Every rank's `tensor`, in rank order (the same shape and dtype on every rank).
     pub fn all_gather(&mut self, tensor: &Tensor) -> Result<Vec<Tensor>, DistError> {
+        self.check_device("all_gather", tensor)?;
         let input = tensor.contiguous();
         let outputs: Vec<Tensor> = (0..self.world_size).map(|_| input.empty_like()).collect();
         let raws: Vec<ffi::RawTensor> = outputs.iter().map(|t| t.as_ptr() as ffi::RawTensor).collect();
@@ -240,7 +305,8 @@ impl ProcessGroup {
     /// Every rank's bytes, in rank order; lengths may differ between ranks (two collectives: the
     /// lengths, then the bytes padded to the longest).
     pub fn all_gather_bytes(&mut self, bytes: &[u8]) -> Result<Vec<Vec<u8>>, DistError> {
-        let lengths = self.all_gather(&Tensor::from_slice(&[bytes.len() as i64]))?;
+        let device = self.device;
+        let lengths = self.all_gather(&Tensor::from_slice(&[bytes.len() as i64]).to_device(device))?;
         let lengths: Vec<usize> = lengths.iter().map(|t| t.int64_value(&[0]) as usize).collect();
         let longest = lengths.iter().copied().max().unwrap_or(0);
         if longest == 0 {
@@ -248,13 +314,13 @@ impl ProcessGroup {
         }
         let mut padded = bytes.to_vec();
         padded.resize(longest, 0);
-        let gathered = self.all_gather(&Tensor::from_slice(&padded))?;
+        let gathered = self.all_gather(&Tensor::from_slice(&padded).to_device(device))?;
         Ok(gathered
             .iter()
             .zip(lengths)
             .map(|(t, len)| {
                 let mut out = vec![0u8; longest];
-                t.copy_data_u8(&mut out, longest);
+                t.to_device(Device::Cpu).copy_data_u8(&mut out, longest);
                 out.truncate(len);
                 out
             })
@@ -286,6 +352,19 @@ impl ProcessGroup {
         Err(DistError::C10d { operation, message })
     }
 
+    /// NCCL reduces the tensors of its own device only; Gloo takes what c10d's Gloo takes.
+    fn check_device(&self, operation: &'static str, tensor: &Tensor) -> Result<(), DistError> {
+        let found = tensor.device();
+        if self.options.backend == Backend::Nccl && found != self.device {
+            return Err(DistError::WrongDevice {
+                operation,
+                expected: self.device,
+                found,
+            });
+        }
+        Ok(())
+    }
+
     fn check_rank(&self, rank: usize) -> Result<c_int, DistError> {
         if rank >= self.world_size {
             return Err(DistError::NoSuchRank {
@@ -297,6 +376,74 @@ impl ProcessGroup {
     }
 }
 
+/// Makes an NCCL group: the shim's handle (null on failure, the message in `ffi::last_error`) and
+/// the CUDA device it is bound to.
+#[cfg(feature = "cuda")]
+fn nccl_new(
+    host: &std::ffi::CStr,
+    rendezvous: &Rendezvous,
+    rank: c_int,
+    world: c_int,
+    timeout_ms: i64,
+) -> Result<(*mut c_void, Device), DistError> {
+    let local_rank = c_int_of(rendezvous.local_rank)?;
+    let mut device: c_int = -1;
+    // SAFETY: the string outlives the call; the shim copies what it keeps and writes `device`.
+    let raw = unsafe {
+        ffi::groundrl_dist_nccl_new(
+            host.as_ptr(),
+            rendezvous.master_port,
+            rank,
+            world,
+            timeout_ms,
+            local_rank,
+            &mut device,
+        )
+    };
+    Ok((raw, Device::Cuda(usize::try_from(device).unwrap_or(0))))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn nccl_new(
+    _host: &std::ffi::CStr,
+    _rendezvous: &Rendezvous,
+    _rank: c_int,
+    _world: c_int,
+    _timeout_ms: i64,
+) -> Result<(*mut c_void, Device), DistError> {
+    Err(nccl_not_built())
+}
+
+#[cfg(not(feature = "cuda"))]
+fn nccl_not_built() -> DistError {
+    DistError::Unsupported(
+        "the NCCL backend is not in this build: groundrl-dist was built without its cuda feature \
+         (GPU builds: scripts/gpu/build.sh)"
+            .to_owned(),
+    )
+}
+
+/// The version of the NCCL library that libtorch loaded (for example "2.28.9"): the one beside
+/// torch on the GPU machine, which may differ from the 2.28.9 whose header the shim was built with.
+pub fn nccl_version() -> Result<String, DistError> {
+    #[cfg(feature = "cuda")]
+    {
+        let mut buffer = [0 as std::ffi::c_char; 64];
+        // SAFETY: the shim writes at most `buffer.len()` bytes, NUL included.
+        if unsafe { ffi::groundrl_dist_nccl_version(buffer.as_mut_ptr(), buffer.len() as c_int) } != 0 {
+            return Err(DistError::C10d {
+                operation: "reading NCCL's version",
+                message: ffi::last_error(),
+            });
+        }
+        // SAFETY: NUL-terminated by the shim.
+        let text = unsafe { std::ffi::CStr::from_ptr(buffer.as_ptr()) };
+        Ok(text.to_string_lossy().into_owned())
+    }
+    #[cfg(not(feature = "cuda"))]
+    Err(nccl_not_built())
+}
+
 /// A timeout in whole milliseconds for c10d: at least one (c10d reads 0 as "no timeout"), at most
 /// `i32::MAX` (24 days), far from where C++'s clock arithmetic would overflow.
 fn millis(timeout: Duration) -> i64 {
@@ -306,4 +453,39 @@ fn millis(timeout: Duration) -> i64 {
 
 fn c_int_of(n: usize) -> Result<c_int, DistError> {
     c_int::try_from(n).map_err(|_| DistError::Rendezvous(format!("{n} ranks are more than c10d takes")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without the cuda feature an NCCL group is refused before any rendezvous (nothing listens at
+    /// the port), with an error that says how to get one.
+    #[cfg(not(feature = "cuda"))]
+    #[test]
+    fn nccl_without_the_cuda_feature_is_refused_plainly() {
+        let rendezvous = Rendezvous {
+            master_addr: "127.0.0.1".to_owned(),
+            master_port: 1,
+            rank: 0,
+            world_size: 2,
+            local_rank: 0,
+            local_world_size: 2,
+        };
+        let options = GroupOptions {
+            backend: Backend::Nccl,
+            timeout: Duration::from_millis(1),
+            ..GroupOptions::default()
+        };
+        let err = ProcessGroup::new(&rendezvous, options).unwrap_err();
+        assert!(matches!(err, DistError::Unsupported(_)), "{err:?}");
+        assert!(err.to_string().contains("cuda feature"), "{err}");
+        let err = nccl_version().unwrap_err();
+        assert!(err.to_string().contains("cuda feature"), "{err}");
+    }
+
+    #[test]
+    fn gloo_is_the_default_backend() {
+        assert_eq!(GroupOptions::default().backend, Backend::Gloo);
+    }
 }

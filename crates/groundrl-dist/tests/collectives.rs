@@ -112,6 +112,7 @@ fn rank() {
     let options = GroupOptions {
         timeout: TIMEOUT,
         bucket_bytes: BUCKET_BYTES,
+        ..GroupOptions::default()
     };
     if scenario == "missing_world_size" {
         let err = ProcessGroup::from_env(options).unwrap_err();
