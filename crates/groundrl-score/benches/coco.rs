@@ -1,12 +1,12 @@
 //! COCO evaluation on a synthetic in-memory set (500 images, 20 categories, 100 detections per image),
 //! JSON loading excluded, and the per-sample AP reward on 10k seeded samples:
-//! `cargo bench -p groundrl-core --bench coco`.
+//! `cargo bench -p groundrl-score --bench coco`.
 
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use groundrl_core::geometry::{BBox, LabeledBox};
-use groundrl_core::metrics::coco::{
+use groundrl_score::geometry::{BBox, LabeledBox};
+use groundrl_score::metrics::coco::{
     Category, Detection, GroundTruth, GtAnnotation, evaluate, single_image_ap,
 };
 

@@ -5,7 +5,7 @@
 //! could produce), soups of the tokens the parser looks for, and mutations of real completions
 //! (insert, delete, duplicate, swap and truncate byte ranges). Seeded, so a failure reproduces.
 
-use groundrl_core::parse::{Answer, parse_completion, parse_structure};
+use groundrl_score::parse::{Answer, parse_completion, parse_structure};
 
 const CASES: usize = 1_000_000;
 

@@ -21,8 +21,8 @@
 //! Results are broken down per slice ([`slices`]) and rendered by [`report`].
 //!
 //! ```
-//! use groundrl_core::data::Sample;
-//! use groundrl_core::metrics::grounding::{evaluate, read_predictions, EvalOptions};
+//! use groundrl_score::data::Sample;
+//! use groundrl_score::metrics::grounding::{evaluate, read_predictions, EvalOptions};
 //!
 //! let sample: Sample = serde_json::from_str(
 //!     r#"{"id": "s1", "source": "screenspot/web", "task": "point_grounding",

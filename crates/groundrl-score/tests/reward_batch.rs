@@ -1,9 +1,9 @@
 //! Scoring records against a spec, from already-parsed answers: frames, totals, dependencies,
 //! per-record errors. (Scoring from completion text is in reward_text.rs.)
 
-use groundrl_core::frame::Frame;
-use groundrl_core::parse::{Answer, ParseFailure, Parsed, RawBox, RawPoint, Structure, Syntax};
-use groundrl_core::reward::{RewardInput, RewardSpec, score_parsed};
+use groundrl_score::frame::Frame;
+use groundrl_score::parse::{Answer, ParseFailure, Parsed, RawBox, RawPoint, Structure, Syntax};
+use groundrl_score::reward::{RewardInput, RewardSpec, score_parsed};
 use serde_json::{Value, json};
 
 fn spec(text: &str) -> RewardSpec {

@@ -8,7 +8,7 @@
 //! floor of the geometric rewards and is reported in [`ParseInfo`].
 //!
 //! A tool-using rollout is scored on its final answer (its coordinates mapped to the full view:
-//! [`crate::tool::answer::answer_in_full_view`]) with its [`ToolUse`]; calibration scores the
+//! `groundrl_core::tool::answer::answer_in_full_view`) with its [`ToolUse`]; calibration scores the
 //! confidence stated in the scored text, which is the rollout's final one.
 
 use rayon::prelude::*;

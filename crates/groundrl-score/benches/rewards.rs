@@ -10,7 +10,7 @@ use std::hint::black_box;
 use std::path::PathBuf;
 
 use criterion::{Criterion, Throughput};
-use groundrl_core::reward::{RewardInput, RewardSpec, score_batch};
+use groundrl_score::reward::{RewardInput, RewardSpec, score_batch};
 
 const REWARDS: [&str; 3] = ["iou", "weighted_sum", "ap"];
 

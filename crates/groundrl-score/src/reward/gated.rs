@@ -47,7 +47,7 @@ pub struct ToolUse {
     /// Every tool call the model ended a turn with, run or not (malformed, unknown tool, refused,
     /// past the turn limit).
     pub calls: u32,
-    /// Calls that ran and replied ([`crate::tool::CallOutcome::Ok`]).
+    /// Calls that ran and replied (`groundrl_core::tool::CallOutcome::Ok`).
     pub successful: u32,
     /// The confidence stated before the first call.
     #[serde(default)]

@@ -4,7 +4,7 @@
 //! usable answer gives a [`ParseFailure`] with a reason, which callers count as a metric.
 //!
 //! ```
-//! use groundrl_core::parse::{parse_completion, Answer, Syntax};
+//! use groundrl_score::parse::{parse_completion, Answer, Syntax};
 //!
 //! let text = "<think>The chair is left.</think><answer>```json\n\
 //!             [{\"bbox_2d\": [38, 95, 113, 164], \"label\": \"chair\"}]\n```</answer>";

@@ -1,6 +1,6 @@
 //! End-to-end COCO evaluation on small hand-computed cases, through the in-memory entry point.
 
-use groundrl_core::metrics::coco::{Category, Counts, Detection, GroundTruth, GtAnnotation, evaluate};
+use groundrl_score::metrics::coco::{Category, Counts, Detection, GroundTruth, GtAnnotation, evaluate};
 
 /// pycocotools' precision of a run of true positives: 1 / (1 + eps).
 const ONE: f64 = 1.0 / (1.0 + f64::EPSILON);

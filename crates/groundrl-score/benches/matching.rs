@@ -3,14 +3,14 @@
 //! no other, for n = 1,000, 2,000 and 10,000. The rescanning loop this replaced was cubic (0.55 s
 //! and 5.3 s for the first two; the third did not finish in 400 s).
 //!
-//! `cargo bench -p groundrl-core --bench matching`
+//! `cargo bench -p groundrl-score --bench matching`
 
 use std::hint::black_box;
 
 use criterion::Criterion;
-use groundrl_core::geometry::{BBox, LabeledBox};
-use groundrl_core::reward::detection::{WeightedSumParams, weighted_sum};
-use groundrl_core::reward::{Prediction, Scene};
+use groundrl_score::geometry::{BBox, LabeledBox};
+use groundrl_score::reward::detection::{WeightedSumParams, weighted_sum};
+use groundrl_score::reward::{Prediction, Scene};
 
 /// `n` 10 x 10 boxes on a grid of pitch 20, shifted by `offset` pixels.
 fn grid(n: usize, offset: f64) -> Vec<LabeledBox> {

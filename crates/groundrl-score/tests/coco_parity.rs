@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use groundrl_core::metrics::coco::{evaluate, load_detections, load_ground_truth};
+use groundrl_score::metrics::coco::{evaluate, load_detections, load_ground_truth};
 
 const KEYS: [&str; 12] = [
     "AP", "AP50", "AP75", "APs", "APm", "APl", "AR1", "AR10", "AR100", "ARs", "ARm", "ARl",

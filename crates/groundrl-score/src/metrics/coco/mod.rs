@@ -3,14 +3,14 @@
 //! `stats` equal to the last bit (the means are summed in numpy's pairwise order).
 //!
 //! ```
-//! use groundrl_core::metrics::coco::{evaluate, parse_detections, parse_ground_truth};
+//! use groundrl_score::metrics::coco::{evaluate, parse_detections, parse_ground_truth};
 //!
 //! let gt = parse_ground_truth(br#"{"images": [{"id": 1}], "categories": [{"id": 1, "name": "dog"}],
 //!     "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [0, 0, 10, 10], "area": 100}]}"#)?;
 //! let dt = parse_detections(br#"[{"image_id": 1, "category_id": 1, "bbox": [0, 0, 10, 10], "score": 0.9}]"#)?;
 //! let eval = evaluate(&gt, &dt)?;
 //! assert!((eval.stats.ap - 1.0).abs() < 1e-12);
-//! # Ok::<(), groundrl_core::metrics::coco::CocoError>(())
+//! # Ok::<(), groundrl_score::metrics::coco::CocoError>(())
 //! ```
 //!
 //! The stages, one module each:

@@ -1,6 +1,6 @@
 //! Scoring completion text end to end (parser, frames, rewards), in parallel batches.
 
-use groundrl_core::reward::{RewardInput, RewardSpec, score_batch, score_one};
+use groundrl_score::reward::{RewardInput, RewardSpec, score_batch, score_one};
 use proptest::prelude::*;
 use serde_json::json;
 
