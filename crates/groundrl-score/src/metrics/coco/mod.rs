@@ -46,6 +46,7 @@
 
 mod accumulate;
 mod answers;
+mod arrays;
 mod dataset;
 mod evaluate;
 mod params;
@@ -56,6 +57,7 @@ use rayon::prelude::*;
 
 pub use accumulate::Counts;
 pub use answers::{AnsweredImage, AnswersEval, evaluate_answers};
+pub use arrays::CocoArrays;
 pub use dataset::{
     Category, CocoError, Detection, GroundTruth, GtAnnotation, RecordRef, load_detections, load_ground_truth,
     parse_detections, parse_ground_truth,
@@ -70,6 +72,24 @@ use params::FULL_SCOPE;
 
 /// Evaluates detections against a ground truth held in memory, after checking both.
 pub fn evaluate(gt: &GroundTruth, detections: &[Detection]) -> Result<CocoEval, CocoError> {
+    let (categories, curves) = evaluate_curves(gt, detections)?;
+    Ok(CocoEval::new(&categories, &curves))
+}
+
+/// [`evaluate`], also returning pycocotools' precision and recall arrays (for the Python `COCOeval`).
+pub fn evaluate_with_arrays(
+    gt: &GroundTruth,
+    detections: &[Detection],
+) -> Result<(CocoEval, CocoArrays), CocoError> {
+    let (categories, curves) = evaluate_curves(gt, detections)?;
+    Ok((CocoEval::new(&categories, &curves), CocoArrays::new(&curves)))
+}
+
+/// The checked categories (by id) and each one's curves over every setting.
+fn evaluate_curves<'a>(
+    gt: &'a GroundTruth,
+    detections: &[Detection],
+) -> Result<(Vec<&'a Category>, Vec<CategoryCurves>), CocoError> {
     let resolved = dataset::resolve(gt, detections)?;
     let gts = resolved
         .annotation_cells
@@ -82,7 +102,8 @@ pub fn evaluate(gt: &GroundTruth, detections: &[Detection]) -> Result<CocoEval, 
         .zip(detections)
         .map(|(&(k, i), d)| (k, i, DtBox::from(d)));
     let cells = group_cells(resolved.categories.len(), gts, dts);
-    Ok(CocoEval::new(&resolved.categories, &curves_by_category(&cells)))
+    let curves = curves_by_category(&cells);
+    Ok((resolved.categories, curves))
 }
 
 /// Matching and accumulation of each category (`cells[k]`: category k's cells in image order).
