@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::gated::ToolUse;
-use crate::data::{Sample, Shape};
+use crate::data::{Sample, Shape, Target as SampleTarget};
 use crate::frame::{Frame, ImageFrames, Size};
 use crate::geometry::{BBox, LabeledBox, Point};
 use crate::parse::Parsed;
@@ -65,6 +65,17 @@ pub struct TargetBox {
     pub label: String,
 }
 
+/// The ground truth of groundrl's Parquet files (`crates/groundrl-core/src/data/parquet.rs` writes
+/// it); `task` is not needed to score.
+#[derive(Deserialize)]
+struct DatasetTruth {
+    frame: Frame,
+    #[serde(default)]
+    none: bool,
+    image_sizes: Vec<[u64; 2]>,
+    targets: Vec<SampleTarget>,
+}
+
 /// A problem with one field of a record; the record cannot be scored.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {problem}")]
@@ -99,9 +110,7 @@ impl RewardInput {
         let target_value = obj
             .get("target")
             .ok_or_else(|| InputError::new("target", "missing"))?;
-        let target =
-            Target::deserialize(target_value).map_err(|e| InputError::new("target", e.to_string()))?;
-        target.validate()?;
+        let target = Target::from_json(target_value)?;
         let num_tokens = match obj.get("num_tokens") {
             None | Some(Value::Null) => None,
             Some(v) => Some(v.as_u64().ok_or_else(|| {
@@ -135,8 +144,37 @@ impl Target {
             .images
             .first()
             .ok_or_else(|| InputError::new("images", "no image"))?;
-        let boxes = sample
-            .targets
+        let size = [u64::from(image.width), u64::from(image.height)];
+        Self::from_targets(&sample.targets, sample.frame, sample.none, size, resized)
+    }
+
+    /// A record's `target`: this type's own fields, or the ground truth groundrl's Parquet files hold
+    /// for verl (`reward_model.ground_truth`: `{"task", "frame", "none", "image_sizes", "targets"}`,
+    /// scored as [`Self::from_sample`] scores the sample), so a trainer can pass that column as it is.
+    pub fn from_json(value: &Value) -> Result<Self, InputError> {
+        if value.get("targets").is_some() {
+            let truth =
+                DatasetTruth::deserialize(value).map_err(|e| InputError::new("target", e.to_string()))?;
+            let size = truth
+                .image_sizes
+                .first()
+                .copied()
+                .ok_or_else(|| InputError::new("target.image_sizes", "no image"))?;
+            return Self::from_targets(&truth.targets, truth.frame, truth.none, size, None);
+        }
+        let target = Target::deserialize(value).map_err(|e| InputError::new("target", e.to_string()))?;
+        target.validate()?;
+        Ok(target)
+    }
+
+    fn from_targets(
+        targets: &[SampleTarget],
+        frame: Frame,
+        none: bool,
+        image_size: [u64; 2],
+        resized: Option<[u64; 2]>,
+    ) -> Result<Self, InputError> {
+        let boxes = targets
             .iter()
             .enumerate()
             .map(|(i, t)| {
@@ -158,10 +196,10 @@ impl Target {
             .collect::<Result<Vec<_>, _>>()?;
         let target = Self {
             boxes,
-            frame: sample.frame,
-            image_size: Some([u64::from(image.width), u64::from(image.height)]),
+            frame,
+            image_size: Some(image_size),
             resized_size: resized,
-            none: sample.none,
+            none,
         };
         target.validate()?;
         Ok(target)
@@ -334,6 +372,27 @@ mod tests {
             "instruction": "Save", "targets": targets
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn the_parquet_ground_truth_reads_as_the_sample_does() {
+        let targets = json!([
+            {"shape": {"type": "box", "coords": [1, 2, 30, 40]}, "label": "Save"},
+            {"shape": {"type": "polygon", "coords": [[5, 9], [12, 3], [8, 20]]}}
+        ]);
+        let truth = json!({"task": "box_grounding", "frame": "pixel", "none": false,
+            "image_sizes": [[640, 480]], "targets": targets.clone()});
+        let from_truth = Target::from_json(&truth).unwrap();
+        assert_eq!(from_truth, Target::from_sample(&sample(targets), None).unwrap());
+        assert_eq!(from_truth.boxes[1].bbox, [5.0, 3.0, 12.0, 20.0]);
+        let no_image = json!({"frame": "pixel", "image_sizes": [], "targets": []});
+        assert_eq!(
+            Target::from_json(&no_image).unwrap_err().field,
+            "target.image_sizes"
+        );
+        let point = json!({"frame": "pixel", "image_sizes": [[9, 9]],
+            "targets": [{"shape": {"type": "point", "coords": [1, 2]}}]});
+        assert_eq!(Target::from_json(&point).unwrap_err().field, "targets[0]");
     }
 
     #[test]
