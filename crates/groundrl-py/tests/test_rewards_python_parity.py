@@ -1,0 +1,31 @@
+"""The wheel's rewards equal the same rules written in Python (scripts/bench/rewards_python.py, the
+VLM-R1 way: IoU, weighted_sum, and per-sample AP through pycocotools) on a seeded batch."""
+
+import random
+
+import pytest
+from conftest import REWARD_SPECS
+
+import groundrl
+
+N = 400
+
+
+@pytest.fixture(scope="module")
+def batch():
+    import rewards_batch  # scripts/bench: the batch generator the benchmark uses
+
+    rng = random.Random(7)
+    return [rewards_batch.sample(rng, i) for i in range(N)]
+
+
+@pytest.mark.parametrize("reward", ["iou", "weighted_sum", "ap"])
+def test_equal_to_python(batch, reward):
+    import rewards_python
+
+    rule = {"iou": rewards_python.iou_reward, "weighted_sum": rewards_python.weighted_sum_reward,
+            "ap": rewards_python.ap_rewards}[reward]
+    spec = groundrl.RewardSpec.from_toml(REWARD_SPECS / f"{reward}.toml")
+    ours = spec.score([s["completion"] for s in batch], [s["target"] for s in batch]).total
+    expected = [v[0] if isinstance(v, (list, tuple)) else v for v in (rule(s) for s in batch)]
+    assert max(abs(a - b) for a, b in zip(ours.tolist(), expected)) <= 1e-9
