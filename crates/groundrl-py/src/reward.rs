@@ -96,7 +96,10 @@ fn check_len(name: &str, len: usize, expected: usize) -> PyResult<()> {
 
 /// `value` as JSON; a string is taken as JSON text (datasets often store the target that way).
 pub fn field_json(record: usize, field: &str, value: &Bound<'_, PyAny>) -> PyResult<Value> {
-    if let Ok(text) = value.extract::<String>() {
+    // Checked before extracting: a failed extraction builds a Python exception, which costs more
+    // than converting a small target.
+    if let Ok(text) = value.cast::<PyString>().map(|s| s.extract::<String>()) {
+        let text = text.map_err(|e| RecordError::new_err(format!("record {record}: {field}: {e}")))?;
         return serde_json::from_str(&text)
             .map_err(|e| RecordError::new_err(format!("record {record}: {field}: not JSON: {e}")));
     }
