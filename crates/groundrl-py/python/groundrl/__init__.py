@@ -34,7 +34,8 @@ def parse(text: str) -> Dict[str, Any]:
     """
     if not isinstance(text, str):
         raise TypeError(f"text: expected a str, got {type(text).__name__}")
-    return json.loads(_groundrl.parse_json(text))
+    parsed: Dict[str, Any] = json.loads(_groundrl.parse_json(text))
+    return parsed
 
 
 def smart_resize(

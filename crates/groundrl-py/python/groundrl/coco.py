@@ -20,7 +20,7 @@ import json
 import os
 import time
 from collections import defaultdict
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -215,7 +215,8 @@ class COCOeval:
         self.evalImgs: List[Any] = []
         self.eval: Dict[str, Any] = {}
         self.stats: np.ndarray = np.array([])
-        self._result: Optional[tuple] = None
+        # What the native evaluation returned: stats, summary text, K, precision and recall bytes.
+        self._result: Optional[Tuple[List[float], str, int, bytes, bytes]] = None
         if cocoGt is not None:
             self.params.imgIds = sorted(cocoGt.getImgIds())
             self.params.catIds = sorted(cocoGt.getCatIds())

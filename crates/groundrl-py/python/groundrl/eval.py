@@ -29,7 +29,7 @@ def grounding(
     out = json.loads(
         _groundrl.grounding_json(_records(samples), _records(predictions), model_frame, detect_frame, min_pixels, max_pixels)
     )
-    report = out["report"]
+    report: Dict[str, Any] = out["report"]
     report["text"] = out["text"]
     return report
 
