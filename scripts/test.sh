@@ -2,7 +2,8 @@
 # The project's whole test suite, from a fresh machine: sets up libtorch (scripts/setup-libtorch.sh) and
 # the reference Python environment on first use, installs Chromium for the report's browser test, checks
 # formatting and lints, runs every Rust test, then every parity script against the reference
-# implementations (scripts/parity/*.sh).
+# implementations (scripts/parity/*.sh), and finally builds the Python wheel and runs its pytest suite
+# (scripts/python-test.sh).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -37,3 +38,6 @@ if [ ${#parity[@]} -gt 0 ]; then
     bash "$script"
   done
 fi
+
+echo "== scripts/python-test.sh"
+scripts/python-test.sh

@@ -27,7 +27,7 @@ for r in iou weighted_sum ap; do
 done
 
 GROUNDRL_REWARD_BATCH=$work/batch.jsonl GROUNDRL_REWARD_SPECS=$specs \
-  cargo bench --quiet -p groundrl-core --bench rewards -- --noplot >&2
+  cargo bench --quiet -p groundrl-score --bench rewards -- --noplot >&2
 
 python3 - "$work" "$n" <<'PY'
 import json, sys, pathlib

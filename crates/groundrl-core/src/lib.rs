@@ -1,22 +1,19 @@
 //! groundrl-core: the pure-Rust half of groundrl (no libtorch).
 //!
-//! Coordinate frames and Qwen2.5-VL's smart_resize, output parsing, rewards and metrics. Everything
-//! here is deterministic CPU code, usable as a library without the tensor side.
+//! Data formats and importers, synthetic screenshots, prompts, tools, the curriculum, telemetry,
+//! plots and the HTML report. Scoring (frames, smart_resize, parsing, rewards, metrics) lives in
+//! `groundrl-score` so the Python wheel can link it alone; it is re-exported here under the same
+//! paths, so `groundrl_core::reward::...` keeps working everywhere.
 
 pub mod atomic;
 pub mod curriculum;
 pub mod data;
-pub mod frame;
-pub mod geometry;
-pub mod metrics;
-pub mod named;
-pub mod parse;
 pub mod plot;
 pub mod prompt;
 pub mod report;
-pub mod resize;
-pub mod reward;
 pub mod rng;
 pub mod synth;
 pub mod telemetry;
 pub mod tool;
+
+pub use groundrl_score::{frame, geometry, metrics, named, parse, resize, reward};

@@ -87,8 +87,8 @@ fn reward_specs() {
 #[test]
 fn coco_ground_truth_and_detections() {
     let (gt_bytes, dt_bytes) = (
-        read(&fixture("coco-parity/gt.json")),
-        read(&fixture("coco-parity/dt.json")),
+        read("crates/groundrl-score/tests/fixtures/coco-parity/gt.json"),
+        read("crates/groundrl-score/tests/fixtures/coco-parity/dt.json"),
     );
     let gt = parse_ground_truth(&gt_bytes).unwrap();
     let dt = parse_detections(&dt_bytes).unwrap();

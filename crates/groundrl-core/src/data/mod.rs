@@ -12,14 +12,15 @@
 pub mod annotate;
 pub mod check;
 pub mod confine;
-pub mod error;
 pub mod image_file;
 pub mod import;
 pub mod jsonl;
 pub mod lint;
 pub mod parquet;
-pub mod sample;
 pub mod split;
+
+/// The sample and its errors live in groundrl-score, which scoring links without the file formats.
+pub use groundrl_score::data::{error, sample};
 
 pub use error::{DataError, FieldError, Loaded, RecordError};
 pub use sample::{Content, ImageRef, Message, Sample, Shape, Target, Task};
