@@ -90,8 +90,12 @@ pub(super) fn accumulate_category(
             if ground_truths == 0 && !at50 {
                 continue;
             }
-            let outcomes = matches.ranked.iter().filter(|o| o.rank < cap);
-            curve.trace(outcomes.map(|o| (o.matched[a], o.ignored[a])));
+            curve.trace(
+                matches
+                    .ranked
+                    .iter()
+                    .map(|o| (o.rank < cap, o.matched[a], o.ignored[a])),
+            );
             if at50 {
                 curves.at50 = curve.counts(IOU_50, ground_truths);
             }
@@ -132,21 +136,20 @@ pub(super) struct Curve {
 }
 
 impl Curve {
-    /// Walks the ranked (matched, ignored) threshold sets of one setting.
-    fn trace(&mut self, outcomes: impl Iterator<Item = (Thresholds, Thresholds)>) {
+    /// Walks the ranked detections of one setting: (within the cap, matched, ignored) of each.
+    fn trace(&mut self, outcomes: impl Iterator<Item = (bool, Thresholds, Thresholds)>) {
         for hits in &mut self.at_hits {
             hits.clear();
         }
         let (mut seen, mut ignored_everywhere) = (0, 0);
         let mut ignored_here = [0; T];
-        for (matched, ignored) in outcomes {
-            seen += 1;
-            // The common cases first: a false positive at every threshold, ignored at every threshold.
-            if (matched.0 | ignored.0) == 0 {
-                continue;
-            }
-            if ignored == Thresholds::ALL {
-                ignored_everywhere += 1;
+        for (kept, matched, ignored) in outcomes {
+            // Counted without branches: the common cases (past the cap, a false positive at every
+            // threshold, ignored at every threshold) come in no order a branch predictor could learn.
+            let everywhere = ignored == Thresholds::ALL;
+            seen += usize::from(kept);
+            ignored_everywhere += usize::from(kept & everywhere);
+            if !(kept & !everywhere & (matched.0 | ignored.0 != 0)) {
                 continue;
             }
             for (t, (hits, ignored_t)) in self.at_hits.iter_mut().zip(&mut ignored_here).enumerate() {
@@ -241,7 +244,7 @@ mod tests {
             let (mut matched, mut ignored) = (Thresholds::default(), Thresholds::default());
             matched.set(0, kind == 'T');
             ignored.set(0, kind == 'I');
-            (matched, ignored)
+            (true, matched, ignored)
         });
         curve.trace(outcomes);
         curve.set_recall_steps(ground_truths);

@@ -321,9 +321,11 @@ struct ImageScratch {
     gts: Vec<GtBox>,
     /// `[detection][ground truth]`, detections in rank order, ground truths in listing order.
     ious: Vec<f64>,
-    /// The detections (positions in the image's list) that reach the lowest threshold on some ground
-    /// truth; the others match nothing at any threshold, so their outcome stays as ranking set it.
-    candidates: Vec<usize>,
+    /// The detections that reach the lowest threshold on some ground truth, as (position in the image's
+    /// list, number of thresholds their best IoU reaches): a detection takes nothing at a threshold its
+    /// best IoU is below, so the others keep the outcome ranking gave them, and each is visited only at
+    /// the thresholds it reaches.
+    candidates: Vec<(usize, usize)>,
     ignored_gt: Vec<bool>,
     /// Ground truths counted first, then the ignored ones, each group in listing order.
     order: Vec<usize>,
@@ -352,16 +354,14 @@ fn match_image(
     for (d, &p) in dts.iter().enumerate() {
         let start = s.ious.len();
         s.ious.extend(s.gts.iter().map(|g| coco_iou(dt_box(p), g)));
-        // A NaN IoU (possible only for inverted boxes) stays a candidate: pycocotools' `iou < threshold`
-        // test does not skip it.
-        let reaches = |iou: f64| iou.partial_cmp(&IOU_THRESHOLDS[0]) != Some(std::cmp::Ordering::Less);
-        if s.ious[start..].iter().any(|&iou| reaches(iou)) {
-            s.candidates.push(d);
+        let reach = thresholds_reached(&s.ious[start..]);
+        if reach > 0 {
+            s.candidates.push((d, reach));
         }
     }
-    if s.candidates.is_empty() {
+    let Some(reach) = s.candidates.iter().map(|&(_, reach)| reach).max() else {
         return;
-    }
+    };
     for (a, range) in scope.areas.iter().enumerate() {
         s.ignored_gt.clear();
         s.ignored_gt
@@ -369,10 +369,10 @@ fn match_image(
         s.order.clear();
         s.order.extend((0..s.gts.len()).filter(|&g| !s.ignored_gt[g]));
         s.order.extend((0..s.gts.len()).filter(|&g| s.ignored_gt[g]));
-        for (t, &threshold) in IOU_THRESHOLDS.iter().enumerate() {
+        for (t, &threshold) in IOU_THRESHOLDS.iter().enumerate().take(reach) {
             s.taken.clear();
             s.taken.resize(s.gts.len(), false);
-            for &d in &s.candidates {
+            for &(d, _) in s.candidates.iter().filter(|&&(_, reach)| reach > t) {
                 let row = &s.ious[d * s.gts.len()..(d + 1) * s.gts.len()];
                 let Some(g) = best_match(row, &s.order, &s.gts, &s.ignored_gt, &s.taken, threshold) else {
                     continue;
@@ -388,6 +388,22 @@ fn match_image(
             }
         }
     }
+}
+
+/// How many IoU thresholds the best of `ious` reaches. A NaN IoU (possible only for inverted boxes)
+/// reaches them all: pycocotools' `iou < threshold` test does not skip it.
+fn thresholds_reached(ious: &[f64]) -> usize {
+    let best = ious.iter().fold(f64::NEG_INFINITY, |best, &iou| {
+        if iou.is_nan() {
+            f64::INFINITY
+        } else {
+            best.max(iou)
+        }
+    });
+    IOU_THRESHOLDS
+        .iter()
+        .filter(|&&threshold| best >= threshold)
+        .count()
 }
 
 /// The ground truth one detection takes at one threshold, if any. A taken ground truth is skipped
