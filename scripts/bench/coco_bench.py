@@ -262,6 +262,10 @@ def main():
               f"{ref.seconds / best:>9.1f} {stats:>10} {arrays:>8}")
     for line in missing:
         print(line)
+    for tool, results in fast_sets:
+        gap = max(abs(a - b) for r in results for a, b in zip(r.stats, ref.stats))
+        if gap > 0:
+            print(f"{tool.label}: largest difference from pycocotools' stats {gap:.3g}")
     print()
     print(f"fast tools: best and median of {args.rounds} alternating rounds; pycocotools: one run")
     print(f"load average (1 min) before, after each round, after pycocotools: "
