@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
-# Benchmark of `groundrl eval coco` against pycocotools 2.0.11 on a synthetic COCO-sized set:
-# 5,000 images, 80 categories, 100 detections per image (500,000 detections), 1-10 ground-truth
-# boxes per image. Prints a table with both times and the ratio.
+# Times COCO bbox evaluation on a synthetic COCO-sized set (5,000 images, 80 categories, 100 detections
+# per image: 500,000 detections; 1-10 ground-truth boxes per image) in one run, and prints one table:
+# pycocotools 2.0.11, faster-coco-eval, hotcoco, ultrafast-pycocotools (versions pinned in coco-env.sh),
+# groundrl's library call, the groundrl wheel when `groundrl.coco` imports, and the whole
+# `groundrl eval coco` command when a binary is given. Each tool's 12 stats (and precision/recall arrays
+# where exposed) are checked against pycocotools; see coco_bench.py for what each time includes.
 #
-# What each time includes:
-#   pycocotools evaluate()+accumulate()+summarize(), timed in Python; JSON loading excluded.
-#   groundrl "evaluate": the library's evaluate() (validation, grouping, matching, accumulation,
-#     summary), from `--timing` on stderr; JSON loading excluded. This is the like-for-like number.
-#   groundrl "whole command": wall time of `groundrl eval coco --json`, process start and JSON
-#     loading included.
-#
-# The binary: $GROUNDRL_BIN if set, else target/release/groundrl (built with `cargo build --release`).
-# Env: COCO_BENCH_DIR keeps the generated files (default: a temporary directory), GROUNDRL_CACHE.
+# groundrl's library is timed through groundrl-score's coco bench binary (no libtorch needed).
+# Env: GROUNDRL_BIN (the groundrl binary; without it the whole-command row is left out), GROUNDRL_WHEEL
+# (a wheel file to install into the bench environment first), COCO_BENCH_ROUNDS (default 5),
+# COCO_BENCH_DIR (keeps the generated files), GROUNDRL_CACHE (where the environment lives).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
-if [ -z "${GROUNDRL_BIN:-}" ]; then
-  cargo build -q --release -p groundrl
-  GROUNDRL_BIN=target/release/groundrl
+py=$(scripts/bench/coco-env.sh)
+if [ -n "${GROUNDRL_WHEEL:-}" ]; then
+  "$py" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps "$GROUNDRL_WHEEL" >&2
 fi
-py=$(scripts/python-env.sh)
-exec "$py" scripts/bench/coco_bench.py --bin "$GROUNDRL_BIN" ${COCO_BENCH_DIR:+--dir "$COCO_BENCH_DIR"}
+lib_bin=$(cargo bench -q -p groundrl-score --bench coco --no-run --message-format=json |
+  "$py" -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "coco" and m.get("executable"):
+        print(m["executable"])')
+commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates/groundrl-score || echo "+dirty")
+exec "$py" scripts/bench/coco_bench.py --lib-bin "$lib_bin" ${GROUNDRL_BIN:+--cli-bin "$GROUNDRL_BIN"} \
+  --commit "$commit" --rounds "${COCO_BENCH_ROUNDS:-5}" ${COCO_BENCH_DIR:+--dir "$COCO_BENCH_DIR"}

@@ -1,13 +1,20 @@
 //! COCO evaluation on a synthetic in-memory set (500 images, 20 categories, 100 detections per image),
 //! JSON loading excluded, and the per-sample AP reward on 10k seeded samples:
 //! `cargo bench -p groundrl-score --bench coco`.
+//!
+//! With `COCO_BENCH_GT` and `COCO_BENCH_DT` set (a ground-truth and a results JSON file), it instead
+//! loads them, times `evaluate` `COCO_BENCH_RUNS` times (default 5) and prints one JSON line: each run's
+//! seconds and the 12 stats. scripts/bench/coco.sh times the library this way next to the Python tools,
+//! without building the libtorch-linked CLI.
 
 use std::hint::black_box;
+use std::time::Instant;
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, Throughput, criterion_group};
 use groundrl_score::geometry::{BBox, LabeledBox};
 use groundrl_score::metrics::coco::{
-    Category, Detection, GroundTruth, GtAnnotation, evaluate, single_image_ap,
+    Category, Detection, GroundTruth, GtAnnotation, evaluate, load_detections, load_ground_truth,
+    single_image_ap,
 };
 
 /// A small deterministic generator (xorshift64*), so the bench needs no extra crate.
@@ -163,4 +170,30 @@ fn bench_single_image_ap(c: &mut Criterion) {
 }
 
 criterion_group!(benches, bench_evaluate, bench_single_image_ap);
-criterion_main!(benches);
+
+/// Times `evaluate` on the files named by the environment (see the module doc).
+fn time_files(gt: &str, dt: &str) {
+    let gt = load_ground_truth(gt.as_ref()).expect("ground truth");
+    let dt = load_detections(dt.as_ref()).expect("detections");
+    let runs: usize = std::env::var("COCO_BENCH_RUNS").map_or(5, |r| r.parse().expect("COCO_BENCH_RUNS"));
+    let mut seconds = Vec::with_capacity(runs);
+    let mut stats = None;
+    for _ in 0..runs {
+        let start = Instant::now();
+        let eval = evaluate(&gt, &dt).expect("evaluation");
+        seconds.push(start.elapsed().as_secs_f64());
+        stats = Some(eval.stats);
+    }
+    let line = serde_json::json!({ "seconds": seconds, "stats": stats.map(|s| s.to_array()) });
+    println!("{line}");
+}
+
+fn main() {
+    match (std::env::var("COCO_BENCH_GT"), std::env::var("COCO_BENCH_DT")) {
+        (Ok(gt), Ok(dt)) => time_files(&gt, &dt),
+        _ => {
+            benches();
+            Criterion::default().configure_from_args().final_summary();
+        }
+    }
+}

@@ -236,8 +236,8 @@ pub fn parse_detections(json: &[u8]) -> Result<Vec<Detection>, CocoError> {
 pub(super) struct Resolved<'a> {
     /// Categories in ascending id order.
     pub categories: Vec<&'a Category>,
-    pub annotation_cells: Vec<(usize, usize)>,
-    pub detection_cells: Vec<(usize, usize)>,
+    pub annotation_cells: Vec<(u32, u32)>,
+    pub detection_cells: Vec<(u32, u32)>,
 }
 
 /// Checks what evaluation relies on: unique ids, detections and annotations referring to known images
@@ -281,7 +281,7 @@ pub(super) fn resolve<'a>(gt: &'a GroundTruth, detections: &[Detection]) -> Resu
 }
 
 /// Each id's position in ascending order; a repeated id is an error.
-fn ranks(list: &'static str, ids: impl Iterator<Item = i64>) -> Result<HashMap<i64, usize>, CocoError> {
+fn ranks(list: &'static str, ids: impl Iterator<Item = i64>) -> Result<Ranks, CocoError> {
     let mut seen = HashSet::new();
     for (i, id) in ids.enumerate() {
         if !seen.insert(id) {
@@ -290,27 +290,62 @@ fn ranks(list: &'static str, ids: impl Iterator<Item = i64>) -> Result<HashMap<i
     }
     let mut sorted: Vec<i64> = seen.into_iter().collect();
     sorted.sort_unstable();
-    Ok(sorted
-        .into_iter()
-        .enumerate()
-        .map(|(rank, id)| (id, rank))
-        .collect())
+    Ok(Ranks::new(&sorted))
+}
+
+/// Id to rank: a table indexed by `id - min` when the ids are dense enough (COCO's are: image and
+/// category ids are small integers), a hash map otherwise. Every record is looked up, 500,000 of them
+/// on a COCO-sized results file, so the table's single load matters.
+enum Ranks {
+    Dense { min: i64, rank: Vec<u32> },
+    Sparse(HashMap<i64, u32>),
+}
+
+/// Marks a hole of the dense table.
+const NO_RANK: u32 = u32::MAX;
+
+impl Ranks {
+    /// `sorted`: distinct ids, ascending.
+    fn new(sorted: &[i64]) -> Self {
+        let (Some(&min), Some(&max)) = (sorted.first(), sorted.last()) else {
+            return Ranks::Sparse(HashMap::new());
+        };
+        let span = max.abs_diff(min);
+        if span >= 4 * sorted.len() as u64 + 1024 {
+            return Ranks::Sparse((0..).zip(sorted).map(|(rank, &id)| (id, rank)).collect());
+        }
+        let mut rank = vec![NO_RANK; span as usize + 1];
+        for (r, &id) in (0..).zip(sorted) {
+            rank[id.abs_diff(min) as usize] = r;
+        }
+        Ranks::Dense { min, rank }
+    }
+
+    fn get(&self, id: i64) -> Option<u32> {
+        match self {
+            Ranks::Dense { min, rank } => {
+                let offset = usize::try_from(id.checked_sub(*min)?).ok()?;
+                rank.get(offset).copied().filter(|&r| r != NO_RANK)
+            }
+            Ranks::Sparse(map) => map.get(&id).copied(),
+        }
+    }
 }
 
 /// `(category rank, image rank)` of a record, or which reference is unknown.
 fn cell_of(
     image_id: i64,
     category_id: i64,
-    images: &HashMap<i64, usize>,
-    categories: &HashMap<i64, usize>,
-) -> Result<(usize, usize), String> {
+    images: &Ranks,
+    categories: &Ranks,
+) -> Result<(u32, u32), String> {
     let image = images
-        .get(&image_id)
+        .get(image_id)
         .ok_or_else(|| format!("field `image_id`: {image_id} is not in the ground truth's images"))?;
-    let category = categories.get(&category_id).ok_or_else(|| {
+    let category = categories.get(category_id).ok_or_else(|| {
         format!("field `category_id`: {category_id} is not in the ground truth's categories")
     })?;
-    Ok((*category, *image))
+    Ok((category, image))
 }
 
 fn check_box(bbox: &[f64; 4]) -> Result<(), String> {

@@ -1,9 +1,16 @@
-//! Per (category, image) matching: pycocotools' `computeIoU` and `evaluateImg`.
+//! Per category: pycocotools' `computeIoU` and `evaluateImg` on every image at once.
 //!
-//! Detections are ranked by score (stable, ties keep listing order) and capped at 100; then, for each
-//! area range and IoU threshold, each detection in turn takes the best still-free ground truth.
-
-use std::collections::BTreeMap;
+//! A category's detections are ranked once over all its images: highest score first, ties in image
+//! order, then in listing order, the order of the stable sort in pycocotools' `accumulate`. Restricted
+//! to one image, that order is the image's own ranking (`evaluateImg` sorts by score, stable), so each
+//! detection's rank in its image, which the detection caps cut at, falls out of the same pass, and the
+//! accumulation reads the outcomes in this order without sorting again. Then, image by image, for each
+//! area range and IoU threshold, each of the first 100 detections in turn takes the best still-free
+//! ground truth.
+//!
+//! Everything lives in flat buffers reused from category to category ([`Scratch`]): on COCO-sized input
+//! most (image, category) pairs hold one or two boxes, so per-pair allocations would cost more than the
+//! matching itself.
 
 use crate::geometry::BBox;
 
@@ -13,7 +20,7 @@ use super::params::{AreaRange, IOU_THRESHOLDS, Scope};
 /// A ground-truth box as matching sees it.
 #[derive(Clone, Debug)]
 pub(super) struct GtBox {
-    /// Annotation id; pycocotools records matches by id, so id 0 reads as "unmatched" (see [`match_in_range`]).
+    /// Annotation id; pycocotools records matches by id, so id 0 reads as "unmatched" (see [`match_image`]).
     pub id: i64,
     pub bbox: BBox,
     /// `w * h` of the box, the area IoU uses (maskApi's `bbIou`).
@@ -21,23 +28,24 @@ pub(super) struct GtBox {
     /// The annotation's `area` field, the area the size ranges use.
     pub area: f64,
     pub crowd: bool,
+    /// Rank of the image (position in the sorted image ids).
+    pub image: u32,
 }
 
 impl GtBox {
-    pub fn new(id: i64, [x, y, w, h]: [f64; 4], area: f64, crowd: bool) -> Self {
+    pub fn new(id: i64, [x, y, w, h]: [f64; 4], area: f64, crowd: bool, image: u32) -> Self {
         Self {
             id,
             bbox: BBox::from_xywh([x, y, w, h]),
             box_area: w * h,
             area,
             crowd,
+            image,
         }
     }
-}
 
-impl From<&GtAnnotation> for GtBox {
-    fn from(a: &GtAnnotation) -> Self {
-        GtBox::new(a.id, a.bbox, a.area, a.iscrowd)
+    pub fn from_annotation(a: &GtAnnotation, image: u32) -> Self {
+        GtBox::new(a.id, a.bbox, a.area, a.iscrowd, image)
     }
 }
 
@@ -48,49 +56,37 @@ pub(super) struct DtBox {
     /// `w * h`, as pycocotools' `loadRes` sets it; used for IoU and for the size ranges.
     pub area: f64,
     pub score: f64,
+    /// Rank of the image (position in the sorted image ids).
+    pub image: u32,
 }
 
 impl DtBox {
-    pub fn new([x, y, w, h]: [f64; 4], score: f64) -> Self {
+    pub fn new([x, y, w, h]: [f64; 4], score: f64, image: u32) -> Self {
         Self {
             bbox: BBox::from_xywh([x, y, w, h]),
             area: w * h,
             score,
+            image,
         }
     }
-}
 
-impl From<&Detection> for DtBox {
-    fn from(d: &Detection) -> Self {
-        DtBox::new(d.bbox, d.score)
+    pub fn from_detection(d: &Detection, image: u32) -> Self {
+        DtBox::new(d.bbox, d.score, image)
     }
 }
 
-/// The boxes of one category on one image, each list in input order.
+/// The boxes of one category, each list in listing order.
 #[derive(Clone, Debug, Default)]
-pub(super) struct Cell {
+pub(super) struct CategoryBoxes {
     pub gts: Vec<GtBox>,
     pub dts: Vec<DtBox>,
 }
 
-/// Groups boxes by category, then by image. `category` and `image` are ranks (positions in the sorted
-/// id lists); the cells of a category come out in image order, the order pycocotools concatenates them.
-pub(super) fn group_cells(
-    n_categories: usize,
-    gts: impl IntoIterator<Item = (usize, usize, GtBox)>,
-    dts: impl IntoIterator<Item = (usize, usize, DtBox)>,
-) -> Vec<Vec<Cell>> {
-    let mut by_category: Vec<BTreeMap<usize, Cell>> = vec![BTreeMap::new(); n_categories];
-    for (category, image, gt) in gts {
-        by_category[category].entry(image).or_default().gts.push(gt);
+impl CategoryBoxes {
+    pub fn clear(&mut self) {
+        self.gts.clear();
+        self.dts.clear();
     }
-    for (category, image, dt) in dts {
-        by_category[category].entry(image).or_default().dts.push(dt);
-    }
-    by_category
-        .into_iter()
-        .map(|cells| cells.into_values().collect())
-        .collect()
 }
 
 /// IoU as maskApi's `bbIou` computes it: for a crowd ground truth the union is the detection's area,
@@ -111,102 +107,303 @@ pub(super) fn coco_iou(dt: &DtBox, gt: &GtBox) -> f64 {
 /// A set of IoU thresholds, by index into [`IOU_THRESHOLDS`] (bit `t` for threshold `t`): one small
 /// word per detection keeps the accumulation pass over all detections cache-friendly.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) struct Thresholds(u16);
+pub(super) struct Thresholds(pub u16);
 
 impl Thresholds {
+    /// Every threshold.
+    pub const ALL: Thresholds = Thresholds((1 << IOU_THRESHOLDS.len()) - 1);
+
     pub fn contains(self, t: usize) -> bool {
         self.0 >> t & 1 == 1
     }
 
-    pub fn insert(&mut self, t: usize) {
-        self.0 |= 1 << t;
+    pub fn set(&mut self, t: usize, on: bool) {
+        self.0 = self.0 & !(1 << t) | u16::from(on) << t;
     }
 }
 
-/// Matching of one cell's capped detections in one area range.
-#[derive(Clone, Debug, PartialEq)]
-pub(super) struct AreaMatches {
-    /// Per detection: the thresholds at which it matched a ground truth.
-    pub matched: Vec<Thresholds>,
-    /// Per detection: the thresholds at which it counts neither as true nor as false positive.
-    pub ignored: Vec<Thresholds>,
-    /// Ground truths that count (not crowd, area inside the range).
-    pub counted_gts: usize,
+/// The most area ranges a [`Scope`] holds.
+const AREAS: usize = 4;
+
+/// One kept detection after matching.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(super) struct Outcome {
+    /// Position in the category's detections (listing order).
+    pub detection: u32,
+    /// Rank in its image (0 for the best).
+    pub rank: u32,
+    /// Per area range of the scope: the thresholds at which it matched a ground truth.
+    pub matched: [Thresholds; AREAS],
+    /// Per area range: the thresholds at which it counts neither as true nor as false positive.
+    pub ignored: [Thresholds; AREAS],
 }
 
-/// One cell after matching: the ranked detections' scores and the matches per area range.
-#[derive(Clone, Debug, PartialEq)]
-pub(super) struct CellEval {
-    /// Scores of the kept detections, highest first.
-    pub scores: Vec<f64>,
-    /// Indexed like the `areas` of the [`Scope`] evaluated.
-    pub areas: Vec<AreaMatches>,
+/// One category after matching.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(super) struct CategoryMatches {
+    /// The detections within the scope's largest cap of their image, in ranked order (module doc).
+    pub ranked: Vec<Outcome>,
+    /// Per area range of the scope: ground truths that count (not crowd, area inside the range).
+    pub counted_gts: [usize; AREAS],
 }
 
-/// Matches one cell in each area range of `scope`, keeping its largest cap of detections.
-pub(super) fn evaluate_cell(cell: &Cell, scope: &Scope) -> CellEval {
-    let dts = ranked_detections(&cell.dts, scope.largest_cap());
-    let ious: Vec<f64> = dts
-        .iter()
-        .flat_map(|dt| cell.gts.iter().map(|gt| coco_iou(dt, gt)))
-        .collect();
-    CellEval {
-        scores: dts.iter().map(|d| d.score).collect(),
-        areas: scope
-            .areas
-            .iter()
-            .map(|&range| match_in_range(&dts, &cell.gts, &ious, range))
-            .collect(),
+/// An image's share of one category: counts, then where its lists start in [`Scratch`].
+#[derive(Clone, Copy, Debug)]
+struct ImageCell {
+    image: u32,
+    dts: u32,
+    gts: u32,
+    dt_start: u32,
+    gt_start: u32,
+}
+
+/// No cell yet for this image (in [`Scratch::cell_of_image`]).
+const NO_CELL: u32 = u32::MAX;
+
+/// Buffers reused from category to category by one thread.
+#[derive(Debug, Default)]
+pub(super) struct Scratch {
+    /// Sort keys of the detections (see [`rank_key`]).
+    keys: Vec<u128>,
+    /// Per image rank: its cell in the current category, or [`NO_CELL`]. Entries are reset after use.
+    cell_of_image: Vec<u32>,
+    cells: Vec<ImageCell>,
+    /// Positions in `ranked` of each cell's kept detections, cell after cell, each in rank order.
+    cell_dts: Vec<u32>,
+    /// Each cell's ground truths (positions in the category's list), cell after cell, listing order.
+    cell_gts: Vec<u32>,
+    /// One image's matching buffers.
+    image: ImageScratch,
+}
+
+/// Ranks a category's detections, puts them in their images, and matches each image.
+pub(super) fn match_category(
+    boxes: &CategoryBoxes,
+    scope: &Scope,
+    s: &mut Scratch,
+    out: &mut CategoryMatches,
+) {
+    rank_detections(&boxes.dts, scope, s, out);
+    place_ground_truths(&boxes.gts, scope, s, out);
+    place_detections(&boxes.dts, s, out);
+    for cell in &s.cells {
+        if cell.gts > 0 && cell.dts > 0 {
+            let dts = &s.cell_dts[cell.dt_start as usize..(cell.dt_start + cell.dts) as usize];
+            let gts = &s.cell_gts[cell.gt_start as usize..(cell.gt_start + cell.gts) as usize];
+            match_image(boxes, dts, gts, scope, &mut s.image, &mut out.ranked);
+        }
+    }
+    for cell in &s.cells {
+        s.cell_of_image[cell.image as usize] = NO_CELL;
     }
 }
 
-/// Highest score first, ties in input order (numpy's stable mergesort), at most `cap`.
-fn ranked_detections(dts: &[DtBox], cap: usize) -> Vec<&DtBox> {
-    let mut ranked: Vec<&DtBox> = dts.iter().collect();
-    ranked.sort_by(|a, b| b.score.partial_cmp(&a.score).unwrap_or(std::cmp::Ordering::Equal));
-    ranked.truncate(cap);
-    ranked
+/// Highest score first, then image, then listing position: one integer per detection, so that an
+/// unstable sort gives the order of numpy's stable mergesort on `-score`. `-0.0` and `0.0` compare
+/// equal there, so the sign of zero is dropped.
+fn rank_key(d: &DtBox, position: usize) -> u128 {
+    let bits = (d.score + 0.0).to_bits();
+    // Order-preserving map of a float to an unsigned integer, then reversed for "highest first".
+    let ascending = if bits >> 63 == 1 { !bits } else { bits | 1 << 63 };
+    u128::from(!ascending) << 64 | u128::from(d.image) << 32 | position as u128
 }
 
-/// Greedy matching of `evaluateImg`. Ground truths are visited counted-first (stable), so a detection
-/// prefers a counted ground truth and falls back to an ignored one (crowd or out of range) only if no
-/// counted one reaches the threshold; among counted ones the highest IoU wins, ties going to the later.
-/// A detection matched to an ignored ground truth is ignored; an unmatched one is ignored when its own
-/// area is out of range. `ious` is `[detection][ground truth]` in input order.
-fn match_in_range(dts: &[&DtBox], gts: &[GtBox], ious: &[f64], range: AreaRange) -> AreaMatches {
-    let ignored_gt: Vec<bool> = gts.iter().map(|g| g.crowd || range.excludes(g.area)).collect();
-    let order: Vec<usize> = (0..gts.len())
-        .filter(|&g| !ignored_gt[g])
-        .chain((0..gts.len()).filter(|&g| ignored_gt[g]))
-        .collect();
-    let mut matched = vec![Thresholds::default(); dts.len()];
-    let mut ignored = vec![Thresholds::default(); dts.len()];
-    let mut taken = vec![false; gts.len()];
-    for (t, &threshold) in IOU_THRESHOLDS.iter().enumerate() {
-        taken.fill(false);
-        for (d, dt) in dts.iter().enumerate() {
-            let row = &ious[d * gts.len()..(d + 1) * gts.len()];
-            if let Some(g) = best_match(row, &order, gts, &ignored_gt, &taken, threshold) {
-                taken[g] = true;
-                if ignored_gt[g] {
-                    ignored[d].insert(t);
-                }
-                // pycocotools stores the matched annotation's id and tests it for truth: id 0 reads as
-                // no match (the detection becomes a false positive). Reproduced for identical results.
-                if gts[g].id != 0 {
-                    matched[d].insert(t);
+/// Sorts the detections into ranked order, creates a cell per image in order of first appearance, and
+/// fills `out.ranked` with the detections kept (rank below the largest cap), each with its outcome as if
+/// its image had no ground truth: unmatched, and ignored in the area ranges its area is outside of.
+fn rank_detections(dts: &[DtBox], scope: &Scope, s: &mut Scratch, out: &mut CategoryMatches) {
+    s.keys.clear();
+    s.keys.extend(dts.iter().enumerate().map(|(i, d)| rank_key(d, i)));
+    s.keys.sort_unstable();
+    s.cells.clear();
+    out.ranked.clear();
+    let cap = scope.largest_cap() as u32;
+    for &key in &s.keys {
+        let detection = key as u32;
+        let d = &dts[detection as usize];
+        let c = cell_of(d.image, &mut s.cell_of_image, &mut s.cells);
+        let rank = s.cells[c].dts;
+        s.cells[c].dts += 1;
+        if rank < cap {
+            let mut outcome = Outcome {
+                detection,
+                rank,
+                ..Outcome::default()
+            };
+            for (ignored, range) in outcome.ignored.iter_mut().zip(scope.areas) {
+                if range.excludes(d.area) {
+                    *ignored = Thresholds::ALL;
                 }
             }
-            if !matched[d].contains(t) && range.excludes(dt.area) {
-                ignored[d].insert(t);
+            out.ranked.push(outcome);
+        }
+    }
+    for cell in &mut s.cells {
+        cell.dts = cell.dts.min(cap);
+    }
+}
+
+/// The cell of `image` in the current category, created if missing.
+fn cell_of(image: u32, cell_of_image: &mut Vec<u32>, cells: &mut Vec<ImageCell>) -> usize {
+    let i = image as usize;
+    if cell_of_image.len() <= i {
+        cell_of_image.resize(i + 1, NO_CELL);
+    }
+    if cell_of_image[i] == NO_CELL {
+        cell_of_image[i] = cells.len() as u32;
+        cells.push(ImageCell {
+            image,
+            dts: 0,
+            gts: 0,
+            dt_start: 0,
+            gt_start: 0,
+        });
+    }
+    cell_of_image[i] as usize
+}
+
+/// Counts the ground truths that count in each area range, and lists those of images with detections
+/// by cell (the others take no part in matching).
+fn place_ground_truths(gts: &[GtBox], scope: &Scope, s: &mut Scratch, out: &mut CategoryMatches) {
+    out.counted_gts = [0; AREAS];
+    let cell_index = |g: &GtBox| s.cell_of_image.get(g.image as usize).copied().unwrap_or(NO_CELL);
+    for g in gts {
+        for (counted, range) in out.counted_gts.iter_mut().zip(scope.areas) {
+            *counted += usize::from(!ignores_ground_truth(range, g));
+        }
+        let c = cell_index(g);
+        if c != NO_CELL {
+            s.cells[c as usize].gts += 1;
+        }
+    }
+    let mut start = 0;
+    for cell in &mut s.cells {
+        cell.gt_start = start;
+        start += cell.gts;
+        cell.gts = 0;
+    }
+    s.cell_gts.clear();
+    s.cell_gts.resize(start as usize, 0);
+    for (position, g) in gts.iter().enumerate() {
+        let c = cell_index(g);
+        if c != NO_CELL {
+            let cell = &mut s.cells[c as usize];
+            s.cell_gts[(cell.gt_start + cell.gts) as usize] = position as u32;
+            cell.gts += 1;
+        }
+    }
+}
+
+/// A crowd region, or an area outside the range: matching may use it, but it is never a miss.
+fn ignores_ground_truth(range: &AreaRange, g: &GtBox) -> bool {
+    g.crowd || range.excludes(g.area)
+}
+
+/// Lists each cell's kept detections (positions in `out.ranked`) together, in rank order.
+fn place_detections(dts: &[DtBox], s: &mut Scratch, out: &CategoryMatches) {
+    let mut start = 0;
+    for cell in &mut s.cells {
+        cell.dt_start = start;
+        start += cell.dts;
+    }
+    s.cell_dts.clear();
+    s.cell_dts.resize(start as usize, 0);
+    for (position, outcome) in out.ranked.iter().enumerate() {
+        let c = s.cell_of_image[dts[outcome.detection as usize].image as usize];
+        let cell = &s.cells[c as usize];
+        s.cell_dts[(cell.dt_start + outcome.rank) as usize] = position as u32;
+    }
+}
+
+/// One image's matching buffers.
+#[derive(Debug, Default)]
+struct ImageScratch {
+    gts: Vec<GtBox>,
+    /// `[detection][ground truth]`, detections in rank order, ground truths in listing order.
+    ious: Vec<f64>,
+    /// The detections that reach the lowest threshold on some ground truth, as (position in the image's
+    /// list, number of thresholds their best IoU reaches): a detection takes nothing at a threshold its
+    /// best IoU is below, so the others keep the outcome ranking gave them, and each is visited only at
+    /// the thresholds it reaches.
+    candidates: Vec<(usize, usize)>,
+    ignored_gt: Vec<bool>,
+    /// Ground truths counted first, then the ignored ones, each group in listing order.
+    order: Vec<usize>,
+    taken: Vec<bool>,
+}
+
+/// Greedy matching of `evaluateImg` on one image: `dts` are positions in `ranked` (rank order), `gts`
+/// positions in the category's ground truths (listing order). Ground truths are visited counted-first
+/// (stable), so a detection prefers a counted ground truth and falls back to an ignored one (crowd or
+/// out of range) only if no counted one reaches the threshold; among counted ones the highest IoU wins,
+/// ties going to the later. A detection matched to an ignored ground truth is ignored; an unmatched one
+/// is ignored when its own area is out of range.
+fn match_image(
+    boxes: &CategoryBoxes,
+    dts: &[u32],
+    gts: &[u32],
+    scope: &Scope,
+    s: &mut ImageScratch,
+    ranked: &mut [Outcome],
+) {
+    s.gts.clear();
+    s.gts.extend(gts.iter().map(|&g| boxes.gts[g as usize].clone()));
+    let dt_box = |p: u32| &boxes.dts[ranked[p as usize].detection as usize];
+    s.ious.clear();
+    s.candidates.clear();
+    for (d, &p) in dts.iter().enumerate() {
+        let start = s.ious.len();
+        s.ious.extend(s.gts.iter().map(|g| coco_iou(dt_box(p), g)));
+        let reach = thresholds_reached(&s.ious[start..]);
+        if reach > 0 {
+            s.candidates.push((d, reach));
+        }
+    }
+    let Some(reach) = s.candidates.iter().map(|&(_, reach)| reach).max() else {
+        return;
+    };
+    for (a, range) in scope.areas.iter().enumerate() {
+        s.ignored_gt.clear();
+        s.ignored_gt
+            .extend(s.gts.iter().map(|g| ignores_ground_truth(range, g)));
+        s.order.clear();
+        s.order.extend((0..s.gts.len()).filter(|&g| !s.ignored_gt[g]));
+        s.order.extend((0..s.gts.len()).filter(|&g| s.ignored_gt[g]));
+        for (t, &threshold) in IOU_THRESHOLDS.iter().enumerate().take(reach) {
+            s.taken.clear();
+            s.taken.resize(s.gts.len(), false);
+            for &(d, _) in s.candidates.iter().filter(|&&(_, reach)| reach > t) {
+                let row = &s.ious[d * s.gts.len()..(d + 1) * s.gts.len()];
+                let Some(g) = best_match(row, &s.order, &s.gts, &s.ignored_gt, &s.taken, threshold) else {
+                    continue;
+                };
+                s.taken[g] = true;
+                let outcome = &mut ranked[dts[d] as usize];
+                // pycocotools stores the matched annotation's id and tests it for truth: id 0 reads as
+                // no match (the detection becomes a false positive). Reproduced for identical results.
+                let matched = s.gts[g].id != 0;
+                outcome.matched[a].set(t, matched);
+                let out_of_range = range.excludes(boxes.dts[outcome.detection as usize].area);
+                outcome.ignored[a].set(t, s.ignored_gt[g] || !matched && out_of_range);
             }
         }
     }
-    AreaMatches {
-        matched,
-        ignored,
-        counted_gts: ignored_gt.iter().filter(|&&i| !i).count(),
-    }
+}
+
+/// How many IoU thresholds the best of `ious` reaches. A NaN IoU (possible only for inverted boxes)
+/// reaches them all: pycocotools' `iou < threshold` test does not skip it.
+fn thresholds_reached(ious: &[f64]) -> usize {
+    let best = ious.iter().fold(f64::NEG_INFINITY, |best, &iou| {
+        if iou.is_nan() {
+            f64::INFINITY
+        } else {
+            best.max(iou)
+        }
+    });
+    IOU_THRESHOLDS
+        .iter()
+        .filter(|&&threshold| best >= threshold)
+        .count()
 }
 
 /// The ground truth one detection takes at one threshold, if any. A taken ground truth is skipped
@@ -242,26 +439,41 @@ mod tests {
     use super::super::params::FULL_SCOPE;
     use super::*;
 
-    fn evaluate_cell(cell: &Cell) -> CellEval {
-        super::evaluate_cell(cell, &FULL_SCOPE)
+    /// The boxes of one image (image rank 0).
+    struct Cell {
+        gts: Vec<GtBox>,
+        dts: Vec<DtBox>,
+    }
+
+    fn evaluate_cell(cell: &Cell) -> CategoryMatches {
+        let boxes = CategoryBoxes {
+            gts: cell.gts.clone(),
+            dts: cell.dts.clone(),
+        };
+        let mut out = CategoryMatches::default();
+        match_category(&boxes, &FULL_SCOPE, &mut Scratch::default(), &mut out);
+        out
     }
 
     fn gt(id: i64, bbox: [f64; 4], crowd: bool) -> GtBox {
-        GtBox::new(id, bbox, bbox[2] * bbox[3], crowd)
+        GtBox::new(id, bbox, bbox[2] * bbox[3], crowd, 0)
     }
 
     fn dt(bbox: [f64; 4], score: f64) -> DtBox {
-        DtBox::new(bbox, score)
+        DtBox::new(bbox, score, 0)
     }
 
-    /// Per detection, matched and ignored in `range` at threshold index `t`.
-    fn flags_in(eval: &CellEval, range: AreaRange, t: usize) -> (Vec<bool>, Vec<bool>) {
-        let a = &eval.areas[range.index()];
-        let matched = a.matched.iter().map(|m| m.contains(t)).collect();
-        (matched, a.ignored.iter().map(|i| i.contains(t)).collect())
+    /// Per ranked detection, matched and ignored in `range` at threshold index `t`.
+    fn flags_in(eval: &CategoryMatches, range: AreaRange, t: usize) -> (Vec<bool>, Vec<bool>) {
+        let a = range.index();
+        let matched = eval.ranked.iter().map(|o| o.matched[a].contains(t)).collect();
+        (
+            matched,
+            eval.ranked.iter().map(|o| o.ignored[a].contains(t)).collect(),
+        )
     }
 
-    fn flags(eval: &CellEval, t: usize) -> (Vec<bool>, Vec<bool>) {
+    fn flags(eval: &CategoryMatches, t: usize) -> (Vec<bool>, Vec<bool>) {
         flags_in(eval, AreaRange::All, t)
     }
 
@@ -308,7 +520,7 @@ mod tests {
         };
         let eval = evaluate_cell(&cell);
         assert_eq!(flags(&eval, 9), (vec![true, true], vec![true, true]));
-        assert_eq!(eval.areas[0].counted_gts, 0);
+        assert_eq!(eval.counted_gts[0], 0);
     }
 
     #[test]
@@ -338,7 +550,7 @@ mod tests {
             ],
         };
         let eval = evaluate_cell(&cell);
-        assert_eq!(eval.areas[AreaRange::Small.index()].counted_gts, 0);
+        assert_eq!(eval.counted_gts[AreaRange::Small.index()], 0);
         // Detection 0 matches the (ignored) ground truth -> ignored; detection 1 is small -> counts.
         assert_eq!(
             flags_in(&eval, AreaRange::Small, 0),
@@ -354,8 +566,32 @@ mod tests {
     fn keeps_the_100_best_detections() {
         let dts = (0..150).map(|i| dt([0.0, 0.0, 1.0, 1.0], i as f64)).collect();
         let eval = evaluate_cell(&Cell { gts: vec![], dts });
-        assert_eq!(eval.scores.len(), 100);
-        assert_eq!((eval.scores[0], eval.scores[99]), (149.0, 50.0));
+        assert_eq!(eval.ranked.len(), 100);
+        let (first, last) = (eval.ranked[0], eval.ranked[99]);
+        assert_eq!((first.detection, first.rank), (149, 0));
+        assert_eq!((last.detection, last.rank), (50, 99));
+    }
+
+    #[test]
+    fn ranking_across_images_orders_ties_by_image_then_listing() {
+        // Listing: image 1 at 0.5, image 0 at 0.5, image 0 at 0.9, image 1 at 0.5.
+        let at = |image, score| DtBox::new([0.0, 0.0, 1.0, 1.0], score, image);
+        let boxes = CategoryBoxes {
+            gts: vec![],
+            dts: vec![at(1, 0.5), at(0, 0.5), at(0, 0.9), at(1, 0.5)],
+        };
+        let mut out = CategoryMatches::default();
+        match_category(&boxes, &FULL_SCOPE, &mut Scratch::default(), &mut out);
+        let order: Vec<(u32, u32)> = out.ranked.iter().map(|o| (o.detection, o.rank)).collect();
+        assert_eq!(order, [(2, 0), (1, 1), (0, 0), (3, 1)]);
+    }
+
+    #[test]
+    fn rank_key_ignores_the_sign_of_zero() {
+        let at = |score| DtBox::new([0.0, 0.0, 1.0, 1.0], score, 0);
+        assert_eq!(rank_key(&at(-0.0), 3), rank_key(&at(0.0), 3));
+        assert!(rank_key(&at(1.0), 9) < rank_key(&at(0.5), 0));
+        assert!(rank_key(&at(-0.5), 0) > rank_key(&at(0.0), 9));
     }
 
     #[test]

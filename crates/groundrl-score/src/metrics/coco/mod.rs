@@ -66,9 +66,9 @@ pub use params::{AREA_RANGES, AreaRange, IOU_THRESHOLDS, MAX_DETS, RECALL_THRESH
 pub use single_image::{SingleImageAp, single_image_ap};
 pub use summary::{CategoryMetrics, CocoEval, Stats};
 
-use accumulate::{CategoryCurves, accumulate_category};
-use evaluate::{Cell, CellEval, DtBox, GtBox, evaluate_cell, group_cells};
-use params::FULL_SCOPE;
+use accumulate::{CategoryCurves, Curve, accumulate_category};
+use evaluate::{CategoryBoxes, CategoryMatches, DtBox, GtBox, Scratch, match_category};
+use params::{FULL_SCOPE, Scope};
 
 /// Evaluates detections against a ground truth held in memory, after checking both.
 pub fn evaluate(gt: &GroundTruth, detections: &[Detection]) -> Result<CocoEval, CocoError> {
@@ -91,28 +91,73 @@ fn evaluate_curves<'a>(
     detections: &[Detection],
 ) -> Result<(Vec<&'a Category>, Vec<CategoryCurves>), CocoError> {
     let resolved = dataset::resolve(gt, detections)?;
-    let gts = resolved
-        .annotation_cells
-        .iter()
-        .zip(&gt.annotations)
-        .map(|(&(k, i), a)| (k, i, GtBox::from(a)));
-    let dts = resolved
-        .detection_cells
-        .iter()
-        .zip(detections)
-        .map(|(&(k, i), d)| (k, i, DtBox::from(d)));
-    let cells = group_cells(resolved.categories.len(), gts, dts);
-    let curves = curves_by_category(&cells);
+    let n = resolved.categories.len();
+    let gts = Members::group(n, &resolved.annotation_cells);
+    let dts = Members::group(n, &resolved.detection_cells);
+    let curves: Vec<CategoryCurves> = (0..n)
+        .into_par_iter()
+        .map_init(
+            || (Workspace::default(), CategoryBoxes::default()),
+            |(work, boxes), k| {
+                boxes.clear();
+                boxes.gts.extend(
+                    gts.of(k)
+                        .map(|(i, image)| GtBox::from_annotation(&gt.annotations[i], image)),
+                );
+                boxes.dts.extend(
+                    dts.of(k)
+                        .map(|(i, image)| DtBox::from_detection(&detections[i], image)),
+                );
+                work.curves(boxes, &FULL_SCOPE)
+            },
+        )
+        .collect();
     Ok((resolved.categories, curves))
 }
 
-/// Matching and accumulation of each category (`cells[k]`: category k's cells in image order).
-fn curves_by_category(cells: &[Vec<Cell>]) -> Vec<CategoryCurves> {
-    cells
-        .par_iter()
-        .map(|cells| {
-            let evals: Vec<CellEval> = cells.iter().map(|c| evaluate_cell(c, &FULL_SCOPE)).collect();
-            accumulate_category(&evals, &FULL_SCOPE)
-        })
-        .collect()
+/// The records of each category, in listing order: a counting sort of `(category, image)` ranks.
+struct Members {
+    /// `starts[k]..starts[k + 1]` indexes `records` for category k.
+    starts: Vec<usize>,
+    /// (record position, image rank)
+    records: Vec<(usize, u32)>,
+}
+
+impl Members {
+    fn group(categories: usize, cells: &[(u32, u32)]) -> Self {
+        let mut starts = vec![0; categories + 1];
+        for &(k, _) in cells {
+            starts[k as usize + 1] += 1;
+        }
+        for k in 0..categories {
+            starts[k + 1] += starts[k];
+        }
+        let mut fill = starts.clone();
+        let mut records = vec![(0, 0); cells.len()];
+        for (i, &(k, image)) in cells.iter().enumerate() {
+            records[fill[k as usize]] = (i, image);
+            fill[k as usize] += 1;
+        }
+        Self { starts, records }
+    }
+
+    fn of(&self, k: usize) -> impl Iterator<Item = (usize, u32)> + '_ {
+        self.records[self.starts[k]..self.starts[k + 1]].iter().copied()
+    }
+}
+
+/// Buffers one thread reuses from category to category.
+#[derive(Default)]
+struct Workspace {
+    scratch: Scratch,
+    matches: CategoryMatches,
+    curve: Curve,
+}
+
+impl Workspace {
+    /// Matching and accumulation of one category.
+    fn curves(&mut self, boxes: &CategoryBoxes, scope: &Scope) -> CategoryCurves {
+        match_category(boxes, scope, &mut self.scratch, &mut self.matches);
+        accumulate_category(&self.matches, scope, &mut self.curve)
+    }
 }

@@ -2,9 +2,10 @@
 
 use crate::geometry::LabeledBox;
 
-use super::accumulate::accumulate_category;
-use super::evaluate::{Cell, DtBox, GtBox, evaluate_cell};
-use super::params::AP_SCOPE;
+use super::Workspace;
+use super::accumulate::CategoryCurves;
+use super::evaluate::{CategoryBoxes, DtBox, GtBox};
+use super::params::{AP_SCOPE, Scope};
 use super::summary::ap_and_ap50;
 
 /// AP and AP50 of one image's predictions (VLM-R1's per-sample `od_ap`).
@@ -41,19 +42,28 @@ pub fn single_image_ap(gt: &[LabeledBox], predictions: &[LabeledBox]) -> SingleI
     {
         return SingleImageAp::ZERO;
     }
-    let mut cell = Cell::default();
-    let curves: Vec<_> = labels
-        .iter()
-        .map(|&label| {
-            fill_cell(&mut cell, gt, predictions, label);
-            accumulate_category(&[evaluate_cell(&cell, &AP_SCOPE)], &AP_SCOPE)
-        })
-        .collect();
-    let (ap, ap50) = ap_and_ap50(&curves);
+    let (ap, ap50) = ap_and_ap50(&curves_by_label(&labels, gt, predictions, &AP_SCOPE));
     SingleImageAp {
         ap: ap.max(0.0),
         ap50: ap50.max(0.0),
     }
+}
+
+/// The curves of each label (category) in `scope`, one category after another in one thread.
+fn curves_by_label(
+    labels: &[&str],
+    gt: &[LabeledBox],
+    predictions: &[LabeledBox],
+    scope: &Scope,
+) -> Vec<CategoryCurves> {
+    let (mut boxes, mut work) = (CategoryBoxes::default(), Workspace::default());
+    labels
+        .iter()
+        .map(|&label| {
+            fill_boxes(&mut boxes, gt, predictions, label);
+            work.curves(&boxes, scope)
+        })
+        .collect()
 }
 
 /// The ground-truth labels in order of first appearance: the categories, numbered in that order.
@@ -67,20 +77,20 @@ fn distinct_labels(gt: &[LabeledBox]) -> Vec<&str> {
     labels
 }
 
-/// Refills `cell` (reused across categories) with the boxes labeled `label`, in listing order: ground
-/// truths with annotation id = 1 + position in `gt`, predictions with a finite box, all scored 1.0.
-fn fill_cell(cell: &mut Cell, gt: &[LabeledBox], predictions: &[LabeledBox], label: &str) {
-    cell.gts.clear();
-    cell.dts.clear();
+/// Refills `boxes` (reused across categories) with the boxes labeled `label`, in listing order, all on
+/// image 0: ground truths with annotation id = 1 + position in `gt`, predictions with a finite box, all
+/// scored 1.0.
+fn fill_boxes(boxes: &mut CategoryBoxes, gt: &[LabeledBox], predictions: &[LabeledBox], label: &str) {
+    boxes.clear();
     for (i, b) in gt.iter().enumerate().filter(|(_, b)| b.label == label) {
         let (xywh, area) = vlm_r1_box(b);
-        cell.gts.push(GtBox::new(i as i64 + 1, xywh, area, false));
+        boxes.gts.push(GtBox::new(i as i64 + 1, xywh, area, false, 0));
     }
     for b in predictions
         .iter()
         .filter(|b| b.label == label && b.bbox.is_finite())
     {
-        cell.dts.push(DtBox::new(vlm_r1_box(b).0, 1.0));
+        boxes.dts.push(DtBox::new(vlm_r1_box(b).0, 1.0, 0));
     }
 }
 
@@ -226,8 +236,9 @@ mod equivalence {
     use super::*;
     use crate::geometry::BBox;
     use crate::metrics::coco::dataset::Category;
+    use crate::metrics::coco::params::FULL_SCOPE;
     use crate::metrics::coco::summary::CocoEval;
-    use crate::metrics::coco::{Detection, GroundTruth, GtAnnotation, curves_by_category, evaluate};
+    use crate::metrics::coco::{Detection, GroundTruth, GtAnnotation, evaluate};
 
     /// xorshift64*, so the cases are the same on every run.
     struct Rng(u64);
@@ -318,14 +329,10 @@ mod equivalence {
     /// The whole COCOeval through its internal stages (accepts inverted boxes, as VLM-R1 does).
     fn full_cocoeval(gt: &[LabeledBox], predictions: &[LabeledBox]) -> SingleImageAp {
         let labels = distinct_labels(gt);
-        let mut cells = vec![Cell::default(); labels.len()];
-        for (k, &label) in labels.iter().enumerate() {
-            fill_cell(&mut cells[k], gt, predictions, label);
-        }
+        let curves = curves_by_label(&labels, gt, predictions, &FULL_SCOPE);
         let categories: Vec<Category> = (0..).zip(&labels).map(|(id, name)| category(id, name)).collect();
         let refs: Vec<&Category> = categories.iter().collect();
-        let one_image: Vec<Vec<Cell>> = cells.into_iter().map(|c| vec![c]).collect();
-        let stats = CocoEval::new(&refs, &curves_by_category(&one_image)).stats;
+        let stats = CocoEval::new(&refs, &curves).stats;
         SingleImageAp {
             ap: stats.ap.max(0.0),
             ap50: stats.ap50.max(0.0),
