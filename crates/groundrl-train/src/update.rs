@@ -273,17 +273,19 @@ pub fn update_data_parallel(
     let mut minis_done = 0u32;
     for _ in 0..s.ppo_epochs {
         for (m, mbs) in batches.iter().enumerate() {
-            let mut scale =
-                LossScale::of_mini_batch(mbs.iter().map(|mb| &mb.mask), s.loss, s.response_budget)
-                    .map_err(|e| ModelError::Input(e.to_string()))?;
+            let loss_error = |e: crate::loss::LossError| ModelError::Input(e.to_string());
+            let (mut tokens, mut sequences) =
+                LossScale::totals(mbs.iter().map(|mb| &mb.mask)).map_err(loss_error)?;
             if let Some(dp) = dp.as_deref_mut() {
-                let global = dp.sum_i64(&[scale.tokens, scale.sequences]).map_err(collective)?;
-                (scale.tokens, scale.sequences) = (global[0], global[1]);
+                let global = dp.sum_i64(&[tokens, sequences]).map_err(collective)?;
+                (tokens, sequences) = (global[0], global[1]);
             }
-            if scale.tokens == 0 {
+            if tokens == 0 {
                 // Every completion masked out (overlong filtering): nothing to learn from here.
                 continue;
             }
+            let scale =
+                LossScale::of_totals(tokens, sequences, s.loss, s.response_budget).map_err(loss_error)?;
             let mut mini_loss = 0.0;
             for (b, mb) in mbs.iter().enumerate() {
                 let forward = model.training_forward_from(&mb.batch, mb.policy_features(), s.checkpoint)?;
