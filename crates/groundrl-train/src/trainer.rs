@@ -375,10 +375,7 @@ impl Trainer {
             ("time/generate", self.rollout_seconds.generate),
             ("time/update", update_seconds),
             ("update/shared_prefix", f64::from(u8::from(report.shared_prefix))),
-            (
-                "generated_tokens_per_s",
-                generated as f64 / rollout_seconds.max(1e-9),
-            ),
+            ("generated_tokens_per_s", generated / rollout_seconds.max(1e-9)),
             ("bad_samples", self.state.bad_samples as f64),
             ("dropped_groups", dropped as f64),
             ("kl_penalty", kl_penalty),
