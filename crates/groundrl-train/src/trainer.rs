@@ -41,7 +41,7 @@ use crate::fault;
 use crate::inference::Inference;
 use crate::optim::{AdamW, lr_at};
 use crate::scoring::Scorer;
-use crate::update::{Row, UpdateSettings, kl_penalties, update_data_parallel};
+use crate::update::{Row, UpdateSettings, kl_penalties, update};
 
 mod checkpoints;
 mod evaluation;
@@ -318,7 +318,7 @@ impl Trainer {
         for (row, advantage) in rows.iter_mut().zip(advantages) {
             row.advantage = advantage;
         }
-        let report = update_data_parallel(
+        let report = update(
             &self.policy.model,
             self.reference.as_ref(),
             &self.policy.processor,

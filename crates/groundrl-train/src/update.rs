@@ -187,32 +187,23 @@ impl FrozenFeatures {
 }
 
 /// Runs the update over `rows` (old log-probs from the policy as it is now: a first pass without
-/// gradients when there is more than one optimizer step, else the same forward, detached).
-pub fn update(
-    model: &Qwen25Vl,
-    reference: Option<&Qwen25Vl>,
-    processor: &Processor,
-    optimizer: &mut AdamW,
-    rows: &[Row],
-    s: &UpdateSettings,
-) -> Result<UpdateReport, ModelError> {
-    update_data_parallel(model, reference, processor, optimizer, rows, s, None)
-}
-
-/// [`update`] as one rank of a data-parallel run (`dp`; `None`: one process). `rows` are this
-/// rank's and `s.mini_batch_size` is its share of a mini-batch: the global mini-batch `m` is every
-/// rank's `m`-th. Each mini-batch's [`LossScale`] is summed over the ranks, so that each rank's
-/// loss is its exact share of the global one, and the gradients are summed over the ranks, in
-/// buckets, after the mini-batch's last backward pass and before the optimizer step (whose clipping
-/// then sees the global gradient). Every rank runs the same number of optimizer steps, the most
-/// any rank's rows make; a rank with fewer rows joins the rest with no rows of its own.
+/// gradients when there is more than one optimizer step, else the same forward, detached), alone
+/// (`dp` `None`) or as one rank of a data-parallel run.
+///
+/// As a rank, `rows` are this rank's and `s.mini_batch_size` is its share of a mini-batch: the
+/// global mini-batch `m` is every rank's `m`-th. Each mini-batch's [`LossScale`] totals are summed
+/// over the ranks, so that each rank's loss is its exact share of the global one, and the gradients
+/// are summed over the ranks, in buckets, after the mini-batch's last backward pass and before the
+/// optimizer step (whose clipping then sees the global gradient). Every rank runs the same number
+/// of optimizer steps, the most any rank's rows make; a rank with fewer rows joins the rest with no
+/// rows of its own.
 ///
 /// The reduction does not overlap the backward pass: that needs a hook on each parameter's
 /// gradient accumulation to start a bucket's all-reduce as soon as its gradients are final (what
 /// PyTorch DDP's reducer does) and collectives that return before they finish, neither of which
 /// tch or the group offer yet.
 #[allow(clippy::too_many_arguments)]
-pub fn update_data_parallel(
+pub fn update(
     model: &Qwen25Vl,
     reference: Option<&Qwen25Vl>,
     processor: &Processor,

@@ -34,7 +34,7 @@ use groundrl_tensor::qwen2_5_vl::{Qwen25Vl, presets};
 use groundrl_train::data_parallel::{DataParallel, DataParallelError, checksum};
 use groundrl_train::loss::LossConfig;
 use groundrl_train::optim::{AdamW, OptimConfig};
-use groundrl_train::update::{Row, UpdateReport, UpdateSettings, text_response, update_data_parallel};
+use groundrl_train::update::{Row, UpdateReport, UpdateSettings, text_response, update};
 use tch::{Device, Kind, Tensor};
 
 const SCENARIO: &str = "GROUNDRL_DP_SCENARIO";
@@ -55,6 +55,18 @@ fn tiny() -> (Qwen25Vl, Processor) {
         files: Default::default(),
     };
     (Qwen25Vl::new(&config, Device::Cpu, Kind::Float, 7), processor)
+}
+
+/// The model's trained tensors, sorted by name (the trainer's order).
+fn trained(model: &Qwen25Vl) -> Vec<(String, Tensor)> {
+    let mut params: Vec<(String, Tensor)> = model
+        .var_store()
+        .variables()
+        .into_iter()
+        .filter(|(_, t)| t.requires_grad())
+        .collect();
+    params.sort_by(|a, b| a.0.cmp(&b.0));
+    params
 }
 
 fn ids(tokenizer: &Tokenizer, text: &str) -> Vec<i64> {
@@ -129,13 +141,7 @@ fn run_update(
     let examples = examples(&p);
     let all = rows(&examples);
     let rows = rows_of(&all);
-    let mut params: Vec<(String, Tensor)> = model
-        .var_store()
-        .variables()
-        .into_iter()
-        .filter(|(_, t)| t.requires_grad())
-        .collect();
-    params.sort_by(|a, b| a.0.cmp(&b.0));
+    let params = trained(&model);
     let shared = params
         .iter()
         .map(|(n, t)| (n.clone(), t.shallow_clone()))
@@ -154,7 +160,7 @@ fn run_update(
         lr: 1e-2,
         shared_prefix: false,
     };
-    let report = update_data_parallel(&model, None, &p, &mut optimizer, &rows, &settings, dp).unwrap();
+    let report = update(&model, None, &p, &mut optimizer, &rows, &settings, dp).unwrap();
     (
         report,
         params.into_iter().map(|(_, t)| t.detach().copy()).collect(),
@@ -280,13 +286,7 @@ fn two_ranks_with_half_the_rows_each_update_as_one_process_with_all() {
 /// The first trained parameter of a fresh tiny model (to show the update moved the weights).
 fn tiny_param0() -> Tensor {
     let (model, _) = tiny();
-    let mut params: Vec<(String, Tensor)> = model
-        .var_store()
-        .variables()
-        .into_iter()
-        .filter(|(_, t)| t.requires_grad())
-        .collect();
-    params.sort_by(|a, b| a.0.cmp(&b.0));
+    let params = trained(&model);
     params[0].1.detach().copy()
 }
 
