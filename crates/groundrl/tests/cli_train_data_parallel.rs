@@ -1,7 +1,9 @@
 //! `groundrl train --nproc-per-node 2` on the CPU (Gloo on 127.0.0.1, tiny preset): two workers
 //! train as one process does, rank 0 alone writes the run's files, and a worker killed with SIGKILL
 //! stops the launch with an error naming it, after which a resume finishes the run as if it had
-//! never stopped.
+//! never stopped. Two processes started with torchrun's variables alone (two "nodes" of one
+//! process each, `MASTER_ADDR` on the loopback) train together, and when one of them hangs the other
+//! stops with c10d's timeout error after `distributed.timeout_s`.
 //!
 //! The workers' completions equal one process's because each prompt's sampling seed is keyed by its
 //! position in the step's whole draw, whichever rank samples it. With 2 ranks and one micro-batch
@@ -11,7 +13,8 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use common::{command, repo_root, synth, text};
 use groundrl_tensor::tch::Tensor;
@@ -21,6 +24,11 @@ use serde_json::Value;
 /// 4 prompts a step in mini-batches of all 16 completions (8 a micro-batch), a checkpoint after
 /// every step and the ranks' weights compared after every step.
 fn setup(dir: &Path, steps: u32) -> PathBuf {
+    setup_with(dir, steps, 60)
+}
+
+/// [`setup`] with collectives that wait at most `timeout_s`.
+fn setup_with(dir: &Path, steps: u32, timeout_s: u32) -> PathBuf {
     let data = synth(&dir.join("data"), &["--n", "12", "--difficulty", "easy"]);
     let config = format!(
         r#"
@@ -50,7 +58,7 @@ save_freq = 1
 keep_checkpoints = 0
 test_freq = 0
 [distributed]
-timeout_s = 60
+timeout_s = {timeout_s}
 checksum_every = 1
 "#,
         data = data.display(),
@@ -218,4 +226,71 @@ fn a_world_size_that_does_not_divide_the_prompts_is_refused() {
         stderr.contains("rollout.prompts_per_step") && stderr.contains("does not divide by the world size 3"),
         "{stderr}"
     );
+}
+
+#[test]
+fn two_nodes_by_torchruns_variables_and_a_hung_rank_times_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = setup_with(dir.path(), 50, 20);
+    let run = dir.path().join("run");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    // Each "node" runs one process: LOCAL_RANK 0 of LOCAL_WORLD_SIZE 1, RANK of WORLD_SIZE 2.
+    let start = |rank: &str| {
+        train(&config, &run, 1)
+            .envs([
+                ("RANK", rank),
+                ("WORLD_SIZE", "2"),
+                ("LOCAL_RANK", "0"),
+                ("LOCAL_WORLD_SIZE", "1"),
+                ("MASTER_ADDR", "127.0.0.1"),
+                ("MASTER_PORT", port.as_str()),
+                ("OMP_NUM_THREADS", "1"),
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let rank0 = start("0");
+    let mut rank1 = start("1");
+    // Once two steps are checkpointed the two nodes have trained together; then rank 1 hangs.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !run.join("checkpoints/step-2").exists() {
+        assert!(Instant::now() < deadline, "no checkpoint of step 2 in 300 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let stop = |signal: &str| {
+        let status = Command::new("kill")
+            .args([signal, &rank1.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    stop("-STOP");
+    let stopped = Instant::now();
+    let out = rank0.wait_with_output().unwrap();
+    let waited = stopped.elapsed();
+    stop("-KILL");
+    let _ = rank1.wait();
+    let stderr = text(&out.stderr);
+    println!(
+        "rank 0 stopped {waited:?} after rank 1 hung: {}",
+        stderr.lines().last().unwrap_or_default()
+    );
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.to_lowercase().contains("rank 0 of 2") && stderr.to_lowercase().contains("timed out"),
+        "{stderr}"
+    );
+    // The timeout is 20 s; rank 0 may first finish the step it was in.
+    assert!(
+        waited < Duration::from_secs(120),
+        "rank 0 stopped after {waited:?}"
+    );
+    assert!(json_lines(&run, "metrics.jsonl").len() >= 2);
 }
