@@ -7,6 +7,7 @@
 pub mod advantage;
 pub mod checkpoint;
 pub mod config;
+pub mod data_parallel;
 pub mod dataset;
 pub mod export;
 pub mod fault;

@@ -185,6 +185,13 @@ impl LossScale {
         cfg: &LossConfig,
         response_budget: i64,
     ) -> Result<Self, LossError> {
+        let (tokens, sequences) = Self::totals(masks)?;
+        Self::of_totals(tokens, sequences, cfg, response_budget)
+    }
+
+    /// The tokens and sequences that count in `masks` (each (B, T)), which may be none; a
+    /// data-parallel run sums them over the ranks before [`LossScale::of_totals`].
+    pub fn totals<'a>(masks: impl IntoIterator<Item = &'a Tensor>) -> Result<(i64, i64), LossError> {
         let (mut tokens, mut sequences) = (0, 0);
         for mask in masks {
             if mask.dim() != 2 {
@@ -198,6 +205,17 @@ impl LossScale {
             tokens += per_row.sum(Kind::Int64).int64_value(&[]);
             sequences += per_row.gt(0).sum(Kind::Int64).int64_value(&[]);
         }
+        Ok((tokens, sequences))
+    }
+
+    /// The scale of a mini-batch of `tokens` counting tokens in `sequences` sequences; an error
+    /// when none counts.
+    pub fn of_totals(
+        tokens: i64,
+        sequences: i64,
+        cfg: &LossConfig,
+        response_budget: i64,
+    ) -> Result<Self, LossError> {
         let norm_length = if cfg.norm_length > 0 {
             cfg.norm_length
         } else {

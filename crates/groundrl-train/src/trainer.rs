@@ -11,7 +11,12 @@
 //! One phase a file: `start` opens a run, `warm_up` is the supervised warm-up, `rollouts`
 //! draws, encodes and generates, `scoring` scores completions and logs pass rates to the ledger,
 //! `evaluation` runs held-out evaluation and validation (with early stopping), `checkpoints`
-//! saves and resumes, `rounds` moves between curriculum rounds, and `tools` holds tool use.
+//! saves and resumes, `rounds` moves between curriculum rounds, `tools` holds tool use, and
+//! `replicas` brings a data-parallel step's numbers together across the ranks.
+//!
+//! In a data-parallel run (`crate::data_parallel`) every rank runs this same loop on its share of
+//! each step's prompts; the update sums the gradients over the ranks, and rank 0 alone writes the
+//! logs, the ledger, the evaluations and the checkpoints.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -30,6 +35,7 @@ use tch::Tensor;
 use crate::advantage::group_advantages;
 use crate::checkpoint::{checkpoint_dir, latest_checkpoint};
 use crate::config::TrainConfig;
+use crate::data_parallel::DataParallel;
 use crate::dataset::Dataset;
 use crate::fault;
 use crate::inference::Inference;
@@ -39,6 +45,7 @@ use crate::update::{Row, UpdateSettings, kl_penalties, update};
 
 mod checkpoints;
 mod evaluation;
+mod replicas;
 mod rollouts;
 mod rounds;
 mod scoring;
@@ -47,6 +54,7 @@ mod tools;
 mod warm_up;
 pub use checkpoints::EventsPosition;
 pub use evaluation::Evaluation;
+use replicas::StepSums;
 use rollouts::{Rollouts, generated_tokens};
 pub use rounds::ROUNDS_DIR;
 use tools::ToolSetup;
@@ -138,6 +146,8 @@ pub enum TrainError {
     Telemetry(#[from] groundrl_core::telemetry::TelemetryError),
     #[error("{path}: {source}")]
     Io { path: String, source: std::io::Error },
+    #[error(transparent)]
+    DataParallel(#[from] crate::data_parallel::DataParallelError),
 }
 
 fn setup(e: impl std::fmt::Display) -> TrainError {
@@ -168,14 +178,22 @@ pub struct Trainer {
     val: Dataset,
     test: Dataset,
     pub state: RunState,
-    log: JsonlLog,
-    ledger: LedgerWriter,
-    events: EventWriter,
+    /// The logs the run writes as it goes; `None` on every rank of a data-parallel run but rank 0.
+    logs: Option<RunLogs>,
     health: HealthMonitor,
+    /// This process's rank when the run is split over several (`None`: the run is this process).
+    dp: Option<DataParallel>,
     /// The held-out evaluations this process ran.
     evaluations: Vec<Evaluation>,
     /// Where the current step's rollout time goes, for its record.
     rollout_seconds: RolloutSeconds,
+}
+
+/// The run's logs, written by one process only: the metrics, the pass-rate ledger and TensorBoard.
+struct RunLogs {
+    log: JsonlLog,
+    ledger: LedgerWriter,
+    events: EventWriter,
 }
 
 /// Seconds a step's rollouts spent encoding prompts (images loaded and preprocessed) and generating,
@@ -212,7 +230,7 @@ impl Trainer {
                 break stop;
             }
             let save = self.cfg.trainer.save_freq;
-            if save > 0 && self.state.step.is_multiple_of(u64::from(save)) {
+            if save > 0 && self.state.step.is_multiple_of(u64::from(save)) && self.writes() {
                 self.save()?;
             }
         };
@@ -220,6 +238,7 @@ impl Trainer {
         let saved = latest_checkpoint(&self.run_dir).ok();
         let diverged = matches!(ending, Ending::NonFinite { .. });
         if self.cfg.trainer.save_freq > 0
+            && self.writes()
             && !diverged
             && saved != Some(checkpoint_dir(&self.run_dir, self.state.step))
         {
@@ -243,6 +262,7 @@ impl Trainer {
     pub fn step(&mut self) -> Result<StepRecord, TrainError> {
         let start = Instant::now();
         self.rollout_seconds = RolloutSeconds::default();
+        let bad_before = self.state.bad_samples;
         let Rollouts {
             kept: groups,
             scored,
@@ -257,7 +277,7 @@ impl Trainer {
         let settings = UpdateSettings {
             loss: &self.cfg.loss,
             ppo_epochs: t.ppo_epochs,
-            mini_batch_size: t.mini_batch_size as usize,
+            mini_batch_size: t.mini_batch_size as usize / self.world_size(),
             micro_batch_size: t.micro_batch_size as usize,
             checkpoint: self.cfg.model.gradient_checkpointing,
             logprob_chunk: i64::from(t.logprob_chunk),
@@ -305,6 +325,7 @@ impl Trainer {
             &mut self.optimizer,
             &rows,
             &settings,
+            self.dp.as_mut(),
         )?;
         let update_seconds = update_start.elapsed().as_secs_f64();
         self.state.step += 1;
@@ -322,25 +343,39 @@ impl Trainer {
             .flat_map(|g| &g.completions)
             .map(generated_tokens)
             .sum();
+        let local = StepSums {
+            loss: report.loss,
+            kl: report.stats.ref_kl,
+            approx_kl: report.stats.approx_kl,
+            entropy: report.stats.entropy,
+            clip_fraction: report.stats.clip_fraction,
+            generated: generated as f64,
+            tokens: report.tokens as f64,
+            kl_penalty: kl_penalty * rows.len() as f64,
+            rows: rows.len() as f64,
+            bad_samples: (self.state.bad_samples - bad_before) as f64,
+        };
+        let (sums, scored) = self.gather_step(local, scored)?;
+        self.state.bad_samples = bad_before + sums.bad_samples as u64;
+        self.check_replicas()?;
+        let kl_penalty = sums.kl_penalty / sums.rows.max(1.0);
+        let generated = sums.generated;
         let mut train = Scalars::default();
         for (name, value) in [
-            ("loss", report.loss),
+            ("loss", sums.loss),
             ("lr", lr),
             ("grad_norm", report.grad_norm),
-            ("kl", report.stats.ref_kl),
-            ("approx_kl", report.stats.approx_kl),
-            ("entropy", report.stats.entropy),
-            ("clip_fraction", report.stats.clip_fraction),
+            ("kl", sums.kl),
+            ("approx_kl", sums.approx_kl),
+            ("entropy", sums.entropy),
+            ("clip_fraction", sums.clip_fraction),
             ("skipped_optimizer_steps", f64::from(report.skipped_steps)),
             ("time/rollout", rollout_seconds),
             ("time/encode", self.rollout_seconds.encode),
             ("time/generate", self.rollout_seconds.generate),
             ("time/update", update_seconds),
             ("update/shared_prefix", f64::from(u8::from(report.shared_prefix))),
-            (
-                "generated_tokens_per_s",
-                generated as f64 / rollout_seconds.max(1e-9),
-            ),
+            ("generated_tokens_per_s", generated / rollout_seconds.max(1e-9)),
             ("bad_samples", self.state.bad_samples as f64),
             ("dropped_groups", dropped as f64),
             ("kl_penalty", kl_penalty),
@@ -362,9 +397,11 @@ impl Trainer {
         }
         train.insert("time/step", start.elapsed().as_secs_f64())?;
         if self.policy.model.device().is_cuda() {
-            // Model FLOPs of the update (6 per parameter per token) at the H100/H200 dense bf16 peak.
-            let flops = 6.0 * self.optimizer_parameters as f64 * report.tokens as f64;
-            train.insert("mfu", flops / update_seconds / H100_BF16_FLOPS)?;
+            // Model FLOPs of the update (6 per parameter per token) at the H100/H200 dense bf16 peak,
+            // of every rank's GPU.
+            let flops = 6.0 * self.optimizer_parameters as f64 * sums.tokens;
+            let peak = H100_BF16_FLOPS * self.world_size() as f64;
+            train.insert("mfu", flops / update_seconds / peak)?;
         }
         if let Some(bytes) = groundrl_tensor::bench::cuda_memory_in_use() {
             train.insert("peak_memory_bytes", bytes as f64)?;
@@ -375,10 +412,13 @@ impl Trainer {
             rollout: RolloutStats::compute(&scored, &self.scorer.component_names())?,
             train,
         };
-        self.log.append(&record)?;
-        self.events.add_scalars(record.step, &record.scalars())?;
-        for alarm in self.health.observe(&record) {
-            eprintln!("step {}: run-health alarm: {alarm}", record.step);
+        let alarms = self.health.observe(&record);
+        if let Some(logs) = &mut self.logs {
+            logs.log.append(&record)?;
+            logs.events.add_scalars(record.step, &record.scalars())?;
+            for alarm in alarms {
+                eprintln!("step {}: run-health alarm: {alarm}", record.step);
+            }
         }
         Ok(record)
     }
@@ -405,6 +445,16 @@ impl Trainer {
     /// The sampling temperature of the current round.
     fn temperature(&self) -> f64 {
         self.state.temperature.unwrap_or(self.cfg.rollout.temperature)
+    }
+
+    /// Whether this process writes the run's files: rank 0 of a data-parallel run, or the one process.
+    pub fn writes(&self) -> bool {
+        self.dp.as_ref().is_none_or(|dp| dp.rank() == 0)
+    }
+
+    /// Processes the run is split over (1 without data parallelism).
+    pub fn world_size(&self) -> usize {
+        self.dp.as_ref().map_or(1, DataParallel::world_size)
     }
 
     /// The held-out evaluations this process ran (`before`, `after`), in order.

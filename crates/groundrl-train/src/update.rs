@@ -12,6 +12,7 @@ use groundrl_tensor::qwen2_5_vl::model::{
 use groundrl_tensor::qwen2_5_vl::{Batch, ModelError, Qwen25Vl};
 use tch::{Device, Kind, Tensor};
 
+use crate::data_parallel::DataParallel;
 use crate::loss::{LossConfig, LossInputs, LossScale, LossStats, kl_reward_penalty, policy_loss};
 use crate::optim::{AdamW, StepOutcome};
 
@@ -186,7 +187,22 @@ impl FrozenFeatures {
 }
 
 /// Runs the update over `rows` (old log-probs from the policy as it is now: a first pass without
-/// gradients when there is more than one optimizer step, else the same forward, detached).
+/// gradients when there is more than one optimizer step, else the same forward, detached), alone
+/// (`dp` `None`) or as one rank of a data-parallel run.
+///
+/// As a rank, `rows` are this rank's and `s.mini_batch_size` is its share of a mini-batch: the
+/// global mini-batch `m` is every rank's `m`-th. Each mini-batch's [`LossScale`] totals are summed
+/// over the ranks, so that each rank's loss is its exact share of the global one, and the gradients
+/// are summed over the ranks, in buckets, after the mini-batch's last backward pass and before the
+/// optimizer step (whose clipping then sees the global gradient). Every rank runs the same number
+/// of optimizer steps, the most any rank's rows make; a rank with fewer rows joins the rest with no
+/// rows of its own.
+///
+/// The reduction does not overlap the backward pass: that needs a hook on each parameter's
+/// gradient accumulation to start a bucket's all-reduce as soon as its gradients are final (what
+/// PyTorch DDP's reducer does) and collectives that return before they finish, neither of which
+/// tch or the group offer yet.
+#[allow(clippy::too_many_arguments)]
 pub fn update(
     model: &Qwen25Vl,
     reference: Option<&Qwen25Vl>,
@@ -194,6 +210,7 @@ pub fn update(
     optimizer: &mut AdamW,
     rows: &[Row],
     s: &UpdateSettings,
+    mut dp: Option<&mut DataParallel>,
 ) -> Result<UpdateReport, ModelError> {
     let device = model.device();
     let frozen = FrozenFeatures::new(model, rows)?;
@@ -211,7 +228,13 @@ pub fn update(
             })
             .collect()
     };
-    let batches: Vec<Vec<MicroBatch>> = minis.iter().map(|m| micro(m)).collect::<Result<_, _>>()?;
+    let mut batches: Vec<Vec<MicroBatch>> = minis.iter().map(|m| micro(m)).collect::<Result<_, _>>()?;
+    let mini_batches = match dp.as_deref_mut() {
+        Some(dp) => most_over_ranks(dp, batches.len())?,
+        None => batches.len(),
+    };
+    batches.resize_with(mini_batches, Vec::new);
+    let parameters = optimizer.parameters();
     let separate_old = s.ppo_epochs > 1 || batches.len() > 1;
     let old: Vec<Vec<Option<Tensor>>> = batches
         .iter()
@@ -241,12 +264,19 @@ pub fn update(
     let mut minis_done = 0u32;
     for _ in 0..s.ppo_epochs {
         for (m, mbs) in batches.iter().enumerate() {
-            if mbs.iter().all(|mb| mb.counted == 0) {
+            let loss_error = |e: crate::loss::LossError| ModelError::Input(e.to_string());
+            let (mut tokens, mut sequences) =
+                LossScale::totals(mbs.iter().map(|mb| &mb.mask)).map_err(loss_error)?;
+            if let Some(dp) = dp.as_deref_mut() {
+                let global = dp.sum_i64(&[tokens, sequences]).map_err(collective)?;
+                (tokens, sequences) = (global[0], global[1]);
+            }
+            if tokens == 0 {
                 // Every completion masked out (overlong filtering): nothing to learn from here.
                 continue;
             }
-            let scale = LossScale::of_mini_batch(mbs.iter().map(|mb| &mb.mask), s.loss, s.response_budget)
-                .map_err(|e| ModelError::Input(e.to_string()))?;
+            let scale =
+                LossScale::of_totals(tokens, sequences, s.loss, s.response_budget).map_err(loss_error)?;
             let mut mini_loss = 0.0;
             for (b, mb) in mbs.iter().enumerate() {
                 let forward = model.training_forward_from(&mb.batch, mb.policy_features(), s.checkpoint)?;
@@ -270,6 +300,9 @@ pub fn update(
                 report.shared_prefix |= mb.branched.is_some();
             }
             report.loss += mini_loss;
+            if let Some(dp) = dp.as_deref_mut() {
+                dp.sum_gradients(&parameters).map_err(collective)?;
+            }
             match optimizer
                 .step(s.lr)
                 .map_err(|e| ModelError::Input(e.to_string()))?
@@ -294,6 +327,17 @@ pub fn update(
         report.stats = report.stats.scaled(1.0 / n);
     }
     Ok(report)
+}
+
+/// The largest `count` of any rank.
+fn most_over_ranks(dp: &mut DataParallel, count: usize) -> Result<usize, ModelError> {
+    let all = dp.gather("mini-batch count", &count).map_err(collective)?;
+    Ok(all.into_iter().max().unwrap_or(count))
+}
+
+/// A failed collective as the update's error, with the rank and c10d's message.
+fn collective(e: crate::data_parallel::DataParallelError) -> ModelError {
+    ModelError::Input(format!("data-parallel update: {e}"))
 }
 
 /// Each row's KL penalty for `loss.kl_in_reward` (see [`crate::loss::kl_reward_penalty`]): the

@@ -17,7 +17,8 @@ use crate::frame::Frame;
 ///
 /// `Default` is an empty record (group 0, no source, reward 0, no tool call), for tests and for
 /// construction with `..Default::default()`.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// Serializable so that the ranks of a data-parallel run can gather their records to rank 0.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CompletionRecord {
     /// The prompt group (GRPO samples several completions per prompt).
     pub group: usize,

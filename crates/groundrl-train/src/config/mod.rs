@@ -28,6 +28,7 @@
 //! field to [`TrainConfig`]: the loader, the override and the unknown-key checks are generic.
 
 mod data;
+mod distributed;
 mod keys;
 mod model;
 mod reward;
@@ -48,6 +49,7 @@ use groundrl_tensor::qwen2_5_vl::ModelError;
 use serde::{Deserialize, Serialize};
 
 pub use data::DataConfig;
+pub use distributed::DistributedConfig;
 pub use model::{DeviceKind, Dtype, LORA_TEXT_TARGETS, ModelConfig, ModelPreset};
 pub use reward::RewardConfig;
 pub use rollout::RolloutConfig;
@@ -72,6 +74,7 @@ pub struct TrainConfig {
     pub rounds: RoundsConfig,
     pub health: HealthConfig,
     pub tools: ToolsConfig,
+    pub distributed: DistributedConfig,
 }
 
 /// Why a configuration was refused; each names the file, the override or the dotted key at fault.
@@ -166,6 +169,7 @@ impl TrainConfig {
             .validate()
             .map_err(|e| invalid("health", e.to_string()))?;
         self.tools.validate(self.rollout.max_new_tokens)?;
+        self.distributed.validate()?;
         let completions = self.rollout.completions_per_step();
         ensure(
             completions.is_multiple_of(u64::from(self.trainer.mini_batch_size)),

@@ -124,6 +124,11 @@ impl AdamW {
         })
     }
 
+    /// The parameters it updates, in its order (sharing their storage).
+    pub fn parameters(&self) -> Vec<Tensor> {
+        self.params.iter().map(|p| p.param.shallow_clone()).collect()
+    }
+
     /// Zeroes every parameter's gradient before the next backward pass. As with tch's own optimizers
     /// the gradient tensor stays (zeroed), so a parameter that had one keeps being updated.
     pub fn zero_grad(&mut self) {

@@ -16,6 +16,7 @@ use super::{
 };
 use crate::checkpoint::{CheckpointParts, has_checkpoint, load_latest, restore_tensors, save_checkpoint};
 use crate::config::TrainConfig;
+use crate::data_parallel::DataParallel;
 
 /// An event file of the run's TensorBoard folder and its length at a checkpoint.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -31,17 +32,46 @@ impl Trainer {
     /// A run stopped before its first checkpoint (during the warm-up, say) starts over in its folder.
     /// Temporary files and folders of writes the stop cut short are removed first.
     pub fn resume(run_dir: &Path) -> Result<Self, TrainError> {
+        Self::resume_data_parallel(run_dir, None)
+    }
+
+    /// [`Trainer::resume`] as one rank of a data-parallel run (`dp`; `None`: one process), on any
+    /// world size the config allows: the checkpoint holds the whole optimizer state, and no random
+    /// draw depends on the world size (docs/distributed.md). Rank 0 tidies the folder and cuts the
+    /// logs back first; the other ranks then load the same checkpoint without writing anything.
+    pub fn resume_data_parallel(run_dir: &Path, mut dp: Option<DataParallel>) -> Result<Self, TrainError> {
+        let writes = dp.as_ref().is_none_or(|group| group.rank() == 0);
+        let world = dp.as_ref().map_or(1, DataParallel::world_size);
+        if let (false, Some(group)) = (writes, dp.as_mut()) {
+            group.barrier()?;
+        }
+        let mut trainer = Self::resume_as(run_dir, world, writes)?;
+        if let (true, Some(group)) = (writes, dp.as_mut()) {
+            group.barrier()?;
+        }
+        trainer.dp = dp;
+        Ok(trainer)
+    }
+
+    /// The trainer of the run in `run_dir` at its latest checkpoint, over `world` ranks; the one that
+    /// `writes` tidies the folder and cuts its logs back.
+    fn resume_as(run_dir: &Path, world: usize, writes: bool) -> Result<Self, TrainError> {
         let cfg = TrainConfig::load(&run_dir.join(CONFIG_FILE), &[]).map_err(setup)?;
-        for path in remove_temporaries(run_dir).map_err(|e| io(run_dir, e))? {
-            eprintln!("removed {}, left by a write that was cut short", path.display());
+        cfg.validate_world_size(world).map_err(setup)?;
+        if writes {
+            for path in remove_temporaries(run_dir).map_err(|e| io(run_dir, e))? {
+                eprintln!("removed {}, left by a write that was cut short", path.display());
+            }
         }
         if !has_checkpoint(run_dir) {
-            eprintln!("{}: no checkpoint yet: starting the run over", run_dir.display());
-            return Self::build(cfg, run_dir.to_path_buf(), Start::Over);
+            if writes {
+                eprintln!("{}: no checkpoint yet: starting the run over", run_dir.display());
+            }
+            return Self::build(cfg, run_dir.to_path_buf(), Start::Over, writes);
         }
         let checkpoint = load_latest::<RunState>(run_dir)?;
         let start = Start::At(&checkpoint.state);
-        let mut trainer = Self::build(cfg, run_dir.to_path_buf(), start)?;
+        let mut trainer = Self::build(cfg, run_dir.to_path_buf(), start, writes)?;
         restore_tensors(
             &trainer
                 .policy
@@ -72,12 +102,16 @@ impl Trainer {
         Ok(trainer)
     }
 
-    /// Writes a checkpoint of the current step.
+    /// Writes a checkpoint of the current step (only the process that writes the run's files does:
+    /// rank 0 of a data-parallel run).
     pub fn save(&mut self) -> Result<PathBuf, TrainError> {
-        let file = self.events.path().file_name().unwrap_or_default();
+        let Some(logs) = &mut self.logs else {
+            return Err(setup("only rank 0 of a data-parallel run writes checkpoints"));
+        };
+        let file = logs.events.path().file_name().unwrap_or_default();
         self.state.events = Some(EventsPosition {
             file: file.to_string_lossy().into_owned(),
-            len: self.events.sync()?,
+            len: logs.events.sync()?,
         });
         let weights: Vec<(String, Tensor)> = self.policy.model.var_store().variables().into_iter().collect();
         let optimizer = self.optimizer.state();

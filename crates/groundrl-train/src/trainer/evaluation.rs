@@ -54,7 +54,7 @@ impl Trainer {
                 0 => Vec::new(),
                 _ => {
                     let seed = keyed(self.cfg.trainer.seed, &format!("eval {label} {}", chunk[0]));
-                    self.sample_groups_with(chunk, seed, Split::Test, k, self.temperature())?
+                    self.sample_groups_with(chunk, seed, Split::Test, k, self.temperature(), 0)?
                 }
             }
             .into_iter()
@@ -72,10 +72,16 @@ impl Trainer {
             }
             fault::point(fault::EVAL);
         }
+        let evaluation = Evaluation::of(label, &records);
+        self.state.evaluations.push(label.to_string());
+        self.evaluations.push(evaluation.clone());
+        if !self.writes() {
+            // Every rank answered the same samples with the same weights; rank 0 writes them.
+            return Ok(Some(evaluation));
+        }
         let dir = self.run_dir.join(EVAL_DIR);
         std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
         write_file(&dir.join(format!("{label}.jsonl")), &jsonl_bytes(&records)?)?;
-        let evaluation = Evaluation::of(label, &records);
         eprintln!(
             "held-out {label}: {}/{} correct ({:.1}%)",
             evaluation.correct,
@@ -94,8 +100,6 @@ impl Trainer {
                 100.0 * s.correct as f64 / s.completions.max(1) as f64
             );
         }
-        self.state.evaluations.push(label.to_string());
-        self.evaluations.push(evaluation.clone());
         Ok(Some(evaluation))
     }
 

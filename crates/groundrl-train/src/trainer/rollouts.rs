@@ -37,7 +37,16 @@ impl Trainer {
                 &format!("step {} draw {drawn}", self.state.step),
             );
             drawn += indices.len();
-            let groups = self.sample_groups(&indices, seed, Split::Train)?;
+            // Every rank draws the same prompts and samples its own share of them, each seeded by
+            // its position in the whole draw, as one process would seed it.
+            let mine = self
+                .dp
+                .as_ref()
+                .map_or(0..indices.len(), |dp| dp.share(indices.len()));
+            let (n, temperature) = (self.cfg.rollout.n as usize, self.temperature());
+            let first = mine.start;
+            let groups =
+                self.sample_groups_with(&indices[mine], seed, Split::Train, n, temperature, first)?;
             self.log_pass_rates(&groups, seed)?;
             for group in groups {
                 let group_id = kept.len() + dropped;
@@ -98,10 +107,11 @@ impl Trainer {
             Split::Train => (self.cfg.rollout.n as usize, self.temperature()),
             _ => (1, 0.0),
         };
-        self.sample_groups_with(indices, seed, split, n, temperature)
+        self.sample_groups_with(indices, seed, split, n, temperature, 0)
     }
 
-    /// [`Self::sample_groups`] with `n` completions per sample at `temperature` (0: greedy).
+    /// [`Self::sample_groups`] with `n` completions per sample at `temperature` (0: greedy), the
+    /// first sample being at position `first` of its draw (a rank's share starts inside it).
     pub(super) fn sample_groups_with(
         &mut self,
         indices: &[usize],
@@ -109,6 +119,7 @@ impl Trainer {
         split: Split,
         n: usize,
         temperature: f64,
+        first: usize,
     ) -> Result<Vec<Group>, TrainError> {
         let data = match split {
             Split::Train => &self.train,
@@ -123,7 +134,7 @@ impl Trainer {
                 .inference
                 .encode(&self.policy.processor, sample, &data.base, None)
             {
-                Ok(prompt) => groups.push(Group::new(index, groups.len(), prompt)),
+                Ok(prompt) => groups.push(Group::new(index, first + groups.len(), prompt)),
                 Err(e) => {
                     eprintln!("skipped sample {}: {e}", sample.id);
                     self.state.bad_samples += 1;

@@ -122,7 +122,8 @@ impl Trainer {
             .enumerate()
         {
             let chunk_seed = keyed(seed, &c.to_string());
-            let groups = self.sample_groups_with(chunk, chunk_seed, Split::Train, n, self.temperature())?;
+            let groups =
+                self.sample_groups_with(chunk, chunk_seed, Split::Train, n, self.temperature(), 0)?;
             entries.extend(self.ledger_entries(&groups, round, self.state.step, chunk_seed)?);
         }
         write_ledger(&path, &entries).map_err(setup)?;
@@ -161,9 +162,14 @@ impl Trainer {
                 .chunks(self.cfg.rollout.prompts_per_step.max(1) as usize)
                 .enumerate()
             {
-                for g in
-                    self.sample_groups_with(chunk, keyed(seed, &c.to_string()), Split::Val, n, temperature)?
-                {
+                for g in self.sample_groups_with(
+                    chunk,
+                    keyed(seed, &c.to_string()),
+                    Split::Val,
+                    n,
+                    temperature,
+                    0,
+                )? {
                     correct += g.records.iter().filter(|r| r.correct == Some(true)).count() as u64;
                     total += g.records.len() as u64;
                     reward += g.records.iter().map(|r| r.reward).sum::<f64>();

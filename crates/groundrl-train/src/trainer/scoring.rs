@@ -13,10 +13,17 @@ use crate::inference::resized_size;
 use crate::scoring::{Scoring, ToolScoring};
 
 impl Trainer {
-    /// Appends each group's k-of-n to the ledger (dropped groups too: they were drawn and judged).
+    /// Appends each group's k-of-n to the ledger (dropped groups too: they were drawn and judged);
+    /// in a data-parallel run rank 0 appends every rank's, in rank order.
     pub(super) fn log_pass_rates(&mut self, groups: &[Group], seed: u64) -> Result<(), TrainError> {
-        let entries = self.ledger_entries(groups, self.ledger_round(), self.state.step + 1, seed)?;
-        let duplicates = self.ledger.append(&entries).map_err(setup)?;
+        let mut entries = self.ledger_entries(groups, self.ledger_round(), self.state.step + 1, seed)?;
+        if let Some(dp) = &mut self.dp {
+            entries = dp.gather("ledger entries", &entries)?.concat();
+        }
+        let Some(logs) = &mut self.logs else {
+            return Ok(());
+        };
+        let duplicates = logs.ledger.append(&entries).map_err(setup)?;
         if duplicates > 0 {
             eprintln!(
                 "step {}: {duplicates} ledger entries were logged before and not again",

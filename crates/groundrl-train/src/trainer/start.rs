@@ -12,10 +12,11 @@ use tch::Tensor;
 use super::checkpoints::{cut_logs, open_events};
 use super::tools::ToolSetup;
 use super::{
-    CONFIG_FILE, INITIAL_MODEL_DIR, LEDGER_FILE, METRICS_FILE, RolloutSeconds, RunState, TENSORBOARD_DIR,
-    TrainError, Trainer, io, setup, write_file,
+    CONFIG_FILE, INITIAL_MODEL_DIR, LEDGER_FILE, METRICS_FILE, RolloutSeconds, RunLogs, RunState,
+    TENSORBOARD_DIR, TrainError, Trainer, io, setup, write_file,
 };
 use crate::config::{ModelPreset, TrainConfig};
+use crate::data_parallel::DataParallel;
 use crate::dataset::Dataset;
 use crate::inference::Inference;
 use crate::load_model::{initial_model_dir, lora_spec};
@@ -36,8 +37,37 @@ impl Trainer {
     /// Starts a new run in `cfg.trainer.run_dir` (which must not hold a run yet). The config's paths
     /// are made absolute first, so that the saved `config.toml` resumes from any folder.
     pub fn new(cfg: TrainConfig) -> Result<Self, TrainError> {
+        Self::new_data_parallel(cfg, None)
+    }
+
+    /// [`Trainer::new`] as one rank of a data-parallel run (`dp`; `None`: one process). Rank 0 makes
+    /// the run folder, its config and initial model; the other ranks wait for it, then load the same
+    /// model without writing anything.
+    pub fn new_data_parallel(cfg: TrainConfig, mut dp: Option<DataParallel>) -> Result<Self, TrainError> {
         cfg.validate().map_err(setup)?;
+        let world = dp.as_ref().map_or(1, DataParallel::world_size);
+        cfg.validate_world_size(world).map_err(setup)?;
         let cfg = with_absolute_paths(cfg)?;
+        let mut trainer = match dp.as_mut() {
+            Some(group) if group.rank() > 0 => {
+                group.barrier()?;
+                let run_dir = cfg.trainer.run_dir.clone();
+                Self::build(cfg, run_dir, Start::New, false)?
+            }
+            _ => {
+                let trainer = Self::create(cfg)?;
+                if let Some(group) = dp.as_mut() {
+                    group.barrier()?;
+                }
+                trainer
+            }
+        };
+        trainer.dp = dp;
+        Ok(trainer)
+    }
+
+    /// Makes the run folder of a new run and starts the run in it.
+    fn create(cfg: TrainConfig) -> Result<Self, TrainError> {
         let run_dir = cfg.trainer.run_dir.clone();
         if run_dir.join(CONFIG_FILE).exists() {
             return Err(setup(format!(
@@ -51,14 +81,21 @@ impl Trainer {
         remove_dir_if_any(&run_dir.join(INITIAL_MODEL_DIR))?;
         std::fs::create_dir_all(&run_dir).map_err(|e| io(&run_dir, e))?;
         let text = cfg.to_toml().map_err(setup)?;
-        let trainer = Self::build(cfg, run_dir.clone(), Start::New)
+        let trainer = Self::build(cfg, run_dir.clone(), Start::New, true)
             .inspect_err(|_| discard_failed_start(&run_dir, existed))?;
         // Written once the run could start, so a failed start leaves the folder free for a new one.
         write_file(&trainer.run_dir.join(CONFIG_FILE), text.as_bytes())?;
         Ok(trainer)
     }
 
-    pub(super) fn build(cfg: TrainConfig, run_dir: PathBuf, start: Start<'_>) -> Result<Self, TrainError> {
+    /// The trainer of a run in `run_dir`; it writes the run's logs when `writes` (cutting them back
+    /// to `start` first), which exactly one process of a run does.
+    pub(super) fn build(
+        cfg: TrainConfig,
+        run_dir: PathBuf,
+        start: Start<'_>,
+        writes: bool,
+    ) -> Result<Self, TrainError> {
         groundrl_tensor::attention::use_cudnn_attention(cfg.model.cudnn_attention);
         let mut policy = load_policy(&cfg, &run_dir)?;
         let reference = cfg
@@ -123,10 +160,10 @@ impl Trainer {
             eprintln!("skipped: {line}");
         }
         let health = HealthMonitor::new(cfg.health.clone())?;
-        cut_logs(&run_dir, &start, cfg.rounds.count)?;
-        let ledger = LedgerWriter::open(run_dir.join(LEDGER_FILE)).map_err(setup)?;
-        let log = JsonlLog::open(run_dir.join(METRICS_FILE))?;
-        let events = open_events(&run_dir.join(TENSORBOARD_DIR), &start)?;
+        let logs = match writes {
+            true => Some(open_logs(&run_dir, &start, cfg.rounds.count)?),
+            false => None,
+        };
         Ok(Self {
             cfg,
             run_dir,
@@ -143,14 +180,23 @@ impl Trainer {
             val,
             test,
             state: RunState::default(),
-            log,
-            ledger,
-            events,
+            logs,
             health,
+            dp: None,
             evaluations: Vec::new(),
             rollout_seconds: RolloutSeconds::default(),
         })
     }
+}
+
+/// The run's logs, cut back to `start` (see [`cut_logs`]).
+fn open_logs(run_dir: &Path, start: &Start<'_>, rounds: u32) -> Result<RunLogs, TrainError> {
+    cut_logs(run_dir, start, rounds)?;
+    Ok(RunLogs {
+        ledger: LedgerWriter::open(run_dir.join(LEDGER_FILE)).map_err(setup)?,
+        log: JsonlLog::open(run_dir.join(METRICS_FILE))?,
+        events: open_events(&run_dir.join(TENSORBOARD_DIR), start)?,
+    })
 }
 
 /// The tensors again, sharing storage (a new optimizer over the same parameters).

@@ -51,7 +51,9 @@ impl Trainer {
                 ("sft/loss".to_string(), record.loss),
                 ("sft/lr".to_string(), record.lr),
             ];
-            self.events.add_scalars(u64::from(record.step), &scalars)?;
+            if let Some(logs) = &mut self.logs {
+                logs.events.add_scalars(u64::from(record.step), &scalars)?;
+            }
             on_step(&record);
             fault::point(fault::WARM_UP);
         }

@@ -4,6 +4,7 @@ pub mod data;
 pub mod demo;
 pub mod eval;
 pub mod export;
+pub mod launch;
 pub mod model;
 pub mod plan;
 pub mod predict;

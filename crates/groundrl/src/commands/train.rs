@@ -1,15 +1,24 @@
 //! `groundrl train`: GRPO from a TOML config (with dotted overrides), or `--resume RUN_DIR`. Runs the
 //! memory pre-flight first on a GPU, shows a progress bar with the step's reward and accuracy, and
 //! says why the run ended.
+//!
+//! Data-parallel: `--nproc-per-node N` starts N workers of the same command on this machine
+//! ([`super::launch`]); a process started with torchrun's variables and `WORLD_SIZE` > 1 (by that
+//! launcher, by torchrun or by a Slurm script on several machines) joins their process group and
+//! trains as one rank (docs/distributed.md).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
+use groundrl_core::telemetry::StepRecord;
 use groundrl_train::config::{DeviceKind, TrainConfig};
+use groundrl_train::data_parallel::DataParallel;
 use groundrl_train::plan::{self, PlanExtras};
-use groundrl_train::trainer::{Ending, Trainer};
+use groundrl_train::trainer::{CONFIG_FILE, Ending, Trainer};
 use indicatif::{ProgressBar, ProgressStyle};
+
+use super::launch;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -23,23 +32,68 @@ pub struct Args {
     /// GPU memory for the pre-flight check (GiB); the run is refused when the plan does not fit.
     #[arg(long, default_value_t = 80.0)]
     gpu_memory_gib: f64,
+    /// Data-parallel workers to start on this machine, each with torchrun's variables (1: this
+    /// process trains alone, or as the rank its environment names).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    nproc_per_node: u32,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if args.nproc_per_node > 1 {
+        if args.resume.is_none() && args.config.is_none() {
+            bail!("give a config file or --resume RUN_DIR");
+        }
+        return launch::launch(args.nproc_per_node as usize);
+    }
     let mut trainer = match (&args.resume, &args.config) {
-        (Some(dir), _) => Trainer::resume(dir).with_context(|| format!("resuming {}", dir.display()))?,
+        (Some(dir), _) => {
+            let cfg = TrainConfig::load(&dir.join(CONFIG_FILE), &[])
+                .with_context(|| format!("resuming {}", dir.display()))?;
+            let dp = join_group(&cfg)?;
+            Trainer::resume_data_parallel(dir, dp).with_context(|| format!("resuming {}", dir.display()))?
+        }
         (None, Some(path)) => {
             let cfg = TrainConfig::load(path, &args.overrides)
                 .with_context(|| format!("config {}", path.display()))?;
             cfg.validate()
                 .with_context(|| format!("config {}", path.display()))?;
             preflight(&cfg, args.gpu_memory_gib)?;
-            Trainer::new(cfg)?
+            let dp = join_group(&cfg)?;
+            Trainer::new_data_parallel(cfg, dp)?
         }
         (None, None) => bail!("give a config file or --resume RUN_DIR"),
     };
-    let ending = train_with_progress(&mut trainer)?;
+    let ending = match trainer.world_size() {
+        1 => train_with_progress(&mut trainer)?,
+        _ => train_with_lines(&mut trainer)?,
+    };
     Ok(report_ending(&trainer, ending))
+}
+
+/// This process's rank in the group of torchrun's variables, when they name more than one process.
+fn join_group(cfg: &TrainConfig) -> anyhow::Result<Option<DataParallel>> {
+    DataParallel::from_env(&cfg.distributed, cfg.model.device.device())
+        .context("joining the data-parallel process group")
+}
+
+/// Runs a data-parallel rank: rank 0 says each step in a line (its output is a launcher's, not a
+/// terminal's), the others train silently.
+fn train_with_lines(trainer: &mut Trainer) -> anyhow::Result<Ending> {
+    let writes = trainer.writes();
+    Ok(trainer.run(|record| {
+        if writes {
+            eprintln!("{}", step_line(record));
+        }
+    })?)
+}
+
+/// A step's progress: its reward, accuracy and completion length.
+fn step_line(record: &StepRecord) -> String {
+    let accuracy = record.rollout.accuracy.share.unwrap_or(0.0);
+    format!(
+        "step {} epoch {}: reward {:.3}, accuracy {:.3}, length {:.1}",
+        record.step, record.epoch, record.rollout.reward.mean, accuracy, record.rollout.length.mean
+    )
 }
 
 /// A spinner with the elapsed time and a message.
@@ -63,11 +117,7 @@ pub fn train_with_bar(trainer: &mut Trainer, bar: &ProgressBar) -> anyhow::Resul
         bar.tick();
     })?;
     let ending = trainer.run(|record| {
-        let accuracy = record.rollout.accuracy.share.unwrap_or(0.0);
-        bar.set_message(format!(
-            "step {} epoch {}: reward {:.3}, accuracy {:.3}, length {:.1}",
-            record.step, record.epoch, record.rollout.reward.mean, accuracy, record.rollout.length.mean
-        ));
+        bar.set_message(step_line(record));
         bar.tick();
     })?;
     bar.finish_and_clear();
@@ -75,8 +125,14 @@ pub fn train_with_bar(trainer: &mut Trainer, bar: &ProgressBar) -> anyhow::Resul
 }
 
 /// Says why the run ended (and how many samples were skipped); the exit code: 3 for a run stopped by
-/// non-finite gradients.
+/// non-finite gradients. Of a data-parallel run's ranks, rank 0 says it.
 pub fn report_ending(trainer: &Trainer, ending: Ending) -> ExitCode {
+    if !trainer.writes() {
+        return match ending {
+            Ending::NonFinite { .. } => ExitCode::from(3),
+            _ => ExitCode::SUCCESS,
+        };
+    }
     let dir = trainer.run_dir().display();
     let bad = trainer.state.bad_samples;
     match ending {

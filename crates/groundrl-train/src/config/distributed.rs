@@ -1,0 +1,78 @@
+//! `[distributed]`: how the ranks of a data-parallel run wait for each other and check that they
+//! agree (docs/distributed.md). A run of one process ignores it.
+
+use serde::{Deserialize, Serialize};
+
+use super::{ConfigError, TrainConfig, ensure};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DistributedConfig {
+    /// Seconds the rendezvous and each collective wait for the other ranks before the run stops with
+    /// an error: a rank that hung is detected after this long (one that died, at once). It must
+    /// exceed the longest stretch one rank works alone (a held-out evaluation, a checkpoint's
+    /// write by rank 0). Default 1800, PyTorch's default for its process groups.
+    pub timeout_s: u64,
+    /// Every this many steps the ranks compare checksums of their weights and stop with an error
+    /// naming the ranks that differ; 0 turns the check off. Default 10.
+    pub checksum_every: u32,
+}
+
+impl Default for DistributedConfig {
+    fn default() -> Self {
+        Self {
+            timeout_s: 1800,
+            checksum_every: 10,
+        }
+    }
+}
+
+impl DistributedConfig {
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        ensure(
+            self.timeout_s >= 1,
+            "distributed.timeout_s",
+            "must be at least 1 second, found 0",
+        )
+    }
+}
+
+impl TrainConfig {
+    /// Checks that the run can be split over `world_size` data-parallel ranks: each rank takes an
+    /// equal share of whole groups and of each mini-batch. The parts of the trainer that do not run
+    /// data-parallel yet are refused by name.
+    pub fn validate_world_size(&self, world_size: usize) -> Result<(), ConfigError> {
+        if world_size <= 1 {
+            return Ok(());
+        }
+        let world = world_size as u64;
+        let prompts = u64::from(self.rollout.prompts_per_step);
+        ensure(
+            prompts.is_multiple_of(world),
+            "rollout.prompts_per_step",
+            format!(
+                "{prompts} does not divide by the world size {world_size} (each rank takes an equal share of the step's prompts)"
+            ),
+        )?;
+        let mini = u64::from(self.trainer.mini_batch_size);
+        ensure(
+            mini.is_multiple_of(world),
+            "trainer.mini_batch_size",
+            format!(
+                "{mini} does not divide by the world size {world_size} (each rank takes an equal share of a mini-batch)"
+            ),
+        )?;
+        let not_yet = |key: &str, on: bool| {
+            ensure(
+                !on,
+                key,
+                format!(
+                    "is not supported with several ranks yet (world size {world_size}); docs/distributed.md"
+                ),
+            )
+        };
+        not_yet("rollout.dynamic_sampling", self.rollout.dynamic_sampling)?;
+        not_yet("sft.steps", self.sft.steps > 0)?;
+        not_yet("rounds.count", self.rounds.count > 1)
+    }
+}

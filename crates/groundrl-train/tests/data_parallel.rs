@@ -1,0 +1,358 @@
+//! Data-parallel updates on the CPU (Gloo on 127.0.0.1): 2 processes with half a batch each give
+//! the weights, loss and gradient norm of 1 process with the whole batch.
+//!
+//! The test is at the update level: the same fixed rows and advantages, split over the ranks the
+//! way the trainer splits them (the global mini-batch `m` is every rank's `m`-th), so that nothing
+//! depends on sampling. Each rank is a copy of this test binary running the ignored `rank` test with
+//! torchrun's variables; it writes its weights to a file, which the parent compares with its own
+//! one-process run.
+//!
+//! Tolerance: the sum over the ranks adds the gradients in another order than one process's
+//! accumulation over micro-batches ((g1 + g2) + (g3 + g4) against ((g1 + g2) + g3) + g4), so an
+//! entry differs by about an f32 rounding of its largest term, 1e-7 relative to the terms. Where
+//! the terms cancel that is a large share of a small entry, and AdamW's step `lr · m / (√v + eps)`
+//! scales every entry to about `lr` whatever its size: the step of an entry moves by up to
+//! `lr · δg / eps`. With torch's `eps` of 1e-8 that is about 1e-4 here, which is what the weights
+//! then differ by (measured 9e-5 on ~5% of the entries after 4 steps). The test takes `eps` 1e-4,
+//! bounding it by `lr · δg / eps` ≈ 1e-2 · 1e-10 / 1e-4 = 1e-8 a step, and allows 1e-6 absolute
+//! on the weights; the gradient norm (the global gradient's, which the clipping uses) must agree
+//! to 1e-5 relative.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use groundrl_dist::{GroupOptions, ProcessGroup, Rendezvous};
+use groundrl_tensor::hf_folder::tiny_ids;
+use groundrl_tensor::processor::Processor;
+use groundrl_tensor::processor::chat_template::ChatTemplate;
+use groundrl_tensor::processor::image::ImageProcessor;
+use groundrl_tensor::processor::tiny_tokenizer::{VOCAB_SIZE, tiny_tokenizer};
+use groundrl_tensor::processor::{Encoded, tokenizer::Tokenizer};
+use groundrl_tensor::qwen2_5_vl::{Qwen25Vl, presets};
+use groundrl_train::data_parallel::{DataParallel, DataParallelError, checksum};
+use groundrl_train::loss::LossConfig;
+use groundrl_train::optim::{AdamW, OptimConfig};
+use groundrl_train::update::{Row, UpdateReport, UpdateSettings, text_response, update};
+use tch::{Device, Kind, Tensor};
+
+const SCENARIO: &str = "GROUNDRL_DP_SCENARIO";
+const OUT: &str = "GROUNDRL_DP_OUT";
+const PASSED: &str = "data-parallel scenario passed:";
+/// Rows of the whole batch, rows of a mini-batch (two optimizer steps), and ranks.
+const ROWS: usize = 8;
+const MINI: usize = 4;
+const WORLD: usize = 2;
+const TOLERANCE: f64 = 1e-6;
+
+fn tiny() -> (Qwen25Vl, Processor) {
+    let config = presets::tiny(i64::from(VOCAB_SIZE), &tiny_ids());
+    let processor = Processor {
+        tokenizer: tiny_tokenizer().unwrap(),
+        template: ChatTemplate::qwen2_5_vl(),
+        image: ImageProcessor::default(),
+        files: Default::default(),
+    };
+    (Qwen25Vl::new(&config, Device::Cpu, Kind::Float, 7), processor)
+}
+
+/// The model's trained tensors, sorted by name (the trainer's order).
+fn trained(model: &Qwen25Vl) -> Vec<(String, Tensor)> {
+    let mut params: Vec<(String, Tensor)> = model
+        .var_store()
+        .variables()
+        .into_iter()
+        .filter(|(_, t)| t.requires_grad())
+        .collect();
+    params.sort_by(|a, b| a.0.cmp(&b.0));
+    params
+}
+
+fn ids(tokenizer: &Tokenizer, text: &str) -> Vec<i64> {
+    tokenizer
+        .encode(text)
+        .unwrap()
+        .into_iter()
+        .map(i64::from)
+        .collect()
+}
+
+/// Text-only prompts and answers of different lengths, two groups of four.
+fn examples(p: &Processor) -> Vec<(Encoded, Encoded, f64)> {
+    (0..ROWS)
+        .map(|i| {
+            let prompt = format!(
+                "<|im_start|>user\nClick the button {}.<|im_end|>\n<|im_start|>assistant\n",
+                i / 4
+            );
+            let answer = format!("({}, {}){}<|im_end|>", 10 * i, 3 + i * i, " ok".repeat(i % 3));
+            let prompt = Encoded {
+                input_ids: ids(&p.tokenizer, &prompt),
+                pixel_values: None,
+                image_grids: Vec::new(),
+            };
+            let advantage = [1.0, -0.5, 0.25, -0.75][i % 4] * if i < 4 { 1.0 } else { -1.3 };
+            (prompt, text_response(ids(&p.tokenizer, &answer)), advantage)
+        })
+        .collect()
+}
+
+fn rows(examples: &[(Encoded, Encoded, f64)]) -> Vec<Row<'_>> {
+    examples
+        .iter()
+        .map(|(prompt, response, advantage)| Row {
+            prompt,
+            response,
+            generated: &[],
+            advantage: *advantage,
+            counts: true,
+        })
+        .collect()
+}
+
+/// Rank `rank`'s rows: its half of each global mini-batch, in order.
+fn rank_rows<'a>(all: &[Row<'a>], rank: usize) -> Vec<Row<'a>> {
+    let half = MINI / WORLD;
+    all.chunks(MINI)
+        .flat_map(|mini| &mini[rank * half..(rank + 1) * half])
+        .map(|r| Row { ..*r })
+        .collect()
+}
+
+fn optim() -> OptimConfig {
+    OptimConfig {
+        lr: 1e-2,
+        // Small enough to clip: the clipping must see the global gradient's norm.
+        grad_clip: 0.05,
+        eps: 1e-4,
+        ..OptimConfig::default()
+    }
+}
+
+/// One update of `rows` on a fresh tiny model, mini-batches of `mini` rows, one row a micro-batch;
+/// the weights after it, sorted by name.
+fn run_update(
+    rows_of: impl for<'a> Fn(&[Row<'a>]) -> Vec<Row<'a>>,
+    mini: usize,
+    dp: Option<&mut DataParallel>,
+) -> (UpdateReport, Vec<Tensor>) {
+    let (model, p) = tiny();
+    let examples = examples(&p);
+    let all = rows(&examples);
+    let rows = rows_of(&all);
+    let params = trained(&model);
+    let shared = params
+        .iter()
+        .map(|(n, t)| (n.clone(), t.shallow_clone()))
+        .collect();
+    let mut optimizer = AdamW::new(shared, &optim()).unwrap();
+    let loss = LossConfig::default();
+    let settings = UpdateSettings {
+        loss: &loss,
+        ppo_epochs: 2,
+        mini_batch_size: mini,
+        micro_batch_size: 1,
+        checkpoint: false,
+        logprob_chunk: 16,
+        temperature: 1.0,
+        response_budget: 32,
+        lr: 1e-2,
+        shared_prefix: false,
+    };
+    let report = update(&model, None, &p, &mut optimizer, &rows, &settings, dp).unwrap();
+    (
+        report,
+        params.into_iter().map(|(_, t)| t.detach().copy()).collect(),
+    )
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// Runs `scenario` on `WORLD` ranks writing under `out`; their outputs in rank order.
+fn launch(scenario: &str, out: &Path) -> Vec<Output> {
+    let port = free_port().to_string();
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..WORLD)
+        .map(|rank| {
+            Command::new(&exe)
+                .args(["rank", "--exact", "--ignored", "--nocapture"])
+                .env(SCENARIO, scenario)
+                .env(OUT, out)
+                .env("RANK", rank.to_string())
+                .env("WORLD_SIZE", WORLD.to_string())
+                .env("LOCAL_RANK", rank.to_string())
+                .env("LOCAL_WORLD_SIZE", WORLD.to_string())
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", &port)
+                .env("OMP_NUM_THREADS", "1")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect()
+}
+
+fn assert_passed(outputs: &[Output], scenario: &str) -> Vec<String> {
+    let said = |out: &Output| {
+        format!(
+            "{}\n--- stdout\n{}\n--- stderr\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    let all: Vec<String> = outputs.iter().map(said).collect();
+    outputs
+        .iter()
+        .enumerate()
+        .map(|(rank, out)| {
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let line = stdout
+                .lines()
+                .find(|l| l.starts_with(&format!("{PASSED} {scenario} rank {rank}")));
+            assert!(
+                out.status.success() && line.is_some(),
+                "rank {rank} of {scenario} failed; every rank:\n{}",
+                all.join("\n=====\n")
+            );
+            line.unwrap_or_default().to_string()
+        })
+        .collect()
+}
+
+fn weights_file(out: &Path, rank: usize) -> PathBuf {
+    out.join(format!("weights-{rank}.pt"))
+}
+
+/// The number after `key=` in a rank's line.
+fn number(line: &str, key: &str) -> f64 {
+    let start = line.find(&format!("{key}=")).unwrap() + key.len() + 1;
+    line[start..].split_whitespace().next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn two_ranks_with_half_the_rows_each_update_as_one_process_with_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines = assert_passed(&launch("equivalence", dir.path()), "equivalence");
+    let (report, single) = run_update(|all| all.iter().map(|r| Row { ..*r }).collect(), MINI, None);
+    assert_eq!(report.optimizer_steps, 4, "2 PPO epochs x 2 mini-batches");
+    for (rank, line) in lines.iter().enumerate() {
+        let mut loaded = Tensor::load_multi(weights_file(dir.path(), rank)).unwrap();
+        loaded.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(loaded.len(), single.len());
+        let mut worst = 0f64;
+        for ((_, got), want) in loaded.iter().zip(&single) {
+            let diff = (got - want).abs().max().double_value(&[]);
+            worst = worst.max(diff);
+        }
+        println!("rank {rank}: largest weight difference from one process {worst:e}");
+        assert!(worst <= TOLERANCE, "rank {rank}: weights differ by {worst:e}");
+        let moved = (&loaded[0].1 - &tiny_param0()).abs().max().double_value(&[]);
+        assert!(
+            moved > 1e-4,
+            "the update moved nothing ({moved:e}): the comparison shows nothing"
+        );
+        // The global gradient's norm, the same on every rank.
+        let got = number(line, "grad_norm");
+        let want = report.grad_norm;
+        assert!(
+            (got - want).abs() <= 1e-5 * want,
+            "rank {rank}: grad_norm {got} vs {want}"
+        );
+    }
+    // Each rank's loss is its share of the global mini-batch's: they add up to one process's.
+    let loss: f64 = lines.iter().map(|l| number(l, "loss")).sum();
+    assert!(
+        (loss - report.loss).abs() <= 1e-5 * report.loss.abs(),
+        "summed loss {loss} vs {}",
+        report.loss
+    );
+    assert!(
+        report.loss.abs() > 1e-3,
+        "a loss of {} shows nothing",
+        report.loss
+    );
+}
+
+/// The first trained parameter of a fresh tiny model (to show the update moved the weights).
+fn tiny_param0() -> Tensor {
+    let (model, _) = tiny();
+    let params = trained(&model);
+    params[0].1.detach().copy()
+}
+
+#[test]
+fn uneven_ranks_take_the_same_steps_and_a_diverged_replica_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines = assert_passed(&launch("uneven", dir.path()), "uneven");
+    for line in &lines {
+        // Rank 1 has one mini-batch of rows, rank 0 two: both step twice per PPO epoch.
+        assert_eq!(number(line, "steps"), 4.0, "{line}");
+    }
+}
+
+/// One rank of a scenario (run by `launch` only).
+#[test]
+#[ignore = "a rank of the multi-process tests above, started by them"]
+fn rank() {
+    let scenario = std::env::var(SCENARIO).unwrap();
+    let out = PathBuf::from(std::env::var(OUT).unwrap());
+    let rendezvous = Rendezvous::from_env().unwrap();
+    let options = GroupOptions {
+        timeout: Duration::from_secs(60),
+        ..GroupOptions::default()
+    };
+    let group = ProcessGroup::new(&rendezvous, options).unwrap();
+    let mut dp = DataParallel::new(group, Device::Cpu, 1);
+    let rank = dp.rank();
+    match scenario.as_str() {
+        "equivalence" => {
+            let (report, weights) = run_update(|all| rank_rows(all, rank), MINI / WORLD, Some(&mut dp));
+            dp.check_replicas(&weights, 1).unwrap();
+            let named: Vec<(String, Tensor)> = weights
+                .into_iter()
+                .enumerate()
+                .map(|(i, t)| (format!("{i:04}"), t))
+                .collect();
+            Tensor::save_multi(&named, weights_file(&out, rank)).unwrap();
+            println!(
+                "{PASSED} equivalence rank {rank} grad_norm={} loss={}",
+                report.grad_norm, report.loss
+            );
+        }
+        "uneven" => {
+            // Rank 0 trains on 4 rows (two mini-batches of 2), rank 1 on 2 (one).
+            let take = if rank == 0 { 4 } else { 2 };
+            let (report, weights) = run_update(
+                |all| all[..take].iter().map(|r| Row { ..*r }).collect(),
+                2,
+                Some(&mut dp),
+            );
+            dp.check_replicas(&weights, 1).unwrap();
+            // A replica that went out of step is named by the check.
+            let changed = weights;
+            if rank == 1 {
+                let _ = changed[0].get(0).f_add_scalar_(1.0);
+            }
+            let Err(DataParallelError::Diverged { ranks, step, .. }) = dp.check_replicas(&changed, 9) else {
+                panic!("a changed replica was not found");
+            };
+            assert_eq!((ranks, step), (vec![1], 9));
+            assert_ne!(checksum(&changed[..1]), 0);
+            println!(
+                "{PASSED} uneven rank {rank} steps={}",
+                report.optimizer_steps + report.skipped_steps
+            );
+        }
+        other => panic!("unknown scenario {other}"),
+    }
+}
