@@ -12,7 +12,7 @@
 use std::ops::Range;
 use std::time::Duration;
 
-use groundrl_dist::{DistError, GroupOptions, ProcessGroup, Rendezvous};
+use groundrl_dist::{Backend, DistError, GroupOptions, ProcessGroup, Rendezvous};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tch::{Device, Kind, Tensor};
@@ -66,8 +66,15 @@ impl DataParallel {
             return Ok(None);
         }
         let rendezvous = Rendezvous::from_env()?;
+        // NCCL reduces CUDA tensors, Gloo CPU ones: the group's backend follows the model's device.
+        let backend = if device.is_cuda() {
+            Backend::Nccl
+        } else {
+            Backend::Gloo
+        };
         let options = GroupOptions {
             timeout: Duration::from_secs(cfg.timeout_s),
+            backend,
             ..GroupOptions::default()
         };
         let group = ProcessGroup::new(&rendezvous, options)?;

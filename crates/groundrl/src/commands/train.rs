@@ -72,8 +72,64 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 /// This process's rank in the group of torchrun's variables, when they name more than one process.
 fn join_group(cfg: &TrainConfig) -> anyhow::Result<Option<DataParallel>> {
+    if cfg.model.device == DeviceKind::Cuda {
+        pin_local_gpu()?;
+    }
     DataParallel::from_env(&cfg.distributed, cfg.model.device.device())
         .context("joining the data-parallel process group")
+}
+
+/// Makes a data-parallel worker on CUDA see the GPU of its `LOCAL_RANK` alone, as its device 0,
+/// before CUDA starts: the model, the rollout engine's graphs and kernels and the NCCL group then
+/// all use device 0 without naming an index.
+fn pin_local_gpu() -> anyhow::Result<()> {
+    let var = |name: &str| std::env::var(name).ok();
+    let number = |name: &str| var(name).and_then(|v| v.trim().parse::<usize>().ok());
+    let (Some(world), Some(local), Some(local_world)) = (
+        number("WORLD_SIZE"),
+        number("LOCAL_RANK"),
+        number("LOCAL_WORLD_SIZE"),
+    ) else {
+        return Ok(()); // one process, or joining the group names the missing variable
+    };
+    if let Some(device) = local_gpu(world, local, local_world, var("CUDA_VISIBLE_DEVICES").as_deref())? {
+        // SAFETY: called before the trainer starts any thread or CUDA; no other thread reads the
+        // environment meanwhile.
+        unsafe { std::env::set_var("CUDA_VISIBLE_DEVICES", device) };
+    }
+    Ok(())
+}
+
+/// The one GPU a worker should see, from `CUDA_VISIBLE_DEVICES` (`visible`; unset: the machine's
+/// first `local_world` GPUs). `None` when nothing is to change: one process, or this process
+/// already sees one GPU (a launcher or Slurm gave each task its own).
+fn local_gpu(
+    world: usize,
+    local: usize,
+    local_world: usize,
+    visible: Option<&str>,
+) -> anyhow::Result<Option<String>> {
+    if world <= 1 {
+        return Ok(None);
+    }
+    let devices: Vec<String> = match visible {
+        Some(list) => (list.split(','))
+            .map(|d| d.trim().to_string())
+            .filter(|d| !d.is_empty())
+            .collect(),
+        None => (0..local_world).map(|d| d.to_string()).collect(),
+    };
+    if devices.len() == 1 {
+        return Ok(None);
+    }
+    match devices.get(local) {
+        Some(device) => Ok(Some(device.clone())),
+        None => bail!(
+            "LOCAL_RANK {local} has no GPU: this process sees {} ({})",
+            devices.len(),
+            devices.join(",")
+        ),
+    }
 }
 
 /// Runs a data-parallel rank: rank 0 says each step in a line (its output is a launcher's, not a
@@ -171,4 +227,23 @@ fn preflight(cfg: &TrainConfig, gpu_memory_gib: f64) -> anyhow::Result<()> {
     plan::estimate(cfg, &model, extras)
         .check(gpu_bytes)
         .context("memory pre-flight (groundrl plan shows the whole estimate)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::local_gpu;
+
+    #[test]
+    fn a_worker_sees_the_gpu_of_its_local_rank() {
+        // torchrun on a 4-GPU machine, nothing hidden: worker 2 takes GPU 2.
+        assert_eq!(local_gpu(4, 2, 4, None).unwrap().as_deref(), Some("2"));
+        // The user hid some GPUs: the LOCAL_RANK-th of those left.
+        assert_eq!(local_gpu(2, 1, 2, Some("3, 5")).unwrap().as_deref(), Some("5"));
+        // One process, or a task that already sees one GPU: nothing changes.
+        assert_eq!(local_gpu(1, 0, 1, None).unwrap(), None);
+        assert_eq!(local_gpu(8, 3, 4, Some("6")).unwrap(), None);
+        // More workers than GPUs: named.
+        let err = local_gpu(4, 3, 4, Some("0,1")).unwrap_err().to_string();
+        assert_eq!(err, "LOCAL_RANK 3 has no GPU: this process sees 2 (0,1)");
+    }
 }
