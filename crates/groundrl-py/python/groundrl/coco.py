@@ -48,6 +48,9 @@ class COCO:
         # The JSON text as read, handed to the evaluation as it is; None once the index is rebuilt
         # (the dataset may have been edited), and then the dataset is serialized instead.
         self._json: Optional[bytes] = None
+        # That text parsed natively at load time (a ground truth, or the detections of loadRes), so
+        # that evaluate() times the evaluation alone, as pycocotools' does; None when not parsed.
+        self._parsed: Optional[Any] = None
         if annotation_file is not None:
             print("loading annotations into memory...")
             tic = time.time()
@@ -60,10 +63,15 @@ class COCO:
             self.dataset = dataset
             self.createIndex()
             self._json = raw
+            try:
+                self._parsed = _groundrl.coco_parse_ground_truth(raw)
+            except _groundrl.CocoError:
+                self._parsed = None  # not a bbox ground truth groundrl reads; evaluate() says why
 
     def createIndex(self) -> None:
         print("creating index...")
         self._json = None
+        self._parsed = None
         anns, cats, imgs = {}, {}, {}
         img_to_anns, cat_to_imgs = defaultdict(list), defaultdict(list)
         for ann in self.dataset.get("annotations", []):
@@ -157,6 +165,10 @@ class COCO:
         print(f"DONE (t={time.time() - tic:0.2f}s)")
         res.createIndex()
         res._json = raw if raw is not None else json.dumps(anns).encode()
+        try:
+            res._parsed = _groundrl.coco_parse_detections(res._json)
+        except _groundrl.CocoError:
+            res._parsed = None  # evaluate() reads the text again and names the bad record
         return res
 
 
@@ -233,16 +245,18 @@ class COCOeval:
         print(f"Evaluate annotation type *{self.params.iouType}*")
         self.params.imgIds = list(np.unique(self.params.imgIds).tolist())
         self.params.catIds = list(np.unique(self.params.catIds).tolist())
-        gt_json, dt_json = self._inputs()
-        self._result = _groundrl.coco_evaluate(gt_json, dt_json)
+        if self._whole() and self.cocoGt._parsed is not None and self.cocoDt._parsed is not None:
+            self._result = _groundrl.coco_evaluate_parsed(self.cocoGt._parsed, self.cocoDt._parsed)
+        else:
+            gt_json, dt_json = self._inputs()
+            self._result = _groundrl.coco_evaluate(gt_json, dt_json)
         print(f"DONE (t={time.time() - tic:0.2f}s).")
 
     def _inputs(self) -> "tuple[bytes, bytes]":
         """The ground truth and detections as JSON, narrowed to ``params.imgIds`` and ``catIds``."""
         gt, dt = self.cocoGt, self.cocoDt
         assert gt is not None and dt is not None
-        whole = self.params.imgIds == sorted(gt.getImgIds()) and self.params.catIds == sorted(gt.getCatIds())
-        if whole:
+        if self._whole():
             return _json_of(gt), _detections_json(dt)
         img_ids, cat_ids = set(self.params.imgIds), set(self.params.catIds)
         dataset = dict(gt.dataset)
@@ -251,6 +265,12 @@ class COCOeval:
         dataset["annotations"] = [a for a in gt.dataset.get("annotations", []) if a["image_id"] in img_ids and a["category_id"] in cat_ids]
         dets = [_detection(a) for a in dt.dataset.get("annotations", []) if a["image_id"] in img_ids and a["category_id"] in cat_ids]
         return json.dumps(dataset).encode(), json.dumps(dets).encode()
+
+    def _whole(self) -> bool:
+        """Whether ``params`` keep every image and category of the ground truth."""
+        gt = self.cocoGt
+        assert gt is not None
+        return self.params.imgIds == sorted(gt.getImgIds()) and self.params.catIds == sorted(gt.getCatIds())
 
     def accumulate(self, p: Optional[Params] = None) -> None:
         print("Accumulating evaluation results...")
