@@ -257,7 +257,9 @@ def main():
         checks = [row_checks(r, ref) for r in results]
         stats = "yes" if all(c[0] == "yes" for c in checks) else "NO"
         arrays = checks[0][1] if all(c[1] == checks[0][1] for c in checks) else "NO"
-        all_same &= stats == "yes" and arrays != "NO"
+        # A peer's difference is reported in the table; only groundrl's fails the run.
+        if tool.label.startswith("groundrl"):
+            all_same &= stats == "yes" and arrays != "NO"
         print(f"{tool.label:<36} {tool.version():<10} {best:>8.3f} {median:>9.3f} "
               f"{ref.seconds / best:>9.1f} {stats:>10} {arrays:>8}")
     for line in missing:
