@@ -215,6 +215,38 @@ fn a_killed_worker_stops_the_launch_and_a_resume_loses_nothing() {
     assert_same_weights(&one, &two, 4);
 }
 
+/// A run checkpointed by two workers resumes in one process: every checkpoint holds the whole
+/// optimizer state (nothing to re-shard) and no sampling seed depends on the world size, so it ends
+/// where one uninterrupted process ends.
+#[test]
+fn a_run_of_two_workers_resumes_in_one_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = setup(dir.path(), 4);
+    let (one, two) = (dir.path().join("one"), dir.path().join("two"));
+    run_ok(&mut train(&config, &one, 1));
+    let out = train(&config, &two, 2)
+        .env("GROUNDRL_FAULT", "step:3@1")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{}", text(&out.stderr));
+    assert!(two.join("checkpoints/step-2").exists());
+    let mut resume = command();
+    resume.args(["train", "--resume"]).arg(&two);
+    let out = run_ok(resume.env_remove("GROUNDRL_FAULT"));
+    assert!(
+        text(&out.stderr).contains("finished after 4 steps"),
+        "{}",
+        text(&out.stderr)
+    );
+    let steps: Vec<u64> = json_lines(&two, "metrics.jsonl")
+        .iter()
+        .map(|m| m["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(steps, [1, 2, 3, 4]);
+    assert_eq!(ledger(&one), ledger(&two));
+    assert_same_weights(&one, &two, 4);
+}
+
 #[test]
 fn a_world_size_that_does_not_divide_the_prompts_is_refused() {
     let dir = tempfile::tempdir().unwrap();
