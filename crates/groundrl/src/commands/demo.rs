@@ -35,6 +35,7 @@ use crate::commands::train::{progress_bar, report_ending, train_with_bar};
 const CPU_CONFIG: &str = include_str!("../../configs/demo-cpu.toml");
 const GPU_CONFIG: &str = include_str!("../../configs/demo-gpu.toml");
 const REWARD_SPEC: &str = include_str!("../../configs/rewards/synthetic-click.toml");
+const GPU_REWARD_SPEC: &str = include_str!("../../configs/rewards/synthetic-click-only.toml");
 const TOOLS_CPU_CONFIG: &str = include_str!("../../configs/demo-tools-cpu.toml");
 const TOOLS_GPU_CONFIG: &str = include_str!("../../configs/demo-tools-gpu.toml");
 const TOOLS_REWARD_SPEC: &str = groundrl_core::reward::gated::TOOL_GATED_SPEC;
@@ -518,7 +519,7 @@ impl Demo {
         let (config, reward_spec, size) = match (args.tools, args.gpu) {
             // The easy preset's smallest size: 64 image tokens a prompt, so CPU steps stay short.
             (false, false) => (CPU_CONFIG, REWARD_SPEC, (224, 224)),
-            (false, true) => (GPU_CONFIG, REWARD_SPEC, (224, 224)),
+            (false, true) => (GPU_CONFIG, GPU_REWARD_SPEC, (224, 224)),
             // Four times the side of the view the configs' max_pixels allow.
             (true, false) => (TOOLS_CPU_CONFIG, TOOLS_REWARD_SPEC, (448, 448)),
             (true, true) => (TOOLS_GPU_CONFIG, TOOLS_REWARD_SPEC, (896, 896)),
