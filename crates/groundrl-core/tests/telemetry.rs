@@ -59,6 +59,7 @@ fn five_completions() -> Vec<CompletionRecord> {
     }
     r[2].truncated = true;
     r[3].parse_ok = false;
+    r[4].excess_boxes = 3;
     r
 }
 
@@ -93,6 +94,7 @@ fn rollout_stats_match_hand_computed_values() {
         (21.0, 40, 0.2)
     );
     assert_eq!(s.parse_failure_rate, 0.2);
+    assert_eq!(s.excess_boxes_share, 0.2);
     let frames: Vec<(&str, usize)> = s.frames.iter().map(|(k, &v)| (k.as_str(), v)).collect();
     assert_eq!(
         frames,
@@ -340,6 +342,7 @@ fn a_step_record_flattens_to_tagged_scalars() {
     assert_eq!(get("length/mean"), Some(21.0));
     assert_eq!(get("length/max"), Some(40.0));
     assert_eq!(get("parse/failure_rate"), Some(0.2));
+    assert_eq!(get("parse/excess_boxes_share"), Some(0.2));
     assert_eq!(get("frame/pixel"), Some(0.4));
     assert_eq!(get("confidence/count"), Some(3.0));
     assert_eq!(get("source/screenspot/accuracy"), Some(1.0));
@@ -353,9 +356,9 @@ fn a_step_record_flattens_to_tagged_scalars() {
     assert_eq!(get("tools/calls_per_sample"), Some(0.0));
     assert_eq!(get("tools/accuracy_without"), Some(0.5));
     assert_eq!(get("tools/accuracy_with"), None);
-    // 1 epoch + 4 reward + 8 component + accuracy + iou + 3 length + parse + 5 frames + 2 confidence
+    // 1 epoch + 4 reward + 8 component + accuracy + iou + 3 length + 2 parse + 5 frames + 2 confidence
     // + zero-variance share + 2 sources + 3 tools + 2 batch + 2 train.
-    assert_eq!(scalars.len(), 36);
+    assert_eq!(scalars.len(), 37);
     assert!(scalars.iter().all(|(_, v)| v.is_finite()));
 }
 

@@ -123,6 +123,7 @@ impl Scorer {
             truncated: s.truncated,
             parse_ok: scored.parse.ok,
             frame: scored.parse.frame,
+            excess_boxes: scored.parse.excess_boxes,
             confidence,
             confidence_before: tool_use.confidence_before,
             components: scored.components,
@@ -131,5 +132,57 @@ impl Scorer {
             tool_call_failures: s.tools.as_ref().map(|t| t.failures.clone()).unwrap_or_default(),
             target_size: s.target_size,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A click task on a 1120 x 560 screenshot whose target box is (100, 100)-(200, 150), scored in
+    /// its original pixels by the click rule with at most one scored point.
+    fn scorer_and_sample() -> (Scorer, Sample) {
+        let spec: toml::Table = toml::from_str(
+            "model_frame = \"pixel\"\nmax_boxes = 1\n[components.click]\nkind = \"point_in_box\"\nweight = 1.0",
+        )
+        .unwrap();
+        let config = RewardConfig {
+            inline: spec,
+            correct_component: "click".into(),
+            ..RewardConfig::default()
+        };
+        let sample: Sample = serde_json::from_value(serde_json::json!({
+            "id": "s0", "source": "synth", "task": "point_grounding",
+            "images": [{"path": "a.png", "width": 1120, "height": 560}],
+            "instruction": "click it",
+            "targets": [{"shape": {"type": "box", "coords": [100.0, 100.0, 200.0, 150.0]}}],
+            "frame": "pixel"
+        }))
+        .unwrap();
+        (Scorer::new(&config).unwrap(), sample)
+    }
+
+    fn record(scorer: &Scorer, sample: &Sample, text: &str) -> CompletionRecord {
+        let s = Scoring {
+            sample,
+            resized: Some([1120, 560]),
+            group: 0,
+            text,
+            tokens: 12,
+            truncated: false,
+            target_size: None,
+            tools: None,
+        };
+        scorer.score(&s).unwrap()
+    }
+
+    #[test]
+    fn points_past_max_boxes_are_counted_in_the_record_not_scored() {
+        let (scorer, sample) = scorer_and_sample();
+        let one = record(&scorer, &sample, "(150, 120)");
+        assert_eq!((one.excess_boxes, one.correct), (0, Some(true)));
+        // Three points where the spec scores one: the first lands, the two others are counted.
+        let three = record(&scorer, &sample, "[(150, 120), (600, 300), (700, 400)]");
+        assert_eq!((three.excess_boxes, three.correct), (2, Some(true)));
     }
 }

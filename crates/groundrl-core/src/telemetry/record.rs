@@ -78,7 +78,7 @@ impl StepRecord {
     /// The record as `(tag, value)` scalars, for TensorBoard and console summaries.
     ///
     /// Tags: `epoch`; `reward/{mean,std,min,max}`; `reward/<component>/{mean,std,min,max}`;
-    /// `accuracy`; `iou/mean`; `length/{mean,max,truncated_share}`; `parse/failure_rate`;
+    /// `accuracy`; `iou/mean`; `length/{mean,max,truncated_share}`; `parse/failure_rate`; `parse/excess_boxes_share`;
     /// `frame/<name>` (share of completions); `confidence/pearson`, `confidence/count`;
     /// `groups/zero_variance_share`; `source/<name>/accuracy`; `tools/{use_rate,calls_per_sample}`,
     /// `tools/failures/<outcome>` (failed calls per completion, for each outcome that occurred) and
@@ -101,6 +101,7 @@ impl StepRecord {
         out.push(("length/max".into(), r.length.max as f64));
         out.push(("length/truncated_share".into(), r.length.truncated_share));
         out.push(("parse/failure_rate".into(), r.parse_failure_rate));
+        out.push(("parse/excess_boxes_share".into(), r.excess_boxes_share));
         for (frame, &count) in &r.frames {
             out.push((format!("frame/{frame}"), count as f64 / n));
         }

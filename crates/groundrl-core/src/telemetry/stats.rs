@@ -39,6 +39,10 @@ pub struct CompletionRecord {
     pub parse_ok: bool,
     /// The frame the answer was read in (`ParseInfo::frame`).
     pub frame: Option<Frame>,
+    /// Boxes (or points) past the reward spec's `max_boxes`, not scored (`ParseInfo::excess_boxes`).
+    /// 0 in logs written before it was counted.
+    #[serde(default)]
+    pub excess_boxes: usize,
     /// The confidence the model stated last (`Parsed::confidence`): after any tool call, the one
     /// that goes with the final answer.
     pub confidence: Option<f64>,
@@ -122,6 +126,10 @@ pub struct RolloutStats {
     pub length: LengthStats,
     /// Share of completions whose answer could not be parsed or placed in a frame.
     pub parse_failure_rate: f64,
+    /// Share of completions that answered more boxes than the reward spec's `max_boxes` (the boxes
+    /// past it are not scored): a detection policy padding its answers shows up here first.
+    #[serde(default)]
+    pub excess_boxes_share: f64,
     /// How many answers were read in each frame (every frame is listed, `"none"` for answers without
     /// one), so a model drifting from resized pixels to the 0-1000 grid shows up as a curve.
     pub frames: BTreeMap<String, usize>,
@@ -187,6 +195,7 @@ impl RolloutStats {
                 truncated_share: share(records, |r| r.truncated),
             },
             parse_failure_rate: share(records, |r| !r.parse_ok),
+            excess_boxes_share: share(records, |r| r.excess_boxes > 0),
             frames: frame_counts(records),
             confidence: confidence_correlation(records),
             zero_variance_group_share: zero_variance_share(&groups),

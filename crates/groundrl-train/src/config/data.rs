@@ -23,9 +23,6 @@ pub struct DataConfig {
     pub test: PathBuf,
     /// Seed of the epoch shuffles. Default 0.
     pub seed: u64,
-    /// Ask the model to think before answering (`<think>` then `<answer>`), with the standard
-    /// reasoning wording of the prompt presets. Default false.
-    pub reasoning: bool,
     /// Read image paths that leave their sample file's folder (absolute, `..`, symlinks out), as
     /// `--allow-outside-paths` does for the data commands; files under /dev are never read.
     /// Default false.
@@ -42,7 +39,6 @@ impl Default for DataConfig {
             val: PathBuf::new(),
             test: PathBuf::new(),
             seed: 0,
-            reasoning: false,
             allow_outside_paths: false,
             max_image_pixels: DEFAULT_MAX_IMAGE_PIXELS,
         }
