@@ -61,13 +61,14 @@ groundrl_run() {
     "$@" "${memory[@]}" 2>&1 | tail -3
   cp "$work/groundrl-$mode/metrics.jsonl" "$out/groundrl-$mode.jsonl" 2>/dev/null
 }
-# The first run writes the preset's folder; later ones and TRL start from it.
+# The first run writes the preset's folder from the CPU (about two minutes for the 3B shape); later
+# runs and TRL start from it.
 first=""
 for mode in $modes; do
   overrides=()
   [ "$mode" = varying ] && overrides+=(reward.spec=configs/rewards/words-length.toml)
   [ -n "$first" ] && overrides+=(model.preset=none model.path="$work/groundrl-$first/initial-model")
-  groundrl_run "$mode" "$([ -z "$first" ] && echo 150 || echo 100)" "${overrides[@]}"
+  groundrl_run "$mode" "$([ -z "$first" ] && echo 240 || echo 120)" "${overrides[@]}"
   first=${first:-$mode}
 done
 
