@@ -41,13 +41,15 @@ done
 "$py" -m pip install --quiet --disable-pip-version-check --no-index --no-deps --target "$work/site" \
   --find-links "$root/.device/wheels" "${need[@]}" || exit 1
 export PYTHONPATH=$work/site${PYTHONPATH:+:$PYTHONPATH}
-"$py" -c 'import importlib.metadata as m; print({p: m.version(p) for p in ["trl", "datasets", "transformers", "accelerate", "torch", "pyarrow", "fsspec", "groundrl"]})' || exit 1
+"$py" -c 'import importlib.metadata as m, sys; print({p: m.version(p) for p in sys.argv[1:]})' trl datasets \
+  transformers accelerate torch torchvision pyarrow fsspec groundrl || exit 1
 torch_lib=$("$py" -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
 export LD_LIBRARY_PATH=$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 device=cpu memory=()
 if command -v nvidia-smi > /dev/null; then
   device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-  memory=(--gpu-memory-gib "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | awk '{printf "%d", $1/1024}')")
+  gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | awk '{printf "%d", $1/1024}')
+  memory=(--gpu-memory-gib "$gib")
 fi
 echo "device: $device"
 "$bin" synth --out "$work/data" --n 20 --seed 0 --difficulty medium --prompt instruct --size 1280x720 || exit 1

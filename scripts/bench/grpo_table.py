@@ -77,8 +77,8 @@ def table(groundrl, trl_path):
             if not kept:
                 lines.append(f"| {name} | {mode} | none measured | | | | | | | |")
                 continue
-            lines.append(f"| {name} | {mode} | {min(kept)}-{max(kept)} | {cell(m['step'])} | {cell(m['rollout'])} | "
-                         f"{cell(m['update'])} | {cell(m['data'])} | {cell(m['in_use'], 1)} | "
+            lines.append(f"| {name} | {mode} | {min(kept)}-{max(kept)} | {cell(m['step'])} | "
+                         f"{cell(m['rollout'])} | {cell(m['update'])} | {cell(m['data'])} | {cell(m['in_use'], 1)} | "
                          f"{cell(m['allocated'], 1)} | {cell(m['equal_groups'])} |")
         ratios.append(f"| {mode} | {ratio(theirs.get('step'), ours.get('step'))} | "
                       f"{ratio(theirs.get('rollout'), ours.get('rollout'))} | "

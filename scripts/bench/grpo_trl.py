@@ -20,8 +20,9 @@ reward that differs within groups, so the update works on non-zero advantages.
 
 Prints one JSON line per step: `time_step_s` (wall time from the end of the previous step),
 `time_data_s` (the Trainer fetching the step's batches: it decodes every image once per micro-batch,
-since TRL's sampler repeats the generation batch for each), `time_rollout_s` (TRL's `_generate_and_score_completions`: prompt processing,
-generation, rewards, advantages), `time_update_s` (the rest: forward, backward, optimizer),
+since TRL's sampler repeats the generation batch for each), `time_rollout_s` (TRL's
+`_generate_and_score_completions`: prompt processing, generation, rewards, advantages),
+`time_update_s` (the rest: forward, backward, optimizer),
 `peak_allocated_gib` (torch.cuda.max_memory_allocated over the step), `device_in_use_gib` (total - free
 memory at the step's end, the caching allocator's reservation plus the CUDA context: what groundrl's
 `peak_memory_bytes` reads), the mean reward and the share of groups whose rewards are all equal.
@@ -52,9 +53,9 @@ VARYING_SPEC = ROOT / "configs/rewards/words-length.toml"
 # groundrl's defaults (crates/groundrl-train/src/optim/config.rs, model/config.rs).
 LR, WEIGHT_DECAY, GRAD_CLIP, MIN_PIXELS, MAX_PIXELS = 1e-6, 0.01, 1.0, 3136, 12845056
 DTYPES = {"bf16": torch.bfloat16, "f32": torch.float32}
-# Never sampled by TRL's generate: transformers' forward counts these ids anywhere in a row as the
-# image's (video's) places and refuses a batch whose completion holds one, and a random-weight model
-# samples them (2 ids of 151,936: about one 8,192-token rollout in nine holds one).
+# Never sampled by TRL's generate: transformers' forward takes these ids anywhere in a row for the
+# image's (video's) places and refuses a batch whose completion holds one, and random weights sample
+# them (2 ids of 151,936: were sampling uniform, one 8,192-token rollout in ten would hold one).
 PLACEHOLDERS = ("<|image_pad|>", "<|video_pad|>")
 
 
