@@ -10,7 +10,7 @@
 #
 # Needs the GPU build of the CLI at .device/groundrl (scripts/gpu/build.sh) and, in .device/wheels,
 # trl, datasets and what they need beyond torch, transformers, accelerate, pyarrow and pandas (dill,
-# multiprocess, xxhash, fsspec, pillow, torchvision: each installed only where python3 lacks it) and
+# multiprocess, xxhash; fsspec, pillow and torchvision, installed only where python3 lacks them) and
 # the groundrl wheel (maturin build --release --out .device/wheels); docs/performance.md lists them.
 # Each part runs under a timeout within BUDGET_S seconds in all, so a slow part still leaves the table.
 #
