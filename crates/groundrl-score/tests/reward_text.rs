@@ -131,6 +131,35 @@ fn batch_results_are_in_input_order() {
     }
 }
 
+/// configs/rewards/words-length.toml, the benchmarks' reward that varies within groups on random
+/// weights: its documented values, read from words whatever the token count.
+#[test]
+fn words_length_spec_scores_words_not_tokens() {
+    let spec = RewardSpec::from_toml(include_str!("../../../configs/rewards/words-length.toml")).unwrap();
+    let record = |words: usize, num_tokens: u64| {
+        let v = json!({"completion": vec!["w"; words].join(" "), "num_tokens": num_tokens, "target": {
+            "boxes": [{"bbox": [0, 0, 10, 10], "label": ""}], "frame": "pixel", "image_size": [100, 100]}});
+        RewardInput::from_json_object(v.as_object().unwrap()).unwrap()
+    };
+    // 0.5 (1 + cos(pi W / 32)) below 32 words, 0 from 32 on.
+    for (words, expected) in [
+        (0, 1.0),
+        (2, 0.990_392_640_201_615_2),
+        (16, 0.5),
+        (31, 0.002_407_636_663_901_591),
+        (32, 0.0),
+        (90, 0.0),
+    ] {
+        for num_tokens in [1, 128] {
+            let total = score_one(&spec, &record(words, num_tokens)).unwrap().total;
+            assert!(
+                (total - expected).abs() < 1e-12,
+                "{words} words, {num_tokens} tokens: {total}"
+            );
+        }
+    }
+}
+
 proptest! {
     #[test]
     fn no_completion_makes_any_reward_panic(text in any::<String>()) {
