@@ -91,6 +91,9 @@ pub enum ModelPreset {
     /// Qwen2.5-VL-3B-Instruct's shape (about 3.75B parameters).
     #[serde(rename = "3b")]
     Qwen3b,
+    /// Qwen2.5-VL-7B-Instruct's shape (about 8.29B parameters).
+    #[serde(rename = "7b")]
+    Qwen7b,
 }
 
 /// Parameter dtype (`model.dtype`).
@@ -163,6 +166,7 @@ impl ModelConfig {
                 &hf_folder::tiny_ids(),
             )),
             ModelPreset::Qwen3b => Ok(presets::qwen2_5_vl_3b()),
+            ModelPreset::Qwen7b => Ok(presets::qwen2_5_vl_7b()),
         }
     }
 
