@@ -223,7 +223,9 @@ impl ProcessGroup {
     /// shapes, dtypes and order on every rank).
     pub fn broadcast_bucketed(&mut self, tensors: &mut [Tensor], root: usize) -> Result<(), DistError> {
         let root = self.check_rank(root)?;
-        self.bucketed("broadcast", tensors, |group, flat| group.broadcast_flat(flat, root))
+        self.bucketed("broadcast", tensors, |group, flat| {
+            group.broadcast_flat(flat, root)
+        })
     }
 
     /// Runs `collective` on each bucket of `tensors` (see [`bucket::plan`]): a lone contiguous

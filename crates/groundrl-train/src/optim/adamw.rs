@@ -85,7 +85,11 @@ impl AdamW {
     /// [`AdamW::new`] keeping state for `shard`'s parameters only (ZeRO stage 1): [`AdamW::step`]
     /// updates those alone, and the caller broadcasts each parameter from its owner afterwards.
     /// The partition must cover `params`, in their order.
-    pub fn sharded(params: Vec<(String, Tensor)>, cfg: &OptimConfig, shard: Shard) -> Result<Self, OptimError> {
+    pub fn sharded(
+        params: Vec<(String, Tensor)>,
+        cfg: &OptimConfig,
+        shard: Shard,
+    ) -> Result<Self, OptimError> {
         if shard.partition.len() != params.len() {
             return Err(OptimError::Partition {
                 tensors: shard.partition.len(),
@@ -95,7 +99,11 @@ impl AdamW {
         Self::build(params, cfg, Some(shard))
     }
 
-    fn build(params: Vec<(String, Tensor)>, cfg: &OptimConfig, shard: Option<Shard>) -> Result<Self, OptimError> {
+    fn build(
+        params: Vec<(String, Tensor)>,
+        cfg: &OptimConfig,
+        shard: Option<Shard>,
+    ) -> Result<Self, OptimError> {
         cfg.validate()?;
         let mut seen = HashSet::new();
         let params = params
@@ -246,7 +254,12 @@ impl AdamW {
         let targets = self.state();
         restore_tensors(&targets, &mine)?;
         let steps = targets.iter().filter(|(name, _)| name.starts_with("step/"));
-        for (moments, (name, step)) in self.params.iter_mut().filter_map(|p| p.moments.as_mut()).zip(steps) {
+        for (moments, (name, step)) in self
+            .params
+            .iter_mut()
+            .filter_map(|p| p.moments.as_mut())
+            .zip(steps)
+        {
             let value = step.f_int64_value(&[])?;
             moments.steps = u64::try_from(value).map_err(|_| OptimError::NegativeStep {
                 name: name.clone(),
@@ -270,11 +283,7 @@ impl ParamState {
             return Err(OptimError::Kind { name, kind });
         }
         let moments = owned.then(|| Moments::new(&param, fp32_master)).transpose()?;
-        Ok(Self {
-            name,
-            param,
-            moments,
-        })
+        Ok(Self { name, param, moments })
     }
 
     /// Its state entries under their checkpoint names, in [`AdamW::state`]'s order.
@@ -489,7 +498,10 @@ mod tests {
         for step in 0..3 {
             for opt in std::iter::once(&mut whole).chain(halves.iter_mut()) {
                 backward_of_step(opt, step);
-                assert!(matches!(opt.step(LR).unwrap(), StepOutcome::Applied { clipped: true, .. }));
+                assert!(matches!(
+                    opt.step(LR).unwrap(),
+                    StepOutcome::Applied { clipped: true, .. }
+                ));
                 opt.zero_grad();
             }
             let params = halves.each_ref().map(|h| h.parameters());
@@ -507,7 +519,10 @@ mod tests {
         }
         let kept: Vec<(i64, i64)> = halves.iter().map(AdamW::kept_elements).collect();
         assert_eq!(kept[0].1 + kept[1].1, sizes.iter().sum::<i64>());
-        assert_eq!(kept.iter().map(|k| k.0).collect::<Vec<_>>(), [3 * kept[0].1, 3 * kept[1].1]);
+        assert_eq!(
+            kept.iter().map(|k| k.0).collect::<Vec<_>>(),
+            [3 * kept[0].1, 3 * kept[1].1]
+        );
         let joined = by_name(halves.iter().flat_map(AdamW::state).collect());
         assert_same(&by_name(whole.state()), &joined);
         let mut restored = AdamW::sharded(bf16_params(), &cfg, shard(1)).unwrap();
@@ -523,7 +538,10 @@ mod tests {
         };
         assert!(matches!(
             AdamW::sharded(bf16_params(), &cfg, wrong),
-            Err(OptimError::Partition { tensors: 3, params: 4 })
+            Err(OptimError::Partition {
+                tensors: 3,
+                params: 4
+            })
         ));
     }
 

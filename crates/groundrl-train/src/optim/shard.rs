@@ -119,6 +119,9 @@ mod tests {
             partition: p,
             rank: 1,
         };
-        assert_eq!((0..4).map(|i| shard.owns(i)).collect::<Vec<_>>(), [false, true, false, true]);
+        assert_eq!(
+            (0..4).map(|i| shard.owns(i)).collect::<Vec<_>>(),
+            [false, true, false, true]
+        );
     }
 }
