@@ -190,7 +190,7 @@ impl ModelConfig {
         ensure(
             has_path != (self.preset != ModelPreset::None),
             "model.path",
-            "give exactly one of `model.path` (a model folder) and `model.preset` (tiny or 3b)",
+            "give exactly one of `model.path` (a model folder) and `model.preset` (tiny, small, 3b or 7b)",
         )?;
         ensure(
             self.min_pixels > 0,
