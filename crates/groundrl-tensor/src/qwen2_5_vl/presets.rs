@@ -31,21 +31,7 @@ pub fn qwen2_5_vl_3b_with_ids(ids: &SpecialIds) -> Qwen25VlConfig {
     with_ids(
         QWEN_VOCAB_SIZE,
         ids,
-        TextConfig {
-            vocab_size: 0,
-            hidden_size: 2048,
-            intermediate_size: 11008,
-            num_hidden_layers: 36,
-            num_attention_heads: 16,
-            num_key_value_heads: 2,
-            rms_norm_eps: 1e-6,
-            rope_theta: 1_000_000.0,
-            mrope_section: vec![16, 24, 24],
-            max_position_embeddings: 128_000,
-            bos_token_id: None,
-            eos_token_ids: vec![],
-            pad_token_id: None,
-        },
+        qwen_text([2048, 11008, 36, 16, 2]),
         qwen_vision(2048),
         true,
     )
@@ -64,24 +50,31 @@ pub fn qwen2_5_vl_7b_with_ids(ids: &SpecialIds) -> Qwen25VlConfig {
     with_ids(
         QWEN_7B_VOCAB_SIZE,
         ids,
-        TextConfig {
-            vocab_size: 0,
-            hidden_size: 3584,
-            intermediate_size: 18944,
-            num_hidden_layers: 28,
-            num_attention_heads: 28,
-            num_key_value_heads: 4,
-            rms_norm_eps: 1e-6,
-            rope_theta: 1_000_000.0,
-            mrope_section: vec![16, 24, 24],
-            max_position_embeddings: 128_000,
-            bos_token_id: None,
-            eos_token_ids: vec![],
-            pad_token_id: None,
-        },
+        qwen_text([3584, 18944, 28, 28, 4]),
         qwen_vision(3584),
         false,
     )
+}
+
+/// The language model of a released Qwen2.5-VL model of `[hidden, intermediate, layers, heads,
+/// kv_heads]` (the rest is common to the 3B and 7B: M-RoPE sections, theta, norm eps, context);
+/// [`with_ids`] fills in the vocabulary and the special ids.
+fn qwen_text([hidden, intermediate, layers, heads, kv_heads]: [i64; 5]) -> TextConfig {
+    TextConfig {
+        vocab_size: 0,
+        hidden_size: hidden,
+        intermediate_size: intermediate,
+        num_hidden_layers: layers,
+        num_attention_heads: heads,
+        num_key_value_heads: kv_heads,
+        rms_norm_eps: 1e-6,
+        rope_theta: 1_000_000.0,
+        mrope_section: vec![16, 24, 24],
+        max_position_embeddings: 128_000,
+        bos_token_id: None,
+        eos_token_ids: vec![],
+        pad_token_id: None,
+    }
 }
 
 /// The vision tower of the released Qwen2.5-VL models (the 3B and 7B share it), merging into a
