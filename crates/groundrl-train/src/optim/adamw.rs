@@ -506,9 +506,12 @@ mod tests {
             }
             let params = halves.each_ref().map(|h| h.parameters());
             tch::no_grad(|| {
-                for i in 0..sizes.len() {
-                    let owner = partition.owner(i);
-                    params[1 - owner][i].shallow_clone().copy_(&params[owner][i]);
+                for (i, (of_0, of_1)) in params[0].iter().zip(&params[1]).enumerate() {
+                    let (from, to) = match partition.owner(i) {
+                        0 => (of_0, of_1),
+                        _ => (of_1, of_0),
+                    };
+                    to.shallow_clone().copy_(from);
                 }
             });
             for half in &params {
