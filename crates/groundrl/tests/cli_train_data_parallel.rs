@@ -83,6 +83,16 @@ fn train(config: &Path, run: &Path, workers: u32) -> Command {
     cmd
 }
 
+/// A temporary folder with [`setup`]'s config for `steps` steps and the uninterrupted one-process
+/// run of it in `one/`, which the data-parallel runs are compared with.
+fn one_process_run(steps: u32) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = setup(dir.path(), steps);
+    let one = dir.path().join("one");
+    run_ok(&mut train(&config, &one, 1));
+    (dir, config, one)
+}
+
 fn run_ok(cmd: &mut Command) -> Output {
     let out = cmd.output().unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -131,10 +141,8 @@ fn assert_same_weights(a: &Path, b: &Path, step: u64) {
 
 #[test]
 fn two_workers_train_as_one_process_and_rank_0_alone_writes() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = setup(dir.path(), 3);
-    let (one, two) = (dir.path().join("one"), dir.path().join("two"));
-    run_ok(&mut train(&config, &one, 1));
+    let (dir, config, one) = one_process_run(3);
+    let two = dir.path().join("two");
     let out = run_ok(&mut train(&config, &two, 2));
     let stderr = text(&out.stderr);
     // Rank 0 says each step; rank 1 trains silently.
@@ -230,10 +238,8 @@ fn optimizer_file(run: &Path, step: u64) -> Vec<u8> {
 
 #[test]
 fn a_killed_worker_stops_the_launch_and_a_resume_loses_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = setup(dir.path(), 4);
-    let (one, two) = (dir.path().join("one"), dir.path().join("two"));
-    run_ok(&mut train(&config, &one, 1));
+    let (dir, config, one) = one_process_run(4);
+    let two = dir.path().join("two");
     let stderr = killed_in_step_3(&config, &two, 2, &[]);
     assert!(
         stderr.contains("rank 1 was killed by signal 9 (SIGKILL)"),
@@ -249,10 +255,8 @@ fn a_killed_worker_stops_the_launch_and_a_resume_loses_nothing() {
 /// where one uninterrupted process ends.
 #[test]
 fn a_run_of_two_workers_resumes_in_one_process() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = setup(dir.path(), 4);
-    let (one, two) = (dir.path().join("one"), dir.path().join("two"));
-    run_ok(&mut train(&config, &one, 1));
+    let (dir, config, one) = one_process_run(4);
+    let two = dir.path().join("two");
     killed_in_step_3(&config, &two, 2, &[]);
     resume_ends_as(&one, &two, 1);
 }
@@ -330,10 +334,7 @@ fn two_workers_with_zero_stage_1_checkpoint_what_stage_0_does() {
 /// both end as the uninterrupted one-process run, optimizer state included.
 #[test]
 fn zero_stage_1_runs_resume_on_another_world_size() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = setup(dir.path(), 4);
-    let one = dir.path().join("one");
-    run_ok(&mut train(&config, &one, 1));
+    let (dir, config, one) = one_process_run(4);
     let (two_to_one, one_to_two) = (dir.path().join("two-to-one"), dir.path().join("one-to-two"));
     let stderr = killed_in_step_3(&config, &two_to_one, 2, &["distributed.zero_stage=1"]);
     assert_halves(&stderr);
