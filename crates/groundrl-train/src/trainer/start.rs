@@ -45,10 +45,9 @@ impl Trainer {
     /// model without writing anything.
     pub fn new_data_parallel(cfg: TrainConfig, mut dp: Option<DataParallel>) -> Result<Self, TrainError> {
         cfg.validate().map_err(setup)?;
-        let world = dp.as_ref().map_or(1, DataParallel::world_size);
-        cfg.validate_world_size(world).map_err(setup)?;
-        let cfg = with_absolute_paths(cfg)?;
         let place = Place::of(dp.as_ref());
+        cfg.validate_world_size(place.world).map_err(setup)?;
+        let cfg = with_absolute_paths(cfg)?;
         let mut trainer = match dp.as_mut() {
             Some(group) if group.rank() > 0 => {
                 group.barrier()?;
