@@ -5,7 +5,7 @@
 //!   ([`Rendezvous`], read from torchrun's variables by [`ProcessGroup::from_env`]).
 //! - Collectives through c10d's `ProcessGroupGloo` on CPU tensors, or its `ProcessGroupNCCL` on the
 //!   CUDA tensors of one device per rank ([`Backend`]; NCCL with the crate's `cuda` feature only): the
-//!   sum all-reduce (bucketed), broadcast, all-gather of tensors and of bytes, barrier.
+//!   sum all-reduce and broadcast (both bucketed, or one tensor), all-gather of tensors and of bytes, barrier.
 //! - Every call waits at most the group's timeout ([`ProcessGroup::set_timeout`]) and returns an
 //!   error with c10d's message past it, or as soon as c10d sees a peer fail (Gloo: a closed
 //!   connection). A failed call leaves the ranks out of step, so the group refuses further calls.
@@ -215,8 +215,29 @@ impl ProcessGroup {
     /// dtypes and order on every rank) are packed into flat buffers of at most `bucket_bytes` per
     /// dtype, each reduced by one collective and copied back.
     pub fn all_reduce_sum(&mut self, tensors: &mut [Tensor]) -> Result<(), DistError> {
+        self.bucketed("all_reduce_sum", tensors, Self::all_reduce_flat)
+    }
+
+    /// Replaces each tensor on every rank by rank `root`'s, in the buckets of
+    /// [`Self::all_reduce_sum`]: one collective per bucket instead of one per tensor (the same
+    /// shapes, dtypes and order on every rank).
+    pub fn broadcast_bucketed(&mut self, tensors: &mut [Tensor], root: usize) -> Result<(), DistError> {
+        let root = self.check_rank(root)?;
+        self.bucketed("broadcast", tensors, |group, flat| {
+            group.broadcast_flat(flat, root)
+        })
+    }
+
+    /// Runs `collective` on each bucket of `tensors` (see [`bucket::plan`]): a lone contiguous
+    /// tensor in place, several through one flat copy that is copied back.
+    fn bucketed(
+        &mut self,
+        operation: &'static str,
+        tensors: &mut [Tensor],
+        mut collective: impl FnMut(&mut Self, &mut Tensor) -> Result<(), DistError>,
+    ) -> Result<(), DistError> {
         for tensor in tensors.iter() {
-            self.check_device("all_reduce_sum", tensor)?;
+            self.check_device(operation, tensor)?;
         }
         let slots: Vec<bucket::Slot> = tensors
             .iter()
@@ -227,31 +248,27 @@ impl ProcessGroup {
             })
             .collect();
         for range in bucket::plan(&slots, self.options.bucket_bytes) {
-            self.all_reduce_bucket(&mut tensors[range])?;
-        }
-        Ok(())
-    }
-
-    /// Reduces one bucket: a lone contiguous tensor in place, several through one flat copy.
-    fn all_reduce_bucket(&mut self, bucket: &mut [Tensor]) -> Result<(), DistError> {
-        if let [tensor] = bucket
-            && tensor.is_contiguous()
-        {
-            return self.all_reduce_flat(tensor);
-        }
-        let mut flat = tch::no_grad(|| {
-            let parts: Vec<Tensor> = bucket.iter().map(|t| t.reshape([-1])).collect();
-            Tensor::cat(&parts, 0)
-        });
-        self.all_reduce_flat(&mut flat)?;
-        tch::no_grad(|| {
-            let mut offset = 0;
-            for tensor in bucket.iter_mut() {
-                let n = tensor.numel() as i64;
-                tensor.copy_(&flat.narrow(0, offset, n).reshape(tensor.size()));
-                offset += n;
+            let bucket = &mut tensors[range];
+            if let [tensor] = bucket
+                && tensor.is_contiguous()
+            {
+                collective(self, tensor)?;
+                continue;
             }
-        });
+            let mut flat = tch::no_grad(|| {
+                let parts: Vec<Tensor> = bucket.iter().map(|t| t.reshape([-1])).collect();
+                Tensor::cat(&parts, 0)
+            });
+            collective(self, &mut flat)?;
+            tch::no_grad(|| {
+                let mut offset = 0;
+                for tensor in bucket.iter_mut() {
+                    let n = tensor.numel() as i64;
+                    tensor.copy_(&flat.narrow(0, offset, n).reshape(tensor.size()));
+                    offset += n;
+                }
+            });
+        }
         Ok(())
     }
 
@@ -268,15 +285,20 @@ impl ProcessGroup {
         let root = self.check_rank(root)?;
         self.check_device("broadcast", tensor)?;
         let mut buffer = tensor.contiguous();
-        let raw = buffer.as_mut_ptr() as ffi::RawTensor;
-        self.call("broadcast", |group, ms| {
-            // SAFETY: `raw` is a live tensor handle for the duration of the call.
-            unsafe { ffi::groundrl_dist_broadcast(group, raw, root, ms) }
-        })?;
+        self.broadcast_flat(&mut buffer, root)?;
         if !tensor.is_contiguous() {
             tch::no_grad(|| tensor.copy_(&buffer));
         }
         Ok(())
+    }
+
+    /// Broadcasts a contiguous tensor in place from `root`, a rank already checked.
+    fn broadcast_flat(&mut self, tensor: &mut Tensor, root: c_int) -> Result<(), DistError> {
+        let raw = tensor.as_mut_ptr() as ffi::RawTensor;
+        self.call("broadcast", |group, ms| {
+            // SAFETY: `raw` is a live tensor handle for the duration of the call.
+            unsafe { ffi::groundrl_dist_broadcast(group, raw, root, ms) }
+        })
     }
 
     /// Every rank's `tensor`, in rank order (the same shape and dtype on every rank).

@@ -130,6 +130,7 @@ fn rank() {
             all_reduce(&mut group);
             buckets(&mut group);
             broadcast(&mut group);
+            bucketed_broadcast(&mut group);
             all_gather(&mut group);
             group.barrier().expect("barrier");
         }
@@ -219,6 +220,33 @@ fn broadcast(group: &mut ProcessGroup) {
         .broadcast(&mut strided, 1)
         .expect("broadcast of a strided tensor");
     assert!(strided.equal(&sent));
+}
+
+/// The tensors of `buckets` broadcast from the last rank in the 64-byte buckets: every rank ends
+/// with the root's values (its factor), shapes, dtypes and the strided tensor's layout kept.
+fn bucketed_broadcast(group: &mut ProcessGroup) {
+    let root = group.world_size() - 1;
+    let shapes: [(&[i64], Kind); 5] = [
+        (&[3], Kind::Float),
+        (&[2, 4], Kind::Float),
+        (&[5], Kind::Double),
+        (&[20], Kind::Float),
+        (&[], Kind::Int64),
+    ];
+    let of = |factor: i64| -> Vec<Tensor> {
+        let mut tensors: Vec<Tensor> = shapes.iter().map(|(s, k)| ramp(s, *k, factor)).collect();
+        tensors.push(ramp(&[2, 3], Kind::Float, factor).tr());
+        tensors
+    };
+    let mut tensors = of(group.rank() as i64 + 1);
+    group
+        .broadcast_bucketed(&mut tensors, root)
+        .expect("bucketed broadcast");
+    for (i, (got, want)) in tensors.iter().zip(&of(root as i64 + 1)).enumerate() {
+        assert_eq!((got.size(), got.kind()), (want.size(), want.kind()), "tensor {i}");
+        assert!(got.equal(want), "tensor {i}: {got} != {want}");
+    }
+    assert!(!tensors[5].is_contiguous());
 }
 
 fn all_gather(group: &mut ProcessGroup) {

@@ -144,6 +144,13 @@ pub fn write_3b_with_tiny_tokenizer(dir: &Path, seed: i64, kind: Kind) -> Result
     write_with_tiny_tokenizer(dir, &config, seed, kind, ImageProcessor::default().max_pixels)
 }
 
+/// [`write_3b_with_tiny_tokenizer`] for Qwen2.5-VL-7B's shape (about 8.29B parameters: 16.6 GB of
+/// bf16 to write).
+pub fn write_7b_with_tiny_tokenizer(dir: &Path, seed: i64, kind: Kind) -> Result<(), FolderError> {
+    let config = presets::qwen2_5_vl_7b_with_ids(&tiny_ids());
+    write_with_tiny_tokenizer(dir, &config, seed, kind, ImageProcessor::default().max_pixels)
+}
+
 /// A complete folder: the random-init model of `config` (seeded), the tiny tokenizer, our chat
 /// template and a preprocessor config with `max_pixels`.
 fn write_with_tiny_tokenizer(

@@ -18,6 +18,7 @@ use serde::de::DeserializeOwned;
 use tch::{Device, Kind, Tensor};
 
 use crate::config::DistributedConfig;
+use crate::optim::Partition;
 
 /// One rank of a data-parallel run.
 pub struct DataParallel {
@@ -185,6 +186,61 @@ impl DataParallel {
             .map(|(p, _)| p.grad())
             .collect();
         self.group.all_reduce_sum(&mut grads).map_err(|e| self.failed(e))
+    }
+
+    /// After an applied optimizer step under ZeRO stage 1: each parameter that has a gradient (so
+    /// its owner updated it) is replaced on every rank by its owner's values, in bucketed broadcasts,
+    /// one run of buckets per owning rank. `params` are in the partition's order.
+    pub fn share_updates(
+        &mut self,
+        params: &[Tensor],
+        partition: &Partition,
+    ) -> Result<(), DataParallelError> {
+        for root in 0..self.world_size() {
+            let mut updated: Vec<Tensor> = params
+                .iter()
+                .enumerate()
+                .filter(|&(i, p)| partition.owner(i) == root && p.grad().defined())
+                .map(|(_, p)| p.shallow_clone())
+                .collect();
+            self.group
+                .broadcast_bucketed(&mut updated, root)
+                .map_err(|e| self.failed(e))?;
+        }
+        Ok(())
+    }
+
+    /// Brings the entries of `count` items, item `i`'s from its owner `owner(i)`, to rank 0, one
+    /// tensor at a time so that a rank holds at most one received tensor on the device: every rank
+    /// calls this with `entries(i)` its own tensors (the owner's) or blanks of their shapes and
+    /// dtypes (the others'). Rank 0 gets every entry, on the CPU, in item order; the other ranks an
+    /// empty list. An entry off the group's device (a step count on the CPU) travels through a copy.
+    pub fn gather_to_first(
+        &mut self,
+        count: usize,
+        owner: impl Fn(usize) -> usize,
+        entries: impl Fn(usize) -> Vec<(String, Tensor)>,
+    ) -> Result<Vec<(String, Tensor)>, DataParallelError> {
+        let mut out = Vec::new();
+        let first = self.rank() == 0;
+        for i in 0..count {
+            let root = owner(i);
+            if root == 0 && !first {
+                continue;
+            }
+            for (name, tensor) in entries(i) {
+                let mut tensor = tensor.to_device(self.device);
+                if root != 0 {
+                    self.group
+                        .broadcast(&mut tensor, root)
+                        .map_err(|e| self.failed(e))?;
+                }
+                if first {
+                    out.push((name, tensor.to_device(Device::Cpu)));
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Whether the weights are to be compared after step `step`.

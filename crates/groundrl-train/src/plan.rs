@@ -31,7 +31,7 @@ pub const CUDA_CONTEXT_BYTES: u64 = 1 << 30;
 /// the formulas leave out, in percent.
 pub const ALLOCATOR_SLACK_PERCENT: u64 = 10;
 
-/// Facts about the run that other sections decide.
+/// Facts about the run that other sections decide, or that the launch does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PlanExtras {
     /// A frozen copy of the starting model is held for the KL term (`kl_coef > 0`). Pass false when
@@ -39,6 +39,32 @@ pub struct PlanExtras {
     pub reference_model: bool,
     /// The optimizer keeps f32 master copies of bf16 parameters.
     pub fp32_master: bool,
+    /// Data-parallel ranks, one a GPU: each rolls out its share of a step's prompts, and under
+    /// ZeRO stage 1 keeps its share of the optimizer state. The plan is one GPU's.
+    pub world_size: u64,
+    /// `distributed.zero_stage`.
+    pub zero_stage: u8,
+}
+
+impl PlanExtras {
+    /// The extras of `cfg` trained over `world_size` ranks.
+    pub fn of(cfg: &TrainConfig, world_size: u64) -> Self {
+        Self {
+            reference_model: cfg.loss.needs_reference(),
+            fp32_master: cfg.optim.fp32_master,
+            world_size: world_size.max(1),
+            zero_stage: cfg.distributed.zero_stage,
+        }
+    }
+
+    /// The ranks the optimizer state is split over: the world under stage 1, else 1.
+    fn optimizer_shards(self) -> u64 {
+        if self.zero_stage >= 1 {
+            self.world_size.max(1)
+        } else {
+            1
+        }
+    }
 }
 
 /// When a part is alive.
@@ -159,8 +185,13 @@ impl MemoryPlan {
     }
 }
 
-/// Estimates the device memory of training `cfg` on `model`; see the module docs for the phases and
-/// each part's function for its formula.
+/// Estimates the device memory of one GPU training `cfg` on `model`; see the module docs for the
+/// phases and each part's function for its formula.
+///
+/// Over `extras.world_size` ranks a GPU rolls out `1/world` of the step's prompts (its KV cache
+/// and prefill shrink so) and keeps whole parameters and gradients; under ZeRO stage 1 it keeps
+/// `1/world` of the optimizer state (rounded up: the real partition assigns whole tensors, a
+/// little above or below that share). Training's micro-batches are the same size on every rank.
 pub fn estimate(cfg: &TrainConfig, model: &Qwen25VlConfig, extras: PlanExtras) -> MemoryPlan {
     let m = &cfg.model;
     let b = m.dtype.bytes();
@@ -185,7 +216,8 @@ pub fn estimate(cfg: &TrainConfig, model: &Qwen25VlConfig, extras: PlanExtras) -
         Part {
             name: "optimizer state",
             phase: Phase::Resident,
-            bytes: optimizer_bytes(trainable, m.dtype, extras.fp32_master),
+            bytes: optimizer_bytes(trainable, m.dtype, extras.fp32_master)
+                .div_ceil(extras.optimizer_shards()),
             advice: shrink_by_lora,
         },
         Part {
@@ -196,9 +228,9 @@ pub fn estimate(cfg: &TrainConfig, model: &Qwen25VlConfig, extras: PlanExtras) -
                 .reference_model
                 .then(|| "drop the KL term (`loss.kl_coef = 0`) or use LoRA".to_string()),
         },
-        kv_cache(cfg, model, &tokens),
+        kv_cache(cfg, model, &tokens, extras.world_size),
         decoding_weights(cfg, model),
-        prefill(cfg, model, &tokens),
+        prefill(cfg, model, &tokens, extras.world_size),
         activations(cfg, model, &tokens),
         logprob_chunk(cfg, model),
         vision_tower(cfg, model, &tokens),
@@ -303,23 +335,22 @@ fn decoding_weights(cfg: &TrainConfig, model: &Qwen25VlConfig) -> Part {
     }
 }
 
-/// The rollout's static KV cache: `rows = prompts_per_step * n` rows (the prompt's keys are copied
-/// to each of its n samples), `capacity = prompt + max_new_tokens` columns, and per column
-/// `2 (key, value) * L * kv * d * b` bytes. The prefill's working set is [`prefill`]'s.
-fn kv_cache(cfg: &TrainConfig, model: &Qwen25VlConfig, tokens: &Tokens) -> Part {
+/// The rollout's static KV cache: `rows = prompts_per_step * n / world` rows (a rank's share of the
+/// step; the prompt's keys are copied to each of its n samples), `capacity = prompt +
+/// max_new_tokens` columns, and per column `2 (key, value) * L * kv * d * b` bytes. The prefill's
+/// working set is [`prefill`]'s.
+fn kv_cache(cfg: &TrainConfig, model: &Qwen25VlConfig, tokens: &Tokens, world: u64) -> Part {
     let t = &model.text;
     let per_token = 2 * (t.num_hidden_layers * t.num_key_value_heads * t.head_dim()) as u64;
     let r = &cfg.rollout;
+    let rows = r.completions_per_step().div_ceil(world.max(1));
     Part {
         name: "KV cache",
         phase: Phase::Rollout,
-        bytes: r.completions_per_step() * tokens.row * per_token * cfg.model.dtype.bytes(),
+        bytes: rows * tokens.row * per_token * cfg.model.dtype.bytes(),
         advice: Some(format!(
-            "lower `rollout.n` ({}) or `rollout.prompts_per_step` ({}); the cache holds {} rows of {} tokens",
-            r.n,
-            r.prompts_per_step,
-            r.completions_per_step(),
-            tokens.row
+            "lower `rollout.n` ({}) or `rollout.prompts_per_step` ({}); the cache holds {rows} rows of {} tokens",
+            r.n, r.prompts_per_step, tokens.row
         )),
     }
 }
@@ -401,20 +432,20 @@ fn logprob_chunk(cfg: &TrainConfig, model: &Qwen25VlConfig) -> Part {
     }
 }
 
-/// The rollout's prefill: the vision tower over the images of the step's `prompts_per_step` prompts,
-/// without a graph, so at most one block's set at a time: `prompts_per_step * patches * block`
+/// The rollout's prefill: the vision tower over the images of a rank's `prompts_per_step / world`
+/// prompts, without a graph, so at most one block's set at a time: `images * patches * block`
 /// ([`vision_block_bytes`]). The decoder's prefill holds less (one layer's activations of the
 /// prompts' tokens, next to a KV cache already counted).
-fn prefill(cfg: &TrainConfig, model: &Qwen25VlConfig, tokens: &Tokens) -> Part {
+fn prefill(cfg: &TrainConfig, model: &Qwen25VlConfig, tokens: &Tokens, world: u64) -> Part {
     let m = &cfg.model;
-    let images = u64::from(cfg.rollout.prompts_per_step);
+    let images = u64::from(cfg.rollout.prompts_per_step).div_ceil(world.max(1));
     Part {
         name: "prefill",
         phase: Phase::Rollout,
         bytes: images * tokens.patches * vision_block_bytes(model, m.dtype.bytes()),
         advice: Some(format!(
-            "lower `model.max_pixels` ({}) or `rollout.prompts_per_step` ({images})",
-            m.max_pixels
+            "lower `model.max_pixels` ({}) or `rollout.prompts_per_step` ({})",
+            m.max_pixels, cfg.rollout.prompts_per_step
         )),
     }
 }
@@ -496,6 +527,8 @@ mod tests {
     const NO_REFERENCE: PlanExtras = PlanExtras {
         reference_model: false,
         fp32_master: true,
+        world_size: 1,
+        zero_stage: 0,
     };
 
     fn bytes(plan: &MemoryPlan) -> Vec<(&'static str, u64)> {
@@ -570,7 +603,7 @@ mod tests {
         );
         let extras = PlanExtras {
             reference_model: true,
-            fp32_master: true,
+            ..NO_REFERENCE
         };
         let plan = estimate(&cfg, &model, extras);
         // LoRA r = 2 on q (128 + 128) and down (384 + 128) in 4 layers: 2 * 4 * 768 = 6,144.
@@ -619,6 +652,98 @@ mod tests {
         assert_eq!(plan.peak_phase(), Phase::Rollout);
         assert_eq!(plan.total(), 67_449_840_025); // 62.82 GiB
         assert_eq!(plan.check(80 * GIB), Ok(()));
+    }
+
+    /// The parts of one GPU's plan that the world size and the ZeRO stage change.
+    fn sharded_parts(plan: &MemoryPlan) -> [u64; 3] {
+        ["optimizer state", "KV cache", "prefill"].map(|name| plan.part(name).unwrap().bytes)
+    }
+
+    /// configs/3b-1gpu.toml over 1, 2 and 4 GPUs: each GPU rolls out 8/W prompts (64/W rows of KV
+    /// cache, 8/W images of prefill); under stage 1 it keeps 1/W of the 37.03 GB of AdamW state.
+    #[test]
+    fn the_3b_plan_per_gpu_over_1_2_and_4_ranks() {
+        let (cfg, model) = shipped("3b-1gpu.toml", &[]);
+        let text = 3_085_938_688u64;
+        let (kv_row, image) = (1_536 * 18_432 * 2, 5_120 * 58_144);
+        let per_gpu = |world: u64, zero_stage: u8| {
+            let extras = PlanExtras {
+                world_size: world,
+                zero_stage,
+                ..NO_REFERENCE
+            };
+            estimate(&cfg, &model, extras)
+        };
+        let one = per_gpu(1, 0);
+        assert_eq!(sharded_parts(&one), [text * 12, 64 * kv_row, 8 * image]);
+        assert_eq!(one.total(), 67_449_840_025);
+        assert_eq!(per_gpu(1, 1), one, "stage 1 on one GPU shards nothing");
+        // Stage 0 on 2 GPUs: only the rollout shrinks, and the update (7,587,233,792) becomes the
+        // peak phase: resident 50,712,387,584 + update, plus 1 GiB and 10%.
+        let two_whole = per_gpu(2, 0);
+        assert_eq!(sharded_parts(&two_whole), [text * 12, 32 * kv_row, 4 * image]);
+        assert_eq!(two_whole.peak_phase(), Phase::Update);
+        assert_eq!(two_whole.total(), GIB + 58_299_621_376 * 11 / 10);
+        // Stage 1: resident 7,509,245,952 + 6,171,877,376 + 18,515,632,128 = 32,196,755,456.
+        let two = per_gpu(2, 1);
+        assert_eq!(sharded_parts(&two), [text * 6, 32 * kv_row, 4 * image]);
+        assert_eq!(two.total(), GIB + 39_783_989_248 * 11 / 10); // 41.76 GiB
+        // Resident 7,509,245,952 + 6,171,877,376 + 9,257,816,064 = 22,938,939,392.
+        let four = per_gpu(4, 1);
+        assert_eq!(sharded_parts(&four), [text * 3, 16 * kv_row, 2 * image]);
+        assert_eq!(four.total(), GIB + 30_526_173_184 * 11 / 10); // 32.27 GiB
+    }
+
+    /// The 7B shape (`model.preset = "7b"`) with 3b-1gpu.toml's settings: a full fine-tune of the
+    /// 7,615,616,512 text parameters (vision frozen) with f32 masters holds 16.58 GB of bf16
+    /// weights, 15.23 GB of gradients and 91.39 GB of AdamW state. Stage 1 on 4 GPUs fits 80 GiB;
+    /// on 2 it does not (93.25 GiB), and on one, or on 2 without sharding, far from it.
+    #[test]
+    fn the_7b_full_fine_tune_fits_80_gib_on_4_gpus_with_stage_1() {
+        let (cfg, model) = shipped("3b-1gpu.toml", &["model.preset=7b"]);
+        let text = 7_615_616_512u64;
+        assert_eq!(presets::parameter_count(&model), 8_292_166_656);
+        // A row: 1,536 tokens * 2 (k, v) * 28 layers * 4 KV heads * 128 * 2 bytes.
+        let (kv_row, image) = (1_536 * 28_672 * 2, 5_120 * 58_144);
+        let resident = |optimizer: u64| 8_292_166_656 * 2 + text * 2 + optimizer;
+        // The rollout is the peak phase throughout: decoding weights 28 * 152,310,272 * 2 =
+        // 8,529,375,232 next to the KV cache and prefill.
+        let decoding = 8_529_375_232;
+        let per_gpu = |world: u64, zero_stage: u8| {
+            let extras = PlanExtras {
+                world_size: world,
+                zero_stage,
+                ..NO_REFERENCE
+            };
+            let plan = estimate(&cfg, &model, extras);
+            assert_eq!(
+                plan.peak_phase(),
+                Phase::Rollout,
+                "{world} GPUs, stage {zero_stage}"
+            );
+            plan
+        };
+        let expected = |optimizer: u64, world: u64| {
+            let rollout = 64 / world * kv_row + decoding + 8 / world * image;
+            GIB + (resident(optimizer) + rollout) * 11 / 10
+        };
+        for (world, zero_stage, shards, gib_total) in [
+            (1, 0, 1, 144.17),
+            (2, 0, 1, 140.06),
+            (2, 1, 2, 93.25),
+            (4, 1, 4, 67.79),
+        ] {
+            let plan = per_gpu(world, zero_stage);
+            let optimizer = text * 12 / shards;
+            assert_eq!(
+                sharded_parts(&plan),
+                [optimizer, 64 / world * kv_row, 8 / world * image]
+            );
+            assert_eq!(plan.total(), expected(optimizer, world), "{world} GPUs");
+            let shown = plan.total() as f64 / GIB as f64;
+            assert!((shown - gib_total).abs() < 0.005, "{world} GPUs: {shown:.2} GiB");
+            assert_eq!(plan.check(80 * GIB).is_ok(), world == 4);
+        }
     }
 
     #[test]

@@ -33,7 +33,6 @@ use serde::{Deserialize, Serialize};
 use tch::Tensor;
 
 use crate::advantage::group_advantages;
-use crate::checkpoint::{checkpoint_dir, latest_checkpoint};
 use crate::config::TrainConfig;
 use crate::data_parallel::DataParallel;
 use crate::dataset::Dataset;
@@ -183,6 +182,8 @@ pub struct Trainer {
     health: HealthMonitor,
     /// This process's rank when the run is split over several (`None`: the run is this process).
     dp: Option<DataParallel>,
+    /// The step of the checkpoint this trainer last saved or resumed from.
+    saved_step: Option<u64>,
     /// The held-out evaluations this process ran.
     evaluations: Vec<Evaluation>,
     /// Where the current step's rollout time goes, for its record.
@@ -230,18 +231,14 @@ impl Trainer {
                 break stop;
             }
             let save = self.cfg.trainer.save_freq;
-            if save > 0 && self.state.step.is_multiple_of(u64::from(save)) && self.writes() {
+            if save > 0 && self.state.step.is_multiple_of(u64::from(save)) {
                 self.save()?;
             }
         };
-        // A diverged run keeps its last good checkpoint as the latest one.
-        let saved = latest_checkpoint(&self.run_dir).ok();
+        // A diverged run keeps its last good checkpoint as the latest one. Every rank decides
+        // alike (from what it saved, not from the files rank 0 may still be writing).
         let diverged = matches!(ending, Ending::NonFinite { .. });
-        if self.cfg.trainer.save_freq > 0
-            && self.writes()
-            && !diverged
-            && saved != Some(checkpoint_dir(&self.run_dir, self.state.step))
-        {
+        if self.cfg.trainer.save_freq > 0 && !diverged && self.saved_step != Some(self.state.step) {
             self.save()?;
         }
         if !diverged {

@@ -194,7 +194,8 @@ impl FrozenFeatures {
 /// global mini-batch `m` is every rank's `m`-th. Each mini-batch's [`LossScale`] totals are summed
 /// over the ranks, so that each rank's loss is its exact share of the global one, and the gradients
 /// are summed over the ranks, in buckets, after the mini-batch's last backward pass and before the
-/// optimizer step (whose clipping then sees the global gradient). Every rank runs the same number
+/// optimizer step (whose clipping then sees the global gradient). Under ZeRO stage 1 (a sharded
+/// optimizer) each rank updates the parameters whose state it keeps and broadcasts them. Every rank runs the same number
 /// of optimizer steps, the most any rank's rows make; a rank with fewer rows joins the rest with no
 /// rows of its own.
 ///
@@ -303,10 +304,16 @@ pub fn update(
             if let Some(dp) = dp.as_deref_mut() {
                 dp.sum_gradients(&parameters).map_err(collective)?;
             }
-            match optimizer
+            let outcome = optimizer
                 .step(s.lr)
-                .map_err(|e| ModelError::Input(e.to_string()))?
+                .map_err(|e| ModelError::Input(e.to_string()))?;
+            if let (StepOutcome::Applied { .. }, Some(dp), Some(shard)) =
+                (outcome, dp.as_deref_mut(), optimizer.shard())
             {
+                dp.share_updates(&parameters, &shard.partition)
+                    .map_err(collective)?;
+            }
+            match outcome {
                 StepOutcome::Applied { grad_norm, .. } => {
                     report.grad_norm += grad_norm;
                     report.optimizer_steps += 1;

@@ -117,3 +117,42 @@ fn unknown_keys_and_bad_values_are_refused_cleanly() {
          trainer.mini_batch_size 64\n"
     );
 }
+
+/// One GPU of 4 and of 2 for the 7B shape's full fine-tune under ZeRO stage 1 (numbers from
+/// plan.rs's 7B test): 91.39 GB of AdamW state, a quarter on each of 4 GPUs (21.278 GiB), peak
+/// 72,789,860,812 B = 67.791 GiB, which fits; half on each of 2 (42.556 GiB), 93.250 GiB, which
+/// does not.
+#[test]
+fn the_7b_shape_over_4_gpus_with_zero_stage_1_fits_80_gib() {
+    let args = |world: &'static str| {
+        [
+            "configs/3b-1gpu.toml",
+            "model.preset=7b",
+            "distributed.zero_stage=1",
+            "--nproc-per-node",
+            world,
+        ]
+    };
+    let out = plan(&args("4"));
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    for line in [
+        "configs/3b-1gpu.toml: 8.29B parameters, 7.62B trainable, bf16 on cuda; no reference model, f32 master weights\n",
+        "one GPU of 4: 1/4 of each step's prompts and 1/4 of the optimizer state on each (distributed.zero_stage = 1)\n",
+        "optimizer state               resident     21.278\n",
+        "peak (resident + rollout)                  67.791\n",
+    ] {
+        assert!(stdout.contains(line), "{line:?} not in\n{stdout}");
+    }
+    let out = plan(&args("2"));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("optimizer state               resident     42.556\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("peak (resident + rollout)                  93.250\n"),
+        "{stdout}"
+    );
+}

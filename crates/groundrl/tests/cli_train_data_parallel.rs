@@ -1,7 +1,8 @@
 //! `groundrl train --nproc-per-node 2` on the CPU (Gloo on 127.0.0.1, tiny preset): two workers
 //! train as one process does, rank 0 alone writes the run's files, and a worker killed with SIGKILL
 //! stops the launch with an error naming it, after which a resume finishes the run as if it had
-//! never stopped. Two processes started with torchrun's variables alone (two "nodes" of one
+//! never stopped, on the same or another world size. With `distributed.zero_stage = 1` each worker
+//! keeps half of the optimizer state and the checkpoints are those of stage 0, byte for byte. Two processes started with torchrun's variables alone (two "nodes" of one
 //! process each, `MASTER_ADDR` on the loopback) train together, and when one of them hangs the other
 //! stops with c10d's timeout error after `distributed.timeout_s`.
 //!
@@ -82,6 +83,16 @@ fn train(config: &Path, run: &Path, workers: u32) -> Command {
     cmd
 }
 
+/// A temporary folder with [`setup`]'s config for `steps` steps and the uninterrupted one-process
+/// run of it in `one/`, which the data-parallel runs are compared with.
+fn one_process_run(steps: u32) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = setup(dir.path(), steps);
+    let one = dir.path().join("one");
+    run_ok(&mut train(&config, &one, 1));
+    (dir, config, one)
+}
+
 fn run_ok(cmd: &mut Command) -> Output {
     let out = cmd.output().unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -130,10 +141,8 @@ fn assert_same_weights(a: &Path, b: &Path, step: u64) {
 
 #[test]
 fn two_workers_train_as_one_process_and_rank_0_alone_writes() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = setup(dir.path(), 3);
-    let (one, two) = (dir.path().join("one"), dir.path().join("two"));
-    run_ok(&mut train(&config, &one, 1));
+    let (dir, config, one) = one_process_run(3);
+    let two = dir.path().join("two");
     let out = run_ok(&mut train(&config, &two, 2));
     let stderr = text(&out.stderr);
     // Rank 0 says each step; rank 1 trains silently.
@@ -172,47 +181,73 @@ fn two_workers_train_as_one_process_and_rank_0_alone_writes() {
     );
 }
 
-#[test]
-fn a_killed_worker_stops_the_launch_and_a_resume_loses_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = setup(dir.path(), 4);
-    let (one, two) = (dir.path().join("one"), dir.path().join("two"));
-    run_ok(&mut train(&config, &one, 1));
-    // Rank 1 is killed in step 3, after the checkpoint of step 2.
-    let out = train(&config, &two, 2)
-        .env("GROUNDRL_FAULT", "step:3@1")
+/// Starts `run` on `workers` workers (1: one process), with the config `overrides`, and kills the
+/// worker of the last rank in step 3, after the checkpoint of step 2: the launch fails, and the
+/// checkpoint of step 2 is the latest. Returns the launch's stderr.
+fn killed_in_step_3(config: &Path, run: &Path, workers: u32, overrides: &[&str]) -> String {
+    let fault = match workers {
+        1 => "step:3".to_string(),
+        _ => format!("step:3@{}", workers - 1),
+    };
+    let out = train(config, run, workers)
+        .args(overrides)
+        .env("GROUNDRL_FAULT", fault)
         .output()
         .unwrap();
     let stderr = text(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
+    assert!(run.join("checkpoints/step-2").exists(), "{stderr}");
+    assert!(!run.join("checkpoints/step-3").exists(), "{stderr}");
+    stderr
+}
+
+/// Resumes `run` (a 4-step run stopped in step 3) on `workers` workers and asserts that it loses
+/// nothing: the checkpoint it resumed from is untouched, each step is logged once, and the ledger,
+/// the final weights and the final optimizer state (its file, byte for byte) are those of the
+/// uninterrupted run `one`. Returns the resume's stderr.
+fn resume_ends_as(one: &Path, run: &Path, workers: u32) -> String {
+    let checkpoint = run.join("checkpoints/step-2/weights.safetensors");
+    let saved = std::fs::read(&checkpoint).unwrap();
+    let mut resume = command();
+    resume.args(["train", "--resume"]).arg(run);
+    if workers > 1 {
+        resume.args(["--nproc-per-node", &workers.to_string()]);
+    }
+    let out = run_ok(resume.env_remove("GROUNDRL_FAULT"));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("finished after 4 steps"), "{stderr}");
+    assert_eq!(std::fs::read(&checkpoint).unwrap(), saved);
+    let steps: Vec<u64> = json_lines(run, "metrics.jsonl")
+        .iter()
+        .map(|m| m["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(steps, [1, 2, 3, 4]);
+    assert_eq!(ledger(one), ledger(run));
+    assert_same_weights(one, run, 4);
+    assert_eq!(
+        optimizer_file(one, 4),
+        optimizer_file(run, 4),
+        "optimizer state at step 4"
+    );
+    stderr
+}
+
+fn optimizer_file(run: &Path, step: u64) -> Vec<u8> {
+    std::fs::read(run.join(format!("checkpoints/step-{step}/optimizer.safetensors"))).unwrap()
+}
+
+#[test]
+fn a_killed_worker_stops_the_launch_and_a_resume_loses_nothing() {
+    let (dir, config, one) = one_process_run(4);
+    let two = dir.path().join("two");
+    let stderr = killed_in_step_3(&config, &two, 2, &[]);
     assert!(
         stderr.contains("rank 1 was killed by signal 9 (SIGKILL)"),
         "{stderr}"
     );
     assert!(stderr.contains("the other workers were stopped"), "{stderr}");
-    let checkpoint = two.join("checkpoints/step-2/weights.safetensors");
-    let saved = std::fs::read(&checkpoint).unwrap();
-    assert!(!two.join("checkpoints/step-3").exists());
-    let mut resume = command();
-    resume
-        .args(["train", "--nproc-per-node", "2", "--resume"])
-        .arg(&two);
-    let out = run_ok(resume.env_remove("GROUNDRL_FAULT"));
-    assert!(
-        text(&out.stderr).contains("[rank 0] finished after 4 steps"),
-        "{}",
-        text(&out.stderr)
-    );
-    // The checkpoint it resumed from is untouched, each step is logged once, and the run ends
-    // where one uninterrupted process does.
-    assert_eq!(std::fs::read(&checkpoint).unwrap(), saved);
-    let steps: Vec<u64> = json_lines(&two, "metrics.jsonl")
-        .iter()
-        .map(|m| m["step"].as_u64().unwrap())
-        .collect();
-    assert_eq!(steps, [1, 2, 3, 4]);
-    assert_eq!(ledger(&one), ledger(&two));
-    assert_same_weights(&one, &two, 4);
+    let stderr = resume_ends_as(&one, &two, 2);
+    assert!(stderr.contains("[rank 0] finished after 4 steps"), "{stderr}");
 }
 
 /// A run checkpointed by two workers resumes in one process: every checkpoint holds the whole
@@ -220,31 +255,92 @@ fn a_killed_worker_stops_the_launch_and_a_resume_loses_nothing() {
 /// where one uninterrupted process ends.
 #[test]
 fn a_run_of_two_workers_resumes_in_one_process() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = setup(dir.path(), 4);
-    let (one, two) = (dir.path().join("one"), dir.path().join("two"));
-    run_ok(&mut train(&config, &one, 1));
-    let out = train(&config, &two, 2)
-        .env("GROUNDRL_FAULT", "step:3@1")
-        .output()
-        .unwrap();
-    assert!(!out.status.success(), "{}", text(&out.stderr));
-    assert!(two.join("checkpoints/step-2").exists());
-    let mut resume = command();
-    resume.args(["train", "--resume"]).arg(&two);
-    let out = run_ok(resume.env_remove("GROUNDRL_FAULT"));
-    assert!(
-        text(&out.stderr).contains("finished after 4 steps"),
-        "{}",
-        text(&out.stderr)
-    );
-    let steps: Vec<u64> = json_lines(&two, "metrics.jsonl")
-        .iter()
-        .map(|m| m["step"].as_u64().unwrap())
+    let (dir, config, one) = one_process_run(4);
+    let two = dir.path().join("two");
+    killed_in_step_3(&config, &two, 2, &[]);
+    resume_ends_as(&one, &two, 1);
+}
+
+/// The element counts the ranks' lines report: `rank R of W keeps the optimizer state of P of N
+/// trained parameters (S elements; ...)`, as `(R, P, N, S)` in rank order.
+fn kept_shares(stderr: &str) -> Vec<(u64, u64, u64, u64)> {
+    let mut shares: Vec<(u64, u64, u64, u64)> = stderr
+        .lines()
+        .filter_map(|line| {
+            let rest = &line[line.find("] rank ")? + 7..];
+            let number = |text: &str| text.replace(['(', ','], "").parse::<u64>().ok();
+            let words: Vec<&str> = rest.split_whitespace().collect();
+            // R of W keeps the optimizer state of P of N trained parameters (S elements; ...
+            Some((
+                number(words[0])?,
+                number(words[8])?,
+                number(words[10])?,
+                number(words[13])?,
+            ))
+        })
         .collect();
-    assert_eq!(steps, [1, 2, 3, 4]);
-    assert_eq!(ledger(&one), ledger(&two));
-    assert_same_weights(&one, &two, 4);
+    shares.sort_unstable();
+    shares
+}
+
+/// The tiny preset trains its text model in f32: 873,344 parameters, the largest tensor
+/// the embedding's 84,736 (docs of plan.rs's tiny test). Each rank keeps the two moments (no f32
+/// master for f32 parameters) of its share, the shares add up to the whole, and neither exceeds
+/// half of it by more than the largest tensor (the partition's bound).
+fn assert_halves(stderr: &str) {
+    let shares = kept_shares(stderr);
+    assert_eq!(shares.len(), 2, "{stderr}");
+    let total = 873_344;
+    for &(_, params, of, state) in &shares {
+        assert_eq!((of, state), (total, 2 * params), "{stderr}");
+        assert!(params <= total / 2 + 84_736, "{shares:?}");
+    }
+    assert_eq!(shares[0].1 + shares[1].1, total, "{shares:?}");
+    assert_eq!((shares[0].0, shares[1].0), (0, 1));
+}
+
+/// `distributed.zero_stage = 1` changes where the optimizer state lives, not what is computed:
+/// each of 2 workers keeps half of it, and every step's checkpoint (the weights, and the optimizer
+/// state gathered to rank 0) is byte for byte the one 2 workers of stage 0 write.
+#[test]
+fn two_workers_with_zero_stage_1_checkpoint_what_stage_0_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = setup(dir.path(), 3);
+    let (whole, sharded) = (dir.path().join("whole"), dir.path().join("sharded"));
+    let out = run_ok(&mut train(&config, &whole, 2));
+    assert!(kept_shares(&text(&out.stderr)).is_empty());
+    let out = run_ok(train(&config, &sharded, 2).arg("distributed.zero_stage=1"));
+    assert_halves(&text(&out.stderr));
+    for step in 1..=3 {
+        assert_same_weights(&whole, &sharded, step);
+        assert_eq!(
+            optimizer_file(&whole, step),
+            optimizer_file(&sharded, step),
+            "step {step}"
+        );
+    }
+    let m = |run: &Path| {
+        json_lines(run, "metrics.jsonl")
+            .into_iter()
+            .map(untimed)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(m(&whole), m(&sharded));
+}
+
+/// The re-sharding of docs/distributed.md, both ways: a stage-1 run of 2 workers killed in step 3
+/// resumes in one process, and a one-process run (started with `distributed.zero_stage = 1`, which
+/// one process ignores) killed in step 3 resumes on 2 workers that shard the state it saved whole;
+/// both end as the uninterrupted one-process run, optimizer state included.
+#[test]
+fn zero_stage_1_runs_resume_on_another_world_size() {
+    let (dir, config, one) = one_process_run(4);
+    let (two_to_one, one_to_two) = (dir.path().join("two-to-one"), dir.path().join("one-to-two"));
+    let stderr = killed_in_step_3(&config, &two_to_one, 2, &["distributed.zero_stage=1"]);
+    assert_halves(&stderr);
+    resume_ends_as(&one, &two_to_one, 1);
+    killed_in_step_3(&config, &one_to_two, 1, &["distributed.zero_stage=1"]);
+    assert_halves(&resume_ends_as(&one, &one_to_two, 2));
 }
 
 #[test]

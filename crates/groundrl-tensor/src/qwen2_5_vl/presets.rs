@@ -1,4 +1,4 @@
-//! Built-in model shapes: the released Qwen2.5-VL-3B (for benchmarks on random weights, since no
+//! Built-in model shapes: the released Qwen2.5-VL-3B and 7B (for benchmarks on random weights, since no
 //! weights can be downloaded here) and `tiny`, small enough to train on a CPU in tests and the demo.
 
 use super::config::{Qwen25VlConfig, TextConfig, VisionConfig};
@@ -31,38 +31,70 @@ pub fn qwen2_5_vl_3b_with_ids(ids: &SpecialIds) -> Qwen25VlConfig {
     with_ids(
         QWEN_VOCAB_SIZE,
         ids,
-        TextConfig {
-            vocab_size: 0,
-            hidden_size: 2048,
-            intermediate_size: 11008,
-            num_hidden_layers: 36,
-            num_attention_heads: 16,
-            num_key_value_heads: 2,
-            rms_norm_eps: 1e-6,
-            rope_theta: 1_000_000.0,
-            mrope_section: vec![16, 24, 24],
-            max_position_embeddings: 128_000,
-            bos_token_id: None,
-            eos_token_ids: vec![],
-            pad_token_id: None,
-        },
-        VisionConfig {
-            depth: 32,
-            hidden_size: 1280,
-            intermediate_size: 3420,
-            num_heads: 16,
-            in_channels: 3,
-            patch_size: 14,
-            temporal_patch_size: 2,
-            spatial_merge_size: 2,
-            window_size: 112,
-            out_hidden_size: 2048,
-            fullatt_block_indexes: vec![7, 15, 23, 31],
-            tokens_per_second: 2,
-            rope_theta: 10000.0,
-        },
+        qwen_text([2048, 11008, 36, 16, 2]),
+        qwen_vision(2048),
         true,
     )
+}
+
+/// Qwen2.5-VL-7B-Instruct's vocabulary size (its embedding and head rows).
+pub const QWEN_7B_VOCAB_SIZE: i64 = 152064;
+
+/// Qwen2.5-VL-7B-Instruct's shape (its config.json): about 8.29B parameters, an untied head.
+pub fn qwen2_5_vl_7b() -> Qwen25VlConfig {
+    qwen2_5_vl_7b_with_ids(&QWEN_IDS)
+}
+
+/// The 7B shape with another tokenizer's special token ids, as [`qwen2_5_vl_3b_with_ids`].
+pub fn qwen2_5_vl_7b_with_ids(ids: &SpecialIds) -> Qwen25VlConfig {
+    with_ids(
+        QWEN_7B_VOCAB_SIZE,
+        ids,
+        qwen_text([3584, 18944, 28, 28, 4]),
+        qwen_vision(3584),
+        false,
+    )
+}
+
+/// The language model of a released Qwen2.5-VL model of `[hidden, intermediate, layers, heads,
+/// kv_heads]` (the rest is common to the 3B and 7B: M-RoPE sections, theta, norm eps, context);
+/// [`with_ids`] fills in the vocabulary and the special ids.
+fn qwen_text([hidden, intermediate, layers, heads, kv_heads]: [i64; 5]) -> TextConfig {
+    TextConfig {
+        vocab_size: 0,
+        hidden_size: hidden,
+        intermediate_size: intermediate,
+        num_hidden_layers: layers,
+        num_attention_heads: heads,
+        num_key_value_heads: kv_heads,
+        rms_norm_eps: 1e-6,
+        rope_theta: 1_000_000.0,
+        mrope_section: vec![16, 24, 24],
+        max_position_embeddings: 128_000,
+        bos_token_id: None,
+        eos_token_ids: vec![],
+        pad_token_id: None,
+    }
+}
+
+/// The vision tower of the released Qwen2.5-VL models (the 3B and 7B share it), merging into a
+/// decoder of width `out_hidden_size`.
+fn qwen_vision(out_hidden_size: i64) -> VisionConfig {
+    VisionConfig {
+        depth: 32,
+        hidden_size: 1280,
+        intermediate_size: 3420,
+        num_heads: 16,
+        in_channels: 3,
+        patch_size: 14,
+        temporal_patch_size: 2,
+        spatial_merge_size: 2,
+        window_size: 112,
+        out_hidden_size,
+        fullatt_block_indexes: vec![7, 15, 23, 31],
+        tokens_per_second: 2,
+        rope_theta: 10000.0,
+    }
 }
 
 /// A few-million-parameter model with the real architecture (window and full-attention vision blocks,
@@ -208,6 +240,17 @@ mod tests {
         let n = parameter_count(&c);
         // Qwen2.5-VL-3B-Instruct's safetensors hold about 3.75B parameters.
         assert!((3_700_000_000..3_800_000_000).contains(&n), "{n}");
+    }
+
+    /// By hand from the shapes: text 28 layers of 233,057,792 + embedding and head 2 x 152,064 x
+    /// 3,584 + final norm 3,584 = 7,615,616,512; vision 676,550,144 (the 3B's tower, its merger
+    /// projecting to 3,584 instead of 2,048): 8.29B in all, the size Qwen2.5-VL-7B is known by.
+    #[test]
+    fn the_7b_shape_is_valid_and_counts_by_hand() {
+        let c = qwen2_5_vl_7b();
+        c.validate().unwrap();
+        assert_eq!(text_parameter_count(&c), 7_615_616_512);
+        assert_eq!(parameter_count(&c), 7_615_616_512 + 676_550_144);
     }
 
     fn tiny_test_ids() -> SpecialIds {

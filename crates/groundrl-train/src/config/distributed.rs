@@ -16,6 +16,11 @@ pub struct DistributedConfig {
     /// Every this many steps the ranks compare checksums of their weights and stop with an error
     /// naming the ranks that differ; 0 turns the check off. Default 10.
     pub checksum_every: u32,
+    /// 0: every rank keeps the whole AdamW state (the default). 1: ZeRO stage 1, each rank keeps the
+    /// state (moments, f32 masters) of its share of the trained tensors, updates those alone and
+    /// broadcasts them: 1/world of the optimizer's memory a rank, the same weights to the bit.
+    /// Checkpoints are the same either way, so a run may resume with the other stage or world size.
+    pub zero_stage: u8,
 }
 
 impl Default for DistributedConfig {
@@ -23,6 +28,7 @@ impl Default for DistributedConfig {
         Self {
             timeout_s: 1800,
             checksum_every: 10,
+            zero_stage: 0,
         }
     }
 }
@@ -33,6 +39,15 @@ impl DistributedConfig {
             self.timeout_s >= 1,
             "distributed.timeout_s",
             "must be at least 1 second, found 0",
+        )?;
+        ensure(
+            self.zero_stage <= 1,
+            "distributed.zero_stage",
+            format!(
+                "must be 0 (whole optimizer state on every rank) or 1 (optimizer state sharded over \
+                 the ranks), found {}; stage 2 (sharded gradients) does not exist yet",
+                self.zero_stage
+            ),
         )
     }
 }

@@ -91,6 +91,9 @@ pub enum ModelPreset {
     /// Qwen2.5-VL-3B-Instruct's shape (about 3.75B parameters).
     #[serde(rename = "3b")]
     Qwen3b,
+    /// Qwen2.5-VL-7B-Instruct's shape (about 8.29B parameters).
+    #[serde(rename = "7b")]
+    Qwen7b,
 }
 
 /// Parameter dtype (`model.dtype`).
@@ -163,6 +166,7 @@ impl ModelConfig {
                 &hf_folder::tiny_ids(),
             )),
             ModelPreset::Qwen3b => Ok(presets::qwen2_5_vl_3b()),
+            ModelPreset::Qwen7b => Ok(presets::qwen2_5_vl_7b()),
         }
     }
 
@@ -186,7 +190,7 @@ impl ModelConfig {
         ensure(
             has_path != (self.preset != ModelPreset::None),
             "model.path",
-            "give exactly one of `model.path` (a model folder) and `model.preset` (tiny or 3b)",
+            "give exactly one of `model.path` (a model folder) and `model.preset` (tiny, small, 3b or 7b)",
         )?;
         ensure(
             self.min_pixels > 0,

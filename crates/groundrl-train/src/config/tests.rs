@@ -208,7 +208,7 @@ fn validation_names_the_key_to_change() {
         ),
         (
             "model.path=models/qwen",
-            "`model.path`: give exactly one of `model.path` (a model folder) and `model.preset` (tiny or 3b)",
+            "`model.path`: give exactly one of `model.path` (a model folder) and `model.preset` (tiny, small, 3b or 7b)",
         ),
         (
             "model.min_pixels=20000000",
@@ -251,6 +251,12 @@ fn validation_names_the_key_to_change() {
             "trainer.early_stopping_patience=3 trainer.early_stopping_metric=accuracy data.val=v.jsonl",
             "`trainer.early_stopping_metric`: `accuracy` is not one of val/accuracy, val/reward",
         ),
+        (
+            "distributed.zero_stage=2",
+            "`distributed.zero_stage`: must be 0 (whole optimizer state on every rank) or 1 \
+             (optimizer state sharded over the ranks), found 2; stage 2 (sharded gradients) does not \
+             exist yet",
+        ),
     ];
     for (changes, message) in cases {
         let changes: Vec<&str> = changes.split(' ').collect();
@@ -261,6 +267,7 @@ fn validation_names_the_key_to_change() {
         "model.lora_rank=8",
         "model.lora_vision=true",
         "rollout.temperature=0.01",
+        "distributed.zero_stage=1",
     ])
     .unwrap();
 }

@@ -25,8 +25,8 @@ use std::collections::HashSet;
 use groundrl_tensor::fused::{self, AdamwScalars};
 use tch::{Kind, TchError, Tensor};
 
-use super::{OptimConfig, OptimError};
-use crate::checkpoint::restore_tensors;
+use super::{OptimConfig, OptimError, Shard};
+use crate::checkpoint::{CheckpointError, restore_tensors};
 
 /// Added to the norm before dividing when clipping, as torch's `clip_grad_norm_` does.
 const CLIP_EPS: f64 = 1e-6;
@@ -46,12 +46,20 @@ pub enum StepOutcome {
 pub struct AdamW {
     cfg: OptimConfig,
     params: Vec<ParamState>,
+    /// This rank's share of the state under ZeRO stage 1 (`None`: all of it).
+    shard: Option<Shard>,
 }
 
 /// One trained tensor and what AdamW keeps for it.
 struct ParamState {
     name: String,
     param: Tensor,
+    /// The state of its updates; `None` when another rank keeps it (ZeRO stage 1).
+    moments: Option<Moments>,
+}
+
+/// What AdamW keeps for one parameter it updates.
+struct Moments {
     /// The f32 copy that takes the updates of a bf16/f16 parameter when `fp32_master` is on.
     master: Option<Tensor>,
     exp_avg: Tensor,
@@ -71,29 +79,59 @@ impl AdamW {
     /// weights are loaded, or restore its state with [`AdamW::load_state`] after restoring them:
     /// otherwise the first step would write stale masters back into the parameters.
     pub fn new(params: Vec<(String, Tensor)>, cfg: &OptimConfig) -> Result<Self, OptimError> {
+        Self::build(params, cfg, None)
+    }
+
+    /// [`AdamW::new`] keeping state for `shard`'s parameters only (ZeRO stage 1): [`AdamW::step`]
+    /// updates those alone, and the caller broadcasts each parameter from its owner afterwards.
+    /// The partition must cover `params`, in their order.
+    pub fn sharded(
+        params: Vec<(String, Tensor)>,
+        cfg: &OptimConfig,
+        shard: Shard,
+    ) -> Result<Self, OptimError> {
+        if shard.partition.len() != params.len() {
+            return Err(OptimError::Partition {
+                tensors: shard.partition.len(),
+                params: params.len(),
+            });
+        }
+        Self::build(params, cfg, Some(shard))
+    }
+
+    fn build(
+        params: Vec<(String, Tensor)>,
+        cfg: &OptimConfig,
+        shard: Option<Shard>,
+    ) -> Result<Self, OptimError> {
         cfg.validate()?;
         let mut seen = HashSet::new();
         let params = params
             .into_iter()
-            .map(|(name, param)| {
+            .enumerate()
+            .map(|(i, (name, param))| {
                 if !seen.insert(name.clone()) {
                     return Err(OptimError::Duplicate(name));
                 }
-                ParamState::new(name, param, cfg.fp32_master)
+                let owned = shard.as_ref().is_none_or(|s| s.owns(i));
+                ParamState::new(name, param, cfg.fp32_master, owned)
             })
             .collect::<Result<_, _>>()?;
         Ok(Self {
             cfg: cfg.clone(),
             params,
+            shard,
         })
     }
 
     /// One update with learning rate `lr` from the gradients in the parameters' `.grad`.
     ///
-    /// The global gradient norm comes first: when it is not finite the step is skipped whole. Otherwise
-    /// gradients above `grad_clip` are scaled by `grad_clip / (norm + 1e-6)` (in the update only; the
-    /// `.grad` tensors are not modified) and every parameter that has a gradient is updated. Parameters
-    /// without one (frozen, or not reached by the backward pass) are left alone.
+    /// The global gradient norm comes first, over every parameter with a gradient (those of other
+    /// ranks' shards too): when it is not finite the step is skipped whole. Otherwise gradients above
+    /// `grad_clip` are scaled by `grad_clip / (norm + 1e-6)` (in the update only; the `.grad` tensors
+    /// are not modified) and every parameter that has a gradient and whose state this optimizer
+    /// keeps is updated. Parameters without one (frozen, or not reached by the backward pass) are
+    /// left alone.
     pub fn step(&mut self, lr: f64) -> Result<StepOutcome, OptimError> {
         if !(lr >= 0.0 && lr.is_finite()) {
             return Err(OptimError::LearningRate(lr));
@@ -117,8 +155,10 @@ impl AdamW {
             } else {
                 1.0
             };
-            for (param, grad) in with_grad {
-                param.update(&grad, scale, lr, &self.cfg)?;
+            for (p, grad) in with_grad {
+                if let Some(moments) = &mut p.moments {
+                    moments.update(&p.param, &grad, scale, lr, &self.cfg)?;
+                }
             }
             Ok(StepOutcome::Applied { grad_norm, clipped })
         })
@@ -127,6 +167,23 @@ impl AdamW {
     /// The parameters it updates, in its order (sharing their storage).
     pub fn parameters(&self) -> Vec<Tensor> {
         self.params.iter().map(|p| p.param.shallow_clone()).collect()
+    }
+
+    /// This rank's share of the state under ZeRO stage 1; `None` when it keeps all of it.
+    pub fn shard(&self) -> Option<&Shard> {
+        self.shard.as_ref()
+    }
+
+    /// Elements of the state this optimizer keeps (moments and masters), and of the parameters
+    /// it keeps them for.
+    pub fn kept_elements(&self) -> (i64, i64) {
+        self.params
+            .iter()
+            .filter_map(|p| p.moments.as_ref().map(|m| (p.param.numel() as i64, m)))
+            .fold((0, 0), |(state, params), (n, m)| {
+                let tensors = 2 + i64::from(m.master.is_some());
+                (state + tensors * n, params + n)
+            })
     }
 
     /// Zeroes every parameter's gradient before the next backward pass. As with tch's own optimizers
@@ -138,55 +195,119 @@ impl AdamW {
     }
 
     /// The state to checkpoint, per parameter `NAME`: `exp_avg/NAME`, `exp_avg_sq/NAME` (f32),
-    /// `master/NAME` (f32, when kept) and `step/NAME` (an i64 scalar).
+    /// `master/NAME` (f32, when kept) and `step/NAME` (an i64 scalar); of the parameters this rank
+    /// keeps state for when sharded (gather the rest with [`AdamW::entries`]).
     ///
     /// The moment and master tensors are the live ones, not copies (a 3B model's state is tens of GB):
     /// write them out before the next step.
     pub fn state(&self) -> Vec<(String, Tensor)> {
-        self.named_state(self.params.iter().map(|p| Tensor::from(p.steps as i64)).collect())
+        (0..self.params.len())
+            .filter(|&i| self.params[i].moments.is_some())
+            .flat_map(|i| self.entries(i))
+            .collect()
     }
 
-    /// Restores a state written by [`AdamW::state`] of an optimizer over the same parameters and config.
+    /// Parameter `i`'s entries of [`AdamW::state`]: the live tensors when this optimizer keeps its
+    /// state, else uninitialised tensors of the owner's names, shapes and dtypes, on the parameter's
+    /// device, to receive them into.
+    pub fn entries(&self, i: usize) -> Vec<(String, Tensor)> {
+        let p = &self.params[i];
+        match &p.moments {
+            Some(m) => p.named(
+                m.exp_avg.shallow_clone(),
+                m.exp_avg_sq.shallow_clone(),
+                m.master.as_ref().map(Tensor::shallow_clone),
+                Tensor::from(m.steps as i64),
+            ),
+            None => {
+                let blank = || Tensor::empty(p.param.size(), (Kind::Float, p.param.device()));
+                let master = keeps_master(self.cfg.fp32_master, p.param.kind()).then(blank);
+                p.named(blank(), blank(), master, Tensor::from(0i64))
+            }
+        }
+    }
+
+    /// Restores a state written by [`AdamW::state`] of an unsharded optimizer over the same
+    /// parameters and config (or gathered whole from a sharded one): a sharded optimizer takes its
+    /// own parameters' entries from it and leaves the rest to their owners.
     ///
     /// Every expected tensor must be present with its shape and dtype and nothing else may be: the error
     /// names the offending tensor. Continuing after a load gives the same bits as never having stopped
     /// (the parameters themselves are restored from the model weights).
     pub fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), OptimError> {
-        let steps: Vec<Tensor> = self.params.iter().map(|_| Tensor::from(0i64)).collect();
-        let targets = self.named_state(steps.iter().map(Tensor::shallow_clone).collect());
-        restore_tensors(&targets, state)?;
-        for (p, step) in self.params.iter_mut().zip(&steps) {
+        let kept: HashSet<&str> = self
+            .params
+            .iter()
+            .filter(|p| p.moments.is_some())
+            .map(|p| p.name.as_str())
+            .collect();
+        let known: HashSet<&str> = self.params.iter().map(|p| p.name.as_str()).collect();
+        let mut mine = Vec::with_capacity(state.len());
+        for (name, tensor) in state {
+            let param = name.split_once('/').map_or("", |(_, param)| param);
+            if kept.contains(param) {
+                mine.push((name.clone(), tensor.shallow_clone()));
+            } else if !known.contains(param) {
+                return Err(CheckpointError::UnexpectedTensor { name: name.clone() }.into());
+            }
+        }
+        let targets = self.state();
+        restore_tensors(&targets, &mine)?;
+        let steps = targets.iter().filter(|(name, _)| name.starts_with("step/"));
+        for (moments, (name, step)) in self
+            .params
+            .iter_mut()
+            .filter_map(|p| p.moments.as_mut())
+            .zip(steps)
+        {
             let value = step.f_int64_value(&[])?;
-            p.steps = u64::try_from(value).map_err(|_| OptimError::NegativeStep {
-                name: format!("step/{}", p.name),
+            moments.steps = u64::try_from(value).map_err(|_| OptimError::NegativeStep {
+                name: name.clone(),
                 value,
             })?;
         }
         Ok(())
     }
+}
 
-    /// The state tensors in [`AdamW::state`]'s order and names, with `steps[i]` as parameter i's step.
-    fn named_state(&self, steps: Vec<Tensor>) -> Vec<(String, Tensor)> {
-        let mut out = Vec::with_capacity(4 * self.params.len());
-        for (p, step) in self.params.iter().zip(steps) {
-            out.push((format!("exp_avg/{}", p.name), p.exp_avg.shallow_clone()));
-            out.push((format!("exp_avg_sq/{}", p.name), p.exp_avg_sq.shallow_clone()));
-            if let Some(master) = &p.master {
-                out.push((format!("master/{}", p.name), master.shallow_clone()));
-            }
-            out.push((format!("step/{}", p.name), step));
-        }
-        out
-    }
+/// Whether a parameter of `kind` gets an f32 master copy.
+fn keeps_master(fp32_master: bool, kind: Kind) -> bool {
+    fp32_master && kind != Kind::Float
 }
 
 impl ParamState {
-    fn new(name: String, param: Tensor, fp32_master: bool) -> Result<Self, OptimError> {
+    /// The parameter with fresh state when `owned`, else with none.
+    fn new(name: String, param: Tensor, fp32_master: bool, owned: bool) -> Result<Self, OptimError> {
         let kind = param.kind();
         if !matches!(kind, Kind::Float | Kind::BFloat16 | Kind::Half) {
             return Err(OptimError::Kind { name, kind });
         }
-        let master = if fp32_master && kind != Kind::Float {
+        let moments = owned.then(|| Moments::new(&param, fp32_master)).transpose()?;
+        Ok(Self { name, param, moments })
+    }
+
+    /// Its state entries under their checkpoint names, in [`AdamW::state`]'s order.
+    fn named(
+        &self,
+        exp_avg: Tensor,
+        exp_avg_sq: Tensor,
+        master: Option<Tensor>,
+        step: Tensor,
+    ) -> Vec<(String, Tensor)> {
+        let name = &self.name;
+        let mut out = vec![
+            (format!("exp_avg/{name}"), exp_avg),
+            (format!("exp_avg_sq/{name}"), exp_avg_sq),
+        ];
+        out.extend(master.map(|m| (format!("master/{name}"), m)));
+        out.push((format!("step/{name}"), step));
+        out
+    }
+}
+
+impl Moments {
+    fn new(param: &Tensor, fp32_master: bool) -> Result<Self, TchError> {
+        let master = if keeps_master(fp32_master, param.kind()) {
             Some(param.f_detach()?.f_to_kind(Kind::Float)?)
         } else {
             None
@@ -195,16 +316,22 @@ impl ParamState {
         Ok(Self {
             exp_avg: moment()?,
             exp_avg_sq: moment()?,
-            name,
-            param,
             master,
             steps: 0,
         })
     }
 
-    /// Applies the update of the module doc with the gradient multiplied by `scale` (the clipping):
-    /// one kernel where [`fused::adamw`] applies, else the composition of libtorch operations.
-    fn update(&mut self, grad: &Tensor, scale: f64, lr: f64, cfg: &OptimConfig) -> Result<(), TchError> {
+    /// Applies the update of the module doc to `param` with the gradient multiplied by `scale` (the
+    /// clipping): one kernel where [`fused::adamw`] applies, else the composition of libtorch
+    /// operations.
+    fn update(
+        &mut self,
+        param: &Tensor,
+        grad: &Tensor,
+        scale: f64,
+        lr: f64,
+        cfg: &OptimConfig,
+    ) -> Result<(), TchError> {
         self.steps += 1;
         let bias1 = 1.0 - cfg.beta1.powf(self.steps as f64);
         let bias2 = 1.0 - cfg.beta2.powf(self.steps as f64);
@@ -220,7 +347,7 @@ impl ParamState {
             step_size: (lr / bias1) as f32,
         };
         let moments = (&self.exp_avg, &self.exp_avg_sq);
-        if fused::adamw(&self.param, grad, moments, self.master.as_ref(), &scalars)? {
+        if fused::adamw(param, grad, moments, self.master.as_ref(), &scalars)? {
             return Ok(());
         }
         let grad = grad.f_to_kind(Kind::Float)?.f_mul_scalar(scale)?;
@@ -232,22 +359,22 @@ impl ParamState {
             .f_sqrt()?
             .f_div_scalar_(bias2.sqrt())?
             .f_add_scalar_(cfg.eps)?;
-        let mut target = self.target()?;
+        let mut target = self.target(param)?;
         let _ = target.f_mul_scalar_(1.0 - lr * cfg.weight_decay)?;
         let _ = target.f_sub_(&self.exp_avg.f_div(&denom)?.f_mul_scalar_(lr / bias1)?)?;
-        if self.param.kind() != Kind::Float {
-            self.param.f_copy_(&target)?;
+        if param.kind() != Kind::Float {
+            param.shallow_clone().f_copy_(&target)?;
         }
         Ok(())
     }
 
     /// The f32 tensor the update is applied to: the master copy, the parameter itself when it is f32,
-    /// else an f32 copy of it that [`ParamState::update`] rounds back into the parameter.
-    fn target(&self) -> Result<Tensor, TchError> {
+    /// else an f32 copy of it that [`Moments::update`] rounds back into the parameter.
+    fn target(&self, param: &Tensor) -> Result<Tensor, TchError> {
         match &self.master {
             Some(master) => Ok(master.shallow_clone()),
-            None if self.param.kind() == Kind::Float => Ok(self.param.shallow_clone()),
-            None => self.param.f_to_kind(Kind::Float),
+            None if param.kind() == Kind::Float => Ok(param.shallow_clone()),
+            None => param.f_to_kind(Kind::Float),
         }
     }
 }
@@ -273,6 +400,7 @@ mod tests {
     use tch::{Device, Kind, Tensor};
 
     use super::*;
+    use crate::optim::Partition;
 
     const LR: f64 = 1e-3;
 
@@ -306,6 +434,118 @@ mod tests {
         let mut state: Vec<(String, Tensor)> = opt.state().into_iter().map(|(n, t)| (n, t.copy())).collect();
         state.push(("param".into(), p.detach()));
         state
+    }
+
+    /// Four bf16 parameters (so with f32 masters), seeded; the same values on every call.
+    fn bf16_params() -> Vec<(String, Tensor)> {
+        tch::manual_seed(11);
+        [vec![7, 3], vec![5], vec![4, 4], vec![2]]
+            .iter()
+            .enumerate()
+            .map(|(i, shape)| {
+                let p = Tensor::randn(shape.as_slice(), (Kind::Float, Device::Cpu)).to_kind(Kind::BFloat16);
+                (format!("p{i}"), p.set_requires_grad(true))
+            })
+            .collect()
+    }
+
+    /// Gives each parameter of `opt` the gradient `g_i = (step + 1) * seeded noise`, the same on
+    /// every call with the same `step`, through a backward pass.
+    fn backward_of_step(opt: &AdamW, step: i64) {
+        tch::manual_seed(100 + step);
+        for p in opt.parameters() {
+            let g = Tensor::randn(p.size(), (Kind::Float, Device::Cpu)) * (step + 1) as f64;
+            (&p * g.to_kind(Kind::BFloat16)).sum(Kind::Float).backward();
+        }
+    }
+
+    fn by_name(mut state: Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
+        state.sort_by(|a, b| a.0.cmp(&b.0));
+        state
+    }
+
+    fn assert_same(a: &[(String, Tensor)], b: &[(String, Tensor)]) {
+        assert_eq!(
+            a.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            b.iter().map(|(n, _)| n).collect::<Vec<_>>()
+        );
+        for ((name, x), (_, y)) in a.iter().zip(b) {
+            assert!(x.equal(y), "{name} differs");
+        }
+    }
+
+    /// ZeRO stage 1 in one process: two optimizers keeping the two halves of the state (ranks 0
+    /// and 1 of a partition) over copies of the same parameters and gradients, each parameter
+    /// then copied from its owner (what the broadcast does), end each step with the unsharded
+    /// optimizer's parameters to the bit; the two states together are the unsharded state, and
+    /// a sharded optimizer restores its half from that whole state, refusing a stray entry.
+    #[test]
+    fn two_shards_update_as_one_and_restore_from_the_whole_state() {
+        let cfg = OptimConfig {
+            lr: LR,
+            weight_decay: 0.1,
+            grad_clip: 0.5,
+            ..OptimConfig::default()
+        };
+        let sizes: Vec<i64> = bf16_params().iter().map(|(_, p)| p.numel() as i64).collect();
+        let partition = Partition::balanced(&sizes, 2);
+        let shard = |rank| Shard {
+            partition: partition.clone(),
+            rank,
+        };
+        let mut whole = AdamW::new(bf16_params(), &cfg).unwrap();
+        let mut halves = [0, 1].map(|rank| AdamW::sharded(bf16_params(), &cfg, shard(rank)).unwrap());
+        for step in 0..3 {
+            for opt in std::iter::once(&mut whole).chain(halves.iter_mut()) {
+                backward_of_step(opt, step);
+                assert!(matches!(
+                    opt.step(LR).unwrap(),
+                    StepOutcome::Applied { clipped: true, .. }
+                ));
+                opt.zero_grad();
+            }
+            let params = halves.each_ref().map(|h| h.parameters());
+            tch::no_grad(|| {
+                for (i, (of_0, of_1)) in params[0].iter().zip(&params[1]).enumerate() {
+                    let (from, to) = match partition.owner(i) {
+                        0 => (of_0, of_1),
+                        _ => (of_1, of_0),
+                    };
+                    to.shallow_clone().copy_(from);
+                }
+            });
+            for half in &params {
+                for (i, (p, w)) in half.iter().zip(whole.parameters()).enumerate() {
+                    assert!(p.equal(&w), "step {step}: parameter {i}");
+                }
+            }
+        }
+        let kept: Vec<(i64, i64)> = halves.iter().map(AdamW::kept_elements).collect();
+        assert_eq!(kept[0].1 + kept[1].1, sizes.iter().sum::<i64>());
+        assert_eq!(
+            kept.iter().map(|k| k.0).collect::<Vec<_>>(),
+            [3 * kept[0].1, 3 * kept[1].1]
+        );
+        let joined = by_name(halves.iter().flat_map(AdamW::state).collect());
+        assert_same(&by_name(whole.state()), &joined);
+        let mut restored = AdamW::sharded(bf16_params(), &cfg, shard(1)).unwrap();
+        restored.load_state(&whole.state()).unwrap();
+        assert_same(&by_name(restored.state()), &by_name(halves[1].state()));
+        let mut stray = whole.state();
+        stray.push(("exp_avg/nope".into(), Tensor::from(0f32)));
+        let err = restored.load_state(&stray).unwrap_err();
+        assert!(err.to_string().contains("`exp_avg/nope`"), "{err}");
+        let wrong = Shard {
+            partition: Partition::balanced(&sizes[1..], 2),
+            rank: 0,
+        };
+        assert!(matches!(
+            AdamW::sharded(bf16_params(), &cfg, wrong),
+            Err(OptimError::Partition {
+                tensors: 3,
+                params: 4
+            })
+        ));
     }
 
     /// On a CUDA device (`scripts/gpu/run.sh kernels` on the GPU machine) the one-kernel update gives

@@ -2,12 +2,15 @@
 //!
 //! - [`OptimConfig`]: the `optim` section of a training config; [`lr_at`]: the schedule.
 //! - [`AdamW`]: one [`AdamW::step`] per update, with its state exported for checkpoints.
+//! - [`Partition`], [`Shard`]: which rank keeps which parameters' state under ZeRO stage 1.
 
 mod adamw;
 mod config;
+mod shard;
 
 pub use adamw::{AdamW, StepOutcome};
 pub use config::{OptimConfig, Schedule, lr_at};
+pub use shard::{Partition, Shard};
 
 use tch::{Kind, TchError};
 
@@ -27,6 +30,8 @@ pub enum OptimError {
     Kind { name: String, kind: Kind },
     #[error("parameter `{0}` is given twice")]
     Duplicate(String),
+    #[error("the partition covers {tensors} tensors but the optimizer has {params} parameters")]
+    Partition { tensors: usize, params: usize },
     #[error("optimizer state: {0}")]
     State(#[from] CheckpointError),
     #[error("optimizer state `{name}`: step count {value} is negative")]

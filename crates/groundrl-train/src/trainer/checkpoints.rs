@@ -9,7 +9,7 @@ use groundrl_core::telemetry::EventWriter;
 use serde::{Deserialize, Serialize};
 use tch::Tensor;
 
-use super::start::{Start, remove_dir_if_any};
+use super::start::{Place, Start, remove_dir_if_any};
 use super::{
     CONFIG_FILE, LEDGER_FILE, METRICS_FILE, RunState, SFT_FILE, TRAINING_ROUND, TrainError, Trainer, io,
     setup, write_file,
@@ -36,28 +36,31 @@ impl Trainer {
     }
 
     /// [`Trainer::resume`] as one rank of a data-parallel run (`dp`; `None`: one process), on any
-    /// world size the config allows: the checkpoint holds the whole optimizer state, and no random
-    /// draw depends on the world size (docs/distributed.md). Rank 0 tidies the folder and cuts the
-    /// logs back first; the other ranks then load the same checkpoint without writing anything.
+    /// world size the config allows and with either `distributed.zero_stage`: the checkpoint holds
+    /// the whole optimizer state (gathered to rank 0 under stage 1), each rank loads the part it
+    /// keeps, and no random draw depends on the world size (docs/distributed.md). Rank 0 tidies the
+    /// folder and cuts the logs back first; the other ranks then load the same checkpoint without
+    /// writing anything.
     pub fn resume_data_parallel(run_dir: &Path, mut dp: Option<DataParallel>) -> Result<Self, TrainError> {
-        let writes = dp.as_ref().is_none_or(|group| group.rank() == 0);
-        let world = dp.as_ref().map_or(1, DataParallel::world_size);
-        if let (false, Some(group)) = (writes, dp.as_mut()) {
+        let place = Place::of(dp.as_ref());
+        if let (false, Some(group)) = (place.writes(), dp.as_mut()) {
             group.barrier()?;
         }
-        let mut trainer = Self::resume_as(run_dir, world, writes)?;
-        if let (true, Some(group)) = (writes, dp.as_mut()) {
+        let mut trainer = Self::resume_as(run_dir, place)?;
+        if let (true, Some(group)) = (place.writes(), dp.as_mut()) {
             group.barrier()?;
         }
         trainer.dp = dp;
+        trainer.announce_shard();
         Ok(trainer)
     }
 
-    /// The trainer of the run in `run_dir` at its latest checkpoint, over `world` ranks; the one that
-    /// `writes` tidies the folder and cuts its logs back.
-    fn resume_as(run_dir: &Path, world: usize, writes: bool) -> Result<Self, TrainError> {
+    /// The trainer of the run in `run_dir` at its latest checkpoint, as the process `place`; rank 0
+    /// tidies the folder and cuts its logs back.
+    fn resume_as(run_dir: &Path, place: Place) -> Result<Self, TrainError> {
+        let writes = place.writes();
         let cfg = TrainConfig::load(&run_dir.join(CONFIG_FILE), &[]).map_err(setup)?;
-        cfg.validate_world_size(world).map_err(setup)?;
+        cfg.validate_world_size(place.world).map_err(setup)?;
         if writes {
             for path in remove_temporaries(run_dir).map_err(|e| io(run_dir, e))? {
                 eprintln!("removed {}, left by a write that was cut short", path.display());
@@ -67,11 +70,11 @@ impl Trainer {
             if writes {
                 eprintln!("{}: no checkpoint yet: starting the run over", run_dir.display());
             }
-            return Self::build(cfg, run_dir.to_path_buf(), Start::Over, writes);
+            return Self::build(cfg, run_dir.to_path_buf(), Start::Over, place);
         }
         let checkpoint = load_latest::<RunState>(run_dir)?;
         let start = Start::At(&checkpoint.state);
-        let mut trainer = Self::build(cfg, run_dir.to_path_buf(), start, writes)?;
+        let mut trainer = Self::build(cfg, run_dir.to_path_buf(), start, place)?;
         restore_tensors(
             &trainer
                 .policy
@@ -98,15 +101,20 @@ impl Trainer {
                 trainer.train.len()
             )));
         }
+        trainer.saved_step = Some(checkpoint.state.step);
         trainer.state = checkpoint.state;
         Ok(trainer)
     }
 
-    /// Writes a checkpoint of the current step (only the process that writes the run's files does:
-    /// rank 0 of a data-parallel run).
-    pub fn save(&mut self) -> Result<PathBuf, TrainError> {
+    /// Writes a checkpoint of the current step. Every rank of a data-parallel run calls it: under
+    /// ZeRO stage 1 the ranks first bring the optimizer state to rank 0, in an unsharded run's
+    /// format, and rank 0 alone writes. Returns the checkpoint's folder on rank 0, `None` on the
+    /// other ranks.
+    pub fn save(&mut self) -> Result<Option<PathBuf>, TrainError> {
+        let optimizer = self.whole_optimizer_state()?;
+        self.saved_step = Some(self.state.step);
         let Some(logs) = &mut self.logs else {
-            return Err(setup("only rank 0 of a data-parallel run writes checkpoints"));
+            return Ok(None);
         };
         let file = logs.events.path().file_name().unwrap_or_default();
         self.state.events = Some(EventsPosition {
@@ -114,18 +122,34 @@ impl Trainer {
             len: logs.events.sync()?,
         });
         let weights: Vec<(String, Tensor)> = self.policy.model.var_store().variables().into_iter().collect();
-        let optimizer = self.optimizer.state();
         let parts = CheckpointParts {
             weights: &weights,
             optimizer: &optimizer,
             state: &self.state,
         };
-        Ok(save_checkpoint(
+        let dir = save_checkpoint(
             &self.run_dir,
             self.state.step,
             &parts,
             self.cfg.trainer.keep_checkpoints as usize,
-        )?)
+        )?;
+        Ok(Some(dir))
+    }
+
+    /// The whole optimizer state on rank 0 (nothing on the other ranks): its own, or under ZeRO
+    /// stage 1 every parameter's from the rank that keeps it, one tensor at a time.
+    fn whole_optimizer_state(&mut self) -> Result<Vec<(String, Tensor)>, TrainError> {
+        let writes = self.writes();
+        let optimizer = &self.optimizer;
+        match (self.dp.as_mut(), optimizer.shard()) {
+            (Some(dp), Some(shard)) => Ok(dp.gather_to_first(
+                shard.partition.len(),
+                |i| shard.partition.owner(i),
+                |i| optimizer.entries(i),
+            )?),
+            _ if writes => Ok(optimizer.state()),
+            _ => Ok(Vec::new()),
+        }
     }
 }
 

@@ -20,7 +20,7 @@ use crate::data_parallel::DataParallel;
 use crate::dataset::Dataset;
 use crate::inference::Inference;
 use crate::load_model::{initial_model_dir, lora_spec};
-use crate::optim::AdamW;
+use crate::optim::{AdamW, Partition, Shard};
 use crate::scoring::Scorer;
 
 /// What [`Trainer::build`] finds in the run folder.
@@ -45,17 +45,17 @@ impl Trainer {
     /// model without writing anything.
     pub fn new_data_parallel(cfg: TrainConfig, mut dp: Option<DataParallel>) -> Result<Self, TrainError> {
         cfg.validate().map_err(setup)?;
-        let world = dp.as_ref().map_or(1, DataParallel::world_size);
-        cfg.validate_world_size(world).map_err(setup)?;
+        let place = Place::of(dp.as_ref());
+        cfg.validate_world_size(place.world).map_err(setup)?;
         let cfg = with_absolute_paths(cfg)?;
         let mut trainer = match dp.as_mut() {
             Some(group) if group.rank() > 0 => {
                 group.barrier()?;
                 let run_dir = cfg.trainer.run_dir.clone();
-                Self::build(cfg, run_dir, Start::New, false)?
+                Self::build(cfg, run_dir, Start::New, place)?
             }
             _ => {
-                let trainer = Self::create(cfg)?;
+                let trainer = Self::create(cfg, place)?;
                 if let Some(group) = dp.as_mut() {
                     group.barrier()?;
                 }
@@ -63,11 +63,26 @@ impl Trainer {
             }
         };
         trainer.dp = dp;
+        trainer.announce_shard();
         Ok(trainer)
     }
 
-    /// Makes the run folder of a new run and starts the run in it.
-    fn create(cfg: TrainConfig) -> Result<Self, TrainError> {
+    /// Says, under ZeRO stage 1, how much of the optimizer state this rank keeps.
+    pub(super) fn announce_shard(&self) {
+        if let Some(shard) = self.optimizer.shard() {
+            let (state, params) = self.optimizer.kept_elements();
+            eprintln!(
+                "rank {} of {} keeps the optimizer state of {params} of {} trained parameters ({state} \
+                 elements; distributed.zero_stage = 1)",
+                shard.rank,
+                shard.partition.world_size(),
+                self.optimizer_parameters
+            );
+        }
+    }
+
+    /// Makes the run folder of a new run and starts the run in it (as rank 0 of `place`).
+    fn create(cfg: TrainConfig, place: Place) -> Result<Self, TrainError> {
         let run_dir = cfg.trainer.run_dir.clone();
         if run_dir.join(CONFIG_FILE).exists() {
             return Err(setup(format!(
@@ -81,20 +96,20 @@ impl Trainer {
         remove_dir_if_any(&run_dir.join(INITIAL_MODEL_DIR))?;
         std::fs::create_dir_all(&run_dir).map_err(|e| io(&run_dir, e))?;
         let text = cfg.to_toml().map_err(setup)?;
-        let trainer = Self::build(cfg, run_dir.clone(), Start::New, true)
+        let trainer = Self::build(cfg, run_dir.clone(), Start::New, place)
             .inspect_err(|_| discard_failed_start(&run_dir, existed))?;
         // Written once the run could start, so a failed start leaves the folder free for a new one.
         write_file(&trainer.run_dir.join(CONFIG_FILE), text.as_bytes())?;
         Ok(trainer)
     }
 
-    /// The trainer of a run in `run_dir`; it writes the run's logs when `writes` (cutting them back
-    /// to `start` first), which exactly one process of a run does.
+    /// The trainer of a run in `run_dir` as the process `place`; it writes the run's logs when it is
+    /// rank 0 (cutting them back to `start` first), which exactly one process of a run is.
     pub(super) fn build(
         cfg: TrainConfig,
         run_dir: PathBuf,
         start: Start<'_>,
-        writes: bool,
+        place: Place,
     ) -> Result<Self, TrainError> {
         groundrl_tensor::attention::use_cudnn_attention(cfg.model.cudnn_attention);
         let mut policy = load_policy(&cfg, &run_dir)?;
@@ -123,7 +138,7 @@ impl Trainer {
         policy.processor.image.max_pixels = cfg.model.max_pixels;
         policy.processor.files = cfg.data.image_limits();
         let optimizer_parameters = trainable.iter().map(|(_, t)| t.numel() as i64).sum();
-        let optimizer = AdamW::new(shallow(&trainable), &cfg.optim).map_err(setup)?;
+        let optimizer = new_optimizer(&trainable, &cfg, place)?;
         let scorer = Scorer::new(&cfg.reward).map_err(setup)?;
         let inference = Inference::of_run(&cfg, &scorer.spec);
         let tools = ToolSetup::new(&cfg);
@@ -160,7 +175,7 @@ impl Trainer {
             eprintln!("skipped: {line}");
         }
         let health = HealthMonitor::new(cfg.health.clone())?;
-        let logs = match writes {
+        let logs = match place.writes() {
             true => Some(open_logs(&run_dir, &start, cfg.rounds.count)?),
             false => None,
         };
@@ -183,10 +198,52 @@ impl Trainer {
             logs,
             health,
             dp: None,
+            saved_step: None,
             evaluations: Vec::new(),
             rollout_seconds: RolloutSeconds::default(),
         })
     }
+}
+
+/// Which of a run's processes a trainer is: rank 0 of 1 when the run is one process.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Place {
+    pub rank: usize,
+    pub world: usize,
+}
+
+impl Place {
+    pub fn of(dp: Option<&DataParallel>) -> Self {
+        dp.map_or(Self { rank: 0, world: 1 }, |dp| Self {
+            rank: dp.rank(),
+            world: dp.world_size(),
+        })
+    }
+
+    /// Whether this process writes the run's files (rank 0).
+    pub fn writes(self) -> bool {
+        self.rank == 0
+    }
+}
+
+/// AdamW over the trained tensors; with `distributed.zero_stage = 1` and several ranks it keeps the
+/// state of this rank's share of them only ([`Partition::balanced`] over their sizes, in their
+/// order: the same map on every rank).
+pub(super) fn new_optimizer(
+    trainable: &[(String, Tensor)],
+    cfg: &TrainConfig,
+    place: Place,
+) -> Result<AdamW, TrainError> {
+    let params = shallow(trainable);
+    if cfg.distributed.zero_stage == 0 || place.world <= 1 {
+        return AdamW::new(params, &cfg.optim).map_err(setup);
+    }
+    let sizes: Vec<i64> = trainable.iter().map(|(_, t)| t.numel() as i64).collect();
+    let shard = Shard {
+        partition: Partition::balanced(&sizes, place.world),
+        rank: place.rank,
+    };
+    AdamW::sharded(params, &cfg.optim, shard).map_err(setup)
 }
 
 /// The run's logs, cut back to `start` (see [`cut_logs`]).
@@ -208,8 +265,8 @@ pub(super) fn shallow(tensors: &[(String, Tensor)]) -> Vec<(String, Tensor)> {
 }
 
 /// The policy: the model folder of `model.path`, or the preset written into the run folder (so the
-/// run's initial model can be inspected and reloaded; the 3B preset is Qwen2.5-VL-3B's shape with the
-/// tiny tokenizer, for measurements), with LoRA and the frozen vision tower as configured.
+/// run's initial model can be inspected and reloaded; the 3B and 7B presets are Qwen2.5-VL's shapes
+/// with the tiny tokenizer, for measurements), with LoRA and the frozen vision tower as configured.
 fn load_policy(cfg: &TrainConfig, run_dir: &Path) -> Result<HfModel, TrainError> {
     let m = &cfg.model;
     let kind = m.dtype.kind();
@@ -236,6 +293,7 @@ fn write_preset(dir: &Path, preset: ModelPreset, m: &crate::config::ModelConfig)
     let written = match preset {
         ModelPreset::Tiny => hf_folder::write_tiny(&tmp, m.seed, kind),
         ModelPreset::Small => hf_folder::write_small(&tmp, m.seed, kind),
+        ModelPreset::Qwen7b => hf_folder::write_7b_with_tiny_tokenizer(&tmp, m.seed, kind),
         _ => hf_folder::write_3b_with_tiny_tokenizer(&tmp, m.seed, kind),
     };
     written.map_err(setup)?;

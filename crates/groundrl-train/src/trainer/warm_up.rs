@@ -9,11 +9,10 @@ use groundrl_core::telemetry::JsonlLog;
 use groundrl_tensor::processor::Encoded;
 use serde::{Deserialize, Serialize};
 
-use super::start::shallow;
+use super::start::{Place, new_optimizer};
 use super::{SFT_FILE, TrainError, Trainer, setup};
 use crate::dataset::{Dataset, epoch_order};
 use crate::fault;
-use crate::optim::AdamW;
 use crate::sft::{SftSettings, sft_step};
 use crate::update::Row;
 
@@ -57,7 +56,7 @@ impl Trainer {
             on_step(&record);
             fault::point(fault::WARM_UP);
         }
-        self.optimizer = AdamW::new(shallow(&self.trainable), &self.cfg.optim).map_err(setup)?;
+        self.optimizer = new_optimizer(&self.trainable, &self.cfg, Place::of(self.dp.as_ref()))?;
         if self.cfg.trainer.save_freq > 0 {
             self.save()?;
         }

@@ -1,5 +1,5 @@
-//! `groundrl plan`: the memory pre-flight of a training config. Prints one line per part (GiB), the
-//! peak, the GPU's memory and what is left; exits with code 2 and the knob to turn when the config
+//! `groundrl plan`: the memory pre-flight of a training config, for one GPU of `--nproc-per-node`
+//! data-parallel ranks. Prints one line per part (GiB), the peak, the GPU's memory and what is left; exits with code 2 and the knob to turn when the config
 //! does not fit, and with code 1 when the config itself is refused (unknown key, bad value).
 
 use std::path::PathBuf;
@@ -19,6 +19,10 @@ pub struct Args {
     /// Device memory to plan for: a number with GiB, GB, MiB or MB, or plain bytes.
     #[arg(long, default_value = "80GiB", value_parser = parse_size)]
     gpu_memory: u64,
+    /// Data-parallel ranks (one a GPU) to plan one GPU of: each rolls out its share of a step's
+    /// prompts and, with `distributed.zero_stage = 1`, keeps its share of the optimizer state.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    nproc_per_node: u32,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -26,11 +30,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("config {}", args.config.display()))?;
     cfg.validate()
         .with_context(|| format!("config {}", args.config.display()))?;
+    let world = args.nproc_per_node;
+    cfg.validate_world_size(world as usize)
+        .with_context(|| format!("config {}", args.config.display()))?;
     let model = cfg.model.architecture()?;
-    let extras = PlanExtras {
-        reference_model: cfg.loss.needs_reference(),
-        fp32_master: cfg.optim.fp32_master,
-    };
+    let extras = PlanExtras::of(&cfg, u64::from(world));
     let plan = plan::estimate(&cfg, &model, extras);
     println!(
         "{}: {} parameters, {} trainable, {} on {}; {}, {}",
@@ -50,6 +54,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "no master weights"
         },
     );
+    if world > 1 {
+        let optimizer = match cfg.distributed.zero_stage {
+            0 => "the whole optimizer state on each (distributed.zero_stage = 0)".to_string(),
+            _ => format!("1/{world} of the optimizer state on each (distributed.zero_stage = 1)"),
+        };
+        println!("one GPU of {world}: 1/{world} of each step's prompts and {optimizer}");
+    }
     print!("{}", table(&plan, args.gpu_memory));
     match plan.check(args.gpu_memory) {
         Ok(()) => Ok(ExitCode::SUCCESS),

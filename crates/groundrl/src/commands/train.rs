@@ -219,10 +219,12 @@ fn preflight(cfg: &TrainConfig, gpu_memory_gib: f64) -> anyhow::Result<()> {
         return Ok(());
     }
     let model = cfg.model.architecture()?;
-    let extras = PlanExtras {
-        reference_model: cfg.loss.needs_reference(),
-        fp32_master: cfg.optim.fp32_master,
-    };
+    // A worker plans its own GPU, of the world its launcher named (joining the group checks it).
+    let world = std::env::var("WORLD_SIZE")
+        .ok()
+        .and_then(|w| w.trim().parse::<u64>().ok())
+        .unwrap_or(1);
+    let extras = PlanExtras::of(cfg, world);
     let gpu_bytes = (gpu_memory_gib * (1u64 << 30) as f64) as u64;
     plan::estimate(cfg, &model, extras)
         .check(gpu_bytes)

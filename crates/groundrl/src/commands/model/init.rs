@@ -8,7 +8,8 @@ use groundrl_tensor::qwen2_5_vl::{Qwen25Vl, presets};
 #[derive(clap::Args)]
 pub struct Args {
     /// `tiny`: a small model with our tokenizer, chat template and a CPU-sized pixel budget (complete
-    /// folder); `small`: the same with about 30M parameters; `3b`: Qwen2.5-VL-3B's shape (config and weights only: no tokenizer can be shipped for it).
+    /// folder); `small`: the same with about 30M parameters; `3b`, `7b`: Qwen2.5-VL-3B's or 7B's shape
+    /// (config and weights only: no tokenizer can be shipped for them).
     #[arg(long)]
     preset: String,
     /// Folder to write (created if missing).
@@ -28,6 +29,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let device = super::parse_device(&args.device)?;
     let config = match args.preset.as_str() {
         "3b" => presets::qwen2_5_vl_3b(),
+        "7b" => presets::qwen2_5_vl_7b(),
         "tiny" | "small" => {
             match args.preset.as_str() {
                 "tiny" => hf_folder::write_tiny(&args.out, args.seed, kind)?,
@@ -36,7 +38,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             eprintln!("{} ({kind:?}) written to {}", args.preset, args.out.display());
             return Ok(ExitCode::SUCCESS);
         }
-        other => bail!("unknown preset {other:?}: use tiny, small or 3b"),
+        other => bail!("unknown preset {other:?}: use tiny, small, 3b or 7b"),
     };
     let model = Qwen25Vl::new(&config, device, kind, args.seed);
     model.save(&args.out)?;
