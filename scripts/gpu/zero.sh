@@ -52,6 +52,26 @@ peak() {
   kill "$(cat "$work/$1.smi.pid")" 2> /dev/null
   awk -F', ' -v run="$1" '{ if ($2 > m[$1]) m[$1] = $2 } END { for (g in m) printf "%s: GPU %s peak %.2f GiB (nvidia-smi)\n", run, g, m[g] / 1024 }' "$work/$1.smi"
 }
+# Rank 0's step records of run `$1`: time/step, time/rollout, time/update, peak_memory_bytes of GPU 0.
+steps() {
+python3 - "$work" "$1" <<'EOF'
+import json, sys
+work = sys.argv[1]
+for name in sys.argv[2:]:
+    try:
+        rows = [json.loads(line) for line in open(f"{work}/{name}/metrics.jsonl")]
+    except OSError as e:
+        print(f"{name}: no metrics ({e.strerror})")
+        continue
+    for r in rows:
+        t = r["train"]
+        peak = t.get("peak_memory_bytes")
+        print(f"{name} step {r['step']}: step {t['time/step']:.2f} s, rollout {t['time/rollout']:.2f} s, "
+              f"update {t['time/update']:.2f} s, GPU 0 in use {peak / 2**30:.2f} GiB" if peak else
+              f"{name} step {r['step']}: step {t['time/step']:.2f} s, rollout {t['time/rollout']:.2f} s, "
+              f"update {t['time/update']:.2f} s")
+EOF
+}
 # Trains run `$1` on 2 workers within `$2` seconds with the overrides after them.
 train() {
   local name=$1 limit=$2; shift 2
@@ -61,6 +81,7 @@ train() {
     --nproc-per-node 2 --gpu-memory-gib "$gpu_gib" > "$work/$name.log" 2>&1
   echo "$name: exit $? in $(( $(date +%s) - s )) s"
   peak "$name"
+  steps "$name"
   grep -E "keeps the optimizer state|error|Error" "$work/$name.log" | head -4
 }
 # The plan of one GPU of 2 for the overrides given.
@@ -104,23 +125,5 @@ echo "optim.fp32_master=$masters on GPUs of $gpu_gib GiB"
 plan "${b7[@]}"
 train 7b-stage1 330 "${b7[@]}"
 
-echo "== steps (rank 0's records: time/step, time/rollout, time/update, peak_memory_bytes of GPU 0)"
-python3 - "$work" small-stage0 small-stage1 3b-stage0 3b-stage1 7b-stage1 <<'EOF'
-import json, sys
-work = sys.argv[1]
-for name in sys.argv[2:]:
-    try:
-        rows = [json.loads(line) for line in open(f"{work}/{name}/metrics.jsonl")]
-    except OSError as e:
-        print(f"{name}: no metrics ({e.strerror})")
-        continue
-    for r in rows:
-        t = r["train"]
-        peak = t.get("peak_memory_bytes")
-        print(f"{name} step {r['step']}: step {t['time/step']:.2f} s, rollout {t['time/rollout']:.2f} s, "
-              f"update {t['time/update']:.2f} s, GPU 0 in use {peak / 2**30:.2f} GiB" if peak else
-              f"{name} step {r['step']}: step {t['time/step']:.2f} s, rollout {t['time/rollout']:.2f} s, "
-              f"update {t['time/update']:.2f} s")
-EOF
 cd "$work" && tar czf "$out/zero.tgz" ./*.log ./*/metrics.jsonl ./*.smi 2> /dev/null
 exit 0
