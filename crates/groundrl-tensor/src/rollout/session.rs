@@ -1,14 +1,15 @@
 //! The device tensors of decoding, kept by the engine between `generate` calls so that later calls of
-//! the same shape reuse them, and on a CUDA device replay the decoding step captured by the first.
+//! a shape met before reuse them, and on a CUDA device replay the decoding step captured by the first
+//! ([`EngineCache`]: the fused weights once, a [`Session`] per recent shape).
 //!
 //! # Replaying a captured step in a later call
 //! A CUDA graph reruns the kernels it recorded, on the memory they used when recorded, with the sizes
 //! and host values they had then. A [`Session`] (with its graph) therefore serves a later call only
 //! when these hold, which is what the engine keeps to:
 //! - Every tensor the step reads or writes is made before the capture and lives as long as the graph:
-//!   the session's (fused weights, cache, sampling state, step state) or the model's. Each call writes
-//!   its own values into the session's tensors in place (`copy_`, `fill_`, `zero_`), never replacing
-//!   one.
+//!   the session's (cache, sampling state, step state), the cache's fused weights or the model's. Each
+//!   call writes
+//!   its own values into those tensors in place (`copy_`, `fill_`, `zero_`), never replacing one.
 //! - Everything the step takes from the host is fixed by the call's [`DecodeShape`], which must equal
 //!   the session's: the tensors' sizes and the one branch taken on the host (whether some row filters
 //!   by top-k or top-p). Whatever else varies between calls (the prompt length, positions, sampling
@@ -16,7 +17,8 @@
 //! - The model's tensors the step reads directly (embedding, norms, output head, `down_proj` weights
 //!   without an adapter) stay the same tensors: the engine borrows the model for its whole life, and
 //!   every update in this project (loading, optimizer steps, checkpoint restores) writes parameters in
-//!   place. The fused weights are refreshed in place from the model at the start of every call.
+//!   place. The fused weights are refreshed in place from the model at the start of every call, and
+//!   [`EngineCache::adopt`] empties a cache handed to an engine of another model.
 
 use tch::{Device, Kind, Tensor};
 
@@ -24,8 +26,8 @@ use super::GenerationRequest;
 use super::kv_cache::{CacheShape, KvCache};
 use super::sampling::{RowSettings, Sampler, uniforms};
 use crate::cuda_graph::CudaGraph;
-use crate::qwen2_5_vl::Qwen25Vl;
 use crate::qwen2_5_vl::text::FusedLayer;
+use crate::qwen2_5_vl::{ModelError, Qwen25Vl};
 
 /// Cache columns come in multiples of this many, so that calls whose prompts differ in length by less
 /// share a shape (and a captured step). The extra columns stay masked; a multiple of 16 also spares
@@ -67,12 +69,114 @@ impl DecodeShape {
     }
 }
 
+/// What an engine keeps between calls: the decoder layers' fused weights, made at the first call and
+/// refreshed in place at every later one, and the decoding tensors (with the captured step) of the
+/// most recent call shapes, up to a limit; see the module doc. Empty by default, keeping one shape.
+#[derive(Debug)]
+pub struct EngineCache {
+    /// The model the tensors were made for: its embedding table (a handle, so that its storage cannot
+    /// be freed and reused by another model's while kept) and its LoRA variables then (the fused
+    /// weights fold exactly those adapters in).
+    model: Option<(Tensor, usize)>,
+    layers: Vec<FusedLayer>,
+    /// Least recently used first.
+    sessions: Vec<Session>,
+    /// Most sessions kept (at least 1).
+    keep: usize,
+    /// Sessions made so far.
+    made: usize,
+}
+
+impl Default for EngineCache {
+    fn default() -> Self {
+        Self::new(1)
+    }
+}
+
+impl EngineCache {
+    /// An empty cache that keeps the decoding tensors of the `keep` most recently used call shapes
+    /// (at least 1): a call of another shape frees the least recently used one's before making its
+    /// own. Each costs its KV cache (rows x columns x layers x 2 KV heads' keys and values) in device
+    /// memory for as long as it is kept.
+    pub fn new(keep: usize) -> Self {
+        Self {
+            model: None,
+            layers: Vec::new(),
+            sessions: Vec::new(),
+            keep: keep.max(1),
+            made: 0,
+        }
+    }
+
+    /// Decoding tensors made so far (see [`super::Engine::sessions_made`]).
+    pub fn sessions_made(&self) -> usize {
+        self.made
+    }
+
+    /// Call shapes whose decoding tensors are kept now.
+    pub fn shapes_kept(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// Frees every kept tensor; the limit and [`Self::sessions_made`] stay.
+    pub fn clear(&mut self) {
+        self.model = None;
+        self.layers.clear();
+        self.sessions.clear();
+    }
+
+    /// Empties the cache unless it was made for `model` as it is now, with the same adapters.
+    pub(crate) fn adopt(&mut self, model: &Qwen25Vl) {
+        let (embedding, adapters) = (model.text.embedding(), model.lora_variables().len());
+        let same = |(e, a): &(Tensor, usize)| e.is_set_to(embedding) && *a == adapters;
+        if !self.model.as_ref().is_some_and(same) {
+            self.clear();
+            self.model = Some((embedding.shallow_clone(), adapters));
+        }
+    }
+
+    /// Makes the fused weights of `model` (the model [`Self::adopt`]ed) at the first call, refreshes
+    /// them in place at every later one.
+    pub(crate) fn refresh_layers(&mut self, model: &Qwen25Vl) -> Result<(), ModelError> {
+        if self.layers.is_empty() {
+            self.layers = model.text.fuse_layers()?;
+            Ok(())
+        } else {
+            model.text.refresh_fused(&mut self.layers)
+        }
+    }
+
+    pub(crate) fn layers(&self) -> &[FusedLayer] {
+        &self.layers
+    }
+
+    /// The decoding tensors for a call of `shape` whose sampling settings are `decoding`: the kept ones
+    /// of that shape, refilled in place, else new ones, made after the least recently used beyond the
+    /// limit are freed. Hand them back with [`Self::keep`].
+    pub(crate) fn session(&mut self, model: &Qwen25Vl, shape: DecodeShape, decoding: Decoding) -> Session {
+        if let Some(at) = self.sessions.iter().position(|s| s.shape == shape) {
+            let mut kept = self.sessions.remove(at);
+            kept.decoding.assign(&decoding);
+            return kept;
+        }
+        let room = self.keep - 1;
+        if self.sessions.len() > room {
+            self.sessions.drain(..self.sessions.len() - room);
+        }
+        self.made += 1;
+        Session::new(model, shape, self.layers.len(), decoding)
+    }
+
+    /// Keeps `session` as the most recently used.
+    pub(crate) fn keep(&mut self, session: Session) {
+        self.sessions.push(session);
+    }
+}
+
 /// The tensors of decoding one shape; see the module doc.
 #[derive(Debug)]
 pub(crate) struct Session {
     pub shape: DecodeShape,
-    /// The decoder layers' fused weights, refreshed in place at every call.
-    pub layers: Vec<FusedLayer>,
     pub cache: KvCache,
     pub decoding: Decoding,
     pub step: Step,
@@ -81,12 +185,12 @@ pub(crate) struct Session {
 }
 
 impl Session {
-    /// New tensors for `decoding`'s shape (its values are the first call's), over the fused weights
-    /// `layers` of `model`.
-    pub fn new(model: &Qwen25Vl, shape: DecodeShape, layers: Vec<FusedLayer>, decoding: Decoding) -> Self {
+    /// New tensors for `decoding`'s shape (its values are the first call's), for the `layers` decoder
+    /// layers of `model`.
+    fn new(model: &Qwen25Vl, shape: DecodeShape, layers: usize, decoding: Decoding) -> Self {
         let text = &model.config.text;
         let cache = CacheShape {
-            layers: layers.len(),
+            layers,
             rows: shape.rows,
             kv_heads: text.num_key_value_heads,
             capacity: shape.capacity,
@@ -94,7 +198,6 @@ impl Session {
         };
         Self {
             shape,
-            layers,
             cache: KvCache::new(cache, model.kind(), model.device()),
             decoding,
             step: Step::new(shape.rows, text.vocab_size, (model.kind(), model.device())),
