@@ -451,7 +451,10 @@ fn kept_shapes_carry_over_to_a_later_engine_after_an_update() {
 
     nudge_decoder(&hf.model, 0.05);
     let after = fresh(&b());
-    assert_ne!(after[0].tokens, before[0].tokens, "the update should change the greedy tokens");
+    assert_ne!(
+        after[0].tokens, before[0].tokens,
+        "the update should change the greedy tokens"
+    );
     let later = Engine::with_cache(&hf.model, &hf.processor, cache);
     assert_eq!(later.generate(&b()).unwrap(), after);
     assert_eq!(later.generate(&a()).unwrap(), fresh(&a()));
@@ -463,6 +466,12 @@ fn kept_shapes_carry_over_to_a_later_engine_after_an_update() {
     assert_eq!(later.sessions_made(), 3);
     assert_eq!(later.generate(&b()).unwrap(), fresh(&b()));
     assert_eq!(later.sessions_made(), 4);
+
+    // Caches of at least 500 columns (the calls need 64): the same completions.
+    let mut wide = EngineCache::new(1);
+    wide.set_min_columns(500);
+    let wide = Engine::with_cache(&hf.model, &hf.processor, wide);
+    assert_eq!(wide.generate(&a()).unwrap(), fresh(&a()));
 
     let (_other_dir, other) = tiny();
     let moved = Engine::with_cache(&other.model, &other.processor, later.into_cache());

@@ -229,7 +229,10 @@ impl FusedLayer {
             &self.gate_up_weight,
             [&mlp.gate_proj, &mlp.up_proj].map(Linear::effective_weight),
         )?;
-        for (own, linear) in [(&mut self.o_weight, &attn.o_proj), (&mut self.down_weight, &mlp.down_proj)] {
+        for (own, linear) in [
+            (&mut self.o_weight, &attn.o_proj),
+            (&mut self.down_weight, &mlp.down_proj),
+        ] {
             if !own.is_set_to(&linear.weight) {
                 own.f_copy_(&linear.effective_weight()?)?;
             }

@@ -145,10 +145,11 @@ impl<'a> Engine<'a> {
         let rows = Rows::new(requests);
         let expand = rows.expand(device);
         let prompt_len = prepared.ids.size()[1];
-        let shape = DecodeShape::new(requests, prompt_len, self.model.config.text.vocab_size);
+        let mut kept = self.kept.borrow_mut();
+        let shape = DecodeShape::new(requests, prompt_len, self.model.config.text.vocab_size)
+            .at_least(kept.min_columns());
         let pad = i64::from(self.processor.tokenizer.special_ids().pad);
         let decoding = Decoding::new(self.model, requests, (&rows.prompt, &rows.sample), &shape, pad);
-        let mut kept = self.kept.borrow_mut();
         kept.refresh_layers(self.model)?;
         let mut session = kept.session(self.model, shape, decoding);
         let padding = batch.attention_mask.as_ref().map(|mask| {

@@ -42,8 +42,8 @@ pub(crate) struct DecodeShape {
     pub rows: i64,
     /// Decoding steps: the longest `max_new_tokens`.
     pub steps: i64,
-    /// Cache columns: the (left-padded) prompt length plus `steps - 1`, rounded up to a multiple of
-    /// [`CAPACITY_STEP`].
+    /// Cache columns: the (left-padded) prompt length plus `steps - 1`, or the cache's minimum when
+    /// larger ([`Self::at_least`]), rounded up to a multiple of [`CAPACITY_STEP`].
     pub capacity: i64,
     /// Stop token ids per row: the longest list, at least 1.
     pub stop_ids: i64,
@@ -60,12 +60,19 @@ impl DecodeShape {
         Self {
             rows: requests.iter().map(|r| r.n as i64).sum(),
             steps,
-            capacity: (prompt_len + steps - 1 + CAPACITY_STEP - 1) / CAPACITY_STEP * CAPACITY_STEP,
+            capacity: whole_steps(prompt_len + steps - 1),
             stop_ids: longest(|r| r.params.stop_token_ids.len()).max(1),
             filters: requests
                 .iter()
                 .any(|r| RowSettings::from(&r.params).filters(vocab)),
         }
+    }
+
+    /// This shape with at least `columns` cache columns, rounded up likewise
+    /// ([`EngineCache::set_min_columns`]).
+    pub fn at_least(mut self, columns: i64) -> Self {
+        self.capacity = self.capacity.max(whole_steps(columns));
+        self
     }
 }
 
@@ -83,6 +90,8 @@ pub struct EngineCache {
     sessions: Vec<Session>,
     /// Most sessions kept (at least 1).
     keep: usize,
+    /// Fewest cache columns of a session ([`Self::set_min_columns`]).
+    min_columns: i64,
     /// Sessions made so far.
     made: usize,
 }
@@ -104,8 +113,23 @@ impl EngineCache {
             layers: Vec::new(),
             sessions: Vec::new(),
             keep: keep.max(1),
+            min_columns: 0,
             made: 0,
         }
+    }
+
+    /// Gives every KV cache at least `columns` columns (prompt and completion tokens), rounded up to
+    /// a multiple of 64: an owner that knows its longest prompt (a pixel budget's image tokens and
+    /// the text around them) sizes every call of a batch size alike, so that calls whose prompts
+    /// differ in length share one shape and its captured step instead of one per length. The extra
+    /// columns cost memory, not time: they stay masked, and the CUDA decoding attention reads keys
+    /// only up to the current column. Results do not depend on it.
+    pub fn set_min_columns(&mut self, columns: i64) {
+        self.min_columns = columns;
+    }
+
+    pub(crate) fn min_columns(&self) -> i64 {
+        self.min_columns
     }
 
     /// Decoding tensors made so far (see [`super::Engine::sessions_made`]).
@@ -171,6 +195,11 @@ impl EngineCache {
     pub(crate) fn keep(&mut self, session: Session) {
         self.sessions.push(session);
     }
+}
+
+/// `columns` rounded up to a multiple of [`CAPACITY_STEP`].
+fn whole_steps(columns: i64) -> i64 {
+    (columns + CAPACITY_STEP - 1) / CAPACITY_STEP * CAPACITY_STEP
 }
 
 /// The tensors of decoding one shape; see the module doc.
@@ -398,6 +427,9 @@ mod tests {
             filters: false,
         };
         assert_eq!(shape, want);
+        // A minimum of 300 columns: 320; one below the call's own needs changes nothing.
+        assert_eq!(shape.at_least(300).capacity, 320);
+        assert_eq!(shape.at_least(100), want);
     }
 
     /// Calls that differ only in what device tensors carry share a shape; each host-side difference
