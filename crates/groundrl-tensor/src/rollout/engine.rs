@@ -132,7 +132,8 @@ impl<'a> Engine<'a> {
 
     /// How many times this engine (with the engines its cache came from) has made decoding tensors:
     /// at every call whose shape (rows, steps, cache columns, stop ids per row, whether some row
-    /// filters by top-k or top-p) is not among the kept ones ([`EngineCache::new`]). On a CUDA device
+    /// filters by top-k or top-p) no kept one serves (the same, or with a wider cache;
+    /// [`EngineCache::new`]). On a CUDA device
     /// each such call captures the decoding step anew; the other calls replay a step captured before.
     pub fn sessions_made(&self) -> usize {
         self.kept.borrow().sessions_made()

@@ -10,9 +10,9 @@
 //!   the session's (cache, sampling state, step state), the cache's fused weights or the model's. Each
 //!   call writes
 //!   its own values into those tensors in place (`copy_`, `fill_`, `zero_`), never replacing one.
-//! - Everything the step takes from the host is fixed by the call's [`DecodeShape`], which must equal
-//!   the session's: the tensors' sizes and the one branch taken on the host (whether some row filters
-//!   by top-k or top-p). Whatever else varies between calls (the prompt length, positions, sampling
+//! - Everything the step takes from the host is fixed by the call's [`DecodeShape`], which the
+//!   session's must equal but for a wider cache ([`DecodeShape::serves`]): the tensors' sizes and the
+//!   one branch taken on the host (whether some row filters by top-k or top-p). Whatever else varies between calls (the prompt length, positions, sampling
 //!   settings, seeds, limits, stop ids) reaches the step through device tensors.
 //! - The model's tensors the step reads directly (embedding, norms, output head, `down_proj` weights
 //!   without an adapter) stay the same tensors: the engine borrows the model for its whole life, and
@@ -35,7 +35,7 @@ use crate::qwen2_5_vl::{ModelError, Qwen25Vl};
 const CAPACITY_STEP: i64 = 64;
 
 /// What a decoding step depends on besides the values of its tensors: a session is reused by a call
-/// of an equal shape only.
+/// of an equal shape, or of a narrower cache ([`Self::serves`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct DecodeShape {
     /// Decoded rows: the requests' `n` summed.
@@ -73,6 +73,17 @@ impl DecodeShape {
     pub fn at_least(mut self, columns: i64) -> Self {
         self.capacity = self.capacity.max(whole_steps(columns));
         self
+    }
+
+    /// Whether tensors made for this shape can decode a call of shape `call`: all alike but the
+    /// cache, which may be wider (its extra columns stay masked, and the CUDA decoding attention
+    /// reads keys only up to the current column).
+    pub fn serves(&self, call: &DecodeShape) -> bool {
+        let widened = DecodeShape {
+            capacity: self.capacity,
+            ..*call
+        };
+        *self == widened && self.capacity >= call.capacity
     }
 }
 
@@ -123,7 +134,9 @@ impl EngineCache {
     /// the text around them) sizes every call of a batch size alike, so that calls whose prompts
     /// differ in length share one shape and its captured step instead of one per length. The extra
     /// columns cost memory, not time: they stay masked, and the CUDA decoding attention reads keys
-    /// only up to the current column. Results do not depend on it.
+    /// only up to the current column. Completions do not depend on it on the CPU (`tests/rollout.rs`
+    /// checks it); on a GPU a wider cache can raise the decoding attention's split count for a batch
+    /// of few rows and short prompts (at most one split per 64 columns), which rounds differently.
     pub fn set_min_columns(&mut self, columns: i64) {
         self.min_columns = columns;
     }
@@ -174,11 +187,12 @@ impl EngineCache {
         &self.layers
     }
 
-    /// The decoding tensors for a call of `shape` whose sampling settings are `decoding`: the kept ones
-    /// of that shape, refilled in place, else new ones, made after the least recently used beyond the
-    /// limit are freed. Hand them back with [`Self::keep`].
+    /// The decoding tensors for a call of `shape` whose sampling settings are `decoding`: the most
+    /// recently used kept ones that serve it ([`DecodeShape::serves`]: that shape, or a wider cache),
+    /// refilled in place, else new ones, made after the least recently used beyond the limit are
+    /// freed. Hand them back with [`Self::keep`].
     pub(crate) fn session(&mut self, model: &Qwen25Vl, shape: DecodeShape, decoding: Decoding) -> Session {
-        if let Some(at) = self.sessions.iter().position(|s| s.shape == shape) {
+        if let Some(at) = self.sessions.iter().rposition(|s| s.shape.serves(&shape)) {
             let mut kept = self.sessions.remove(at);
             kept.decoding.assign(&decoding);
             return kept;
@@ -428,8 +442,14 @@ mod tests {
         };
         assert_eq!(shape, want);
         // A minimum of 300 columns: 320; one below the call's own needs changes nothing.
-        assert_eq!(shape.at_least(300).capacity, 320);
+        let wide = shape.at_least(300);
+        assert_eq!(wide.capacity, 320);
         assert_eq!(shape.at_least(100), want);
+        // Tensors of the wider cache serve the call; the call's own do not serve a wider one, and
+        // no other difference is served.
+        assert!(wide.serves(&shape) && shape.serves(&shape) && !shape.serves(&wide));
+        let more_rows = DecodeShape { rows: 8, ..shape };
+        assert!(!wide.serves(&more_rows) && !more_rows.serves(&shape));
     }
 
     /// Calls that differ only in what device tensors carry share a shape; each host-side difference
