@@ -96,7 +96,7 @@ fn tensors(run: &Path, step: u64, file: &str) -> Vec<(String, Tensor)> {
 }
 
 /// Every scalar of the run's one TensorBoard event file as (step, tag, value bits), in file order;
-/// wall-clock tags left out. The TFRecord framing and the three protobuf messages are decoded here
+/// wall-clock tags and the decoding-session count left out. The TFRecord framing and the three protobuf messages are decoded here
 /// from the format's description, independently of the writer.
 fn tensorboard_scalars(run: &Path) -> Vec<(u64, String, u32)> {
     let files: Vec<PathBuf> = std::fs::read_dir(run.join("tensorboard"))
