@@ -5,7 +5,8 @@
 # between steps (the default) and once starting every generation from a new engine
 # (`rollout.keep_engine=false`, what the trainer did before); then `bench rollout` on the first 8
 # samples of the same file, encoded by the run's processor at the run's pixel budget. Prints steps 2-5
-# (time/generate, time/rollout, decoding sessions made, tokens generated) and the bench's seconds.
+# (time/generate, time/rollout, decoding sessions made, tokens generated, peak device memory) and the
+# bench's seconds.
 # Expects the GPU build at .device/groundrl (scripts/gpu/build.sh). Usage on one H100 (about 3 minutes):
 #   bash scripts/gpu/rollout-reuse.sh
 set -euo pipefail
@@ -46,7 +47,8 @@ out = sys.argv[1]
 bench = json.loads(open(f"{out}/bench-rollout.jsonl").readline())
 print(f"bench rollout: {bench['seconds']:.3f} s for {bench['batch']} x {bench['new_tokens']} tokens "
       f"({bench['prompt_tokens']}-token prompts), prefill {bench['prefill_seconds']:.3f} s")
-print(f"{'engine':<6} {'step':>4} {'generate s':>10} {'rollout s':>9} {'sessions':>8} {'tokens':>6} {'generate / bench':>16}")
+print(f"{'engine':<6} {'step':>4} {'generate s':>10} {'rollout s':>9} {'sessions':>8} {'tokens':>6} "
+      f"{'generate / bench':>16} {'peak GiB':>8}")
 for keep in ["true", "false"]:
     rows = [json.loads(l) for l in open(f"{out}/metrics-keep-{keep}.jsonl")]
     generate = []
@@ -57,7 +59,8 @@ for keep in ["true", "false"]:
             generate.append(t["time/generate"])
         print(f"{'kept' if keep == 'true' else 'new':<6} {r['step']:>4} {t['time/generate']:>10.3f} "
               f"{t['time/rollout']:>9.3f} {t.get('rollout/decode_sessions', float('nan')):>8.0f} "
-              f"{tokens:>6.0f} {t['time/generate'] / bench['seconds']:>16.3f}")
+              f"{tokens:>6.0f} {t['time/generate'] / bench['seconds']:>16.3f} "
+              f"{t.get('peak_memory_bytes', 0) / 2**30:>8.2f}")
     mean = sum(generate) / len(generate)
     print(f"{'kept' if keep == 'true' else 'new':<6} steps 2-5: mean generate {mean:.3f} s, "
           f"{mean / bench['seconds']:.3f} x bench rollout (goal: at most 1.10 with the kept engine)")
