@@ -13,7 +13,9 @@ use groundrl_tensor::processor::chat_template::RenderOptions;
 use groundrl_tensor::qwen2_5_vl::lora::LLM_TARGETS;
 use groundrl_tensor::qwen2_5_vl::{LoraSpec, Qwen25Vl};
 use groundrl_tensor::rollout::sampling::{RowSettings, Sampler};
-use groundrl_tensor::rollout::{Completion, Engine, FinishReason, GenerationRequest, SamplingParams};
+use groundrl_tensor::rollout::{
+    Completion, Engine, EngineCache, FinishReason, GenerationRequest, SamplingParams,
+};
 use serde_json::json;
 use tch::{Device, Kind, Tensor};
 
@@ -403,6 +405,78 @@ fn calls_of_one_shape_reuse_the_decoding_tensors() {
     assert_eq!(engine.sessions_made(), 2);
     assert_eq!(engine.generate(&a()).unwrap(), first);
     assert_eq!(engine.sessions_made(), 3);
+}
+
+/// Moves every decoder weight of `model` in place by a fixed pattern of about `size` (as an optimizer
+/// step would), so that the greedy tokens change.
+fn nudge_decoder(model: &Qwen25Vl, size: f64) {
+    tch::no_grad(|| {
+        for (name, mut var) in model.var_store().variables() {
+            if name.contains("layers.") && !name.contains("visual") {
+                let pattern = Tensor::arange(var.numel() as i64, (Kind::Float, Device::Cpu))
+                    .sin()
+                    .view(var.size().as_slice());
+                let _ = var.g_add_(&(pattern * size));
+            }
+        }
+    });
+}
+
+/// An engine keeping two call shapes serves calls alternating between them from its kept tensors, and
+/// a later engine handed its cache after the weights changed in place continues with them, its fused
+/// weights refreshed: every call's completions equal a fresh engine's, tokens and log-probs exactly. A
+/// third shape frees the least recently used one; a cache handed to an engine of another model is
+/// emptied.
+#[test]
+fn kept_shapes_carry_over_to_a_later_engine_after_an_update() {
+    let (_dir, hf) = tiny();
+    let fresh =
+        |requests: &[GenerationRequest]| Engine::new(&hf.model, &hf.processor).generate(requests).unwrap();
+    let a = || {
+        [
+            request(&hf, 0, 2, 0, &sampled(3, 12)),
+            request(&hf, 1, 2, 0, &greedy(12, vec![])),
+        ]
+    };
+    let b = || [request(&hf, 0, 1, 0, &greedy(12, vec![]))];
+    let engine = Engine::with_cache(&hf.model, &hf.processor, EngineCache::new(2));
+    for _ in 0..2 {
+        assert_eq!(engine.generate(&a()).unwrap(), fresh(&a()));
+        assert_eq!(engine.generate(&b()).unwrap(), fresh(&b()));
+    }
+    assert_eq!(engine.sessions_made(), 2);
+    let before = fresh(&b());
+    let cache = engine.into_cache();
+    assert_eq!(cache.shapes_kept(), 2);
+
+    nudge_decoder(&hf.model, 0.05);
+    let after = fresh(&b());
+    assert_ne!(
+        after[0].tokens, before[0].tokens,
+        "the update should change the greedy tokens"
+    );
+    let later = Engine::with_cache(&hf.model, &hf.processor, cache);
+    assert_eq!(later.generate(&b()).unwrap(), after);
+    assert_eq!(later.generate(&a()).unwrap(), fresh(&a()));
+    assert_eq!(later.sessions_made(), 2);
+    // A third shape (three rows) frees the least recently used (`b`'s); `a`'s stays.
+    let c = || [request(&hf, 1, 3, 0, &sampled(5, 12))];
+    assert_eq!(later.generate(&c()).unwrap(), fresh(&c()));
+    assert_eq!(later.generate(&a()).unwrap(), fresh(&a()));
+    assert_eq!(later.sessions_made(), 3);
+    assert_eq!(later.generate(&b()).unwrap(), fresh(&b()));
+    assert_eq!(later.sessions_made(), 4);
+
+    // Caches of at least 500 columns (the calls need 64): the same completions.
+    let mut wide = EngineCache::new(1);
+    wide.set_min_columns(500);
+    let wide = Engine::with_cache(&hf.model, &hf.processor, wide);
+    assert_eq!(wide.generate(&a()).unwrap(), fresh(&a()));
+
+    let (_other_dir, other) = tiny();
+    let moved = Engine::with_cache(&other.model, &other.processor, later.into_cache());
+    let cache = moved.into_cache();
+    assert_eq!((cache.shapes_kept(), cache.sessions_made()), (0, 4));
 }
 
 #[test]

@@ -4,6 +4,7 @@
 //! pixels as the held-out evaluation reads it. `groundrl predict` and `groundrl eval model` answer
 //! through it, so a run's model answers there exactly as it did in the run's evaluation.
 
+use std::cell::RefCell;
 use std::path::Path;
 
 use groundrl_core::data::Sample;
@@ -23,11 +24,18 @@ use groundrl_core::tool::{AnswerView, Toolbox, View};
 use groundrl_tensor::hf_folder::HfModel;
 use groundrl_tensor::processor::{Encoded, Processor, ToolPrompt};
 use groundrl_tensor::rollout::{
-    Engine, GenerationRequest, RolloutError, SamplingParams, ToolRequest, ToolRollout, Trajectory, TurnLimits,
+    Engine, EngineCache, GenerationRequest, RolloutError, SamplingParams, ToolRequest, ToolRollout,
+    Trajectory, TurnLimits,
 };
 use image::RgbImage;
 
 use crate::config::TrainConfig;
+
+/// Call shapes whose decoding tensors (KV cache, captured CUDA graph) the engine keeps between
+/// [`Inference::generate`] calls: a training step's sampled rollouts and the greedy batches of the
+/// validation between steps (or an evaluation's batches and its last, smaller one). More would hold
+/// more KV caches in device memory through the update (`crate::plan` counts these two).
+pub const KEPT_SHAPES: usize = 2;
 
 /// How a model is asked and how its answers are read.
 #[derive(Debug)]
@@ -48,6 +56,11 @@ pub struct Inference {
     pub top_k: i64,
     /// Tokens the model may write in one turn.
     pub max_new_tokens: usize,
+    /// Keep the rollout engine's tensors (fused weights, KV caches, CUDA graphs) from one
+    /// [`Self::generate`] call to the next (`rollout.keep_engine`); false frees them after each call.
+    pub keep_engine: bool,
+    /// What the engine kept from the last calls.
+    engine: RefCell<EngineCache>,
 }
 
 impl Inference {
@@ -84,6 +97,8 @@ impl Inference {
             top_p: cfg.rollout.top_p,
             top_k: i64::from(cfg.rollout.top_k),
             max_new_tokens: max_new as usize,
+            keep_engine: cfg.rollout.keep_engine,
+            engine: RefCell::new(EngineCache::new(KEPT_SHAPES)),
         }
     }
 
@@ -100,6 +115,8 @@ impl Inference {
             top_p: 1.0,
             top_k: 0,
             max_new_tokens,
+            keep_engine: true,
+            engine: RefCell::new(EngineCache::new(KEPT_SHAPES)),
         }
     }
 
@@ -120,7 +137,10 @@ impl Inference {
     }
 
     /// `n` trajectories of each prompt at `temperature` (0: greedy), prompt `i` seeded by
-    /// `prompts[i].1`, tools answered between turns.
+    /// `prompts[i].1`, tools answered between turns. The engine starts from what the last call kept
+    /// (see [`Self::keep_engine`]): its fused weights refreshed in place from `hf`'s current values,
+    /// a call shape met before served by its kept tensors and captured step. Completions do not depend
+    /// on what was kept (`tests/trainer.rs` checks it over a run).
     pub fn generate(
         &self,
         hf: &HfModel,
@@ -150,7 +170,7 @@ impl Inference {
                 view: prompt.view,
             })
             .collect();
-        let engine = Engine::new(&hf.model, &hf.processor);
+        let engine = Engine::with_cache(&hf.model, &hf.processor, self.engine.take());
         let rollout = ToolRollout {
             engine: &engine,
             processor: &hf.processor,
@@ -158,7 +178,27 @@ impl Inference {
             model_frame: self.model_frame,
             limits: self.limits,
         };
-        rollout.generate(&requests)
+        let trajectories = rollout.generate(&requests);
+        let mut kept = engine.into_cache();
+        if !self.keep_engine {
+            kept.clear();
+        }
+        self.engine.replace(kept);
+        trajectories
+    }
+
+    /// Sizes the engine's KV caches for prompts with their completions of up to `columns` tokens
+    /// (`EngineCache::set_min_columns`): the trainer passes its pixel budget's longest row
+    /// (`crate::plan::row_tokens`), so that every step's sampling has one shape whatever its prompts'
+    /// lengths, and the engine keeps one KV cache and captured step for all steps.
+    pub fn set_cache_columns(&mut self, columns: u64) {
+        self.engine.get_mut().set_min_columns(columns as i64);
+    }
+
+    /// Decoding tensors the engine has made over all calls: one per call whose shape was not kept
+    /// (each a CUDA graph capture on a GPU).
+    pub fn sessions_made(&self) -> usize {
+        self.engine.borrow().sessions_made()
     }
 
     /// The image a trajectory's final answer is about.

@@ -3,7 +3,9 @@
 //!
 //! A GRPO step has two phases that do not overlap: the rollout (generation, holding the KV cache)
 //! and the update (forward and backward of micro-batches, holding activations). Parameters,
-//! gradients, optimizer state and the reference model stay resident through both. So the peak is
+//! gradients, optimizer state and the reference model stay resident through both, and so do the
+//! rollout engine's decoding weights and KV caches when the trainer keeps the engine between steps
+//! (`rollout.keep_engine`, the default). So the peak is
 //!
 //! ```text
 //! peak = resident + max(rollout, update) + allowance
@@ -239,6 +241,13 @@ pub fn estimate(cfg: &TrainConfig, model: &Qwen25VlConfig, extras: PlanExtras) -
     MemoryPlan { parts }
 }
 
+/// Tokens of the longest row a rollout decodes (prompt and completion): the image budget's image
+/// tokens, [`PROMPT_TEXT_TOKENS`] and `rollout.max_new_tokens`. The plan sizes the KV cache by it and
+/// the trainer its engine's caches.
+pub fn row_tokens(cfg: &TrainConfig, model: &Qwen25VlConfig) -> u64 {
+    Tokens::of(cfg, model).row
+}
+
 /// Token counts of one row (prompt + completion), from the image budget.
 struct Tokens {
     /// Merged image tokens of the largest image: one per `(patch * merge)^2` pixels (28 x 28).
@@ -312,8 +321,8 @@ fn optimizer_bytes(trainable: u64, dtype: Dtype, fp32_master: bool) -> u64 {
     trainable * (8 + master)
 }
 
-/// The rollout engine's fused copies of each decoder layer's weights (`rollout` keeps them while it
-/// generates): q/k/v stacked with their biases `h (h + 2 kv d) + h + 2 kv d` and gate/up `2 h I`; o `h h`
+/// The rollout engine's fused copies of each decoder layer's weights (resident with
+/// `rollout.keep_engine`, else alive while it generates): q/k/v stacked with their biases `h (h + 2 kv d) + h + 2 kv d` and gate/up `2 h I`; o `h h`
 /// and down `h I` only when LoRA adapts them (otherwise the parameter itself serves).
 fn decoding_weights(cfg: &TrainConfig, model: &Qwen25VlConfig) -> Part {
     let t = &model.text;
@@ -329,29 +338,50 @@ fn decoding_weights(cfg: &TrainConfig, model: &Qwen25VlConfig) -> Part {
     let per_layer = h * (h + 2 * kv) + h + 2 * kv + o + 2 * h * i + down;
     Part {
         name: "decoding weights",
-        phase: Phase::Rollout,
+        phase: engine_phase(cfg),
         bytes: t.num_hidden_layers as u64 * per_layer * m.dtype.bytes(),
         advice: None,
     }
 }
 
-/// The rollout's static KV cache: `rows = prompts_per_step * n / world` rows (a rank's share of the
-/// step; the prompt's keys are copied to each of its n samples), `capacity = prompt +
-/// max_new_tokens` columns, and per column `2 (key, value) * L * kv * d * b` bytes. The prefill's
-/// working set is [`prefill`]'s.
+/// The rollout's static KV caches: `rows = prompts_per_step * n / world` rows (a rank's share of
+/// the step; the prompt's keys are copied to each of its n samples), `capacity = prompt +
+/// max_new_tokens` columns, and per column `2 (key, value) * L * kv * d * b` bytes. With
+/// `rollout.keep_engine` the engine keeps two call shapes' caches (`crate::inference::KEPT_SHAPES`)
+/// through the update: the step's and a validation or evaluation batch's, `prompts_per_step *
+/// max(1, trainer.eval_samples)` rows more (counted whole: evaluation is not sharded). The
+/// prefill's working set is [`prefill`]'s.
 fn kv_cache(cfg: &TrainConfig, model: &Qwen25VlConfig, tokens: &Tokens, world: u64) -> Part {
     let t = &model.text;
     let per_token = 2 * (t.num_hidden_layers * t.num_key_value_heads * t.head_dim()) as u64;
     let r = &cfg.rollout;
-    let rows = r.completions_per_step().div_ceil(world.max(1));
+    let evaluation = u64::from(r.prompts_per_step) * u64::from(cfg.trainer.eval_samples.max(1));
+    let step_rows = r.completions_per_step().div_ceil(world.max(1));
+    let rows = step_rows + if r.keep_engine { evaluation } else { 0 };
     Part {
         name: "KV cache",
-        phase: Phase::Rollout,
+        phase: engine_phase(cfg),
         bytes: rows * tokens.row * per_token * cfg.model.dtype.bytes(),
         advice: Some(format!(
-            "lower `rollout.n` ({}) or `rollout.prompts_per_step` ({}); the cache holds {rows} rows of {} tokens",
-            r.n, r.prompts_per_step, tokens.row
+            "lower `rollout.n` ({}) or `rollout.prompts_per_step` ({}); the caches hold {rows} rows of {} \
+             tokens{}",
+            r.n,
+            r.prompts_per_step,
+            tokens.row,
+            match r.keep_engine {
+                true => " through the update (`rollout.keep_engine = false` frees them after each rollout)",
+                false => "",
+            }
         )),
+    }
+}
+
+/// When the rollout engine's tensors (decoding weights, KV caches) are alive: through the whole run
+/// when the trainer keeps the engine between steps, else while it generates.
+fn engine_phase(cfg: &TrainConfig) -> Phase {
+    match cfg.rollout.keep_engine {
+        true => Phase::Resident,
+        false => Phase::Rollout,
     }
 }
 
@@ -554,10 +584,11 @@ mod tests {
         let gradients = 873_344 * 4; // frozen vision: text only, 3,493,376
         let optimizer = 873_344 * 8; // two f32 moments; f32 needs no master copy: 6,986,752
         // A row: 200704 / 28^2 = 256 image tokens + 128 text + 32 new = 416 tokens.
-        // KV cache: 16 rows * 416 * (2 * 4 layers * 2 kv heads * 32) * 4 bytes.
-        let kv = 16 * 416 * 512 * 4; // 13,631,488
+        // KV caches, kept through the update: the step's 16 rows and a validation batch's 4, * 416 *
+        // (2 * 4 layers * 2 kv heads * 32) * 4 bytes.
+        let kv = 20 * 416 * 512 * 4; // 17,039,360
         // Decoding weights: 4 layers * (128*(128+128) + 256 + 2*128*384) * 4 bytes.
-        let decoding = 4 * (32_768 + 256 + 98_304) * 4; // 2,100,224
+        let decoding = 4 * (32_768 + 256 + 98_304) * 4; // 2,101,248
         // Decoder block per token: 8*128 + 4*(8*128 + 4*384) + 4*4 = 11,280; final norm 8*128 = 1,024.
         // 4 rows * 416 = 1,664 tokens * (4 * 11,280 + 1,024) without checkpointing.
         let activations = 1_664 * (4 * 11_280 + 1_024); // 76,783,616
@@ -567,9 +598,9 @@ mod tests {
         // Vision block per patch: 8*64 + 4*(8*64 + 4*128) + 4*2 = 4,616; 4 images * 256 * 4 patches,
         // in the update (a micro-batch of 4) as in the prefill (4 prompts).
         let vision = 4 * 1_024 * 4_616; // 18,907,136
-        // Peak: resident 15,336,192 + update 96,368,640 (> rollout 13,631,488 + 2,100,224 +
-        // 18,907,136) = 111,704,832; CPU: no CUDA context, 10% slack = 11,170,483.
-        let slack = 11_170_483;
+        // Peak: resident 15,336,192 + 17,039,360 + 2,101,248 = 34,476,800 + update 96,368,640 (>
+        // rollout 18,907,136) = 130,845,440; CPU: no CUDA context, 10% slack = 13,084,544.
+        let slack = 13_084_544;
         assert_eq!(
             bytes(&plan),
             vec![
@@ -587,7 +618,7 @@ mod tests {
             ]
         );
         assert_eq!(plan.peak_phase(), Phase::Update);
-        assert_eq!(plan.total(), 111_704_832 + slack);
+        assert_eq!(plan.total(), 130_845_440 + slack);
         assert_eq!(plan.check(GIB), Ok(()));
     }
 
@@ -617,7 +648,8 @@ mod tests {
     }
 
     /// configs/3b-1gpu.toml: bf16, CUDA, frozen vision, checkpointing, 8 x 8, 128 new tokens,
-    /// max_pixels 1003520 (1,280 image tokens: rows of 1,536), micro-batch 8; fp32 master weights.
+    /// max_pixels 1003520 (1,280 image tokens: rows of 1,536), micro-batch 8; fp32 master weights;
+    /// the rollout engine kept between steps, and without it (`rollout.keep_engine = false`).
     #[test]
     fn the_shipped_3b_config_fits_in_80_gib() {
         let (cfg, model) = shipped("3b-1gpu.toml", &[]);
@@ -632,8 +664,8 @@ mod tests {
                 ("gradients", text * 2),
                 ("optimizer state", text * 12),
                 ("reference model", 0),
-                // 64 rows * 1,536 * (2 * 36 * 2 * 128) * 2.
-                ("KV cache", 64 * 1_536 * 18_432 * 2),
+                // The step's 64 rows and a validation batch's 8 * 1,536 * (2 * 36 * 2 * 128) * 2.
+                ("KV cache", 72 * 1_536 * 18_432 * 2),
                 // 36 layers * (2048*2560 + 2560 + 2*2048*11008) * 2.
                 ("decoding weights", 36 * 50_334_208 * 2),
                 // The 8 prompts' images, 5,120 patches each, one vision block's set (below).
@@ -644,14 +676,23 @@ mod tests {
                 ("log-prob chunk", 1_024 * 151_936 * 10),
                 // 8 images * 5,120 patches * (8*1280 + 2*(8*1280 + 4*3420) + 4*16).
                 ("vision tower", 40_960 * 58_144),
-                // Peak: resident 50,712,387,584 + rollout 9,629,519,872 (> update 7,587,233,792);
-                // 1 GiB + 10% of 60,341,907,456.
-                ("context and allocator slack", GIB + 6_034_190_745),
+                // Peak: resident 50,712,387,584 + KV caches and decoding weights 7,700,926,464 +
+                // update 7,587,233,792 (> rollout 2,381,578,240); 1 GiB + 10% of 66,000,547,840.
+                ("context and allocator slack", GIB + 6_600_054_784),
             ]
         );
-        assert_eq!(plan.peak_phase(), Phase::Rollout);
-        assert_eq!(plan.total(), 67_449_840_025); // 62.82 GiB
+        assert_eq!(plan.peak_phase(), Phase::Update);
+        assert_eq!(plan.total(), 73_674_344_448); // 68.61 GiB
         assert_eq!(plan.check(80 * GIB), Ok(()));
+
+        // A new engine at every generation: one 64-row KV cache and the decoding weights in the
+        // rollout phase only, which makes the peak: resident 50,712,387,584 + rollout 9,629,519,872
+        // (> update 7,587,233,792); 1 GiB + 10% of 60,341,907,456.
+        let (cfg, model) = shipped("3b-1gpu.toml", &["rollout.keep_engine=false"]);
+        let fresh = estimate(&cfg, &model, NO_REFERENCE);
+        assert_eq!(fresh.part("KV cache").unwrap().bytes, 64 * 1_536 * 18_432 * 2);
+        assert_eq!(fresh.peak_phase(), Phase::Rollout);
+        assert_eq!(fresh.total(), 67_449_840_025); // 62.82 GiB
     }
 
     /// The parts of one GPU's plan that the world size and the ZeRO stage change.
@@ -661,9 +702,11 @@ mod tests {
 
     /// configs/3b-1gpu.toml over 1, 2 and 4 GPUs: each GPU rolls out 8/W prompts (64/W rows of KV
     /// cache, 8/W images of prefill); under stage 1 it keeps 1/W of the 37.03 GB of AdamW state.
+    /// The engine is not kept between steps here, so its tensors live in the rollout phase alone
+    /// (the kept engine's resident share is the test above).
     #[test]
     fn the_3b_plan_per_gpu_over_1_2_and_4_ranks() {
-        let (cfg, model) = shipped("3b-1gpu.toml", &[]);
+        let (cfg, model) = shipped("3b-1gpu.toml", &["rollout.keep_engine=false"]);
         let text = 3_085_938_688u64;
         let (kv_row, image) = (1_536 * 18_432 * 2, 5_120 * 58_144);
         let per_gpu = |world: u64, zero_stage: u8| {
@@ -700,7 +743,8 @@ mod tests {
     /// on 2 it does not (93.25 GiB), and on one, or on 2 without sharding, far from it.
     #[test]
     fn the_7b_full_fine_tune_fits_80_gib_on_4_gpus_with_stage_1() {
-        let (cfg, model) = shipped("3b-1gpu.toml", &["model.preset=7b"]);
+        // The engine not kept between steps, as in the 3B test above.
+        let (cfg, model) = shipped("3b-1gpu.toml", &["model.preset=7b", "rollout.keep_engine=false"]);
         let text = 7_615_616_512u64;
         assert_eq!(presets::parameter_count(&model), 8_292_166_656);
         // A row: 1,536 tokens * 2 (k, v) * 28 layers * 4 KV heads * 128 * 2 bytes.
@@ -757,10 +801,10 @@ mod tests {
             (err.part.as_str(), err.part_bytes),
             ("activations", 60_879_273_984)
         );
-        assert_eq!(err.needed, 128_155_712_716);
+        assert_eq!(err.needed, 136_626_731_827);
         assert_eq!(
             err.to_string(),
-            "the plan needs 119.35 GiB but the GPU has 80.00 GiB (39.35 GiB short); the largest part \
+            "the plan needs 127.24 GiB but the GPU has 80.00 GiB (47.24 GiB short); the largest part \
              that can shrink is activations (56.70 GiB): set `model.gradient_checkpointing = true` \
              (activations then 3.40 GiB)"
         );
@@ -774,6 +818,7 @@ mod tests {
                 "model.lora_rank=16",
                 "rollout.n=256",
                 "trainer.mini_batch_size=256",
+                "rollout.keep_engine=false",
             ],
         );
         let plan = estimate(&cfg, &model, NO_REFERENCE);

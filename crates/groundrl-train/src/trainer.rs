@@ -259,6 +259,7 @@ impl Trainer {
     pub fn step(&mut self) -> Result<StepRecord, TrainError> {
         let start = Instant::now();
         self.rollout_seconds = RolloutSeconds::default();
+        let sessions_before = self.inference.sessions_made();
         let bad_before = self.state.bad_samples;
         let Rollouts {
             kept: groups,
@@ -267,6 +268,7 @@ impl Trainer {
         } = self.rollouts()?;
         fault::point(fault::STEP);
         let rollout_seconds = start.elapsed().as_secs_f64();
+        let decode_sessions = self.inference.sessions_made() - sessions_before;
         let records: Vec<CompletionRecord> = groups.iter().flat_map(|g| g.records.clone()).collect();
         let update_start = Instant::now();
         let t = &self.cfg.trainer;
@@ -370,6 +372,9 @@ impl Trainer {
             ("time/rollout", rollout_seconds),
             ("time/encode", self.rollout_seconds.encode),
             ("time/generate", self.rollout_seconds.generate),
+            // Decoding tensors the rollouts made (each a CUDA graph capture on a GPU): 0 when every
+            // generation reused a shape the engine kept.
+            ("rollout/decode_sessions", decode_sessions as f64),
             ("time/update", update_seconds),
             ("update/shared_prefix", f64::from(u8::from(report.shared_prefix))),
             ("generated_tokens_per_s", generated / rollout_seconds.max(1e-9)),

@@ -106,10 +106,14 @@ fn mean_reward_rises_within_twenty_steps() {
     }
 }
 
-/// The record without wall-clock fields, which differ between any two runs.
+/// The record without wall-clock fields, which differ between any two runs, and without the count
+/// of decoding tensors the rollout engine made, which depends on what it kept before the step (a
+/// resumed run's first step makes them again).
 fn without_times(mut record: Value) -> Value {
     let train = record["train"].as_object_mut().unwrap();
-    train.retain(|k, _| !k.starts_with("time/") && k != "generated_tokens_per_s");
+    train.retain(|k, _| {
+        !k.starts_with("time/") && k != "generated_tokens_per_s" && k != "rollout/decode_sessions"
+    });
     record
 }
 
@@ -159,6 +163,63 @@ fn a_stopped_and_resumed_run_logs_what_an_uninterrupted_run_logs() {
     let straight_ledger = ledger(&straight.path().join("run"));
     assert_eq!(straight_ledger.lines().count(), 16);
     assert_eq!(straight_ledger, ledger(&run));
+}
+
+/// A run that keeps the rollout engine between steps (the default: fused weights refreshed in place
+/// after each optimizer step, decoding tensors kept per call shape) samples, logs and learns exactly
+/// what a run that starts every generation from a new engine does: the same records (times and the
+/// count of decoding sessions aside), ledger, final weights and optimizer state. Validation every
+/// other step (batches of 4 and 2 prompts: two more shapes) makes the kept run free and remake the
+/// step's tensors, as the fresh run does at every step.
+#[test]
+fn keeping_the_engine_changes_no_completion_metric_or_weight() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synthetic_data(dir.path());
+    let val = format!("data.val=\"{}\"", data.display());
+    let train = |keep: bool| {
+        let run = dir.path().join(format!("keep-{keep}"));
+        let keep = format!("rollout.keep_engine={keep}");
+        let overrides = [
+            "trainer.max_steps=4",
+            "trainer.save_freq=4",
+            "trainer.test_freq=2",
+            "trainer.val_samples=6",
+            &val,
+            &keep,
+        ];
+        Trainer::new(config(&run, &data, &overrides))
+            .unwrap()
+            .run(|_| {})
+            .unwrap();
+        run.join("run")
+    };
+    let (kept, fresh) = (train(true), train(false));
+    let sessions = |run: &Path| -> Vec<f64> {
+        metrics(run)
+            .iter()
+            .map(|r| r["train"]["rollout/decode_sessions"].as_f64().unwrap())
+            .collect()
+    };
+    println!(
+        "decoding sessions per step: kept {:?}, fresh {:?}",
+        sessions(&kept),
+        sessions(&fresh)
+    );
+    assert_eq!(sessions(&fresh), vec![1.0; 4]);
+    // Every step samples one shape (caches sized for the pixel budget, whatever the prompts'
+    // lengths): made at step 1, kept for step 2; the validation after it (two more shapes) frees it,
+    // so step 3 makes it again and step 4 keeps it.
+    assert_eq!(sessions(&kept), vec![1.0, 0.0, 1.0, 0.0]);
+    let records = |run: &Path| -> Vec<Value> { metrics(run).into_iter().map(without_times).collect() };
+    assert_eq!(records(&kept), records(&fresh));
+    for file in [
+        LEDGER_FILE,
+        "checkpoints/step-4/weights.safetensors",
+        "checkpoints/step-4/optimizer.safetensors",
+    ] {
+        let read = |run: &Path| std::fs::read(run.join(file)).unwrap();
+        assert!(read(&kept) == read(&fresh), "{file} differs");
+    }
 }
 
 /// A run resumed from the checkpoint saved right after its warm-up (step 0) keeps the warm-up's log:

@@ -62,12 +62,15 @@ fn train(config: &Path, run: &Path) -> Command {
     cmd
 }
 
-/// The metrics log without wall-clock fields.
+/// The metrics log without wall-clock fields, nor the count of decoding tensors the rollout engine
+/// made (a resumed run's first step makes them again).
 fn metrics(run: &Path) -> Vec<Value> {
     let mut lines = common::json_lines(&run.join("metrics.jsonl"));
     for v in &mut lines {
         let train = v["train"].as_object_mut().unwrap();
-        train.retain(|k, _| !k.starts_with("time/") && k != "generated_tokens_per_s");
+        train.retain(|k, _| {
+            !k.starts_with("time/") && k != "generated_tokens_per_s" && k != "rollout/decode_sessions"
+        });
     }
     lines
 }
@@ -93,7 +96,7 @@ fn tensors(run: &Path, step: u64, file: &str) -> Vec<(String, Tensor)> {
 }
 
 /// Every scalar of the run's one TensorBoard event file as (step, tag, value bits), in file order;
-/// wall-clock tags left out. The TFRecord framing and the three protobuf messages are decoded here
+/// wall-clock tags and the decoding-session count left out. The TFRecord framing and the three protobuf messages are decoded here
 /// from the format's description, independently of the writer.
 fn tensorboard_scalars(run: &Path) -> Vec<(u64, String, u32)> {
     let files: Vec<PathBuf> = std::fs::read_dir(run.join("tensorboard"))
@@ -117,7 +120,10 @@ fn tensorboard_scalars(run: &Path) -> Vec<(u64, String, u32)> {
                         let parts = protobuf_fields(value.bytes);
                         let tag = String::from_utf8(parts[0].1.bytes.to_vec()).unwrap();
                         let bits = parts[1].1.value as u32;
-                        if !tag.starts_with("train/time/") && !tag.ends_with("tokens_per_s") {
+                        let run_dependent = tag.starts_with("train/time/")
+                            || tag.ends_with("tokens_per_s")
+                            || tag == "train/rollout/decode_sessions";
+                        if !run_dependent {
                             scalars.push((step, tag, bits));
                         }
                     }

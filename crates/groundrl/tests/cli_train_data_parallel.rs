@@ -107,10 +107,13 @@ fn json_lines(run: &Path, file: &str) -> Vec<Value> {
         .collect()
 }
 
-/// A step record without its timings and throughput (which differ between runs).
+/// A step record without its timings and throughput (which differ between runs), nor the count of
+/// decoding tensors the rollout engine made (a resumed run's first step makes them again).
 fn untimed(mut record: Value) -> Value {
     if let Some(train) = record.get_mut("train").and_then(Value::as_object_mut) {
-        train.retain(|k, _| !k.starts_with("time/") && !k.ends_with("_per_s"));
+        train.retain(|k, _| {
+            !k.starts_with("time/") && !k.ends_with("_per_s") && k != "rollout/decode_sessions"
+        });
     }
     record
 }

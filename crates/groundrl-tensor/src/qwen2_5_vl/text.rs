@@ -218,30 +218,44 @@ pub(crate) struct FusedLayer {
 impl FusedLayer {
     /// Copies `layer`'s current weights (adapters folded in) into these tensors in place. They must come
     /// from `layer` ([`DecoderLayer::fuse`]) with the same adapters attached: an engine that keeps them
-    /// borrows the model, so adapters cannot be attached or merged meanwhile; only values change.
+    /// borrows the model, so adapters cannot be attached or merged meanwhile, and a cache handed to a
+    /// later engine is emptied when they were (`rollout::EngineCache`); only values change.
     fn refresh(&mut self, layer: &DecoderLayer) -> Result<(), ModelError> {
-        let fresh = layer.fuse()?;
-        self.qkv_weight.f_copy_(&fresh.qkv_weight)?;
-        self.qkv_bias.f_copy_(&fresh.qkv_bias)?;
-        self.gate_up_weight.f_copy_(&fresh.gate_up_weight)?;
-        for (own, fresh, parameter) in [
-            (
-                &mut self.o_weight,
-                &fresh.o_weight,
-                &layer.self_attn.o_proj.weight,
-            ),
-            (
-                &mut self.down_weight,
-                &fresh.down_weight,
-                &layer.mlp.down_proj.weight,
-            ),
+        let (attn, mlp) = (&layer.self_attn, &layer.mlp);
+        let qkv = [&attn.q_proj, &attn.k_proj, &attn.v_proj];
+        copy_stacked(&self.qkv_weight, qkv.map(Linear::effective_weight))?;
+        copy_stacked(&self.qkv_bias, qkv.map(bias))?;
+        copy_stacked(
+            &self.gate_up_weight,
+            [&mlp.gate_proj, &mlp.up_proj].map(Linear::effective_weight),
+        )?;
+        for (own, linear) in [
+            (&mut self.o_weight, &attn.o_proj),
+            (&mut self.down_weight, &mlp.down_proj),
         ] {
-            if !own.is_set_to(parameter) {
-                own.f_copy_(fresh)?;
+            if !own.is_set_to(&linear.weight) {
+                own.f_copy_(&linear.effective_weight()?)?;
             }
         }
         Ok(())
     }
+}
+
+/// Copies `parts` into consecutive row blocks of `stacked` (their concatenation along dim 0), in place
+/// and without making the concatenation: a part without an adapter is the parameter itself, so the
+/// refresh of a full fine-tune's fused weights allocates nothing.
+fn copy_stacked<const N: usize>(
+    stacked: &Tensor,
+    parts: [Result<Tensor, ModelError>; N],
+) -> Result<(), ModelError> {
+    let mut row = 0;
+    for part in parts {
+        let part = part?;
+        let rows = part.size()[0];
+        stacked.f_narrow(0, row, rows)?.f_copy_(&part)?;
+        row += rows;
+    }
+    Ok(())
 }
 
 /// Which keys each query may attend to.
@@ -441,6 +455,12 @@ impl TextModel {
     /// embedding and the output head are not among them).
     pub(crate) fn linears_mut(&mut self) -> impl Iterator<Item = &mut Linear> {
         self.layers.iter_mut().flat_map(DecoderLayer::linears_mut)
+    }
+
+    /// The embedding table (vocab, hidden): the model's own tensor, which tells one model from another
+    /// (see `rollout::EngineCache`).
+    pub(crate) fn embedding(&self) -> &Tensor {
+        &self.embed_tokens
     }
 
     /// Token embeddings (B, L, hidden) of `ids` (B, L).

@@ -17,15 +17,16 @@
 //! and keeps its shapes fixed (attention over the whole cache capacity, masked), so on a CUDA device it
 //! is captured as a CUDA graph and then replayed: one launch per step instead of hundreds of kernel
 //! launches from the host ([`Engine::cuda_graph`]). The engine keeps those tensors and the graph
-//! between calls ([`super::session`]): a call of the same shape as the previous one refills them in
-//! place and replays the graph the earlier call captured. The CPU runs the same step directly.
+//! between calls, one set per call shape ([`super::session`], [`EngineCache`]): a call of a shape met
+//! before refills them in place and replays the graph the earlier call captured. The CPU runs the same
+//! step directly.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 
 use tch::{Device, Tensor};
 
 use super::kv_cache::{KvCache, attend_step};
-use super::session::{DecodeShape, Decoding, Session, Step};
+use super::session::{DecodeShape, Decoding, EngineCache, Session, Step};
 use super::stop::RowEnd;
 use super::{Completion, GenerationRequest, RolloutError};
 use crate::cuda_graph::CudaGraph;
@@ -36,9 +37,11 @@ use crate::qwen2_5_vl::{Batch, Qwen25Vl};
 
 /// Generates completions with a model and the processor that encoded its prompts.
 ///
-/// An engine keeps its decoding tensors between calls (fused weights, KV cache, sampling state and, on
-/// a CUDA device, the captured step; see [`super::session`]): keep one engine for repeated calls of
-/// one shape, and drop it to free that memory.
+/// An engine keeps its decoding tensors between calls (fused weights, and per call shape the KV
+/// cache, sampling state and, on a CUDA device, the captured step; see [`super::session`]): keep one
+/// engine for repeated calls, and drop it to free that memory. [`Self::into_cache`] and
+/// [`Self::with_cache`] carry those tensors over to a later engine of the same model, for an owner
+/// (the trainer) that cannot keep an engine borrowing the model it updates between calls.
 #[derive(Debug)]
 pub struct Engine<'a> {
     model: &'a Qwen25Vl,
@@ -50,10 +53,8 @@ pub struct Engine<'a> {
     /// On a CUDA device, capture the decoding step as a CUDA graph and replay it (default true);
     /// false runs every step's kernels from the host. Results do not depend on it.
     pub cuda_graph: bool,
-    /// The last call's decoding tensors, for the next call to reuse.
-    kept: RefCell<Option<Session>>,
-    /// Sessions made so far.
-    sessions: Cell<usize>,
+    /// The fused weights and the recent calls' decoding tensors, for the next calls to reuse.
+    kept: RefCell<EngineCache>,
 }
 
 /// Which request and sample each of the decoded rows is.
@@ -100,14 +101,27 @@ impl Rows {
 
 impl<'a> Engine<'a> {
     pub fn new(model: &'a Qwen25Vl, processor: &'a Processor) -> Self {
+        Self::with_cache(model, processor, EngineCache::default())
+    }
+
+    /// An engine that starts from `cache`, the tensors an earlier engine of `model` kept
+    /// ([`Self::into_cache`]): its fused weights are refreshed from `model`'s current values at the
+    /// next call, and calls of a shape met before reuse that shape's tensors and captured step. A
+    /// cache made for another model is emptied first (its limit kept).
+    pub fn with_cache(model: &'a Qwen25Vl, processor: &'a Processor, mut cache: EngineCache) -> Self {
+        cache.adopt(model);
         Self {
             model,
             processor,
             sync_every: 8,
             cuda_graph: true,
-            kept: RefCell::new(None),
-            sessions: Cell::new(0),
+            kept: RefCell::new(cache),
         }
+    }
+
+    /// The tensors this engine keeps, for a later engine of the same model ([`Self::with_cache`]).
+    pub fn into_cache(self) -> EngineCache {
+        self.kept.into_inner()
     }
 
     /// `n` completions of every request, in request order then sample order.
@@ -116,12 +130,13 @@ impl<'a> Engine<'a> {
         tch::no_grad(|| self.run(requests))
     }
 
-    /// How many times this engine has made its decoding tensors: at its first call, and at every call
-    /// whose shape (rows, steps, cache columns, stop ids per row, whether some row filters by top-k or
-    /// top-p) differs from the previous call's. On a CUDA device each such call captures the decoding
-    /// step anew; the other calls replay the step captured before.
+    /// How many times this engine (with the engines its cache came from) has made decoding tensors:
+    /// at every call whose shape (rows, steps, cache columns, stop ids per row, whether some row
+    /// filters by top-k or top-p) no kept one serves (the same, or with a wider cache;
+    /// [`EngineCache::new`]). On a CUDA device
+    /// each such call captures the decoding step anew; the other calls replay a step captured before.
     pub fn sessions_made(&self) -> usize {
-        self.sessions.get()
+        self.kept.borrow().sessions_made()
     }
 
     fn run(&self, requests: &[GenerationRequest]) -> Result<Vec<Completion>, RolloutError> {
@@ -131,10 +146,13 @@ impl<'a> Engine<'a> {
         let rows = Rows::new(requests);
         let expand = rows.expand(device);
         let prompt_len = prepared.ids.size()[1];
-        let shape = DecodeShape::new(requests, prompt_len, self.model.config.text.vocab_size);
+        let mut kept = self.kept.borrow_mut();
+        let shape = DecodeShape::new(requests, prompt_len, self.model.config.text.vocab_size)
+            .at_least(kept.min_columns());
         let pad = i64::from(self.processor.tokenizer.special_ids().pad);
         let decoding = Decoding::new(self.model, requests, (&rows.prompt, &rows.sample), &shape, pad);
-        let mut session = self.session(shape, decoding)?;
+        kept.refresh_layers(self.model)?;
+        let mut session = kept.session(self.model, shape, decoding);
         let padding = batch.attention_mask.as_ref().map(|mask| {
             Tensor::from_slice2(mask)
                 .to_device(device)
@@ -145,38 +163,22 @@ impl<'a> Engine<'a> {
         let first_position = self.first_positions(requests, &prepared, &expand);
         session.step.start(&logits, prompt_len, &first_position);
         let mut ends = rows.ends(requests);
-        let done = self.decode(&mut session, &mut ends)?;
+        let done = self.decode(kept.layers(), &mut session, &mut ends)?;
         let logprobs = host_rows(&session.decoding.logprobs.narrow(1, 0, done as i64))?;
-        self.kept.replace(Some(session));
+        kept.keep(session);
         Ok(completions(&rows, ends, logprobs))
-    }
-
-    /// The decoding tensors for a call of `shape` whose sampling settings are `decoding`: the last
-    /// call's when their shape is the same (refilled in place), else new ones, made after the old ones
-    /// are freed. The fused weights are kept and refreshed from the model either way.
-    fn session(&self, shape: DecodeShape, decoding: Decoding) -> Result<Session, RolloutError> {
-        let text = &self.model.text;
-        let layers = match self.kept.take() {
-            Some(mut kept) => {
-                text.refresh_fused(&mut kept.layers)?;
-                if kept.shape == shape {
-                    kept.decoding.assign(&decoding);
-                    return Ok(kept);
-                }
-                kept.layers
-            }
-            None => text.fuse_layers()?,
-        };
-        self.sessions.set(self.sessions.get() + 1);
-        Ok(Session::new(self.model, shape, layers, decoding))
     }
 
     /// Selects tokens and feeds them back until every row has ended or the longest `max_new_tokens` is
     /// reached; returns the number of steps taken. On a CUDA device the step is captured as a CUDA
     /// graph at the session's first call and replayed from then on.
-    fn decode(&self, session: &mut Session, ends: &mut [RowEnd]) -> Result<usize, RolloutError> {
+    fn decode(
+        &self,
+        layers: &[FusedLayer],
+        session: &mut Session,
+        ends: &mut [RowEnd],
+    ) -> Result<usize, RolloutError> {
         let Session {
-            layers,
             cache,
             decoding: state,
             step,

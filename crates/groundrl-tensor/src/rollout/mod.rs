@@ -19,6 +19,7 @@ use crate::processor::tokenizer::TokenizerError;
 use crate::qwen2_5_vl::ModelError;
 
 pub use engine::Engine;
+pub use session::EngineCache;
 pub use tools::{CallRecord, Generate, ToolRequest, ToolRollout, Trajectory, Turn, TurnLimits};
 
 /// How one request's samples are drawn and when they stop.

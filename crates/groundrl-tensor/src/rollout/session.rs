@@ -1,22 +1,24 @@
 //! The device tensors of decoding, kept by the engine between `generate` calls so that later calls of
-//! the same shape reuse them, and on a CUDA device replay the decoding step captured by the first.
+//! a shape met before reuse them, and on a CUDA device replay the decoding step captured by the first
+//! ([`EngineCache`]: the fused weights once, a [`Session`] per recent shape).
 //!
 //! # Replaying a captured step in a later call
 //! A CUDA graph reruns the kernels it recorded, on the memory they used when recorded, with the sizes
 //! and host values they had then. A [`Session`] (with its graph) therefore serves a later call only
 //! when these hold, which is what the engine keeps to:
 //! - Every tensor the step reads or writes is made before the capture and lives as long as the graph:
-//!   the session's (fused weights, cache, sampling state, step state) or the model's. Each call writes
-//!   its own values into the session's tensors in place (`copy_`, `fill_`, `zero_`), never replacing
-//!   one.
-//! - Everything the step takes from the host is fixed by the call's [`DecodeShape`], which must equal
-//!   the session's: the tensors' sizes and the one branch taken on the host (whether some row filters
-//!   by top-k or top-p). Whatever else varies between calls (the prompt length, positions, sampling
+//!   the session's (cache, sampling state, step state), the cache's fused weights or the model's. Each
+//!   call writes
+//!   its own values into those tensors in place (`copy_`, `fill_`, `zero_`), never replacing one.
+//! - Everything the step takes from the host is fixed by the call's [`DecodeShape`], which the
+//!   session's must equal but for a wider cache ([`DecodeShape::serves`]): the tensors' sizes and the
+//!   one branch taken on the host (whether some row filters by top-k or top-p). Whatever else varies between calls (the prompt length, positions, sampling
 //!   settings, seeds, limits, stop ids) reaches the step through device tensors.
 //! - The model's tensors the step reads directly (embedding, norms, output head, `down_proj` weights
 //!   without an adapter) stay the same tensors: the engine borrows the model for its whole life, and
 //!   every update in this project (loading, optimizer steps, checkpoint restores) writes parameters in
-//!   place. The fused weights are refreshed in place from the model at the start of every call.
+//!   place. The fused weights are refreshed in place from the model at the start of every call, and
+//!   [`EngineCache::adopt`] empties a cache handed to an engine of another model.
 
 use tch::{Device, Kind, Tensor};
 
@@ -24,8 +26,8 @@ use super::GenerationRequest;
 use super::kv_cache::{CacheShape, KvCache};
 use super::sampling::{RowSettings, Sampler, uniforms};
 use crate::cuda_graph::CudaGraph;
-use crate::qwen2_5_vl::Qwen25Vl;
 use crate::qwen2_5_vl::text::FusedLayer;
+use crate::qwen2_5_vl::{ModelError, Qwen25Vl};
 
 /// Cache columns come in multiples of this many, so that calls whose prompts differ in length by less
 /// share a shape (and a captured step). The extra columns stay masked; a multiple of 16 also spares
@@ -33,15 +35,15 @@ use crate::qwen2_5_vl::text::FusedLayer;
 const CAPACITY_STEP: i64 = 64;
 
 /// What a decoding step depends on besides the values of its tensors: a session is reused by a call
-/// of an equal shape only.
+/// of an equal shape, or of a narrower cache ([`Self::serves`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct DecodeShape {
     /// Decoded rows: the requests' `n` summed.
     pub rows: i64,
     /// Decoding steps: the longest `max_new_tokens`.
     pub steps: i64,
-    /// Cache columns: the (left-padded) prompt length plus `steps - 1`, rounded up to a multiple of
-    /// [`CAPACITY_STEP`].
+    /// Cache columns: the (left-padded) prompt length plus `steps - 1`, or the cache's minimum when
+    /// larger ([`Self::at_least`]), rounded up to a multiple of [`CAPACITY_STEP`].
     pub capacity: i64,
     /// Stop token ids per row: the longest list, at least 1.
     pub stop_ids: i64,
@@ -58,21 +60,166 @@ impl DecodeShape {
         Self {
             rows: requests.iter().map(|r| r.n as i64).sum(),
             steps,
-            capacity: (prompt_len + steps - 1 + CAPACITY_STEP - 1) / CAPACITY_STEP * CAPACITY_STEP,
+            capacity: whole_steps(prompt_len + steps - 1),
             stop_ids: longest(|r| r.params.stop_token_ids.len()).max(1),
             filters: requests
                 .iter()
                 .any(|r| RowSettings::from(&r.params).filters(vocab)),
         }
     }
+
+    /// This shape with at least `columns` cache columns, rounded up likewise
+    /// ([`EngineCache::set_min_columns`]).
+    pub fn at_least(mut self, columns: i64) -> Self {
+        self.capacity = self.capacity.max(whole_steps(columns));
+        self
+    }
+
+    /// Whether tensors made for this shape can decode a call of shape `call`: all alike but the
+    /// cache, which may be wider (its extra columns stay masked, and the CUDA decoding attention
+    /// reads keys only up to the current column).
+    pub fn serves(&self, call: &DecodeShape) -> bool {
+        let widened = DecodeShape {
+            capacity: self.capacity,
+            ..*call
+        };
+        *self == widened && self.capacity >= call.capacity
+    }
+}
+
+/// What an engine keeps between calls: the decoder layers' fused weights, made at the first call and
+/// refreshed in place at every later one, and the decoding tensors (with the captured step) of the
+/// most recent call shapes, up to a limit; see the module doc. Empty by default, keeping one shape.
+#[derive(Debug)]
+pub struct EngineCache {
+    /// The model the tensors were made for: its embedding table (a handle, so that its storage cannot
+    /// be freed and reused by another model's while kept) and its LoRA variables then (the fused
+    /// weights fold exactly those adapters in).
+    model: Option<(Tensor, usize)>,
+    layers: Vec<FusedLayer>,
+    /// Least recently used first.
+    sessions: Vec<Session>,
+    /// Most sessions kept (at least 1).
+    keep: usize,
+    /// Fewest cache columns of a session ([`Self::set_min_columns`]).
+    min_columns: i64,
+    /// Sessions made so far.
+    made: usize,
+}
+
+impl Default for EngineCache {
+    fn default() -> Self {
+        Self::new(1)
+    }
+}
+
+impl EngineCache {
+    /// An empty cache that keeps the decoding tensors of the `keep` most recently used call shapes
+    /// (at least 1): a call of another shape frees the least recently used one's before making its
+    /// own. Each costs its KV cache (rows x columns x layers x 2 KV heads' keys and values) in device
+    /// memory for as long as it is kept.
+    pub fn new(keep: usize) -> Self {
+        Self {
+            model: None,
+            layers: Vec::new(),
+            sessions: Vec::new(),
+            keep: keep.max(1),
+            min_columns: 0,
+            made: 0,
+        }
+    }
+
+    /// Gives every KV cache at least `columns` columns (prompt and completion tokens), rounded up to
+    /// a multiple of 64: an owner that knows its longest prompt (a pixel budget's image tokens and
+    /// the text around them) sizes every call of a batch size alike, so that calls whose prompts
+    /// differ in length share one shape and its captured step instead of one per length. The extra
+    /// columns cost memory, not time: they stay masked, and the CUDA decoding attention reads keys
+    /// only up to the current column. Completions do not depend on it on the CPU (`tests/rollout.rs`
+    /// checks it); on a GPU a wider cache can raise the decoding attention's split count for a batch
+    /// of few rows and short prompts (at most one split per 64 columns), which rounds differently.
+    pub fn set_min_columns(&mut self, columns: i64) {
+        self.min_columns = columns;
+    }
+
+    pub(crate) fn min_columns(&self) -> i64 {
+        self.min_columns
+    }
+
+    /// Decoding tensors made so far (see [`super::Engine::sessions_made`]).
+    pub fn sessions_made(&self) -> usize {
+        self.made
+    }
+
+    /// Call shapes whose decoding tensors are kept now.
+    pub fn shapes_kept(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// Frees every kept tensor; the limit and [`Self::sessions_made`] stay.
+    pub fn clear(&mut self) {
+        self.model = None;
+        self.layers.clear();
+        self.sessions.clear();
+    }
+
+    /// Empties the cache unless it was made for `model` as it is now, with the same adapters.
+    pub(crate) fn adopt(&mut self, model: &Qwen25Vl) {
+        let (embedding, adapters) = (model.text.embedding(), model.lora_variables().len());
+        let same = |(e, a): &(Tensor, usize)| e.is_set_to(embedding) && *a == adapters;
+        if !self.model.as_ref().is_some_and(same) {
+            self.clear();
+            self.model = Some((embedding.shallow_clone(), adapters));
+        }
+    }
+
+    /// Makes the fused weights of `model` (the model [`Self::adopt`]ed) at the first call, refreshes
+    /// them in place at every later one.
+    pub(crate) fn refresh_layers(&mut self, model: &Qwen25Vl) -> Result<(), ModelError> {
+        if self.layers.is_empty() {
+            self.layers = model.text.fuse_layers()?;
+            Ok(())
+        } else {
+            model.text.refresh_fused(&mut self.layers)
+        }
+    }
+
+    pub(crate) fn layers(&self) -> &[FusedLayer] {
+        &self.layers
+    }
+
+    /// The decoding tensors for a call of `shape` whose sampling settings are `decoding`: the most
+    /// recently used kept ones that serve it ([`DecodeShape::serves`]: that shape, or a wider cache),
+    /// refilled in place, else new ones, made after the least recently used beyond the limit are
+    /// freed. Hand them back with [`Self::keep`].
+    pub(crate) fn session(&mut self, model: &Qwen25Vl, shape: DecodeShape, decoding: Decoding) -> Session {
+        if let Some(at) = self.sessions.iter().rposition(|s| s.shape.serves(&shape)) {
+            let mut kept = self.sessions.remove(at);
+            kept.decoding.assign(&decoding);
+            return kept;
+        }
+        let room = self.keep - 1;
+        if self.sessions.len() > room {
+            self.sessions.drain(..self.sessions.len() - room);
+        }
+        self.made += 1;
+        Session::new(model, shape, self.layers.len(), decoding)
+    }
+
+    /// Keeps `session` as the most recently used.
+    pub(crate) fn keep(&mut self, session: Session) {
+        self.sessions.push(session);
+    }
+}
+
+/// `columns` rounded up to a multiple of [`CAPACITY_STEP`].
+fn whole_steps(columns: i64) -> i64 {
+    (columns + CAPACITY_STEP - 1) / CAPACITY_STEP * CAPACITY_STEP
 }
 
 /// The tensors of decoding one shape; see the module doc.
 #[derive(Debug)]
 pub(crate) struct Session {
     pub shape: DecodeShape,
-    /// The decoder layers' fused weights, refreshed in place at every call.
-    pub layers: Vec<FusedLayer>,
     pub cache: KvCache,
     pub decoding: Decoding,
     pub step: Step,
@@ -81,12 +228,12 @@ pub(crate) struct Session {
 }
 
 impl Session {
-    /// New tensors for `decoding`'s shape (its values are the first call's), over the fused weights
-    /// `layers` of `model`.
-    pub fn new(model: &Qwen25Vl, shape: DecodeShape, layers: Vec<FusedLayer>, decoding: Decoding) -> Self {
+    /// New tensors for `decoding`'s shape (its values are the first call's), for the `layers` decoder
+    /// layers of `model`.
+    fn new(model: &Qwen25Vl, shape: DecodeShape, layers: usize, decoding: Decoding) -> Self {
         let text = &model.config.text;
         let cache = CacheShape {
-            layers: layers.len(),
+            layers,
             rows: shape.rows,
             kv_heads: text.num_key_value_heads,
             capacity: shape.capacity,
@@ -94,7 +241,6 @@ impl Session {
         };
         Self {
             shape,
-            layers,
             cache: KvCache::new(cache, model.kind(), model.device()),
             decoding,
             step: Step::new(shape.rows, text.vocab_size, (model.kind(), model.device())),
@@ -295,6 +441,15 @@ mod tests {
             filters: false,
         };
         assert_eq!(shape, want);
+        // A minimum of 300 columns: 320; one below the call's own needs changes nothing.
+        let wide = shape.at_least(300);
+        assert_eq!(wide.capacity, 320);
+        assert_eq!(shape.at_least(100), want);
+        // Tensors of the wider cache serve the call; the call's own do not serve a wider one, and
+        // no other difference is served.
+        assert!(wide.serves(&shape) && shape.serves(&shape) && !shape.serves(&wide));
+        let more_rows = DecodeShape { rows: 8, ..shape };
+        assert!(!wide.serves(&more_rows) && !more_rows.serves(&shape));
     }
 
     /// Calls that differ only in what device tensors carry share a shape; each host-side difference

@@ -28,6 +28,13 @@ pub struct RolloutConfig {
     /// With dynamic sampling, the most prompts one step may sample while refilling; the step trains
     /// on what it has when the cap is reached. Default 32.
     pub max_prompts_per_step: u32,
+    /// Keep the rollout engine from one step to the next: its fused weights refreshed in place after
+    /// each optimizer step, and per call shape its KV cache and captured CUDA graph, so that a step's
+    /// generation does not fuse weights, allocate a cache or capture a graph again. They stay in
+    /// device memory through the update (`groundrl plan` counts them there); false frees them after
+    /// every generation, for a run whose update needs that memory. Completions are the same either
+    /// way. Default true.
+    pub keep_engine: bool,
 }
 
 impl Default for RolloutConfig {
@@ -41,6 +48,7 @@ impl Default for RolloutConfig {
             max_new_tokens: 128,
             dynamic_sampling: false,
             max_prompts_per_step: 32,
+            keep_engine: true,
         }
     }
 }

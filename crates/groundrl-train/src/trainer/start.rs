@@ -21,6 +21,7 @@ use crate::dataset::Dataset;
 use crate::inference::Inference;
 use crate::load_model::{initial_model_dir, lora_spec};
 use crate::optim::{AdamW, Partition, Shard};
+use crate::plan;
 use crate::scoring::Scorer;
 
 /// What [`Trainer::build`] finds in the run folder.
@@ -140,7 +141,8 @@ impl Trainer {
         let optimizer_parameters = trainable.iter().map(|(_, t)| t.numel() as i64).sum();
         let optimizer = new_optimizer(&trainable, &cfg, place)?;
         let scorer = Scorer::new(&cfg.reward).map_err(setup)?;
-        let inference = Inference::of_run(&cfg, &scorer.spec);
+        let mut inference = Inference::of_run(&cfg, &scorer.spec);
+        inference.set_cache_columns(plan::row_tokens(&cfg, &policy.model.config));
         let tools = ToolSetup::new(&cfg);
         let train = Dataset::load(&cfg.data.train).map_err(setup)?;
         if train.is_empty() {

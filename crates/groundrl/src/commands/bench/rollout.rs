@@ -1,15 +1,18 @@
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
+use anyhow::{Context, bail};
 use groundrl_core::data::image_file::ImageLimits;
 use groundrl_tensor::bench::{self, StepShape};
-use groundrl_tensor::processor::Processor;
 use groundrl_tensor::processor::chat_template::ChatTemplate;
 use groundrl_tensor::processor::image::ImageProcessor;
 use groundrl_tensor::processor::tiny_tokenizer::tiny_tokenizer;
+use groundrl_tensor::processor::{Encoded, Processor};
 use groundrl_tensor::rollout::{Completion, Engine, GenerationRequest, SamplingParams};
 use groundrl_tensor::{fused, profiler};
+use groundrl_train::dataset::Dataset;
+use groundrl_train::inference::encode_prompt;
 use serde::Serialize;
 
 use super::{ModelArgs, parse_grid};
@@ -27,6 +30,14 @@ pub struct Args {
     /// Each prompt's image patch grid TxHxW.
     #[arg(long, default_value = "1x52x94")]
     grid: String,
+    /// A sample file (JSONL) whose first `--prompts` samples are the prompts, encoded as `groundrl
+    /// train` encodes them (the task's default prompt, no tools) by the processor of `--model` (a run's
+    /// `initial-model` folder), instead of random screenshots of `--grid`: a training step's batch.
+    #[arg(long, requires = "model")]
+    data: Option<PathBuf>,
+    /// With --data: the processor's pixel budget (the run's `model.max_pixels`); default the folder's.
+    #[arg(long, requires = "data")]
+    max_pixels: Option<u64>,
     /// Text tokens before the image block (38 + 2 + 1222 = a 1,262-token prompt).
     #[arg(long, default_value_t = 38)]
     prompt_text: i64,
@@ -78,12 +89,12 @@ struct Report {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     fused::set_enabled(!args.no_fused);
     let (model, device, kind) = args.model.load()?;
-    // Random prompts need no real tokenizer; the tiny one supplies the pad id (stop strings are unused).
-    let processor = Processor {
-        tokenizer: tiny_tokenizer()?,
-        template: ChatTemplate::qwen2_5_vl(),
-        image: ImageProcessor::default(),
-        files: ImageLimits::default(),
+    let (processor, samples) = match (&args.data, &args.model.model) {
+        (Some(data), Some(dir)) => {
+            let (processor, prompts) = sample_prompts(dir, data, args.max_pixels, args.prompts)?;
+            (processor, Some(prompts))
+        }
+        _ => (random_prompt_processor()?, None),
     };
     let shape = StepShape {
         rows: 1,
@@ -91,9 +102,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         prompt_text: args.prompt_text,
         completion: 0,
     };
-    let prompt_tokens = shape.row_len(&model.config);
+    let prompt_tokens = match &samples {
+        Some(prompts) => prompts
+            .iter()
+            .map(|p| p.input_ids.len() as i64)
+            .max()
+            .unwrap_or(0),
+        None => shape.row_len(&model.config),
+    };
     let requests = |seed: u64| -> Vec<GenerationRequest> {
-        bench::rollout_prompts(&model.config, &shape, args.prompts, seed)
+        let prompts = match &samples {
+            Some(prompts) => prompts.iter().map(Encoded::share).collect(),
+            None => bench::rollout_prompts(&model.config, &shape, args.prompts, seed),
+        };
+        prompts
             .into_iter()
             .enumerate()
             .map(|(i, prompt)| GenerationRequest {
@@ -177,6 +199,42 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         eprintln!("profiler traces written to {}", dir.display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Random prompts need no real tokenizer; the tiny one supplies the pad id (stop strings are unused).
+fn random_prompt_processor() -> anyhow::Result<Processor> {
+    Ok(Processor {
+        tokenizer: tiny_tokenizer()?,
+        template: ChatTemplate::qwen2_5_vl(),
+        image: ImageProcessor::default(),
+        files: ImageLimits::default(),
+    })
+}
+
+/// The processor of the model folder `dir` (with `max_pixels` when given) and the first `count`
+/// samples of `data` encoded by it as the trainer encodes a step's prompts.
+fn sample_prompts(
+    dir: &Path,
+    data: &Path,
+    max_pixels: Option<u64>,
+    count: usize,
+) -> anyhow::Result<(Processor, Vec<Encoded>)> {
+    let mut processor = Processor::from_folder(dir).with_context(|| format!("--model {}", dir.display()))?;
+    processor.image.max_pixels = max_pixels.unwrap_or(processor.image.max_pixels);
+    let dataset = Dataset::load(data).map_err(anyhow::Error::msg)?;
+    if dataset.samples.len() < count {
+        bail!(
+            "--data {}: {} samples, --prompts asks for {count}",
+            data.display(),
+            dataset.samples.len()
+        );
+    }
+    let prompts = dataset.samples[..count]
+        .iter()
+        .map(|s| encode_prompt(&processor, s, &dataset.base, None, None).map(|p| p.encoded))
+        .collect::<Result<_, _>>()
+        .map_err(|e| anyhow::anyhow!("--data {}: {e}", data.display()))?;
+    Ok((processor, prompts))
 }
 
 fn same_tokens(a: &[Completion], b: &[Completion]) -> bool {
