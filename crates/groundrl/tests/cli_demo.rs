@@ -73,7 +73,10 @@ fn a_toy_demo_writes_evaluations_and_a_report() {
         assert_eq!(json_lines(&run.join("metrics.jsonl")).len(), 2);
         // The demo trains on the click reward alone.
         let spec = std::fs::read_to_string(run.join("reward.toml")).unwrap();
-        assert!(spec.contains("point_in_box") && !spec.contains("gaussian_point"), "{spec}");
+        assert!(
+            spec.contains("point_in_box") && !spec.contains("gaussian_point"),
+            "{spec}"
+        );
         let report = std::fs::read_to_string(run.join("report.html")).unwrap();
         assert!(report.contains("<svg"), "the report has no chart");
         assert!(
