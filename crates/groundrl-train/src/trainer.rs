@@ -147,6 +147,8 @@ pub enum TrainError {
     Io { path: String, source: std::io::Error },
     #[error(transparent)]
     DataParallel(#[from] crate::data_parallel::DataParallelError),
+    #[error(transparent)]
+    Update(#[from] crate::update::UpdateError),
 }
 
 fn setup(e: impl std::fmt::Display) -> TrainError {

@@ -12,9 +12,9 @@ use groundrl_tensor::qwen2_5_vl::model::{
 use groundrl_tensor::qwen2_5_vl::{Batch, ModelError, Qwen25Vl};
 use tch::{Device, Kind, Tensor};
 
-use crate::data_parallel::DataParallel;
+use crate::data_parallel::{DataParallel, DataParallelError};
 use crate::loss::{LossConfig, LossInputs, LossScale, LossStats, kl_reward_penalty, policy_loss};
-use crate::optim::{AdamW, StepOutcome};
+use crate::optim::{AdamW, OptimError, StepOutcome};
 
 /// One trajectory to learn from: a prompt and everything after it.
 pub struct Row<'a> {
@@ -186,6 +186,18 @@ impl FrozenFeatures {
     }
 }
 
+/// Why [`update`] failed: the model's computation, the optimizer, or a collective of a data-parallel
+/// run (another rank died or timed out), each named as what it is.
+#[derive(Debug, thiserror::Error)]
+pub enum UpdateError {
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error("optimizer step: {0}")]
+    Optimizer(#[from] OptimError),
+    #[error("data-parallel update: {0}")]
+    Collective(#[from] DataParallelError),
+}
+
 /// Runs the update over `rows` (old log-probs from the policy as it is now: a first pass without
 /// gradients when there is more than one optimizer step, else the same forward, detached), alone
 /// (`dp` `None`) or as one rank of a data-parallel run.
@@ -212,7 +224,7 @@ pub fn update(
     rows: &[Row],
     s: &UpdateSettings,
     mut dp: Option<&mut DataParallel>,
-) -> Result<UpdateReport, ModelError> {
+) -> Result<UpdateReport, UpdateError> {
     let device = model.device();
     let frozen = FrozenFeatures::new(model, rows)?;
     let frozen_reference = reference
@@ -269,7 +281,7 @@ pub fn update(
             let (mut tokens, mut sequences) =
                 LossScale::totals(mbs.iter().map(|mb| &mb.mask)).map_err(loss_error)?;
             if let Some(dp) = dp.as_deref_mut() {
-                let global = dp.sum_i64(&[tokens, sequences]).map_err(collective)?;
+                let global = dp.sum_i64(&[tokens, sequences])?;
                 (tokens, sequences) = (global[0], global[1]);
             }
             if tokens == 0 {
@@ -302,16 +314,13 @@ pub fn update(
             }
             report.loss += mini_loss;
             if let Some(dp) = dp.as_deref_mut() {
-                dp.sum_gradients(&parameters).map_err(collective)?;
+                dp.sum_gradients(&parameters)?;
             }
-            let outcome = optimizer
-                .step(s.lr)
-                .map_err(|e| ModelError::Input(e.to_string()))?;
+            let outcome = optimizer.step(s.lr)?;
             if let (StepOutcome::Applied { .. }, Some(dp), Some(shard)) =
                 (outcome, dp.as_deref_mut(), optimizer.shard())
             {
-                dp.share_updates(&parameters, &shard.partition)
-                    .map_err(collective)?;
+                dp.share_updates(&parameters, &shard.partition)?;
             }
             match outcome {
                 StepOutcome::Applied { grad_norm, .. } => {
@@ -337,14 +346,9 @@ pub fn update(
 }
 
 /// The largest `count` of any rank.
-fn most_over_ranks(dp: &mut DataParallel, count: usize) -> Result<usize, ModelError> {
-    let all = dp.gather("mini-batch count", &count).map_err(collective)?;
+fn most_over_ranks(dp: &mut DataParallel, count: usize) -> Result<usize, DataParallelError> {
+    let all = dp.gather("mini-batch count", &count)?;
     Ok(all.into_iter().max().unwrap_or(count))
-}
-
-/// A failed collective as the update's error, with the rank and c10d's message.
-fn collective(e: crate::data_parallel::DataParallelError) -> ModelError {
-    ModelError::Input(format!("data-parallel update: {e}"))
 }
 
 /// Each row's KL penalty for `loss.kl_in_reward` (see [`crate::loss::kl_reward_penalty`]): the

@@ -418,6 +418,8 @@ fn two_nodes_by_torchruns_variables_and_a_hung_rank_times_out() {
         stderr.to_lowercase().contains("rank 0 of 2") && stderr.to_lowercase().contains("timed out"),
         "{stderr}"
     );
+    // A collective that failed is reported as such, not as a problem of the model's input.
+    assert!(!stderr.contains("bad model input"), "{stderr}");
     // The timeout is 20 s; rank 0 may first finish the step it was in.
     assert!(
         waited < Duration::from_secs(120),
