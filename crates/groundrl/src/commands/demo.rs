@@ -86,10 +86,10 @@ pub struct Args {
     /// Seeds trained at the same time, the CPU cores shared equally among them. Default: every
     /// seed at once. On the CPU, three single-threaded seeds on 2 cores finish sooner than three
     /// two-threaded ones in a row (the tiny model's operations are too small to keep two threads
-    /// busy); on one H100 three seeds of the GPU demo with 100 GRPO steps took 4.7 minutes together
-    /// where one alone took about 3. On the GPU each seed runs in a process of its own (log in
-    /// `<out>/seed-N.log`): the rollout engine captures CUDA graphs, and a capture fails when
-    /// another thread of the same process uses the device meanwhile.
+    /// busy); on one H100 the GPU demo's three seeds (128 prompts x 100 GRPO steps) took 5.9 minutes
+    /// together, and at 64 prompts a step 4.7 where one alone took about 3. On the GPU each seed runs
+    /// in a process of its own (log in `<out>/seed-N.log`): the rollout engine captures CUDA graphs,
+    /// and a capture fails when another thread of the same process uses the device meanwhile.
     #[arg(long)]
     jobs: Option<u64>,
     /// Train the seeds of a wave in processes of their own rather than threads of this one (the
