@@ -9,9 +9,9 @@ use std::time::Instant;
 use tch::{Device, Kind, Tensor};
 
 use crate::processor::Encoded;
+use crate::qwen2_5_vl::flops::{Sequence, text_forward_flops, vision_forward_flops};
 use crate::qwen2_5_vl::model::{Batch, Qwen25Vl, logprobs_at};
 use crate::qwen2_5_vl::rope_index::Grid;
-use crate::qwen2_5_vl::vision::window_layout;
 use crate::qwen2_5_vl::{ModelError, Qwen25VlConfig, presets};
 
 /// The shape of one synthetic batch.
@@ -200,55 +200,19 @@ pub fn decode_step_bytes(config: &Qwen25VlConfig, kind: Kind, rows: i64, context
 }
 
 /// The arithmetic of one training step on a batch of `shape`, in FLOPs, as model FLOPs utilisation
-/// counts it (PaLM's definition, recomputation not counted): 2 per multiply-add of every matmul and
-/// attention product of the forward, twice as many in the backward, each tower on the rows it runs
-/// on: the vision tower on image patches (its merger on merged tokens), the decoder on every token,
-/// the output head on the scored (completion) tokens alone, as the training step projects only
-/// those. A frozen tower runs its forward only. The simpler 6ND formula, 6 x trainable parameters
-/// x tokens, credits the tower's parameters once per decoder token: a quarter of the patches it
-/// actually runs on.
+/// counts it ([`crate::qwen2_5_vl::flops`]: recomputation not counted): the decoder's forward on
+/// every row (the output head on the completion tokens alone) and its backward, 3 forwards in all;
+/// the vision tower's forward on each row's image, 3 times when it is trained, once when frozen.
 pub fn training_flops(
     config: &Qwen25VlConfig,
     shape: &StepShape,
     vision_trained: bool,
 ) -> Result<f64, ModelError> {
-    let t = &config.text;
-    let (rows, len) = (shape.rows as f64, shape.row_len(config) as f64);
-    let attention_width = (t.num_attention_heads * t.head_dim()) as f64;
-    let kv_width = (t.num_key_value_heads * t.head_dim()) as f64;
-    let (hidden, inner) = (t.hidden_size as f64, t.intermediate_size as f64);
-    let layer_weights =
-        hidden * (attention_width + 2.0 * kv_width) + attention_width * hidden + 3.0 * hidden * inner;
-    let layers = t.num_hidden_layers as f64;
-    // Causal attention: half of the L x L scores, each a head-dim product for QK^T and again for PV.
-    let causal_attention = 2.0 * attention_width * len * len * layers;
-    let head = 2.0 * (t.vocab_size as f64) * hidden * shape.completion as f64;
-    let text_forward = rows * (2.0 * layer_weights * len * layers + causal_attention + head);
+    let row = Sequence::row(shape.row_len(config) as usize, shape.completion as usize);
+    let rows = shape.rows as f64;
+    let text_forward = rows * text_forward_flops(config, &row);
     Ok(3.0 * text_forward
         + if vision_trained { 3.0 } else { 1.0 } * rows * vision_forward_flops(config, shape.grid)?)
-}
-
-/// The vision tower's forward FLOPs on one image of `grid`: patch embedding, blocks (window attention
-/// within each window, full attention over the frame in the full-attention blocks), merger.
-fn vision_forward_flops(config: &Qwen25VlConfig, grid: Grid) -> Result<f64, ModelError> {
-    let v = &config.vision;
-    let (width, inner) = (v.hidden_size as f64, v.intermediate_size as f64);
-    let merged_width = width * (v.spatial_merge_size * v.spatial_merge_size) as f64;
-    let window = v.window_size / (v.patch_size * v.spatial_merge_size);
-    let layout = window_layout(&[grid], v.spatial_merge_size, window)?;
-    let patches = layout.window_lengths.iter().sum::<i64>() as f64;
-    let squares = |lengths: &[i64]| lengths.iter().map(|&l| (l * l) as f64).sum::<f64>();
-    let full_blocks = v.fullatt_block_indexes.len() as f64;
-    let windowed_blocks = v.depth as f64 - full_blocks;
-    // Non-causal attention: every score, a head-dim product for QK^T and again for PV.
-    let attention = 4.0
-        * width
-        * (windowed_blocks * squares(&layout.window_lengths) + full_blocks * squares(&layout.frame_lengths));
-    let block_weights = width * 3.0 * width + width * width + 3.0 * width * inner;
-    let embed = v.patch_dim() as f64 * width;
-    let merger = merged_width * merged_width + merged_width * v.out_hidden_size as f64;
-    let merged = patches / (v.spatial_merge_size * v.spatial_merge_size) as f64;
-    Ok(2.0 * (patches * (embed + v.depth as f64 * block_weights) + merged * merger) + attention)
 }
 
 #[cfg(test)]

@@ -50,7 +50,7 @@ pub fn sft_step(
         .chunks(s.micro_batch_size.max(1))
         .map(|chunk| micro_batch(processor, chunk, device))
         .collect::<Result<_, _>>()?;
-    let answer_tokens: u64 = batches.iter().map(|mb| mb.counted).sum();
+    let answer_tokens: u64 = batches.iter().map(|mb| mb.counted()).sum();
     if answer_tokens == 0 {
         return Err(ModelError::Input("warm-up batch without answer tokens".into()));
     }
@@ -68,7 +68,7 @@ pub fn sft_step(
         let part = -(logprobs.to_kind(Kind::Float) * &mb.mask).sum(Kind::Float) / answer_tokens as f64;
         loss += part.double_value(&[]);
         forward.backward(&part)?;
-        tokens += mb.tokens;
+        tokens += mb.tokens();
     }
     let outcome = optimizer
         .step(s.lr)

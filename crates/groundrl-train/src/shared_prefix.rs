@@ -13,6 +13,7 @@ use std::ops::Range;
 
 use groundrl_tensor::processor::{Encoded, Processor};
 use groundrl_tensor::qwen2_5_vl::branches::scored_pairs;
+use groundrl_tensor::qwen2_5_vl::flops::Sequence;
 use groundrl_tensor::qwen2_5_vl::{Batch, BranchRow, ModelError};
 use tch::{Device, Tensor};
 
@@ -65,13 +66,19 @@ pub(crate) fn micro_batch(
     };
     let mut mask = vec![0f32; rows.len() * width];
     let mut slots = Vec::new();
+    let mut sequences = Vec::with_capacity(packs.len());
     for (b, pack) in packs.iter().enumerate() {
+        let before = slots.len();
         for (branch, r) in pack.clone().enumerate() {
             for t in (0..rows[r].response.input_ids.len()).filter(|&t| learned(b, branch, t)) {
                 mask[r * width + t] = 1.0;
                 slots.push((r * width + t) as i64);
             }
         }
+        sequences.push(Sequence {
+            layout: layout[b].clone(),
+            scored: slots.len() - before,
+        });
     }
     let (targets_at, predictors_at) = scored_pairs(&layout, len, device, learned);
     let mut input_ids = Vec::with_capacity(packs.len());
@@ -95,14 +102,13 @@ pub(crate) fn micro_batch(
             attention_mask: None,
             pixel_values: (!pixels.is_empty()).then(|| Tensor::cat(&pixels, 0)),
             image_grids,
-            branches: Some(layout.clone()),
+            branches: Some(layout),
         },
         mask: Tensor::from_slice(&mask)
             .view([rows.len() as i64, width as i64])
             .to_device(device),
         advantages: Tensor::from_slice(&advantages).to_device(device),
-        tokens: layout.iter().map(|l| l.len() as u64).sum(),
-        counted: slots.len() as u64,
+        sequences,
         features: None,
         reference_features: None,
         sources: packs
@@ -199,10 +205,10 @@ mod tests {
         assert_eq!(packs(&rows), [0..3, 3..5]);
         let plain = micro_batch(&p, &rows, Device::Cpu).unwrap();
         let branched = super::micro_batch(&p, &rows, Device::Cpu).unwrap();
-        assert_eq!(plain.counted, branched.counted);
+        assert_eq!(plain.counted(), branched.counted());
         let prompt_tokens = (first.input_ids.len() + second.input_ids.len()) as u64;
         let response_tokens: u64 = responses.iter().map(|r| r.input_ids.len() as u64).sum();
-        assert_eq!(branched.tokens, prompt_tokens + response_tokens);
+        assert_eq!(branched.tokens(), prompt_tokens + response_tokens);
         for aggregation in [Aggregation::TokenMean, Aggregation::SeqMeanTokenSum] {
             let cfg = LossConfig {
                 aggregation,

@@ -301,6 +301,7 @@ impl Trainer {
             .collect();
         let mut rewards: Vec<f64> = records.iter().map(|r| r.reward).collect();
         let mut kl_penalty = 0.0;
+        let mut kl_model_flops = 0.0;
         if let (true, Some(reference)) = (self.cfg.loss.kl_in_reward, &self.reference) {
             let penalties = kl_penalties(
                 &self.policy.model,
@@ -309,10 +310,11 @@ impl Trainer {
                 &rows,
                 &settings,
             )?;
-            for (reward, penalty) in rewards.iter_mut().zip(&penalties) {
+            for (reward, penalty) in rewards.iter_mut().zip(&penalties.per_row) {
                 *reward -= penalty;
             }
-            kl_penalty = penalties.iter().sum::<f64>() / penalties.len().max(1) as f64;
+            kl_penalty = penalties.per_row.iter().sum::<f64>() / penalties.per_row.len().max(1) as f64;
+            kl_model_flops = penalties.model_flops;
         }
         let group_of: Vec<usize> = records.iter().map(|r| r.group).collect();
         let advantages = group_advantages(&rewards, &group_of, &self.cfg.advantage).map_err(setup)?;
@@ -352,6 +354,7 @@ impl Trainer {
             clip_fraction: report.stats.clip_fraction,
             generated: generated as f64,
             tokens: report.tokens as f64,
+            model_flops: report.model_flops + kl_model_flops,
             kl_penalty: kl_penalty * rows.len() as f64,
             rows: rows.len() as f64,
             bad_samples: (self.state.bad_samples - bad_before) as f64,
@@ -379,6 +382,8 @@ impl Trainer {
             ("rollout/decode_sessions", decode_sessions as f64),
             ("time/update", update_seconds),
             ("update/shared_prefix", f64::from(u8::from(report.shared_prefix))),
+            // The update's model FLOPs (the KL-in-reward passes included), summed over the ranks.
+            ("update/model_flops", sums.model_flops),
             ("generated_tokens_per_s", generated / rollout_seconds.max(1e-9)),
             ("bad_samples", self.state.bad_samples as f64),
             ("dropped_groups", dropped as f64),
@@ -401,11 +406,13 @@ impl Trainer {
         }
         train.insert("time/step", start.elapsed().as_secs_f64())?;
         if self.policy.model.device().is_cuda() {
-            // Model FLOPs of the update (6 per parameter per token) at the H100/H200 dense bf16 peak,
-            // of every rank's GPU.
+            // The update's FLOPs at the H100/H200 dense bf16 peak of every rank's GPU: by the 6ND
+            // formula (6 per optimizer parameter per token), and by the model FLOPs of its passes
+            // (`groundrl_tensor::qwen2_5_vl::flops`: attention included, each tower on what it runs on).
             let flops = 6.0 * self.optimizer_parameters as f64 * sums.tokens;
             let peak = H100_BF16_FLOPS * self.world_size() as f64;
             train.insert("mfu", flops / update_seconds / peak)?;
+            train.insert("mfu_model_flops", sums.model_flops / update_seconds / peak)?;
         }
         if let Some(bytes) = groundrl_tensor::bench::cuda_memory_in_use() {
             train.insert("peak_memory_bytes", bytes as f64)?;

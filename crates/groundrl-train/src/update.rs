@@ -6,9 +6,11 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 
 use groundrl_tensor::processor::{Encoded, Processor};
+use groundrl_tensor::qwen2_5_vl::flops::{Sequence, images_forward_flops, text_forward_flops};
 use groundrl_tensor::qwen2_5_vl::model::{
     ImageFeatures, TokenScores, logprobs_and_entropy_at, logprobs_and_entropy_of_pairs,
 };
+use groundrl_tensor::qwen2_5_vl::rope_index::Grid;
 use groundrl_tensor::qwen2_5_vl::{Batch, ModelError, Qwen25Vl};
 use tch::{Device, Kind, Tensor};
 
@@ -89,6 +91,8 @@ pub struct UpdateReport {
     pub tokens: u64,
     /// Whether a micro-batch ran its completions as branches of their shared prompt.
     pub shared_prefix: bool,
+    /// The model FLOPs of every pass of the update ([`ModelFlops`]).
+    pub model_flops: f64,
 }
 
 /// The training inputs of some rows on the model's device.
@@ -99,10 +103,10 @@ pub(crate) struct MicroBatch {
     pub mask: Tensor,
     /// (B,) f32.
     pub advantages: Tensor,
-    /// Tokens run through the model: prompts, responses and tool turns.
-    pub tokens: u64,
-    /// Response tokens that count in the loss (the model's, of rows that count).
-    pub counted: u64,
+    /// The sequences the decoder runs, padding excluded: one per row (prompt, response and tool
+    /// turns), or one per branched row (a prompt and its responses as branches), each with its
+    /// tokens that count in the loss (the model's response tokens, of rows that count).
+    pub sequences: Vec<Sequence>,
     /// The policy's image features of the batch's images, when its vision tower is frozen and they
     /// were computed once for the update ([`FrozenFeatures`]); `None`: the tower runs on the pixels.
     pub features: Option<Tensor>,
@@ -127,6 +131,16 @@ pub(crate) struct Branched {
 }
 
 impl MicroBatch {
+    /// Tokens run through the model: prompts, responses and tool turns.
+    pub fn tokens(&self) -> u64 {
+        self.sequences.iter().map(|s| s.tokens() as u64).sum()
+    }
+
+    /// Response tokens that count in the loss (the model's, of rows that count).
+    pub fn counted(&self) -> u64 {
+        self.sequences.iter().map(|s| s.scored as u64).sum()
+    }
+
     /// Where the policy's forwards of this batch take their image features from.
     pub(crate) fn policy_features(&self) -> ImageFeatures<'_> {
         given_or_tower(&self.features)
@@ -151,6 +165,8 @@ fn given_or_tower(features: &Option<Tensor>) -> ImageFeatures<'_> {
 /// times on each screenshot. Empty when the tower is trained (its features need their graph).
 struct FrozenFeatures {
     by_source: HashMap<*const Encoded, Tensor>,
+    /// The grids of the images the tower ran on.
+    grids: Vec<Grid>,
 }
 
 impl FrozenFeatures {
@@ -166,16 +182,18 @@ impl FrozenFeatures {
 
     fn computed_if(compute: bool, model: &Qwen25Vl, rows: &[Row]) -> Result<Self, ModelError> {
         let mut by_source = HashMap::new();
+        let mut grids = Vec::new();
         if compute {
             for encoded in rows.iter().flat_map(|r| [r.prompt, r.response]) {
                 if let (Some(pixels), Entry::Vacant(slot)) =
                     (&encoded.pixel_values, by_source.entry(encoded as *const Encoded))
                 {
                     slot.insert(model.image_features(pixels, &encoded.image_grids)?);
+                    grids.extend(&encoded.image_grids);
                 }
             }
         }
-        Ok(Self { by_source })
+        Ok(Self { by_source, grids })
     }
 
     /// The features of a micro-batch's images in batch order ([`MicroBatch::sources`]); `None`
@@ -183,6 +201,47 @@ impl FrozenFeatures {
     fn of(&self, sources: &[*const Encoded]) -> Option<Tensor> {
         let parts: Vec<&Tensor> = sources.iter().filter_map(|e| self.by_source.get(e)).collect();
         (!parts.is_empty()).then(|| Tensor::cat(&parts, 0))
+    }
+}
+
+/// The model FLOPs of an update's passes, as model FLOPs utilisation counts them
+/// ([`groundrl_tensor::qwen2_5_vl::flops`]): the decoder's forward on each micro-batch's sequences,
+/// 3 times for a pass with a backward and once for one without; the vision tower's forward where it
+/// runs: once per image for the whole update when its features are computed up front
+/// ([`FrozenFeatures`]), else in every pass, 3 times when the tower is trained and the pass has a
+/// backward. A backward counts twice its forward even where only adapters (LoRA) take gradients;
+/// recomputation (gradient checkpointing) is not counted.
+#[derive(Debug, Default)]
+struct ModelFlops(f64);
+
+impl ModelFlops {
+    /// The tower's forward on the images whose features `frozen` computed.
+    fn features(&mut self, model: &Qwen25Vl, frozen: &FrozenFeatures) -> Result<(), ModelError> {
+        self.0 += images_forward_flops(&model.config, &frozen.grids)?;
+        Ok(())
+    }
+
+    /// A forward of `mb` under `model` with its image features from `source`, and its backward
+    /// when `backward`.
+    fn pass(
+        &mut self,
+        model: &Qwen25Vl,
+        mb: &MicroBatch,
+        source: ImageFeatures,
+        backward: bool,
+    ) -> Result<(), ModelError> {
+        let text: f64 = mb
+            .sequences
+            .iter()
+            .map(|s| text_forward_flops(&model.config, s))
+            .sum();
+        let tower = match source {
+            ImageFeatures::Tower => images_forward_flops(&model.config, &mb.batch.image_grids)?,
+            ImageFeatures::Given(_) => 0.0,
+        };
+        let times = |trained: bool| if backward && trained { 3.0 } else { 1.0 };
+        self.0 += times(true) * text + times(tower > 0.0 && model.vision_trainable()) * tower;
+        Ok(())
     }
 }
 
@@ -226,10 +285,15 @@ pub fn update(
     mut dp: Option<&mut DataParallel>,
 ) -> Result<UpdateReport, UpdateError> {
     let device = model.device();
+    let mut flops = ModelFlops::default();
     let frozen = FrozenFeatures::new(model, rows)?;
+    flops.features(model, &frozen)?;
     let frozen_reference = reference
         .map(|r| FrozenFeatures::for_reference(&frozen, r, rows))
         .transpose()?;
+    if let (Some(r), Some(f)) = (reference, &frozen_reference) {
+        flops.features(r, f)?;
+    }
     let minis: Vec<&[Row]> = rows.chunks(s.mini_batch_size.max(1)).collect();
     let micro = |mini: &[Row]| -> Result<Vec<MicroBatch>, ModelError> {
         mini.chunks(s.micro_batch_size.max(1))
@@ -255,7 +319,7 @@ pub fn update(
             mbs.iter()
                 .map(|mb| {
                     separate_old
-                        .then(|| scores_without_grad(model, mb, mb.policy_features(), s))
+                        .then(|| scores_without_grad(model, mb, mb.policy_features(), s, &mut flops))
                         .transpose()
                 })
                 .collect::<Result<_, _>>()
@@ -267,7 +331,7 @@ pub fn update(
             mbs.iter()
                 .map(|mb| {
                     reference
-                        .map(|r| scores_without_grad(r, mb, mb.reference_features(), s))
+                        .map(|r| scores_without_grad(r, mb, mb.reference_features(), s, &mut flops))
                         .transpose()
                 })
                 .collect::<Result<_, _>>()
@@ -293,6 +357,7 @@ pub fn update(
             let mut mini_loss = 0.0;
             for (b, mb) in mbs.iter().enumerate() {
                 let forward = model.training_forward_from(&mb.batch, mb.policy_features(), s.checkpoint)?;
+                flops.pass(model, mb, mb.policy_features(), true)?;
                 let scores = token_scores(model, &forward.hidden, &forward.prepared.ids, mb, s)?;
                 let inputs = LossInputs {
                     old_logprobs: old[m][b]
@@ -309,7 +374,7 @@ pub fn update(
                 mini_loss += out.loss.double_value(&[]);
                 forward.backward(&out.loss)?;
                 report.stats.merge(&out.stats);
-                report.tokens += mb.tokens;
+                report.tokens += mb.tokens();
                 report.shared_prefix |= mb.branched.is_some();
             }
             report.loss += mini_loss;
@@ -336,6 +401,7 @@ pub fn update(
             minis_done += 1;
         }
     }
+    report.model_flops = flops.0;
     if minis_done > 0 {
         let n = f64::from(minis_done);
         report.loss /= n;
@@ -351,6 +417,15 @@ fn most_over_ranks(dp: &mut DataParallel, count: usize) -> Result<usize, DataPar
     Ok(all.into_iter().max().unwrap_or(count))
 }
 
+/// The rows' KL penalties for `loss.kl_in_reward`.
+#[derive(Debug)]
+pub struct KlPenalties {
+    /// Each row's penalty.
+    pub per_row: Vec<f64>,
+    /// The model FLOPs of the passes that computed them ([`ModelFlops`]).
+    pub model_flops: f64,
+}
+
 /// Each row's KL penalty for `loss.kl_in_reward` (see [`crate::loss::kl_reward_penalty`]): the
 /// policy's and the reference's log-probs of its completion, without gradients, before any update.
 pub fn kl_penalties(
@@ -359,21 +434,27 @@ pub fn kl_penalties(
     processor: &Processor,
     rows: &[Row],
     s: &UpdateSettings,
-) -> Result<Vec<f64>, ModelError> {
+) -> Result<KlPenalties, ModelError> {
+    let mut flops = ModelFlops::default();
     let frozen = FrozenFeatures::new(model, rows)?;
     let frozen_reference = FrozenFeatures::for_reference(&frozen, reference, rows)?;
+    flops.features(model, &frozen)?;
+    flops.features(reference, &frozen_reference)?;
     let mut penalties = Vec::with_capacity(rows.len());
     for chunk in rows.chunks(s.micro_batch_size.max(1)) {
         let mut mb = training_batch(processor, chunk, model.device(), s.shared_prefix)?;
         mb.features = frozen.of(&mb.sources);
         mb.reference_features = frozen_reference.of(&mb.sources);
-        let policy = scores_without_grad(model, &mb, mb.policy_features(), s)?;
-        let reference = scores_without_grad(reference, &mb, mb.reference_features(), s)?;
+        let policy = scores_without_grad(model, &mb, mb.policy_features(), s, &mut flops)?;
+        let reference = scores_without_grad(reference, &mb, mb.reference_features(), s, &mut flops)?;
         let penalty = kl_reward_penalty(s.loss, &policy, &reference, &mb.mask)
             .map_err(|e| ModelError::Input(e.to_string()))?;
         penalties.extend(penalty);
     }
-    Ok(penalties)
+    Ok(KlPenalties {
+        per_row: penalties,
+        model_flops: flops.0,
+    })
 }
 
 /// The micro-batch of `rows`: their completions as branches of their shared prompts where
@@ -406,13 +487,12 @@ pub(crate) fn micro_batch(
         .max()
         .unwrap_or(0);
     let mut mask = vec![0f32; rows.len() * width];
-    let mut tokens = 0;
-    let mut counted = 0;
+    let mut sequences = Vec::with_capacity(rows.len());
     let mut encoded = Vec::with_capacity(rows.len());
     check_generated_flags(rows)?;
     for (i, r) in rows.iter().enumerate() {
         let response = r.response.input_ids.len();
-        tokens += (r.prompt.input_ids.len() + response) as u64;
+        let mut counted = 0;
         if r.counts {
             // Left padding puts the response at the end of the row.
             let start = (i + 1) * width - response;
@@ -423,6 +503,7 @@ pub(crate) fn micro_batch(
                 }
             }
         }
+        sequences.push(Sequence::row(r.prompt.input_ids.len() + response, counted));
         encoded.push(r.sequence());
     }
     let advantages: Vec<f32> = rows.iter().map(|r| r.advantage as f32).collect();
@@ -432,8 +513,7 @@ pub(crate) fn micro_batch(
             .view([rows.len() as i64, width as i64])
             .to_device(device),
         advantages: Tensor::from_slice(&advantages).to_device(device),
-        tokens,
-        counted,
+        sequences,
         features: None,
         reference_features: None,
         sources: rows
@@ -497,13 +577,16 @@ pub(crate) fn token_scores(
     })
 }
 
-/// The completion tokens' log-probs under `model` without a graph, its image features from `source`.
+/// The completion tokens' log-probs under `model` without a graph, its image features from `source`;
+/// the pass's FLOPs go to `flops`.
 fn scores_without_grad(
     model: &Qwen25Vl,
     mb: &MicroBatch,
     source: ImageFeatures,
     s: &UpdateSettings,
+    flops: &mut ModelFlops,
 ) -> Result<Tensor, ModelError> {
+    flops.pass(model, mb, source, false)?;
     tch::no_grad(|| {
         let hidden = model.hidden_states_from(&mb.batch, source)?;
         let ids = Tensor::from_slice2(&mb.batch.input_ids).to_device(model.device());
@@ -522,11 +605,14 @@ pub(crate) mod tests {
     use groundrl_tensor::processor::image::ImageProcessor;
     use groundrl_tensor::processor::tiny_tokenizer::{VOCAB_SIZE, tiny_tokenizer};
     use groundrl_tensor::processor::tokenizer::expand_image_pads;
+    use groundrl_tensor::qwen2_5_vl::BranchRow;
+    use groundrl_tensor::qwen2_5_vl::flops::vision_forward_flops;
     use groundrl_tensor::qwen2_5_vl::presets;
     use groundrl_tensor::qwen2_5_vl::rope_index::Grid;
 
     use super::*;
     use crate::loss::{Aggregation, LossConfig, LossScale, policy_loss};
+    use crate::optim::OptimConfig;
 
     /// The tiny preset, random-init, with a processor of the tiny tokenizer.
     pub(crate) fn tiny() -> (Qwen25Vl, Processor) {
@@ -655,8 +741,8 @@ pub(crate) mod tests {
         want.extend(vec![1f32; plain.input_ids.len()]);
         assert_eq!(floats(&mb.mask.get(1)), want);
         let learned = t.generated.iter().filter(|&&g| g).count() + plain.input_ids.len();
-        assert_eq!(mb.counted, learned as u64);
-        assert_eq!(mb.tokens, (lengths[0] + lengths[1]) as u64);
+        assert_eq!(mb.counted(), learned as u64);
+        assert_eq!(mb.tokens(), (lengths[0] + lengths[1]) as u64);
         // Images in sequence order: row 0's screenshot and zoom, then row 1's screenshot.
         let pixels = mb.batch.pixel_values.as_ref().unwrap();
         assert_eq!(pixels.size(), [16 + 32 + 16, 1176]);
@@ -681,7 +767,7 @@ pub(crate) mod tests {
             ..t.row(1.0)
         };
         let mb = micro_batch(&p, &[skipped], Device::Cpu).unwrap();
-        assert_eq!(mb.counted, 0);
+        assert_eq!(mb.counted(), 0);
         assert_eq!(mb.mask.sum(Kind::Float).double_value(&[]), 0.0);
         let short = Row {
             generated: &t.generated[1..],
@@ -757,6 +843,86 @@ pub(crate) mod tests {
                 assert_eq!(g > 0.0, learned, "{aggregation:?}: position {i}, gradient {g}");
             }
         }
+    }
+
+    /// An update of three rows, two sharing a prompt (images of 4 x 4 and 4 x 8 patches), in one
+    /// mini-batch and micro-batch over two PPO epochs, counts the FLOPs of each of its passes: two
+    /// forwards with a backward (3 forwards each) and the old log-probs' forward, plus the reference
+    /// model's forward when there is one. A trained tower runs in each pass on the micro-batch's
+    /// images (one per row, or one per prompt with branches); a frozen one once per image set for
+    /// the update, for each model.
+    #[test]
+    fn the_updates_model_flops_add_up_by_hand() {
+        let (model, p) = tiny();
+        let (reference, _) = tiny();
+        let config = model.config.clone();
+        let a = with_image(&p, PROMPT, [1, 4, 4], 0.0);
+        let b = with_image(&p, PROMPT, [1, 4, 8], 1.0);
+        let responses: Vec<Encoded> = ["(1, 2)<|im_end|>", "(10, 20)<|im_end|>", "(3<|im_end|>"]
+            .iter()
+            .map(|t| text_response(ids(&p, t)))
+            .collect();
+        let rows: Vec<Row> = [&a, &b, &b]
+            .into_iter()
+            .zip(&responses)
+            .map(|(prompt, response)| Row {
+                prompt,
+                response,
+                generated: &[],
+                advantage: 1.0,
+                counts: true,
+            })
+            .collect();
+        let cfg = LossConfig::default();
+        let settings = |shared_prefix| UpdateSettings {
+            loss: &cfg,
+            ppo_epochs: 2,
+            mini_batch_size: 3,
+            micro_batch_size: 3,
+            checkpoint: false,
+            logprob_chunk: 16,
+            temperature: 1.0,
+            response_budget: 32,
+            lr: 1e-6,
+            shared_prefix,
+        };
+        let run = |shared_prefix, reference| {
+            let trained = model
+                .var_store()
+                .variables()
+                .into_iter()
+                .filter(|(_, t)| t.requires_grad())
+                .collect();
+            let mut optimizer = AdamW::new(trained, &OptimConfig::default()).unwrap();
+            let s = settings(shared_prefix);
+            let report = update(&model, reference, &p, &mut optimizer, &rows, &s, None).unwrap();
+            report.model_flops
+        };
+        let text = |prefix, branches: &[usize]| {
+            let scored = branches.iter().sum();
+            let layout = BranchRow {
+                prefix,
+                branches: branches.to_vec(),
+            };
+            text_forward_flops(&config, &Sequence { layout, scored })
+        };
+        let c: Vec<usize> = responses.iter().map(|r| r.input_ids.len()).collect();
+        let (pa, pb) = (a.input_ids.len(), b.input_ids.len());
+        let plain = text(pa, &[c[0]]) + text(pb, &[c[1]]) + text(pb, &[c[2]]);
+        let branched = text(pa, &[c[0]]) + text(pb, &[c[1], c[2]]);
+        let tower = |grid| vision_forward_flops(&config, grid).unwrap();
+        let (va, vb) = (tower([1, 4, 4]), tower([1, 4, 8]));
+        assert!(branched < plain && vb > va && va > 0.0);
+        // Trained tower: 2 x 3 + 1 forwards of the decoder and of the tower on each image it runs on.
+        assert_eq!(run(false, None), 7.0 * plain + 7.0 * (va + 2.0 * vb));
+        assert_eq!(run(true, None), 7.0 * branched + 7.0 * (va + vb));
+        // Frozen tower, with a reference: the decoder once more; each model's tower once per image.
+        model.set_vision_trainable(false);
+        assert_eq!(run(false, Some(&reference)), 8.0 * plain + 2.0 * (va + vb));
+        assert_eq!(run(true, Some(&reference)), 8.0 * branched + 2.0 * (va + vb));
+        // The KL-in-reward penalties: one forward of each model.
+        let kl = kl_penalties(&model, &reference, &p, &rows, &settings(true)).unwrap();
+        assert_eq!(kl.model_flops, 2.0 * branched + 2.0 * (va + vb));
     }
 
     /// Two rows of one zooming trajectory and one of a plain prompt: a frozen tower runs once per

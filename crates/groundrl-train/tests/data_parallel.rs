@@ -281,6 +281,10 @@ fn two_ranks_with_half_the_rows_each_update_as_one_process_with_all() {
         "a loss of {} shows nothing",
         report.loss
     );
+    // So are their model FLOPs (the trainer's `update/model_flops`).
+    let flops: f64 = lines.iter().map(|l| number(l, "model_flops")).sum();
+    assert!(report.model_flops > 0.0);
+    assert_eq!(flops, report.model_flops);
 }
 
 /// The first trained parameter of a fresh tiny model (to show the update moved the weights).
@@ -325,8 +329,8 @@ fn rank() {
                 .collect();
             Tensor::save_multi(&named, weights_file(&out, rank)).unwrap();
             println!(
-                "{PASSED} equivalence rank {rank} grad_norm={} loss={}",
-                report.grad_norm, report.loss
+                "{PASSED} equivalence rank {rank} grad_norm={} loss={} model_flops={}",
+                report.grad_norm, report.loss, report.model_flops
             );
         }
         "uneven" => {

@@ -431,6 +431,12 @@ fn lora_with_a_kl_penalty_to_the_reference() {
     println!("mean KL penalty by step: {penalty:?}");
     assert_eq!(penalty[0], 0.0);
     assert_ne!(penalty[2], 0.0);
+    // The update's model FLOPs count the penalties' passes too: the first step's rollouts are the
+    // same in both runs (same weights, same seeds), its update runs them through two more forwards.
+    let flops = |run: &Path| metrics(run)[0]["train"]["update/model_flops"].as_f64().unwrap();
+    let (plain, in_reward) = (flops(&dir.path().join("run")), flops(&run.join("run")));
+    println!("update/model_flops of step 1: {plain:e}, with the KL in the reward {in_reward:e}");
+    assert!(plain > 0.0 && in_reward > 1.2 * plain, "{plain} vs {in_reward}");
 }
 
 /// The warm-up learns the reference answers (its loss falls), runs once (a resumed run does not

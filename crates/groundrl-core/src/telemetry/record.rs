@@ -32,8 +32,12 @@ pub mod keys {
     pub const TIME_STEP: &str = "time/step";
     /// Generated tokens per second during rollout.
     pub const TOKENS_PER_SECOND: &str = "tokens_per_second";
-    /// Model FLOPs utilization, in [0, 1].
+    /// Model FLOPs utilization of the update, in [0, 1], by the 6ND formula: 6 x optimizer
+    /// parameters x tokens.
     pub const MFU: &str = "mfu";
+    /// The same by the model FLOPs of the update's passes (attention included, each tower on the
+    /// tokens or patches it runs on, the output head on the scored tokens).
+    pub const MFU_MODEL_FLOPS: &str = "mfu_model_flops";
     pub const PEAK_MEMORY_BYTES: &str = "peak_memory_bytes";
     /// Steps skipped so far (non-finite loss, no group with signal).
     pub const SKIPPED_STEPS: &str = "skipped_steps";

@@ -1,7 +1,9 @@
-//! Qwen2.5-VL on libtorch: configuration, checkpoint tensors, the vision tower and the M-RoPE decoder.
+//! Qwen2.5-VL on libtorch: configuration, checkpoint tensors, the vision tower and the M-RoPE decoder,
+//! and the arithmetic of their forwards ([`flops`]).
 
 pub mod branches;
 pub mod config;
+pub mod flops;
 mod layers;
 pub mod lora;
 pub mod model;

@@ -19,6 +19,8 @@ pub(super) struct StepSums {
     pub(super) generated: f64,
     /// Tokens run through the model in the update.
     pub(super) tokens: f64,
+    /// The update's model FLOPs (`crate::update::UpdateReport::model_flops`).
+    pub(super) model_flops: f64,
     /// The sum of the rows' KL penalties (`loss.kl_in_reward`).
     pub(super) kl_penalty: f64,
     pub(super) rows: f64,
@@ -36,6 +38,7 @@ impl StepSums {
             self.clip_fraction,
             self.generated,
             self.tokens,
+            self.model_flops,
             self.kl_penalty,
             self.rows,
             self.bad_samples,
@@ -52,9 +55,10 @@ impl StepSums {
             clip_fraction: at(4),
             generated: at(5),
             tokens: at(6),
-            kl_penalty: at(7),
-            rows: at(8),
-            bad_samples: at(9),
+            model_flops: at(7),
+            kl_penalty: at(8),
+            rows: at(9),
+            bad_samples: at(10),
         }
     }
 }
@@ -120,9 +124,10 @@ mod tests {
             clip_fraction: 5.0,
             generated: 6.0,
             tokens: 7.0,
-            kl_penalty: 8.0,
-            rows: 9.0,
-            bad_samples: 10.0,
+            model_flops: 8.0,
+            kl_penalty: 9.0,
+            rows: 10.0,
+            bad_samples: 11.0,
         };
         assert_eq!(StepSums::of(&sums.to_vec()), sums);
     }
