@@ -21,6 +21,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tch::{Device, Kind, TchError, Tensor};
 
+use crate::tensor_file::TensorFile;
+
 /// The folder of a run that holds its checkpoints.
 const CHECKPOINTS: &str = "checkpoints";
 /// The file in [`CHECKPOINTS`] naming the newest complete checkpoint.
@@ -77,14 +79,29 @@ pub struct CheckpointParts<'a, T> {
     pub state: &'a T,
 }
 
-/// A checkpoint read back by [`load_checkpoint`]; tensors are on the CPU, in their saved dtype.
+/// A checkpoint read back by [`load_checkpoint`]; tensors are on the CPU, in their saved dtype. The
+/// optimizer state is opened but not read: a rank of a sharded run reads only its share of it
+/// ([`LoadedCheckpoint::read_optimizer`]).
 #[derive(Debug)]
 pub struct LoadedCheckpoint<T> {
     pub dir: PathBuf,
     pub step: u64,
     pub weights: Vec<(String, Tensor)>,
-    pub optimizer: Vec<(String, Tensor)>,
+    pub optimizer: TensorFile,
     pub state: T,
+}
+
+impl<T> LoadedCheckpoint<T> {
+    /// The optimizer state entries whose names `wanted` accepts.
+    pub fn read_optimizer(
+        &self,
+        wanted: impl Fn(&str) -> bool,
+    ) -> Result<Vec<(String, Tensor)>, CheckpointError> {
+        let path = self.dir.join(OPTIMIZER);
+        self.optimizer
+            .read_where(wanted)
+            .map_err(|source| CheckpointError::Tensors { path, source })
+    }
 }
 
 /// Saves the checkpoint of `step` atomically (see the module doc) and returns its folder.
@@ -198,7 +215,7 @@ pub fn load_checkpoint<T: DeserializeOwned>(dir: &Path) -> Result<LoadedCheckpoi
         dir: dir.to_owned(),
         step,
         weights: read_tensors(&dir.join(WEIGHTS))?,
-        optimizer: read_tensors(&dir.join(OPTIMIZER))?,
+        optimizer: open_tensors(&dir.join(OPTIMIZER))?,
         state,
     })
 }
@@ -288,12 +305,21 @@ fn write_tensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<(), Checkp
 }
 
 fn read_tensors(path: &Path) -> Result<Vec<(String, Tensor)>, CheckpointError> {
+    open_tensors(path)?
+        .read_all()
+        .map_err(|source| CheckpointError::Tensors {
+            path: path.to_owned(),
+            source,
+        })
+}
+
+fn open_tensors(path: &Path) -> Result<TensorFile, CheckpointError> {
     if !path.is_file() {
         return Err(CheckpointError::Missing {
             path: path.to_owned(),
         });
     }
-    Tensor::read_safetensors(path).map_err(|source| CheckpointError::Tensors {
+    TensorFile::open(path).map_err(|source| CheckpointError::Tensors {
         path: path.to_owned(),
         source,
     })

@@ -19,5 +19,6 @@ pub mod plan;
 pub mod scoring;
 pub mod sft;
 pub mod shared_prefix;
+pub mod tensor_file;
 pub mod trainer;
 pub mod update;

@@ -227,14 +227,13 @@ impl AdamW {
         }
     }
 
-    /// Restores a state written by [`AdamW::state`] of an unsharded optimizer over the same
-    /// parameters and config (or gathered whole from a sharded one): a sharded optimizer takes its
-    /// own parameters' entries from it and leaves the rest to their owners.
-    ///
-    /// Every expected tensor must be present with its shape and dtype and nothing else may be: the error
-    /// names the offending tensor. Continuing after a load gives the same bits as never having stopped
-    /// (the parameters themselves are restored from the model weights).
-    pub fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), OptimError> {
+    /// Which of a state's entries (by name, e.g. a checkpoint file's) this optimizer keeps: all of
+    /// an unsharded one's, a sharded one's own parameters'. An entry naming no parameter of the
+    /// optimizer is refused, naming it.
+    pub fn entries_kept<'a>(
+        &self,
+        names: impl IntoIterator<Item = &'a str>,
+    ) -> Result<HashSet<&'a str>, OptimError> {
         let kept: HashSet<&str> = self
             .params
             .iter()
@@ -242,15 +241,36 @@ impl AdamW {
             .map(|p| p.name.as_str())
             .collect();
         let known: HashSet<&str> = self.params.iter().map(|p| p.name.as_str()).collect();
-        let mut mine = Vec::with_capacity(state.len());
-        for (name, tensor) in state {
+        let mut mine = HashSet::new();
+        for name in names {
             let param = name.split_once('/').map_or("", |(_, param)| param);
             if kept.contains(param) {
-                mine.push((name.clone(), tensor.shallow_clone()));
+                mine.insert(name);
             } else if !known.contains(param) {
-                return Err(CheckpointError::UnexpectedTensor { name: name.clone() }.into());
+                return Err(CheckpointError::UnexpectedTensor {
+                    name: name.to_owned(),
+                }
+                .into());
             }
         }
+        Ok(mine)
+    }
+
+    /// Restores a state written by [`AdamW::state`] of an unsharded optimizer over the same
+    /// parameters and config (or gathered whole from a sharded one): a sharded optimizer takes its
+    /// own parameters' entries from it ([`AdamW::entries_kept`]) and leaves the rest to their owners,
+    /// so `state` may hold only those.
+    ///
+    /// Every expected tensor must be present with its shape and dtype and nothing else may be: the error
+    /// names the offending tensor. Continuing after a load gives the same bits as never having stopped
+    /// (the parameters themselves are restored from the model weights).
+    pub fn load_state(&mut self, state: &[(String, Tensor)]) -> Result<(), OptimError> {
+        let kept = self.entries_kept(state.iter().map(|(name, _)| name.as_str()))?;
+        let mine: Vec<(String, Tensor)> = state
+            .iter()
+            .filter(|(name, _)| kept.contains(name.as_str()))
+            .map(|(name, tensor)| (name.clone(), tensor.shallow_clone()))
+            .collect();
         let targets = self.state();
         restore_tensors(&targets, &mine)?;
         let steps = targets.iter().filter(|(name, _)| name.starts_with("step/"));
@@ -531,6 +551,21 @@ mod tests {
         let mut restored = AdamW::sharded(bf16_params(), &cfg, shard(1)).unwrap();
         restored.load_state(&whole.state()).unwrap();
         assert_same(&by_name(restored.state()), &by_name(halves[1].state()));
+        // What a resuming rank reads: its own parameters' entries alone.
+        let all = whole.state();
+        let kept = restored
+            .entries_kept(all.iter().map(|(n, _)| n.as_str()))
+            .unwrap();
+        assert_eq!(kept.len(), halves[1].state().len());
+        assert!(kept.len() < all.len() && !kept.is_empty());
+        let share: Vec<(String, Tensor)> = all
+            .iter()
+            .filter(|(n, _)| kept.contains(n.as_str()))
+            .map(|(n, t)| (n.clone(), t.shallow_clone()))
+            .collect();
+        let mut from_share = AdamW::sharded(bf16_params(), &cfg, shard(1)).unwrap();
+        from_share.load_state(&share).unwrap();
+        assert_same(&by_name(from_share.state()), &by_name(halves[1].state()));
         let mut stray = whole.state();
         stray.push(("exp_avg/nope".into(), Tensor::from(0f32)));
         let err = restored.load_state(&stray).unwrap_err();

@@ -85,10 +85,14 @@ impl Trainer {
                 .collect::<Vec<_>>(),
             &checkpoint.weights,
         )?;
-        trainer
+        // Each rank reads only the optimizer entries it keeps (its share under ZeRO stage 1).
+        let names = checkpoint.optimizer.names();
+        let kept = trainer
             .optimizer
-            .load_state(&checkpoint.optimizer)
+            .entries_kept(names.iter().map(String::as_str))
             .map_err(setup)?;
+        let state = checkpoint.read_optimizer(|name| kept.contains(name))?;
+        trainer.optimizer.load_state(&state).map_err(setup)?;
         if checkpoint.state.round > 0 {
             trainer.train = trainer.load_pool(TRAINING_ROUND + checkpoint.state.round)?;
         }
