@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use common::{groundrl, repo_root, synth, text};
+use common::{groundrl, synth, text, tiny_training_config};
 use groundrl_tensor::processor::chat_template::RenderOptions;
 use groundrl_tensor::qwen2_5_vl::model::Batch;
 use groundrl_tensor::tch::{self, Device, Kind, Tensor};
@@ -27,37 +27,7 @@ fn train(dir: &Path, name: &str, overrides: &[&str]) -> PathBuf {
     if !data.exists() {
         synth(&data, &["--n", "8", "--difficulty", "easy"]);
     }
-    let config = format!(
-        r#"
-[model]
-preset = "tiny"
-dtype = "f32"
-device = "cpu"
-gradient_checkpointing = false
-[data]
-train = "{data}"
-[rollout]
-n = 4
-prompts_per_step = 4
-max_new_tokens = 8
-[reward]
-spec = "{spec}"
-correct_component = "brevity"
-correct_threshold = 0.5
-[optim]
-lr = 1e-2
-[trainer]
-total_epochs = 10
-max_steps = 2
-mini_batch_size = 16
-micro_batch_size = 8
-save_freq = 1
-keep_checkpoints = 0
-test_freq = 0
-"#,
-        data = data.join("samples.jsonl").display(),
-        spec = repo_root().join("configs/rewards/length-only.toml").display()
-    );
+    let config = tiny_training_config(&data.join("samples.jsonl"), 1e-2, 2, "");
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, config).unwrap();
     let run = dir.join(name);

@@ -8,7 +8,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{command, repo_root, synth, text};
+use common::{command, synth, text, tiny_training_config};
 use groundrl_tensor::tch::Tensor;
 use serde_json::Value;
 
@@ -17,38 +17,7 @@ use serde_json::Value;
 /// model can climb).
 fn setup(dir: &Path) -> PathBuf {
     let data = synth(&dir.join("data"), &["--n", "12", "--difficulty", "easy"]);
-    let config = format!(
-        r#"
-[model]
-preset = "tiny"
-dtype = "f32"
-device = "cpu"
-gradient_checkpointing = false
-[data]
-train = "{data}"
-[rollout]
-n = 4
-prompts_per_step = 4
-max_new_tokens = 8
-[reward]
-spec = "{spec}"
-correct_component = "brevity"
-correct_threshold = 0.5
-
-[optim]
-lr = 1e-3
-[trainer]
-total_epochs = 10
-max_steps = 6
-mini_batch_size = 16
-micro_batch_size = 8
-save_freq = 1
-keep_checkpoints = 0
-test_freq = 0
-"#,
-        data = data.display(),
-        spec = repo_root().join("configs/rewards/length-only.toml").display()
-    );
+    let config = tiny_training_config(&data, 1e-3, 6, "");
     let path = dir.join("config.toml");
     std::fs::write(&path, config).unwrap();
     path

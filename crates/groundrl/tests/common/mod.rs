@@ -84,3 +84,42 @@ pub fn synth(out: &Path, args: &[&str]) -> PathBuf {
     ok(groundrl(&all));
     out.join("samples.jsonl")
 }
+
+/// A config training the tiny preset on the CPU (f32) on the samples `data` with the reward
+/// `configs/rewards/length-only.toml`, which a random model's completions differ on, so the weights
+/// move: 4 prompts x 4 samples a step in one mini-batch of all 16 completions (8 a micro-batch), a
+/// checkpoint after every step, all kept, no validation. `lr` and `max_steps` are the tests' own;
+/// `extra` is TOML appended after it (more sections).
+pub fn tiny_training_config(data: &Path, lr: f64, max_steps: u32, extra: &str) -> String {
+    format!(
+        r#"
+[model]
+preset = "tiny"
+dtype = "f32"
+device = "cpu"
+gradient_checkpointing = false
+[data]
+train = "{data}"
+[rollout]
+n = 4
+prompts_per_step = 4
+max_new_tokens = 8
+[reward]
+spec = "{spec}"
+correct_component = "brevity"
+correct_threshold = 0.5
+[optim]
+lr = {lr:e}
+[trainer]
+total_epochs = 10
+max_steps = {max_steps}
+mini_batch_size = 16
+micro_batch_size = 8
+save_freq = 1
+keep_checkpoints = 0
+test_freq = 0
+{extra}"#,
+        data = data.display(),
+        spec = repo_root().join("configs/rewards/length-only.toml").display()
+    )
+}
