@@ -184,6 +184,52 @@ fn two_workers_train_as_one_process_and_rank_0_alone_writes() {
     );
 }
 
+/// Validation every step and the held-out evaluations before and after training, answered in
+/// shares: each of 2 workers answers whole batches of 4 of the 36 tasks (rank 0 the first four
+/// batches, rank 1 the other five), and the gathered answers give one process's `val/*` metrics and
+/// `eval/` files byte for byte.
+#[test]
+fn two_workers_validate_and_evaluate_in_shares_as_one_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = setup(dir.path(), 2);
+    let data = dir.path().join("data/samples.jsonl");
+    let eval = [
+        format!("data.val={}", data.display()),
+        format!("data.test={}", data.display()),
+        "trainer.test_freq=1".to_string(),
+    ];
+    let one = dir.path().join("one");
+    run_ok(train(&config, &one, 1).args(&eval));
+    let two = dir.path().join("two");
+    let stderr = text(&run_ok(train(&config, &two, 2).args(&eval)).stderr);
+    for label in ["before", "after"] {
+        for (rank, answered) in [(0, 16), (1, 20)] {
+            let line = format!(
+                "[rank {rank}] rank {rank} of 2: answered {answered} of 36 held-out samples ({label})"
+            );
+            assert!(stderr.contains(&line), "{line} missing from:\n{stderr}");
+        }
+        let file = format!("eval/{label}.jsonl");
+        let (a, b) = (
+            std::fs::read(one.join(&file)).unwrap(),
+            std::fs::read(two.join(&file)).unwrap(),
+        );
+        assert_eq!(a.iter().filter(|&&c| c == b'\n').count(), 36, "{file}");
+        assert!(a == b, "{file} differs between one process and two workers");
+    }
+    let (m1, m2) = (
+        json_lines(&one, "metrics.jsonl"),
+        json_lines(&two, "metrics.jsonl"),
+    );
+    for m in &m2 {
+        assert!(m["train"]["val/accuracy"].is_number(), "{m}");
+    }
+    assert_eq!(
+        m1.into_iter().map(untimed).collect::<Vec<_>>(),
+        m2.into_iter().map(untimed).collect::<Vec<_>>()
+    );
+}
+
 /// Starts `run` on `workers` workers (1: one process), with the config `overrides`, and kills the
 /// worker of the last rank in step 3, after the checkpoint of step 2: the launch fails, and the
 /// checkpoint of step 2 is the latest. Returns the launch's stderr.

@@ -4,10 +4,12 @@
 use groundrl_core::rng::keyed;
 use groundrl_core::telemetry::{EvalRecord, SampledAnswers, SampledSummary};
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use super::rollouts::{Group, Split};
 use super::{EVAL_DIR, Ending, TrainError, Trainer, io, setup, write_file};
 use crate::config::EarlyStoppingMode;
+use crate::data_parallel::DataParallel;
 use crate::dataset::fixed_subsample;
 use crate::fault;
 
@@ -40,43 +42,29 @@ impl Evaluation {
 
 impl Trainer {
     /// Answers every held-out test sample greedily once per `label` (unless done already): writes
-    /// `eval/<label>.jsonl` and logs the accuracy. Nothing to do without `data.test`.
+    /// `eval/<label>.jsonl` and logs the accuracy. Nothing to do without `data.test`. In a
+    /// data-parallel run each rank answers its share ([`Trainer::answer_shared`]).
     pub fn evaluate_once(&mut self, label: &str) -> Result<Option<Evaluation>, TrainError> {
         if self.test.is_empty() || self.state.evaluations.iter().any(|l| l == label) {
             return Ok(None);
         }
         let indices: Vec<usize> = (0..self.test.len()).collect();
-        let mut records = Vec::new();
-        let k = self.cfg.trainer.eval_samples as usize;
-        for chunk in indices.chunks(self.cfg.rollout.prompts_per_step.max(1) as usize) {
-            let greedy = self.sample_groups(chunk, 0, Split::Test)?;
-            let mut sampled = match k {
-                0 => Vec::new(),
-                _ => {
-                    let seed = keyed(self.cfg.trainer.seed, &format!("eval {label} {}", chunk[0]));
-                    self.sample_groups_with(chunk, seed, Split::Test, k, self.temperature(), 0)?
-                }
-            }
-            .into_iter()
-            .peekable();
-            for group in greedy {
-                let mut record = self.eval_record(&group)?;
-                // Both lists follow `chunk`'s order and skip the same unreadable samples.
-                if let Some(s) = sampled.next_if(|s| s.index == group.index) {
-                    record.sampled = Some(SampledAnswers {
-                        n: s.records.len() as u32,
-                        correct: s.records.iter().filter(|r| r.correct == Some(true)).count() as u32,
-                    });
-                }
-                records.push(record);
-            }
-            fault::point(fault::EVAL);
+        let (records, answered) = self.answer_shared("held-out answers", &indices, |t, chunk| {
+            t.eval_chunk(label, chunk)
+        })?;
+        if self.world_size() > 1 {
+            let rank = self.dp.as_ref().map_or(0, DataParallel::rank);
+            eprintln!(
+                "rank {rank} of {}: answered {answered} of {} held-out samples ({label})",
+                self.world_size(),
+                records.len()
+            );
         }
         let evaluation = Evaluation::of(label, &records);
         self.state.evaluations.push(label.to_string());
         self.evaluations.push(evaluation.clone());
         if !self.writes() {
-            // Every rank answered the same samples with the same weights; rank 0 writes them.
+            // Every rank holds every answer; rank 0 writes them.
             return Ok(Some(evaluation));
         }
         let dir = self.run_dir.join(EVAL_DIR);
@@ -125,20 +113,83 @@ impl Trainer {
         })
     }
 
-    /// Greedy accuracy and mean reward on the fixed validation subsample.
+    /// The records of one batch of test samples: the greedy answers and, with
+    /// `trainer.eval_samples`, how many of k sampled answers were correct.
+    fn eval_chunk(&mut self, label: &str, chunk: &[usize]) -> Result<Vec<EvalRecord>, TrainError> {
+        let greedy = self.sample_groups(chunk, 0, Split::Test)?;
+        let k = self.cfg.trainer.eval_samples as usize;
+        let mut sampled = match k {
+            0 => Vec::new(),
+            _ => {
+                let seed = keyed(self.cfg.trainer.seed, &format!("eval {label} {}", chunk[0]));
+                self.sample_groups_with(chunk, seed, Split::Test, k, self.temperature(), 0)?
+            }
+        }
+        .into_iter()
+        .peekable();
+        let mut records = Vec::with_capacity(greedy.len());
+        for group in greedy {
+            let mut record = self.eval_record(&group)?;
+            // Both lists follow `chunk`'s order and skip the same unreadable samples.
+            if let Some(s) = sampled.next_if(|s| s.index == group.index) {
+                record.sampled = Some(SampledAnswers {
+                    n: s.records.len() as u32,
+                    correct: s.records.iter().filter(|r| r.correct == Some(true)).count() as u32,
+                });
+            }
+            records.push(record);
+        }
+        fault::point(fault::EVAL);
+        Ok(records)
+    }
+
+    /// Greedy accuracy and mean reward on the fixed validation subsample, answered in shares.
     pub(super) fn validate(&mut self) -> Result<(f64, f64), TrainError> {
         let t = &self.cfg.trainer;
         let indices = fixed_subsample(self.val.len(), t.val_samples as usize, t.seed);
-        let mut records = Vec::new();
-        for chunk in indices.chunks(self.cfg.rollout.prompts_per_step.max(1) as usize) {
-            for g in self.sample_groups(chunk, 0, Split::Val)? {
-                records.extend(g.records);
-            }
-        }
-        let n = records.len().max(1) as f64;
-        let correct = records.iter().filter(|r| r.correct == Some(true)).count() as f64;
-        let reward: f64 = records.iter().map(|r| r.reward).sum();
+        let (scores, _) = self.answer_shared("validation scores", &indices, |t, chunk| {
+            let groups = t.sample_groups(chunk, 0, Split::Val)?;
+            Ok(groups
+                .into_iter()
+                .flat_map(|g| g.records)
+                .map(|r| (r.correct == Some(true), r.reward))
+                .collect())
+        })?;
+        let n = scores.len().max(1) as f64;
+        let correct = scores.iter().filter(|(correct, _)| *correct).count() as f64;
+        let reward: f64 = scores.iter().map(|(_, reward)| reward).sum();
         Ok((correct / n, reward / n))
+    }
+
+    /// Runs `answer` on this rank's share of `indices` and returns every rank's results, in
+    /// `indices`' order, on every rank, with how many this rank answered. `indices` is cut into
+    /// batches of `rollout.prompts_per_step` as one process cuts it, and each rank takes a
+    /// contiguous run of whole batches: every batch is the one a single process runs, so the answers
+    /// do not depend on the world size, and every rank computes the same metrics from them (early
+    /// stopping is decided alike everywhere).
+    fn answer_shared<R: Serialize + DeserializeOwned>(
+        &mut self,
+        what: &'static str,
+        indices: &[usize],
+        mut answer: impl FnMut(&mut Self, &[usize]) -> Result<Vec<R>, TrainError>,
+    ) -> Result<(Vec<R>, usize), TrainError> {
+        let chunks: Vec<&[usize]> = indices
+            .chunks(self.cfg.rollout.prompts_per_step.max(1) as usize)
+            .collect();
+        let mine = self
+            .dp
+            .as_ref()
+            .map_or(0..chunks.len(), |dp| dp.share(chunks.len()));
+        let mut results = Vec::new();
+        for chunk in &chunks[mine] {
+            results.extend(answer(self, chunk)?);
+        }
+        let answered = results.len();
+        let Some(dp) = self.dp.as_mut() else {
+            return Ok((results, answered));
+        };
+        let all = dp.gather(what, &results)?;
+        Ok((all.into_iter().flatten().collect(), answered))
     }
 
     pub(super) fn track_best(&mut self, accuracy: f64, reward: f64) {
