@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # ZeRO stage 1 (`distributed.zero_stage = 1`) on NPROC GPUs of one host (default 2), in three parts
 # (PARTS, default "checkpoints 3b 7b"):
-#   1. checkpoints: the `small` preset (bf16, f32 masters), 2 GRPO steps on 2 GPUs with stage 0 and
+#   1. checkpoints: the `small` preset (bf16, f32 masters), 2 GRPO steps with stage 0 and
 #      with stage 1, a checkpoint after each; the weights and optimizer files must be equal byte for
 #      byte (the NCCL path of the owners' broadcasts and of the gather to rank 0);
 #   2. the 3B shape (configs/3b-1gpu.toml, 8 prompts x 8 samples a GPU) at stage 0 and at stage 1;
 #   3. the 7B shape's full fine-tune (model.preset = "7b", vision frozen, 4 prompts x 8 samples a
 #      GPU, 64 new tokens, at most 512 image tokens) at stage 1. With f32 masters it needs about
-#      93 GiB a GPU at 2 GPUs and 68 GiB at 4 (`groundrl plan`), so at 2 GPUs under 120 GiB it runs
-#      without them (optim.fp32_master = false, about 75 GiB).
+#      93 GiB a GPU at 2 GPUs and 72 GiB at 4 with the kept rollout engine (`groundrl plan`), so at
+#      2 GPUs under 120 GiB it runs without them (optim.fp32_master = false, about 75 GiB).
 # For each run it prints the step times, the peak memory of each GPU (nvidia-smi, sampled every
 # 0.5 s) and the plan's estimate of one GPU. Random weights: every reward is 0, so the updates
 # have zero advantages (the same matmuls; nothing is learnt). The time limits add up to 15 minutes;
-# the expected whole is under 8 (not run yet). The 3B and 7B runs write their random weights first
+# on two H100s the whole took about 8 (docs/gpu-runs/2026-11-26-h100x2-zero-kill/), the 7B part alone
+# on four H200s 5.3 (docs/gpu-runs/2026-11-26-h200x4-zero-7b-mfu/). The 3B and 7B runs write their random weights first
 # (on the CPU: 7.5 and 16.6 GB), which the step records do not count.
 #
 # Usage on the GPU machine (binary at .device/groundrl, scripts/gpu/build.sh): bash scripts/gpu/zero.sh;
@@ -27,6 +28,8 @@ cd "$root"
 if torch_lib=$(python3 -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib"))' 2>/dev/null); then
   export LD_LIBRARY_PATH=$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
+# NVLink multicast (NCCL's NVLS algorithms) off, as in every run recorded under docs/gpu-runs.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 bin=${BIN:-$root/.device/groundrl}
 device=${DEVICE:-cuda}
 dtype=${DTYPE:-bf16}
