@@ -44,7 +44,11 @@ impl TensorFile {
             serde_json::from_slice(&header).map_err(|e| format_error(format!("safetensors header: {e}")))?;
         let size = file.metadata()?.len();
         let data_start = 8 + n;
-        let described = data_start + metadata.data_len() as u64;
+        // Deserializing the header checked that its tensors tile the data in order, each filling its
+        // range (safetensors' `Metadata::new`), so no read asks for more than the file holds.
+        let described = (metadata.data_len() as u64)
+            .checked_add(data_start)
+            .ok_or_else(|| format_error("the header describes more data than a file can hold"))?;
         if described != size {
             return Err(format_error(format!(
                 "the file has {size} bytes where its header describes {described}"
@@ -86,9 +90,11 @@ impl TensorFile {
             .info(name)
             .ok_or_else(|| format_error(format!("no tensor `{name}`")))?;
         let (kind, bytes) = checked_layout(name, info)?;
+        let (start, end) = info.data_offsets;
         let mut data = vec![0u8; bytes];
-        file.seek(SeekFrom::Start(self.data_start + info.data_offsets.0 as u64))?;
-        file.read_exact(&mut data)?;
+        file.seek(SeekFrom::Start(self.data_start + start as u64))
+            .and_then(|_| file.read_exact(&mut data))
+            .map_err(|e| format_error(format!("tensor `{name}` (data bytes {start}..{end}): {e}")))?;
         let shape: Vec<i64> = info.shape.iter().map(|&d| d as i64).collect();
         Tensor::f_from_data_size(&data, &shape, kind)
     }
@@ -102,6 +108,11 @@ fn checked_layout(name: &str, info: &TensorInfo) -> Result<(Kind, usize), TchErr
         Dtype::F16 => (Kind::Half, 2),
         Dtype::F64 => (Kind::Double, 8),
         Dtype::I64 => (Kind::Int64, 8),
+        Dtype::I32 => (Kind::Int, 4),
+        Dtype::I16 => (Kind::Int16, 2),
+        Dtype::I8 => (Kind::Int8, 1),
+        Dtype::U8 => (Kind::Uint8, 1),
+        Dtype::BOOL => (Kind::Bool, 1),
         other => {
             return Err(format_error(format!(
                 "tensor `{name}` has unsupported dtype {other:?}"
@@ -184,5 +195,35 @@ mod tests {
         std::fs::write(&path, b"abc").unwrap();
         let err = TensorFile::open(&path).unwrap_err().to_string();
         assert!(err.contains("shorter than a safetensors header"), "{err}");
+    }
+
+    /// A file of `header` and `data` bytes, the header's length in front.
+    fn crafted(path: &Path, header: &str, data: usize) {
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend(header.as_bytes());
+        bytes.extend(std::iter::repeat_n(0u8, data));
+        std::fs::write(path, bytes).unwrap();
+    }
+
+    #[test]
+    fn a_header_whose_tensors_do_not_tile_the_data_is_refused_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.safetensors");
+        // A gap: `b` starts at byte 8 where `a` ends at 4 (the file's size matches the header).
+        crafted(
+            &path,
+            r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}}"#,
+            12,
+        );
+        let err = TensorFile::open(&path).unwrap_err().to_string();
+        assert!(err.contains("invalid offset for tensor `b`"), "{err}");
+        // A range of 4 TiB for one f32: refused before any read could ask for it.
+        crafted(
+            &path,
+            r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4398046511104]}}"#,
+            4,
+        );
+        let err = TensorFile::open(&path).unwrap_err().to_string();
+        assert!(err.contains("safetensors header"), "{err}");
     }
 }

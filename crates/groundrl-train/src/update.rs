@@ -240,7 +240,7 @@ impl ModelFlops {
             ImageFeatures::Given(_) => 0.0,
         };
         let times = |trained: bool| if backward && trained { 3.0 } else { 1.0 };
-        self.0 += times(true) * text + times(tower > 0.0 && model.vision_trainable()) * tower;
+        self.0 += times(true) * text + times(model.vision_trainable()) * tower;
         Ok(())
     }
 }

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{command, repo_root, synth, text};
+use common::{command, synth, text, tiny_training_config};
 use groundrl_tensor::tch::Tensor;
 use serde_json::Value;
 
@@ -31,40 +31,8 @@ fn setup(dir: &Path, steps: u32) -> PathBuf {
 /// [`setup`] with collectives that wait at most `timeout_s`.
 fn setup_with(dir: &Path, steps: u32, timeout_s: u32) -> PathBuf {
     let data = synth(&dir.join("data"), &["--n", "12", "--difficulty", "easy"]);
-    let config = format!(
-        r#"
-[model]
-preset = "tiny"
-dtype = "f32"
-device = "cpu"
-gradient_checkpointing = false
-[data]
-train = "{data}"
-[rollout]
-n = 4
-prompts_per_step = 4
-max_new_tokens = 8
-[reward]
-spec = "{spec}"
-correct_component = "brevity"
-correct_threshold = 0.5
-[optim]
-lr = 1e-3
-[trainer]
-total_epochs = 10
-max_steps = {steps}
-mini_batch_size = 16
-micro_batch_size = 8
-save_freq = 1
-keep_checkpoints = 0
-test_freq = 0
-[distributed]
-timeout_s = {timeout_s}
-checksum_every = 1
-"#,
-        data = data.display(),
-        spec = repo_root().join("configs/rewards/length-only.toml").display()
-    );
+    let distributed = format!("[distributed]\ntimeout_s = {timeout_s}\nchecksum_every = 1\n");
+    let config = tiny_training_config(&data, 1e-3, steps, &distributed);
     let path = dir.join("config.toml");
     std::fs::write(&path, config).unwrap();
     path

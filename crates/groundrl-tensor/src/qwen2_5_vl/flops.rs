@@ -1,7 +1,9 @@
 //! The model's arithmetic in FLOPs, as model FLOPs utilisation counts it (PaLM's definition): 2 per
 //! multiply-add of every matmul and attention product of a forward, each tower on the tokens it
 //! runs on. A backward does twice its forward's work (gradients of the activations and of the
-//! weights), so a trained part counts 3 forwards and a frozen one 1. Recomputation (gradient
+//! weights), so a trained part counts 3 forwards and a frozen one 1 (a LoRA-adapted decoder is
+//! counted as trained, though its frozen weights get no weight gradients: about 2 forwards' work,
+//! so its count runs up to 1.5x high). Recomputation (gradient
 //! checkpointing) is not counted: it is a cost of the implementation, not of the model. Padding is
 //! not counted either, and neither are norms, activations, rotary embeddings and softmaxes (a few
 //! FLOPs per element, not per weight).
