@@ -278,6 +278,15 @@ pub fn share(n: usize, rank: usize, world: usize) -> Range<usize> {
     n * rank / world..n * (rank + 1) / world
 }
 
+/// Rank `rank`'s contiguous share of `n` items cut into batches of `batch` (the last one shorter):
+/// the items of its [`share`] of the batches, so that it starts on a batch boundary and its own
+/// batches of `batch` are the ones one process cuts. The shares cover `0..n` in rank order.
+pub fn batch_share(n: usize, batch: usize, rank: usize, world: usize) -> Range<usize> {
+    let batch = batch.max(1);
+    let batches = share(n.div_ceil(batch), rank, world);
+    (batches.start * batch).min(n)..(batches.end * batch).min(n)
+}
+
 /// A checksum of tensors' bits: each tensor's elements read as integers of their width and summed
 /// (on the tensor's device, so nothing of the size of the weights moves), combined in order with odd
 /// multipliers. Any single changed bit changes it; it is a replica check, not a cryptographic hash.
@@ -312,6 +321,24 @@ mod tests {
         assert_eq!(share(8, 1, 2), 4..8);
         assert_eq!(share(6, 2, 3), 4..6);
         assert_eq!(share(5, 0, 1), 0..5);
+    }
+
+    /// 10 items over 3 ranks: whole batches each, in order, and together every item once.
+    #[test]
+    fn batch_shares_are_whole_batches_in_order() {
+        let shares =
+            |batch| -> Vec<Range<usize>> { (0..3).map(|rank| batch_share(10, batch, rank, 3)).collect() };
+        assert_eq!(shares(1), [0..3, 3..6, 6..10]);
+        assert_eq!(shares(2), [0..2, 2..6, 6..10]);
+        assert_eq!(shares(3), [0..3, 3..6, 6..10]);
+        assert_eq!(shares(4), [0..4, 4..8, 8..10]);
+        assert_eq!(shares(16), [0..0, 0..0, 0..10]);
+        for batch in 1..=12 {
+            let all: Vec<usize> = shares(batch).into_iter().flatten().collect();
+            assert_eq!(all, (0..10).collect::<Vec<_>>(), "batch {batch}");
+            assert!(shares(batch).iter().all(|s| s.start % batch == 0 || s.is_empty()));
+        }
+        assert_eq!(batch_share(10, 4, 0, 1), 0..10);
     }
 
     #[test]

@@ -463,6 +463,11 @@ impl Trainer {
         self.dp.as_ref().is_none_or(|dp| dp.rank() == 0)
     }
 
+    /// This process's rank (0 without data parallelism).
+    pub fn rank(&self) -> usize {
+        self.dp.as_ref().map_or(0, DataParallel::rank)
+    }
+
     /// Processes the run is split over (1 without data parallelism).
     pub fn world_size(&self) -> usize {
         self.dp.as_ref().map_or(1, DataParallel::world_size)

@@ -32,9 +32,8 @@ fn setup(dir: &Path, steps: u32) -> PathBuf {
 fn setup_with(dir: &Path, steps: u32, timeout_s: u32) -> PathBuf {
     let data = synth(&dir.join("data"), &["--n", "12", "--difficulty", "easy"]);
     let distributed = format!("[distributed]\ntimeout_s = {timeout_s}\nchecksum_every = 1\n");
-    let config = tiny_training_config(&data, 1e-3, steps, &distributed);
     let path = dir.join("config.toml");
-    std::fs::write(&path, config).unwrap();
+    std::fs::write(&path, tiny_training_config(&data, 1e-3, steps, &distributed)).unwrap();
     path
 }
 
@@ -153,25 +152,29 @@ fn two_workers_train_as_one_process_and_rank_0_alone_writes() {
 }
 
 /// Validation every step and the held-out evaluations before and after training, answered in
-/// shares: each of 2 workers answers whole batches of 4 of the 36 tasks (rank 0 the first four
-/// batches, rank 1 the other five), and the gathered answers give one process's `val/*` metrics and
-/// `eval/` files byte for byte.
+/// shares on 2 workers. The held-out file holds the 36 tasks and, last, one whose declared image
+/// width is one pixel off (skipped when encoded): 10 batches of 4, rank 0 answering the first five
+/// (20 tasks) and rank 1 the other five (16 tasks and the skipped one). The gathered answers give
+/// one process's `val/*` metrics and `eval/` files byte for byte, and the skipped task is met 4
+/// times in all (2 evaluations, 2 validations), by one rank each time, as one process meets it:
+/// every rank counts all ranks' skips, so the step records' `bad_samples` and the ending's count
+/// are one process's.
 #[test]
 fn two_workers_validate_and_evaluate_in_shares_as_one_process() {
     let dir = tempfile::tempdir().unwrap();
     let config = setup(dir.path(), 2);
-    let data = dir.path().join("data/samples.jsonl");
+    let held_out = with_a_bad_sample(&dir.path().join("data/samples.jsonl"), "bad-width");
     let eval = [
-        format!("data.val={}", data.display()),
-        format!("data.test={}", data.display()),
+        format!("data.val={}", held_out.display()),
+        format!("data.test={}", held_out.display()),
         "trainer.test_freq=1".to_string(),
     ];
     let one = dir.path().join("one");
-    run_ok(train(&config, &one, 1).args(&eval));
+    let alone = text(&run_ok(train(&config, &one, 1).args(&eval)).stderr);
     let two = dir.path().join("two");
     let stderr = text(&run_ok(train(&config, &two, 2).args(&eval)).stderr);
     for label in ["before", "after"] {
-        for (rank, answered) in [(0, 16), (1, 20)] {
+        for (rank, answered) in [(0, 20), (1, 16)] {
             let line = format!(
                 "[rank {rank}] rank {rank} of 2: answered {answered} of 36 held-out samples ({label})"
             );
@@ -185,17 +188,43 @@ fn two_workers_validate_and_evaluate_in_shares_as_one_process() {
         assert_eq!(a.iter().filter(|&&c| c == b'\n').count(), 36, "{file}");
         assert!(a == b, "{file} differs between one process and two workers");
     }
+    let skips = |stderr: &str, prefix: &str| {
+        let line = format!("{prefix}skipped sample bad-width:");
+        stderr.lines().filter(|l| l.starts_with(&line)).count()
+    };
+    assert_eq!(skips(&alone, ""), 4, "{alone}");
+    let (rank_0, rank_1) = (skips(&stderr, "[rank 0] "), skips(&stderr, "[rank 1] "));
+    assert_eq!(rank_0 + rank_1, 4, "{stderr}");
+    assert!(rank_1 >= 2, "rank 1 answers the last held-out batch: {stderr}");
+    let ending = "4 sample(s) could not be encoded or scored";
+    assert!(alone.contains(ending), "{alone}");
+    assert!(stderr.contains(&format!("[rank 0] {ending}")), "{stderr}");
     let (m1, m2) = (
         json_lines(&one, "metrics.jsonl"),
         json_lines(&two, "metrics.jsonl"),
     );
-    for m in &m2 {
+    // Counted before each step's record: the evaluation before training, then step 1's validation.
+    for (m, bad) in m2.iter().zip([1.0, 2.0]) {
         assert!(m["train"]["val/accuracy"].is_number(), "{m}");
+        assert_eq!(m["train"]["bad_samples"].as_f64(), Some(bad), "{m}");
     }
     assert_eq!(
         m1.into_iter().map(untimed).collect::<Vec<_>>(),
         m2.into_iter().map(untimed).collect::<Vec<_>>()
     );
+}
+
+/// `samples` with a copy of its last sample appended, named `id`, whose declared image width is
+/// one pixel off (a sample the trainer skips); returns the new file, next to `samples`.
+fn with_a_bad_sample(samples: &Path, id: &str) -> PathBuf {
+    let text = std::fs::read_to_string(samples).unwrap();
+    let mut bad: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    bad["id"] = id.into();
+    let width = bad["images"][0]["width"].as_u64().unwrap();
+    bad["images"][0]["width"] = (width + 1).into();
+    let path = samples.with_file_name("held-out.jsonl");
+    std::fs::write(&path, format!("{}\n{bad}\n", text.trim_end())).unwrap();
+    path
 }
 
 /// Starts `run` on `workers` workers (1: one process), with the config `overrides`, and kills the

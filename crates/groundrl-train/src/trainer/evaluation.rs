@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use super::rollouts::{Group, Split};
 use super::{EVAL_DIR, Ending, TrainError, Trainer, io, setup, write_file};
 use crate::config::EarlyStoppingMode;
-use crate::data_parallel::DataParallel;
+use crate::data_parallel::batch_share;
 use crate::dataset::fixed_subsample;
 use crate::fault;
 
@@ -53,9 +53,9 @@ impl Trainer {
             t.eval_chunk(label, chunk)
         })?;
         if self.world_size() > 1 {
-            let rank = self.dp.as_ref().map_or(0, DataParallel::rank);
             eprintln!(
-                "rank {rank} of {}: answered {answered} of {} held-out samples ({label})",
+                "rank {} of {}: answered {answered} of {} held-out samples ({label})",
+                self.rank(),
                 self.world_size(),
                 records.len()
             );
@@ -164,32 +164,31 @@ impl Trainer {
     /// Runs `answer` on this rank's share of `indices` and returns every rank's results, in
     /// `indices`' order, on every rank, with how many this rank answered. `indices` is cut into
     /// batches of `rollout.prompts_per_step` as one process cuts it, and each rank takes a
-    /// contiguous run of whole batches: every batch is the one a single process runs, so the answers
-    /// do not depend on the world size, and every rank computes the same metrics from them (early
-    /// stopping is decided alike everywhere).
+    /// contiguous run of whole batches ([`batch_share`]): every batch is the one a single process
+    /// runs, so the answers do not depend on the world size, and every rank computes the same
+    /// metrics from them (early stopping is decided alike everywhere). The samples skipped are
+    /// counted as one process counts them: every rank adds up all ranks' skips.
     fn answer_shared<R: Serialize + DeserializeOwned>(
         &mut self,
         what: &'static str,
         indices: &[usize],
         mut answer: impl FnMut(&mut Self, &[usize]) -> Result<Vec<R>, TrainError>,
     ) -> Result<(Vec<R>, usize), TrainError> {
-        let chunks: Vec<&[usize]> = indices
-            .chunks(self.cfg.rollout.prompts_per_step.max(1) as usize)
-            .collect();
-        let mine = self
-            .dp
-            .as_ref()
-            .map_or(0..chunks.len(), |dp| dp.share(chunks.len()));
+        let batch = self.cfg.rollout.prompts_per_step.max(1) as usize;
+        let (rank, world) = (self.rank(), self.world_size());
+        let bad_before = self.state.bad_samples;
         let mut results = Vec::new();
-        for chunk in &chunks[mine] {
+        for chunk in indices[batch_share(indices.len(), batch, rank, world)].chunks(batch) {
             results.extend(answer(self, chunk)?);
         }
         let answered = results.len();
         let Some(dp) = self.dp.as_mut() else {
             return Ok((results, answered));
         };
-        let all = dp.gather(what, &results)?;
-        Ok((all.into_iter().flatten().collect(), answered))
+        let skipped = self.state.bad_samples - bad_before;
+        let all = dp.gather(what, &(results, skipped))?;
+        self.state.bad_samples = bad_before + all.iter().map(|(_, skipped)| skipped).sum::<u64>();
+        Ok((all.into_iter().flat_map(|(r, _)| r).collect(), answered))
     }
 
     pub(super) fn track_best(&mut self, accuracy: f64, reward: f64) {
