@@ -25,11 +25,7 @@
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
-if torch_lib=$(python3 -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib"))' 2>/dev/null); then
-  export LD_LIBRARY_PATH=$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
-# NVLink multicast (NCCL's NVLS algorithms) off, as in every run recorded under docs/gpu-runs.
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source scripts/gpu/env.sh
 bin=${BIN:-$root/.device/groundrl}
 device=${DEVICE:-cuda}
 dtype=${DTYPE:-bf16}
