@@ -86,8 +86,9 @@ pub struct Args {
     /// Seeds trained at the same time, the CPU cores shared equally among them. Default: every
     /// seed at once. On the CPU, three single-threaded seeds on 2 cores finish sooner than three
     /// two-threaded ones in a row (the tiny model's operations are too small to keep two threads
-    /// busy); on one H100 the GPU demo's three seeds (128 prompts x 100 GRPO steps) took 5.9 minutes
-    /// together, and at 64 prompts a step 4.7 where one alone took about 3. On the GPU each seed runs
+    /// busy); on one H100 the GPU demo's three seeds (a 200-step warm-up, then 200 GRPO steps of 128
+    /// prompts) took 7.2 minutes together; at 64 prompts a step and 100 steps, 4.7 where one alone
+    /// took about 3. On the GPU each seed runs
     /// in a process of its own (log in `<out>/seed-N.log`): the rollout engine captures CUDA graphs,
     /// and a capture fails when another thread of the same process uses the device meanwhile.
     #[arg(long)]
@@ -594,4 +595,35 @@ fn draw_screenshots(
         .into_iter()
         .filter(|s| s.task == Task::PointGrounding)
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use groundrl_train::advantage::OverlongMode;
+    use groundrl_train::optim::Schedule;
+
+    /// The configs are compiled in, so a key the trainer does not know would only surface when a
+    /// user runs the demo: each must parse.
+    #[test]
+    fn every_built_in_demo_config_parses() {
+        for config in [CPU_CONFIG, GPU_CONFIG, TOOLS_CPU_CONFIG, TOOLS_GPU_CONFIG] {
+            TrainConfig::from_toml_str(config, &[]).expect("a built-in demo config");
+        }
+    }
+
+    /// The GPU demo's measured settings (docs/learning.md): a 200-step warm-up, 200 GRPO steps of
+    /// 128 prompts, a cosine decay and the soft overlong punishment.
+    #[test]
+    fn the_gpu_demo_runs_the_measured_settings() {
+        let cfg = TrainConfig::from_toml_str(GPU_CONFIG, &[]).unwrap();
+        assert_eq!((cfg.sft.steps, cfg.trainer.max_steps), (200, 200));
+        assert_eq!(cfg.rollout.prompts_per_step, 128);
+        assert_eq!(cfg.optim.schedule, Schedule::Cosine);
+        assert_eq!(cfg.optim.min_lr_ratio, 0.1);
+        assert_eq!(cfg.advantage.overlong.mode, OverlongMode::Penalty);
+        assert_eq!(cfg.advantage.overlong.buffer, 4);
+        assert_eq!(cfg.advantage.overlong.reward_shaping(16, 16), -1.0);
+        assert_eq!(cfg.advantage.overlong.reward_shaping(12, 16), 0.0);
+    }
 }
