@@ -7,6 +7,7 @@ use groundrl_core::atomic::{publish_dir, temporary_path};
 use groundrl_core::curriculum::ledger::LedgerWriter;
 use groundrl_core::telemetry::{HealthMonitor, JsonlLog};
 use groundrl_tensor::hf_folder::{self, HfModel};
+use groundrl_tensor::profiler;
 use tch::Tensor;
 
 use super::checkpoints::{cut_logs, open_events};
@@ -48,6 +49,7 @@ impl Trainer {
         cfg.validate().map_err(setup)?;
         let place = Place::of(dp.as_ref());
         cfg.validate_world_size(place.world).map_err(setup)?;
+        cfg.trainer.check_profiler(profiler::AVAILABLE).map_err(setup)?;
         let cfg = with_absolute_paths(cfg)?;
         let mut trainer = match dp.as_mut() {
             Some(group) if group.rank() > 0 => {
