@@ -126,42 +126,69 @@ pub const TINY_MAX_PIXELS: u64 = 448 * 448;
 /// Qwen2.5-VL chat template, and a preprocessor config with a CPU-sized pixel budget.
 pub fn write_tiny(dir: &Path, seed: i64, kind: Kind) -> Result<(), FolderError> {
     let config = presets::tiny(i64::from(tiny_tokenizer::VOCAB_SIZE), &tiny_ids());
-    write_with_tiny_tokenizer(dir, &config, seed, kind, TINY_MAX_PIXELS)
+    write_with_tiny_tokenizer(dir, &config, seed, kind, Device::Cpu, TINY_MAX_PIXELS)
 }
 
 /// Writes the random-init `small` preset (about 30M parameters) with the tiny tokenizer and the tiny
 /// preset's pixel budget.
 pub fn write_small(dir: &Path, seed: i64, kind: Kind) -> Result<(), FolderError> {
     let config = presets::small(i64::from(tiny_tokenizer::VOCAB_SIZE), &tiny_ids());
-    write_with_tiny_tokenizer(dir, &config, seed, kind, TINY_MAX_PIXELS)
+    write_with_tiny_tokenizer(dir, &config, seed, kind, Device::Cpu, TINY_MAX_PIXELS)
 }
 
 /// Writes a random-init model of Qwen2.5-VL-3B's shape that uses the tiny tokenizer (its special
 /// ids; the vocabulary keeps Qwen's size), for measuring training and rollouts of the real shape end
-/// to end where Qwen's tokenizer cannot be shipped. Pixel budget: the processor's default.
-pub fn write_3b_with_tiny_tokenizer(dir: &Path, seed: i64, kind: Kind) -> Result<(), FolderError> {
+/// to end where Qwen's tokenizer cannot be shipped. Pixel budget: the processor's default. The
+/// weights are drawn on `device`: a GPU draws them far faster than the CPU, but other values for the
+/// same seed.
+pub fn write_3b_with_tiny_tokenizer(
+    dir: &Path,
+    seed: i64,
+    kind: Kind,
+    device: Device,
+) -> Result<(), FolderError> {
     let config = presets::qwen2_5_vl_3b_with_ids(&tiny_ids());
-    write_with_tiny_tokenizer(dir, &config, seed, kind, ImageProcessor::default().max_pixels)
+    write_with_tiny_tokenizer(
+        dir,
+        &config,
+        seed,
+        kind,
+        device,
+        ImageProcessor::default().max_pixels,
+    )
 }
 
 /// [`write_3b_with_tiny_tokenizer`] for Qwen2.5-VL-7B's shape (about 8.29B parameters: 16.6 GB of
 /// bf16 to write).
-pub fn write_7b_with_tiny_tokenizer(dir: &Path, seed: i64, kind: Kind) -> Result<(), FolderError> {
+pub fn write_7b_with_tiny_tokenizer(
+    dir: &Path,
+    seed: i64,
+    kind: Kind,
+    device: Device,
+) -> Result<(), FolderError> {
     let config = presets::qwen2_5_vl_7b_with_ids(&tiny_ids());
-    write_with_tiny_tokenizer(dir, &config, seed, kind, ImageProcessor::default().max_pixels)
+    write_with_tiny_tokenizer(
+        dir,
+        &config,
+        seed,
+        kind,
+        device,
+        ImageProcessor::default().max_pixels,
+    )
 }
 
-/// A complete folder: the random-init model of `config` (seeded), the tiny tokenizer, our chat
-/// template and a preprocessor config with `max_pixels`.
+/// A complete folder: the random-init model of `config` (seeded, drawn on `device`), the tiny
+/// tokenizer, our chat template and a preprocessor config with `max_pixels`.
 fn write_with_tiny_tokenizer(
     dir: &Path,
     config: &Qwen25VlConfig,
     seed: i64,
     kind: Kind,
+    device: Device,
     max_pixels: u64,
 ) -> Result<(), FolderError> {
     write_tiny_tokenizer(dir).map_err(ProcessorError::from)?;
-    let model = Qwen25Vl::new(config, Device::Cpu, kind, seed);
+    let model = Qwen25Vl::new(config, device, kind, seed);
     model.save(dir)?;
     let image = ImageProcessor {
         max_pixels,

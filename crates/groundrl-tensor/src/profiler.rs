@@ -5,6 +5,10 @@
 
 use std::path::Path;
 
+/// Whether this build can record traces (builds with the `cuda` feature), for callers that refuse a
+/// request for one before doing the work it would record.
+pub const AVAILABLE: bool = cfg!(feature = "cuda");
+
 /// Why a trace could not be recorded.
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileError {

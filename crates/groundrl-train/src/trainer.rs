@@ -26,11 +26,13 @@ use groundrl_core::curriculum::ledger::LedgerWriter;
 use groundrl_core::telemetry::{
     CompletionRecord, EventWriter, HealthMonitor, JsonlLog, RolloutStats, Scalars, StepRecord,
 };
+use groundrl_tensor::bench::synchronize;
 use groundrl_tensor::hf_folder::HfModel;
+use groundrl_tensor::profiler;
 use groundrl_tensor::qwen2_5_vl::Qwen25Vl;
 use groundrl_tensor::rollout::FinishReason;
 use serde::{Deserialize, Serialize};
-use tch::Tensor;
+use tch::{Device, Tensor};
 
 use crate::advantage::group_advantages;
 use crate::config::TrainConfig;
@@ -78,6 +80,8 @@ pub const EVAL_DIR: &str = "eval";
 pub const TENSORBOARD_DIR: &str = "tensorboard";
 /// The folder in the run folder a model preset is written to (the run's initial weights).
 pub const INITIAL_MODEL_DIR: &str = "initial-model";
+/// The folder of profiler traces in the run folder (`trainer.profile_step`).
+pub const PROFILE_DIR: &str = "profile";
 /// Dense bf16 peak of an H100/H200 SXM (FLOP/s), the MFU denominator.
 pub const H100_BF16_FLOPS: f64 = 989e12;
 
@@ -263,11 +267,13 @@ impl Trainer {
         self.rollout_seconds = RolloutSeconds::default();
         let sessions_before = self.inference.sessions_made();
         let bad_before = self.state.bad_samples;
+        let device = self.policy.model.device();
+        let trace = self.trace_path("rollout");
         let Rollouts {
             kept: groups,
             scored,
             dropped,
-        } = self.rollouts()?;
+        } = profiled(trace.as_deref(), device, || self.rollouts())??;
         fault::point(fault::STEP);
         let rollout_seconds = start.elapsed().as_secs_f64();
         let decode_sessions = self.inference.sessions_made() - sessions_before;
@@ -299,37 +305,41 @@ impl Trainer {
                 counts: overlong.counts_in_loss(c.finish == FinishReason::Length),
             })
             .collect();
-        let mut rewards: Vec<f64> = records.iter().map(|r| r.reward).collect();
-        let mut kl_penalty = 0.0;
-        let mut kl_model_flops = 0.0;
-        if let (true, Some(reference)) = (self.cfg.loss.kl_in_reward, &self.reference) {
-            let penalties = kl_penalties(
+        let trace = self.trace_path("update");
+        let (report, kl_penalty, kl_model_flops) = profiled(trace.as_deref(), device, || {
+            let mut rewards: Vec<f64> = records.iter().map(|r| r.reward).collect();
+            let mut kl_penalty = 0.0;
+            let mut kl_model_flops = 0.0;
+            if let (true, Some(reference)) = (self.cfg.loss.kl_in_reward, &self.reference) {
+                let penalties = kl_penalties(
+                    &self.policy.model,
+                    reference,
+                    &self.policy.processor,
+                    &rows,
+                    &settings,
+                )?;
+                for (reward, penalty) in rewards.iter_mut().zip(&penalties.per_row) {
+                    *reward -= penalty;
+                }
+                kl_penalty = penalties.per_row.iter().sum::<f64>() / penalties.per_row.len().max(1) as f64;
+                kl_model_flops = penalties.model_flops;
+            }
+            let group_of: Vec<usize> = records.iter().map(|r| r.group).collect();
+            let advantages = group_advantages(&rewards, &group_of, &self.cfg.advantage).map_err(setup)?;
+            for (row, advantage) in rows.iter_mut().zip(advantages) {
+                row.advantage = advantage;
+            }
+            let report = update(
                 &self.policy.model,
-                reference,
+                self.reference.as_ref(),
                 &self.policy.processor,
+                &mut self.optimizer,
                 &rows,
                 &settings,
+                self.dp.as_mut(),
             )?;
-            for (reward, penalty) in rewards.iter_mut().zip(&penalties.per_row) {
-                *reward -= penalty;
-            }
-            kl_penalty = penalties.per_row.iter().sum::<f64>() / penalties.per_row.len().max(1) as f64;
-            kl_model_flops = penalties.model_flops;
-        }
-        let group_of: Vec<usize> = records.iter().map(|r| r.group).collect();
-        let advantages = group_advantages(&rewards, &group_of, &self.cfg.advantage).map_err(setup)?;
-        for (row, advantage) in rows.iter_mut().zip(advantages) {
-            row.advantage = advantage;
-        }
-        let report = update(
-            &self.policy.model,
-            self.reference.as_ref(),
-            &self.policy.processor,
-            &mut self.optimizer,
-            &rows,
-            &settings,
-            self.dp.as_mut(),
-        )?;
+            Ok::<_, TrainError>((report, kl_penalty, kl_model_flops))
+        })??;
         let update_seconds = update_start.elapsed().as_secs_f64();
         self.state.step += 1;
         if report.skipped_steps > 0 && report.optimizer_steps == 0 {
@@ -434,6 +444,17 @@ impl Trainer {
         Ok(record)
     }
 
+    /// Where the trace of this step's `phase` goes when `trainer.profile_step` asks for this step and
+    /// this process writes the run's files; `None` otherwise.
+    fn trace_path(&self, phase: &str) -> Option<PathBuf> {
+        let step = self.state.step + 1;
+        (self.cfg.trainer.profile_step == step && self.writes()).then(|| {
+            self.run_dir
+                .join(PROFILE_DIR)
+                .join(format!("step-{step}-{phase}.json"))
+        })
+    }
+
     /// Optimizer steps of the whole run, for the learning-rate schedule.
     fn total_steps(&self) -> u64 {
         let t = &self.cfg.trainer;
@@ -477,6 +498,25 @@ impl Trainer {
     pub fn evaluations(&self) -> &[Evaluation] {
         &self.evaluations
     }
+}
+
+/// Runs `work`, under libtorch's profiler when `trace` names the file to write its Chrome trace to.
+/// The device is waited for before the profiler stops, so the trace holds every kernel `work` queued.
+fn profiled<T>(trace: Option<&Path>, device: Device, work: impl FnOnce() -> T) -> Result<T, TrainError> {
+    let Some(path) = trace else {
+        return Ok(work());
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    }
+    let out = profiler::trace(path, || {
+        let out = work();
+        synchronize(device);
+        out
+    })
+    .map_err(|e| setup(format!("trainer.profile_step: {e}")))?;
+    eprintln!("profiler trace written to {}", path.display());
+    Ok(out)
 }
 
 /// Replaces `path` with `bytes` atomically (see `groundrl_core::atomic`).

@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 
 use groundrl_core::synth::{Difficulty, SynthConfig, generate};
 use groundrl_train::config::TrainConfig;
-use groundrl_train::trainer::{Ending, INITIAL_MODEL_DIR, LEDGER_FILE, METRICS_FILE, SFT_FILE, Trainer};
+use groundrl_train::trainer::{
+    Ending, INITIAL_MODEL_DIR, LEDGER_FILE, METRICS_FILE, PROFILE_DIR, SFT_FILE, Trainer,
+};
 use serde_json::Value;
 
 /// 20 easy screenshots (about 60 samples) without prompts: the trainer asks each task's default.
@@ -302,6 +304,40 @@ fn a_failed_or_killed_start_leaves_no_initial_model() {
     trainer.run(|_| {}).unwrap();
     let written = std::fs::read_to_string(run.join(INITIAL_MODEL_DIR).join("config.json")).unwrap();
     assert!(written.contains("vision_config"), "{written}");
+}
+
+/// `trainer.profile_step` writes that step's two traces where the profiler exists (builds with the
+/// `cuda` feature); other builds refuse the run at its start, before making its folder.
+#[test]
+fn a_profiled_step_writes_its_traces_or_the_start_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synthetic_data(dir.path());
+    let cfg = config(
+        dir.path(),
+        &data,
+        &["trainer.max_steps=2", "trainer.profile_step=2"],
+    );
+    let run = cfg.trainer.run_dir.clone();
+    if !groundrl_tensor::profiler::AVAILABLE {
+        let err = Trainer::new(cfg).err().unwrap().to_string();
+        assert!(err.contains("needs a build with the `cuda` feature"), "{err}");
+        assert!(!run.exists());
+        return;
+    }
+    Trainer::new(cfg).unwrap().run(|_| {}).unwrap();
+    let traces: Vec<String> = std::fs::read_dir(run.join(PROFILE_DIR))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    assert_eq!(traces, ["step-2-rollout.json", "step-2-update.json"]);
+    for name in traces {
+        let trace: Value =
+            serde_json::from_str(&std::fs::read_to_string(run.join(PROFILE_DIR).join(name)).unwrap())
+                .unwrap();
+        assert!(trace["traceEvents"].is_array());
+    }
 }
 
 /// A sample whose declared image size is not its image's is skipped and counted, not scored in

@@ -180,6 +180,19 @@ impl TrainConfig {
                 self.trainer.mini_batch_size, self.rollout.prompts_per_step, self.rollout.n
             ),
         )?;
+        let last_step = self
+            .trainer
+            .max_steps
+            .saturating_mul(u64::from(self.rounds.count));
+        ensure(
+            self.trainer.max_steps == 0 || self.trainer.profile_step <= last_step,
+            "trainer.profile_step",
+            format!(
+                "step {} comes after the run's last, {last_step} (trainer.max_steps {} x rounds.count \
+                 {}): nothing would be recorded",
+                self.trainer.profile_step, self.trainer.max_steps, self.rounds.count
+            ),
+        )?;
         if !self.rounds.temperatures.is_empty() {
             ensure(
                 !self.data.val.as_os_str().is_empty(),

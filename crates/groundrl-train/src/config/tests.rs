@@ -453,3 +453,44 @@ fn bad_tools_settings_name_the_key() {
         "unknown key `tools.max_turn`; did you mean `tools.max_turns`?"
     );
 }
+
+#[test]
+fn the_profiled_step_is_off_by_default_and_must_be_one_the_run_reaches() {
+    assert_eq!(
+        TrainConfig::from_toml_str(VALID, &[])
+            .unwrap()
+            .trainer
+            .profile_step,
+        0
+    );
+    let c = TrainConfig::from_toml_str(VALID, &overrides(&["trainer.profile_step=3"])).unwrap();
+    assert_eq!(c.trainer.profile_step, 3);
+    // Without a step cap the epochs decide the run's length, which the config does not know.
+    c.validate().unwrap();
+    valid_with(&["trainer.profile_step=4", "trainer.max_steps=4"]).unwrap();
+    // Each round runs up to trainer.max_steps steps.
+    valid_with(&["trainer.profile_step=8", "trainer.max_steps=4", "rounds.count=2"]).unwrap();
+    let e = valid_with(&["trainer.profile_step=5", "trainer.max_steps=4"]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "`trainer.profile_step`: step 5 comes after the run's last, 4 (trainer.max_steps 4 x \
+         rounds.count 1): nothing would be recorded"
+    );
+    let e = TrainConfig::from_toml_str(VALID, &overrides(&["trainer.profile_step=-1"])).unwrap_err();
+    assert!(e.to_string().starts_with("`trainer.profile_step`: "), "{e}");
+}
+
+#[test]
+fn a_profiled_step_is_refused_where_the_profiler_is_unavailable() {
+    let off = TrainConfig::default().trainer;
+    off.check_profiler(false).unwrap();
+    let on = TrainConfig::from_toml_str(VALID, &overrides(&["trainer.profile_step=2"]))
+        .unwrap()
+        .trainer;
+    on.check_profiler(true).unwrap();
+    assert_eq!(
+        on.check_profiler(false).unwrap_err().to_string(),
+        "`trainer.profile_step`: the profiler needs a build with the `cuda` feature; set 0 (off) on \
+         this one"
+    );
+}

@@ -65,6 +65,14 @@ pub struct TrainerConfig {
     /// (tool turns' zoomed views take the row-per-completion layout); step records say whether it
     /// ran (`update/shared_prefix`). Default true.
     pub shared_prefix: bool,
+    /// Record this step (1-based, as the step records count) with libtorch's profiler: Chrome traces
+    /// of its rollout phase and of its update phase, `profile/step-N-rollout.json` and
+    /// `profile/step-N-update.json` in the run folder (rank 0's alone in a data-parallel run), to sum
+    /// by kernel with `scripts/bench/kernel_table.py`. The step's times in its record include the
+    /// profiler's cost and the traces' writing, so pick a step after the first (whose rollout
+    /// captures the decoding graphs) and leave it out of timings. Needs a build with the `cuda`
+    /// feature: other builds refuse the run when it starts or resumes. 0: off. Default 0.
+    pub profile_step: u64,
 }
 
 impl Default for TrainerConfig {
@@ -88,6 +96,7 @@ impl Default for TrainerConfig {
             seed: 0,
             eval_samples: 0,
             shared_prefix: true,
+            profile_step: 0,
         }
     }
 }
@@ -101,6 +110,18 @@ pub enum EarlyStoppingMode {
 }
 
 impl TrainerConfig {
+    /// Refuses `profile_step` where the profiler is not `available` (a build without the `cuda`
+    /// feature): checked when a run starts or resumes, so that it stops before its first step rather
+    /// than at the profiled one. Not part of [`Self::validate`], so that `groundrl plan` takes a GPU
+    /// run's config on any build.
+    pub fn check_profiler(&self, available: bool) -> Result<(), ConfigError> {
+        ensure(
+            self.profile_step == 0 || available,
+            "trainer.profile_step",
+            "the profiler needs a build with the `cuda` feature; set 0 (off) on this one",
+        )
+    }
+
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         ensure(
             !self.run_dir.as_os_str().is_empty(),

@@ -61,6 +61,9 @@ impl Trainer {
         let writes = place.writes();
         let cfg = TrainConfig::load(&run_dir.join(CONFIG_FILE), &[]).map_err(setup)?;
         cfg.validate_world_size(place.world).map_err(setup)?;
+        cfg.trainer
+            .check_profiler(groundrl_tensor::profiler::AVAILABLE)
+            .map_err(setup)?;
         if writes {
             for path in remove_temporaries(run_dir).map_err(|e| io(run_dir, e))? {
                 eprintln!("removed {}, left by a write that was cut short", path.display());

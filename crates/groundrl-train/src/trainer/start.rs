@@ -7,7 +7,8 @@ use groundrl_core::atomic::{publish_dir, temporary_path};
 use groundrl_core::curriculum::ledger::LedgerWriter;
 use groundrl_core::telemetry::{HealthMonitor, JsonlLog};
 use groundrl_tensor::hf_folder::{self, HfModel};
-use tch::Tensor;
+use groundrl_tensor::profiler;
+use tch::{Device, Tensor};
 
 use super::checkpoints::{cut_logs, open_events};
 use super::tools::ToolSetup;
@@ -48,6 +49,7 @@ impl Trainer {
         cfg.validate().map_err(setup)?;
         let place = Place::of(dp.as_ref());
         cfg.validate_world_size(place.world).map_err(setup)?;
+        cfg.trainer.check_profiler(profiler::AVAILABLE).map_err(setup)?;
         let cfg = with_absolute_paths(cfg)?;
         let mut trainer = match dp.as_mut() {
             Some(group) if group.rank() > 0 => {
@@ -287,7 +289,8 @@ fn load_policy(cfg: &TrainConfig, run_dir: &Path) -> Result<HfModel, TrainError>
 }
 
 /// Writes the preset's folder whole: into a temporary folder, published by a rename once every file
-/// is written and synced, so the folder exists only complete.
+/// is written and synced, so the folder exists only complete. The weights are drawn on the CPU
+/// whatever `model.device`, so that a seed gives the same initial model on every machine.
 fn write_preset(dir: &Path, preset: ModelPreset, m: &crate::config::ModelConfig) -> Result<(), TrainError> {
     let tmp = temporary_path(dir);
     remove_dir_if_any(&tmp)?;
@@ -295,8 +298,8 @@ fn write_preset(dir: &Path, preset: ModelPreset, m: &crate::config::ModelConfig)
     let written = match preset {
         ModelPreset::Tiny => hf_folder::write_tiny(&tmp, m.seed, kind),
         ModelPreset::Small => hf_folder::write_small(&tmp, m.seed, kind),
-        ModelPreset::Qwen7b => hf_folder::write_7b_with_tiny_tokenizer(&tmp, m.seed, kind),
-        _ => hf_folder::write_3b_with_tiny_tokenizer(&tmp, m.seed, kind),
+        ModelPreset::Qwen7b => hf_folder::write_7b_with_tiny_tokenizer(&tmp, m.seed, kind, Device::Cpu),
+        _ => hf_folder::write_3b_with_tiny_tokenizer(&tmp, m.seed, kind, Device::Cpu),
     };
     written.map_err(setup)?;
     publish_dir(&tmp, dir).map_err(|e| io(dir, e))
