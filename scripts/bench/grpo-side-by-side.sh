@@ -43,8 +43,8 @@ done
 export PYTHONPATH=$work/site${PYTHONPATH:+:$PYTHONPATH}
 "$py" -c 'import importlib.metadata as m, sys; print({p: m.version(p) for p in sys.argv[1:]})' trl datasets \
   transformers accelerate torch torchvision pyarrow fsspec groundrl || exit 1
-torch_lib=$("$py" -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
-export LD_LIBRARY_PATH=$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+PYTHON=$py
+source "$root/scripts/gpu/env.sh"
 device=cpu memory=()
 if command -v nvidia-smi > /dev/null; then
   device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)

@@ -15,7 +15,8 @@ set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 py=${PYTHON:-python3}
-export LD_LIBRARY_PATH=${TORCH_LIB:-$($py -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')}
+PYTHON=$py
+source "$root/scripts/gpu/env.sh"
 bin=${BIN:-$root/.device/groundrl}
 out=${OUT:-/tmp/groundrl-kill}
 work=/tmp/groundrl-kill-run

@@ -11,8 +11,8 @@
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 py=${PYTHON:-/opt/torch/.venv/bin/python}
-torch_lib=${TORCH_LIB:-$($py -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')}
-export LD_LIBRARY_PATH=$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+PYTHON=$py
+source "$root/scripts/gpu/env.sh"
 bin=${BIN:-$root/.device/nccl-bench}
 nproc=${1:-$(nvidia-smi -L | wc -l)}
 max_mib=${2:-1024}

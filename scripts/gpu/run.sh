@@ -12,8 +12,8 @@
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 py=${PYTHON:-/opt/torch/.venv/bin/python}
-torch_lib=$($py -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
-export LD_LIBRARY_PATH=$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+PYTHON=$py
+source "$root/scripts/gpu/env.sh"
 bin=$root/.device/groundrl
 work=${WORK:-/tmp/groundrl-gpu}
 out=${OUT:-$work/out}
