@@ -57,7 +57,7 @@ unsafe extern "C" {
         timeout_ms: i64,
         started: *mut i64,
     ) -> c_int;
-    pub(crate) fn groundrl_dist_reducer_stale(r: *mut c_void, out: *mut i64) -> c_int;
+    pub(crate) fn groundrl_dist_reducer_flags(r: *mut c_void, out: *mut i64) -> c_int;
     pub(crate) fn groundrl_dist_reducer_ready_order(r: *mut c_void, out: *mut i64, count: *mut i64) -> c_int;
     pub(crate) fn groundrl_dist_reducer_finish(
         r: *mut c_void,

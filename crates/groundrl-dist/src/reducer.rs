@@ -10,20 +10,33 @@
 //! collective: each rank's hooks start buckets at its own pace, so a collective in between would take
 //! a different place in each rank's sequence of collectives.
 //!
-//! The sum is the one of [`ProcessGroup::all_reduce_sum`] on the gradients after the backward pass:
-//! each bucket's collective adds the same values, copied from the gradients once they are final. A
-//! parameter has a gradient afterwards exactly when it had one on some rank (a rank without one adds
-//! zeros); one that no rank has keeps none. A gradient that grows after its bucket started (autograd
-//! reached the parameter more often than in the last armed pass) has its bucket reduced again from the
-//! final gradients ([`GradientSum::redone`]), so when a bucket started never changes the result.
-//!
 //! Buckets: runs of one dtype and device of at most `GroupOptions::bucket_bytes`, as in
-//! `all_reduce_sum`, started strictly in order. The first layout takes the parameters in reverse
-//! (backward reaches a model's last parameters first when they are listed in forward order). After
-//! the first armed pass in which rank 0's backward reached any parameter, the layout is rebuilt once
-//! in the order that pass reached them (DDP rebuilds its buckets the same way), rank 0's order
-//! broadcast so that every rank lays out the same buckets: a trainer whose parameters are sorted by
-//! name (layer 10 before layer 2) still gets buckets in the order the backward pass finishes them.
+//! `all_reduce_sum`, started strictly in order, each one all-reduce of a flat buffer. Once a bucket
+//! has started, its parameters' gradients are views of its buffer (DDP's `gradient_as_bucket_view`):
+//! the buffers cost no memory beyond the gradients, and the sum is made in place.
+//!
+//! When a bucket starts: once every one of its parameters has been reached as often as in the last
+//! armed pass that reached it. The first armed pass after [`ProcessGroup::hook_gradients`] only
+//! learns this (and the order, below), its buckets all starting after the backward pass; a tied weight
+//! under gradient checkpointing, reached by two of the autograd calls of one backward pass, is then
+//! waited for twice.
+//!
+//! Layout: at the first gradient sum, before any bucket starts, the buckets are laid out in the order
+//! rank 0's armed pass first reached the parameters (DDP rebuilds its buckets the same way), that
+//! order broadcast so that every rank lays out the same buckets; the parameters it did not reach
+//! follow. If rank 0 reached none, the reverse of the parameters' order stays (backward's order when
+//! they are listed in forward order). So a trainer whose parameters are sorted by name (layer 10
+//! before layer 2) still gets buckets in the order the backward pass finishes them.
+//!
+//! The sum: a parameter has a gradient afterwards exactly when it had one on some rank (a rank
+//! without one adds zeros), and one that no rank has keeps none. Each entry is one all-reduce of the
+//! ranks' final gradients, as after the backward pass: with two ranks bitwise the same (an entry is
+//! one addition, whose order does not matter); with more, the collective may add an entry's terms in
+//! another order, since the entry sits elsewhere in the buckets. One case differs: a gradient that
+//! arrives after its bucket started (an armed pass that reaches a parameter more often than the last
+//! one did) is kept aside, summed over the ranks apart and added, so such a bucket's entries are
+//! `Σ_r early_r + Σ_r late_r`, the same terms grouped otherwise ([`GradientSum::late`] counts these
+//! buckets).
 
 use std::ffi::c_void;
 use std::ops::Range;
@@ -39,8 +52,17 @@ pub struct GradientSum {
     pub buckets: usize,
     /// Buckets whose all-reduce started during the backward pass; the rest started after it.
     pub overlapped: usize,
-    /// Buckets reduced a second time because a gradient grew after its bucket had started.
-    pub redone: usize,
+    /// Buckets that gradients reached after they had started: those gradients were summed apart
+    /// and added.
+    pub late: usize,
+}
+
+impl std::ops::AddAssign for GradientSum {
+    fn add_assign(&mut self, other: Self) {
+        self.buckets += other.buckets;
+        self.overlapped += other.overlapped;
+        self.late += other.late;
+    }
 }
 
 /// The C++ reducer: the hooks on a group's parameters, with their bucket layout.
@@ -48,8 +70,8 @@ pub(crate) struct Reducer {
     raw: *mut c_void,
     params: Vec<Tensor>,
     layout: Layout,
-    /// Whether the layout follows the order in which backward reaches the parameters.
-    learned: bool,
+    /// Whether a gradient sum has ended: the layout is fixed from then on.
+    summed: bool,
     /// Between [`ProcessGroup::arm_gradient_hooks`] and [`ProcessGroup::finish_gradient_sum`].
     pub(crate) armed: bool,
 }
@@ -83,10 +105,6 @@ impl Layout {
             self.buckets.iter().map(|b| b.end as i64).collect(),
         )
     }
-
-    fn members(&self, bucket: usize) -> &[usize] {
-        &self.order[self.buckets[bucket].clone()]
-    }
 }
 
 fn raw_tensors(params: &[Tensor]) -> Vec<ffi::RawTensor> {
@@ -100,8 +118,9 @@ fn out_of_step(message: impl Into<String>) -> DistError {
 impl ProcessGroup {
     /// Puts the gradient hooks on `params`: leaf tensors that require gradients, on
     /// [`Self::device`], each once; the same shapes, dtypes and order on every rank. Hooks this group
-    /// put on other tensors are removed first. A tensor that already has a post-accumulate-grad hook
-    /// is refused.
+    /// put on other tensors are removed first. A tensor that has gradient hooks already (a
+    /// post-accumulate-grad hook or a tensor hook) is refused. From the first gradient sum on, the
+    /// gradients are views of the buckets' buffers, and they stay so when the hooks are removed.
     pub fn hook_gradients(&mut self, params: &[Tensor]) -> Result<(), DistError> {
         if self.reducer.as_ref().is_some_and(|r| r.armed) {
             return Err(out_of_step(
@@ -140,7 +159,7 @@ impl ProcessGroup {
             raw,
             params: params.iter().map(Tensor::shallow_clone).collect(),
             layout,
-            learned: false,
+            summed: false,
             armed: false,
         });
         Ok(())
@@ -193,67 +212,48 @@ fn no_hooks() -> DistError {
 impl Reducer {
     fn finish(&mut self, group: &mut ProcessGroup) -> Result<GradientSum, DistError> {
         self.armed = false;
+        if !self.summed {
+            self.learn_layout(group)?;
+        }
         let raw = self.raw;
         let mut started = 0i64;
         group.call("gradient sum", |_, ms| {
             // SAFETY: a plain call on the live reducer, which writes `started`.
             unsafe { ffi::groundrl_dist_reducer_launch_rest(raw, ms, &mut started) }
         })?;
-        let (anywhere, redo) = self.agree(group)?;
+        let (anywhere, stale) = self.agree(group)?;
         group.call("gradient sum", |_, _| {
-            // SAFETY: `anywhere` holds a flag a parameter and `redo` one a bucket, as the shim reads.
-            unsafe { ffi::groundrl_dist_reducer_finish(raw, anywhere.as_ptr(), redo.as_ptr()) }
+            // SAFETY: `anywhere` holds a flag a parameter and `stale` one a bucket, as the shim reads.
+            unsafe { ffi::groundrl_dist_reducer_finish(raw, anywhere.as_ptr(), stale.as_ptr()) }
         })?;
-        let redone = self.redo(group, &anywhere, &redo)?;
-        let buckets = self.layout.buckets.len();
-        if !self.learned {
-            self.learn_layout(group)?;
-        }
+        self.summed = true;
         Ok(GradientSum {
-            buckets,
+            buckets: self.layout.buckets.len(),
             overlapped: started as usize,
-            redone,
+            late: stale.iter().filter(|&&n| n > 0).count(),
         })
     }
 
-    /// One all-reduce of flags: how many ranks have each parameter's gradient, and in how many each
+    /// One all-reduce of flags: how many ranks have each parameter's gradient, and on how many each
     /// bucket went stale.
     fn agree(&self, group: &mut ProcessGroup) -> Result<(Vec<i64>, Vec<i64>), DistError> {
-        let mut flags: Vec<i64> = self
-            .params
-            .iter()
-            .map(|p| i64::from(p.grad().defined()))
-            .collect();
-        let n = flags.len();
-        flags.resize(n + self.layout.buckets.len(), 0);
+        let n = self.params.len();
+        let mut flags = vec![0i64; n + self.layout.buckets.len()];
         let raw = self.raw;
         group.call("gradient sum", |_, _| {
-            // SAFETY: the shim writes one flag a bucket, for which `flags` has room after `n`.
-            unsafe { ffi::groundrl_dist_reducer_stale(raw, flags[n..].as_mut_ptr()) }
+            // SAFETY: the shim writes one flag a parameter and one a bucket, the length of `flags`.
+            unsafe { ffi::groundrl_dist_reducer_flags(raw, flags.as_mut_ptr()) }
         })?;
         let mut summed = [Tensor::from_slice(&flags).to_device(group.device)];
         group.all_reduce_sum(&mut summed)?;
         let mut anywhere = longs(&summed[0])?;
-        let redo = anywhere.split_off(n);
-        Ok((anywhere, redo))
+        let stale = anywhere.split_off(n);
+        Ok((anywhere, stale))
     }
 
-    /// Reduces the stale buckets again from the final gradients, on every rank (the flags are
-    /// summed, so every rank redoes the same buckets); returns how many.
-    fn redo(&self, group: &mut ProcessGroup, anywhere: &[i64], redo: &[i64]) -> Result<usize, DistError> {
-        let stale: Vec<usize> = (0..redo.len()).filter(|&k| redo[k] > 0).collect();
-        let mut grads: Vec<Tensor> = stale
-            .iter()
-            .flat_map(|&k| self.layout.members(k))
-            .filter(|&&i| anywhere[i] > 0)
-            .map(|&i| self.params[i].grad())
-            .collect();
-        group.all_reduce_sum(&mut grads)?;
-        Ok(stale.len())
-    }
-
-    /// Lays the buckets out again in the order rank 0's last armed pass reached the parameters (the
-    /// ones it did not reach after them, in the order they had), once that pass reached any.
+    /// Lays the buckets out in the order rank 0's armed pass first reached the parameters (the ones
+    /// it did not reach after them, in the order they had), if it reached any. Before any bucket has
+    /// started, so that no gradient is a view of a buffer of the old layout.
     fn learn_layout(&mut self, group: &mut ProcessGroup) -> Result<(), DistError> {
         let n = self.params.len();
         let mut reached = vec![0i64; n + 1];
@@ -266,8 +266,8 @@ impl Reducer {
         let mut shared = Tensor::from_slice(&reached).to_device(group.device);
         group.broadcast(&mut shared, 0)?;
         let reached = longs(&shared)?;
-        let count = reached[0] as usize;
-        let first: Vec<usize> = reached[1..=count.min(n)].iter().map(|&i| i as usize).collect();
+        let count = (reached[0].max(0) as usize).min(n);
+        let first: Vec<usize> = reached[1..=count].iter().map(|&i| i as usize).collect();
         if first.is_empty() {
             return Ok(());
         }
@@ -288,7 +288,6 @@ impl Reducer {
             }
         })?;
         self.layout = layout;
-        self.learned = true;
         Ok(())
     }
 }
