@@ -1,6 +1,7 @@
-//! Compiles the c10d shim (`csrc/dist.cpp`) against the headers of the libtorch that tch links
-//! (`LIBTORCH`, from `scripts/setup-libtorch.sh`) and the Gloo headers of `third_party/gloo` (the
-//! torch wheel ships none), and links it with libtorch_cpu, which holds c10d and Gloo.
+//! Compiles the c10d shim (`csrc/dist.cpp` and the gradient reducer `csrc/reducer.cpp`) against the
+//! headers of the libtorch that tch links (`LIBTORCH`, from `scripts/setup-libtorch.sh`) and the Gloo
+//! headers of `third_party/gloo` (the torch wheel ships none), and links it with libtorch_cpu, which
+//! holds c10d, Gloo and autograd.
 //!
 //! With the `cuda` feature, the NCCL half (`csrc/nccl.cpp`) is compiled too, against the same
 //! headers plus NCCL's (`third_party/nccl`, the version torch 2.11.0 requires) and the CUDA headers
@@ -24,6 +25,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=GROUNDRL_CUDA_MATH_INCLUDE");
     println!("cargo:rerun-if-changed=csrc/dist.cpp");
     println!("cargo:rerun-if-changed=csrc/nccl.cpp");
+    println!("cargo:rerun-if-changed=csrc/reducer.cpp");
     println!("cargo:rerun-if-changed=csrc/shim.h");
     println!("cargo:rerun-if-changed=third_party/gloo");
     println!("cargo:rerun-if-changed=third_party/nccl");
@@ -36,6 +38,7 @@ fn main() {
         .cpp(true)
         .std("c++17")
         .file("csrc/dist.cpp")
+        .file("csrc/reducer.cpp")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))
         .include("third_party/gloo")

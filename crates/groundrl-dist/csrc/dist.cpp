@@ -41,21 +41,14 @@ c10::intrusive_ptr<c10d::Store> connect_store(const char* host, uint16_t port, i
   return c10::make_intrusive<c10d::TCPStore>(host, store_options);
 }
 
-}  // namespace groundrl_dist
-
-namespace {
-
-using groundrl_dist::Group;
-using groundrl_dist::guarded;
-
-// Waits for a collective's work, at most `timeout` after it was enqueued. ProcessGroupNCCL's own
+// Waits for a collective's work, at most `timeout` from this call. ProcessGroupNCCL's own
 // wait(timeout) checks its work once a millisecond (a 1 ms nanosleep between checks in libtorch_cuda.so
 // 2.11.0), which would dominate collectives that take microseconds; for NCCL the work is polled here
 // (yielding at first, then sleeping 100 us), and wait() is called once it is done or the timeout has
 // passed: it returns at once for finished work or throws its error, and for work older than the
 // timeout it aborts the communicators and throws c10d's timeout error.
-void finish(const Group& group, const c10::intrusive_ptr<c10d::Work>& work,
-            std::chrono::milliseconds timeout) {
+void await_work(const Group& group, const c10::intrusive_ptr<c10d::Work>& work,
+                std::chrono::milliseconds timeout) {
   if (group.nccl) {
     const auto start = std::chrono::steady_clock::now();
     for (int polls = 0; !work->isCompleted(); ++polls) {
@@ -70,7 +63,11 @@ void finish(const Group& group, const c10::intrusive_ptr<c10d::Work>& work,
   work->wait(timeout);
 }
 
-}  // namespace
+}  // namespace groundrl_dist
+
+using groundrl_dist::await_work;
+using groundrl_dist::Group;
+using groundrl_dist::guarded;
 
 extern "C" {
 
@@ -104,7 +101,7 @@ int groundrl_dist_all_reduce_sum(void* g, at::Tensor* tensor, int64_t timeout_ms
     opts.reduceOp = c10d::ReduceOp::SUM;
     opts.timeout = std::chrono::milliseconds(timeout_ms);
     auto* group = static_cast<Group*>(g);
-    finish(*group, group->backend->allreduce(tensors, opts), opts.timeout);
+    await_work(*group, group->backend->allreduce(tensors, opts), opts.timeout);
   });
 }
 
@@ -115,7 +112,7 @@ int groundrl_dist_broadcast(void* g, at::Tensor* tensor, int root, int64_t timeo
     opts.rootRank = root;
     opts.timeout = std::chrono::milliseconds(timeout_ms);
     auto* group = static_cast<Group*>(g);
-    finish(*group, group->backend->broadcast(tensors, opts), opts.timeout);
+    await_work(*group, group->backend->broadcast(tensors, opts), opts.timeout);
   });
 }
 
@@ -129,7 +126,7 @@ int groundrl_dist_all_gather(void* g, const at::Tensor* input, at::Tensor* const
     c10d::AllgatherOptions opts;
     opts.timeout = std::chrono::milliseconds(timeout_ms);
     auto* group = static_cast<Group*>(g);
-    finish(*group, group->backend->allgather(gathered, inputs, opts), opts.timeout);
+    await_work(*group, group->backend->allgather(gathered, inputs, opts), opts.timeout);
   });
 }
 
@@ -138,7 +135,7 @@ int groundrl_dist_barrier(void* g, int64_t timeout_ms) {
     c10d::BarrierOptions opts;
     opts.timeout = std::chrono::milliseconds(timeout_ms);
     auto* group = static_cast<Group*>(g);
-    finish(*group, group->backend->barrier(opts), opts.timeout);
+    await_work(*group, group->backend->barrier(opts), opts.timeout);
   });
 }
 

@@ -1,10 +1,12 @@
-// What the two halves of the shim share: the Gloo group and the collectives (dist.cpp, always built)
-// and the NCCL group (nccl.cpp, built with the crate's `cuda` feature only). See dist.cpp.
+// What the parts of the shim share: the Gloo group and the collectives (dist.cpp, always built), the
+// gradient reducer (reducer.cpp, always built) and the NCCL group (nccl.cpp, built with the crate's
+// `cuda` feature only). See dist.cpp.
 
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -40,6 +42,10 @@ struct Group {
   // when freed.
   bool nccl = false;
 };
+
+// Waits for `work` of `group`, at most `timeout`; throws c10d's error when it failed (dist.cpp).
+void await_work(const Group& group, const c10::intrusive_ptr<c10d::Work>& work,
+                std::chrono::milliseconds timeout);
 
 // Connects to (rank 0: serves) the TCPStore at host:port that the group's ranks meet at.
 c10::intrusive_ptr<c10d::Store> connect_store(const char* host, uint16_t port, int rank, int world,

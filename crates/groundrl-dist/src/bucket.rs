@@ -4,7 +4,7 @@
 
 use std::ops::Range;
 
-use tch::{Device, Kind};
+use tch::{Device, Kind, Tensor};
 
 /// What decides a tensor's bucket: one flat buffer holds one dtype on one device.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -12,6 +12,16 @@ pub(crate) struct Slot {
     pub kind: Kind,
     pub device: Device,
     pub bytes: usize,
+}
+
+impl Slot {
+    pub(crate) fn of(tensor: &Tensor) -> Self {
+        Self {
+            kind: tensor.kind(),
+            device: tensor.device(),
+            bytes: tensor.numel() * tensor.kind().elt_size_in_bytes(),
+        }
+    }
 }
 
 /// Splits the slots, in order, into buckets: runs of one dtype and device of at most `cap` bytes,

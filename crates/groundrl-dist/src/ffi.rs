@@ -34,6 +34,39 @@ unsafe extern "C" {
     pub(crate) fn groundrl_dist_free(g: *mut c_void, failed: c_int);
 }
 
+// The gradient reducer of `csrc/reducer.cpp`.
+unsafe extern "C" {
+    pub(crate) fn groundrl_dist_reducer_new(
+        g: *mut c_void,
+        params: *const RawTensor,
+        n: i64,
+        order: *const i64,
+        ends: *const i64,
+        buckets: i64,
+    ) -> *mut c_void;
+    pub(crate) fn groundrl_dist_reducer_set_layout(
+        r: *mut c_void,
+        order: *const i64,
+        ends: *const i64,
+        buckets: i64,
+    ) -> c_int;
+    pub(crate) fn groundrl_dist_reducer_holds(r: *mut c_void, params: *const RawTensor, n: i64) -> c_int;
+    pub(crate) fn groundrl_dist_reducer_arm(r: *mut c_void, timeout_ms: i64) -> c_int;
+    pub(crate) fn groundrl_dist_reducer_launch_rest(
+        r: *mut c_void,
+        timeout_ms: i64,
+        started: *mut i64,
+    ) -> c_int;
+    pub(crate) fn groundrl_dist_reducer_flags(r: *mut c_void, out: *mut i64) -> c_int;
+    pub(crate) fn groundrl_dist_reducer_ready_order(r: *mut c_void, out: *mut i64, count: *mut i64) -> c_int;
+    pub(crate) fn groundrl_dist_reducer_finish(
+        r: *mut c_void,
+        anywhere: *const i64,
+        redone: *const i64,
+    ) -> c_int;
+    pub(crate) fn groundrl_dist_reducer_free(r: *mut c_void);
+}
+
 #[cfg(feature = "cuda")]
 unsafe extern "C" {
     pub(crate) fn groundrl_dist_nccl_new(

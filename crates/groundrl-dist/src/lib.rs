@@ -6,6 +6,9 @@
 //! - Collectives through c10d's `ProcessGroupGloo` on CPU tensors, or its `ProcessGroupNCCL` on the
 //!   CUDA tensors of one device per rank ([`Backend`]; NCCL with the crate's `cuda` feature only): the
 //!   sum all-reduce and broadcast (both bucketed, or one tensor), all-gather of tensors and of bytes, barrier.
+//! - Gradients summed during the backward pass ([`ProcessGroup::hook_gradients`], module `reducer`):
+//!   hooks on the parameters start each bucket's all-reduce as soon as autograd has finished its
+//!   gradients, as PyTorch DDP does.
 //! - Every call waits at most the group's timeout ([`ProcessGroup::set_timeout`]) and returns an
 //!   error with c10d's message past it, or as soon as c10d sees a peer fail (Gloo: a closed
 //!   connection). A failed call leaves the ranks out of step, so the group refuses further calls.
@@ -14,6 +17,7 @@
 
 mod bucket;
 mod ffi;
+mod reducer;
 mod rendezvous;
 
 use std::ffi::{CString, c_int, c_void};
@@ -22,6 +26,7 @@ use std::time::Duration;
 
 use tch::{Device, Tensor};
 
+pub use reducer::GradientSum;
 pub use rendezvous::Rendezvous;
 
 /// Why a group could not be made or a collective failed.
@@ -52,6 +57,10 @@ pub enum DistError {
     /// Something this build lacks: the NCCL backend without the crate's `cuda` feature.
     #[error("{0}")]
     Unsupported(String),
+    /// A call out of the gradient hooks' sequence (hook, arm, backward pass, finish), or another
+    /// collective while they are armed: refused before any collective, so the group stays usable.
+    #[error("{0}")]
+    GradientHooks(String),
     /// A tensor away from an NCCL group's device. NCCL reduces its own device's tensors only; the
     /// call is refused before any collective, so the group stays usable.
     #[error("{operation}: a tensor on {found:?}, but this group's collectives run on {expected:?}")]
@@ -104,6 +113,8 @@ pub struct ProcessGroup {
     device: Device,
     options: GroupOptions,
     failed: Option<String>,
+    /// The gradient hooks, once [`Self::hook_gradients`] put them on.
+    reducer: Option<reducer::Reducer>,
 }
 
 // SAFETY: the c10d backend is not tied to the thread that made it, and every call takes `&mut self`.
@@ -121,6 +132,8 @@ impl fmt::Debug for ProcessGroup {
 
 impl Drop for ProcessGroup {
     fn drop(&mut self) {
+        // The hooks go first: they hold the backend.
+        self.reducer = None;
         // SAFETY: `raw` came from groundrl_dist_{gloo,nccl}_new and is freed once.
         unsafe { ffi::groundrl_dist_free(self.raw, c_int::from(self.failed.is_some())) }
     }
@@ -185,6 +198,7 @@ impl ProcessGroup {
             device,
             options,
             failed: None,
+            reducer: None,
         })
     }
 
@@ -239,14 +253,7 @@ impl ProcessGroup {
         for tensor in tensors.iter() {
             self.check_device(operation, tensor)?;
         }
-        let slots: Vec<bucket::Slot> = tensors
-            .iter()
-            .map(|t| bucket::Slot {
-                kind: t.kind(),
-                device: t.device(),
-                bytes: t.numel() * t.kind().elt_size_in_bytes(),
-            })
-            .collect();
+        let slots: Vec<bucket::Slot> = tensors.iter().map(bucket::Slot::of).collect();
         for range in bucket::plan(&slots, self.options.bucket_bytes) {
             let bucket = &mut tensors[range];
             if let [tensor] = bucket
@@ -365,6 +372,12 @@ impl ProcessGroup {
     ) -> Result<(), DistError> {
         if let Some(earlier) = &self.failed {
             return Err(DistError::Failed(earlier.clone()));
+        }
+        if self.reducer.as_ref().is_some_and(|r| r.armed) {
+            return Err(DistError::GradientHooks(format!(
+                "{operation} refused: the gradient hooks are armed, and every rank must issue its \
+                 collectives in one order; finish the gradient sum first"
+            )));
         }
         if run(self.raw, millis(self.options.timeout)) == 0 {
             return Ok(());

@@ -83,6 +83,18 @@ fn three_ranks_reduce_broadcast_gather_and_meet() {
 }
 
 #[test]
+fn two_ranks_sum_gradients_during_the_backward_pass() {
+    let outputs = launch("gradient_hooks", 2, None);
+    (0..2).for_each(|rank| assert_passed(&outputs, rank, "gradient_hooks"));
+}
+
+#[test]
+fn three_ranks_sum_gradients_during_the_backward_pass() {
+    let outputs = launch("gradient_hooks", 3, None);
+    (0..3).for_each(|rank| assert_passed(&outputs, rank, "gradient_hooks"));
+}
+
+#[test]
 fn a_rank_that_died_makes_the_survivor_fail() {
     let outputs = launch("dead_peer", 2, None);
     assert_passed(&outputs, 0, "dead_peer");
@@ -133,6 +145,12 @@ fn rank() {
             bucketed_broadcast(&mut group);
             all_gather(&mut group);
             group.barrier().expect("barrier");
+        }
+        "gradient_hooks" => {
+            accumulation(&mut group);
+            reached_by_some(&mut group);
+            reached_twice(&mut group);
+            views_of_one_buffer(&mut group);
         }
         "dead_peer" => dead_peer(&mut group),
         "silent_peer" => silent_peer(&mut group),
@@ -264,6 +282,157 @@ fn all_gather(group: &mut ProcessGroup) {
         .all_gather_bytes(&bytes(group.rank()))
         .expect("all_gather_bytes");
     assert_eq!(gathered, (0..group.world_size()).map(bytes).collect::<Vec<_>>());
+}
+
+/// Parameters of several shapes and dtypes (f32, f64, a scalar; several 64-byte buckets), leaf
+/// tensors that require gradients.
+fn parameters() -> Vec<Tensor> {
+    let shapes: [(&[i64], Kind); 5] = [
+        (&[3], Kind::Float),
+        (&[2, 4], Kind::Float),
+        (&[5], Kind::Double),
+        (&[20], Kind::Float),
+        (&[], Kind::Float),
+    ];
+    shapes
+        .iter()
+        .map(|(s, k)| Tensor::zeros(*s, (*k, tch::Device::Cpu)).set_requires_grad(true))
+        .collect()
+}
+
+/// One backward pass of `Σ_p sum(p * factor * ramp)`: adds `factor * ramp` to each gradient.
+fn backward(params: &[Tensor], factor: i64) {
+    let loss = params
+        .iter()
+        .map(|p| (p * ramp(&p.size(), p.kind(), factor)).sum(Kind::Double))
+        .reduce(|a, b| a + b)
+        .expect("parameters");
+    loss.backward();
+}
+
+/// Zeroes the gradients in place, as the trainer's optimizer does after a step.
+fn zero_gradients(params: &[Tensor]) {
+    for p in params {
+        let _ = p.grad().zero_();
+    }
+}
+
+/// Asserts that each of `params` has the gradient `factor * ramp`.
+fn assert_gradients(params: &[Tensor], factor: i64, what: &str) {
+    for (i, p) in params.iter().enumerate() {
+        let want = ramp(&p.size(), p.kind(), factor);
+        assert!(
+            p.grad().equal(&want),
+            "{what}, parameter {i}: {} != {want}",
+            p.grad()
+        );
+    }
+}
+
+/// Three accumulations of 3 micro-batches each, the hooks armed for the last pass only: the sums of
+/// every micro-batch of every rank. The first armed pass only learns, and every bucket starts after
+/// it; in the others every bucket starts during the pass, and no gradient comes late (a hook that
+/// acted in an unarmed pass would have started a bucket that later passes then reached). A
+/// collective while armed is refused without harming the group.
+fn accumulation(group: &mut ProcessGroup) {
+    let params = parameters();
+    group.hook_gradients(&params).expect("hooking the gradients");
+    assert!(group.hooks_gradients_of(&params));
+    assert!(!group.hooks_gradients_of(&params[1..]));
+    let factor = group.rank() as i64 + 1;
+    for round in 0..3 {
+        for micro in 1..=3 {
+            if micro == 3 {
+                group.arm_gradient_hooks().expect("arming the hooks");
+                let refused = group.barrier().unwrap_err();
+                assert!(matches!(refused, DistError::GradientHooks(_)), "{refused}");
+                assert!(matches!(
+                    group.arm_gradient_hooks(),
+                    Err(DistError::GradientHooks(_))
+                ));
+            }
+            backward(&params, factor * micro);
+        }
+        let sum = group.finish_gradient_sum().expect("finishing the gradient sum");
+        assert_gradients(&params, rank_factor_sum(group) * 6, "3 micro-batches");
+        // 64-byte buckets: at least the f32, f64 and f32 runs.
+        assert!(sum.buckets >= 3, "{sum:?}");
+        let overlapped = if round == 0 { 0 } else { sum.buckets };
+        assert_eq!(
+            (sum.overlapped, sum.late),
+            (overlapped, 0),
+            "round {round}: {sum:?}"
+        );
+        zero_gradients(&params);
+    }
+}
+
+/// One parameter every rank reaches, one only rank 0 reaches, one none reaches: the first gets the
+/// sum, the second rank 0's gradient on every rank, the third no gradient anywhere.
+fn reached_by_some(group: &mut ProcessGroup) {
+    let params = parameters();
+    let (all, first, none) = (&params[..1], &params[1..2], &params[2..3]);
+    group.hook_gradients(&params[..3]).expect("hooking the gradients");
+    group.arm_gradient_hooks().expect("arming the hooks");
+    backward(all, group.rank() as i64 + 1);
+    if group.rank() == 0 {
+        backward(first, 7);
+    }
+    group.finish_gradient_sum().expect("finishing the gradient sum");
+    assert_gradients(all, rank_factor_sum(group), "reached by every rank");
+    assert_gradients(first, 7, "reached by rank 0 alone");
+    assert!(!none[0].grad().defined(), "reached by no rank");
+}
+
+/// Parameters reached by two autograd calls of one armed pass, as a tied weight is under gradient
+/// checkpointing: the second always, the first from the third pass on. Once learnt, a bucket waits
+/// for both calls; in the third pass the first parameter's second gradient comes after its bucket
+/// started, and is summed apart and added (exact here: small integers).
+fn reached_twice(group: &mut ProcessGroup) {
+    let params: Vec<Tensor> = (0..3)
+        .map(|_| Tensor::zeros([16], (Kind::Float, tch::Device::Cpu)).set_requires_grad(true))
+        .collect();
+    // 64 bytes each: one a bucket.
+    group.hook_gradients(&params).expect("hooking the gradients");
+    let factor = group.rank() as i64 + 1;
+    let total = rank_factor_sum(group);
+    for (round, (calls, overlapped, late)) in [(1, 0, 0), (1, 3, 0), (2, 3, 1), (2, 3, 0)]
+        .into_iter()
+        .enumerate()
+    {
+        group.arm_gradient_hooks().expect("arming the hooks");
+        backward(&params[1..], factor);
+        backward(&params[2..], factor);
+        for _ in 0..calls {
+            backward(&params[..1], factor);
+        }
+        let sum = group.finish_gradient_sum().expect("finishing the gradient sum");
+        assert_gradients(&params[..1], calls * total, "the first");
+        assert_gradients(&params[1..2], total, "reached once");
+        assert_gradients(&params[2..], 2 * total, "reached twice");
+        assert_eq!(
+            (sum.buckets, sum.overlapped, sum.late),
+            (3, overlapped, late),
+            "round {round}"
+        );
+        zero_gradients(&params);
+    }
+}
+
+/// After a sum, the gradients of one bucket are views of its buffer, side by side: the buckets take
+/// no memory beyond the gradients.
+fn views_of_one_buffer(group: &mut ProcessGroup) {
+    let params: Vec<Tensor> = (0..2)
+        .map(|_| Tensor::zeros([4], (Kind::Float, tch::Device::Cpu)).set_requires_grad(true))
+        .collect();
+    group.hook_gradients(&params).expect("hooking the gradients");
+    group.arm_gradient_hooks().expect("arming the hooks");
+    backward(&params, group.rank() as i64 + 1);
+    let sum = group.finish_gradient_sum().expect("finishing the gradient sum");
+    assert_eq!(sum.buckets, 1, "16 + 16 bytes in a 64-byte bucket");
+    let address = |i: usize| params[i].grad().data_ptr() as isize;
+    assert_eq!((address(1) - address(0)).abs(), 16);
+    assert_gradients(&params, rank_factor_sum(group), "one bucket");
 }
 
 /// Rank 1 exits after the group is up; rank 0's next all-reduce must fail (Gloo sees the closed

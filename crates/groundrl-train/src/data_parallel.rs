@@ -12,7 +12,7 @@
 use std::ops::Range;
 use std::time::Duration;
 
-use groundrl_dist::{Backend, DistError, GroupOptions, ProcessGroup, Rendezvous};
+use groundrl_dist::{Backend, DistError, GradientSum, GroupOptions, ProcessGroup, Rendezvous};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tch::{Device, Kind, Tensor};
@@ -27,6 +27,10 @@ pub struct DataParallel {
     /// one the group's backend reduces on.
     device: Device,
     checksum_every: u32,
+    /// `distributed.overlap_backward`: gradients summed during the last backward pass of a mini-batch.
+    overlap_backward: bool,
+    /// What the overlapped gradient sums did, added up.
+    overlapped: GradientSum,
 }
 
 /// Why a collective of the run failed or the ranks disagree.
@@ -79,20 +83,34 @@ impl DataParallel {
             ..GroupOptions::default()
         };
         let group = ProcessGroup::new(&rendezvous, options)?;
-        Ok(Some(Self::new(group, device, cfg.checksum_every)))
+        Ok(Some(Self::new(group, device, cfg)))
     }
 
-    /// A rank over `group`, checking weights every `checksum_every` steps (0: never).
-    pub fn new(group: ProcessGroup, device: Device, checksum_every: u32) -> Self {
+    /// A rank over `group`, with `cfg`'s replica check and gradient overlap (its timeout is the
+    /// group's).
+    pub fn new(group: ProcessGroup, device: Device, cfg: &DistributedConfig) -> Self {
         Self {
             group,
             device,
-            checksum_every,
+            checksum_every: cfg.checksum_every,
+            overlap_backward: cfg.overlap_backward,
+            overlapped: GradientSum::default(),
         }
     }
 
     pub fn rank(&self) -> usize {
         self.group.rank()
+    }
+
+    /// The buckets of all overlapped gradient sums so far: how many, how many started during a
+    /// backward pass, and how many gradients reached after they had started.
+    pub fn overlapped(&self) -> GradientSum {
+        self.overlapped
+    }
+
+    /// Turns `distributed.overlap_backward` on or off for the following updates (every rank alike).
+    pub fn set_overlap_backward(&mut self, on: bool) {
+        self.overlap_backward = on;
     }
 
     pub fn world_size(&self) -> usize {
@@ -155,13 +173,45 @@ impl DataParallel {
         self.group.barrier().map_err(|e| self.failed(e))
     }
 
-    /// Sums the parameters' gradients over the ranks, in place, in the group's buckets.
+    /// Call right before the last backward pass of a mini-batch (after the earlier ones, which
+    /// only accumulate). With `distributed.overlap_backward` it arms the gradient hooks (put on
+    /// `params` on first use) so that the pass starts each bucket's all-reduce as soon as its
+    /// gradients are done; [`Self::sum_gradients`] must then follow the pass, before any other
+    /// collective.
+    pub fn before_last_backward(&mut self, params: &[Tensor]) -> Result<(), DataParallelError> {
+        if !self.overlap_backward {
+            return Ok(());
+        }
+        self.hook(params)?;
+        self.group.arm_gradient_hooks().map_err(|e| self.failed(e))
+    }
+
+    /// Puts the gradient hooks on `params` unless they are there already.
+    fn hook(&mut self, params: &[Tensor]) -> Result<(), DataParallelError> {
+        if self.group.hooks_gradients_of(params) {
+            return Ok(());
+        }
+        self.group.hook_gradients(params).map_err(|e| self.failed(e))
+    }
+
+    /// Sums the parameters' gradients over the ranks, in place, in the group's buckets: those the
+    /// last backward pass started ([`Self::before_last_backward`]) and the rest.
     ///
     /// A parameter has a gradient on every rank after this exactly when it had one on some rank:
     /// one that no rank's backward pass reached stays without (as in one process, where AdamW then
     /// leaves it alone), and one that only some ranks reached gets zeros on the others before the
     /// sum, so that every rank updates the same parameters.
     pub fn sum_gradients(&mut self, params: &[Tensor]) -> Result<(), DataParallelError> {
+        if self.overlap_backward {
+            self.hook(params)?;
+            self.overlapped += self.group.finish_gradient_sum().map_err(|e| self.failed(e))?;
+            return Ok(());
+        }
+        self.sum_gradients_after_backward(params)
+    }
+
+    /// [`Self::sum_gradients`] with every bucket started after the backward pass.
+    fn sum_gradients_after_backward(&mut self, params: &[Tensor]) -> Result<(), DataParallelError> {
         let local: Vec<i64> = params.iter().map(|p| i64::from(p.grad().defined())).collect();
         let anywhere = self.sum_i64(&local)?;
         let missing: Vec<&Tensor> = params

@@ -264,16 +264,12 @@ pub enum UpdateError {
 /// As a rank, `rows` are this rank's and `s.mini_batch_size` is its share of a mini-batch: the
 /// global mini-batch `m` is every rank's `m`-th. Each mini-batch's [`LossScale`] totals are summed
 /// over the ranks, so that each rank's loss is its exact share of the global one, and the gradients
-/// are summed over the ranks, in buckets, after the mini-batch's last backward pass and before the
-/// optimizer step (whose clipping then sees the global gradient). Under ZeRO stage 1 (a sharded
-/// optimizer) each rank updates the parameters whose state it keeps and broadcasts them. Every rank runs the same number
-/// of optimizer steps, the most any rank's rows make; a rank with fewer rows joins the rest with no
-/// rows of its own.
-///
-/// The reduction does not overlap the backward pass: that needs a hook on each parameter's
-/// gradient accumulation to start a bucket's all-reduce as soon as its gradients are final (what
-/// PyTorch DDP's reducer does) and collectives that return before they finish, neither of which
-/// tch or the group offer yet.
+/// are summed over the ranks, in buckets, before the optimizer step (whose clipping then sees the
+/// global gradient): after the mini-batch's last backward pass, or, with
+/// `distributed.overlap_backward`, each bucket as soon as that pass has finished its gradients (the
+/// earlier passes only accumulate). Under ZeRO stage 1 (a sharded optimizer) each rank updates the
+/// parameters whose state it keeps and broadcasts them. Every rank runs the same number of optimizer
+/// steps, the most any rank's rows make; a rank with fewer rows joins the rest with no rows of its own.
 #[allow(clippy::too_many_arguments)]
 pub fn update(
     model: &Qwen25Vl,
@@ -372,6 +368,11 @@ pub fn update(
                 let out =
                     policy_loss(&inputs, s.loss, &scale).map_err(|e| ModelError::Input(e.to_string()))?;
                 mini_loss += out.loss.double_value(&[]);
+                if let Some(dp) = dp.as_deref_mut()
+                    && b + 1 == mbs.len()
+                {
+                    dp.before_last_backward(&parameters)?;
+                }
                 forward.backward(&out.loss)?;
                 report.stats.merge(&out.stats);
                 report.tokens += mb.tokens();

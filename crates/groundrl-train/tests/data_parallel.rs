@@ -31,6 +31,7 @@ use groundrl_tensor::processor::image::ImageProcessor;
 use groundrl_tensor::processor::tiny_tokenizer::{VOCAB_SIZE, tiny_tokenizer};
 use groundrl_tensor::processor::{Encoded, tokenizer::Tokenizer};
 use groundrl_tensor::qwen2_5_vl::{Qwen25Vl, presets};
+use groundrl_train::config::DistributedConfig;
 use groundrl_train::data_parallel::{DataParallel, DataParallelError, checksum};
 use groundrl_train::loss::LossConfig;
 use groundrl_train::optim::{AdamW, OptimConfig};
@@ -137,6 +138,16 @@ fn run_update(
     mini: usize,
     dp: Option<&mut DataParallel>,
 ) -> (UpdateReport, Vec<Tensor>) {
+    run_update_with(rows_of, mini, false, dp)
+}
+
+/// [`run_update`] with gradient checkpointing on or off.
+fn run_update_with(
+    rows_of: impl for<'a> Fn(&[Row<'a>]) -> Vec<Row<'a>>,
+    mini: usize,
+    checkpoint: bool,
+    dp: Option<&mut DataParallel>,
+) -> (UpdateReport, Vec<Tensor>) {
     let (model, p) = tiny();
     let examples = examples(&p);
     let all = rows(&examples);
@@ -153,7 +164,7 @@ fn run_update(
         ppo_epochs: 2,
         mini_batch_size: mini,
         micro_batch_size: 1,
-        checkpoint: false,
+        checkpoint,
         logprob_chunk: 16,
         temperature: 1.0,
         response_budget: 32,
@@ -304,6 +315,86 @@ fn uneven_ranks_take_the_same_steps_and_a_diverged_replica_is_named() {
     }
 }
 
+/// `distributed.overlap_backward` on and off give the same weights to the bit, over updates of 2 and
+/// of 4 micro-batches a mini-batch, with and without gradient checkpointing; and the same gradients
+/// for parameters that one rank reached, or none. Each gradient sum adds the same two values per
+/// entry either way (rank 0's and rank 1's, or zero for a rank without one), and a sum of two floats
+/// does not depend on the order of its terms, so nothing is left to a tolerance.
+#[test]
+fn overlapping_the_backward_pass_changes_no_bit() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_passed(&launch("overlap", dir.path()), "overlap");
+}
+
+/// One rank of the overlap test: each comparison on its own weights, in process.
+fn overlap(dp: &mut DataParallel) {
+    // Two micro-batches a mini-batch without checkpointing, four with it (the tied embedding is
+    // then reached by two autograd calls of one backward pass).
+    for (mini, checkpoint) in [(MINI / WORLD, false), (MINI, true)] {
+        let what = format!("{mini} micro-batches, checkpointing {checkpoint}");
+        let after = update_overlapping(dp, false, mini, checkpoint);
+        let before = dp.overlapped();
+        let overlapped = update_overlapping(dp, true, mini, checkpoint);
+        // The armed passes started buckets: after the first sum laid them out in the order backward
+        // reaches the parameters, all but those of the vision tower (no text-only row reaches it).
+        let sums = dp.overlapped();
+        assert!(sums.overlapped > before.overlapped, "{what}: {sums:?}");
+        println!("{what}: {sums:?}");
+        assert_eq!(after.0.optimizer_steps, overlapped.0.optimizer_steps, "{what}");
+        assert_eq!(after.0.grad_norm, overlapped.0.grad_norm, "{what}");
+        assert_eq!(after.0.loss, overlapped.0.loss, "{what}");
+        for (i, (a, b)) in after.1.iter().zip(&overlapped.1).enumerate() {
+            assert!(a.equal(b), "{what}: weight {i} differs");
+        }
+    }
+    let after = reached_by_some(dp, false);
+    let overlapped = reached_by_some(dp, true);
+    for (i, (a, b)) in after.iter().zip(&overlapped).enumerate() {
+        assert_eq!(a.defined(), b.defined(), "parameter {i}");
+        assert!(!a.defined() || a.equal(b), "parameter {i}: {a} != {b}");
+    }
+}
+
+/// This rank's update of its half of the rows with the overlap `on` or off.
+fn update_overlapping(
+    dp: &mut DataParallel,
+    on: bool,
+    mini: usize,
+    checkpoint: bool,
+) -> (UpdateReport, Vec<Tensor>) {
+    dp.set_overlap_backward(on);
+    let rank = dp.rank();
+    run_update_with(|all| rank_rows(all, rank), mini, checkpoint, Some(dp))
+}
+
+/// Three parameters, of which every rank reaches the first, rank 0 alone the second and no rank the
+/// third, summed with the overlap `on` or off: their gradients after the sum.
+fn reached_by_some(dp: &mut DataParallel, on: bool) -> Vec<Tensor> {
+    dp.set_overlap_backward(on);
+    let params: Vec<Tensor> = [&[3i64][..], &[2, 2], &[5]]
+        .iter()
+        .map(|shape| Tensor::zeros(*shape, (Kind::Float, Device::Cpu)).set_requires_grad(true))
+        .collect();
+    dp.before_last_backward(&params).unwrap();
+    let factor = Tensor::from_slice(&[0.1f32, 0.2, 0.3]) * (dp.rank() as f64 + 1.0);
+    let mut loss = (&params[0] * factor).sum(Kind::Float);
+    if dp.rank() == 0 {
+        loss += (&params[1] * 0.7).sum(Kind::Float);
+    }
+    loss.backward();
+    dp.sum_gradients(&params).unwrap();
+    let grads: Vec<Tensor> = params.iter().map(Tensor::grad).collect();
+    let want = Tensor::from_slice(&[0.1f32, 0.2, 0.3]) + Tensor::from_slice(&[0.2f32, 0.4, 0.6]);
+    assert!(
+        grads[0].equal(&want),
+        "reached by both, overlap {on}: {}",
+        grads[0]
+    );
+    assert!(grads[1].equal(&Tensor::full([2, 2], 0.7, (Kind::Float, Device::Cpu))));
+    assert!(!grads[2].defined(), "reached by no rank, overlap {on}");
+    grads
+}
+
 /// One rank of a scenario (run by `launch` only).
 #[test]
 #[ignore = "a rank of the multi-process tests above, started by them"]
@@ -313,10 +404,16 @@ fn rank() {
     let rendezvous = Rendezvous::from_env().unwrap();
     let options = GroupOptions {
         timeout: Duration::from_secs(60),
+        // The tiny model's gradients (about 5 MB) in several buckets, as a large model's fill them.
+        bucket_bytes: 1 << 20,
         ..GroupOptions::default()
     };
     let group = ProcessGroup::new(&rendezvous, options).unwrap();
-    let mut dp = DataParallel::new(group, Device::Cpu, 1);
+    let cfg = DistributedConfig {
+        checksum_every: 1,
+        ..DistributedConfig::default()
+    };
+    let mut dp = DataParallel::new(group, Device::Cpu, &cfg);
     let rank = dp.rank();
     match scenario.as_str() {
         "equivalence" => {
@@ -356,6 +453,10 @@ fn rank() {
                 "{PASSED} uneven rank {rank} steps={}",
                 report.optimizer_steps + report.skipped_steps
             );
+        }
+        "overlap" => {
+            overlap(&mut dp);
+            println!("{PASSED} overlap rank {rank}");
         }
         other => panic!("unknown scenario {other}"),
     }

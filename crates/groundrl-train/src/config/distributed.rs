@@ -21,6 +21,12 @@ pub struct DistributedConfig {
     /// broadcasts them: 1/world of the optimizer's memory a rank, the same weights to the bit.
     /// Checkpoints are the same either way, so a run may resume with the other stage or world size.
     pub zero_stage: u8,
+    /// Whether each bucket of gradients starts its all-reduce during the last backward pass of a
+    /// mini-batch, as soon as autograd has finished its gradients (as PyTorch DDP does), rather than
+    /// after the pass: the communication hides behind the rest of the backward pass. The gradients
+    /// live in the buckets' buffers, so it costs no memory; the sums are those of the all-reduce
+    /// after the pass (bitwise with two ranks; docs/distributed.md). Default true.
+    pub overlap_backward: bool,
 }
 
 impl Default for DistributedConfig {
@@ -29,6 +35,7 @@ impl Default for DistributedConfig {
             timeout_s: 1800,
             checksum_every: 10,
             zero_stage: 0,
+            overlap_backward: true,
         }
     }
 }

@@ -187,10 +187,16 @@ impl AdamW {
     }
 
     /// Zeroes every parameter's gradient before the next backward pass. As with tch's own optimizers
-    /// the gradient tensor stays (zeroed), so a parameter that had one keeps being updated.
+    /// the gradient tensor stays (zeroed), so a parameter that had one keeps being updated. In place
+    /// only, without tch's `zero_grad`'s in-place detach, which a view refuses: with
+    /// `distributed.overlap_backward` a gradient is a view of its bucket's buffer. Gradients here never
+    /// carry a graph of their own, so there is nothing to detach.
     pub fn zero_grad(&mut self) {
-        for p in &mut self.params {
-            p.param.zero_grad();
+        for p in &self.params {
+            let mut grad = p.param.grad();
+            if grad.defined() {
+                let _ = grad.zero_();
+            }
         }
     }
 
