@@ -10,8 +10,8 @@
 #   bash scripts/gpu/scaling.sh [GPU COUNTS, default "1 2 4"]
 # It prints each step's record and a table: completions/s (median of steps 2-STEPS) and the scaling
 # efficiency against one GPU. EXTRA adds config overrides to every run, e.g. the gradient all-reduce
-# after the backward pass instead of during it (a run clears WORK, so give each its own):
-#   EXTRA="distributed.overlap_backward=false" WORK=/tmp/groundrl-scaling-after bash scripts/gpu/scaling.sh 1 2
+# during the backward pass instead of after it (a run clears WORK, so give each its own):
+#   EXTRA="distributed.overlap_backward=true" WORK=/tmp/groundrl-scaling-overlap bash scripts/gpu/scaling.sh 1 2
 # On the CPU, to check that the commands parse (tiny model, Gloo):
 #   BIN=target/release/groundrl EXTRA="model.preset=tiny model.device=cpu model.dtype=f32 rollout.max_new_tokens=4" \
 #     STEPS=2 bash scripts/gpu/scaling.sh 1 2
