@@ -122,76 +122,61 @@ fn same_path(a: &Path, b: &Path) -> bool {
 /// CPU can train on screenshots.
 pub const TINY_MAX_PIXELS: u64 = 448 * 448;
 
-/// Writes the `tiny` preset into `dir`: random-init model (seeded), the tiny tokenizer with our
-/// Qwen2.5-VL chat template, and a preprocessor config with a CPU-sized pixel budget.
+/// The random-init folders this module writes, each complete with the tiny tokenizer, our chat
+/// template and a preprocessor config.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RandomFolder {
+    /// A small model with a CPU-sized pixel budget ([`TINY_MAX_PIXELS`]).
+    Tiny,
+    /// About 30M parameters, the tiny preset's pixel budget.
+    Small,
+    /// Qwen2.5-VL-3B's shape with the tiny tokenizer's special ids (the vocabulary keeps Qwen's
+    /// size), for measuring training and rollouts of the real shape end to end where Qwen's
+    /// tokenizer cannot be shipped. Pixel budget: the processor's default.
+    Qwen3b,
+    /// The same for Qwen2.5-VL-7B's shape (about 8.29B parameters: 16.6 GB of bf16 to write).
+    Qwen7b,
+}
+
+impl RandomFolder {
+    fn config(self) -> Qwen25VlConfig {
+        let vocab = i64::from(tiny_tokenizer::VOCAB_SIZE);
+        match self {
+            Self::Tiny => presets::tiny(vocab, &tiny_ids()),
+            Self::Small => presets::small(vocab, &tiny_ids()),
+            Self::Qwen3b => presets::qwen2_5_vl_3b_with_ids(&tiny_ids()),
+            Self::Qwen7b => presets::qwen2_5_vl_7b_with_ids(&tiny_ids()),
+        }
+    }
+
+    fn max_pixels(self) -> u64 {
+        match self {
+            Self::Tiny | Self::Small => TINY_MAX_PIXELS,
+            Self::Qwen3b | Self::Qwen7b => ImageProcessor::default().max_pixels,
+        }
+    }
+}
+
+/// Writes the `tiny` preset into `dir` with weights drawn on the CPU (what most tests load).
 pub fn write_tiny(dir: &Path, seed: i64, kind: Kind) -> Result<(), FolderError> {
-    let config = presets::tiny(i64::from(tiny_tokenizer::VOCAB_SIZE), &tiny_ids());
-    write_with_tiny_tokenizer(dir, &config, seed, kind, Device::Cpu, TINY_MAX_PIXELS)
+    write_random(dir, RandomFolder::Tiny, seed, kind, Device::Cpu)
 }
 
-/// Writes the random-init `small` preset (about 30M parameters) with the tiny tokenizer and the tiny
-/// preset's pixel budget.
-pub fn write_small(dir: &Path, seed: i64, kind: Kind) -> Result<(), FolderError> {
-    let config = presets::small(i64::from(tiny_tokenizer::VOCAB_SIZE), &tiny_ids());
-    write_with_tiny_tokenizer(dir, &config, seed, kind, Device::Cpu, TINY_MAX_PIXELS)
-}
-
-/// Writes a random-init model of Qwen2.5-VL-3B's shape that uses the tiny tokenizer (its special
-/// ids; the vocabulary keeps Qwen's size), for measuring training and rollouts of the real shape end
-/// to end where Qwen's tokenizer cannot be shipped. Pixel budget: the processor's default. The
-/// weights are drawn on `device`: a GPU draws them far faster than the CPU, but other values for the
-/// same seed.
-pub fn write_3b_with_tiny_tokenizer(
+/// Writes `which` into `dir`: the random-init model (seeded, drawn on `device`: a GPU draws the
+/// large shapes far faster than the CPU, but other values for the same seed), the tiny tokenizer,
+/// our chat template and a preprocessor config.
+pub fn write_random(
     dir: &Path,
+    which: RandomFolder,
     seed: i64,
     kind: Kind,
     device: Device,
-) -> Result<(), FolderError> {
-    let config = presets::qwen2_5_vl_3b_with_ids(&tiny_ids());
-    write_with_tiny_tokenizer(
-        dir,
-        &config,
-        seed,
-        kind,
-        device,
-        ImageProcessor::default().max_pixels,
-    )
-}
-
-/// [`write_3b_with_tiny_tokenizer`] for Qwen2.5-VL-7B's shape (about 8.29B parameters: 16.6 GB of
-/// bf16 to write).
-pub fn write_7b_with_tiny_tokenizer(
-    dir: &Path,
-    seed: i64,
-    kind: Kind,
-    device: Device,
-) -> Result<(), FolderError> {
-    let config = presets::qwen2_5_vl_7b_with_ids(&tiny_ids());
-    write_with_tiny_tokenizer(
-        dir,
-        &config,
-        seed,
-        kind,
-        device,
-        ImageProcessor::default().max_pixels,
-    )
-}
-
-/// A complete folder: the random-init model of `config` (seeded, drawn on `device`), the tiny
-/// tokenizer, our chat template and a preprocessor config with `max_pixels`.
-fn write_with_tiny_tokenizer(
-    dir: &Path,
-    config: &Qwen25VlConfig,
-    seed: i64,
-    kind: Kind,
-    device: Device,
-    max_pixels: u64,
 ) -> Result<(), FolderError> {
     write_tiny_tokenizer(dir).map_err(ProcessorError::from)?;
-    let model = Qwen25Vl::new(config, device, kind, seed);
+    let model = Qwen25Vl::new(&which.config(), device, kind, seed);
     model.save(dir)?;
     let image = ImageProcessor {
-        max_pixels,
+        max_pixels: which.max_pixels(),
         ..ImageProcessor::default()
     };
     let path = dir.join(PREPROCESSOR_CONFIG_FILE);

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use groundrl_core::atomic::{publish_dir, temporary_path};
 use groundrl_core::curriculum::ledger::LedgerWriter;
 use groundrl_core::telemetry::{HealthMonitor, JsonlLog};
-use groundrl_tensor::hf_folder::{self, HfModel};
+use groundrl_tensor::hf_folder::{self, HfModel, RandomFolder};
 use groundrl_tensor::profiler;
 use tch::{Device, Tensor};
 
@@ -295,12 +295,13 @@ fn write_preset(dir: &Path, preset: ModelPreset, m: &crate::config::ModelConfig)
     let tmp = temporary_path(dir);
     remove_dir_if_any(&tmp)?;
     let kind = m.dtype.kind();
-    let written = match preset {
-        ModelPreset::Tiny => hf_folder::write_tiny(&tmp, m.seed, kind),
-        ModelPreset::Small => hf_folder::write_small(&tmp, m.seed, kind),
-        ModelPreset::Qwen7b => hf_folder::write_7b_with_tiny_tokenizer(&tmp, m.seed, kind, Device::Cpu),
-        _ => hf_folder::write_3b_with_tiny_tokenizer(&tmp, m.seed, kind, Device::Cpu),
+    let folder = match preset {
+        ModelPreset::Tiny => RandomFolder::Tiny,
+        ModelPreset::Small => RandomFolder::Small,
+        ModelPreset::Qwen7b => RandomFolder::Qwen7b,
+        _ => RandomFolder::Qwen3b,
     };
+    let written = hf_folder::write_random(&tmp, folder, m.seed, kind, Device::Cpu);
     written.map_err(setup)?;
     publish_dir(&tmp, dir).map_err(|e| io(dir, e))
 }

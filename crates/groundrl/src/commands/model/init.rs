@@ -1,10 +1,9 @@
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::bail;
-use groundrl_tensor::hf_folder::{self, FolderError};
+use groundrl_tensor::hf_folder::{self, RandomFolder};
 use groundrl_tensor::qwen2_5_vl::{Qwen25Vl, presets};
-use groundrl_tensor::tch::{Device, Kind};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -34,23 +33,26 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let kind = super::parse_dtype(&args.dtype)?;
     let device = super::parse_device(&args.device)?;
-    let complete = |write: fn(&Path, i64, Kind, Device) -> Result<(), FolderError>| {
-        write(&args.out, args.seed, kind, device)?;
+    let folder = match (args.preset.as_str(), args.tiny_tokenizer) {
+        ("3b", true) => Some(RandomFolder::Qwen3b),
+        ("7b", true) => Some(RandomFolder::Qwen7b),
+        ("tiny", _) => Some(RandomFolder::Tiny),
+        ("small", _) => Some(RandomFolder::Small),
+        _ => None,
+    };
+    if let Some(folder) = folder {
+        hf_folder::write_random(&args.out, folder, args.seed, kind, device)?;
         eprintln!(
             "{} ({kind:?}, tiny tokenizer) written to {}",
             args.preset,
             args.out.display()
         );
-        Ok(ExitCode::SUCCESS)
-    };
-    let config = match (args.preset.as_str(), args.tiny_tokenizer) {
-        ("3b", true) => return complete(hf_folder::write_3b_with_tiny_tokenizer),
-        ("7b", true) => return complete(hf_folder::write_7b_with_tiny_tokenizer),
-        ("3b", false) => presets::qwen2_5_vl_3b(),
-        ("7b", false) => presets::qwen2_5_vl_7b(),
-        ("tiny", _) => return complete(|dir, seed, kind, _| hf_folder::write_tiny(dir, seed, kind)),
-        ("small", _) => return complete(|dir, seed, kind, _| hf_folder::write_small(dir, seed, kind)),
-        (other, _) => bail!("unknown preset {other:?}: use tiny, small, 3b or 7b"),
+        return Ok(ExitCode::SUCCESS);
+    }
+    let config = match args.preset.as_str() {
+        "3b" => presets::qwen2_5_vl_3b(),
+        "7b" => presets::qwen2_5_vl_7b(),
+        other => bail!("unknown preset {other:?}: use tiny, small, 3b or 7b"),
     };
     let model = Qwen25Vl::new(&config, device, kind, args.seed);
     model.save(&args.out)?;
