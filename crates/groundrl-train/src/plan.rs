@@ -241,6 +241,29 @@ pub fn estimate(cfg: &TrainConfig, model: &Qwen25VlConfig, extras: PlanExtras) -
     MemoryPlan { parts }
 }
 
+/// The largest `trainer.micro_batch_size` whose plan fits `gpu_bytes`, with that plan: larger
+/// micro-batches give the GPU larger matmuls (a higher share of its peak) for more activation memory,
+/// so the largest that fits is the fastest the plan allows. The candidates divide one rank's share of
+/// a mini-batch (`mini_batch_size / world_size`), so that every micro-batch of an update is full.
+/// `None` when not even a micro-batch of 1 fits.
+pub fn largest_micro_batch(
+    cfg: &TrainConfig,
+    model: &Qwen25VlConfig,
+    extras: PlanExtras,
+    gpu_bytes: u64,
+) -> Option<(u32, MemoryPlan)> {
+    let share = (u64::from(cfg.trainer.mini_batch_size) / extras.world_size.max(1)).max(1);
+    let mut candidate = cfg.clone();
+    (1..=share)
+        .rev()
+        .filter(|m| share.is_multiple_of(*m))
+        .find_map(|m| {
+            candidate.trainer.micro_batch_size = u32::try_from(m).ok()?;
+            let plan = estimate(&candidate, model, extras);
+            (plan.total() <= gpu_bytes).then_some((candidate.trainer.micro_batch_size, plan))
+        })
+}
+
 /// Tokens of the longest row a rollout decodes (prompt and completion): the image budget's image
 /// tokens, [`PROMPT_TEXT_TOKENS`] and `rollout.max_new_tokens`. The plan sizes the KV cache by it and
 /// the trainer its engine's caches.
@@ -693,6 +716,42 @@ mod tests {
         assert_eq!(fresh.part("KV cache").unwrap().bytes, 64 * 1_536 * 18_432 * 2);
         assert_eq!(fresh.peak_phase(), Phase::Rollout);
         assert_eq!(fresh.total(), 67_449_840_025); // 62.82 GiB
+    }
+
+    /// The shipped 3B config's micro-batch of 8 peaks at 68.61 GiB (above); 16 doubles the
+    /// micro-batch's parts (activations, log-prob chunk, vision tower) and fits 80 GiB, 32 does not.
+    #[test]
+    fn the_largest_micro_batch_that_fits_divides_the_share_of_a_mini_batch() {
+        let (cfg, model) = shipped("3b-1gpu.toml", &[]);
+        let with = |micro: u32| {
+            let mut c = cfg.clone();
+            c.trainer.micro_batch_size = micro;
+            estimate(&c, &model, NO_REFERENCE).total()
+        };
+        assert!(
+            with(16) <= 80 * GIB && with(32) > 80 * GIB,
+            "{} {}",
+            with(16),
+            with(32)
+        );
+        let (micro, plan) = largest_micro_batch(&cfg, &model, NO_REFERENCE, 80 * GIB).unwrap();
+        assert_eq!((micro, plan.total()), (16, with(16)));
+        // 70 GiB holds the config's 8 but not 16.
+        assert!(with(8) <= 70 * GIB && with(16) > 70 * GIB);
+        assert_eq!(
+            largest_micro_batch(&cfg, &model, NO_REFERENCE, 70 * GIB)
+                .unwrap()
+                .0,
+            8
+        );
+        // Over 4 ranks a GPU's share of the 64-row mini-batch is 16: 16 is the most it can take.
+        let four = PlanExtras {
+            world_size: 4,
+            ..NO_REFERENCE
+        };
+        assert_eq!(largest_micro_batch(&cfg, &model, four, 200 * GIB).unwrap().0, 16);
+        // Not even one row fits 40 GiB (the resident parts alone are over 47 GiB).
+        assert_eq!(largest_micro_batch(&cfg, &model, NO_REFERENCE, 40 * GIB), None);
     }
 
     /// The parts of one GPU's plan that the world size and the ZeRO stage change.

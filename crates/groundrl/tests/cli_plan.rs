@@ -100,6 +100,40 @@ fn a_config_that_does_not_fit_exits_2_with_the_knob() {
     );
 }
 
+/// `--largest-micro-batch` plans the largest micro-batch that fits (plan.rs's test derives 16 for
+/// the 3B config on 80 GiB) and says so; where none fits, the config's own plan is refused as usual.
+#[test]
+fn the_largest_micro_batch_that_fits_is_planned_and_named() {
+    let out = plan(&["configs/3b-1gpu.toml", "--largest-micro-batch"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.ends_with(
+            "trainer.micro_batch_size = 16 is the largest that fits (the config has 8): override it \
+             with trainer.micro_batch_size=16\n"
+        ),
+        "{stdout}"
+    );
+    // The table is the plan of 16, whose activations are twice those of 8 (6.798 GiB against 3.399).
+    assert!(
+        stdout.contains("activations                   update        6.798\n"),
+        "{stdout}"
+    );
+    let out = plan(&[
+        "configs/3b-1gpu.toml",
+        "--gpu-memory",
+        "40GiB",
+        "--largest-micro-batch",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!text(&out.stdout).contains("is the largest that fits"));
+    assert!(
+        text(&out.stderr).starts_with("error: the plan needs 68.61 GiB"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
 #[test]
 fn unknown_keys_and_bad_values_are_refused_cleanly() {
     let out = plan(&["configs/3b-1gpu.toml", "rollout.temprature=0.7"]);

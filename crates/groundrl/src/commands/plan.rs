@@ -23,6 +23,10 @@ pub struct Args {
     /// prompts and, with `distributed.zero_stage = 1`, keeps its share of the optimizer state.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     nproc_per_node: u32,
+    /// Plan with the largest `trainer.micro_batch_size` that fits `--gpu-memory` (among the divisors
+    /// of one GPU's share of a mini-batch) instead of the config's, and say which it is.
+    #[arg(long)]
+    largest_micro_batch: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -35,7 +39,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("config {}", args.config.display()))?;
     let model = cfg.model.architecture()?;
     let extras = PlanExtras::of(&cfg, u64::from(world));
-    let plan = plan::estimate(&cfg, &model, extras);
+    let mut plan = plan::estimate(&cfg, &model, extras);
+    let mut fitted = None;
+    if args.largest_micro_batch
+        && let Some((micro, largest)) = plan::largest_micro_batch(&cfg, &model, extras, args.gpu_memory)
+    {
+        plan = largest;
+        fitted = Some(micro);
+    }
     println!(
         "{}: {} parameters, {} trainable, {} on {}; {}, {}",
         args.config.display(),
@@ -62,6 +73,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         println!("one GPU of {world}: 1/{world} of each step's prompts and {optimizer}");
     }
     print!("{}", table(&plan, args.gpu_memory));
+    if let Some(micro) = fitted {
+        println!(
+            "trainer.micro_batch_size = {micro} is the largest that fits (the config has {}): \
+             override it with trainer.micro_batch_size={micro}",
+            cfg.trainer.micro_batch_size
+        );
+    }
     match plan.check(args.gpu_memory) {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(err) => {
