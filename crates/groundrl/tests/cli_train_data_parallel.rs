@@ -2,7 +2,8 @@
 //! train as one process does, rank 0 alone writes the run's files, and a worker killed with SIGKILL
 //! stops the launch with an error naming it, after which a resume finishes the run as if it had
 //! never stopped, on the same or another world size. With `distributed.zero_stage = 1` each worker
-//! keeps half of the optimizer state and the checkpoints are those of stage 0, byte for byte. Two processes started with torchrun's variables alone (two "nodes" of one
+//! keeps half of the optimizer state and the checkpoints are those of stage 0, byte for byte. Two
+//! curriculum rounds on two workers write one process's `rounds/` files. Two processes started with torchrun's variables alone (two "nodes" of one
 //! process each, `MASTER_ADDR` on the loopback) train together, and when one of them hangs the other
 //! stops with c10d's timeout error after `distributed.timeout_s`.
 //!
