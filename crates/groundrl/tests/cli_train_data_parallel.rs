@@ -2,7 +2,8 @@
 //! train as one process does, rank 0 alone writes the run's files, and a worker killed with SIGKILL
 //! stops the launch with an error naming it, after which a resume finishes the run as if it had
 //! never stopped, on the same or another world size. With `distributed.zero_stage = 1` each worker
-//! keeps half of the optimizer state and the checkpoints are those of stage 0, byte for byte. Two processes started with torchrun's variables alone (two "nodes" of one
+//! keeps half of the optimizer state and the checkpoints are those of stage 0, byte for byte. Two
+//! curriculum rounds on two workers write one process's `rounds/` files. Two processes started with torchrun's variables alone (two "nodes" of one
 //! process each, `MASTER_ADDR` on the loopback) train together, and when one of them hangs the other
 //! stops with c10d's timeout error after `distributed.timeout_s`.
 //!
@@ -212,6 +213,133 @@ fn two_workers_validate_and_evaluate_in_shares_as_one_process() {
         m1.into_iter().map(untimed).collect::<Vec<_>>(),
         m2.into_iter().map(untimed).collect::<Vec<_>>()
     );
+}
+
+/// The files of a curriculum run's `rounds/` folder, each as its bytes, by path in the folder.
+fn rounds_files(run: &Path) -> Vec<(String, Vec<u8>)> {
+    let rounds = run.join("rounds");
+    let mut files = Vec::new();
+    for sub in ["", "round-1", "round-2"] {
+        for entry in std::fs::read_dir(rounds.join(sub)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_file() {
+                let name = path.strip_prefix(&rounds).unwrap().display().to_string();
+                files.push((name, std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// Two curriculum rounds of 2 steps on 2 workers against one process (each run in a folder named
+/// `run`, the name its ledger entries carry). The 12 training samples make 3 batches of 4 for each
+/// round-end ledger: rank 0 rolls out the first, rank 1 the other two, seeded by their numbers in
+/// the whole pool. The temperature sweep answers 5 validation samples (4 of them and one whose
+/// declared width is one pixel off) at 2 temperatures in 2 batches, one a rank; rank 1 holds the
+/// bad one and skips it at both temperatures. Every file of `rounds/` (the two ledgers, the pool
+/// and its report, the sweep, the transition) is byte for byte one process's, as are the run's
+/// ledger, the step records but for timings (rank 0's count the skips rank 1 met) and every
+/// step's weights.
+#[test]
+fn two_workers_run_curriculum_rounds_as_one_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth(&dir.path().join("data"), &["--n", "4", "--difficulty", "easy"]);
+    let four: Vec<String> = std::fs::read_to_string(&data)
+        .unwrap()
+        .lines()
+        .take(4)
+        .map(String::from)
+        .collect();
+    let val = dir.path().join("data/val.jsonl");
+    std::fs::write(&val, four.join("\n")).unwrap();
+    let val = with_a_bad_sample(&val, "bad-width");
+    let extra = "[distributed]\ntimeout_s = 60\nchecksum_every = 1\n[rounds]\ncount = 2\n\
+                 temperatures = [0.5, 1.0]\ntolerance = 1.0\n";
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, tiny_training_config(&data, 1e-3, 2, extra)).unwrap();
+    // Correct with at most 2 words (0.990 for 2 words, 0.978 for 3): a random model's completions
+    // differ in words, so after 2 steps some samples are partly solved and round 2 has a pool.
+    let spec = common::repo_root().join("configs/rewards/words-length.toml");
+    let overrides = [
+        format!("data.val={}", val.display()),
+        format!("reward.spec={}", spec.display()),
+        "reward.correct_component=words".to_string(),
+        "reward.correct_threshold=0.985".to_string(),
+        "trainer.val_samples=0".to_string(),
+        "rounds.ledger_n=2".to_string(),
+    ];
+    let (one, two) = (dir.path().join("one/run"), dir.path().join("two/run"));
+    let alone = text(&run_ok(train(&config, &one, 1).args(&overrides)).stderr);
+    let stderr = text(&run_ok(train(&config, &two, 2).args(&overrides)).stderr);
+    assert!(stderr.contains("[rank 0] round 1 ended at step 2"), "{stderr}");
+    assert!(
+        !stderr.contains("[rank 1] round 1"),
+        "rank 1 writes nothing: {stderr}"
+    );
+    let files = rounds_files(&two);
+    let names: Vec<&str> = files.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "round-1/ledger.jsonl",
+            "round-2/ledger.jsonl",
+            "round-2/pool-report.json",
+            "round-2/pool.jsonl",
+            "round-2/temperature.json",
+            "round-2/temperature.svg",
+            "transition-1-2.json",
+            "transition-1-2.svg",
+        ]
+    );
+    let alone_files = rounds_files(&one);
+    assert_eq!(alone_files.len(), files.len());
+    for ((name, a), (other, b)) in alone_files.iter().zip(&files) {
+        assert_eq!(name, other);
+        assert!(
+            a == b,
+            "rounds/{name} differs between one process and two workers"
+        );
+    }
+    let round_1: Vec<Value> = json_lines(&two, "rounds/round-1/ledger.jsonl");
+    assert_eq!(round_1.len(), 12, "one entry per training sample");
+    assert!(
+        round_1.iter().all(|e| e["n"] == 2 && e["round"] == 1),
+        "{round_1:?}"
+    );
+    assert!(!json_lines(&two, "rounds/round-2/pool.jsonl").is_empty());
+    let skips = |stderr: &str, prefix: &str| {
+        let line = format!("{prefix}skipped sample bad-width:");
+        stderr.lines().filter(|l| l.starts_with(&line)).count()
+    };
+    assert_eq!(skips(&alone, ""), 2, "{alone}");
+    assert_eq!(skips(&stderr, "[rank 1] "), 2, "{stderr}");
+    assert_eq!(skips(&stderr, "[rank 0] "), 0, "{stderr}");
+    let (m1, m2) = (
+        json_lines(&one, "metrics.jsonl"),
+        json_lines(&two, "metrics.jsonl"),
+    );
+    let rounds: Vec<(f64, f64)> = m2
+        .iter()
+        .map(|m| {
+            (
+                m["train"]["round"].as_f64().unwrap(),
+                m["train"]["bad_samples"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(rounds, [(1.0, 0.0), (1.0, 0.0), (2.0, 2.0), (2.0, 2.0)]);
+    assert_eq!(
+        m1.into_iter().map(untimed).collect::<Vec<_>>(),
+        m2.into_iter().map(untimed).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        std::fs::read(one.join("ledger.jsonl")).unwrap(),
+        std::fs::read(two.join("ledger.jsonl")).unwrap()
+    );
+    for step in 1..=4 {
+        assert_same_weights(&one, &two, step);
+    }
 }
 
 /// `samples` with a copy of its last sample appended, named `id`, whose declared image width is

@@ -49,7 +49,7 @@ impl Trainer {
             return Ok(None);
         }
         let indices: Vec<usize> = (0..self.test.len()).collect();
-        let (records, answered) = self.answer_shared("held-out answers", &indices, |t, chunk| {
+        let (records, answered) = self.answer_shared("held-out answers", &indices, |t, _, chunk| {
             t.eval_chunk(label, chunk)
         })?;
         if self.world_size() > 1 {
@@ -147,7 +147,7 @@ impl Trainer {
     pub(super) fn validate(&mut self) -> Result<(f64, f64), TrainError> {
         let t = &self.cfg.trainer;
         let indices = fixed_subsample(self.val.len(), t.val_samples as usize, t.seed);
-        let (scores, _) = self.answer_shared("validation scores", &indices, |t, chunk| {
+        let (scores, _) = self.answer_shared("validation scores", &indices, |t, _, chunk| {
             let groups = t.sample_groups(chunk, 0, Split::Val)?;
             Ok(groups
                 .into_iter()
@@ -165,21 +165,24 @@ impl Trainer {
     /// `indices`' order, on every rank, with how many this rank answered. `indices` is cut into
     /// batches of `rollout.prompts_per_step` as one process cuts it, and each rank takes a
     /// contiguous run of whole batches ([`batch_share`]): every batch is the one a single process
-    /// runs, so the answers do not depend on the world size, and every rank computes the same
+    /// runs, and `answer` gets it with its number among all the batches (what seeds a batch's
+    /// sampling), so the answers do not depend on the world size, and every rank computes the same
     /// metrics from them (early stopping is decided alike everywhere). The samples skipped are
-    /// counted as one process counts them: every rank adds up all ranks' skips.
-    fn answer_shared<R: Serialize + DeserializeOwned>(
+    /// counted as one process counts them: every rank adds up all ranks' skips. Every rank gathers
+    /// once, whatever its share.
+    pub(super) fn answer_shared<R: Serialize + DeserializeOwned>(
         &mut self,
         what: &'static str,
         indices: &[usize],
-        mut answer: impl FnMut(&mut Self, &[usize]) -> Result<Vec<R>, TrainError>,
+        mut answer: impl FnMut(&mut Self, usize, &[usize]) -> Result<Vec<R>, TrainError>,
     ) -> Result<(Vec<R>, usize), TrainError> {
         let batch = self.cfg.rollout.prompts_per_step.max(1) as usize;
-        let (rank, world) = (self.rank(), self.world_size());
+        let mine = batch_share(indices.len(), batch, self.rank(), self.world_size());
+        let first = mine.start / batch;
         let bad_before = self.state.bad_samples;
         let mut results = Vec::new();
-        for chunk in indices[batch_share(indices.len(), batch, rank, world)].chunks(batch) {
-            results.extend(answer(self, chunk)?);
+        for (c, chunk) in indices[mine].chunks(batch).enumerate() {
+            results.extend(answer(self, first + c, chunk)?);
         }
         let answered = results.len();
         let Some(dp) = self.dp.as_mut() else {

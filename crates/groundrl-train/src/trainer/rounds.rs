@@ -6,22 +6,30 @@
 //! round, the next pool is chosen from the ledger (`rounds/round-{r+1}/pool.jsonl` and its report),
 //! the temperature is swept on the validation set when `rounds.temperatures` is set, and training
 //! goes on in round r + 1 on the new pool with epochs counted afresh. A pool's image paths are those
-//! of `data.train`, read against `data.train`'s folder ([`Trainer::load_pool`]): images stay
+//! of `data.train`, read against `data.train`'s folder ([`Trainer::pool_dataset`]): images stay
 //! confined to the data's folder as they are in round 1.
 //!
 //! Everything here is keyed by the step at which the round ended, so redoing it after a resume
 //! (from a checkpoint taken before the switch) writes the same files again. Every file is written
 //! whole and atomically (a resumed run reads the pool of its round).
+//!
+//! In a data-parallel run the ledger and the sweep are rolled out in shares of whole batches, each
+//! batch seeded by its number in the whole pool or validation subsample, and gathered
+//! ([`Trainer::answer_shared`]): every rank holds one process's entries and sweep points, chooses
+//! the same next pool and temperature from them in memory, and rank 0 alone writes the files.
 
 use std::path::PathBuf;
 
 use groundrl_core::atomic::{publish_file, temporary_path};
-use groundrl_core::curriculum::ledger::{read_ledger, write_ledger};
-use groundrl_core::curriculum::pool::{PoolOptions, SourceCounts, next_pool};
+use groundrl_core::curriculum::ledger::{Ledger, LedgerEntry, read_ledger, write_ledger};
+use groundrl_core::curriculum::pool::{NextPool, PoolOptions, SourceCounts, next_pool};
 use groundrl_core::curriculum::temperature::{SweepPoint, pick_temperature};
 use groundrl_core::curriculum::transition::transition;
+use groundrl_core::data::Sample;
 use groundrl_core::data::jsonl::write_jsonl;
 use groundrl_core::rng::keyed;
+use groundrl_core::telemetry::CompletionRecord;
+use serde::{Deserialize, Serialize};
 
 use super::rollouts::Split;
 use super::{TRAINING_ROUND, TrainError, Trainer, io, setup, write_file};
@@ -46,37 +54,109 @@ impl Trainer {
         self.round_dir(round).join("pool.jsonl")
     }
 
-    /// The samples of ledger round `round`'s pool, their images read from `data.train`'s folder.
+    /// The ledger file of ledger round `round`.
+    fn ledger_path(&self, round: u32) -> PathBuf {
+        self.round_dir(round).join("ledger.jsonl")
+    }
+
+    /// The samples of ledger round `round`'s pool as rank 0 wrote them, for a resumed run (every
+    /// rank reads it after rank 0 has tidied the run folder: `Trainer::resume_data_parallel`).
     pub(super) fn load_pool(&self, round: u32) -> Result<Dataset, TrainError> {
-        let mut pool = Dataset::load(&self.pool_path(round)).map_err(setup)?;
-        pool.base = Dataset::base_of(&self.cfg.data.train);
-        Ok(pool)
+        let pool = Dataset::load(&self.pool_path(round)).map_err(setup)?;
+        Ok(self.pool_dataset(pool.samples))
+    }
+
+    /// A pool's samples as the train set: their image paths are `data.train`'s, read against its
+    /// folder.
+    fn pool_dataset(&self, samples: Vec<Sample>) -> Dataset {
+        Dataset {
+            samples,
+            base: Dataset::base_of(&self.cfg.data.train),
+            skipped: Vec::new(),
+        }
     }
 
     /// Ends the current round: its ledger, the transition from the previous round, and, unless it
     /// was the last, the next pool and temperature. Returns whether another round starts.
+    ///
+    /// Every rank of a data-parallel run rolls out its share of the ledger and of the sweep and
+    /// ends with all of both ([`Trainer::answer_shared`]), so every rank picks the same pool (same
+    /// entries, same seed) and temperature in memory; rank 0 alone writes the files, and no rank
+    /// reads what another wrote.
     pub(super) fn end_round(&mut self) -> Result<bool, TrainError> {
         let last = self.state.round + 1 >= self.cfg.rounds.count;
         if last && !self.cfg.rounds.final_ledger {
             return Ok(false);
         }
         let round = self.ledger_round();
-        let ledger = self.round_ledger(round)?;
-        if round > TRAINING_ROUND {
-            self.write_transition(round)?;
+        let entries = self.round_ledger(round)?;
+        if self.writes() {
+            self.write_round_ledger(round, &entries)?;
         }
         if last {
             return Ok(false);
         }
-        let summary = read_ledger(&ledger)
-            .and_then(|l| l.summary(round))
-            .map_err(setup)?;
+        // The entries as the file holds them: JSON keeps every f64 (float_roundtrip), and each
+        // entry has its own draw seed, so reading the file back would drop no duplicate.
+        let ledger = Ledger {
+            path: self.ledger_path(round),
+            entries,
+            ..Ledger::default()
+        };
+        let summary = ledger.summary(round).map_err(setup)?;
         let options = PoolOptions {
             zero_share: self.cfg.rounds.zero_share,
             seed: keyed(self.cfg.trainer.seed, &format!("pool {}", round + 1)),
             ..PoolOptions::default()
         };
         let pool = next_pool(self.train.samples.clone(), &summary, &options).map_err(setup)?;
+        if self.writes() {
+            self.write_pool(round, &pool)?;
+        }
+        if pool.samples.is_empty() {
+            return Ok(false);
+        }
+        if !self.cfg.rounds.temperatures.is_empty() {
+            self.state.temperature = Some(self.sweep_temperature(round + 1)?);
+        }
+        self.train = self.pool_dataset(pool.samples);
+        self.state.round += 1;
+        self.state.round_start_step = self.state.step;
+        self.state.epoch = 0;
+        self.state.cursor = 0;
+        Ok(true)
+    }
+
+    /// The ledger entries of `rounds.ledger_n` rollouts on every sample of the round's pool, in the
+    /// pool's order, each rank rolling out its share of the batches. A batch's sampling is seeded
+    /// by its number in the whole pool, so the entries are one process's on any world size.
+    fn round_ledger(&mut self, round: u32) -> Result<Vec<LedgerEntry>, TrainError> {
+        let n = self.ledger_n();
+        let indices: Vec<usize> = (0..self.train.len()).collect();
+        let seed = keyed(self.cfg.trainer.seed, &format!("round {round} ledger"));
+        let (entries, _) = self.answer_shared("round ledger entries", &indices, |t, c, chunk| {
+            let chunk_seed = keyed(seed, &c.to_string());
+            let groups = t.sample_groups_with(chunk, chunk_seed, Split::Train, n, t.temperature(), 0)?;
+            t.ledger_entries(&groups, round, t.state.step, chunk_seed)
+        })?;
+        Ok(entries)
+    }
+
+    /// Writes `rounds/round-r/ledger.jsonl` anew and, from round 2 on, the transition from the
+    /// round before.
+    fn write_round_ledger(&self, round: u32, entries: &[LedgerEntry]) -> Result<(), TrainError> {
+        let dir = self.round_dir(round);
+        std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+        write_ledger(&self.ledger_path(round), entries).map_err(setup)?;
+        if round > TRAINING_ROUND {
+            self.write_transition(round)?;
+        }
+        Ok(())
+    }
+
+    /// `rounds/round-{round+1}/pool-report.json` and, unless the pool is empty (which ends the
+    /// rounds, said), `pool.jsonl`.
+    fn write_pool(&self, round: u32, pool: &NextPool) -> Result<(), TrainError> {
         let dir = self.round_dir(round + 1);
         std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
         let report = dir.join("pool-report.json");
@@ -84,7 +164,7 @@ impl Trainer {
         write_file(&report, json.as_bytes())?;
         if pool.samples.is_empty() {
             eprintln!("{}", empty_pool_message(round, &pool.report.total));
-            return Ok(false);
+            return Ok(());
         }
         let path = self.pool_path(round + 1);
         let tmp = temporary_path(&path);
@@ -96,44 +176,13 @@ impl Trainer {
             pool.samples.len(),
             path.display()
         );
-        if !self.cfg.rounds.temperatures.is_empty() {
-            self.state.temperature = Some(self.sweep_temperature(round + 1)?);
-        }
-        self.train = self.load_pool(round + 1)?;
-        self.state.round += 1;
-        self.state.round_start_step = self.state.step;
-        self.state.epoch = 0;
-        self.state.cursor = 0;
-        Ok(true)
-    }
-
-    /// Rolls the policy out `rounds.ledger_n` times on every sample of the round's pool and writes
-    /// `rounds/round-r/ledger.jsonl` anew.
-    fn round_ledger(&mut self, round: u32) -> Result<PathBuf, TrainError> {
-        let dir = self.round_dir(round);
-        std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
-        let path = dir.join("ledger.jsonl");
-        let mut entries = Vec::new();
-        let n = self.ledger_n();
-        let indices: Vec<usize> = (0..self.train.len()).collect();
-        let seed = keyed(self.cfg.trainer.seed, &format!("round {round} ledger"));
-        for (c, chunk) in indices
-            .chunks(self.cfg.rollout.prompts_per_step.max(1) as usize)
-            .enumerate()
-        {
-            let chunk_seed = keyed(seed, &c.to_string());
-            let groups =
-                self.sample_groups_with(chunk, chunk_seed, Split::Train, n, self.temperature(), 0)?;
-            entries.extend(self.ledger_entries(&groups, round, self.state.step, chunk_seed)?);
-        }
-        write_ledger(&path, &entries).map_err(setup)?;
-        Ok(path)
+        Ok(())
     }
 
     /// `rounds/transition-{round-1}-{round}.json` and `.svg`: how each sample's k moved.
     fn write_transition(&self, round: u32) -> Result<(), TrainError> {
         let summary = |r: u32| {
-            read_ledger(&self.round_dir(r).join("ledger.jsonl"))
+            read_ledger(&self.ledger_path(r))
                 .and_then(|l| l.summary(r))
                 .map_err(setup)
         };
@@ -149,51 +198,35 @@ impl Trainer {
     }
 
     /// Accuracy of `rounds.ledger_n` rollouts per validation sample (the fixed subsample) at each
-    /// temperature of `rounds.temperatures`; picks the highest within the tolerance of the best and
-    /// writes `rounds/round-r/temperature.json` and `.svg`.
+    /// temperature of `rounds.temperatures`, each rank rolling out its share of the batches (seeded
+    /// by their numbers, as in [`Self::round_ledger`]); picks the highest within the tolerance of
+    /// the best. Rank 0 writes `rounds/round-r/temperature.json` and `.svg`.
     fn sweep_temperature(&mut self, round: u32) -> Result<f64, TrainError> {
         let t = &self.cfg.trainer;
         let indices = fixed_subsample(self.val.len(), t.val_samples as usize, t.seed);
         let (n, seed) = (self.ledger_n(), keyed(t.seed, &format!("round {round} sweep")));
         let mut points = Vec::new();
         for temperature in self.cfg.rounds.temperatures.clone() {
-            let (mut correct, mut total, mut reward) = (0, 0, 0.0);
-            for (c, chunk) in indices
-                .chunks(self.cfg.rollout.prompts_per_step.max(1) as usize)
-                .enumerate()
-            {
-                for g in self.sample_groups_with(
-                    chunk,
-                    keyed(seed, &c.to_string()),
-                    Split::Val,
-                    n,
-                    temperature,
-                    0,
-                )? {
-                    correct += g.records.iter().filter(|r| r.correct == Some(true)).count() as u64;
-                    total += g.records.len() as u64;
-                    reward += g.records.iter().map(|r| r.reward).sum::<f64>();
-                }
-            }
-            let mean_reward = reward / total.max(1) as f64;
-            points.push(SweepPoint {
-                temperature,
-                correct,
-                total,
-                mean_reward,
-            });
+            let (groups, _) = self.answer_shared("temperature sweep scores", &indices, |t, c, chunk| {
+                let groups =
+                    t.sample_groups_with(chunk, keyed(seed, &c.to_string()), Split::Val, n, temperature, 0)?;
+                Ok(groups.iter().map(|g| GroupScore::of(&g.records)).collect())
+            })?;
+            points.push(GroupScore::point(temperature, &groups));
         }
         let sweep = pick_temperature(points, self.cfg.rounds.tolerance).map_err(setup)?;
-        let stem = self.round_dir(round).join("temperature");
-        let json = stem.with_extension("json");
-        let text = serde_json::to_string_pretty(&sweep).map_err(setup)?;
-        write_file(&json, text.as_bytes())?;
-        write_file(&stem.with_extension("svg"), sweep.line_chart().svg().as_bytes())?;
-        eprintln!(
-            "round {round}: temperature {} (sweep in {})",
-            sweep.picked,
-            json.display()
-        );
+        if self.writes() {
+            let stem = self.round_dir(round).join("temperature");
+            let json = stem.with_extension("json");
+            let text = serde_json::to_string_pretty(&sweep).map_err(setup)?;
+            write_file(&json, text.as_bytes())?;
+            write_file(&stem.with_extension("svg"), sweep.line_chart().svg().as_bytes())?;
+            eprintln!(
+                "round {round}: temperature {} (sweep in {})",
+                sweep.picked,
+                json.display()
+            );
+        }
         Ok(sweep.picked)
     }
 
@@ -201,6 +234,41 @@ impl Trainer {
         match self.cfg.rounds.ledger_n {
             0 => self.cfg.rollout.n as usize,
             n => n as usize,
+        }
+    }
+}
+
+/// One validation sample's rollouts in a temperature sweep: correct ones, all, and their summed
+/// reward (gathered over the ranks, then added up in the samples' order as one process adds them).
+#[derive(Serialize, Deserialize)]
+struct GroupScore {
+    correct: u64,
+    total: u64,
+    reward: f64,
+}
+
+impl GroupScore {
+    fn of(records: &[CompletionRecord]) -> Self {
+        Self {
+            correct: records.iter().filter(|r| r.correct == Some(true)).count() as u64,
+            total: records.len() as u64,
+            reward: records.iter().map(|r| r.reward).sum(),
+        }
+    }
+
+    /// The sweep's point at `temperature` from its samples' scores.
+    fn point(temperature: f64, scores: &[Self]) -> SweepPoint {
+        let (mut correct, mut total, mut reward) = (0, 0, 0.0);
+        for s in scores {
+            correct += s.correct;
+            total += s.total;
+            reward += s.reward;
+        }
+        SweepPoint {
+            temperature,
+            correct,
+            total,
+            mean_reward: reward / total.max(1) as f64,
         }
     }
 }
