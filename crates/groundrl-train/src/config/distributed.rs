@@ -94,8 +94,6 @@ impl TrainConfig {
                 ),
             )
         };
-        not_yet("rollout.dynamic_sampling", self.rollout.dynamic_sampling)?;
-        not_yet("sft.steps", self.sft.steps > 0)?;
         not_yet("rounds.count", self.rounds.count > 1)
     }
 }
