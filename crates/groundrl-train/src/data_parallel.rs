@@ -322,6 +322,20 @@ impl DataParallel {
     }
 }
 
+/// `counts` summed over the ranks of `dp`, so that every rank decides alike on the run's totals;
+/// without ranks (`None`), `counts` as they are.
+pub fn counts_over_ranks<const N: usize>(
+    dp: Option<&mut DataParallel>,
+    counts: [u64; N],
+) -> Result<[u64; N], DataParallelError> {
+    let Some(dp) = dp else {
+        return Ok(counts);
+    };
+    let local: Vec<i64> = counts.iter().map(|&c| c as i64).collect();
+    let all = dp.sum_i64(&local)?;
+    Ok(std::array::from_fn(|i| all.get(i).map_or(0, |&c| c as u64)))
+}
+
 /// Rank `rank`'s contiguous share of `n` items over `world` ranks.
 pub fn share(n: usize, rank: usize, world: usize) -> Range<usize> {
     let world = world.max(1);

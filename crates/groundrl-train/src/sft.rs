@@ -12,8 +12,9 @@ use groundrl_tensor::qwen2_5_vl::model::logprobs_at;
 use groundrl_tensor::qwen2_5_vl::{ModelError, Qwen25Vl};
 use tch::Kind;
 
+use crate::data_parallel::{DataParallel, counts_over_ranks};
 use crate::optim::{AdamW, StepOutcome};
-use crate::update::{Row, micro_batch};
+use crate::update::{Row, UpdateError, apply_step, micro_batch};
 
 /// How a warm-up step runs.
 pub struct SftSettings {
@@ -23,7 +24,7 @@ pub struct SftSettings {
     pub lr: f64,
 }
 
-/// What one warm-up step did.
+/// What one warm-up step did; in a data-parallel run, over every rank's rows.
 #[derive(Debug, PartialEq)]
 pub struct SftReport {
     /// Mean negative log-likelihood per answer token, before the update.
@@ -37,26 +38,35 @@ pub struct SftReport {
     pub answer_tokens: u64,
 }
 
-/// One optimizer step on `rows` (micro-batches with exact gradient accumulation).
+/// One optimizer step on `rows` (micro-batches with exact gradient accumulation), alone (`dp`
+/// `None`) or as one rank of a data-parallel run, `rows` being its share of the batch.
+///
+/// Each rank divides its loss by the answer tokens of the whole batch (summed over the ranks), so
+/// that its loss is its exact share of the one-process loss and the summed gradient is the
+/// one-process gradient ([`apply_step`] sums it). A rank without rows, or without answer tokens,
+/// still joins every collective; only a batch without answer tokens on every rank is an error.
 pub fn sft_step(
     model: &Qwen25Vl,
     processor: &Processor,
     optimizer: &mut AdamW,
     rows: &[Row],
     s: &SftSettings,
-) -> Result<SftReport, ModelError> {
+    mut dp: Option<&mut DataParallel>,
+) -> Result<SftReport, UpdateError> {
     let device = model.device();
     let batches: Vec<_> = rows
         .chunks(s.micro_batch_size.max(1))
         .map(|chunk| micro_batch(processor, chunk, device))
         .collect::<Result<_, _>>()?;
-    let answer_tokens: u64 = batches.iter().map(|mb| mb.counted()).sum();
+    let local: u64 = batches.iter().map(|mb| mb.counted()).sum();
+    let [answer_tokens] = counts_over_ranks(dp.as_deref_mut(), [local])?;
     if answer_tokens == 0 {
-        return Err(ModelError::Input("warm-up batch without answer tokens".into()));
+        return Err(ModelError::Input("warm-up batch without answer tokens".into()).into());
     }
+    let parameters = optimizer.parameters();
     let mut loss = 0.0;
     let mut tokens = 0;
-    for mb in &batches {
+    for (b, mb) in batches.iter().enumerate() {
         let forward = model.training_forward(&mb.batch, s.checkpoint)?;
         let logprobs = logprobs_at(
             &model.text,
@@ -67,17 +77,25 @@ pub fn sft_step(
         )?;
         let part = -(logprobs.to_kind(Kind::Float) * &mb.mask).sum(Kind::Float) / answer_tokens as f64;
         loss += part.double_value(&[]);
+        if let Some(dp) = dp.as_deref_mut()
+            && b + 1 == batches.len()
+        {
+            dp.before_last_backward(&parameters)?;
+        }
         forward.backward(&part)?;
         tokens += mb.tokens();
     }
-    let outcome = optimizer
-        .step(s.lr)
-        .map_err(|e| ModelError::Input(e.to_string()))?;
-    optimizer.zero_grad();
+    let outcome = apply_step(optimizer, dp.as_deref_mut(), &parameters, s.lr)?;
     let (grad_norm, applied) = match outcome {
         StepOutcome::Applied { grad_norm, .. } => (grad_norm, true),
         StepOutcome::Skipped { grad_norm } => (grad_norm, false),
     };
+    if let Some(dp) = dp.as_deref_mut()
+        && let [total] = dp.sum_f64(&[loss])?[..]
+    {
+        loss = total;
+    }
+    let [tokens] = counts_over_ranks(dp, [tokens])?;
     Ok(SftReport {
         loss,
         grad_norm,
@@ -86,7 +104,6 @@ pub fn sft_step(
         answer_tokens,
     })
 }
-
 #[cfg(test)]
 mod tests {
     use tch::{Device, Tensor};
@@ -132,7 +149,7 @@ mod tests {
             logprob_chunk: 16,
             lr: 1e-6,
         };
-        let report = sft_step(&model, &p, &mut optimizer, &[t.row(0.0)], &settings).unwrap();
+        let report = sft_step(&model, &p, &mut optimizer, &[t.row(0.0)], &settings, None).unwrap();
         assert_eq!(report.answer_tokens, learned.len() as u64);
         assert_eq!(report.tokens, sequence.len() as u64);
         assert!(

@@ -279,12 +279,15 @@ impl Trainer {
         let decode_sessions = self.inference.sessions_made() - sessions_before;
         let records: Vec<CompletionRecord> = groups.iter().flat_map(|g| g.records.clone()).collect();
         let update_start = Instant::now();
+        let overlapped_before = self.overlapped_so_far();
+        let rows_here = groups.iter().map(|g| g.completions.len()).sum();
+        let mini_batch_size = self.mini_batch_share(rows_here)?;
         let t = &self.cfg.trainer;
         let lr = lr_at(self.state.step, self.total_steps(), &self.cfg.optim);
         let settings = UpdateSettings {
             loss: &self.cfg.loss,
             ppo_epochs: t.ppo_epochs,
-            mini_batch_size: t.mini_batch_size as usize / self.world_size(),
+            mini_batch_size,
             micro_batch_size: t.micro_batch_size as usize,
             checkpoint: self.cfg.model.gradient_checkpointing,
             logprob_chunk: i64::from(t.logprob_chunk),
@@ -406,6 +409,9 @@ impl Trainer {
             if value.is_finite() {
                 train.insert(name, value)?;
             }
+        }
+        for (name, value) in self.overlapped_since(overlapped_before) {
+            train.insert(name, value)?;
         }
         let test = self.cfg.trainer.test_freq;
         if test > 0 && self.state.step.is_multiple_of(u64::from(test)) && !self.val.is_empty() {

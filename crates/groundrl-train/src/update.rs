@@ -245,8 +245,9 @@ impl ModelFlops {
     }
 }
 
-/// Why [`update`] failed: the model's computation, the optimizer, or a collective of a data-parallel
-/// run (another rank died or timed out), each named as what it is.
+/// Why [`update`] or a warm-up step ([`crate::sft::sft_step`]) failed: the model's computation, the
+/// optimizer, or a collective of a data-parallel run (another rank died or timed out), each named as
+/// what it is.
 #[derive(Debug, thiserror::Error)]
 pub enum UpdateError {
     #[error(transparent)]
@@ -379,16 +380,7 @@ pub fn update(
                 report.shared_prefix |= mb.branched.is_some();
             }
             report.loss += mini_loss;
-            if let Some(dp) = dp.as_deref_mut() {
-                dp.sum_gradients(&parameters)?;
-            }
-            let outcome = optimizer.step(s.lr)?;
-            if let (StepOutcome::Applied { .. }, Some(dp), Some(shard)) =
-                (outcome, dp.as_deref_mut(), optimizer.shard())
-            {
-                dp.share_updates(&parameters, &shard.partition)?;
-            }
-            match outcome {
+            match apply_step(optimizer, dp.as_deref_mut(), &parameters, s.lr)? {
                 StepOutcome::Applied { grad_norm, .. } => {
                     report.grad_norm += grad_norm;
                     report.optimizer_steps += 1;
@@ -398,7 +390,6 @@ pub fn update(
                     report.skipped_steps += 1;
                 }
             }
-            optimizer.zero_grad();
             minis_done += 1;
         }
     }
@@ -410,6 +401,29 @@ pub fn update(
         report.stats = report.stats.scaled(1.0 / n);
     }
     Ok(report)
+}
+
+/// The optimizer step after an accumulation of gradients, alone (`dp` `None`) or as one rank: the
+/// gradients of `params` (the optimizer's parameters, in its order) are first summed over the ranks,
+/// so that every rank steps with the global gradient (and clips by its norm); under ZeRO stage 1 each
+/// rank then broadcasts the parameters it updated, so that all hold the same weights again. The
+/// gradients are zeroed for the next accumulation. One function for the policy update and the
+/// warm-up, so that both keep the ranks in step the same way.
+pub fn apply_step(
+    optimizer: &mut AdamW,
+    mut dp: Option<&mut DataParallel>,
+    params: &[Tensor],
+    lr: f64,
+) -> Result<StepOutcome, UpdateError> {
+    if let Some(dp) = dp.as_deref_mut() {
+        dp.sum_gradients(params)?;
+    }
+    let outcome = optimizer.step(lr)?;
+    if let (StepOutcome::Applied { .. }, Some(dp), Some(shard)) = (outcome, dp, optimizer.shard()) {
+        dp.share_updates(params, &shard.partition)?;
+    }
+    optimizer.zero_grad();
+    Ok(outcome)
 }
 
 /// The largest `count` of any rank.

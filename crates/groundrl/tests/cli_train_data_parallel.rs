@@ -517,6 +517,129 @@ fn zero_stage_1_runs_resume_on_another_world_size() {
     assert_halves(&resume_ends_as(&one, &one_to_two, 2));
 }
 
+/// The warm-up's log without its timings and throughput.
+fn untimed_warm_up(run: &Path) -> Vec<Value> {
+    let mut records = json_lines(run, "sft.jsonl");
+    for record in &mut records {
+        let record = record.as_object_mut().unwrap();
+        record.remove("seconds");
+        record.remove("tokens_per_s");
+    }
+    records
+}
+
+/// The step records' `dist/` scalars, taken out of them: what only a data-parallel run records.
+fn take_dist(records: &mut [Value]) -> Vec<Value> {
+    records
+        .iter_mut()
+        .map(|m| {
+            let train = m["train"].as_object_mut().unwrap();
+            let dist: Vec<String> = train.keys().filter(|k| k.starts_with("dist/")).cloned().collect();
+            let taken: serde_json::Map<String, Value> = dist
+                .iter()
+                .filter_map(|k| Some((k.clone(), train.remove(k)?)))
+                .collect();
+            Value::Object(taken)
+        })
+        .collect()
+}
+
+/// The largest difference between two sets of weights of the same names.
+fn largest_difference(a: &[(String, Tensor)], b: &[(String, Tensor)]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|((_, x), (_, y))| (x - y).abs().max().double_value(&[]))
+        .fold(0f64, f64::max)
+}
+
+/// A supervised warm-up, then GRPO with dynamic sampling (DAPO), on 2 workers with
+/// `distributed.overlap_backward` on, against one process. The warm-up's 2 steps of 16 samples
+/// (each worker's 8 one micro-batch) teach the tiny model to end some answers early, so that some
+/// groups carry a signal: its log is one process's, and so are the weights it ends with. Each of the
+/// 2 GRPO steps draws again while fewer than 4 of its groups carry a signal, up to 12 prompts: the
+/// workers draw as one process draws, so every step's rollout statistics (of the dropped groups
+/// too), its count of dropped groups and the ledger are one process's exactly. The kept groups stay
+/// on the ranks that drew them, unevenly (a rank may hold none), so the update's micro-batches may
+/// be cut otherwise and its sums add in another order: the loss, gradient norm and weights agree
+/// within the tolerance of `crates/groundrl-train/tests/data_parallel.rs` (AdamW's `eps` of 1e-4
+/// as there). The workers' step records add what the overlapped gradient sums did on rank 0: in a
+/// step that updates, its bucket started during the backward pass (the layout was learnt in the
+/// warm-up's first sum) and no gradient reached it late (every pass reaches each parameter equally
+/// often).
+#[test]
+fn two_workers_warm_up_and_sample_dynamically_as_one_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = setup(dir.path(), 2);
+    let overrides = [
+        "sft.steps=2",
+        "sft.batch_size=16",
+        "sft.lr=1e-2",
+        "rollout.dynamic_sampling=true",
+        "rollout.max_prompts_per_step=12",
+        "optim.eps=1e-4",
+    ];
+    let one = dir.path().join("one");
+    run_ok(train(&config, &one, 1).args(overrides));
+    let two = dir.path().join("two");
+    run_ok(
+        train(&config, &two, 2)
+            .args(overrides)
+            .arg("distributed.overlap_backward=true"),
+    );
+    let sft = untimed_warm_up(&two);
+    assert_eq!(sft.len(), 2);
+    assert_eq!(untimed_warm_up(&one), sft);
+    assert!(sft.iter().all(|r| r["applied"] == true), "{sft:?}");
+    assert_same_weights(&one, &two, 0);
+
+    let m1 = json_lines(&one, "metrics.jsonl");
+    let mut m2 = json_lines(&two, "metrics.jsonl");
+    assert_eq!(m2.len(), 2);
+    let updated: Vec<bool> = m2
+        .iter()
+        .map(|m| m["train"]["update/model_flops"].as_f64() > Some(0.0))
+        .collect();
+    for (d, updated) in take_dist(&mut m2).iter().zip(&updated) {
+        let count = |key: &str| d[key].as_f64().unwrap_or_else(|| panic!("no {key} in {d}"));
+        // The tiny model's gradients fit one bucket of 25 MiB: one a step that updates, none else.
+        assert_eq!(count("dist/buckets"), f64::from(u8::from(*updated)), "{d}");
+        assert_eq!(count("dist/buckets_overlapped"), count("dist/buckets"), "{d}");
+        assert_eq!(count("dist/buckets_late"), 0.0, "{d}");
+    }
+    assert!(updated.contains(&true), "no step updated: {m2:?}");
+    assert!(
+        take_dist(&mut m1.clone())
+            .iter()
+            .all(|d| d == &Value::Object(Default::default()))
+    );
+    for (a, b) in m1.iter().zip(&m2) {
+        assert_eq!(a["rollout"], b["rollout"]);
+        for key in ["dropped_groups", "bad_samples", "skipped_optimizer_steps"] {
+            assert_eq!(a["train"][key], b["train"][key], "{key}");
+        }
+        for key in ["loss", "grad_norm"] {
+            let (x, y) = (a["train"][key].as_f64(), b["train"][key].as_f64());
+            let (x, y) = (x.unwrap_or(f64::NAN), y.unwrap_or(f64::NAN));
+            assert!((x - y).abs() <= 1e-5 * x.abs(), "{key}: {x} vs {y}");
+        }
+    }
+    // Groups dropped, and kept ones that moved the weights: the comparison shows something.
+    let dropped: Vec<f64> = m1
+        .iter()
+        .map(|m| m["train"]["dropped_groups"].as_f64().unwrap())
+        .collect();
+    assert!(dropped.iter().any(|&d| d > 0.0), "{m1:?}");
+    assert_eq!(ledger(&one), ledger(&two));
+    for step in 1..=2 {
+        let worst = largest_difference(&weights(&one, step), &weights(&two, step));
+        println!("step {step}: largest weight difference from one process {worst:e}");
+        assert!(worst <= 1e-6, "step {step}: weights differ by {worst:e}");
+    }
+    let moved = largest_difference(&weights(&one, 0), &weights(&one, 2));
+    assert!(moved > 1e-4, "GRPO moved the weights by {moved:e} only");
+}
+
 #[test]
 fn a_world_size_that_does_not_divide_the_prompts_is_refused() {
     let dir = tempfile::tempdir().unwrap();

@@ -62,8 +62,7 @@ impl DistributedConfig {
 
 impl TrainConfig {
     /// Checks that the run can be split over `world_size` data-parallel ranks: each rank takes an
-    /// equal share of whole groups and of each mini-batch. The parts of the trainer that do not run
-    /// data-parallel yet are refused by name.
+    /// equal share of whole groups and of each mini-batch.
     pub fn validate_world_size(&self, world_size: usize) -> Result<(), ConfigError> {
         if world_size <= 1 {
             return Ok(());
@@ -84,18 +83,6 @@ impl TrainConfig {
             format!(
                 "{mini} does not divide by the world size {world_size} (each rank takes an equal share of a mini-batch)"
             ),
-        )?;
-        let not_yet = |key: &str, on: bool| {
-            ensure(
-                !on,
-                key,
-                format!(
-                    "is not supported with several ranks yet (world size {world_size}); docs/distributed.md"
-                ),
-            )
-        };
-        not_yet("rollout.dynamic_sampling", self.rollout.dynamic_sampling)?;
-        not_yet("sft.steps", self.sft.steps > 0)?;
-        Ok(())
+        )
     }
 }

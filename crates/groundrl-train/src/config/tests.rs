@@ -494,3 +494,32 @@ fn a_profiled_step_is_refused_where_the_profiler_is_unavailable() {
          this one"
     );
 }
+
+/// With 2 ranks the warm-up, dynamic sampling and curriculum rounds run split over them; what cannot be split in equal
+/// shares is refused by name: 8 prompts a step over 3 ranks, a mini-batch of 6 over 4.
+#[test]
+fn the_world_size_must_split_the_prompts_and_mini_batches_evenly() {
+    let with = |changes: &[&str]| TrainConfig::from_toml_str(VALID, &overrides(changes)).unwrap();
+    let split = with(&[
+        "sft.steps=2",
+        "rounds.count=2",
+        "rollout.dynamic_sampling=true",
+        "rollout.max_prompts_per_step=16",
+        "trainer.mini_batch_size=8",
+    ]);
+    split.validate().unwrap();
+    split.validate_world_size(2).unwrap();
+    let err = split.validate_world_size(3).unwrap_err().to_string();
+    assert!(
+        err.contains("rollout.prompts_per_step") && err.contains("8 does not divide by the world size 3"),
+        "{err}"
+    );
+    let err = with(&["trainer.mini_batch_size=6"])
+        .validate_world_size(4)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("trainer.mini_batch_size") && err.contains("6 does not divide by the world size 4"),
+        "{err}"
+    );
+}

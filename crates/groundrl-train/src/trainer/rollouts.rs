@@ -10,6 +10,7 @@ use groundrl_tensor::rollout::Trajectory;
 
 use super::{TrainError, Trainer, setup};
 use crate::advantage::informative_groups;
+use crate::data_parallel::counts_over_ranks;
 use crate::dataset::epoch_order;
 use crate::inference::Prompt;
 
@@ -17,6 +18,14 @@ impl Trainer {
     /// Samples `rollout.n` completions of the step's prompts and scores them. With dynamic sampling,
     /// groups whose rewards are all equal are dropped and more prompts are drawn, up to
     /// `rollout.max_prompts_per_step` in all.
+    ///
+    /// In a data-parallel run every rank draws the same prompts and samples its contiguous share of
+    /// each draw; after each draw the ranks sum the groups kept and dropped, so that all decide
+    /// alike whether to draw again (and run the same collectives). The result is one process's:
+    /// the same draws and completions (each prompt's seed is keyed by its position in the draw,
+    /// whichever rank samples it), hence the same groups kept, spread over the ranks by where they
+    /// were drawn. No draw asks for more groups than are still wanted, so the kept groups never
+    /// exceed `rollout.prompts_per_step` in all, with ranks as without, and none is trimmed.
     pub(super) fn rollouts(&mut self) -> Result<Rollouts, TrainError> {
         let r = &self.cfg.rollout;
         let wanted = r.prompts_per_step as usize;
@@ -27,11 +36,11 @@ impl Trainer {
             wanted
         };
         let mut kept: Vec<Group> = Vec::new();
-        let mut scored: Vec<CompletionRecord> = Vec::new();
-        let mut dropped = 0;
+        let mut scored: Vec<Vec<CompletionRecord>> = Vec::new();
+        let (mut kept_in_all, mut dropped) = (0, 0);
         let mut drawn = 0;
-        while kept.len() < wanted && drawn < cap {
-            let indices = self.next_indices((wanted - kept.len()).min(cap - drawn));
+        while kept_in_all < wanted && drawn < cap {
+            let indices = self.next_indices((wanted - kept_in_all).min(cap - drawn));
             let seed = keyed(
                 self.cfg.trainer.seed,
                 &format!("step {} draw {drawn}", self.state.step),
@@ -48,23 +57,31 @@ impl Trainer {
             let groups =
                 self.sample_groups_with(&indices[mine], seed, Split::Train, n, temperature, first)?;
             self.log_pass_rates(&groups, seed)?;
-            for group in groups {
-                let group_id = kept.len() + dropped;
-                scored.extend(group.records.iter().map(|r| CompletionRecord {
+            // The draw's records, its groups numbered from 0 on this rank (`gather_step` numbers
+            // them across the ranks and draws).
+            let mut records = Vec::new();
+            let (mut kept_here, mut dropped_here) = (0, 0);
+            for (group_id, group) in groups.into_iter().enumerate() {
+                records.extend(group.records.iter().map(|r| CompletionRecord {
                     group: group_id,
                     ..r.clone()
                 }));
                 if !dynamic || group.informative() {
                     kept.push(group);
+                    kept_here += 1;
                 } else {
-                    dropped += 1;
+                    dropped_here += 1;
                 }
             }
+            scored.push(records);
+            let [k, d] = counts_over_ranks(self.dp.as_mut(), [kept_here, dropped_here])?;
+            kept_in_all += k as usize;
+            dropped += d as usize;
         }
         for (i, group) in kept.iter_mut().enumerate() {
             group.records.iter_mut().for_each(|r| r.group = i);
         }
-        if scored.is_empty() {
+        if kept_in_all + dropped == 0 {
             return Err(setup(format!(
                 "step {}: none of the {drawn} prompts drawn could be encoded and scored (see above)",
                 self.state.step + 1
@@ -179,12 +196,13 @@ pub(super) enum Split {
     Test,
 }
 
-/// A step's rollouts: the groups it trains on, and the records of every group scored (dropped ones
-/// too, so the step's statistics describe all that was sampled).
+/// A step's rollouts: the groups it trains on (this rank's), and the records of every group this
+/// rank scored (dropped ones too, so the step's statistics describe all that was sampled).
 pub(super) struct Rollouts {
     pub(super) kept: Vec<Group>,
-    pub(super) scored: Vec<CompletionRecord>,
-    /// Groups dropped by dynamic sampling (all rewards equal).
+    /// The records of each draw in order, each draw's groups numbered from 0.
+    pub(super) scored: Vec<Vec<CompletionRecord>>,
+    /// Groups dropped by dynamic sampling (all rewards equal), on every rank.
     pub(super) dropped: usize,
 }
 

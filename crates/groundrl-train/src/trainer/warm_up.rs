@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::start::{Place, new_optimizer};
 use super::{SFT_FILE, TrainError, Trainer, setup};
+use crate::data_parallel::counts_over_ranks;
 use crate::dataset::{Dataset, epoch_order};
 use crate::fault;
 use crate::sft::{SftSettings, sft_step};
@@ -28,7 +29,7 @@ pub struct SftRecord {
     /// False when non-finite gradients made the optimizer skip the step.
     pub applied: bool,
     pub answer_tokens: u64,
-    /// Prompt and answer tokens through the model per second.
+    /// Prompt and answer tokens through the model per second (every rank's, in a data-parallel run).
     pub tokens_per_s: f64,
     pub seconds: f64,
 }
@@ -42,10 +43,13 @@ impl Trainer {
         if self.state.sft_step >= steps {
             return Ok(());
         }
-        let mut log = JsonlLog::open(self.run_dir.join(SFT_FILE))?;
+        let path = self.run_dir.join(SFT_FILE);
+        let mut log = self.writes().then(|| JsonlLog::open(path)).transpose()?;
         while self.state.sft_step < steps {
             let record = self.warm_up_step()?;
-            log.append(&record)?;
+            if let Some(log) = &mut log {
+                log.append(&record)?;
+            }
             let scalars = [
                 ("sft/loss".to_string(), record.loss),
                 ("sft/lr".to_string(), record.lr),
@@ -64,22 +68,33 @@ impl Trainer {
     }
 
     /// One warm-up step: the reference answers of the next `sft.batch_size` training samples (in
-    /// the warm-up's own seeded order), one optimizer step of cross-entropy on them.
+    /// the warm-up's own seeded order), one optimizer step of cross-entropy on them. In a
+    /// data-parallel run every rank computes the same batch and takes its contiguous share of it;
+    /// the record and the count of skipped samples are the whole batch's, as one process has them.
     fn warm_up_step(&mut self) -> Result<SftRecord, TrainError> {
         let start = Instant::now();
         let step = self.state.sft_step;
+        let indices = self.warm_up_indices(step);
+        let mine = self
+            .dp
+            .as_ref()
+            .map_or(0..indices.len(), |dp| dp.share(indices.len()));
         let mut examples: Vec<(Encoded, Encoded, Vec<bool>)> = Vec::new();
-        for index in self.warm_up_indices(step) {
+        let mut skipped = 0;
+        for &index in &indices[mine] {
             let sample = &self.warm_up_set().samples[index];
             match self.reference_example(sample) {
                 Ok(example) => examples.push(example),
                 Err(e) => {
                     eprintln!("skipped sample {} in the warm-up: {e}", sample.id);
-                    self.state.bad_samples += 1;
+                    skipped += 1;
                 }
             }
         }
-        if examples.is_empty() {
+        let [examples_in_all, skipped] =
+            counts_over_ranks(self.dp.as_mut(), [examples.len() as u64, skipped])?;
+        self.state.bad_samples += skipped;
+        if examples_in_all == 0 {
             return Err(setup(format!(
                 "warm-up step {}: none of its samples has a reference answer (see above)",
                 step + 1
@@ -108,6 +123,7 @@ impl Trainer {
             &mut self.optimizer,
             &rows,
             &settings,
+            self.dp.as_mut(),
         )?;
         self.state.sft_step += 1;
         let seconds = start.elapsed().as_secs_f64();
