@@ -156,16 +156,6 @@ fn run_update_with(
     checkpoint: bool,
     dp: Option<&mut DataParallel>,
 ) -> (UpdateReport, Vec<Tensor>) {
-    let (model, p) = tiny();
-    let examples = examples(&p);
-    let all = rows(&examples);
-    let rows = rows_of(&all);
-    let params = trained(&model);
-    let shared = params
-        .iter()
-        .map(|(n, t)| (n.clone(), t.shallow_clone()))
-        .collect();
-    let mut optimizer = AdamW::new(shared, &optim()).unwrap();
     let loss = LossConfig::default();
     let settings = UpdateSettings {
         loss: &loss,
@@ -179,11 +169,9 @@ fn run_update_with(
         lr: 1e-2,
         shared_prefix: false,
     };
-    let report = update(&model, None, &p, &mut optimizer, &rows, &settings, dp).unwrap();
-    (
-        report,
-        params.into_iter().map(|(_, t)| t.detach().copy()).collect(),
-    )
+    train_once(rows_of, |model, p, optimizer, rows| {
+        update(model, None, p, optimizer, rows, &settings, dp).unwrap()
+    })
 }
 
 /// One warm-up step on the rows `rows_of` picks, on a fresh tiny model, in micro-batches of `MINI`
@@ -192,6 +180,23 @@ fn run_warm_up(
     rows_of: impl for<'a> Fn(&[Row<'a>]) -> Vec<Row<'a>>,
     dp: Option<&mut DataParallel>,
 ) -> (SftReport, Vec<Tensor>) {
+    let settings = SftSettings {
+        micro_batch_size: MINI,
+        checkpoint: false,
+        logprob_chunk: 16,
+        lr: 1e-2,
+    };
+    train_once(rows_of, |model, p, optimizer, rows| {
+        sft_step(model, p, optimizer, rows, &settings, dp).unwrap()
+    })
+}
+
+/// Runs `train` once on a fresh tiny model, with AdamW over its trained tensors, on the rows
+/// `rows_of` picks of [`examples`]; its report and the weights after it, sorted by name.
+fn train_once<R>(
+    rows_of: impl for<'a> Fn(&[Row<'a>]) -> Vec<Row<'a>>,
+    train: impl FnOnce(&Qwen25Vl, &Processor, &mut AdamW, &[Row]) -> R,
+) -> (R, Vec<Tensor>) {
     let (model, p) = tiny();
     let examples = examples(&p);
     let all = rows(&examples);
@@ -202,13 +207,7 @@ fn run_warm_up(
         .map(|(n, t)| (n.clone(), t.shallow_clone()))
         .collect();
     let mut optimizer = AdamW::new(shared, &optim()).unwrap();
-    let settings = SftSettings {
-        micro_batch_size: MINI,
-        checkpoint: false,
-        logprob_chunk: 16,
-        lr: 1e-2,
-    };
-    let report = sft_step(&model, &p, &mut optimizer, &rows, &settings, dp).unwrap();
+    let report = train(&model, &p, &mut optimizer, &rows);
     (
         report,
         params.into_iter().map(|(_, t)| t.detach().copy()).collect(),
