@@ -280,6 +280,18 @@ fn weights_file(out: &Path, rank: usize) -> PathBuf {
     out.join(format!("weights-{rank}.pt"))
 }
 
+/// Checks that every rank holds the same `weights`, then writes this rank's to `path` for the
+/// parent to compare with one process's.
+fn save_checked(dp: &mut DataParallel, weights: Vec<Tensor>, path: &Path) {
+    dp.check_replicas(&weights, 1).unwrap();
+    let named: Vec<(String, Tensor)> = weights
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| (format!("{i:04}"), t))
+        .collect();
+    Tensor::save_multi(&named, path).unwrap();
+}
+
 /// The number after `key=` in a rank's line.
 fn number(line: &str, key: &str) -> f64 {
     let start = line.find(&format!("{key}=")).unwrap() + key.len() + 1;
@@ -403,13 +415,7 @@ fn warm_up(dp: &mut DataParallel, out: &Path) -> String {
             |all| all[mine.clone()].iter().map(|r| Row { ..*r }).collect(),
             Some(dp),
         );
-        dp.check_replicas(&weights, 1).unwrap();
-        let named: Vec<(String, Tensor)> = weights
-            .into_iter()
-            .enumerate()
-            .map(|(i, t)| (format!("{i:04}"), t))
-            .collect();
-        Tensor::save_multi(&named, out_file(out, split, rank)).unwrap();
+        save_checked(dp, weights, &out_file(out, split, rank));
         said.push(format!(
             "{split}/loss={} {split}/grad_norm={} {split}/tokens={} {split}/answer_tokens={}",
             report.loss, report.grad_norm, report.tokens, report.answer_tokens
@@ -538,13 +544,7 @@ fn rank() {
     match scenario.as_str() {
         "equivalence" => {
             let (report, weights) = run_update(|all| rank_rows(all, rank), MINI / WORLD, Some(&mut dp));
-            dp.check_replicas(&weights, 1).unwrap();
-            let named: Vec<(String, Tensor)> = weights
-                .into_iter()
-                .enumerate()
-                .map(|(i, t)| (format!("{i:04}"), t))
-                .collect();
-            Tensor::save_multi(&named, weights_file(&out, rank)).unwrap();
+            save_checked(&mut dp, weights, &weights_file(&out, rank));
             println!(
                 "{PASSED} equivalence rank {rank} grad_norm={} loss={} model_flops={}",
                 report.grad_norm, report.loss, report.model_flops
