@@ -10,6 +10,7 @@
 //!
 //! One phase a file: `start` opens a run, `warm_up` is the supervised warm-up, `rollouts`
 //! draws, encodes and generates, `scoring` scores completions and logs pass rates to the ledger,
+//! `policy_update` turns rewards into advantages and updates the policy,
 //! `evaluation` runs held-out evaluation and validation (with early stopping), `checkpoints`
 //! saves and resumes, `rounds` moves between curriculum rounds, `tools` holds tool use, and
 //! `replicas` brings a data-parallel step's numbers together across the ranks.
@@ -30,22 +31,21 @@ use groundrl_tensor::bench::synchronize;
 use groundrl_tensor::hf_folder::HfModel;
 use groundrl_tensor::profiler;
 use groundrl_tensor::qwen2_5_vl::Qwen25Vl;
-use groundrl_tensor::rollout::FinishReason;
 use serde::{Deserialize, Serialize};
 use tch::{Device, Tensor};
 
-use crate::advantage::group_advantages;
 use crate::config::TrainConfig;
 use crate::data_parallel::DataParallel;
 use crate::dataset::Dataset;
 use crate::fault;
 use crate::inference::Inference;
-use crate::optim::{AdamW, lr_at};
+use crate::optim::AdamW;
 use crate::scoring::Scorer;
-use crate::update::{Row, UpdateSettings, kl_penalties, update};
+use crate::update::UpdateReport;
 
 mod checkpoints;
 mod evaluation;
+mod policy_update;
 mod replicas;
 mod rollouts;
 mod rounds;
@@ -55,6 +55,7 @@ mod tools;
 mod warm_up;
 pub use checkpoints::EventsPosition;
 pub use evaluation::Evaluation;
+use policy_update::Updated;
 use replicas::StepSums;
 use rollouts::{Rollouts, generated_tokens};
 pub use rounds::ROUNDS_DIR;
@@ -278,82 +279,11 @@ impl Trainer {
         let rollout_seconds = start.elapsed().as_secs_f64();
         let decode_sessions = self.inference.sessions_made() - sessions_before;
         let records: Vec<CompletionRecord> = groups.iter().flat_map(|g| g.records.clone()).collect();
-        let update_start = Instant::now();
         let overlapped_before = self.overlapped_so_far();
-        let rows_here = groups.iter().map(|g| g.completions.len()).sum();
-        let mini_batch_size = self.mini_batch_share(rows_here)?;
-        let t = &self.cfg.trainer;
-        let lr = lr_at(self.state.step, self.total_steps(), &self.cfg.optim);
-        let settings = UpdateSettings {
-            loss: &self.cfg.loss,
-            ppo_epochs: t.ppo_epochs,
-            mini_batch_size,
-            micro_batch_size: t.micro_batch_size as usize,
-            checkpoint: self.cfg.model.gradient_checkpointing,
-            logprob_chunk: i64::from(t.logprob_chunk),
-            temperature: self.temperature(),
-            response_budget: self.generation_budget() as i64,
-            lr,
-            shared_prefix: t.shared_prefix,
-        };
-        let overlong = &self.cfg.advantage.overlong;
-        let mut rows: Vec<Row> = groups
-            .iter()
-            .flat_map(|g| g.completions.iter().map(move |c| (g, c)))
-            .map(|(g, c)| Row {
-                prompt: &g.prompt.encoded,
-                response: &c.response,
-                generated: &c.generated,
-                advantage: 0.0,
-                counts: overlong.counts_in_loss(c.finish == FinishReason::Length),
-            })
-            .collect();
-        let trace = self.trace_path("update");
-        let (report, kl_penalty, kl_model_flops) = profiled(trace.as_deref(), device, || {
-            let mut rewards: Vec<f64> = records.iter().map(|r| r.reward).collect();
-            let mut kl_penalty = 0.0;
-            let mut kl_model_flops = 0.0;
-            if let (true, Some(reference)) = (self.cfg.loss.kl_in_reward, &self.reference) {
-                let penalties = kl_penalties(
-                    &self.policy.model,
-                    reference,
-                    &self.policy.processor,
-                    &rows,
-                    &settings,
-                )?;
-                for (reward, penalty) in rewards.iter_mut().zip(&penalties.per_row) {
-                    *reward -= penalty;
-                }
-                kl_penalty = penalties.per_row.iter().sum::<f64>() / penalties.per_row.len().max(1) as f64;
-                kl_model_flops = penalties.model_flops;
-            }
-            let group_of: Vec<usize> = records.iter().map(|r| r.group).collect();
-            let advantages = group_advantages(&rewards, &group_of, &self.cfg.advantage).map_err(setup)?;
-            for (row, advantage) in rows.iter_mut().zip(advantages) {
-                row.advantage = advantage;
-            }
-            let report = update(
-                &self.policy.model,
-                self.reference.as_ref(),
-                &self.policy.processor,
-                &mut self.optimizer,
-                &rows,
-                &settings,
-                self.dp.as_mut(),
-            )?;
-            Ok::<_, TrainError>((report, kl_penalty, kl_model_flops))
-        })??;
-        let update_seconds = update_start.elapsed().as_secs_f64();
+        let updated = self.update_phase(&groups, &records)?;
+        let report = &updated.report;
         self.state.step += 1;
-        if report.skipped_steps > 0 && report.optimizer_steps == 0 {
-            self.state.nonfinite_in_a_row += 1;
-            eprintln!(
-                "step {}: non-finite gradients (norm {}): optimizer step skipped",
-                self.state.step, report.grad_norm
-            );
-        } else {
-            self.state.nonfinite_in_a_row = 0;
-        }
+        self.count_nonfinite(report);
         let generated: usize = groups
             .iter()
             .flat_map(|g| &g.completions)
@@ -367,49 +297,20 @@ impl Trainer {
             clip_fraction: report.stats.clip_fraction,
             generated: generated as f64,
             tokens: report.tokens as f64,
-            model_flops: report.model_flops + kl_model_flops,
-            kl_penalty: kl_penalty * rows.len() as f64,
-            rows: rows.len() as f64,
+            model_flops: report.model_flops + updated.kl_model_flops,
+            kl_penalty: updated.kl_penalty_sum,
+            rows: updated.rows as f64,
             bad_samples: (self.state.bad_samples - bad_before) as f64,
         };
         let (sums, scored) = self.gather_step(local, scored)?;
         self.state.bad_samples = bad_before + sums.bad_samples as u64;
         self.check_replicas()?;
-        let kl_penalty = sums.kl_penalty / sums.rows.max(1.0);
-        let generated = sums.generated;
-        let mut train = Scalars::default();
-        for (name, value) in [
-            ("loss", sums.loss),
-            ("lr", lr),
-            ("grad_norm", report.grad_norm),
-            ("kl", sums.kl),
-            ("approx_kl", sums.approx_kl),
-            ("entropy", sums.entropy),
-            ("clip_fraction", sums.clip_fraction),
-            ("skipped_optimizer_steps", f64::from(report.skipped_steps)),
-            ("time/rollout", rollout_seconds),
-            ("time/encode", self.rollout_seconds.encode),
-            ("time/generate", self.rollout_seconds.generate),
-            // Decoding tensors the rollouts made (each a CUDA graph capture on a GPU): 0 when every
-            // generation reused a shape the engine kept.
-            ("rollout/decode_sessions", decode_sessions as f64),
-            ("time/update", update_seconds),
-            ("update/shared_prefix", f64::from(u8::from(report.shared_prefix))),
-            // The update's model FLOPs (the KL-in-reward passes included), summed over the ranks.
-            ("update/model_flops", sums.model_flops),
-            ("generated_tokens_per_s", generated / rollout_seconds.max(1e-9)),
-            ("bad_samples", self.state.bad_samples as f64),
-            ("dropped_groups", dropped as f64),
-            ("kl_penalty", kl_penalty),
-            // The curriculum round (1 without `[rounds]`), so each round's steps can be told apart.
-            ("round", f64::from(self.ledger_round())),
-        ] {
-            // A skipped step's loss or gradient norm may be NaN: it is left out of the record (the
-            // skip itself is counted), since JSON has no NaN.
-            if value.is_finite() {
-                train.insert(name, value)?;
-            }
-        }
+        let rollout = RolloutPhase {
+            seconds: rollout_seconds,
+            decode_sessions,
+            dropped,
+        };
+        let mut train = self.step_scalars(&sums, &updated, &rollout)?;
         for (name, value) in self.overlapped_since(overlapped_before) {
             train.insert(name, value)?;
         }
@@ -427,8 +328,8 @@ impl Trainer {
             // (`groundrl_tensor::qwen2_5_vl::flops`: attention included, each tower on what it runs on).
             let flops = 6.0 * self.optimizer_parameters as f64 * sums.tokens;
             let peak = H100_BF16_FLOPS * self.world_size() as f64;
-            train.insert("mfu", flops / update_seconds / peak)?;
-            train.insert("mfu_model_flops", sums.model_flops / update_seconds / peak)?;
+            train.insert("mfu", flops / updated.seconds / peak)?;
+            train.insert("mfu_model_flops", sums.model_flops / updated.seconds / peak)?;
         }
         if let Some(bytes) = groundrl_tensor::bench::cuda_memory_in_use() {
             train.insert("peak_memory_bytes", bytes as f64)?;
@@ -448,6 +349,67 @@ impl Trainer {
             }
         }
         Ok(record)
+    }
+
+    /// The step record's scalars of the rollouts and the update, over every rank (`sums`); a value
+    /// that is not finite is left out.
+    fn step_scalars(
+        &self,
+        sums: &StepSums,
+        updated: &Updated,
+        rollout: &RolloutPhase,
+    ) -> Result<Scalars, TrainError> {
+        let kl_penalty = sums.kl_penalty / sums.rows.max(1.0);
+        let generated = sums.generated;
+        let report = &updated.report;
+        let mut train = Scalars::default();
+        for (name, value) in [
+            ("loss", sums.loss),
+            ("lr", updated.lr),
+            ("grad_norm", report.grad_norm),
+            ("kl", sums.kl),
+            ("approx_kl", sums.approx_kl),
+            ("entropy", sums.entropy),
+            ("clip_fraction", sums.clip_fraction),
+            ("skipped_optimizer_steps", f64::from(report.skipped_steps)),
+            ("time/rollout", rollout.seconds),
+            ("time/encode", self.rollout_seconds.encode),
+            ("time/generate", self.rollout_seconds.generate),
+            // Decoding tensors the rollouts made (each a CUDA graph capture on a GPU): 0 when every
+            // generation reused a shape the engine kept.
+            ("rollout/decode_sessions", rollout.decode_sessions as f64),
+            ("time/update", updated.seconds),
+            ("update/shared_prefix", f64::from(u8::from(report.shared_prefix))),
+            // The update's model FLOPs (the KL-in-reward passes included), summed over the ranks.
+            ("update/model_flops", sums.model_flops),
+            ("generated_tokens_per_s", generated / rollout.seconds.max(1e-9)),
+            ("bad_samples", self.state.bad_samples as f64),
+            ("dropped_groups", rollout.dropped as f64),
+            ("kl_penalty", kl_penalty),
+            // The curriculum round (1 without `[rounds]`), so each round's steps can be told apart.
+            ("round", f64::from(self.ledger_round())),
+        ] {
+            // A skipped step's loss or gradient norm may be NaN: it is left out of the record (the
+            // skip itself is counted), since JSON has no NaN.
+            if value.is_finite() {
+                train.insert(name, value)?;
+            }
+        }
+        Ok(train)
+    }
+
+    /// Counts updates whose every optimizer step was skipped for non-finite gradients, in a row
+    /// (the run stops after `trainer.max_nonfinite_steps` of them), and says so.
+    fn count_nonfinite(&mut self, report: &UpdateReport) {
+        if report.skipped_steps > 0 && report.optimizer_steps == 0 {
+            self.state.nonfinite_in_a_row += 1;
+            eprintln!(
+                "step {}: non-finite gradients (norm {}): optimizer step skipped",
+                self.state.step, report.grad_norm
+            );
+        } else {
+            self.state.nonfinite_in_a_row = 0;
+        }
     }
 
     /// Where the trace of this step's `phase` goes when `trainer.profile_step` asks for this step and
@@ -504,6 +466,15 @@ impl Trainer {
     pub fn evaluations(&self) -> &[Evaluation] {
         &self.evaluations
     }
+}
+
+/// What a step's rollout phase took, for its record.
+struct RolloutPhase {
+    seconds: f64,
+    /// Decoding sessions the rollouts made (each a CUDA graph capture on a GPU).
+    decode_sessions: usize,
+    /// Groups dynamic sampling dropped, over every rank.
+    dropped: usize,
 }
 
 /// Runs `work`, under libtorch's profiler when `trace` names the file to write its Chrome trace to.
