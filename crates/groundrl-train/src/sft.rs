@@ -104,6 +104,7 @@ pub fn sft_step(
         answer_tokens,
     })
 }
+
 #[cfg(test)]
 mod tests {
     use tch::{Device, Tensor};
