@@ -40,41 +40,12 @@ impl Trainer {
         let (mut kept_in_all, mut dropped) = (0, 0);
         let mut drawn = 0;
         while kept_in_all < wanted && drawn < cap {
-            let indices = self.next_indices((wanted - kept_in_all).min(cap - drawn));
-            let seed = keyed(
-                self.cfg.trainer.seed,
-                &format!("step {} draw {drawn}", self.state.step),
-            );
-            drawn += indices.len();
-            // Every rank draws the same prompts and samples its own share of them, each seeded by
-            // its position in the whole draw, as one process would seed it.
-            let mine = self
-                .dp
-                .as_ref()
-                .map_or(0..indices.len(), |dp| dp.share(indices.len()));
-            let (n, temperature) = (self.cfg.rollout.n as usize, self.temperature());
-            let first = mine.start;
-            let groups =
-                self.sample_groups_with(&indices[mine], seed, Split::Train, n, temperature, first)?;
-            self.log_pass_rates(&groups, seed)?;
-            // The draw's records, its groups numbered from 0 on this rank (`gather_step` numbers
-            // them across the ranks and draws).
-            let mut records = Vec::new();
-            let (mut kept_here, mut dropped_here) = (0, 0);
-            for (group_id, group) in groups.into_iter().enumerate() {
-                records.extend(group.records.iter().map(|r| CompletionRecord {
-                    group: group_id,
-                    ..r.clone()
-                }));
-                if !dynamic || group.informative() {
-                    kept.push(group);
-                    kept_here += 1;
-                } else {
-                    dropped_here += 1;
-                }
-            }
-            scored.push(records);
-            let [k, d] = counts_over_ranks(self.dp.as_mut(), [kept_here, dropped_here])?;
+            let count = (wanted - kept_in_all).min(cap - drawn);
+            let draw = self.draw(count, drawn, dynamic)?;
+            drawn += count;
+            kept.extend(draw.kept);
+            scored.push(draw.records);
+            let [k, d] = counts_over_ranks(self.dp.as_mut(), [draw.kept_here, draw.dropped_here])?;
             kept_in_all += k as usize;
             dropped += d as usize;
         }
@@ -92,6 +63,42 @@ impl Trainer {
             scored,
             dropped,
         })
+    }
+
+    /// Draws the next `count` prompts (the draw after `drawn` prompts of this step) and samples and
+    /// scores this rank's share of them. Every rank draws the same prompts and samples its own
+    /// share, each seeded by its position in the whole draw, as one process would seed it. With
+    /// dynamic sampling, groups whose rewards are all equal are not kept.
+    fn draw(&mut self, count: usize, drawn: usize, dynamic: bool) -> Result<Draw, TrainError> {
+        let indices = self.next_indices(count);
+        let seed = keyed(
+            self.cfg.trainer.seed,
+            &format!("step {} draw {drawn}", self.state.step),
+        );
+        let mine = self
+            .dp
+            .as_ref()
+            .map_or(0..indices.len(), |dp| dp.share(indices.len()));
+        let (n, temperature) = (self.cfg.rollout.n as usize, self.temperature());
+        let first = mine.start;
+        let groups = self.sample_groups_with(&indices[mine], seed, Split::Train, n, temperature, first)?;
+        self.log_pass_rates(&groups, seed)?;
+        let mut draw = Draw::default();
+        for (group_id, group) in groups.into_iter().enumerate() {
+            // Numbered from 0 on this rank; `gather_step` numbers them across ranks and draws.
+            draw.records
+                .extend(group.records.iter().map(|r| CompletionRecord {
+                    group: group_id,
+                    ..r.clone()
+                }));
+            if !dynamic || group.informative() {
+                draw.kept.push(group);
+                draw.kept_here += 1;
+            } else {
+                draw.dropped_here += 1;
+            }
+        }
+        Ok(draw)
     }
 
     /// The next `count` sample indices in the epoch order, moving to the next epoch at its end.
@@ -204,6 +211,16 @@ pub(super) struct Rollouts {
     pub(super) scored: Vec<Vec<CompletionRecord>>,
     /// Groups dropped by dynamic sampling (all rewards equal), on every rank.
     pub(super) dropped: usize,
+}
+
+/// What one draw of a step gave this rank ([`Trainer::draw`]).
+#[derive(Default)]
+struct Draw {
+    kept: Vec<Group>,
+    /// The records of every group scored, kept or not.
+    records: Vec<CompletionRecord>,
+    kept_here: u64,
+    dropped_here: u64,
 }
 
 /// One prompt's completions with their scores.
