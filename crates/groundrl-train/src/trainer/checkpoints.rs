@@ -60,10 +60,7 @@ impl Trainer {
     fn resume_as(run_dir: &Path, place: Place) -> Result<Self, TrainError> {
         let writes = place.writes();
         let cfg = TrainConfig::load(&run_dir.join(CONFIG_FILE), &[]).map_err(setup)?;
-        cfg.validate_world_size(place.world).map_err(setup)?;
-        cfg.trainer
-            .check_profiler(groundrl_tensor::profiler::AVAILABLE)
-            .map_err(setup)?;
+        place.check(&cfg)?;
         if writes {
             for path in remove_temporaries(run_dir).map_err(|e| io(run_dir, e))? {
                 eprintln!("removed {}, left by a write that was cut short", path.display());

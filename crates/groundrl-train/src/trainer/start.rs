@@ -48,8 +48,7 @@ impl Trainer {
     pub fn new_data_parallel(cfg: TrainConfig, mut dp: Option<DataParallel>) -> Result<Self, TrainError> {
         cfg.validate().map_err(setup)?;
         let place = Place::of(dp.as_ref());
-        cfg.validate_world_size(place.world).map_err(setup)?;
-        cfg.trainer.check_profiler(profiler::AVAILABLE).map_err(setup)?;
+        place.check(&cfg)?;
         let cfg = with_absolute_paths(cfg)?;
         let mut trainer = match dp.as_mut() {
             Some(group) if group.rank() > 0 => {
@@ -222,6 +221,13 @@ impl Place {
             rank: dp.rank(),
             world: dp.world_size(),
         })
+    }
+
+    /// What a run of `cfg` needs from this place and this build, checked when it starts and when it
+    /// resumes: the world size splits the steps evenly, and the profiler is built in if asked for.
+    pub(super) fn check(self, cfg: &TrainConfig) -> Result<(), TrainError> {
+        cfg.validate_world_size(self.world).map_err(setup)?;
+        cfg.trainer.check_profiler(profiler::AVAILABLE).map_err(setup)
     }
 
     /// Whether this process writes the run's files (rank 0).
