@@ -14,7 +14,7 @@ use tch::Kind;
 
 use crate::data_parallel::{DataParallel, counts_over_ranks};
 use crate::optim::{AdamW, StepOutcome};
-use crate::update::{Row, UpdateError, apply_step, micro_batch};
+use crate::update::{Row, UpdateError, accumulate, apply_step, micro_batch};
 
 /// How a warm-up step runs.
 pub struct SftSettings {
@@ -77,12 +77,13 @@ pub fn sft_step(
         )?;
         let part = -(logprobs.to_kind(Kind::Float) * &mb.mask).sum(Kind::Float) / answer_tokens as f64;
         loss += part.double_value(&[]);
-        if let Some(dp) = dp.as_deref_mut()
-            && b + 1 == batches.len()
-        {
-            dp.before_last_backward(&parameters)?;
-        }
-        forward.backward(&part)?;
+        accumulate(
+            forward,
+            &part,
+            dp.as_deref_mut(),
+            &parameters,
+            b + 1 == batches.len(),
+        )?;
         tokens += mb.tokens();
     }
     let outcome = apply_step(optimizer, dp.as_deref_mut(), &parameters, s.lr)?;

@@ -11,10 +11,11 @@ use groundrl_tensor::qwen2_5_vl::model::{
     ImageFeatures, TokenScores, logprobs_and_entropy_at, logprobs_and_entropy_of_pairs,
 };
 use groundrl_tensor::qwen2_5_vl::rope_index::Grid;
+use groundrl_tensor::qwen2_5_vl::training::TrainingForward;
 use groundrl_tensor::qwen2_5_vl::{Batch, ModelError, Qwen25Vl};
 use tch::{Device, Kind, Tensor};
 
-use crate::data_parallel::{DataParallel, DataParallelError};
+use crate::data_parallel::{DataParallel, DataParallelError, counts_over_ranks};
 use crate::loss::{LossConfig, LossInputs, LossScale, LossStats, kl_reward_penalty, policy_loss};
 use crate::optim::{AdamW, OptimError, StepOutcome};
 
@@ -339,12 +340,10 @@ pub fn update(
     for _ in 0..s.ppo_epochs {
         for (m, mbs) in batches.iter().enumerate() {
             let loss_error = |e: crate::loss::LossError| ModelError::Input(e.to_string());
-            let (mut tokens, mut sequences) =
-                LossScale::totals(mbs.iter().map(|mb| &mb.mask)).map_err(loss_error)?;
-            if let Some(dp) = dp.as_deref_mut() {
-                let global = dp.sum_i64(&[tokens, sequences])?;
-                (tokens, sequences) = (global[0], global[1]);
-            }
+            let (tokens, sequences) = LossScale::totals(mbs.iter().map(|mb| &mb.mask)).map_err(loss_error)?;
+            // Counts of mask entries, never negative.
+            let [tokens, sequences] =
+                counts_over_ranks(dp.as_deref_mut(), [tokens as u64, sequences as u64])?.map(|c| c as i64);
             if tokens == 0 {
                 // Every completion masked out (overlong filtering): nothing to learn from here.
                 continue;
@@ -369,12 +368,13 @@ pub fn update(
                 let out =
                     policy_loss(&inputs, s.loss, &scale).map_err(|e| ModelError::Input(e.to_string()))?;
                 mini_loss += out.loss.double_value(&[]);
-                if let Some(dp) = dp.as_deref_mut()
-                    && b + 1 == mbs.len()
-                {
-                    dp.before_last_backward(&parameters)?;
-                }
-                forward.backward(&out.loss)?;
+                accumulate(
+                    forward,
+                    &out.loss,
+                    dp.as_deref_mut(),
+                    &parameters,
+                    b + 1 == mbs.len(),
+                )?;
                 report.stats.merge(&out.stats);
                 report.tokens += mb.tokens();
                 report.shared_prefix |= mb.branched.is_some();
@@ -401,6 +401,23 @@ pub fn update(
         report.stats = report.stats.scaled(1.0 / n);
     }
     Ok(report)
+}
+
+/// The backward pass of one micro-batch of an accumulation, adding its gradients to the earlier
+/// ones'. Before the `last` one, a rank arms the overlap of its gradient sum with the pass
+/// ([`DataParallel::before_last_backward`]); [`apply_step`] then finishes the sum. One function for
+/// the policy update and the warm-up, so that both arm it the same way.
+pub fn accumulate(
+    forward: TrainingForward,
+    loss: &Tensor,
+    dp: Option<&mut DataParallel>,
+    params: &[Tensor],
+    last: bool,
+) -> Result<(), UpdateError> {
+    if let (Some(dp), true) = (dp, last) {
+        dp.before_last_backward(params)?;
+    }
+    Ok(forward.backward(loss)?)
 }
 
 /// The optimizer step after an accumulation of gradients, alone (`dp` `None`) or as one rank: the
