@@ -1,9 +1,8 @@
 //! groundrl-core: the pure-Rust half of groundrl (no libtorch).
 //!
 //! Data formats and importers, synthetic screenshots, prompts, tools, the curriculum, telemetry,
-//! plots and the HTML report. Scoring (frames, smart_resize, parsing, rewards, metrics) lives in
-//! `groundrl-score` so the Python wheel can link it alone; it is re-exported here under the same
-//! paths, so `groundrl_core::reward::...` keeps working everywhere.
+//! plots and the HTML report. Scoring (frames, smart_resize, parsing, rewards, metrics) and the sample
+//! type live in `groundrl-score`, so the Python wheel can link them alone; callers import them from there.
 
 pub mod atomic;
 pub mod curriculum;
@@ -15,5 +14,3 @@ pub mod rng;
 pub mod synth;
 pub mod telemetry;
 pub mod tool;
-
-pub use groundrl_score::{frame, geometry, metrics, named, parse, resize, reward};

@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 
 use groundrl_core::data::import::coco::{self, CocoStats, Mode, Subset};
 use groundrl_core::data::import::{odvg, osworld_g, refcoco, screenspot, screenspot_pro};
-use groundrl_core::data::{ImageRef, Loaded, Sample, Shape, Task};
-use groundrl_core::frame::Frame;
+use groundrl_score::data::{ImageRef, Loaded, Sample, Shape, Task};
+use groundrl_score::frame::Frame;
 use serde_json::json;
 
 fn fixture(relative: &str) -> PathBuf {

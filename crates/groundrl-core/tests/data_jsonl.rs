@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use groundrl_core::data::jsonl::{read_jsonl, write_jsonl};
-use groundrl_core::data::{Content, DataError, ImageRef, Message, Sample, Shape, Target, Task};
-use groundrl_core::frame::Frame;
+use groundrl_score::data::{Content, DataError, ImageRef, Message, Sample, Shape, Target, Task};
+use groundrl_score::frame::Frame;
 use serde_json::json;
 
 fn sample(id: &str) -> Sample {

@@ -8,8 +8,8 @@ use arrow_array::{Array, ArrayRef, BinaryArray, ListArray, RecordBatch, StringAr
 use arrow_buffer::OffsetBuffer;
 use arrow_schema::{DataType, Field, Fields, Schema};
 use groundrl_core::data::parquet::{read_parquet, verl_schema, write_parquet};
-use groundrl_core::data::{Content, ImageRef, Message, Sample, Shape, Target, Task};
-use groundrl_core::frame::Frame;
+use groundrl_score::data::{Content, ImageRef, Message, Sample, Shape, Target, Task};
+use groundrl_score::frame::Frame;
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde_json::json;

@@ -1,8 +1,8 @@
 //! Seeded subsamples and splits: determinism, prefix stability, exact sizes, no overlap.
 
 use groundrl_core::data::split::{parse_ratios, part_sizes, split, subsample};
-use groundrl_core::data::{ImageRef, Sample, Task};
-use groundrl_core::frame::Frame;
+use groundrl_score::data::{ImageRef, Sample, Task};
+use groundrl_score::frame::Frame;
 
 fn samples(n: usize) -> Vec<Sample> {
     (0..n)

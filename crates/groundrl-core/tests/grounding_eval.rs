@@ -3,13 +3,13 @@
 
 use std::path::Path;
 
-use groundrl_core::data::Sample;
-use groundrl_core::frame::Frame;
-use groundrl_core::metrics::grounding::slices::{SliceTable, Tally};
-use groundrl_core::metrics::grounding::{
+use groundrl_score::data::Sample;
+use groundrl_score::frame::Frame;
+use groundrl_score::metrics::grounding::slices::{SliceTable, Tally};
+use groundrl_score::metrics::grounding::{
     EvalOptions, GroundingError, GroundingReport, Outcome, evaluate, read_predictions, score_items,
 };
-use groundrl_core::resize::PixelBudget;
+use groundrl_score::resize::PixelBudget;
 
 fn fixture(name: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -281,13 +281,13 @@ fn malformed_samples_are_errors_naming_the_field() {
     assert_eq!(field_of(&|s| s.targets.clear()), (b.clone(), "targets".into()));
     assert_eq!(field_of(&|s| s.none = true), (b.clone(), "targets".into()));
     let two_vertices = |s: &mut Sample| {
-        s.targets[0].shape = groundrl_core::data::Shape::Polygon(vec![[0.0, 0.0], [1.0, 1.0]])
+        s.targets[0].shape = groundrl_score::data::Shape::Polygon(vec![[0.0, 0.0], [1.0, 1.0]])
     };
     assert_eq!(field_of(&two_vertices), (b.clone(), "targets[0]".into()));
     let inverted =
-        |s: &mut Sample| s.targets[0].shape = groundrl_core::data::Shape::Box([5.0, 0.0, 1.0, 1.0]);
+        |s: &mut Sample| s.targets[0].shape = groundrl_score::data::Shape::Box([5.0, 0.0, 1.0, 1.0]);
     assert_eq!(field_of(&inverted), (b.clone(), "targets[0]".into()));
-    let nan = |s: &mut Sample| s.targets[0].shape = groundrl_core::data::Shape::Point([f64::NAN, 1.0]);
+    let nan = |s: &mut Sample| s.targets[0].shape = groundrl_score::data::Shape::Point([f64::NAN, 1.0]);
     assert_eq!(field_of(&nan), (b, "targets[0]".into()));
 }
 

@@ -3,9 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use groundrl_core::data::Sample;
 use groundrl_core::data::import::{osworld_g, screenspot, screenspot_pro};
-use groundrl_core::metrics::grounding::{EvalOptions, GroundingReport, evaluate, read_predictions};
+use groundrl_score::data::Sample;
+use groundrl_score::metrics::grounding::{EvalOptions, GroundingReport, evaluate, read_predictions};
 
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/grounding")

@@ -10,9 +10,11 @@ mod mutate;
 
 use std::path::{Path, PathBuf};
 
-use groundrl_core::data::{DataError, Loaded, RecordError, jsonl, parquet};
-use groundrl_core::metrics::coco::{evaluate, parse_detections, parse_ground_truth};
-use groundrl_core::reward::{RewardInput, RewardSpec, score_one};
+use groundrl_core::data::{jsonl, parquet};
+
+use groundrl_score::data::{DataError, Loaded, RecordError};
+use groundrl_score::metrics::coco::{evaluate, parse_detections, parse_ground_truth};
+use groundrl_score::reward::{RewardInput, RewardSpec, score_one};
 use mutate::fuzz;
 
 fn repo(relative: &str) -> PathBuf {

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use groundrl_core::data::lint::{Rule, lint, text_problems};
-use groundrl_core::data::{Content, ImageRef, Message, Sample, Task};
-use groundrl_core::frame::Frame;
+use groundrl_score::data::{Content, ImageRef, Message, Sample, Task};
+use groundrl_score::frame::Frame;
 
 fn rules(text: &str) -> Vec<Rule> {
     text_problems(text).into_iter().map(|(r, _)| r).collect()

@@ -2,9 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use groundrl_core::data::{Content, ImageRef, Message, Sample, Shape, Target, Task};
-use groundrl_core::frame::Frame;
 use groundrl_core::prompt::{ModelKind, Preset, PromptStyle, Reasoning, apply, build_prompt};
+use groundrl_score::data::{Content, ImageRef, Message, Sample, Shape, Target, Task};
+use groundrl_score::frame::Frame;
 
 fn sample(task: Task, instruction: &str, labels: &[&str]) -> Sample {
     Sample {

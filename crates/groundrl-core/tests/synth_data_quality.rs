@@ -7,10 +7,10 @@ use groundrl_core::data::check::{Problem, check, write_previews};
 use groundrl_core::data::image_file::ImageLimits;
 use groundrl_core::data::jsonl::read_jsonl;
 use groundrl_core::data::lint::lint;
-use groundrl_core::data::{Sample, Shape, Task};
-use groundrl_core::frame::Frame;
 use groundrl_core::prompt::{ModelKind, Preset, PromptStyle, Reasoning, build_prompt};
 use groundrl_core::synth::{Difficulty, SynthConfig, generate};
+use groundrl_score::data::{Sample, Shape, Task};
+use groundrl_score::frame::Frame;
 
 fn generated(name: &str, difficulty: Difficulty, prompt: Option<PromptStyle>) -> (PathBuf, Vec<Sample>) {
     let dir = std::env::temp_dir().join(format!("groundrl-synth-quality-{}-{name}", std::process::id()));

@@ -3,12 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
-use groundrl_core::data::{Sample, Shape, Task};
-use groundrl_core::frame::Frame;
 use groundrl_core::synth::draw::Rect;
 use groundrl_core::synth::tasks::{TaskKind, describe};
 use groundrl_core::synth::widgets::{Element, Kind};
 use groundrl_core::synth::{Difficulty, Screenshot, SynthConfig, generate, render_screenshot, samples_of};
+use groundrl_score::data::{Sample, Shape, Task};
+use groundrl_score::frame::Frame;
 use image::RgbImage;
 
 fn config(difficulty: Difficulty, seed: u64, screenshots: u64) -> SynthConfig {

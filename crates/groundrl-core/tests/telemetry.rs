@@ -1,13 +1,13 @@
 //! Telemetry: rollout statistics against hand-computed values, the step record and its JSONL log,
 //! TensorBoard files read back byte by byte, and health alarms on synthetic histories.
 
-use groundrl_core::frame::Frame;
 use groundrl_core::telemetry::record::keys;
 use groundrl_core::telemetry::stats::target_size;
 use groundrl_core::telemetry::{
     Accuracy, Alarm, CompletionRecord, EventWriter, HealthConfig, HealthMonitor, JsonlLog, RolloutStats,
     Scalars, StepRecord, TelemetryError,
 };
+use groundrl_score::frame::Frame;
 
 fn completion(group: usize, source: &str, reward: f64, components: [f64; 2]) -> CompletionRecord {
     CompletionRecord {

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use groundrl_core::data::{Content, Message};
+use groundrl_score::data::{Content, Message};
 use groundrl_tensor::processor::chat_template::{
     ChatTemplate, ChatTemplateError, RenderOptions, messages_to_json,
 };
@@ -375,8 +375,8 @@ fn template_files_are_looked_up_in_hf_order() {
 
 #[test]
 fn tool_prompts_declare_the_tools_and_append_the_instruction() {
-    use groundrl_core::data::{ImageRef, Sample, Shape, Target, Task};
-    use groundrl_core::frame::Frame;
+    use groundrl_score::data::{ImageRef, Sample, Shape, Target, Task};
+    use groundrl_score::frame::Frame;
     use groundrl_tensor::processor::{Processor, ToolPrompt};
 
     let dir = tempfile::tempdir().unwrap();

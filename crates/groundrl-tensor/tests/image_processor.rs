@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use groundrl_core::resize::ResizeError;
+use groundrl_score::resize::ResizeError;
 use groundrl_tensor::processor::image::{ImageProcessor, ImageProcessorError, ProcessedImages};
 use image::{DynamicImage, GrayImage, RgbImage};
 use serde::Deserialize;

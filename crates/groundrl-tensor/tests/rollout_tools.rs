@@ -12,10 +12,10 @@ use common::tiny;
 
 use std::cell::Cell;
 
-use groundrl_core::frame::{Frame, ImageFrames, Size};
-use groundrl_core::geometry::Point;
-use groundrl_core::resize::PixelBudget;
 use groundrl_core::tool::{CallOutcome, ToolOutput, Toolbox, View, ZoomParams, ZoomTool};
+use groundrl_score::frame::{Frame, ImageFrames, Size};
+use groundrl_score::geometry::Point;
+use groundrl_score::resize::PixelBudget;
 use groundrl_tensor::hf_folder::HfModel;
 use groundrl_tensor::processor::chat_template::{ChatTemplate, RenderOptions};
 use groundrl_tensor::processor::{Encoded, Processor};

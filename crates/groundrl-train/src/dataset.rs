@@ -2,8 +2,10 @@
 
 use std::path::{Path, PathBuf};
 
-use groundrl_core::data::{Sample, read_samples};
+use groundrl_core::data::read_samples;
+
 use groundrl_core::rng::{SplitMix64, keyed};
+use groundrl_score::data::Sample;
 
 /// Samples of one dataset file with the folder their image paths are relative to.
 #[derive(Debug)]

@@ -7,20 +7,20 @@
 use std::cell::RefCell;
 use std::path::Path;
 
-use groundrl_core::data::Sample;
-use groundrl_core::frame::{Frame, ImageFrames, Size};
-use groundrl_core::geometry::{LabeledBox, Point};
-use groundrl_core::metrics::grounding::resolve::{Resolved, read_completion, resolve};
-use groundrl_core::metrics::grounding::{Answer, RawAnswer};
-use groundrl_core::parse::{self, parse_completion};
 use groundrl_core::prompt::PromptStyle;
 use groundrl_core::prompt::tools::tool_instruction;
-use groundrl_core::resize::PixelBudget;
-use groundrl_core::reward::RewardSpec;
 use groundrl_core::telemetry::EvalRecord;
 use groundrl_core::telemetry::stats::target_size;
 use groundrl_core::tool::answer::answer_in_full_view;
 use groundrl_core::tool::{AnswerView, Toolbox, View};
+use groundrl_score::data::Sample;
+use groundrl_score::frame::{Frame, ImageFrames, Size};
+use groundrl_score::geometry::{LabeledBox, Point};
+use groundrl_score::metrics::grounding::resolve::{Resolved, read_completion, resolve};
+use groundrl_score::metrics::grounding::{Answer, RawAnswer};
+use groundrl_score::parse::{self, parse_completion};
+use groundrl_score::resize::PixelBudget;
+use groundrl_score::reward::RewardSpec;
 use groundrl_tensor::hf_folder::HfModel;
 use groundrl_tensor::processor::{Encoded, Processor, ToolPrompt};
 use groundrl_tensor::rollout::{

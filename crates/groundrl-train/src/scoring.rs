@@ -3,14 +3,14 @@
 
 use std::collections::BTreeMap;
 
-use groundrl_core::data::Sample;
-use groundrl_core::parse::{confidence_in, parse_completion};
-use groundrl_core::reward::input::{RewardInput, Target};
-use groundrl_core::reward::spec::Kind;
-use groundrl_core::reward::{RewardSpec, ToolUse, score_parsed};
 use groundrl_core::telemetry::CompletionRecord;
 use groundrl_core::tool::View;
 use groundrl_core::tool::answer::answer_in_full_view;
+use groundrl_score::data::Sample;
+use groundrl_score::parse::{confidence_in, parse_completion};
+use groundrl_score::reward::input::{RewardInput, Target};
+use groundrl_score::reward::spec::Kind;
+use groundrl_score::reward::{RewardSpec, ToolUse, score_parsed};
 
 use crate::config::RewardConfig;
 

@@ -761,8 +761,8 @@ fn a_run_stopped_in_its_second_round_resumes_on_the_round_pool() {
 /// reward, in which the model's own calls run the real tool.
 #[test]
 fn a_tool_using_run_zooms_and_logs_its_tool_use() {
-    use groundrl_core::data::Task;
     use groundrl_core::data::jsonl::{read_jsonl, write_jsonl};
+    use groundrl_score::data::Task;
 
     let dir = tempfile::tempdir().unwrap();
     let synth = SynthConfig {

@@ -9,11 +9,11 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use groundrl_core::data::Shape;
 use groundrl_core::data::jsonl::read_jsonl;
 use groundrl_core::plot::Heatmap;
 use groundrl_core::synth::{Difficulty, SynthConfig, generate};
 use groundrl_core::telemetry::{CompletionRecord, EvalRecord, JsonlLog, RolloutStats, Scalars, StepRecord};
+use groundrl_score::data::Shape;
 
 /// A step of two completions, one right (reward 1) and one with `reward`.
 fn step(step: u64, reward: f64) -> StepRecord {

@@ -30,9 +30,9 @@ use serde::{Deserialize, Serialize};
 
 use super::CurriculumError;
 use crate::atomic::write_atomic;
-use crate::data::error::from_json_str;
-use crate::data::{FieldError, RecordError, Sample};
 use crate::telemetry::{CompletionRecord, JsonlLog};
+use groundrl_score::data::error::from_json_str;
+use groundrl_score::data::{FieldError, RecordError, Sample};
 
 /// `k` correct of `n` rollouts of one sample in one batch.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -42,8 +42,8 @@ pub use pool::{NextPool, PoolOptions, PoolReport, SourceCounts, next_pool, zero_
 pub use temperature::{Sweep, SweepPoint, pick_temperature};
 pub use transition::{KBySource, Transition, k_by_source, transition};
 
-use crate::data::RecordError;
 use crate::telemetry::TelemetryError;
+use groundrl_score::data::RecordError;
 
 /// Why a ledger could not be read, written or used.
 #[derive(Debug, thiserror::Error)]
@@ -80,7 +80,7 @@ impl CurriculumError {
 #[cfg(test)]
 mod testing {
     use super::{Ledger, LedgerEntry, RoundSummary};
-    use crate::data::Sample;
+    use groundrl_score::data::Sample;
 
     /// A point-grounding sample with one 10x10 image and no target.
     pub fn sample(id: &str, source: &str) -> Sample {

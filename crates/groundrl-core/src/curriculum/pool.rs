@@ -22,8 +22,8 @@ use serde::Serialize;
 
 use super::CurriculumError;
 use super::ledger::{Outcome, RoundSummary};
-use crate::data::Sample;
 use crate::data::split::subsample;
+use groundrl_score::data::Sample;
 
 /// How the next pool is made.
 #[derive(Clone, Debug, PartialEq)]

@@ -13,9 +13,9 @@ use rayon::prelude::*;
 use super::annotate::{TARGET_COLOUR, caption, line_width, outline_box};
 use super::confine::PathError;
 use super::image_file::{self, ImageFileError, ImageLimits};
-use super::{Sample, Shape};
-use crate::frame::{Frame, ImageFrames};
-use crate::resize::PixelBudget;
+use groundrl_score::data::{Sample, Shape};
+use groundrl_score::frame::{Frame, ImageFrames};
+use groundrl_score::resize::PixelBudget;
 
 /// A kind of problem; the summary counts them per source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -297,7 +297,7 @@ fn preview(sample: &Sample, base: &Path, limits: ImageLimits) -> Result<image::R
 /// The target's bounding box in original-image pixels; a point becomes a small square around it.
 fn pixel_box(shape: &Shape, frame: Frame, frames: &ImageFrames, grow: u32) -> [f64; 4] {
     let pts: Vec<_> = points(shape)
-        .map(|[x, y]| frames.convert_point(crate::geometry::Point::new(x, y), frame, Frame::Pixel))
+        .map(|[x, y]| frames.convert_point(groundrl_score::geometry::Point::new(x, y), frame, Frame::Pixel))
         .collect();
     let pad = if matches!(shape, Shape::Point(_)) {
         f64::from(grow * 3)

@@ -1,14 +1,14 @@
 //! Samples as JSON Lines: one [`Sample`] per line, the project's native format.
 //!
-//! Reading checks each line on its own: a line that is not a valid sample becomes a [`super::RecordError`]
+//! Reading checks each line on its own: a line that is not a valid sample becomes a [`RecordError`](groundrl_score::data::RecordError)
 //! (`file: line N: field: problem`) and the rest of the file is still read. Blank lines are allowed.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::Path;
 
-use super::Sample;
-use super::error::{DataError, FieldError, Loaded, from_json_str};
+use groundrl_score::data::Sample;
+use groundrl_score::data::error::{DataError, FieldError, Loaded, from_json_str};
 
 /// Reads every line of `path`; bad lines are skipped and listed in [`Loaded::skipped`].
 pub fn read_jsonl(path: &Path) -> Result<Loaded, DataError> {

@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use super::{Content, Sample, Task};
+use groundrl_score::data::{Content, Sample, Task};
 
 /// What a finding is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

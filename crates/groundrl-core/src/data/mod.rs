@@ -1,13 +1,14 @@
-//! The data layer: the canonical [`Sample`], readers and writers, importers for the field's datasets.
+//! The data layer: readers and writers of samples, importers for the field's datasets.
 //!
-//! - [`sample`]: the [`Sample`] type every importer produces and every command consumes;
 //! - [`jsonl`] and [`parquet`]: the two file formats (Parquet in verl's multimodal RL layout);
 //! - [`import`]: ScreenSpot, ScreenSpot-Pro, OSWorld-G, COCO, ODVG and RefCOCO to samples;
 //! - [`split`]: seeded, prefix-stable subsamples and splits;
 //! - [`lint`] and [`check`]: text problems in prompts, and samples that disagree with their images;
 //! - [`confine`] and [`image_file`]: paths from data files kept inside their folder, and images
 //!   decoded within a pixel budget;
-//! - [`error`]: errors naming file, record and field, and [`Loaded`] (samples plus skipped records).
+//!
+//! The `Sample` type every importer produces and every command consumes, and its errors (file, record and field named; `Loaded`, samples plus skipped
+//! records) live in `groundrl_score::data`, which scoring links without the file formats.
 
 pub mod annotate;
 pub mod check;
@@ -19,11 +20,7 @@ pub mod lint;
 pub mod parquet;
 pub mod split;
 
-/// The sample and its errors live in groundrl-score, which scoring links without the file formats.
-pub use groundrl_score::data::{error, sample};
-
-pub use error::{DataError, FieldError, Loaded, RecordError};
-pub use sample::{Content, ImageRef, Message, Sample, Shape, Target, Task};
+use groundrl_score::data::{DataError, Loaded};
 
 /// Reads a sample file, JSONL or Parquet by its extension; bad records are skipped and returned in
 /// [`Loaded::skipped`].

@@ -44,9 +44,9 @@ use parquet::file::properties::WriterProperties;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use super::error::{DataError, FieldError, Loaded, from_json_value};
-use super::{Content, ImageRef, Message, Sample, Target, Task};
-use crate::frame::Frame;
+use groundrl_score::data::error::{DataError, FieldError, Loaded, from_json_value};
+use groundrl_score::data::{Content, ImageRef, Message, Sample, Target, Task};
+use groundrl_score::frame::Frame;
 
 /// The placeholder verl's dataset replaces by an image, in order of appearance.
 const IMAGE_PLACEHOLDER: &str = "<image>";

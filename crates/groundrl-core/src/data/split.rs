@@ -12,7 +12,7 @@
 
 use crate::rng::keyed;
 
-use super::Sample;
+use groundrl_score::data::Sample;
 
 /// Indices of `samples` in the seeded order (ties between equal ids broken by position).
 fn seeded_order(samples: &[Sample], seed: u64) -> Vec<usize> {

@@ -14,12 +14,12 @@
 use serde_json::{Value, json};
 
 use super::Preset;
-use crate::data::{Sample, Target, Task};
-use crate::frame::{Frame, ImageFrames, Size};
-use crate::geometry::{BBox, Point};
-use crate::resize::FACTOR;
 use crate::tool::View;
 use crate::tool::zoom::ZOOM;
+use groundrl_score::data::{Sample, Target, Task};
+use groundrl_score::frame::{Frame, ImageFrames, Size};
+use groundrl_score::geometry::{BBox, Point};
+use groundrl_score::resize::FACTOR;
 
 /// Smallest side of a reference zoom region, in resized pixels: one 28-pixel patch group, so a
 /// tiny or point target is shown with some of its surroundings while the zoom still shows a small
@@ -266,11 +266,11 @@ mod tests {
     use image::{Rgb, RgbImage};
 
     use super::*;
-    use crate::data::{ImageRef, Shape};
-    use crate::parse::{Answer, parse_completion, tool_call_in};
-    use crate::resize::PixelBudget;
     use crate::tool::answer::answer_in_full_view;
     use crate::tool::{CallOutcome, ToolContext, Toolbox, ZoomParams, ZoomTool};
+    use groundrl_score::data::{ImageRef, Shape};
+    use groundrl_score::parse::{Answer, parse_completion, tool_call_in};
+    use groundrl_score::resize::PixelBudget;
 
     fn sample(task: Task, shapes: Vec<Shape>, meta: &[(&str, &str)]) -> Sample {
         Sample {

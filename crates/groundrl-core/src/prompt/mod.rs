@@ -24,8 +24,8 @@ use std::sync::LazyLock;
 use minijinja::{Environment, UndefinedBehavior, context};
 use serde_json::json;
 
-use crate::data::{Content, Message, Sample, Task};
-use crate::frame::Frame;
+use groundrl_score::data::{Content, Message, Sample, Task};
+use groundrl_score::frame::Frame;
 
 /// The answer format a prompt asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

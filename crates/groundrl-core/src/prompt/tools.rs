@@ -1,7 +1,7 @@
 //! The instruction added to a sample's user turn when tools are offered.
 //!
 //! The chat template's `<tools>` block declares what `zoom` takes; this text says when to use it,
-//! how to state the confidences the gated reward reads (`crate::reward::gated`: one before any
+//! how to state the confidences the gated reward reads (`groundrl_score::reward::gated`: one before any
 //! call, one after the final answer) and which image the final answer's coordinates are about. It
 //! is short because the tiny model's context is small.
 

@@ -35,7 +35,7 @@ pub use page::render;
 pub use run::{CONFIG_FILE, EVAL_DIR, EvalSet, Figure, METRICS_FILE, ROUNDS_DIR, Run};
 pub use samples::SampleView;
 
-use crate::data::RecordError;
+use groundrl_score::data::RecordError;
 
 /// Why a report could not be made.
 #[derive(Debug, thiserror::Error)]

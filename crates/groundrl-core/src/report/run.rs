@@ -11,9 +11,9 @@ use serde::de::DeserializeOwned;
 
 use super::ReportError;
 use super::samples::{self, SampleView};
-use crate::data::error::from_json_str;
-use crate::metrics::gain::{Interval, paired_gain};
 use crate::telemetry::{EvalRecord, StepRecord};
+use groundrl_score::data::error::from_json_str;
+use groundrl_score::metrics::gain::{Interval, paired_gain};
 
 /// The step log the trainer appends to (the trainer's `METRICS_FILE`).
 pub const METRICS_FILE: &str = "metrics.jsonl";

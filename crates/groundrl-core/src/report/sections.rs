@@ -8,9 +8,9 @@ use base64::prelude::{BASE64_STANDARD, Engine};
 
 use super::run::{CONFIG_FILE, EVAL_DIR, EvalSet, METRICS_FILE, Run};
 use super::tools;
-use crate::metrics::gain::wilson;
 use crate::plot::{BarChart, BarSeries, LineChart, Marker, ReliabilityDiagram, Series, escape, format_value};
 use crate::telemetry::{SampledSummary, StepRecord, check_curve};
+use groundrl_score::metrics::gain::wilson;
 
 /// Tags of the step scalars drawn (as [`StepRecord::scalars`] names them).
 mod tags {

@@ -26,9 +26,9 @@ mod output;
 
 use std::str::FromStr;
 
-use crate::named::parse_name;
 use crate::prompt::PromptStyle;
 use crate::rng::{SplitMix64, keyed};
+use groundrl_score::named::parse_name;
 use image::RgbImage;
 
 use self::draw::{Rect, fill_rect, framed_rect};

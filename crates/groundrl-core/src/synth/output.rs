@@ -13,9 +13,9 @@ use serde_json::json;
 
 use super::tasks::TaskKind;
 use super::{Screenshot, SynthConfig, render_screenshot};
-use crate::data::{ImageRef, Sample, Shape, Target, Task};
-use crate::frame::Frame;
 use crate::prompt::{self, PromptError};
+use groundrl_score::data::{ImageRef, Sample, Shape, Target, Task};
+use groundrl_score::frame::Frame;
 
 /// Screenshots drawn in parallel before their samples are appended to the JSONL.
 const CHUNK: u64 = 256;

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{TelemetryError, check_finite};
-use crate::frame::Frame;
+use groundrl_score::frame::Frame;
 
 /// What the trainer knows about one sampled completion after scoring it.
 ///

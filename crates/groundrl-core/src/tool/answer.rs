@@ -10,9 +10,9 @@
 use serde_json::json;
 
 use super::View;
-use crate::frame::Frame;
-use crate::geometry::Point;
-use crate::parse::{Answer, Parsed, RawBox, RawPoint, ToolCall};
+use groundrl_score::frame::Frame;
+use groundrl_score::geometry::Point;
+use groundrl_score::parse::{Answer, Parsed, RawBox, RawPoint, ToolCall};
 
 /// `parsed`, written about `shown`, with its coordinates (boxes, points, a tool call's
 /// `coordinate`) re-expressed about `full`. The numbers are read in `parsed.frame_hint` when the
@@ -73,8 +73,8 @@ fn with_coordinate_mapped(call: &ToolCall, map: impl Fn([f64; 2]) -> [f64; 2]) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frame::{ImageFrames, Size};
-    use crate::parse::parse_completion;
+    use groundrl_score::frame::{ImageFrames, Size};
+    use groundrl_score::parse::parse_completion;
 
     /// The full screenshot: 400 x 200, resized to 392 x 196 (x 0.98).
     fn full() -> View {

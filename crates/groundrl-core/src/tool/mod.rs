@@ -19,8 +19,8 @@ use image::RgbImage;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::frame::Frame;
-use crate::parse::{ToolCall, tool_call_in};
+use groundrl_score::frame::Frame;
+use groundrl_score::parse::{ToolCall, tool_call_in};
 
 pub use view::{AnswerView, View};
 pub use zoom::{ZoomParams, ZoomTool};

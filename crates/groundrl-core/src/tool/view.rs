@@ -5,8 +5,8 @@
 //! numbers back to original-image pixels exactly (one scale and one offset per axis), so an answer
 //! given in the zoomed view scores the same as the same spot given in the full view.
 
-use crate::frame::{Frame, ImageFrames, Size};
-use crate::geometry::{BBox, Point};
+use groundrl_score::frame::{Frame, ImageFrames, Size};
+use groundrl_score::geometry::{BBox, Point};
 
 /// Which image a final answer's coordinates are about, when the model zoomed before answering.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

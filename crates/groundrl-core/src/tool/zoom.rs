@@ -12,9 +12,9 @@ use image::{GenericImageView, RgbImage};
 use serde_json::{Value, json};
 
 use super::{Tool, ToolContext, ToolOutput, View};
-use crate::frame::{ImageFrames, Size};
-use crate::geometry::{BBox, Point};
-use crate::resize::PixelBudget;
+use groundrl_score::frame::{ImageFrames, Size};
+use groundrl_score::geometry::{BBox, Point};
+use groundrl_score::resize::PixelBudget;
 
 /// The zoom tool's settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -164,8 +164,8 @@ fn enlarge(crop: &RgbImage, factor: u32) -> RgbImage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frame::Frame;
     use crate::tool::{CallOutcome, Toolbox};
+    use groundrl_score::frame::Frame;
     use image::Rgb;
 
     /// A 200 x 100 image whose every pixel is unique: (x, y, x ^ y).

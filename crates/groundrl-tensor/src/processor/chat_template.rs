@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::Arc;
 
-use groundrl_core::data::{Content, Message};
+use groundrl_score::data::{Content, Message};
 use minijinja::syntax::SyntaxConfig;
 use minijinja::value::{Enumerator, Kwargs, Object, ObjectRepr, Value as JinjaValue, ValueKind};
 use minijinja::{Environment, Error, ErrorKind, Output, State};

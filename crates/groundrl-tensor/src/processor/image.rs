@@ -4,7 +4,7 @@
 //! which on CPU runs these libtorch ops, reproduced here one for one so that the output is bit-identical:
 //!
 //! 1. the RGB image as a uint8 `(1, 3, H, W)` tensor in channels-last memory (as torchvision lays it out);
-//! 2. `smart_resize` ([`groundrl_core::resize`]) picks the size; when it differs, libtorch's uint8
+//! 2. `smart_resize` ([`groundrl_score::resize`]) picks the size; when it differs, libtorch's uint8
 //!    `_upsample_bicubic2d_aa` (bicubic with antialias, `align_corners = false`) resizes, rounding and
 //!    clamping to uint8 inside the kernel;
 //! 3. rescale and normalize fused: mean and std become f32 tensors, are multiplied by
@@ -29,7 +29,7 @@
 use std::borrow::Cow;
 
 use ::image::{ColorType, DynamicImage, RgbImage};
-use groundrl_core::resize::{self, MERGE_SIZE, PATCH_SIZE, PixelBudget, ResizeError};
+use groundrl_score::resize::{self, MERGE_SIZE, PATCH_SIZE, PixelBudget, ResizeError};
 use serde::{Deserialize, Serialize};
 use tch::{Kind, TchError, Tensor};
 

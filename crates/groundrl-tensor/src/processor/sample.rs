@@ -3,9 +3,9 @@
 use std::path::Path;
 
 use groundrl_core::data::image_file;
-use groundrl_core::data::{Content, Message, Sample};
-use groundrl_core::frame::Frame;
 use groundrl_core::prompt::{ModelKind, Preset, PromptStyle, Reasoning, build_prompt};
+use groundrl_score::data::{Content, Message, Sample};
+use groundrl_score::frame::Frame;
 
 use ::image::DynamicImage;
 use serde_json::Value;

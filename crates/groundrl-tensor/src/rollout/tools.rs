@@ -20,10 +20,10 @@
 //! The tools must be declared in the prompt (the chat template's `tools`, from
 //! [`Toolbox::schemas`]) for the model to know them; that is the prompt builder's part.
 
-use groundrl_core::frame::Frame;
-use groundrl_core::parse::tool_call_in;
 use groundrl_core::rng::keyed;
 use groundrl_core::tool::{CallOutcome, Reply, ToolContext, ToolOutput, Toolbox, View};
+use groundrl_score::frame::Frame;
+use groundrl_score::parse::tool_call_in;
 use image::RgbImage;
 
 use super::{Completion, Engine, FinishReason, GenerationRequest, RolloutError};

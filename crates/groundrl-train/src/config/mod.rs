@@ -43,8 +43,8 @@ use std::path::Path;
 use crate::advantage::{AdvantageConfig, AdvantageError};
 use crate::loss::{LossConfig, LossError};
 use crate::optim::OptimConfig;
-use groundrl_core::reward::SpecError;
 use groundrl_core::telemetry::HealthConfig;
+use groundrl_score::reward::SpecError;
 use groundrl_tensor::qwen2_5_vl::ModelError;
 use serde::{Deserialize, Serialize};
 

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use groundrl_core::resize::{DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS};
+use groundrl_score::resize::{DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS};
 use groundrl_tensor::hf_folder;
 use groundrl_tensor::processor::tiny_tokenizer;
 use groundrl_tensor::qwen2_5_vl::config::Qwen25VlConfig;

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use groundrl_core::reward::RewardSpec;
+use groundrl_score::reward::RewardSpec;
 use serde::{Deserialize, Serialize};
 
 use super::{ConfigError, ensure};
@@ -10,7 +10,7 @@ use super::{ConfigError, ensure};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RewardConfig {
-    /// A reward-spec TOML file (see `groundrl_core::reward::spec`); `""` when `inline` gives the spec.
+    /// A reward-spec TOML file (see `groundrl_score::reward::spec`); `""` when `inline` gives the spec.
     /// Relative paths are read from the working directory. Default `""`.
     pub spec: PathBuf,
     /// The reward spec written in place, as a `[reward.inline]` table with the spec file's keys

@@ -1,7 +1,7 @@
 use std::path::{Path, PathBuf};
 
-use groundrl_core::resize::PixelBudget;
 use groundrl_core::tool::AnswerView;
+use groundrl_score::resize::PixelBudget;
 
 use super::*;
 

@@ -10,9 +10,9 @@
 //!
 //! With `enabled` empty (the default) the model is offered no tool and every other key is unused.
 
-use groundrl_core::resize::{FACTOR, PixelBudget};
 use groundrl_core::tool::zoom::ZOOM;
 use groundrl_core::tool::{AnswerView, Tool, Toolbox, ZoomParams, ZoomTool};
+use groundrl_score::resize::{FACTOR, PixelBudget};
 use serde::{Deserialize, Serialize};
 
 use super::{ConfigError, ensure};

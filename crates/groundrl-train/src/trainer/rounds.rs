@@ -25,10 +25,10 @@ use groundrl_core::curriculum::ledger::{Ledger, LedgerEntry, read_ledger, write_
 use groundrl_core::curriculum::pool::{NextPool, PoolOptions, SourceCounts, next_pool};
 use groundrl_core::curriculum::temperature::{SweepPoint, pick_temperature};
 use groundrl_core::curriculum::transition::transition;
-use groundrl_core::data::Sample;
 use groundrl_core::data::jsonl::write_jsonl;
 use groundrl_core::rng::keyed;
 use groundrl_core::telemetry::CompletionRecord;
+use groundrl_score::data::Sample;
 use serde::{Deserialize, Serialize};
 
 use super::rollouts::Split;

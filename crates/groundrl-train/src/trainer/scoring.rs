@@ -2,8 +2,8 @@
 //! n) to the ledger that `groundrl curate next` and the curriculum rounds read.
 
 use groundrl_core::curriculum::ledger::{LedgerEntry, RolloutBatch, rule_text};
-use groundrl_core::data::Sample;
 use groundrl_core::telemetry::CompletionRecord;
+use groundrl_score::data::Sample;
 use groundrl_tensor::rollout::FinishReason;
 
 use super::rollouts::{Group, draw_seed, generated_tokens};

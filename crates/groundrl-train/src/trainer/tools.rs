@@ -7,13 +7,13 @@
 
 use std::collections::BTreeMap;
 
-use groundrl_core::data::Sample;
-use groundrl_core::frame::ImageFrames;
-use groundrl_core::parse::confidence_in;
 use groundrl_core::prompt::answer::{reference_answer, reference_answer_in_view, reference_zoom_call};
-use groundrl_core::reward::ToolUse;
 use groundrl_core::telemetry::stats::target_size;
 use groundrl_core::tool::{AnswerView, CallOutcome, ToolContext, View};
+use groundrl_score::data::Sample;
+use groundrl_score::frame::ImageFrames;
+use groundrl_score::parse::confidence_in;
+use groundrl_score::reward::ToolUse;
 use groundrl_tensor::processor::{Encoded, Processor};
 use groundrl_tensor::rollout::Trajectory;
 use image::RgbImage;

@@ -3,9 +3,9 @@
 
 use std::time::Instant;
 
-use groundrl_core::data::Sample;
 use groundrl_core::rng::keyed;
 use groundrl_core::telemetry::JsonlLog;
+use groundrl_score::data::Sample;
 use groundrl_tensor::processor::Encoded;
 use serde::{Deserialize, Serialize};
 

@@ -4,7 +4,7 @@
 //! up on reference answers, evaluates a held-out set drawn from a seed no run trains on, runs GRPO,
 //! evaluates again and writes the run's HTML report; at the end it prints each seed's held-out gain
 //! with its 95% interval and the mean over seeds with Student's t interval
-//! (`groundrl_core::metrics::gain`), and writes them to `summary.json`.
+//! (`groundrl_score::metrics::gain`), and writes them to `summary.json`.
 //!
 //! The training config is `configs/demo-cpu.toml` (or `configs/demo-gpu.toml` with `--gpu`), built
 //! into the binary so the demo runs from any folder; the demo fills in the data, reward spec, run
@@ -18,13 +18,13 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use groundrl_core::data::jsonl::{read_jsonl, write_jsonl};
-use groundrl_core::data::{Sample, Task};
-use groundrl_core::frame::Frame;
-use groundrl_core::metrics::gain::{Interval, mean_over_seeds};
 use groundrl_core::prompt::{ModelKind, Preset, PromptStyle, Reasoning};
 use groundrl_core::report::{EvalSet, Run, write_report};
 use groundrl_core::synth::{Difficulty, SynthConfig, generate};
 use groundrl_core::telemetry::{CurveCheck, SampledSummary, check_curve};
+use groundrl_score::data::{Sample, Task};
+use groundrl_score::frame::Frame;
+use groundrl_score::metrics::gain::{Interval, mean_over_seeds};
 use groundrl_train::config::TrainConfig;
 use groundrl_train::trainer::{CONFIG_FILE, Trainer};
 use indicatif::{MultiProgress, ProgressBar};
@@ -42,7 +42,7 @@ const CLICK_REWARD_SPEC: &str = include_str!("../../configs/rewards/synthetic-cl
 const SHAPED_CLICK_REWARD_SPEC: &str = include_str!("../../configs/rewards/synthetic-click.toml");
 const TOOLS_CPU_CONFIG: &str = include_str!("../../configs/demo-tools-cpu.toml");
 const TOOLS_GPU_CONFIG: &str = include_str!("../../configs/demo-tools-gpu.toml");
-const TOOLS_REWARD_SPEC: &str = groundrl_core::reward::gated::TOOL_GATED_SPEC;
+const TOOLS_REWARD_SPEC: &str = groundrl_score::reward::gated::TOOL_GATED_SPEC;
 
 /// The synthetic generator's seed of the held-out screenshots. Training screenshots of demo seed
 /// `s` come from generator seeds `2s` (warm-up) and `2s + 1` (GRPO), so no demo seed below

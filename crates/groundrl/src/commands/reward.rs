@@ -1,6 +1,6 @@
 //! `groundrl reward`: scores a JSONL file of completions with a reward spec.
 //!
-//! Each input line is a record as `groundrl_core::reward::input` describes it: `completion`,
+//! Each input line is a record as `groundrl_score::reward::input` describes it: `completion`,
 //! `target`, and optionally `num_tokens` (length rewards) and `tool_use` (the gated tool reward).
 //! Each output line is the input line (every field kept, in order) plus `"reward"` (the total),
 //! `"rewards"` (each component by name, in spec order) and `"parse"` (`ok`, `error`, `frame`).
@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use groundrl_core::reward::{RewardInput, RewardSpec, Scored, score_batch};
+use groundrl_score::reward::{RewardInput, RewardSpec, Scored, score_batch};
 use serde_json::{Map, Value, json};
 
 /// Lines scored together in parallel; bounds memory on large files.

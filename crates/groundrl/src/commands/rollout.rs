@@ -13,8 +13,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use groundrl_core::curriculum::{LedgerEntry, LedgerWriter, RolloutBatch, rule_text};
-use groundrl_core::data::Sample;
 use groundrl_core::telemetry::CompletionRecord;
+use groundrl_score::data::Sample;
 use groundrl_tensor::hf_folder::{self, HfModel};
 use groundrl_tensor::processor::Encoded;
 use groundrl_tensor::rollout::{Completion, Engine, FinishReason, GenerationRequest, SamplingParams};

@@ -1,6 +1,6 @@
 use std::process::ExitCode;
 
-use groundrl_core::resize::{DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, PixelBudget, smart_resize};
+use groundrl_score::resize::{DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, PixelBudget, smart_resize};
 use serde::Serialize;
 
 #[derive(clap::Args)]

@@ -3,9 +3,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use groundrl_core::frame::Frame;
 use groundrl_core::prompt::{ModelKind, Preset, PromptStyle, Reasoning};
 use groundrl_core::synth::{Difficulty, SynthConfig, generate};
+use groundrl_score::frame::Frame;
 
 /// Difficulty presets and their knobs:
 ///   easy    224x224 to 448x448, text 6-7.5% of the height, at most 6 elements, no look-alikes, 3 tasks

@@ -38,11 +38,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{checked, decode_each, image_path, read_json, stem_after};
-use crate::data::error::{DataError, FieldError, Loaded, RecordError};
-use crate::data::{ImageRef, Sample, Shape, Target, Task};
-use crate::frame::Frame;
-use crate::geometry::BBox;
-use crate::named::parse_name;
+use groundrl_score::data::error::{DataError, FieldError, Loaded, RecordError};
+use groundrl_score::data::{ImageRef, Sample, Shape, Target, Task};
+use groundrl_score::frame::Frame;
+use groundrl_score::geometry::BBox;
+use groundrl_score::named::parse_name;
 
 /// The three top-level arrays of a COCO annotation file, records still undecoded so that one bad
 /// record is skipped rather than failing the file.

@@ -1,8 +1,8 @@
 //! Importers: each benchmark's own files to canonical [`Sample`]s.
 //!
-//! Every importer yields targets in [`Frame::Pixel`](crate::frame::Frame::Pixel) of the original image
+//! Every importer yields targets in [`Frame::Pixel`](groundrl_score::frame::Frame::Pixel) of the original image
 //! with boxes as `[x1, y1, x2, y2]`, keeps the benchmark's slice fields (data_type, platform, ...) in
-//! `metadata`, and skips a bad record with a [`super::RecordError`] naming file, record and field rather than
+//! `metadata`, and skips a bad record with a [`RecordError`](groundrl_score::data::RecordError) naming file, record and field rather than
 //! stopping. Image paths are `images_dir/<name>` when an images folder is given, else the name joined
 //! to the dataset file's folder. Field names follow each benchmark's released files.
 
@@ -18,9 +18,9 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::Sample;
-use super::error::{DataError, FieldError, Loaded, RecordError, from_json_value};
 use super::image_file::{self, ImageFileError, ImageLimits};
+use groundrl_score::data::Sample;
+use groundrl_score::data::error::{DataError, FieldError, Loaded, RecordError, from_json_value};
 
 /// Reads and parses a whole JSON file.
 pub(crate) fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T, DataError> {

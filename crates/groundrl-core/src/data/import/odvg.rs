@@ -20,9 +20,9 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{checked, image_path, stem_after};
-use crate::data::error::{DataError, FieldError, Loaded, from_json_str};
-use crate::data::{ImageRef, Sample, Shape, Target, Task};
-use crate::frame::Frame;
+use groundrl_score::data::error::{DataError, FieldError, Loaded, from_json_str};
+use groundrl_score::data::{ImageRef, Sample, Shape, Target, Task};
+use groundrl_score::frame::Frame;
 
 #[derive(Deserialize)]
 struct Line {

@@ -15,10 +15,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{convert_records, id_text, image_path, read_json, stated_size};
-use crate::data::error::{DataError, FieldError, Loaded};
-use crate::data::{ImageRef, Sample, Shape, Target, Task};
-use crate::frame::Frame;
-use crate::geometry::BBox;
+use groundrl_score::data::error::{DataError, FieldError, Loaded};
+use groundrl_score::data::{ImageRef, Sample, Shape, Target, Task};
+use groundrl_score::frame::Frame;
+use groundrl_score::geometry::BBox;
 
 #[derive(Deserialize)]
 struct Record {

@@ -18,10 +18,10 @@ use serde_json::{Value, json};
 
 use super::coco::{CocoAnnotation, Instances};
 use super::{checked, decode_each, image_path, read_json};
-use crate::data::error::{DataError, FieldError, Loaded, RecordError};
-use crate::data::{ImageRef, Sample, Shape, Target, Task};
-use crate::frame::Frame;
-use crate::geometry::BBox;
+use groundrl_score::data::error::{DataError, FieldError, Loaded, RecordError};
+use groundrl_score::data::{ImageRef, Sample, Shape, Target, Task};
+use groundrl_score::frame::Frame;
+use groundrl_score::geometry::BBox;
 
 #[derive(Deserialize)]
 struct Ref {

@@ -12,10 +12,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{convert_records, image_path, image_size_from_file, images_folder, read_json, stem_after};
-use crate::data::error::{DataError, FieldError, Loaded};
-use crate::data::{ImageRef, Sample, Shape, Target, Task};
-use crate::frame::Frame;
-use crate::geometry::BBox;
+use groundrl_score::data::error::{DataError, FieldError, Loaded};
+use groundrl_score::data::{ImageRef, Sample, Shape, Target, Task};
+use groundrl_score::frame::Frame;
+use groundrl_score::geometry::BBox;
 
 #[derive(Deserialize)]
 struct Record {

@@ -117,7 +117,7 @@ fn sweep_point(
     hf: &HfModel,
     judge: &Judge,
     args: &Args,
-    samples: &[groundrl_core::data::Sample],
+    samples: &[groundrl_score::data::Sample],
     temperature: f64,
 ) -> anyhow::Result<(SweepPoint, Skipped)> {
     let bar = progress(samples.len());

@@ -8,9 +8,9 @@ use std::process::ExitCode;
 
 use anyhow::bail;
 use clap::ValueEnum;
-use groundrl_core::data::Loaded;
 use groundrl_core::data::import::coco::{self, Mode, Subset};
 use groundrl_core::data::import::{odvg, osworld_g, refcoco, screenspot, screenspot_pro};
+use groundrl_score::data::Loaded;
 
 use super::{folder_of, print_read, print_written, read_samples, report_skipped, write_rebased};
 

@@ -17,7 +17,8 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use groundrl_core::data::confine::{PathPolicy, relative_to};
 use groundrl_core::data::image_file::{DEFAULT_MAX_IMAGE_PIXELS, ImageLimits};
-use groundrl_core::data::{Loaded, RecordError, Sample, jsonl, parquet};
+use groundrl_core::data::{jsonl, parquet};
+use groundrl_score::data::{Loaded, RecordError, Sample};
 
 #[derive(clap::Subcommand)]
 pub enum DataCommand {

@@ -3,7 +3,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context;
-use groundrl_core::metrics::coco::{self, CocoEval, Counts};
+use groundrl_score::metrics::coco::{self, CocoEval, Counts};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -55,7 +55,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Precision and recall at IoU 0.5 over all categories (definition: `groundrl_core::metrics::coco` docs).
+/// Precision and recall at IoU 0.5 over all categories (definition: `groundrl_score::metrics::coco` docs).
 pub(super) fn print_at50(c: &Counts) {
     let tp = c.true_positives;
     let setting = "@[ IoU=0.50      | area=   all | maxDets=100 ]";

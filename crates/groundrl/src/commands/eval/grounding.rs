@@ -1,5 +1,5 @@
 //! `groundrl eval grounding`: click accuracy as ScreenSpot, ScreenSpot-Pro and OSWorld-G report it,
-//! overall and per slice (semantics: `groundrl_core::metrics::grounding`).
+//! overall and per slice (semantics: `groundrl_score::metrics::grounding`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -8,10 +8,10 @@ use anyhow::Context;
 use clap::ValueEnum;
 use groundrl_core::data::import::{osworld_g, screenspot, screenspot_pro};
 use groundrl_core::data::jsonl::read_jsonl;
-use groundrl_core::data::{Loaded, Sample};
-use groundrl_core::frame::Frame;
-use groundrl_core::metrics::grounding::{EvalOptions, evaluate, read_predictions};
-use groundrl_core::resize::{DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, PixelBudget};
+use groundrl_score::data::{Loaded, Sample};
+use groundrl_score::frame::Frame;
+use groundrl_score::metrics::grounding::{EvalOptions, evaluate, read_predictions};
+use groundrl_score::resize::{DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, PixelBudget};
 
 /// What `--data` is.
 #[derive(Clone, Copy, ValueEnum)]

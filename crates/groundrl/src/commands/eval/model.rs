@@ -11,15 +11,15 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use groundrl_core::data::{Sample, Task};
-use groundrl_core::frame::Frame;
-use groundrl_core::geometry::{BBox, LabeledBox};
-use groundrl_core::metrics::coco::{AnsweredImage, AnswersEval, evaluate_answers};
-use groundrl_core::metrics::grounding::{
+use groundrl_core::telemetry::{EvalRecord, SampledAnswers};
+use groundrl_score::data::{Sample, Task};
+use groundrl_score::frame::Frame;
+use groundrl_score::geometry::{BBox, LabeledBox};
+use groundrl_score::metrics::coco::{AnsweredImage, AnswersEval, evaluate_answers};
+use groundrl_score::metrics::grounding::{
     EvalOptions, GroundingReport, ItemResult, Outcome, PredictionLine, score_items,
 };
-use groundrl_core::resize::PixelBudget;
-use groundrl_core::telemetry::{EvalRecord, SampledAnswers};
+use groundrl_score::resize::PixelBudget;
 use groundrl_tensor::rollout::{FinishReason, Trajectory};
 use groundrl_train::inference::{Inference, Prompt};
 use serde::Serialize;
@@ -173,8 +173,8 @@ struct Sampled {
 #[derive(Serialize)]
 struct CocoSummary<'a> {
     images: usize,
-    stats: &'a groundrl_core::metrics::coco::Stats,
-    at50: groundrl_core::metrics::coco::Counts,
+    stats: &'a groundrl_score::metrics::coco::Stats,
+    at50: groundrl_score::metrics::coco::Counts,
     unknown_labels: usize,
     non_finite: usize,
 }
