@@ -2,8 +2,8 @@
 # kill-resume.sh, nccl-bench.sh, run.sh, step-profile.sh, bench/grpo-side-by-side.sh): torch's
 # libraries (libtorch, NCCL, the CUDA run-time) on the loader's path, from $TORCH_LIB when set, else
 # from the Python environment's torch ($PYTHON, default python3; a CPU check without torch runs the
-# binary as built), and NVLink multicast (NCCL's NVLS algorithms) off, as in every run recorded under
-# docs/gpu-runs.
+# binary as built), and NVLink multicast (NCCL's NVLS algorithms) off, as in every run of these scripts
+# recorded under measurements/.
 if [ -n "${TORCH_LIB:-}" ]; then
   torch_lib=$TORCH_LIB
 else

@@ -12,8 +12,8 @@
 # For each run it prints the step times, the peak memory of each GPU (nvidia-smi, sampled every
 # 0.5 s) and the plan's estimate of one GPU. Random weights: every reward is 0, so the updates
 # have zero advantages (the same matmuls; nothing is learnt). The time limits add up to 15 minutes;
-# on two H100s the whole took about 8 (docs/gpu-runs/2026-11-26-h100x2-zero-kill/), the 7B part alone
-# on four H200s 5.3 (docs/gpu-runs/2026-11-26-h200x4-zero-7b-mfu/). The 3B and 7B runs write their random weights first
+# on two H100s the whole took about 8 (measurements/2026-11-26-zero-stage-1-and-worker-kill-h100x2/), the 7B part alone
+# on four H200s 5.3 (measurements/2026-11-26-7b-zero-stage-1-and-update-mfu-h200x4/). The 3B and 7B runs write their random weights first
 # (on the CPU: 7.5 and 16.6 GB), which the step records do not count.
 #
 # Usage on the GPU machine (binary at .device/groundrl, scripts/gpu/build.sh): bash scripts/gpu/zero.sh;
