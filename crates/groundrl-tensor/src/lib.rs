@@ -1,6 +1,8 @@
 //! groundrl-tensor: the tensor side of groundrl on tch 0.24.0 / libtorch 2.11.0.
 //!
 //! - [`qwen2_5_vl`]: the Qwen2.5-VL model (vision tower, M-RoPE decoder), loaded from and saved to HF folders.
+//! - [`qwen3_vl`]: the Qwen3-VL (dense) model (DeepStack vision tower, interleaved M-RoPE Qwen3 decoder),
+//!   loaded from HF folders; [`family`] tells the two apart by a folder's `config.json`.
 //! - [`processor`]: what turns a chat with images into model inputs exactly as HF's processor does
 //!   (image preprocessing, tokenizer, chat template).
 //! - [`rollout`]: batched generation with a KV cache, seeded sampling and the sampled tokens' log-probs.
@@ -11,11 +13,13 @@
 pub mod attention;
 pub mod bench;
 pub mod cuda_graph;
+pub mod family;
 pub mod fused;
 pub mod hf_folder;
 pub mod processor;
 pub mod profiler;
 pub mod qwen2_5_vl;
+pub mod qwen3_vl;
 pub mod rollout;
 #[cfg(feature = "cuda")]
 mod shim;

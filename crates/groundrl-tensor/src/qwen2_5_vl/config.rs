@@ -325,10 +325,10 @@ fn vision_config(f: Fields) -> Result<VisionConfig, String> {
 
 /// Typed reads of a JSON object's fields with defaults; errors name the field.
 #[derive(Clone, Copy)]
-struct Fields<'a>(&'a Map<String, Value>);
+pub(crate) struct Fields<'a>(pub(crate) &'a Map<String, Value>);
 
 impl<'a> Fields<'a> {
-    fn opt_int(self, key: &str) -> Result<Option<i64>, String> {
+    pub(crate) fn opt_int(self, key: &str) -> Result<Option<i64>, String> {
         match self.0.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(v) => v
@@ -338,11 +338,11 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn int(self, key: &str, default: i64) -> Result<i64, String> {
+    pub(crate) fn int(self, key: &str, default: i64) -> Result<i64, String> {
         Ok(self.opt_int(key)?.unwrap_or(default))
     }
 
-    fn opt_float(self, key: &str) -> Result<Option<f64>, String> {
+    pub(crate) fn opt_float(self, key: &str) -> Result<Option<f64>, String> {
         match self.0.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(v) => v
@@ -352,11 +352,11 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn float(self, key: &str, default: f64) -> Result<f64, String> {
+    pub(crate) fn float(self, key: &str, default: f64) -> Result<f64, String> {
         Ok(self.opt_float(key)?.unwrap_or(default))
     }
 
-    fn bool(self, key: &str, default: bool) -> Result<bool, String> {
+    pub(crate) fn bool(self, key: &str, default: bool) -> Result<bool, String> {
         match self.0.get(key) {
             None | Some(Value::Null) => Ok(default),
             Some(v) => v
@@ -365,7 +365,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn object(self, key: &str) -> Result<Option<&'a Map<String, Value>>, String> {
+    pub(crate) fn object(self, key: &str) -> Result<Option<&'a Map<String, Value>>, String> {
         match self.0.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::Object(o)) => Ok(Some(o)),
@@ -373,7 +373,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn int_list(self, key: &str, default: &[i64]) -> Result<Vec<i64>, String> {
+    pub(crate) fn int_list(self, key: &str, default: &[i64]) -> Result<Vec<i64>, String> {
         match self.0.get(key) {
             None | Some(Value::Null) => Ok(default.to_vec()),
             Some(Value::Array(items)) => items

@@ -4,7 +4,7 @@
 pub mod branches;
 pub mod config;
 pub mod flops;
-mod layers;
+pub(crate) mod layers;
 pub mod lora;
 pub mod model;
 pub mod presets;

@@ -1,0 +1,17 @@
+//! Qwen3-VL (dense) on libtorch: configuration, the vision tower with its learned, interpolated position
+//! grid and DeepStack features, and the Qwen3 decoder with interleaved M-RoPE.
+//!
+//! What the two families share comes from [`crate::qwen2_5_vl`]: the batch ([`Batch`]), positions
+//! ([`crate::qwen2_5_vl::rope_index`]), checkpoint loading, RMSNorm, linear layers, the rotary tables'
+//! application and attention, and [`ModelError`].
+
+pub mod config;
+pub mod grid;
+pub mod model;
+pub mod text;
+pub mod vision;
+
+pub use crate::qwen2_5_vl::{Batch, ModelError};
+pub use config::{MODEL_TYPE, Qwen3VlConfig, TextConfig, VisionConfig};
+pub use model::Qwen3Vl;
+pub use vision::VisionOutput;
