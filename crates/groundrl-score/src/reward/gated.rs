@@ -35,10 +35,10 @@ use serde::{Deserialize, Serialize};
 
 use super::input::InputError;
 
-/// The shipped reward spec for clicks with the zoom tool (`configs/rewards/tool-gated.toml`, a
-/// link to this crate's copy): click 0.6, tool 0.3, gate 0.1, calibration 0.1. Embedded so that
-/// `groundrl demo --tools` scores with exactly the spec tested here.
-pub const TOOL_GATED_SPEC: &str = include_str!("../../configs/rewards/tool-gated.toml");
+/// The shipped reward spec for clicks with the zoom tool (the repository's
+/// `configs/rewards/tool-gated.toml`): click 0.6, tool 0.3, gate 0.1, calibration 0.1. Embedded so
+/// that `groundrl demo --tools` scores with exactly the spec tested here.
+pub const TOOL_GATED_SPEC: &str = include_str!("../../../../configs/rewards/tool-gated.toml");
 
 /// What a rollout did with tools, as the gated reward reads it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
