@@ -1,6 +1,9 @@
 //! groundrl-tensor: the tensor side of groundrl on tch 0.24.0 / libtorch 2.11.0.
 //!
 //! - [`qwen2_5_vl`]: the Qwen2.5-VL model (vision tower, M-RoPE decoder), loaded from and saved to HF folders.
+//! - [`model_error`], [`lora`], [`attention`], [`special_ids`]: what every model family shares: the
+//!   model error, LoRA adapters, segment attention, the special token ids a tokenizer and a model
+//!   agree on.
 //! - [`processor`]: what turns a chat with images into model inputs exactly as HF's processor does
 //!   (image preprocessing, tokenizer, chat template).
 //! - [`rollout`]: batched generation with a KV cache, seeded sampling and the sampled tokens' log-probs.
@@ -13,12 +16,15 @@ pub mod bench;
 pub mod cuda_graph;
 pub mod fused;
 pub mod hf_folder;
+pub mod lora;
+pub mod model_error;
 pub mod processor;
 pub mod profiler;
 pub mod qwen2_5_vl;
 pub mod rollout;
 #[cfg(feature = "cuda")]
 mod shim;
+pub mod special_ids;
 
 pub use tch;
 
