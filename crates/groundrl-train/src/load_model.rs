@@ -23,8 +23,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use groundrl_tensor::hf_folder::{self, FolderError, HfModel};
-use groundrl_tensor::qwen2_5_vl::ModelError;
-use groundrl_tensor::qwen2_5_vl::lora::LoraSpec;
+use groundrl_tensor::lora::LoraSpec;
+use groundrl_tensor::model_error::ModelError;
 use tch::{Device, Kind, Tensor};
 
 use crate::checkpoint::{CheckpointError, has_checkpoint, latest_checkpoint, load_weights, restore_tensors};

@@ -7,9 +7,10 @@
 //! row whose `generated` flags mark the tool turn: the model is taught to write the call and the
 //! answer, and reads the reply as context without being trained to produce it.
 
+use groundrl_tensor::model_error::ModelError;
 use groundrl_tensor::processor::Processor;
+use groundrl_tensor::qwen2_5_vl::Qwen25Vl;
 use groundrl_tensor::qwen2_5_vl::model::logprobs_at;
-use groundrl_tensor::qwen2_5_vl::{ModelError, Qwen25Vl};
 use tch::Kind;
 
 use crate::data_parallel::{DataParallel, counts_over_ranks};

@@ -11,10 +11,11 @@
 
 use std::ops::Range;
 
+use groundrl_tensor::model_error::ModelError;
 use groundrl_tensor::processor::{Encoded, Processor};
 use groundrl_tensor::qwen2_5_vl::branches::scored_pairs;
 use groundrl_tensor::qwen2_5_vl::flops::Sequence;
-use groundrl_tensor::qwen2_5_vl::{Batch, BranchRow, ModelError};
+use groundrl_tensor::qwen2_5_vl::{Batch, BranchRow};
 use tch::{Device, Tensor};
 
 use crate::update::{Branched, MicroBatch, Row, check_generated_flags};

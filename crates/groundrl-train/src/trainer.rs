@@ -141,7 +141,7 @@ pub enum TrainError {
     #[error("{0}")]
     Setup(String),
     #[error(transparent)]
-    Model(#[from] groundrl_tensor::qwen2_5_vl::ModelError),
+    Model(#[from] groundrl_tensor::model_error::ModelError),
     #[error(transparent)]
     Rollout(#[from] groundrl_tensor::rollout::RolloutError),
     #[error(transparent)]

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 
+use groundrl_tensor::model_error::ModelError;
 use groundrl_tensor::processor::{Encoded, Processor};
 use groundrl_tensor::qwen2_5_vl::flops::{Sequence, images_forward_flops, text_forward_flops};
 use groundrl_tensor::qwen2_5_vl::model::{
@@ -12,7 +13,7 @@ use groundrl_tensor::qwen2_5_vl::model::{
 };
 use groundrl_tensor::qwen2_5_vl::rope_index::Grid;
 use groundrl_tensor::qwen2_5_vl::training::TrainingForward;
-use groundrl_tensor::qwen2_5_vl::{Batch, ModelError, Qwen25Vl};
+use groundrl_tensor::qwen2_5_vl::{Batch, Qwen25Vl};
 use tch::{Device, Kind, Tensor};
 
 use crate::data_parallel::{DataParallel, DataParallelError, counts_over_ranks};

@@ -10,8 +10,8 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::ModelError;
 use super::rope_index::{Grid, RopeIndex, RopeSpec};
+use crate::model_error::ModelError;
 
 /// The layout of one branched row: `prefix` prompt tokens, then each branch's tokens in order, then
 /// right padding up to the batch's length.

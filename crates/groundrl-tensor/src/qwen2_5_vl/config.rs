@@ -10,7 +10,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use super::ModelError;
+use crate::model_error::ModelError;
 
 /// The language model's shape (Qwen2 decoder with M-RoPE).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -91,6 +91,9 @@ impl Qwen25VlConfig {
     }
 
     /// Reads either config layout (see the module docs) and checks that the shapes fit together.
+    /// `Err` (here, in [`Self::validate`] and in the field readers) is a message naming the field at
+    /// fault, which [`Self::load`] files under the file's path ([`ModelError::File`]): a model is
+    /// never built from a config that fails, so no caller acts on which check it was.
     pub fn from_json(value: &Value) -> Result<Self, String> {
         let top = value.as_object().ok_or("config is not a JSON object")?;
         let text_obj = match top.get("text_config") {

@@ -11,7 +11,8 @@ use super::branches::{self, BranchRow};
 use super::rope_index::{Grid, RopeIndex, RopeSpec};
 use super::text::{AttentionMask, Rotary, TextModel};
 use super::vision::VisionTower;
-use super::{ModelError, Qwen25VlConfig, weights};
+use super::{Qwen25VlConfig, weights};
+use crate::model_error::ModelError;
 
 /// A batch of token sequences of one length (left padding marked by the attention mask) with the
 /// images their placeholders stand for, in order of appearance.

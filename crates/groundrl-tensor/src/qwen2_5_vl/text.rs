@@ -12,10 +12,10 @@
 
 use tch::{Kind, Tensor, nn};
 
-use super::ModelError;
 use super::config::TextConfig;
 use super::layers::{INIT_STD, Linear, RmsNorm};
 use crate::fused;
+use crate::model_error::ModelError;
 
 #[derive(Debug)]
 struct Attention {
@@ -505,9 +505,9 @@ mod tests {
 
     use super::*;
     use crate::hf_folder::tiny_ids;
+    use crate::lora::{LLM_TARGETS, LoraSpec};
     use crate::processor::tiny_tokenizer::VOCAB_SIZE;
-    use crate::qwen2_5_vl::lora::LLM_TARGETS;
-    use crate::qwen2_5_vl::{LoraSpec, Qwen25Vl, presets};
+    use crate::qwen2_5_vl::{Qwen25Vl, presets};
 
     fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
         (a - b).abs().max().double_value(&[])

@@ -13,10 +13,11 @@
 use tch::nn::{self, Init};
 use tch::{Device, Kind, TchError, Tensor};
 
+use super::VisionConfig;
 use super::layers::{INIT_STD, Linear, RmsNorm};
-use super::{ModelError, VisionConfig};
 use crate::attention::{SegmentPlan, grouped_by_length};
 use crate::fused;
+use crate::model_error::ModelError;
 
 /// transformers' epsilon for every RMSNorm in the tower.
 const NORM_EPS: f64 = 1e-6;

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use crate::qwen2_5_vl::ModelError;
+use crate::model_error::ModelError;
 use crate::qwen2_5_vl::config::Fields;
 
 /// The `model_type` of a Qwen3-VL (dense) checkpoint.

@@ -3,7 +3,7 @@
 //!
 //! What the two families share comes from [`crate::qwen2_5_vl`]: the batch ([`Batch`]), positions
 //! ([`crate::qwen2_5_vl::rope_index`]), checkpoint loading, RMSNorm, linear layers, the rotary tables'
-//! application and attention, and [`ModelError`].
+//! application and attention; the model error ([`ModelError`]) is every family's.
 
 pub mod config;
 pub mod grid;
@@ -11,7 +11,8 @@ pub mod model;
 pub mod text;
 pub mod vision;
 
-pub use crate::qwen2_5_vl::{Batch, ModelError};
+pub use crate::model_error::ModelError;
+pub use crate::qwen2_5_vl::Batch;
 pub use config::{MODEL_TYPE, Qwen3VlConfig, TextConfig, VisionConfig};
 pub use model::Qwen3Vl;
 pub use vision::VisionOutput;

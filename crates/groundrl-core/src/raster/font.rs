@@ -1,12 +1,12 @@
 //! Text in a real font: DejaVu Sans, embedded in the binary (this crate's `assets/fonts`, Bitstream Vera
-//! licence), so screenshots look the same on every machine and nothing is read at run time.
+//! licence), so screenshots and previews look the same on every machine and nothing is read at run time.
 
 use std::sync::LazyLock;
 
 use ab_glyph::{Font, FontRef, PxScale, ScaleFont};
 use image::RgbImage;
 
-use super::theme::Rgb;
+use super::Rgb;
 
 static FONT_BYTES: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
 

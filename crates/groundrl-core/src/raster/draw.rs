@@ -3,7 +3,7 @@
 
 use image::{Rgb as Pixel, RgbImage};
 
-use super::theme::Rgb;
+use super::Rgb;
 
 /// A pixel-aligned rectangle: columns `x..x + w`, rows `y..y + h`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
