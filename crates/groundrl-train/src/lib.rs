@@ -16,6 +16,7 @@ pub mod load_model;
 pub mod loss;
 pub mod optim;
 pub mod plan;
+pub mod run_folder;
 pub mod scoring;
 pub mod sft;
 pub mod shared_prefix;

@@ -40,6 +40,7 @@ use crate::dataset::Dataset;
 use crate::fault;
 use crate::inference::Inference;
 use crate::optim::AdamW;
+use crate::run_folder;
 use crate::scoring::Scorer;
 use crate::update::UpdateReport;
 
@@ -58,31 +59,12 @@ pub use evaluation::Evaluation;
 use policy_update::Updated;
 use replicas::StepSums;
 use rollouts::{Rollouts, generated_tokens};
-pub use rounds::ROUNDS_DIR;
 use tools::ToolSetup;
 pub use warm_up::SftRecord;
 
-/// The resolved config's file name in the run folder.
-pub const CONFIG_FILE: &str = "config.toml";
-/// The per-step JSONL log in the run folder.
-pub const METRICS_FILE: &str = "metrics.jsonl";
-/// The warm-up's per-step JSONL log in the run folder ([`SftRecord`]s).
-pub const SFT_FILE: &str = "sft.jsonl";
-/// The pass-rate ledger in the run folder: one entry per sample drawn, per step (see
-/// `groundrl_core::curriculum::ledger`), what `groundrl curate next` builds the next pool from.
-pub const LEDGER_FILE: &str = "ledger.jsonl";
 /// The curriculum round a single training run logs its ledger entries as (round 0 is, by the
 /// ledger's convention, the model before RL).
 pub const TRAINING_ROUND: u32 = 1;
-/// The folder of held-out evaluations in the run folder: `before.jsonl`, `after.jsonl` of
-/// [`EvalRecord`]s.
-pub const EVAL_DIR: &str = "eval";
-/// The folder of TensorBoard event files in the run folder.
-pub const TENSORBOARD_DIR: &str = "tensorboard";
-/// The folder in the run folder a model preset is written to (the run's initial weights).
-pub const INITIAL_MODEL_DIR: &str = "initial-model";
-/// The folder of profiler traces in the run folder (`trainer.profile_step`).
-pub const PROFILE_DIR: &str = "profile";
 /// Dense bf16 peak of an H100/H200 SXM (FLOP/s), the MFU denominator.
 pub const H100_BF16_FLOPS: f64 = 989e12;
 
@@ -416,11 +398,8 @@ impl Trainer {
     /// this process writes the run's files; `None` otherwise.
     fn trace_path(&self, phase: &str) -> Option<PathBuf> {
         let step = self.state.step + 1;
-        (self.cfg.trainer.profile_step == step && self.writes()).then(|| {
-            self.run_dir
-                .join(PROFILE_DIR)
-                .join(format!("step-{step}-{phase}.json"))
-        })
+        (self.cfg.trainer.profile_step == step && self.writes())
+            .then(|| run_folder::profile_trace(&self.run_dir, step, phase))
     }
 
     /// Optimizer steps of the whole run, for the learning-rate schedule.

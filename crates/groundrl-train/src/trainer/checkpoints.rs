@@ -10,13 +10,11 @@ use serde::{Deserialize, Serialize};
 use tch::Tensor;
 
 use super::start::{Place, Start, remove_dir_if_any};
-use super::{
-    CONFIG_FILE, LEDGER_FILE, METRICS_FILE, RunState, SFT_FILE, TRAINING_ROUND, TrainError, Trainer, io,
-    setup, write_file,
-};
+use super::{RunState, TRAINING_ROUND, TrainError, Trainer, io, setup, write_file};
 use crate::checkpoint::{CheckpointParts, has_checkpoint, load_latest, restore_tensors, save_checkpoint};
 use crate::config::TrainConfig;
 use crate::data_parallel::DataParallel;
+use crate::run_folder::{CONFIG_FILE, LEDGER_FILE, METRICS_FILE, SFT_FILE};
 
 /// An event file of the run's TensorBoard folder and its length at a checkpoint.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

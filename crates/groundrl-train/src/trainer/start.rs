@@ -12,10 +12,7 @@ use tch::{Device, Tensor};
 
 use super::checkpoints::{cut_logs, open_events};
 use super::tools::ToolSetup;
-use super::{
-    CONFIG_FILE, INITIAL_MODEL_DIR, LEDGER_FILE, METRICS_FILE, RolloutSeconds, RunLogs, RunState,
-    TENSORBOARD_DIR, TrainError, Trainer, io, setup, write_file,
-};
+use super::{RolloutSeconds, RunLogs, RunState, TrainError, Trainer, io, setup, write_file};
 use crate::config::{ModelPreset, TrainConfig};
 use crate::data_parallel::DataParallel;
 use crate::dataset::Dataset;
@@ -23,6 +20,7 @@ use crate::inference::Inference;
 use crate::load_model::{initial_model_dir, lora_spec};
 use crate::optim::{AdamW, Partition, Shard};
 use crate::plan;
+use crate::run_folder::{CONFIG_FILE, INITIAL_MODEL_DIR, LEDGER_FILE, METRICS_FILE, TENSORBOARD_DIR};
 use crate::scoring::Scorer;
 
 /// What [`Trainer::build`] finds in the run folder.

@@ -10,10 +10,11 @@ use groundrl_tensor::processor::Encoded;
 use serde::{Deserialize, Serialize};
 
 use super::start::{Place, new_optimizer};
-use super::{SFT_FILE, TrainError, Trainer, setup};
+use super::{TrainError, Trainer, setup};
 use crate::data_parallel::counts_over_ranks;
 use crate::dataset::{Dataset, epoch_order};
 use crate::fault;
+use crate::run_folder::SFT_FILE;
 use crate::sft::{SftSettings, sft_step};
 use crate::update::Row;
 
