@@ -17,7 +17,7 @@ pub mod loss;
 pub mod optim;
 pub mod plan;
 pub mod run_folder;
-pub mod scoring;
+pub mod scorer;
 pub mod sft;
 pub mod shared_prefix;
 pub mod tensor_file;

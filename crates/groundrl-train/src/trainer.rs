@@ -41,7 +41,7 @@ use crate::fault;
 use crate::inference::Inference;
 use crate::optim::AdamW;
 use crate::run_folder;
-use crate::scoring::Scorer;
+use crate::scorer::Scorer;
 use crate::update::UpdateReport;
 
 mod checkpoints;

@@ -21,7 +21,7 @@ use crate::load_model::{initial_model_dir, lora_spec};
 use crate::optim::{AdamW, Partition, Shard};
 use crate::plan;
 use crate::run_folder::{CONFIG_FILE, INITIAL_MODEL_DIR, LEDGER_FILE, METRICS_FILE, TENSORBOARD_DIR};
-use crate::scoring::Scorer;
+use crate::scorer::Scorer;
 
 /// What [`Trainer::build`] finds in the run folder.
 pub(super) enum Start<'a> {

@@ -20,7 +20,7 @@ use groundrl_tensor::processor::Encoded;
 use groundrl_tensor::rollout::{Completion, Engine, FinishReason, GenerationRequest, SamplingParams};
 use groundrl_tensor::tch::{Device, Kind};
 use groundrl_train::config::RewardConfig;
-use groundrl_train::scoring::{Scorer, Scoring};
+use groundrl_train::scorer::{Scorer, Scoring};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 

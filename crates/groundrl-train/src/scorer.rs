@@ -1,5 +1,6 @@
-//! Completions scored against their samples: the reward spec's total and components, the pass/fail
-//! rule, and the telemetry record of each completion.
+//! The scorer: a completion scored against its sample by the reward spec (its total and components),
+//! judged by the pass/fail rule, and written as its telemetry record. The trainer's scoring phase
+//! (`trainer/scoring.rs`) and `groundrl rollout` score through it.
 
 use std::collections::BTreeMap;
 
