@@ -8,12 +8,12 @@
 //! before redoing the steps after it, and every file it reads back is written atomically
 //! (`groundrl_core::atomic`); docs/reliability.md says what is guaranteed and which test shows it.
 //!
-//! One phase a file: `start` opens a run, `warm_up` is the supervised warm-up, `rollouts`
-//! draws, encodes and generates, `scoring` scores completions and logs pass rates to the ledger,
-//! `policy_update` turns rewards into advantages and updates the policy,
-//! `evaluation` runs held-out evaluation and validation (with early stopping), `checkpoints`
-//! saves and resumes, `rounds` moves between curriculum rounds, `tools` holds tool use, and
-//! `replicas` brings a data-parallel step's numbers together across the ranks.
+//! One phase a file: `start` opens a run (new, or resumed: its logs cut back), `resume` restores a
+//! checkpoint, `saving` saves one, `warm_up` is the supervised warm-up, `rollouts` draws, encodes and
+//! generates, `scoring` scores completions and logs pass rates to the ledger, `policy_update` turns
+//! rewards into advantages and updates the policy, `evaluation` runs held-out evaluation and
+//! validation (with early stopping), `rounds` moves between curriculum rounds, `tools` holds tool
+//! use, and `replicas` brings a data-parallel step's numbers together across the ranks.
 //!
 //! In a data-parallel run (`crate::data_parallel`) every rank runs this same loop on its share of
 //! each step's prompts; the update sums the gradients over the ranks, and rank 0 alone writes the
@@ -44,21 +44,22 @@ use crate::run_folder;
 use crate::scorer::Scorer;
 use crate::update::UpdateReport;
 
-mod checkpoints;
 mod evaluation;
 mod policy_update;
 mod replicas;
+mod resume;
 mod rollouts;
 mod rounds;
+mod saving;
 mod scoring;
 mod start;
 mod tools;
 mod warm_up;
-pub use checkpoints::EventsPosition;
 pub use evaluation::Evaluation;
 use policy_update::Updated;
 use replicas::StepSums;
 use rollouts::{Rollouts, generated_tokens};
+pub use saving::EventsPosition;
 use tools::ToolSetup;
 pub use warm_up::SftRecord;
 

@@ -1,18 +1,18 @@
-//! Starting a run: the run folder, the policy (and the frozen reference), the optimizer, the scorer
-//! and the datasets. A start that fails leaves the folder free for the next one.
+//! Starting a run, new or resumed: the run folder, its logs (cut back to where the run starts), the
+//! policy (and the frozen reference), the optimizer, the scorer and the datasets. A start that fails
+//! leaves the folder free for the next one.
 
 use std::path::{Path, PathBuf};
 
 use groundrl_core::atomic::{publish_dir, temporary_path};
-use groundrl_core::curriculum::ledger::LedgerWriter;
-use groundrl_core::telemetry::{HealthMonitor, JsonlLog};
+use groundrl_core::curriculum::ledger::{LedgerWriter, drop_after_step};
+use groundrl_core::telemetry::{EventWriter, HealthMonitor, JsonlLog};
 use groundrl_tensor::hf_folder::{self, HfModel, RandomFolder};
 use groundrl_tensor::profiler;
 use tch::{Device, Tensor};
 
-use super::checkpoints::{cut_logs, open_events};
 use super::tools::ToolSetup;
-use super::{RolloutSeconds, RunLogs, RunState, TrainError, Trainer, io, setup, write_file};
+use super::{RolloutSeconds, RunLogs, RunState, TRAINING_ROUND, TrainError, Trainer, io, setup, write_file};
 use crate::config::{ModelPreset, TrainConfig};
 use crate::data_parallel::DataParallel;
 use crate::dataset::Dataset;
@@ -20,7 +20,9 @@ use crate::inference::Inference;
 use crate::load_model::{initial_model_dir, lora_spec};
 use crate::optim::{AdamW, Partition, Shard};
 use crate::plan;
-use crate::run_folder::{CONFIG_FILE, INITIAL_MODEL_DIR, LEDGER_FILE, METRICS_FILE, TENSORBOARD_DIR};
+use crate::run_folder::{
+    CONFIG_FILE, INITIAL_MODEL_DIR, LEDGER_FILE, METRICS_FILE, SFT_FILE, TENSORBOARD_DIR,
+};
 use crate::scorer::Scorer;
 
 /// What [`Trainer::build`] finds in the run folder.
@@ -264,6 +266,83 @@ fn open_logs(run_dir: &Path, start: &Start<'_>, rounds: u32) -> Result<RunLogs, 
     })
 }
 
+/// Cuts the logs of a resumed run back to its checkpoint (`Start::At`), or to nothing for a run that
+/// starts over (its warm-up too): the steps after that point are done and logged again.
+fn cut_logs(run_dir: &Path, start: &Start<'_>, rounds: u32) -> Result<(), TrainError> {
+    let step = match start {
+        Start::New => return Ok(()),
+        Start::Over => {
+            truncate_log(&run_dir.join(SFT_FILE), 0)?;
+            0
+        }
+        // Checkpoints come after the warm-up, so its log stays whole.
+        Start::At(state) => state.step,
+    };
+    truncate_log(&run_dir.join(METRICS_FILE), step)?;
+    let ledger = run_dir.join(LEDGER_FILE);
+    if ledger.exists() {
+        for round in TRAINING_ROUND..TRAINING_ROUND + rounds {
+            drop_after_step(&ledger, round, step).map_err(setup)?;
+        }
+    }
+    Ok(())
+}
+
+/// The run's TensorBoard writer: the checkpoint's event file cut back to the checkpoint, or a new
+/// file (said, when that file is gone). A run starting over first removes the files of the attempt
+/// it redoes.
+fn open_events(dir: &Path, start: &Start<'_>) -> Result<EventWriter, TrainError> {
+    match start {
+        Start::At(RunState {
+            events: Some(position),
+            ..
+        }) => {
+            let path = dir.join(&position.file);
+            if path.is_file() {
+                return Ok(EventWriter::resume(path, position.len)?);
+            }
+            eprintln!("{} is gone: TensorBoard continues in a new file", path.display());
+            Ok(EventWriter::create(dir)?)
+        }
+        Start::Over => {
+            remove_dir_if_any(dir)?;
+            Ok(EventWriter::create(dir)?)
+        }
+        // A new run, or a checkpoint written before event files were continued.
+        _ => Ok(EventWriter::create(dir)?),
+    }
+}
+
+/// Keeps the log's records of steps up to `step` (a resumed run logs the later ones again) and
+/// replaces the file atomically. A line a crash cut short is dropped, and said; a missing log has
+/// nothing to keep, but any other read error stops the resume rather than lose the log.
+fn truncate_log(path: &Path, step: u64) -> Result<(), TrainError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io(path, e)),
+    };
+    let mut kept = String::with_capacity(text.len());
+    let mut cut = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let logged = serde_json::from_str::<serde_json::Value>(line)
+            .ok()
+            .and_then(|v| v.get("step").and_then(serde_json::Value::as_u64));
+        match logged {
+            Some(s) if s <= step => {
+                kept.push_str(line);
+                kept.push('\n');
+            }
+            Some(_) => {}
+            None => cut += 1,
+        }
+    }
+    if cut > 0 {
+        eprintln!("{}: {cut} line(s) cut short by the stop dropped", path.display());
+    }
+    write_file(path, kept.as_bytes())
+}
+
 /// The tensors again, sharing storage (a new optimizer over the same parameters).
 pub(super) fn shallow(tensors: &[(String, Tensor)]) -> Vec<(String, Tensor)> {
     tensors
@@ -343,7 +422,7 @@ fn discard_failed_start(run_dir: &Path, existed: bool) {
     }
 }
 
-pub(super) fn remove_dir_if_any(dir: &Path) -> Result<(), TrainError> {
+fn remove_dir_if_any(dir: &Path) -> Result<(), TrainError> {
     match std::fs::remove_dir_all(dir) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(dir, e)),
         _ => Ok(()),
