@@ -18,8 +18,6 @@ pub mod optim;
 pub mod plan;
 pub mod run_folder;
 pub mod scorer;
-pub mod sft;
-pub mod shared_prefix;
 pub mod tensor_file;
 pub mod trainer;
 pub mod update;

@@ -15,8 +15,7 @@ use crate::data_parallel::counts_over_ranks;
 use crate::dataset::{Dataset, epoch_order};
 use crate::fault;
 use crate::run_folder::SFT_FILE;
-use crate::sft::{SftSettings, sft_step};
-use crate::update::Row;
+use crate::update::{Row, SftSettings, sft_step};
 
 /// One line of the warm-up log.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
