@@ -24,8 +24,8 @@ use groundrl_score::reward::RewardSpec;
 use groundrl_tensor::hf_folder::HfModel;
 use groundrl_tensor::processor::{Encoded, Processor, ToolPrompt};
 use groundrl_tensor::rollout::{
-    Engine, EngineCache, GenerationRequest, RolloutError, SamplingParams, ToolRequest, ToolRollout,
-    Trajectory, TurnLimits,
+    Engine, EngineCache, FinishReason, GenerationRequest, RolloutError, SamplingParams, ToolRequest,
+    ToolRollout, Trajectory, TurnLimits,
 };
 use image::RgbImage;
 
@@ -415,6 +415,21 @@ pub fn resized_size(processor: &Processor, encoded: &Encoded) -> Option<[u64; 2]
         .image_grids
         .first()
         .map(|g| [g[2] as u64 * patch, g[1] as u64 * patch])
+}
+
+/// Tokens of a trajectory the model generated (its tool turns left out).
+pub fn generated_tokens(t: &Trajectory) -> usize {
+    t.generated.iter().filter(|&&g| g).count()
+}
+
+/// Why a trajectory ended, as the commands' outputs name it: `eos`, `stop` (a stop string) or
+/// `length` (the token budget).
+pub fn finish_name(finish: FinishReason) -> &'static str {
+    match finish {
+        FinishReason::Eos => "eos",
+        FinishReason::StopString => "stop",
+        FinishReason::Length => "length",
+    }
 }
 
 /// The model's end-of-sequence ids and the tokenizer's eos: a completion ends at any of them.

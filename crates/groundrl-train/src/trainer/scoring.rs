@@ -7,10 +7,10 @@ use groundrl_core::telemetry::CompletionRecord;
 use groundrl_score::data::Sample;
 use groundrl_tensor::rollout::FinishReason;
 
-use super::rollouts::{Group, draw_seed, generated_tokens};
+use super::rollouts::{Group, draw_seed};
 use super::tools::{call_failures, sample_target_size, tool_use};
 use super::{TrainError, Trainer, setup};
-use crate::inference::resized_size;
+use crate::inference::{generated_tokens, resized_size};
 use crate::scorer::{Scoring, ToolScoring};
 
 impl Trainer {
