@@ -28,20 +28,20 @@ use groundrl_core::telemetry::{
     CompletionRecord, EventWriter, HealthMonitor, JsonlLog, RolloutStats, Scalars, StepRecord,
 };
 use groundrl_tensor::bench::synchronize;
-use groundrl_tensor::hf_folder::HfModel;
+use groundrl_tensor::hf_folder::{FolderError, HfModel};
 use groundrl_tensor::profiler;
 use groundrl_tensor::qwen2_5_vl::Qwen25Vl;
 use serde::{Deserialize, Serialize};
 use tch::{Device, Tensor};
 
-use crate::config::TrainConfig;
+use crate::config::{ConfigError, TrainConfig};
 use crate::data_parallel::DataParallel;
-use crate::dataset::Dataset;
+use crate::dataset::{Dataset, DatasetError};
 use crate::fault;
 use crate::inference::{Inference, generated_tokens};
-use crate::optim::AdamW;
+use crate::optim::{AdamW, OptimError};
 use crate::run_folder;
-use crate::scorer::Scorer;
+use crate::scorer::{Scorer, ScorerError};
 use crate::update::UpdateReport;
 
 mod evaluation;
@@ -119,8 +119,33 @@ pub enum Ending {
     },
 }
 
+/// Why a run could not start or go on.
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {
+    /// The config is not valid, or not for this run's world size or this build.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// `trainer.run_dir` holds a run already: it is resumed, or a new run goes elsewhere.
+    #[error(
+        "{} already holds a run: resume it with --resume, or choose another trainer.run_dir",
+        run_dir.display()
+    )]
+    RunExists { run_dir: PathBuf },
+    #[error(transparent)]
+    Dataset(#[from] DatasetError),
+    /// A data set the run trains on has no sample (`data.train`, or `sft.data` with warm-up steps).
+    #[error("{key} {}: no samples", path.display())]
+    NoSamples { key: &'static str, path: PathBuf },
+    #[error(transparent)]
+    Scorer(#[from] ScorerError),
+    /// The policy's model folder (`model.path`, or the preset written into the run folder).
+    #[error(transparent)]
+    Folder(#[from] FolderError),
+    #[error(transparent)]
+    Optimizer(#[from] OptimError),
+    /// Anything else, as a message to print: the ledger and the curriculum rounds' files, the
+    /// profiler, a checkpoint that does not fit the data it resumes on, a warm-up step or evaluation
+    /// left without samples. A caller stops the run on it and shows it; none tells these apart.
     #[error("{0}")]
     Setup(String),
     #[error(transparent)]

@@ -45,7 +45,7 @@ impl Trainer {
     /// tidies the folder and cuts its logs back.
     fn resume_as(run_dir: &Path, place: Place) -> Result<Self, TrainError> {
         let writes = place.writes();
-        let cfg = TrainConfig::load(&run_dir.join(CONFIG_FILE), &[]).map_err(setup)?;
+        let cfg = TrainConfig::load(&run_dir.join(CONFIG_FILE), &[])?;
         place.check(&cfg)?;
         if writes {
             for path in remove_temporaries(run_dir).map_err(|e| io(run_dir, e))? {
@@ -73,12 +73,9 @@ impl Trainer {
         )?;
         // Each rank reads only the optimizer entries it keeps (its share under ZeRO stage 1).
         let names = checkpoint.optimizer.names();
-        let kept = trainer
-            .optimizer
-            .entries_kept(names.iter().map(String::as_str))
-            .map_err(setup)?;
+        let kept = trainer.optimizer.entries_kept(names.iter().map(String::as_str))?;
         let state = checkpoint.read_optimizer(|name| kept.contains(name))?;
-        trainer.optimizer.load_state(&state).map_err(setup)?;
+        trainer.optimizer.load_state(&state)?;
         if checkpoint.state.round > 0 {
             trainer.train = trainer.load_pool(TRAINING_ROUND + checkpoint.state.round)?;
         }

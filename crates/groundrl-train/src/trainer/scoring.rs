@@ -11,7 +11,7 @@ use super::rollouts::{Group, draw_seed};
 use super::tools::{call_failures, sample_target_size, tool_use};
 use super::{TrainError, Trainer, setup};
 use crate::inference::{generated_tokens, resized_size};
-use crate::scorer::{Scoring, ToolScoring};
+use crate::scorer::{ScoreError, Scoring, ToolScoring};
 
 impl Trainer {
     /// Appends each group's k-of-n to the ledger (dropped groups too: they were drawn and judged);
@@ -70,7 +70,7 @@ impl Trainer {
         sample: &Sample,
         group: &Group,
         position: usize,
-    ) -> Result<Vec<CompletionRecord>, String> {
+    ) -> Result<Vec<CompletionRecord>, ScoreError> {
         let resized = resized_size(&self.policy.processor, &group.prompt.encoded);
         let size = sample_target_size(sample, group.prompt.view.frames);
         let budget = self.generation_budget();

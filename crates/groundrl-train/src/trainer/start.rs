@@ -46,7 +46,7 @@ impl Trainer {
     /// the run folder, its config and initial model; the other ranks wait for it, then load the same
     /// model without writing anything.
     pub fn new_data_parallel(cfg: TrainConfig, mut dp: Option<DataParallel>) -> Result<Self, TrainError> {
-        cfg.validate().map_err(setup)?;
+        cfg.validate()?;
         let place = Place::of(dp.as_ref());
         place.check(&cfg)?;
         let cfg = with_absolute_paths(cfg)?;
@@ -87,17 +87,14 @@ impl Trainer {
     fn create(cfg: TrainConfig, place: Place) -> Result<Self, TrainError> {
         let run_dir = cfg.trainer.run_dir.clone();
         if run_dir.join(CONFIG_FILE).exists() {
-            return Err(setup(format!(
-                "{} already holds a run: resume it with --resume, or choose another trainer.run_dir",
-                run_dir.display()
-            )));
+            return Err(TrainError::RunExists { run_dir });
         }
         let existed = run_dir.exists();
         // Without a config.toml the folder holds no run: an initial model there is what a start
         // killed before writing it left, perhaps of another preset or seed.
         remove_dir_if_any(&run_dir.join(INITIAL_MODEL_DIR))?;
         std::fs::create_dir_all(&run_dir).map_err(|e| io(&run_dir, e))?;
-        let text = cfg.to_toml().map_err(setup)?;
+        let text = cfg.to_toml()?;
         let trainer = Self::build(cfg, run_dir.clone(), Start::New, place)
             .inspect_err(|_| discard_failed_start(&run_dir, existed))?;
         // Written once the run could start, so a failed start leaves the folder free for a new one.
@@ -141,31 +138,28 @@ impl Trainer {
         policy.processor.files = cfg.data.image_limits();
         let optimizer_parameters = trainable.iter().map(|(_, t)| t.numel() as i64).sum();
         let optimizer = new_optimizer(&trainable, &cfg, place)?;
-        let scorer = Scorer::new(&cfg.reward).map_err(setup)?;
+        let scorer = Scorer::new(&cfg.reward)?;
         let mut inference = Inference::of_run(&cfg, &scorer.spec);
         inference.set_cache_columns(plan::row_tokens(&cfg, &policy.model.config));
         let tools = ToolSetup::new(&cfg);
-        let train = Dataset::load(&cfg.data.train).map_err(setup)?;
+        let train = Dataset::load(&cfg.data.train)?;
         if train.is_empty() {
-            return Err(setup(format!(
-                "data.train {}: no samples",
-                cfg.data.train.display()
-            )));
+            return Err(no_samples("data.train", &cfg.data.train));
         }
         let optional = |path: &Path| match path.as_os_str().is_empty() {
             true => Ok(Dataset::empty()),
-            false => Dataset::load(path).map_err(setup),
+            false => Dataset::load(path),
         };
         let (val, test) = (optional(&cfg.data.val)?, optional(&cfg.data.test)?);
         let warm_up_data = match cfg.sft.data.as_os_str().is_empty() {
             true => None,
-            false => Some(Dataset::load(&cfg.sft.data).map_err(setup)?),
+            false => Some(Dataset::load(&cfg.sft.data)?),
         };
         if warm_up_data
             .as_ref()
             .is_some_and(|d| d.is_empty() && cfg.sft.steps > 0)
         {
-            return Err(setup(format!("sft.data {}: no samples", cfg.sft.data.display())));
+            return Err(no_samples("sft.data", &cfg.sft.data));
         }
         let warm_up_skipped = warm_up_data.iter().flat_map(|d| &d.skipped);
         for line in train
@@ -226,8 +220,8 @@ impl Place {
     /// What a run of `cfg` needs from this place and this build, checked when it starts and when it
     /// resumes: the world size splits the steps evenly, and the profiler is built in if asked for.
     pub(super) fn check(self, cfg: &TrainConfig) -> Result<(), TrainError> {
-        cfg.validate_world_size(self.world).map_err(setup)?;
-        cfg.trainer.check_profiler(profiler::AVAILABLE).map_err(setup)
+        cfg.validate_world_size(self.world)?;
+        Ok(cfg.trainer.check_profiler(profiler::AVAILABLE)?)
     }
 
     /// Whether this process writes the run's files (rank 0).
@@ -246,14 +240,14 @@ pub(super) fn new_optimizer(
 ) -> Result<AdamW, TrainError> {
     let params = shallow(trainable);
     if cfg.distributed.zero_stage == 0 || place.world <= 1 {
-        return AdamW::new(params, &cfg.optim).map_err(setup);
+        return Ok(AdamW::new(params, &cfg.optim)?);
     }
     let sizes: Vec<i64> = trainable.iter().map(|(_, t)| t.numel() as i64).collect();
     let shard = Shard {
         partition: Partition::balanced(&sizes, place.world),
         rank: place.rank,
     };
-    AdamW::sharded(params, &cfg.optim, shard).map_err(setup)
+    Ok(AdamW::sharded(params, &cfg.optim, shard)?)
 }
 
 /// The run's logs, cut back to `start` (see [`cut_logs`]).
@@ -343,6 +337,13 @@ fn truncate_log(path: &Path, step: u64) -> Result<(), TrainError> {
     write_file(path, kept.as_bytes())
 }
 
+fn no_samples(key: &'static str, path: &Path) -> TrainError {
+    TrainError::NoSamples {
+        key,
+        path: path.to_path_buf(),
+    }
+}
+
 /// The tensors again, sharing storage (a new optimizer over the same parameters).
 pub(super) fn shallow(tensors: &[(String, Tensor)]) -> Vec<(String, Tensor)> {
     tensors
@@ -361,7 +362,7 @@ fn load_policy(cfg: &TrainConfig, run_dir: &Path) -> Result<HfModel, TrainError>
     if m.preset != ModelPreset::None && !dir.is_dir() {
         write_preset(&dir, m.preset, m)?;
     }
-    let mut policy = hf_folder::load(&dir, m.device.device(), kind).map_err(setup)?;
+    let mut policy = hf_folder::load(&dir, m.device.device(), kind)?;
     if m.freeze_vision {
         policy.model.set_vision_trainable(false);
     }
@@ -385,7 +386,7 @@ fn write_preset(dir: &Path, preset: ModelPreset, m: &crate::config::ModelConfig)
         _ => RandomFolder::Qwen3b,
     };
     let written = hf_folder::write_random(&tmp, folder, m.seed, kind, Device::Cpu);
-    written.map_err(setup)?;
+    written?;
     publish_dir(&tmp, dir).map_err(|e| io(dir, e))
 }
 

@@ -164,11 +164,13 @@ impl Trainer {
     }
 
     /// A sample's prompt and its reference response: the answer's tokens ended by the end-of-turn
-    /// token, after a zoom call and its (masked) reply for the small targets `[tools]` names.
+    /// token, after a zoom call and its (masked) reply for the small targets `[tools]` names. `Err`
+    /// is why the sample has none, a message printed as the sample is skipped.
     fn reference_example(&self, sample: &Sample) -> Result<(Encoded, Encoded, Vec<bool>), String> {
         let prompt = self
             .inference
-            .encode(&self.policy.processor, sample, &self.warm_up_set().base, None)?;
+            .encode(&self.policy.processor, sample, &self.warm_up_set().base, None)
+            .map_err(|e| e.to_string())?;
         let (response, generated) = self.tools.reference_response(
             &self.inference,
             &self.policy.processor,

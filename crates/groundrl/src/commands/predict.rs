@@ -316,6 +316,8 @@ fn split_image_path(image: &Path) -> anyhow::Result<(PathBuf, String)> {
     Ok((folder.unwrap_or(Path::new(".")).to_path_buf(), name.to_string()))
 }
 
+/// The output of one answer. `answer` is the answer in original pixels, or why none could be read
+/// ([`Inference::read`]: the parser's message, printed as it is).
 fn output<'a>(
     args: &'a Args,
     asker: &Asker,

@@ -21,7 +21,7 @@ use groundrl_tensor::hf_folder::HfModel;
 use groundrl_tensor::rollout::{FinishReason, Trajectory};
 use groundrl_train::config::RewardConfig;
 use groundrl_train::inference::{Inference, Prompt, finish_name, generated_tokens, resized_size};
-use groundrl_train::scorer::{Scorer, Scoring};
+use groundrl_train::scorer::{ScoreError, Scorer, Scoring};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
@@ -351,7 +351,7 @@ impl Judge {
 
     /// Scores every completion of one sample; a sample whose target cannot be scored is an error
     /// naming it.
-    pub(crate) fn score(&self, rolled: &Rolled) -> Result<Vec<CompletionRecord>, String> {
+    pub(crate) fn score(&self, rolled: &Rolled) -> Result<Vec<CompletionRecord>, ScoreError> {
         rolled
             .completions
             .iter()
