@@ -24,7 +24,7 @@ use tch::Device;
 
 use crate::checkpoint::{CheckpointError, checkpoint_dir, checkpoint_steps};
 use crate::load_model::{LoadError, LoadedModel, load_model};
-use crate::trainer::CONFIG_FILE;
+use crate::run_folder::CONFIG_FILE;
 
 /// Why a run could not be exported.
 #[derive(Debug, thiserror::Error)]

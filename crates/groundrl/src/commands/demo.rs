@@ -26,7 +26,8 @@ use groundrl_score::data::{Sample, Task};
 use groundrl_score::frame::Frame;
 use groundrl_score::metrics::gain::{Interval, mean_over_seeds};
 use groundrl_train::config::TrainConfig;
-use groundrl_train::trainer::{CONFIG_FILE, Trainer};
+use groundrl_train::run_folder::CONFIG_FILE;
+use groundrl_train::trainer::Trainer;
 use indicatif::{MultiProgress, ProgressBar};
 use serde::Serialize;
 

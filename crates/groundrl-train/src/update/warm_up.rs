@@ -1,4 +1,4 @@
-//! Supervised warm-up: one optimizer step of token-mean cross-entropy on reference answers.
+//! The supervised warm-up's step: one optimizer step of token-mean cross-entropy on reference answers.
 //!
 //! The rows are the same prompt + response rows the policy update trains on ([`Row`]), with the
 //! reference answer as the response; the loss is minus the mean log-probability of every answer
@@ -13,9 +13,11 @@ use groundrl_tensor::qwen2_5_vl::Qwen25Vl;
 use groundrl_tensor::qwen2_5_vl::model::logprobs_at;
 use tch::Kind;
 
+use super::UpdateError;
+use super::batch::{Row, micro_batch};
+use super::step::{accumulate, apply_step};
 use crate::data_parallel::{DataParallel, counts_over_ranks};
 use crate::optim::{AdamW, StepOutcome};
-use crate::update::{Row, UpdateError, accumulate, apply_step, micro_batch};
 
 /// How a warm-up step runs.
 pub struct SftSettings {
@@ -113,7 +115,7 @@ mod tests {
 
     use super::*;
     use crate::optim::OptimConfig;
-    use crate::update::tests::{tiny, zoom_trajectory};
+    use crate::update::fixtures::{tiny, zoom_trajectory};
 
     #[test]
     fn a_tool_turn_is_left_out_of_the_cross_entropy() {

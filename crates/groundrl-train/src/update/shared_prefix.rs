@@ -18,7 +18,7 @@ use groundrl_tensor::qwen2_5_vl::flops::Sequence;
 use groundrl_tensor::qwen2_5_vl::{Batch, BranchRow};
 use tch::{Device, Tensor};
 
-use crate::update::{Branched, MicroBatch, Row, check_generated_flags};
+use super::batch::{Branched, MicroBatch, Row, check_generated_flags};
 
 /// The runs of consecutive rows that share one prompt (the same `Encoded`).
 fn packs(rows: &[Row]) -> Vec<Range<usize>> {
@@ -96,31 +96,25 @@ pub(crate) fn micro_batch(
         pixels.extend(prompt.pixel_values.as_ref().map(Tensor::shallow_clone));
         image_grids.extend(prompt.image_grids.iter().copied());
     }
-    let advantages: Vec<f32> = rows.iter().map(|r| r.advantage as f32).collect();
+    let batch = Batch {
+        input_ids,
+        attention_mask: None,
+        pixel_values: (!pixels.is_empty()).then(|| Tensor::cat(&pixels, 0)),
+        image_grids,
+        branches: Some(layout),
+    };
+    let sources = packs
+        .iter()
+        .map(|p| rows[p.start].prompt as *const Encoded)
+        .collect();
+    let branched = Branched {
+        targets_at,
+        predictors_at,
+        slots: Tensor::from_slice(&slots).to_device(device),
+    };
     Ok(MicroBatch {
-        batch: Batch {
-            input_ids,
-            attention_mask: None,
-            pixel_values: (!pixels.is_empty()).then(|| Tensor::cat(&pixels, 0)),
-            image_grids,
-            branches: Some(layout),
-        },
-        mask: Tensor::from_slice(&mask)
-            .view([rows.len() as i64, width as i64])
-            .to_device(device),
-        advantages: Tensor::from_slice(&advantages).to_device(device),
-        sequences,
-        features: None,
-        reference_features: None,
-        sources: packs
-            .iter()
-            .map(|p| rows[p.start].prompt as *const Encoded)
-            .collect(),
-        branched: Some(Branched {
-            targets_at,
-            predictors_at,
-            slots: Tensor::from_slice(&slots).to_device(device),
-        }),
+        branched: Some(branched),
+        ..MicroBatch::new(batch, rows, &mask, width, sequences, sources, device)
     })
 }
 
@@ -130,8 +124,9 @@ mod tests {
 
     use super::*;
     use crate::loss::{Aggregation, LossConfig, LossInputs, LossScale, policy_loss};
-    use crate::update::tests::{PROMPT, ids, tiny, with_image};
-    use crate::update::{UpdateSettings, micro_batch, text_response, token_scores};
+    use crate::update::batch::{micro_batch, text_response};
+    use crate::update::fixtures::{PROMPT, ids, tiny, with_image};
+    use crate::update::grpo::{UpdateSettings, token_scores};
 
     /// The loss of a micro-batch and the gradient of every parameter after its backward.
     fn loss_and_gradients(

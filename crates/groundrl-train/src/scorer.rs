@@ -1,5 +1,6 @@
-//! Completions scored against their samples: the reward spec's total and components, the pass/fail
-//! rule, and the telemetry record of each completion.
+//! The scorer: a completion scored against its sample by the reward spec (its total and components),
+//! judged by the pass/fail rule, and written as its telemetry record. The trainer's scoring phase
+//! (`trainer/scoring.rs`) and `groundrl rollout` score through it.
 
 use std::collections::BTreeMap;
 
@@ -8,11 +9,32 @@ use groundrl_core::tool::View;
 use groundrl_core::tool::answer::answer_in_full_view;
 use groundrl_score::data::Sample;
 use groundrl_score::parse::{confidence_in, parse_completion};
-use groundrl_score::reward::input::{RewardInput, Target};
+use groundrl_score::reward::input::{InputError, RewardInput, Target};
 use groundrl_score::reward::spec::Kind;
 use groundrl_score::reward::{RewardSpec, ToolUse, score_parsed};
 
-use crate::config::RewardConfig;
+use crate::config::{ConfigError, RewardConfig};
+
+/// Why a [`Scorer`] could not be made from a `[reward]` config.
+#[derive(Debug, thiserror::Error)]
+pub enum ScorerError {
+    /// The reward spec could not be read or is not valid.
+    #[error(transparent)]
+    Spec(#[from] ConfigError),
+    /// `reward.correct_component` names no component of the spec.
+    #[error("reward.correct_component: no component named `{name}` in the reward spec")]
+    UnknownComponent { name: String },
+}
+
+/// Why a completion could not be scored: its sample's target cannot be (a target the reward spec
+/// cannot read, a missing image size). The completion's text never makes it fail.
+#[derive(Debug, thiserror::Error)]
+#[error("sample {sample}: {error}")]
+pub struct ScoreError {
+    /// The sample's id.
+    pub sample: String,
+    pub error: InputError,
+}
 
 /// The reward spec with the config's rule for "correct".
 #[derive(Debug)]
@@ -55,13 +77,13 @@ pub struct ToolScoring<'a> {
 }
 
 impl Scorer {
-    pub fn new(config: &RewardConfig) -> Result<Self, String> {
-        let spec = config.load_spec().map_err(|e| e.to_string())?;
+    pub fn new(config: &RewardConfig) -> Result<Self, ScorerError> {
+        let spec = config.load_spec()?;
         let position = |name: &str| spec.components().iter().position(|c| c.name == name);
         let correct_from = match config.correct_component.as_str() {
             "" => None,
-            name => Some(position(name).ok_or_else(|| {
-                format!("reward.correct_component: no component named `{name}` in the reward spec")
+            name => Some(position(name).ok_or_else(|| ScorerError::UnknownComponent {
+                name: name.to_string(),
             })?),
         };
         let iou_from = spec
@@ -91,9 +113,12 @@ impl Scorer {
     }
 
     /// Scores one completion. A sample whose target cannot be scored is an error naming it.
-    pub fn score(&self, s: &Scoring) -> Result<CompletionRecord, String> {
-        let target =
-            Target::from_sample(s.sample, s.resized).map_err(|e| format!("sample {}: {e}", s.sample.id))?;
+    pub fn score(&self, s: &Scoring) -> Result<CompletionRecord, ScoreError> {
+        let unscorable = |error| ScoreError {
+            sample: s.sample.id.clone(),
+            error,
+        };
+        let target = Target::from_sample(s.sample, s.resized).map_err(unscorable)?;
         let confidence = confidence_in(s.text);
         let tool_use = s
             .tools
@@ -110,8 +135,7 @@ impl Scorer {
             Some(t) if !t.shown.is_full() => answer_in_full_view(&p, t.shown, t.full, self.spec.model_frame),
             _ => p,
         });
-        let scored = score_parsed(&self.spec, &input, parsed.as_ref())
-            .map_err(|e| format!("sample {}: {e}", s.sample.id))?;
+        let scored = score_parsed(&self.spec, &input, parsed.as_ref()).map_err(unscorable)?;
         let judged = self.correct_from.map_or(scored.total, |i| scored.components[i]);
         Ok(CompletionRecord {
             group: s.group,
