@@ -4,8 +4,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::axis::{Axis, Ticked, extent, format_value};
-use super::colour;
-use super::frame::{self, Axes, Chart, Drawn};
+use super::frame::{self, Axes, Chart, Drawn, colour};
 
 const WIDTH: u32 = 640;
 const HEIGHT: u32 = 360;

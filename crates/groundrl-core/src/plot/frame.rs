@@ -1,6 +1,6 @@
 //! What every chart has alike: the SVG root that carries its title and classes around what plotters
-//! draws, the title line, the mesh of a chart on numeric axes, the legend, and the notes about skipped
-//! values or missing data.
+//! draws, the colours and text styles, the title line, the axes and grid, the legend, and the notes
+//! about skipped values or missing data.
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -22,6 +22,25 @@ pub(super) const INK: RGBColor = RGBColor(0x33, 0x33, 0x33);
 const GRID: RGBColor = RGBColor(0xe5, 0xe5, 0xe5);
 /// Colour of the note about skipped values.
 const WARN: RGBColor = RGBColor(0xaa, 0x33, 0x33);
+/// Series colours, in order (Tableau 10): distinct for the common kinds of colour blindness.
+pub(super) const PALETTE: [RGBColor; 10] = [
+    RGBColor(0x4e, 0x79, 0xa7),
+    RGBColor(0xf2, 0x8e, 0x2b),
+    RGBColor(0xe1, 0x57, 0x59),
+    RGBColor(0x76, 0xb7, 0xb2),
+    RGBColor(0x59, 0xa1, 0x4f),
+    RGBColor(0xed, 0xc9, 0x48),
+    RGBColor(0xb0, 0x7a, 0xa1),
+    RGBColor(0xff, 0x9d, 0xa7),
+    RGBColor(0x9c, 0x75, 0x5f),
+    RGBColor(0xba, 0xb0, 0xac),
+];
+
+/// The colour of series `index` (the palette repeats after ten).
+pub(super) fn colour(index: usize) -> RGBColor {
+    PALETTE[index % PALETTE.len()]
+}
+
 /// Height of the title line: plotters' estimate of the 14 px text's height (14 px) and 5 px above
 /// and below it.
 pub(super) const TITLE: u32 = 24;
@@ -143,4 +162,16 @@ pub(super) fn skipped_note(area: &Area, skipped: usize, noun: &str, why: &str) -
     let (_, height) = area.dim_in_pixel();
     let style = text(11.0).color(&WARN).pos(Pos::new(HPos::Left, VPos::Bottom));
     area.draw_text(&note, &style, (6, height as i32 - 4))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colours_cycle() {
+        assert_eq!(colour(0), RGBColor(0x4e, 0x79, 0xa7));
+        assert_eq!(colour(10), colour(0));
+        assert_eq!(colour(11), RGBColor(0xf2, 0x8e, 0x2b));
+    }
 }

@@ -3,7 +3,7 @@
 
 use plotters::style::RGBColor;
 
-use super::PALETTE;
+use super::frame::PALETTE;
 
 /// The content of each `<text>` element, in document order, as written (escaped).
 pub(crate) fn texts(svg: &str) -> Vec<&str> {

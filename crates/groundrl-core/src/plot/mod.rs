@@ -47,8 +47,6 @@ pub use heatmap::Heatmap;
 pub use line::{LineChart, Marker, Series};
 pub use reliability::{Bin, ReliabilityDiagram};
 
-use plotters::style::RGBColor;
-
 /// Escapes text for XML and HTML content and attribute values (`&`, `<`, `>`, `"`, `'`).
 pub fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -65,25 +63,6 @@ pub fn escape(text: &str) -> String {
     out
 }
 
-/// Series colours, in order (Tableau 10): distinct for the common kinds of colour blindness.
-const PALETTE: [RGBColor; 10] = [
-    RGBColor(0x4e, 0x79, 0xa7),
-    RGBColor(0xf2, 0x8e, 0x2b),
-    RGBColor(0xe1, 0x57, 0x59),
-    RGBColor(0x76, 0xb7, 0xb2),
-    RGBColor(0x59, 0xa1, 0x4f),
-    RGBColor(0xed, 0xc9, 0x48),
-    RGBColor(0xb0, 0x7a, 0xa1),
-    RGBColor(0xff, 0x9d, 0xa7),
-    RGBColor(0x9c, 0x75, 0x5f),
-    RGBColor(0xba, 0xb0, 0xac),
-];
-
-/// The colour of series `index` (the palette repeats after ten).
-fn colour(index: usize) -> RGBColor {
-    PALETTE[index % PALETTE.len()]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,12 +74,5 @@ mod tests {
             "&lt;b a=&quot;1&quot;&gt;Tom &amp; Jerry&#39;s&lt;/b&gt;"
         );
         assert_eq!(escape("plain"), "plain");
-    }
-
-    #[test]
-    fn colours_cycle() {
-        assert_eq!(colour(0), RGBColor(0x4e, 0x79, 0xa7));
-        assert_eq!(colour(10), colour(0));
-        assert_eq!(colour(11), RGBColor(0xf2, 0x8e, 0x2b));
     }
 }
