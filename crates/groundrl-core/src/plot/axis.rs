@@ -138,7 +138,7 @@ impl ValueFormatter<f64> for Ticked {
     /// A tick's label (plotters asks for the labels of the key points given above).
     fn format_ext(&self, value: &f64) -> String {
         let tick = self.ticks.iter().find(|(t, _)| t == value);
-        tick.map_or_else(|| format_value(*value), |(_, label)| label.clone())
+        tick.map_or_else(|| Self::format(value), |(_, label)| label.clone())
     }
 }
 
