@@ -14,8 +14,6 @@ const WIDTH: u32 = 360;
 const HEIGHT: u32 = 376;
 /// Height of the calibration-error line.
 const SUBTITLE: u32 = 18;
-/// The bars' colour, a little transparent so the diagonal shows through.
-const BAR: RGBAColor = RGBAColor(0x4e, 0x79, 0xa7, 0.8);
 
 /// The answers whose stated confidence fell in `[lo, hi)` (the last bin includes 1).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -128,8 +126,10 @@ impl ReliabilityDiagram {
             .into_iter()
             .filter_map(|bin| Some((bin, bin.accuracy?)))
             .collect();
+        // In the first series' colour, a little transparent so the diagonal shows through.
+        let fill = frame::colour(0).mix(0.8).filled();
         chart.draw_series(bins.iter().map(|&(bin, accuracy)| {
-            let mut bar = Rectangle::new([(bin.lo, accuracy), (bin.hi, 0.0)], BAR.filled());
+            let mut bar = Rectangle::new([(bin.lo, accuracy), (bin.hi, 0.0)], fill);
             bar.set_margin(0, 0, 1, 1);
             bar
         }))?;
