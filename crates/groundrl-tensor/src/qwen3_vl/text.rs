@@ -222,7 +222,7 @@ impl TextModel {
         Tensor::embedding(&self.embed_tokens, ids, -1, false, false)
     }
 
-    /// Runs every layer, adding DeepStack's features after the first ones, then the final norm.
+    /// Runs every layer ([`Self::block`]), then the final norm.
     pub fn forward(
         &self,
         embeds: &Tensor,
@@ -231,13 +231,32 @@ impl TextModel {
         deepstack: Option<&DeepStack>,
     ) -> Result<Tensor, ModelError> {
         let mut hidden = embeds.shallow_clone();
-        for (i, layer) in self.layers.iter().enumerate() {
-            hidden = layer.forward(&hidden, rotary, mask)?;
-            if let Some(deepstack) = deepstack {
-                hidden = deepstack.add(i, hidden)?;
-            }
+        for i in 0..self.layers.len() {
+            hidden = self.block(i, &hidden, rotary, mask, deepstack)?;
         }
         Ok(self.norm.forward(&hidden))
+    }
+
+    /// Decoder layer `i` on `x`, DeepStack's level `i` added to its output: one unit of the stack, as
+    /// gradient checkpointing recomputes it (the added features keep their graph to the vision tower).
+    pub fn block(
+        &self,
+        i: usize,
+        x: &Tensor,
+        rotary: &Rotary,
+        mask: &AttentionMask,
+        deepstack: Option<&DeepStack>,
+    ) -> Result<Tensor, ModelError> {
+        let out = self.layers[i].forward(x, rotary, mask)?;
+        match deepstack {
+            Some(deepstack) => deepstack.add(i, out),
+            None => Ok(out),
+        }
+    }
+
+    /// The final RMSNorm (for callers that run the blocks themselves).
+    pub fn final_norm(&self, hidden: &Tensor) -> Tensor {
+        self.norm.forward(hidden)
     }
 
     /// The output projection's weight (vocab, hidden): `lm_head`, or the embedding when tied.
