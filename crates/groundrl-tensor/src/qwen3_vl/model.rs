@@ -45,7 +45,8 @@ pub struct Prepared {
 #[derive(Debug)]
 pub struct Qwen3Vl {
     pub config: Qwen3VlConfig,
-    vs: nn::VarStore,
+    /// Every parameter (and LoRA adapter, [`super::lora`]) under its name.
+    pub(super) vs: nn::VarStore,
     pub vision: VisionTower,
     pub text: TextModel,
 }

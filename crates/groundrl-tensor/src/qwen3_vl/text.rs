@@ -168,6 +168,20 @@ impl DecoderLayer {
         Ok(&x + mlp.down_proj.forward(&gated))
     }
 
+    /// The block's linear projections (attention, then MLP), for adapters such as LoRA.
+    fn linears_mut(&mut self) -> [&mut Linear; 7] {
+        let (attn, mlp) = (&mut self.self_attn, &mut self.mlp);
+        [
+            &mut attn.q_proj,
+            &mut attn.k_proj,
+            &mut attn.v_proj,
+            &mut attn.o_proj,
+            &mut mlp.gate_proj,
+            &mut mlp.up_proj,
+            &mut mlp.down_proj,
+        ]
+    }
+
     /// The whole block over a full sequence (no cache).
     pub fn forward(&self, x: &Tensor, rotary: &Rotary, mask: &AttentionMask) -> Result<Tensor, ModelError> {
         let (q, k, v) = self.project_qkv(x, rotary);
@@ -215,6 +229,12 @@ impl TextModel {
 
     pub fn device(&self) -> Device {
         self.embed_tokens.device()
+    }
+
+    /// Every decoder layer's linear projections, layer by layer, for adapters such as LoRA (the
+    /// embedding and the output head are not among them).
+    pub(crate) fn linears_mut(&mut self) -> impl Iterator<Item = &mut Linear> {
+        self.layers.iter_mut().flat_map(DecoderLayer::linears_mut)
     }
 
     /// Token embeddings (B, L, hidden) of `ids` (B, L).

@@ -205,6 +205,17 @@ impl VisionTower {
         })
     }
 
+    /// Every linear layer of the blocks, then the merger's two and each DeepStack merger's two, for
+    /// adapters such as LoRA (the patch embedding is a convolution and not among them).
+    pub(crate) fn linears_mut(&mut self) -> impl Iterator<Item = &mut Linear> {
+        let mergers = std::iter::once(&mut self.merger).chain(self.deepstack.iter_mut().flatten());
+        let blocks = self
+            .blocks
+            .iter_mut()
+            .flat_map(|b| [&mut b.qkv, &mut b.proj, &mut b.fc1, &mut b.fc2]);
+        blocks.chain(mergers.flat_map(|m| [&mut m.fc1, &mut m.fc2]))
+    }
+
     fn check_pixels(&self, pixel_values: &Tensor, patches: i64) -> Result<(), ModelError> {
         let size = pixel_values.size();
         if size != [patches, self.patch_dim] {
