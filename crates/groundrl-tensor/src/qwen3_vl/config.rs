@@ -480,6 +480,15 @@ mod tests {
         assert!(c.tie_word_embeddings);
     }
 
+    /// The 4B preset is the released config as read, but for the pad id the preset names.
+    #[test]
+    fn the_4b_preset_is_the_released_config() {
+        let mut preset = crate::qwen3_vl::presets::qwen3_vl_4b();
+        assert_eq!(preset.text.pad_token_id, Some(151643));
+        preset.text.pad_token_id = None;
+        assert_eq!(preset, Qwen3VlConfig::from_json(&released_4b()).unwrap());
+    }
+
     #[test]
     fn to_json_reads_back_as_itself() {
         let c = Qwen3VlConfig::from_json(&released_4b()).unwrap();

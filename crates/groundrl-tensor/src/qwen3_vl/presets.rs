@@ -1,15 +1,18 @@
-//! Built-in Qwen3-VL shapes: the released Qwen3-VL-2B, 4B and 8B (for benchmarks on random weights,
-//! since no weights can be downloaded here), and `tiny` and `small`, with the real architecture
+//! Built-in Qwen3-VL shapes: the released Qwen3-VL-2B, 4B and 8B (for benchmarks on random weights),
+//! and `tiny` and `small`, with the real architecture
 //! (DeepStack, interleaved M-RoPE, q/k norms, a learned position grid) at sizes a CPU test and a GPU
 //! demo train from random weights.
 //!
-//! The released shapes are the numbers of `Qwen/Qwen3-VL-{2B,4B,8B}-Instruct/config.json`. Each
-//! language model is its Qwen3 namesake's (Qwen3-1.7B, Qwen3-4B, Qwen3-8B); the 2B and 4B share one
-//! 24-block vision tower, the 8B has the 27-block one that transformers' `Qwen3VLVisionConfig` takes
-//! as its defaults. What all three share: vocabulary 151,936, head_dim 128, 8 key-value heads, no
-//! attention bias, rope_theta 5,000,000 with mrope_section [24, 20, 20], 262,144 positions, RMSNorm
-//! epsilon 1e-6; 16-pixel patches merged 2 x 2, 2 frames per temporal patch, 16 vision heads and a
-//! 48 x 48 position grid (2,304 entries).
+//! The released shapes are the numbers of `Qwen/Qwen3-VL-{2B,4B,8B}-Instruct/config.json` (the 4B's
+//! fields are quoted in `config.rs`'s tests, which read them into this preset). Each language model is its Qwen3 namesake's (Qwen3-1.7B,
+//! Qwen3-4B, Qwen3-8B); transformers 5.17's `Qwen3VLTextConfig` defaults (4096 wide, MLP 22016, 32
+//! layers, 32 key-value heads) are none of them. The 2B and 4B share one 24-block vision tower; the 8B
+//! has the 27-block one whose depth, widths, heads and DeepStack blocks are transformers'
+//! `Qwen3VLVisionConfig` defaults (its default `out_hidden_size`, 3584, is replaced by the decoder's
+//! width, as in every released config). What all three share: vocabulary 151,936, head_dim 128, 8
+//! key-value heads, no attention bias, rope_theta 5,000,000 with mrope_section [24, 20, 20], 262,144
+//! positions, RMSNorm epsilon 1e-6; 16-pixel patches merged 2 x 2, 2 frames per temporal patch, 16
+//! vision heads and a 48 x 48 position grid (2,304 entries, transformers' default).
 
 use super::config::{Qwen3VlConfig, TextConfig, VisionConfig};
 pub use crate::qwen2_5_vl::presets::{QWEN_IDS, QWEN_VOCAB_SIZE};
