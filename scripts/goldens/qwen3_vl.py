@@ -2,7 +2,8 @@
 template, made and run by HF transformers 5.17 on the CPU in float32 with TF32 off.
 
 Writes under crates/groundrl-tensor/tests/fixtures/qwen3_vl/:
-  tiny_a/, tiny_b/  config.json, model.safetensors  the model as save_pretrained writes it (bf16 weights, run as f32)
+  tiny_a/, tiny_b/  config.json, model.safetensors  the model as save_pretrained writes it (bf16 weights, run as f32);
+                                          also what groundrl's Qwen3Vl::save must write back (names, dtypes, values)
                     inputs.safetensors    input_ids, attention_mask, mm_token_type_ids, pixel_values (bf16-exact,
                                           stored as bf16), image_grid_thw
                     expected.safetensors  position_ids, rope_deltas, vision_out (merged image features),

@@ -4,58 +4,26 @@
 //! processor with Qwen3-VL's settings on real-size images; and Qwen3-VL's chat template rendered,
 //! expanded and tokenized as HF's processor does.
 
-use std::collections::HashMap;
-use std::path::PathBuf;
+mod qwen3_vl_fixtures;
 
 use groundrl_tensor::family::Family;
 use groundrl_tensor::processor::Processor;
 use groundrl_tensor::processor::chat_template::RenderOptions;
 use groundrl_tensor::processor::image::ImageProcessor;
-use groundrl_tensor::qwen3_vl::{Batch, Qwen3Vl};
+use groundrl_tensor::qwen3_vl::{Qwen3Vl, VisionOutput};
 use image::DynamicImage;
+use qwen3_vl_fixtures::{fixture, fixtures, golden, named};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tch::{Device, Kind, Tensor};
 
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
-
-fn fixture(name: &str) -> PathBuf {
-    fixtures().join("qwen3_vl").join(name)
-}
-
-fn named(path: PathBuf) -> HashMap<String, Tensor> {
-    Tensor::read_safetensors(path).unwrap().into_iter().collect()
-}
-
-fn json(path: PathBuf) -> Value {
+fn json(path: std::path::PathBuf) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-fn rows(t: &Tensor) -> Vec<Vec<i64>> {
-    Vec::<Vec<i64>>::try_from(t).unwrap()
 }
 
 fn grids_of(value: &Value) -> Vec<[i64; 3]> {
     let rows: Vec<Vec<i64>> = serde_json::from_value(value.clone()).unwrap();
     rows.into_iter().map(|g| [g[0], g[1], g[2]]).collect()
-}
-
-/// The golden batch and HF's outputs.
-fn golden(name: &str) -> (Batch, HashMap<String, Tensor>) {
-    let inputs = named(fixture(name).join("inputs.safetensors"));
-    let batch = Batch {
-        input_ids: rows(&inputs["input_ids"]),
-        attention_mask: Some(rows(&inputs["attention_mask"])),
-        pixel_values: Some(inputs["pixel_values"].to_kind(Kind::Float)),
-        image_grids: rows(&inputs["image_grid_thw"])
-            .into_iter()
-            .map(|g| [g[0], g[1], g[2]])
-            .collect(),
-        branches: None,
-    };
-    (batch, named(fixture(name).join("expected.safetensors")))
 }
 
 /// max |a - b| / max |b|.
@@ -90,7 +58,9 @@ fn positions_features_and_logits_match_hf_in_f32() {
         assert_eq!(prepared.rope.deltas, deltas, "{name}");
 
         let pixels = batch.pixel_values.as_ref().unwrap();
-        let features = tch::no_grad(|| model.image_features(pixels, &batch.image_grids)).unwrap();
+        let packed = tch::no_grad(|| model.image_features(pixels, &batch.image_grids)).unwrap();
+        let levels = model.config.vision.deepstack_visual_indexes.len();
+        let features = VisionOutput::unpack(&packed, model.config.text.hidden_size, levels).unwrap();
         let err = relative_error(&features.merged, &hf["vision_out"]);
         println!("{name}: merged image features max relative error {err:.3e}");
         assert!(err <= 1e-5, "{name}: merged features relative error {err}");
@@ -149,7 +119,7 @@ fn a_folder_of_another_family_is_refused() {
 }
 
 #[test]
-fn mismatched_placeholders_and_branched_rows_are_input_errors() {
+fn mismatched_placeholders_and_branch_layouts_are_input_errors() {
     let model = Qwen3Vl::load(&fixture("tiny_a"), Device::Cpu, Kind::Float).unwrap();
     let (mut batch, _) = golden("tiny_a");
     batch.image_grids.pop();
@@ -160,7 +130,8 @@ fn mismatched_placeholders_and_branched_rows_are_input_errors() {
     assert!(model.logits(&batch).unwrap_err().to_string().contains("row 1"));
     let (mut batch, _) = golden("tiny_a");
     batch.branches = Some(vec![]);
-    assert!(model.logits(&batch).unwrap_err().to_string().contains("branched"));
+    let err = model.logits(&batch).unwrap_err().to_string();
+    assert!(err.contains("0 branch layouts for 3 rows"), "{err}");
 }
 
 fn qwen3_processor() -> ImageProcessor {

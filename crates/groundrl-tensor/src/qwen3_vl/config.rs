@@ -6,11 +6,12 @@
 //! `rope_parameters`. Both are read. `mrope_interleaved` is not: transformers interleaves the frequency
 //! channels whatever it says (see [`super::text`]). Whether the output head shares the embedding is the
 //! top-level `tie_word_embeddings`; transformers ignores the copy under `text_config`. Missing fields take
-//! transformers' class defaults.
+//! transformers' class defaults. [`Qwen3VlConfig::to_json`] writes the layout transformers 5.17 saves.
 
 use std::path::Path;
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
+use tch::Kind;
 
 use crate::model_error::ModelError;
 use crate::qwen2_5_vl::config::Fields;
@@ -130,6 +131,23 @@ impl Qwen3VlConfig {
         Ok(config)
     }
 
+    /// The config as transformers 5.17's `save_pretrained` writes it, for parameters of `kind`: nested
+    /// `text_config` and `vision_config`, rotary settings as `rope_parameters`. Reads back as `self`.
+    pub fn to_json(&self, kind: Kind) -> Value {
+        json!({
+            "architectures": ["Qwen3VLForConditionalGeneration"],
+            "model_type": MODEL_TYPE,
+            "dtype": dtype_name(kind),
+            "image_token_id": self.image_token_id,
+            "video_token_id": self.video_token_id,
+            "vision_start_token_id": self.vision_start_token_id,
+            "vision_end_token_id": self.vision_end_token_id,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "text_config": text_json(&self.text),
+            "vision_config": vision_json(&self.vision),
+        })
+    }
+
     /// Checks the relations the model relies on, so a bad config fails here and not inside a matmul.
     pub fn validate(&self) -> Result<(), String> {
         validate_text(&self.text)?;
@@ -147,6 +165,64 @@ impl Qwen3VlConfig {
             ));
         }
         Ok(())
+    }
+}
+
+fn text_json(t: &TextConfig) -> Value {
+    let eos = match t.eos_token_ids.as_slice() {
+        [one] => json!(one),
+        many => json!(many),
+    };
+    json!({
+        "model_type": "qwen3_vl_text",
+        "vocab_size": t.vocab_size,
+        "hidden_size": t.hidden_size,
+        "intermediate_size": t.intermediate_size,
+        "num_hidden_layers": t.num_hidden_layers,
+        "num_attention_heads": t.num_attention_heads,
+        "num_key_value_heads": t.num_key_value_heads,
+        "head_dim": t.head_dim,
+        "attention_bias": t.attention_bias,
+        "hidden_act": "silu",
+        "rms_norm_eps": t.rms_norm_eps,
+        "max_position_embeddings": t.max_position_embeddings,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": t.rope_theta,
+            "mrope_section": t.mrope_section,
+            "mrope_interleaved": true,
+        },
+        "bos_token_id": t.bos_token_id,
+        "eos_token_id": eos,
+        "pad_token_id": t.pad_token_id,
+    })
+}
+
+fn vision_json(v: &VisionConfig) -> Value {
+    json!({
+        "model_type": "qwen3_vl_vision",
+        "depth": v.depth,
+        "hidden_size": v.hidden_size,
+        "intermediate_size": v.intermediate_size,
+        "num_heads": v.num_heads,
+        "in_channels": v.in_channels,
+        "patch_size": v.patch_size,
+        "temporal_patch_size": v.temporal_patch_size,
+        "spatial_merge_size": v.spatial_merge_size,
+        "out_hidden_size": v.out_hidden_size,
+        "num_position_embeddings": v.num_position_embeddings,
+        "deepstack_visual_indexes": v.deepstack_visual_indexes,
+        "hidden_act": "gelu_pytorch_tanh",
+        "rope_parameters": {"rope_type": "axial", "rope_theta": v.rope_theta},
+    })
+}
+
+/// transformers' name of a parameter dtype, as `config.json`'s `dtype` gives it.
+fn dtype_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::BFloat16 => "bfloat16",
+        Kind::Half => "float16",
+        _ => "float32",
     }
 }
 
@@ -402,6 +478,28 @@ mod tests {
             (&[5, 11, 17][..], 10000.0)
         );
         assert!(c.tie_word_embeddings);
+    }
+
+    /// The 4B preset is the released config as read, but for the pad id the preset names.
+    #[test]
+    fn the_4b_preset_is_the_released_config() {
+        let mut preset = crate::qwen3_vl::presets::qwen3_vl_4b();
+        assert_eq!(preset.text.pad_token_id, Some(151643));
+        preset.text.pad_token_id = None;
+        assert_eq!(preset, Qwen3VlConfig::from_json(&released_4b()).unwrap());
+    }
+
+    #[test]
+    fn to_json_reads_back_as_itself() {
+        let c = Qwen3VlConfig::from_json(&released_4b()).unwrap();
+        let written = c.to_json(Kind::BFloat16);
+        assert_eq!(Qwen3VlConfig::from_json(&written).unwrap(), c);
+        assert_eq!(written["dtype"], "bfloat16");
+        assert_eq!(
+            written["text_config"]["rope_parameters"]["mrope_section"],
+            json!([24, 20, 20])
+        );
+        assert_eq!(written["text_config"]["eos_token_id"], json!(151645));
     }
 
     #[test]

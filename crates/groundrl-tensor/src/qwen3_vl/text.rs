@@ -168,6 +168,20 @@ impl DecoderLayer {
         Ok(&x + mlp.down_proj.forward(&gated))
     }
 
+    /// The block's linear projections (attention, then MLP), for adapters such as LoRA.
+    fn linears_mut(&mut self) -> [&mut Linear; 7] {
+        let (attn, mlp) = (&mut self.self_attn, &mut self.mlp);
+        [
+            &mut attn.q_proj,
+            &mut attn.k_proj,
+            &mut attn.v_proj,
+            &mut attn.o_proj,
+            &mut mlp.gate_proj,
+            &mut mlp.up_proj,
+            &mut mlp.down_proj,
+        ]
+    }
+
     /// The whole block over a full sequence (no cache).
     pub fn forward(&self, x: &Tensor, rotary: &Rotary, mask: &AttentionMask) -> Result<Tensor, ModelError> {
         let (q, k, v) = self.project_qkv(x, rotary);
@@ -217,12 +231,18 @@ impl TextModel {
         self.embed_tokens.device()
     }
 
+    /// Every decoder layer's linear projections, layer by layer, for adapters such as LoRA (the
+    /// embedding and the output head are not among them).
+    pub(crate) fn linears_mut(&mut self) -> impl Iterator<Item = &mut Linear> {
+        self.layers.iter_mut().flat_map(DecoderLayer::linears_mut)
+    }
+
     /// Token embeddings (B, L, hidden) of `ids` (B, L).
     pub fn embed(&self, ids: &Tensor) -> Tensor {
         Tensor::embedding(&self.embed_tokens, ids, -1, false, false)
     }
 
-    /// Runs every layer, adding DeepStack's features after the first ones, then the final norm.
+    /// Runs every layer ([`Self::block`]), then the final norm.
     pub fn forward(
         &self,
         embeds: &Tensor,
@@ -231,13 +251,32 @@ impl TextModel {
         deepstack: Option<&DeepStack>,
     ) -> Result<Tensor, ModelError> {
         let mut hidden = embeds.shallow_clone();
-        for (i, layer) in self.layers.iter().enumerate() {
-            hidden = layer.forward(&hidden, rotary, mask)?;
-            if let Some(deepstack) = deepstack {
-                hidden = deepstack.add(i, hidden)?;
-            }
+        for i in 0..self.layers.len() {
+            hidden = self.block(i, &hidden, rotary, mask, deepstack)?;
         }
         Ok(self.norm.forward(&hidden))
+    }
+
+    /// Decoder layer `i` on `x`, DeepStack's level `i` added to its output: one unit of the stack, as
+    /// gradient checkpointing recomputes it (the added features keep their graph to the vision tower).
+    pub fn block(
+        &self,
+        i: usize,
+        x: &Tensor,
+        rotary: &Rotary,
+        mask: &AttentionMask,
+        deepstack: Option<&DeepStack>,
+    ) -> Result<Tensor, ModelError> {
+        let out = self.layers[i].forward(x, rotary, mask)?;
+        match deepstack {
+            Some(deepstack) => deepstack.add(i, out),
+            None => Ok(out),
+        }
+    }
+
+    /// The final RMSNorm (for callers that run the blocks themselves).
+    pub fn final_norm(&self, hidden: &Tensor) -> Tensor {
+        self.norm.forward(hidden)
     }
 
     /// The output projection's weight (vocab, hidden): `lm_head`, or the embedding when tied.

@@ -35,6 +35,47 @@ pub struct VisionOutput {
     pub deepstack: Vec<Tensor>,
 }
 
+impl VisionOutput {
+    /// The features as one (image tokens, (1 + levels) * out_hidden_size) tensor: the merged features,
+    /// then each DeepStack level, side by side. Rows stay image tokens, so the packed features of
+    /// several calls concatenate along dim 0 into those of all their images, as Qwen2.5-VL's merged
+    /// features do (the trainer caches a frozen tower's features per image that way).
+    pub fn packed(&self) -> Result<Tensor, ModelError> {
+        let parts: Vec<&Tensor> = std::iter::once(&self.merged).chain(&self.deepstack).collect();
+        Ok(Tensor::f_cat(&parts, 1)?)
+    }
+
+    /// [`Self::packed`]'s inverse for `levels` DeepStack levels of width `hidden`; a width that does
+    /// not hold them is an input error.
+    pub fn unpack(packed: &Tensor, hidden: i64, levels: usize) -> Result<Self, ModelError> {
+        let width = (levels as i64 + 1) * hidden;
+        let size = packed.size();
+        if size.len() != 2 || size[1] != width {
+            return Err(ModelError::Input(format!(
+                "image features of shape {size:?}; this model's are (image tokens, {width}): merged \
+                 features and {levels} DeepStack levels of {hidden}"
+            )));
+        }
+        let mut parts = packed.f_split(hidden, 1)?.into_iter();
+        let merged = parts
+            .next()
+            .ok_or_else(|| ModelError::Input("no merged features".into()))?;
+        Ok(Self {
+            merged,
+            deepstack: parts.collect(),
+        })
+    }
+}
+
+/// One call's patch embeddings with what every block needs (see [`VisionTower::start`]).
+#[derive(Debug)]
+pub struct VisionRun {
+    /// Patch embeddings plus interpolated positions (patches, hidden), with a graph to both tables.
+    pub input: Tensor,
+    rotary: Rotary,
+    plan: SegmentPlan,
+}
+
 /// The vision tower, its variables named as in the checkpoint relative to its path (`visual.` there).
 #[derive(Debug)]
 pub struct VisionTower {
@@ -99,6 +140,20 @@ impl VisionTower {
     /// `pixel_values`: (sum of t*h*w, patch_dim) rows as the processor makes them, any float dtype and
     /// device; `grid_thw`: each image's patch grid.
     pub fn forward(&self, pixel_values: &Tensor, grid_thw: &[Grid]) -> Result<VisionOutput, ModelError> {
+        let run = self.start(pixel_values, grid_thw)?;
+        let mut x = run.input.shallow_clone();
+        let mut taps = Vec::with_capacity(self.blocks.len());
+        for i in 0..self.blocks.len() {
+            x = self.run_block(i, &x, &run)?;
+            taps.push(self.feeds_merger(i).then(|| x.shallow_clone()));
+        }
+        self.finish(&taps)
+    }
+
+    /// The first part of [`Self::forward`]: checks, rotary table, attention plan and the patch
+    /// embeddings with their positions. Exposed with [`Self::run_block`] and [`Self::finish`] so that
+    /// training can recompute blocks one at a time (gradient checkpointing).
+    pub fn start(&self, pixel_values: &Tensor, grid_thw: &[Grid]) -> Result<VisionRun, ModelError> {
         self.check_pixels(pixel_values, patch_count(grid_thw, self.merge)?)?;
         let device = self.patch_embed.device();
         let positions = grid::patch_positions(grid_thw, self.merge);
@@ -109,20 +164,56 @@ impl VisionTower {
             .collect();
         let plan = SegmentPlan::new(&frames, device)?;
         let taps = grid::position_taps(grid_thw, self.merge, self.side);
-        let mut x = self
+        let input = self
             .embed(pixel_values)?
             .f_add(&self.position_embedding(&taps)?)?;
+        Ok(VisionRun { input, rotary, plan })
+    }
+
+    /// Number of transformer blocks.
+    pub fn depth(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Block `i` applied to `x` (patches, hidden).
+    pub fn run_block(&self, i: usize, x: &Tensor, run: &VisionRun) -> Result<Tensor, ModelError> {
+        self.blocks[i].forward(x, &run.rotary, &run.plan)
+    }
+
+    /// Whether block `i`'s output goes through a merger: a DeepStack block's, and the last block's.
+    pub fn feeds_merger(&self, i: usize) -> bool {
+        self.deepstack.get(i).is_some_and(Option::is_some) || i + 1 == self.blocks.len()
+    }
+
+    /// The mergers over the block outputs that feed them: `taps[i]` is block `i`'s output where
+    /// [`Self::feeds_merger`] says so.
+    pub fn finish(&self, taps: &[Option<Tensor>]) -> Result<VisionOutput, ModelError> {
+        let tap = |i: usize| {
+            taps.get(i).and_then(Option::as_ref).ok_or_else(|| {
+                ModelError::Input(format!("vision block {i}'s output is missing for its merger"))
+            })
+        };
         let mut deepstack = Vec::new();
-        for (block, merger) in self.blocks.iter().zip(&self.deepstack) {
-            x = block.forward(&x, &rotary, &plan)?;
+        for (i, merger) in self.deepstack.iter().enumerate() {
             if let Some(merger) = merger {
-                deepstack.push(merger.forward(&x)?);
+                deepstack.push(merger.forward(tap(i)?)?);
             }
         }
         Ok(VisionOutput {
-            merged: self.merger.forward(&x)?,
+            merged: self.merger.forward(tap(self.blocks.len() - 1)?)?,
             deepstack,
         })
+    }
+
+    /// Every linear layer of the blocks, then the merger's two and each DeepStack merger's two, for
+    /// adapters such as LoRA (the patch embedding is a convolution and not among them).
+    pub(crate) fn linears_mut(&mut self) -> impl Iterator<Item = &mut Linear> {
+        let mergers = std::iter::once(&mut self.merger).chain(self.deepstack.iter_mut().flatten());
+        let blocks = self
+            .blocks
+            .iter_mut()
+            .flat_map(|b| [&mut b.qkv, &mut b.proj, &mut b.fc1, &mut b.fc2]);
+        blocks.chain(mergers.flat_map(|m| [&mut m.fc1, &mut m.fc2]))
     }
 
     fn check_pixels(&self, pixel_values: &Tensor, patches: i64) -> Result<(), ModelError> {
