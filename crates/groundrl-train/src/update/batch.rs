@@ -197,9 +197,9 @@ impl FrozenFeatures {
     }
 }
 
-/// The micro-batch of `rows`: their completions as branches of their shared prompts where
-/// `branch` is on (`trainer.shared_prefix`) and the rows allow it ([`shared_prefix::applies`]), else one row each
-/// ([`micro_batch`]).
+/// The micro-batch of `rows`: their completions as branches of their shared prompts where `branch`
+/// is on (`trainer.shared_prefix`) and the rows allow it ([`shared_prefix::applies`]), else one row
+/// each ([`micro_batch`]).
 pub(super) fn training_batch(
     processor: &Processor,
     rows: &[Row],
