@@ -26,6 +26,7 @@ pub mod profiler;
 pub mod qwen2_5_vl;
 pub mod qwen3_vl;
 pub mod rollout;
+pub mod scores;
 #[cfg(feature = "cuda")]
 mod shim;
 pub mod special_ids;
