@@ -138,7 +138,7 @@ impl Trainer {
         policy.processor.files = cfg.data.image_limits();
         let optimizer_parameters = trainable.iter().map(|(_, t)| t.numel() as i64).sum();
         let optimizer = new_optimizer(&trainable, &cfg, place)?;
-        let scorer = Scorer::new(&cfg.reward)?;
+        let scorer = Scorer::new(cfg.reward.spec_for(&cfg.model)?, &cfg.reward)?;
         let mut inference = Inference::of_run(&cfg, &scorer.spec);
         inference.set_cache_columns(plan::row_tokens(&cfg, &policy.model.config));
         let tools = ToolSetup::new(&cfg);
