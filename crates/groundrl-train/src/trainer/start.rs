@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use groundrl_core::atomic::{publish_dir, temporary_path};
 use groundrl_core::curriculum::ledger::{LedgerWriter, drop_after_step};
 use groundrl_core::telemetry::{EventWriter, HealthMonitor, JsonlLog};
+use groundrl_score::frame::Frame;
 use groundrl_tensor::hf_folder::{self, HfModel, RandomFolder};
 use groundrl_tensor::profiler;
 use tch::{Device, Tensor};
@@ -161,6 +162,12 @@ impl Trainer {
         {
             return Err(no_samples("sft.data", &cfg.sft.data));
         }
+        let sets = [("data.train", &train), ("data.val", &val), ("data.test", &test)];
+        check_answer_frames(
+            sets.into_iter()
+                .chain(warm_up_data.iter().map(|d| ("sft.data", d))),
+            inference.model_frame,
+        )?;
         let warm_up_skipped = warm_up_data.iter().flat_map(|d| &d.skipped);
         for line in train
             .skipped
@@ -200,6 +207,25 @@ impl Trainer {
             rollout_seconds: RolloutSeconds::default(),
         })
     }
+}
+
+/// Refuses a data set (named by its key) holding a sample whose own prompt asks for answers in
+/// another frame than `frame`, the one the run reads them in.
+fn check_answer_frames<'a>(
+    sets: impl Iterator<Item = (&'static str, &'a Dataset)>,
+    frame: Frame,
+) -> Result<(), TrainError> {
+    for (key, set) in sets {
+        if let Some((sample, asked)) = set.asking_in_another_frame(frame) {
+            return Err(TrainError::AnswerFrame {
+                key,
+                sample: sample.id.clone(),
+                asked: asked.to_string(),
+                read: frame,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Which of a run's processes a trainer is: rank 0 of 1 when the run is one process.
