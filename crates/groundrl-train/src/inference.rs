@@ -89,7 +89,8 @@ pub struct Inference {
 
 impl Inference {
     /// As the run of `cfg` asks: its tools and turn limits, `rollout.top_p`, `top_k` and
-    /// `max_new_tokens`, and the frame of its reward spec `spec`.
+    /// `max_new_tokens`, and the frame of its reward spec `spec` (read for the run's model:
+    /// [`crate::config::RewardConfig::spec_for`]).
     pub fn of_run(cfg: &TrainConfig, spec: &RewardSpec) -> Self {
         let t = &cfg.tools;
         let budget = PixelBudget {

@@ -313,7 +313,8 @@ fn config_errors_name_the_key() {
 }
 
 /// Samples whose prompts ask in resized pixels (`synth --prompt`'s default) and a run that reads
-/// answers on the 0-1000 grid: refused before the first step, naming both frames.
+/// answers on the 0-1000 grid: refused before the first step, naming both frames. With `auto`
+/// the run reads in its model's frame and its saved config names it.
 #[test]
 fn samples_asking_in_another_frame_than_the_run_reads_are_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -338,10 +339,10 @@ fn samples_asking_in_another_frame_than_the_run_reads_are_refused() {
         "{stderr}"
     );
     assert!(!run.join("config.toml").exists());
-    // Named as the prompts ask, the run starts and trains.
-    let out = train(&config, &run)
-        .arg("model.answer_frame=resized")
-        .output()
-        .unwrap();
+    // With `auto`, the tiny preset (a Qwen2.5-VL) reads answers as the prompts ask; the saved
+    // config names the frame.
+    let out = train(&config, &run).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let saved = std::fs::read_to_string(run.join("config.toml")).unwrap();
+    assert!(saved.contains("\nanswer_frame = \"resized\"\n"), "{saved}");
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use groundrl_core::atomic::{publish_dir, temporary_path};
 use groundrl_core::curriculum::ledger::{LedgerWriter, drop_after_step};
 use groundrl_core::telemetry::{EventWriter, HealthMonitor, JsonlLog};
-use groundrl_score::frame::Frame;
+use groundrl_score::frame::{Frame, FrameChoice};
 use groundrl_tensor::hf_folder::{self, HfModel, RandomFolder};
 use groundrl_tensor::profiler;
 use tch::{Device, Tensor};
@@ -50,7 +50,7 @@ impl Trainer {
         cfg.validate()?;
         let place = Place::of(dp.as_ref());
         place.check(&cfg)?;
-        let cfg = with_absolute_paths(cfg)?;
+        let cfg = with_answer_frame_named(with_absolute_paths(cfg)?)?;
         let mut trainer = match dp.as_mut() {
             Some(group) if group.rank() > 0 => {
                 group.barrier()?;
@@ -433,6 +433,15 @@ fn with_absolute_paths(mut cfg: TrainConfig) -> Result<TrainConfig, TrainError> 
             *path = std::path::absolute(&*path).map_err(|e| io(path, e))?;
         }
     }
+    Ok(cfg)
+}
+
+/// `cfg` with `model.answer_frame` named as the run reads answers (`auto` settled by the reward spec
+/// and the model's family), so that the saved `config.toml`, and the report showing it, state the
+/// frame, and a resumed run reads in it whatever became of the model folder.
+fn with_answer_frame_named(mut cfg: TrainConfig) -> Result<TrainConfig, TrainError> {
+    let frame = cfg.reward.spec_for(&cfg.model)?.model_frame;
+    cfg.model.answer_frame = FrameChoice::Named(frame);
     Ok(cfg)
 }
 
