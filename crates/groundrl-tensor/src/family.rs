@@ -135,7 +135,7 @@ mod tests {
 
     /// Qwen3-VL's click on the top centre of a 1280x720 screenshot, `point_2d` on its 0-1000 grid:
     /// right when read in Qwen3-VL's frame, wrong when read in Qwen2.5-VL's resized pixels, where
-    /// (500, 250) is left of and above the target.
+    /// (500, 250) is left of and below the target.
     #[test]
     fn a_qwen3_vl_click_scores_in_its_familys_frame_only() {
         let spec = RewardSpec::from_toml(
@@ -155,7 +155,6 @@ mod tests {
         };
         assert_eq!(score(Family::Qwen3Vl), (1.0, Some(Frame::Qwen1000)));
         assert_eq!(score(Family::Qwen25Vl), (0.0, Some(Frame::Resized)));
-        let options = |frame| EvalOptions::new(frame);
         let sample: Sample = serde_json::from_str(
             r#"{"id": "s", "source": "screenspot/web", "task": "point_grounding",
                 "images": [{"path": "a.png", "width": 1280, "height": 720}], "instruction": "search",
@@ -169,7 +168,7 @@ mod tests {
             let report = evaluate(
                 std::slice::from_ref(&sample),
                 &predictions,
-                &options(family.answer_frame()),
+                &EvalOptions::new(family.answer_frame()),
             )
             .unwrap();
             (report.overall.correct, report.model_frame)

@@ -153,7 +153,7 @@ fn errors_name_the_file_line_and_field() {
 /// Qwen3-VL's click `{"point_2d": [500, 250]}` on the top centre of a 1280x720 screenshot, whose
 /// target is (600, 150)-(680, 210): `--model-frame auto` reads it in the frame of `--model`'s
 /// family, so it hits for a Qwen3-VL folder and misses for a Qwen2.5-VL one (there (500, 250) is
-/// resized pixels, left of and above the target); a frame named on the command line wins.
+/// resized pixels, left of and below the target); a frame named on the command line wins.
 #[test]
 fn auto_reads_completions_in_the_frame_of_the_models_family() {
     let tmp = tempfile::tempdir().unwrap();
