@@ -69,7 +69,7 @@ fn screenspot_accuracy_and_slices() {
     // mobile/0: (150,125) in [100,100,200,150]: hit. mobile/1: box centre (515,315) in
     // [500,300,520,320]: hit. mobile/2: no coordinates: parse failure. web/0: box centre (300,230):
     // hit. web/1: (0.2,0.2) normalized = (224,112), outside [600,100,1000,500]. web/2: no line.
-    let r = report("screenspot", &EvalOptions::default());
+    let r = report("screenspot", &EvalOptions::new(Frame::Resized));
     assert_eq!(r.overall, tally(6, 3, 1, 1));
     assert_eq!(
         r.parse_failure_reasons.clone().into_iter().collect::<Vec<_>>(),
@@ -134,7 +134,7 @@ fn screenspot_pro_frames_follow_the_pixel_budget() {
     };
     let options = EvalOptions {
         budget,
-        ..EvalOptions::default()
+        ..EvalOptions::new(Frame::Resized)
     };
     let r = report("screenspot_pro", &options);
     assert_eq!(r.overall, tally(4, 2, 0, 0));
@@ -149,7 +149,7 @@ fn screenspot_pro_frames_follow_the_pixel_budget() {
     assert_eq!(r.iou.n, 1, "a Qwen-VL box answer");
 
     // Under the checkpoint's default budget the image is not resized: (110,60) and (40,40) miss.
-    let r = report("screenspot_pro", &EvalOptions::default());
+    let r = report("screenspot_pro", &EvalOptions::new(Frame::Resized));
     assert_eq!(r.overall, tally(4, 1, 0, 0));
 }
 
@@ -157,7 +157,7 @@ fn screenspot_pro_frames_follow_the_pixel_budget() {
 fn osworld_g_polygons_and_refusals() {
     // a: (150,150) in the box: hit. b: (50,70) in the U's notch: miss. c: (60,70) on the notch's
     // wall, an edge: hit. d: refusal on a refusal item: right. e: a click on a refusal item: wrong.
-    let r = report("osworld_g", &EvalOptions::default());
+    let r = report("osworld_g", &EvalOptions::new(Frame::Resized));
     assert_eq!(r.overall, tally(5, 3, 0, 0));
     assert_eq!(
         rows(&r, "GUI_types"),
@@ -182,7 +182,7 @@ fn item_outcomes_say_what_happened() {
     let items = score_items(
         &samples("osworld_g_samples.jsonl"),
         &predictions,
-        &EvalOptions::default(),
+        &EvalOptions::new(Frame::Resized),
     )
     .unwrap();
     let outcomes: Vec<(&str, bool, &Outcome, Option<Frame>)> = items
@@ -211,7 +211,7 @@ fn detected_frames_are_counted_as_a_mix() {
     let predictions = read_predictions(text).unwrap();
     let options = EvalOptions {
         detect_frame: true,
-        ..EvalOptions::default()
+        ..EvalOptions::new(Frame::Resized)
     };
     let r = evaluate(&samples, &predictions, &options).unwrap();
     // web/1: (672, 280) in [600,100,1000,500]: hit; web/0 hit; four missing.
@@ -227,7 +227,7 @@ fn detected_frames_are_counted_as_a_mix() {
 #[test]
 fn ids_that_do_not_line_up_are_errors() {
     let samples = samples("screenspot_samples.jsonl");
-    let options = EvalOptions::default();
+    let options = EvalOptions::new(Frame::Resized);
     let run = |text: &str| evaluate(&samples, &read_predictions(text).unwrap(), &options).unwrap_err();
     let dup = r#"{"id": "screenspot/web/0", "refusal": true}
 {"id": "screenspot/web/1", "refusal": true}
@@ -267,7 +267,7 @@ fn malformed_samples_are_errors_naming_the_field() {
     let field_of = |edit: &dyn Fn(&mut Sample)| {
         let mut s = good.clone();
         edit(&mut s[1]);
-        match evaluate(&s, &[], &EvalOptions::default()).unwrap_err() {
+        match evaluate(&s, &[], &EvalOptions::new(Frame::Resized)).unwrap_err() {
             GroundingError::BadSample { id, field, .. } => (id, field),
             other => panic!("unexpected {other}"),
         }
@@ -293,7 +293,7 @@ fn malformed_samples_are_errors_naming_the_field() {
 
 #[test]
 fn text_report_has_an_overall_line_and_aligned_tables() {
-    let text = report("osworld_g", &EvalOptions::default()).to_text();
+    let text = report("osworld_g", &EvalOptions::new(Frame::Resized)).to_text();
     let expected = "\
 accuracy 60.00% (3 of 5 correct)
 parse failures 0

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use groundrl_core::data::import::{osworld_g, screenspot, screenspot_pro};
 use groundrl_score::data::Sample;
+use groundrl_score::frame::Frame;
 use groundrl_score::metrics::grounding::{EvalOptions, GroundingReport, evaluate, read_predictions};
 
 fn dir() -> PathBuf {
@@ -16,7 +17,7 @@ fn report(samples: &[Sample], benchmark: &str) -> GroundingReport {
     evaluate(
         samples,
         &read_predictions(&text).unwrap(),
-        &EvalOptions::default(),
+        &EvalOptions::new(Frame::Resized),
     )
     .unwrap()
 }

@@ -148,3 +148,25 @@ fn every_preset_and_frame_renders_lint_clean() {
         }
     }
 }
+
+#[test]
+fn a_sample_without_a_prompt_is_asked_in_the_frame_of_the_model_asked() {
+    let click = sample(Task::PointGrounding, "Click Save", &["Save"]);
+    let asked = |frame| {
+        text(&build_prompt(&click, &PromptStyle::unprompted(click.task, frame)).unwrap()[0]).to_string()
+    };
+    assert_eq!(
+        asked(Frame::Qwen1000),
+        "Click Save. Answer with the click point (x, y) on a 0 to 1000 scale of the image width and height."
+    );
+    assert_eq!(
+        asked(Frame::Resized),
+        "Click Save. Answer with the click point (x, y) in pixels of the image as you see it."
+    );
+    let detect = sample(Task::Detection, "cats", &["cat"]);
+    let style = PromptStyle::unprompted(detect.task, Frame::Qwen1000);
+    assert_eq!(
+        (style.preset, style.reasoning, style.model),
+        (Preset::OvdJson, Reasoning::None, ModelKind::Instruct)
+    );
+}

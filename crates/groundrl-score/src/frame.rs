@@ -7,7 +7,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::geometry::{BBox, Point};
 use crate::named::parse_name;
@@ -51,6 +51,84 @@ impl FromStr for Frame {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         parse_name(s, "frame", &Frame::ALL, Frame::name)
+    }
+}
+
+/// The frame `auto` reads as where no model names its family (`groundrl reward`, `eval grounding`
+/// without `--model`, the Python package): Qwen2.5-VL's.
+pub const AUTO_WITHOUT_MODEL: Frame = Frame::Resized;
+
+/// A model's answer frame as a config or a flag names it: one frame, or `auto`, the frame the
+/// model's family answers in (Qwen2.5-VL: resized pixels; Qwen3-VL: the 0-1000 grid), settled once
+/// the model is known. A model asked or read in another family's frame scores a right answer 0, so
+/// the setting follows the model unless a frame is named.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum FrameChoice {
+    /// The frame of the model's family.
+    #[default]
+    Auto,
+    /// This frame, whatever the model.
+    Named(Frame),
+}
+
+impl FrameChoice {
+    pub const ALL: [FrameChoice; 5] = [
+        FrameChoice::Auto,
+        FrameChoice::Named(Frame::Pixel),
+        FrameChoice::Named(Frame::Resized),
+        FrameChoice::Named(Frame::Normalized),
+        FrameChoice::Named(Frame::Qwen1000),
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FrameChoice::Auto => "auto",
+            FrameChoice::Named(frame) => frame.name(),
+        }
+    }
+
+    /// The frame chosen for a model whose family answers in `family`.
+    pub fn resolve(self, family: Frame) -> Frame {
+        match self {
+            FrameChoice::Auto => family,
+            FrameChoice::Named(frame) => frame,
+        }
+    }
+
+    /// The named frame; `None` for `auto`.
+    pub fn named(self) -> Option<Frame> {
+        match self {
+            FrameChoice::Auto => None,
+            FrameChoice::Named(frame) => Some(frame),
+        }
+    }
+}
+
+impl fmt::Display for FrameChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for FrameChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        parse_name(s, "frame", &FrameChoice::ALL, FrameChoice::name)
+    }
+}
+
+impl Serialize for FrameChoice {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for FrameChoice {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer)?
+            .parse()
+            .map_err(serde::de::Error::custom)
     }
 }
 
@@ -253,5 +331,24 @@ mod tests {
             assert_eq!(serde_json::to_string(&f).unwrap(), format!("\"{}\"", f.name()));
         }
         assert!("pixels".parse::<Frame>().is_err());
+    }
+
+    #[test]
+    fn a_frame_choice_is_auto_or_a_frame_by_name() {
+        for choice in FrameChoice::ALL {
+            assert_eq!(choice.name().parse::<FrameChoice>().unwrap(), choice);
+            let json = serde_json::to_string(&choice).unwrap();
+            assert_eq!(json, format!("\"{}\"", choice.name()));
+            assert_eq!(serde_json::from_str::<FrameChoice>(&json).unwrap(), choice);
+        }
+        assert_eq!(FrameChoice::Auto.resolve(Frame::Qwen1000), Frame::Qwen1000);
+        assert_eq!(
+            FrameChoice::Named(Frame::Pixel).resolve(Frame::Qwen1000),
+            Frame::Pixel
+        );
+        assert_eq!(
+            "Auto".parse::<FrameChoice>().unwrap_err(),
+            "unknown frame \"Auto\"; expected one of auto, pixel, resized, normalized, qwen1000"
+        );
     }
 }

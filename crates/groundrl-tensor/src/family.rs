@@ -5,6 +5,7 @@
 use std::fmt;
 use std::path::Path;
 
+use groundrl_score::frame::Frame;
 use serde_json::Value;
 
 /// A model family groundrl can load.
@@ -38,6 +39,16 @@ impl Family {
         match self {
             Family::Qwen25Vl => "qwen2_5_vl",
             Family::Qwen3Vl => crate::qwen3_vl::MODEL_TYPE,
+        }
+    }
+
+    /// The frame the family's models write coordinates in, as they were trained to: Qwen2.5-VL in
+    /// absolute pixels of the image after `smart_resize`, Qwen3-VL on a 0-1000 grid over the image
+    /// (docs/design.md, "Coordinate frames are explicit"). A frame setting of `auto` is this frame.
+    pub fn answer_frame(self) -> Frame {
+        match self {
+            Family::Qwen25Vl => Frame::Resized,
+            Family::Qwen3Vl => Frame::Qwen1000,
         }
     }
 
@@ -85,6 +96,11 @@ impl fmt::Display for Family {
 
 #[cfg(test)]
 mod tests {
+    use groundrl_score::data::Sample;
+    use groundrl_score::frame::FrameChoice;
+    use groundrl_score::metrics::grounding::{EvalOptions, evaluate, read_predictions};
+    use groundrl_score::reward::{RewardInput, RewardSpec, score_one};
+
     use super::*;
 
     fn folder(config: &str) -> tempfile::TempDir {
@@ -99,6 +115,66 @@ mod tests {
             let dir = folder(&format!(r#"{{"model_type": "{family}", "text_config": {{}}}}"#));
             assert_eq!(Family::of_folder(dir.path()).unwrap(), family);
         }
+    }
+
+    #[test]
+    fn auto_is_the_frame_of_the_folders_family() {
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        for (folder, family, frame) in [
+            ("qwen3_vl/tiny_a", Family::Qwen3Vl, Frame::Qwen1000),
+            ("qwen3_vl/tiny_b", Family::Qwen3Vl, Frame::Qwen1000),
+            ("qwen2_5_vl/tiny_a", Family::Qwen25Vl, Frame::Resized),
+        ] {
+            let found = Family::of_folder(&fixtures.join(folder)).unwrap();
+            assert_eq!(found, family, "{folder}");
+            assert_eq!(FrameChoice::Auto.resolve(found.answer_frame()), frame, "{folder}");
+            let named = FrameChoice::Named(Frame::Pixel);
+            assert_eq!(named.resolve(found.answer_frame()), Frame::Pixel, "{folder}");
+        }
+    }
+
+    /// Qwen3-VL's click on the top centre of a 1280x720 screenshot, `point_2d` on its 0-1000 grid:
+    /// right when read in Qwen3-VL's frame, wrong when read in Qwen2.5-VL's resized pixels, where
+    /// (500, 250) is left of and below the target.
+    #[test]
+    fn a_qwen3_vl_click_scores_in_its_familys_frame_only() {
+        let spec = RewardSpec::from_toml(
+            "model_frame = \"auto\"\ndetect_frame = false\n[components.click]\nkind = \"point_in_box\"\nweight = 1.0\n",
+        )
+        .unwrap();
+        let record: serde_json::Map<String, Value> = serde_json::from_str(
+            r#"{"completion": "```json\n[{\"point_2d\": [500, 250], \"label\": \"search\"}]\n```",
+                "target": {"boxes": [{"bbox": [600, 150, 680, 210]}], "frame": "pixel",
+                           "image_size": [1280, 720]}}"#,
+        )
+        .unwrap();
+        let input = RewardInput::from_json_object(&record).unwrap();
+        let score = |family: Family| {
+            let scored = score_one(&spec.clone().for_model(family.answer_frame()), &input).unwrap();
+            (scored.total, scored.parse.frame)
+        };
+        assert_eq!(score(Family::Qwen3Vl), (1.0, Some(Frame::Qwen1000)));
+        assert_eq!(score(Family::Qwen25Vl), (0.0, Some(Frame::Resized)));
+        let sample: Sample = serde_json::from_str(
+            r#"{"id": "s", "source": "screenspot/web", "task": "point_grounding",
+                "images": [{"path": "a.png", "width": 1280, "height": 720}], "instruction": "search",
+                "targets": [{"shape": {"type": "box", "coords": [600, 150, 680, 210]}}],
+                "frame": "pixel"}"#,
+        )
+        .unwrap();
+        let predictions =
+            read_predictions(r#"{"id": "s", "completion": "{\"point_2d\": [500, 250]}"}"#).unwrap();
+        let accuracy = |family: Family| {
+            let report = evaluate(
+                std::slice::from_ref(&sample),
+                &predictions,
+                &EvalOptions::new(family.answer_frame()),
+            )
+            .unwrap();
+            (report.overall.correct, report.model_frame)
+        };
+        assert_eq!(accuracy(Family::Qwen3Vl), (1, Frame::Qwen1000));
+        assert_eq!(accuracy(Family::Qwen25Vl), (0, Frame::Resized));
     }
 
     #[test]

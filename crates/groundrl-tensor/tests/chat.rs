@@ -407,18 +407,25 @@ fn tool_prompts_declare_the_tools_and_append_the_instruction() {
         schemas: vec![json!({"type": "function", "function": {"name": "zoom"}})],
         instruction: "Zoom when unsure.".into(),
     };
+    let style = groundrl_core::prompt::PromptStyle::unprompted(sample.task, Frame::Resized);
     let (with_tools, images) = processor
-        .encode_sample_with(&sample, dir.path(), None, Some(&tools))
+        .encode_sample_with(&sample, dir.path(), &style, Some(&tools))
         .unwrap();
     assert_eq!(images.len(), 1);
     assert_eq!(images[0].to_rgb8(), image);
-    let plain = processor.encode_sample(&sample, dir.path(), None).unwrap();
+    let plain = processor.encode_sample(&sample, dir.path(), &style).unwrap();
     let decode = |ids: &[i64]| {
         let ids: Vec<u32> = ids.iter().map(|&i| i as u32).collect();
         processor.tokenizer.decode(&ids, false).unwrap()
     };
     let (text, plain_text) = (decode(&with_tools.input_ids), decode(&plain.input_ids));
     assert!(!plain_text.contains("<tools>") && !plain_text.contains("Zoom when unsure."));
+    assert!(
+        plain_text.contains(
+            "the red square. Answer with the click point (x, y) in pixels of the image as you see it."
+        ),
+        "{plain_text}"
+    );
     assert!(
         text.contains("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"zoom\"}}\n</tools>"),
         "{text}"

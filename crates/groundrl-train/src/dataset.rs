@@ -6,6 +6,7 @@ use groundrl_core::data::read_samples;
 
 use groundrl_core::rng::{SplitMix64, keyed};
 use groundrl_score::data::{DataError, Sample};
+use groundrl_score::frame::Frame;
 
 /// Why a sample file could not be read at all (a bad record in it is skipped and listed, not an
 /// error).
@@ -64,6 +65,16 @@ impl Dataset {
     pub fn is_empty(&self) -> bool {
         self.samples.is_empty()
     }
+
+    /// The first sample whose own prompt asks for answers in a frame other than `frame` (the
+    /// `answer_frame` its prompt preset recorded), with the frame it asks for: its answers would
+    /// be read in another frame than the one asked, and a right one scored as wrong.
+    pub fn asking_in_another_frame(&self, frame: Frame) -> Option<(&Sample, &str)> {
+        self.samples.iter().find_map(|s| {
+            let asked = s.metadata.get("answer_frame")?.as_str()?;
+            (asked != frame.name()).then_some((s, asked))
+        })
+    }
 }
 
 /// The order of `len` samples in epoch `epoch`: a Fisher-Yates shuffle keyed by (seed, epoch), so a
@@ -105,5 +116,41 @@ mod tests {
         assert_eq!(sub.len(), 4);
         assert!(sub.windows(2).all(|w| w[0] < w[1]));
         assert_eq!(fixed_subsample(10, 0, 3).len(), 10);
+    }
+
+    #[test]
+    fn finds_the_first_sample_asking_in_another_frame() {
+        let sample = |id: &str, asked: Option<&str>| -> Sample {
+            let mut s: Sample = serde_json::from_value(serde_json::json!({
+                "id": id, "source": "t", "task": "point_grounding",
+                "images": [{"path": "a.png", "width": 8, "height": 8}], "instruction": "x",
+                "targets": [{"shape": {"type": "box", "coords": [0, 0, 1, 1]}}], "frame": "pixel"
+            }))
+            .unwrap();
+            if let Some(frame) = asked {
+                s.metadata.insert("answer_frame".into(), frame.into());
+            }
+            s
+        };
+        let set = Dataset {
+            samples: vec![
+                sample("a", None),
+                sample("b", Some("qwen1000")),
+                sample("c", Some("resized")),
+            ],
+            ..Dataset::empty()
+        };
+        let found = set.asking_in_another_frame(Frame::Resized);
+        assert_eq!(
+            found.map(|(s, asked)| (s.id.as_str(), asked)),
+            Some(("b", "qwen1000"))
+        );
+        let found = set.asking_in_another_frame(Frame::Qwen1000);
+        assert_eq!(
+            found.map(|(s, asked)| (s.id.as_str(), asked)),
+            Some(("c", "resized"))
+        );
+        let found = set.asking_in_another_frame(Frame::Pixel);
+        assert_eq!(found.map(|(s, _)| s.id.as_str()), Some("b"));
     }
 }

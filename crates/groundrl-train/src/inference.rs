@@ -70,7 +70,8 @@ pub struct Inference {
     pub limits: TurnLimits,
     /// The image a final answer is about: the full screenshot, or the last zoomed view.
     pub answer_view: AnswerView,
-    /// The frame the model writes coordinates in (the reward spec's `model_frame`).
+    /// The frame the model writes coordinates in and a sample without a prompt of its own is asked
+    /// in (the reward spec's `model_frame`, `auto` settled by the model's family).
     pub model_frame: Frame,
     /// Let an answer's numbers pick their frame when they do not fit `model_frame`.
     pub detect_frame: bool,
@@ -88,7 +89,8 @@ pub struct Inference {
 
 impl Inference {
     /// As the run of `cfg` asks: its tools and turn limits, `rollout.top_p`, `top_k` and
-    /// `max_new_tokens`, and the frame of its reward spec `spec`.
+    /// `max_new_tokens`, and the frame of its reward spec `spec` (read for the run's model:
+    /// [`crate::config::RewardConfig::spec_for`]).
     pub fn of_run(cfg: &TrainConfig, spec: &RewardSpec) -> Self {
         let t = &cfg.tools;
         let budget = PixelBudget {
@@ -148,7 +150,8 @@ impl Inference {
     }
 
     /// `sample`'s prompt as the model sees it, with the tools offered when there are any; `style`
-    /// words a sample that carries no prompt of its own (`None`: its task's default).
+    /// words a sample that carries no prompt of its own (`None`: its task's default, answers asked
+    /// in [`Self::model_frame`]).
     pub fn encode(
         &self,
         processor: &Processor,
@@ -156,6 +159,8 @@ impl Inference {
         base: &Path,
         style: Option<&PromptStyle>,
     ) -> Result<Prompt, PromptError> {
+        let unprompted = PromptStyle::unprompted(sample.task, self.model_frame);
+        let style = style.unwrap_or(&unprompted);
         encode_prompt(processor, sample, base, style, self.tool_prompt.as_ref())
     }
 
@@ -390,7 +395,7 @@ pub fn encode_prompt(
     processor: &Processor,
     sample: &Sample,
     base: &Path,
-    style: Option<&PromptStyle>,
+    style: &PromptStyle,
     tools: Option<&ToolPrompt>,
 ) -> Result<Prompt, PromptError> {
     let (encoded, images) = processor.encode_sample_with(sample, base, style, tools)?;

@@ -22,6 +22,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use groundrl_score::frame::Frame;
+use groundrl_tensor::family::{Family, FamilyError};
 use groundrl_tensor::hf_folder::{self, FolderError, HfModel};
 use groundrl_tensor::lora::LoraSpec;
 use groundrl_tensor::model_error::ModelError;
@@ -51,6 +53,8 @@ pub enum LoadError {
     Model(#[from] ModelError),
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+    #[error(transparent)]
+    Family(#[from] FamilyError),
 }
 
 /// Where a model's weights are.
@@ -136,6 +140,21 @@ pub struct LoadedModel {
 }
 
 impl LoadedModel {
+    /// The frame the model answers in: a run's, as its reward spec reads answers
+    /// ([`crate::config::RewardConfig::spec_for`]); for an HF folder its family's.
+    pub fn answer_frame(&self) -> Result<Frame, LoadError> {
+        match &self.run {
+            Some(run) => {
+                let spec = run.config.reward.spec_for(&run.config.model);
+                spec.map(|s| s.model_frame).map_err(|e| LoadError::Run {
+                    path: run.run_dir.clone(),
+                    problem: e.to_string(),
+                })
+            }
+            None => Ok(Family::of_folder(&self.base)?.answer_frame()),
+        }
+    }
+
     /// One line naming the model, for a command's output.
     pub fn describe(&self) -> String {
         match &self.run {

@@ -77,8 +77,9 @@ pub struct ToolScoring<'a> {
 }
 
 impl Scorer {
-    pub fn new(config: &RewardConfig) -> Result<Self, ScorerError> {
-        let spec = config.load_spec()?;
+    /// `spec` (the config's, read for the model: [`RewardConfig::spec_for`]) judged by `config`'s
+    /// rule.
+    pub fn new(spec: RewardSpec, config: &RewardConfig) -> Result<Self, ScorerError> {
         let position = |name: &str| spec.components().iter().position(|c| c.name == name);
         let correct_from = match config.correct_component.as_str() {
             "" => None,
@@ -183,7 +184,7 @@ mod tests {
             "frame": "pixel"
         }))
         .unwrap();
-        (Scorer::new(&config).unwrap(), sample)
+        (Scorer::new(config.load_spec().unwrap(), &config).unwrap(), sample)
     }
 
     fn record(scorer: &Scorer, sample: &Sample, text: &str) -> CompletionRecord {

@@ -27,6 +27,7 @@ use groundrl_core::curriculum::ledger::LedgerWriter;
 use groundrl_core::telemetry::{
     CompletionRecord, EventWriter, HealthMonitor, JsonlLog, RolloutStats, Scalars, StepRecord,
 };
+use groundrl_score::frame::Frame;
 use groundrl_tensor::bench::synchronize;
 use groundrl_tensor::hf_folder::{FolderError, HfModel};
 use groundrl_tensor::profiler;
@@ -136,6 +137,18 @@ pub enum TrainError {
     /// A data set the run trains on has no sample (`data.train`, or `sft.data` with warm-up steps).
     #[error("{key} {}: no samples", path.display())]
     NoSamples { key: &'static str, path: PathBuf },
+    /// A sample's own prompt asks for answers in another frame than the run reads them in.
+    #[error(
+        "{key}: sample {sample}'s prompt asks for answers in {asked} (its metadata's answer_frame), \
+         but the run reads them in {read}: set model.answer_frame (or the reward spec's model_frame) \
+         to {asked}, or write the samples' prompts in {read}"
+    )]
+    AnswerFrame {
+        key: &'static str,
+        sample: String,
+        asked: String,
+        read: Frame,
+    },
     #[error(transparent)]
     Scorer(#[from] ScorerError),
     /// The policy's model folder (`model.path`, or the preset written into the run folder).

@@ -149,3 +149,53 @@ fn errors_name_the_file_line_and_field() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("absent.jsonl"));
     std::fs::remove_dir_all(&tmp).unwrap();
 }
+
+/// Qwen3-VL's click `{"point_2d": [500, 250]}` on the top centre of a 1280x720 screenshot, whose
+/// target is (600, 150)-(680, 210): `--model-frame auto` reads it in the frame of `--model`'s
+/// family, so it hits for a Qwen3-VL folder and misses for a Qwen2.5-VL one (there (500, 250) is
+/// resized pixels, left of and below the target); a frame named on the command line wins.
+#[test]
+fn auto_reads_completions_in_the_frame_of_the_models_family() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("samples.jsonl");
+    std::fs::write(
+        &data,
+        r#"{"id": "s", "source": "screenspot/web", "task": "point_grounding", "images": [{"path": "a.png", "width": 1280, "height": 720}], "instruction": "search", "targets": [{"shape": {"type": "box", "coords": [600, 150, 680, 210]}}], "frame": "pixel"}
+"#,
+    )
+    .unwrap();
+    let predictions = tmp.path().join("predictions.jsonl");
+    std::fs::write(
+        &predictions,
+        "{\"id\": \"s\", \"completion\": \"{\\\"point_2d\\\": [500, 250]}\"}\n",
+    )
+    .unwrap();
+    let fixtures = common::repo_root().join("crates/groundrl-tensor/tests/fixtures");
+    let (qwen3, qwen25) = (
+        common::path(&fixtures.join("qwen3_vl/tiny_a")),
+        common::path(&fixtures.join("qwen2_5_vl/tiny_a")),
+    );
+    let run = |extra: &[&str]| {
+        let mut args = vec!["--json"];
+        args.extend_from_slice(extra);
+        let report: Value = serde_json::from_str(&stdout(&eval(&args, &data, &predictions))).unwrap();
+        (
+            report["overall"]["correct"].clone(),
+            report["model_frame"].clone(),
+        )
+    };
+    assert_eq!(run(&["--model", &qwen3]), (json!(1), json!("qwen1000")));
+    assert_eq!(run(&["--model", &qwen25]), (json!(0), json!("resized")));
+    assert_eq!(
+        run(&["--model", &qwen3, "--model-frame", "resized"]),
+        (json!(0), json!("resized"))
+    );
+    assert_eq!(run(&["--model-frame", "qwen1000"]), (json!(1), json!("qwen1000")));
+    // Without a model, auto reads Qwen2.5-VL's frame.
+    assert_eq!(run(&[]), (json!(0), json!("resized")));
+    let text = stdout(&eval(&["--model", &qwen3], &data, &predictions));
+    assert!(
+        text.contains("answer frames: qwen1000 1; 0 not in the model frame (qwen1000)"),
+        "{text}"
+    );
+}

@@ -213,6 +213,60 @@ fn draw_writes_the_screenshot_at_its_size_with_the_answer_and_instruction() {
     );
 }
 
+/// The tiny preset is a Qwen2.5-VL: `--answer-frame auto` asks and reads in resized pixels, and a
+/// frame named on the command line is the one asked for and read in instead.
+#[test]
+fn the_answer_frame_is_the_models_familys_unless_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = tiny_and_image(dir.path());
+    let model = path(&dir.path().join("tiny"));
+    let ask = |extra: &[&str]| {
+        let mut args = vec![
+            "predict",
+            "--model",
+            &model,
+            "--image",
+            &image,
+            "--instruction",
+            "OK",
+            "--max-new-tokens",
+            "2",
+        ];
+        args.extend_from_slice(extra);
+        ok(groundrl(&args))
+    };
+    let json = |extra: &[&str]| -> Value {
+        let mut args = vec!["--json"];
+        args.extend_from_slice(extra);
+        serde_json::from_slice(&ask(&args).stdout).unwrap()
+    };
+    assert_eq!(json(&[])["model_frame"], "resized");
+    assert_eq!(json(&["--answer-frame", "auto"])["model_frame"], "resized");
+    assert_eq!(json(&["--answer-frame", "qwen1000"])["model_frame"], "qwen1000");
+    let stdout = text(&ask(&["--answer-frame", "qwen1000"]).stdout);
+    assert!(
+        stdout.contains("\nmodel frame: qwen1000 (asked for and read in)\n"),
+        "{stdout}"
+    );
+    let out = groundrl(&[
+        "predict",
+        "--model",
+        &model,
+        "--image",
+        &image,
+        "--instruction",
+        "OK",
+        "--answer-frame",
+        "qwen",
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("expected one of auto, pixel, resized, normalized, qwen1000"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn bad_input_is_a_clear_error_and_no_panic() {
     let dir = tempfile::tempdir().unwrap();

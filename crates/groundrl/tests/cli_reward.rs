@@ -180,7 +180,7 @@ fn shipped_example_scores_as_computed_by_hand() {
     );
 
     assert!(
-        stderr.contains("scored 10 lines, 0 bad lines, 2 parse failures; answer frames: none 3, normalized 1, qwen1000 1, resized 5"),
+        stderr.contains("scored 10 lines, 0 bad lines, 2 parse failures; model frame resized; answer frames: none 3, normalized 1, qwen1000 1, resized 5"),
         "{stderr}"
     );
 }
@@ -330,7 +330,7 @@ fn invalid_utf8_is_one_bad_line_and_the_run_goes_on() {
     assert_eq!(
         stderr,
         "line 9000: line: not valid UTF-8 (byte 17)\n\
-         scored 9999 lines, 1 bad lines, 0 parse failures; answer frames: resized 9999\n"
+         scored 9999 lines, 1 bad lines, 0 parse failures; model frame resized; answer frames: resized 9999\n"
     );
 }
 
@@ -389,7 +389,9 @@ fn non_finite_spec_parameters_are_refused_and_overflowing_totals_are_bad_lines()
         "{stderr}"
     );
     assert!(
-        stderr.ends_with("scored 0 lines, 1 bad lines, 0 parse failures; answer frames: -\n"),
+        stderr.ends_with(
+            "scored 0 lines, 1 bad lines, 0 parse failures; model frame resized; answer frames: -\n"
+        ),
         "{stderr}"
     );
 }
@@ -441,4 +443,50 @@ fn toml_and_io_errors_are_printed_once() {
             missing.display()
         )
     );
+}
+
+/// A Qwen3-VL click on a 1280x720 screenshot, `point_2d` on the 0-1000 grid: the spec's
+/// `model_frame = "auto"` reads it in the frame of `--model`'s family, so it hits the target for a
+/// Qwen3-VL folder; without `--model` auto reads resized pixels, where it misses.
+#[test]
+fn auto_reads_in_the_frame_of_the_models_family() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("spec.toml");
+    std::fs::write(
+        &spec,
+        "model_frame = \"auto\"\n[components.click]\nkind = \"point_in_box\"\nweight = 1\n",
+    )
+    .unwrap();
+    let input = dir.path().join("input.jsonl");
+    std::fs::write(
+        &input,
+        r#"{"completion": "{\"point_2d\": [500, 250]}", "target": {"boxes": [{"bbox": [600, 150, 680, 210]}], "frame": "pixel", "image_size": [1280, 720]}}
+"#,
+    )
+    .unwrap();
+    let fixtures = repo_root().join("crates/groundrl-tensor/tests/fixtures");
+    let score = |model: Option<&str>| {
+        let mut cmd = command();
+        cmd.args(["reward", "--spec"])
+            .arg(&spec)
+            .arg("--input")
+            .arg(&input);
+        cmd.args(["--output", "-"]);
+        if let Some(folder) = model {
+            cmd.arg("--model").arg(fixtures.join(folder));
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let line: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (line["reward"].clone(), line["parse"]["frame"].clone(), stderr)
+    };
+    let (reward, frame, stderr) = score(Some("qwen3_vl/tiny_a"));
+    assert_eq!((reward, frame), (1.0.into(), "qwen1000".into()));
+    assert!(stderr.contains("model frame qwen1000;"), "{stderr}");
+    let (reward, frame, _) = score(Some("qwen2_5_vl/tiny_a"));
+    assert_eq!((reward, frame), (0.0.into(), "resized".into()));
+    let (reward, frame, stderr) = score(None);
+    assert_eq!((reward, frame), (0.0.into(), "resized".into()));
+    assert!(stderr.contains("model frame resized;"), "{stderr}");
 }

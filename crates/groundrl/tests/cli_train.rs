@@ -311,3 +311,38 @@ fn config_errors_name_the_key() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("resuming"), "{}", text(&out.stderr));
 }
+
+/// Samples whose prompts ask in resized pixels (`synth --prompt`'s default) and a run that reads
+/// answers on the 0-1000 grid: refused before the first step, naming both frames. With `auto`
+/// the run reads in its model's frame and its saved config names it.
+#[test]
+fn samples_asking_in_another_frame_than_the_run_reads_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synth(
+        &dir.path().join("data"),
+        &["--n", "2", "--difficulty", "easy", "--prompt", "instruct"],
+    );
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, tiny_training_config(&data, 1e-3, 1, "")).unwrap();
+    let run = dir.path().join("run");
+    let out = train(&config, &run)
+        .arg("model.answer_frame=qwen1000")
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("data.train: sample ")
+            && stderr.contains(
+                "'s prompt asks for answers in resized (its metadata's answer_frame), but the run reads them in qwen1000"
+            ),
+        "{stderr}"
+    );
+    assert!(!run.join("config.toml").exists());
+    // With `auto`, the tiny preset (a Qwen2.5-VL) reads answers as the prompts ask; the saved
+    // config names the frame.
+    let out = train(&config, &run).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let saved = std::fs::read_to_string(run.join("config.toml")).unwrap();
+    assert!(saved.contains("\nanswer_frame = \"resized\"\n"), "{saved}");
+}

@@ -3,7 +3,8 @@
 //!
 //! The format and frame are read from the metadata [`super::apply`] records (`answer_format`,
 //! `answer_frame`, `reasoning`); a sample without them is asked in its task's default (click point
-//! or box or OVD JSON list, in resized pixels), as `Processor::encode_sample` asks it. Pixel-like
+//! or box or OVD JSON list) in the frame of the model asked ([`super::PromptStyle::unprompted`]),
+//! which each function here takes as `model_frame`. Pixel-like
 //! frames get integers, as models write them; normalized coordinates get three decimals.
 //!
 //! With tools on, a reference trajectory is a turn that states a low confidence and zooms on the
@@ -48,8 +49,12 @@ pub enum AnswerError {
 }
 
 /// The reference answer of `sample`, whose image has the sizes `frames`.
-pub fn reference_answer(sample: &Sample, frames: ImageFrames) -> Result<String, AnswerError> {
-    let (preset, frame) = asked(sample)?;
+pub fn reference_answer(
+    sample: &Sample,
+    frames: ImageFrames,
+    model_frame: Frame,
+) -> Result<String, AnswerError> {
+    let (preset, frame) = asked(sample, model_frame)?;
     write_answer(sample, preset, frame, |p| {
         frames.convert_point(p, sample.frame, frame)
     })
@@ -63,10 +68,11 @@ pub fn reference_answer(sample: &Sample, frames: ImageFrames) -> Result<String, 
 pub fn reference_answer_in_view(
     sample: &Sample,
     frames: ImageFrames,
+    model_frame: Frame,
     view: &View,
     confidence: f64,
 ) -> Result<String, AnswerError> {
-    let (preset, frame) = asked(sample)?;
+    let (preset, frame) = asked(sample, model_frame)?;
     let confidence = confidence_text(confidence)?;
     let full = View::full(frames);
     let answer = write_answer(sample, preset, frame, |p| {
@@ -87,10 +93,11 @@ pub fn reference_answer_in_view(
 pub fn reference_zoom_call(
     sample: &Sample,
     frames: ImageFrames,
+    model_frame: Frame,
     confidence: f64,
     context: f64,
 ) -> Result<String, AnswerError> {
-    let (_, frame) = asked(sample)?;
+    let (_, frame) = asked(sample, model_frame)?;
     let confidence = confidence_text(confidence)?;
     if !(context.is_finite() && context >= 1.0) {
         return Err(AnswerError::ZoomContext { value: context });
@@ -200,8 +207,8 @@ fn write_answer(
     })
 }
 
-/// The format and frame the sample's prompt asked for.
-fn asked(sample: &Sample) -> Result<(Preset, Frame), AnswerError> {
+/// The format and frame the sample's prompt asked for; `model_frame` when its metadata names no frame.
+fn asked(sample: &Sample, model_frame: Frame) -> Result<(Preset, Frame), AnswerError> {
     let text = |field: &'static str| sample.metadata.get(field).map(|v| (field, v));
     let bad = |field: &'static str, value: &Value, problem: &str| AnswerError::Metadata {
         id: sample.id.clone(),
@@ -228,7 +235,7 @@ fn asked(sample: &Sample) -> Result<(Preset, Frame), AnswerError> {
             .ok_or_else(|| bad(field, value, "expected point, box or json_list"))?,
     };
     let frame = match text("answer_frame") {
-        None => Frame::Resized,
+        None => model_frame,
         Some((field, value)) => value
             .as_str()
             .and_then(|s| s.parse().ok())
@@ -309,14 +316,31 @@ mod tests {
     }
 
     #[test]
-    fn a_click_is_the_box_centre_in_resized_pixels_by_default() {
+    fn a_click_is_the_box_centre_in_the_model_frame_by_default() {
         let s = sample(
             Task::PointGrounding,
             vec![Shape::Box([10.0, 20.0, 30.0, 40.0])],
             &[],
         );
         // Centre (20, 30) x 1.4 = (28, 42).
-        assert_eq!(reference_answer(&s, frames()).unwrap(), "(28, 42)");
+        assert_eq!(
+            reference_answer(&s, frames(), Frame::Resized).unwrap(),
+            "(28, 42)"
+        );
+        // (20 / 200, 30 / 100) on the 0-1000 grid.
+        assert_eq!(
+            reference_answer(&s, frames(), Frame::Qwen1000).unwrap(),
+            "(100, 300)"
+        );
+        let asked = sample(
+            Task::PointGrounding,
+            vec![Shape::Box([10.0, 20.0, 30.0, 40.0])],
+            &[("answer_frame", "resized")],
+        );
+        assert_eq!(
+            reference_answer(&asked, frames(), Frame::Qwen1000).unwrap(),
+            "(28, 42)"
+        );
     }
 
     #[test]
@@ -332,10 +356,16 @@ mod tests {
             ],
         );
         // x: 10/200*1000 = 50, 31/200*1000 = 155; y: 20/100*1000 = 200, 400.
-        assert_eq!(reference_answer(&s, frames()).unwrap(), "[50, 200, 155, 400]");
+        assert_eq!(
+            reference_answer(&s, frames(), Frame::Resized).unwrap(),
+            "[50, 200, 155, 400]"
+        );
         let s = sample(Task::PointGrounding, shapes, &[("answer_frame", "normalized")]);
         // Centre (20.5, 30) / (200, 100).
-        assert_eq!(reference_answer(&s, frames()).unwrap(), "(0.102, 0.300)");
+        assert_eq!(
+            reference_answer(&s, frames(), Frame::Resized).unwrap(),
+            "(0.102, 0.300)"
+        );
     }
 
     #[test]
@@ -345,10 +375,13 @@ mod tests {
             vec![Shape::Point([5.0, 5.0])],
             &[("answer_frame", "pixel")],
         );
-        assert_eq!(reference_answer(&s, frames()).unwrap(), "(5, 5)");
+        assert_eq!(reference_answer(&s, frames(), Frame::Resized).unwrap(), "(5, 5)");
         let triangle = Shape::Polygon(vec![[0.0, 0.0], [30.0, 0.0], [0.0, 30.0]]);
         let s = sample(Task::PointGrounding, vec![triangle], &[("answer_frame", "pixel")]);
-        assert_eq!(reference_answer(&s, frames()).unwrap(), "(10, 10)");
+        assert_eq!(
+            reference_answer(&s, frames(), Frame::Resized).unwrap(),
+            "(10, 10)"
+        );
     }
 
     #[test]
@@ -359,12 +392,12 @@ mod tests {
         ];
         let s = sample(Task::Detection, boxes, &[("answer_frame", "pixel")]);
         assert_eq!(
-            reference_answer(&s, frames()).unwrap(),
+            reference_answer(&s, frames(), Frame::Resized).unwrap(),
             "```json\n[{\"bbox_2d\":[0,0,10,10],\"label\":\"ok\"},{\"bbox_2d\":[20,20,40,30],\"label\":\"ok\"}]\n```"
         );
         let mut none = sample(Task::Detection, vec![], &[]);
         none.none = true;
-        assert_eq!(reference_answer(&none, frames()).unwrap(), "None");
+        assert_eq!(reference_answer(&none, frames(), Frame::Resized).unwrap(), "None");
     }
 
     #[test]
@@ -372,15 +405,17 @@ mod tests {
         let shapes = vec![Shape::Box([0.0, 0.0, 1.0, 1.0])];
         let s = sample(Task::PointGrounding, shapes.clone(), &[("reasoning", "standard")]);
         assert_eq!(
-            reference_answer(&s, frames()),
+            reference_answer(&s, frames(), Frame::Resized),
             Err(AnswerError::Reasoning { id: "s1".into() })
         );
         let s = sample(Task::PointGrounding, shapes, &[("answer_frame", "inches")]);
-        let e = reference_answer(&s, frames()).unwrap_err().to_string();
+        let e = reference_answer(&s, frames(), Frame::Resized)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("answer_frame") && e.contains("inches"), "{e}");
         let empty = sample(Task::PointGrounding, vec![], &[]);
         assert_eq!(
-            reference_answer(&empty, frames()),
+            reference_answer(&empty, frames(), Frame::Resized),
             Err(AnswerError::NoTarget { id: "s1".into() })
         );
     }
@@ -407,8 +442,8 @@ mod tests {
         ];
         for (task, shapes, answer) in cases {
             let s = sample(task, shapes, &[]);
-            assert_eq!(reference_answer(&s, frames()).unwrap(), answer);
-            let with = reference_answer_in_view(&s, frames(), &full, 0.9).unwrap();
+            assert_eq!(reference_answer(&s, frames(), Frame::Resized).unwrap(), answer);
+            let with = reference_answer_in_view(&s, frames(), Frame::Resized, &full, 0.9).unwrap();
             assert_eq!(with, format!("{answer}\n<confidence>0.9</confidence>"));
             // read back: the answer is the target, the number after it the confidence
             let parsed = parse_completion(&with).unwrap();
@@ -422,14 +457,14 @@ mod tests {
     fn confidences_are_written_as_models_write_them_and_checked() {
         let s = sample(Task::PointGrounding, vec![Shape::Point([5.0, 5.0])], &[]);
         let full = View::full(frames());
-        let text = |c: f64| reference_answer_in_view(&s, frames(), &full, c);
+        let text = |c: f64| reference_answer_in_view(&s, frames(), Frame::Resized, &full, c);
         assert_eq!(text(1.0).unwrap(), "(7, 7)\n<confidence>1</confidence>");
         assert_eq!(text(0.854).unwrap(), "(7, 7)\n<confidence>0.85</confidence>");
         assert_eq!(text(1.5), Err(AnswerError::Confidence { value: 1.5 }));
         assert!(text(f64::NAN).is_err());
         let mut none = sample(Task::Detection, vec![], &[]);
         none.none = true;
-        let text = reference_answer_in_view(&none, frames(), &full, 0.9).unwrap();
+        let text = reference_answer_in_view(&none, frames(), Frame::Resized, &full, 0.9).unwrap();
         assert_eq!(text, "None\n<confidence>0.9</confidence>");
         let parsed = parse_completion(&text).unwrap();
         assert_eq!((parsed.answer, parsed.confidence), (Answer::NoObjects, Some(0.9)));
@@ -437,7 +472,7 @@ mod tests {
 
     fn zoom_call(shape: Shape, frame: &str, context: f64) -> Result<String, AnswerError> {
         let s = sample(Task::PointGrounding, vec![shape], &[("answer_frame", frame)]);
-        reference_zoom_call(&s, frames(), 0.3, context)
+        reference_zoom_call(&s, frames(), Frame::Resized, 0.3, context)
     }
 
     fn call_text(bbox: &str) -> String {
@@ -480,7 +515,7 @@ mod tests {
         assert_eq!(e, Err(AnswerError::ZoomContext { value: 0.5 }));
         let empty = sample(Task::PointGrounding, vec![], &[]);
         assert_eq!(
-            reference_zoom_call(&empty, frames(), 0.3, 4.0),
+            reference_zoom_call(&empty, frames(), Frame::Resized, 0.3, 4.0),
             Err(AnswerError::NoTarget { id: "s1".into() })
         );
     }
@@ -492,7 +527,7 @@ mod tests {
             vec![Shape::Box([90.0, 45.0, 100.0, 50.0])],
             &[],
         );
-        let call = reference_zoom_call(&s, frames(), 0.3, 4.0).unwrap();
+        let call = reference_zoom_call(&s, frames(), Frame::Resized, 0.3, 4.0).unwrap();
         // The parser reads it as a zoom call with the stated confidence.
         let parsed = parse_completion(&call).unwrap();
         assert_eq!(parsed.confidence, Some(0.3));
@@ -528,7 +563,7 @@ mod tests {
 
         // Answered about the zoom, the click maps back to the target's centre: original (95, 47.5),
         // resized (133, 66.5), up to the rounding of the zoomed view's whole numbers.
-        let answer = reference_answer_in_view(&s, frames(), &view, 0.9).unwrap();
+        let answer = reference_answer_in_view(&s, frames(), Frame::Resized, &view, 0.9).unwrap();
         assert!(answer.ends_with("\n<confidence>0.9</confidence>"), "{answer}");
         let parsed = parse_completion(&answer).unwrap();
         assert_eq!(parsed.confidence, Some(0.9));

@@ -1,7 +1,9 @@
 //! Chat prompts for samples, rendered from the minijinja templates in [`presets`].
 //!
 //! A prompt says what to find, the answer format, the coordinate frame to answer in (Qwen2.5-VL answers
-//! in pixels of the resized image it sees; Qwen2-VL and Qwen3-VL on a 0-1000 grid: docs/design.md),
+//! in pixels of the resized image it sees; Qwen2-VL and Qwen3-VL on a 0-1000 grid: docs/design.md; a
+//! sample without a prompt of its own is asked in the frame of the model asked,
+//! [`PromptStyle::unprompted`]),
 //! and optionally the think/answer form. Format instructions go in the user turn for instruct models
 //! and in the system prompt for base models (MM-Eureka, arXiv 2503.07365, and VLM-R1's OVD
 //! write-up: an instruct model keeps its built-in system prompt; format text there barely moved its
@@ -103,6 +105,17 @@ pub struct PromptStyle {
 }
 
 impl PromptStyle {
+    /// How a sample that carries no prompt of its own is asked: in its task's format, without
+    /// reasoning, worded for an instruct model, answers in `frame`, the frame of the model asked.
+    pub fn unprompted(task: Task, frame: Frame) -> PromptStyle {
+        PromptStyle {
+            preset: Preset::for_task(task),
+            reasoning: Reasoning::None,
+            model: ModelKind::Instruct,
+            frame,
+        }
+    }
+
     /// The style for `task` with this style's reasoning, model kind and frame: datasets that mix
     /// tasks (the synthetic generator's) ask each sample in its own format.
     pub fn for_task(&self, task: Task) -> PromptStyle {

@@ -1,7 +1,7 @@
 //! The reward spec: a TOML file naming weighted reward components and their parameters.
 //!
 //! ```toml
-//! model_frame = "resized"   # frame the model answers in (default: resized, Qwen2.5-VL)
+//! model_frame = "auto"      # frame the model answers in: auto (its family's) or a frame by name
 //! detect_frame = true       # guess the frame from the numbers when they do not fit (default: true)
 //! # min_pixels / max_pixels: smart_resize budget for records without `resized_size`
 //! # max_boxes = 300: boxes (or points) of an answer that are scored; the rest are counted
@@ -36,13 +36,16 @@ use super::format::FormatParams;
 use super::gated::{GateParams, ToolGainParams};
 use super::length::{CosineLengthParams, LengthUnit};
 use super::repetition::RepetitionParams;
-use crate::frame::Frame;
+use crate::frame::{AUTO_WITHOUT_MODEL, Frame, FrameChoice};
 use crate::resize::{DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, PixelBudget};
 
 /// A loaded, validated reward spec.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RewardSpec {
-    /// The frame the model answers in.
+    /// `model_frame` as the spec writes it (default `auto`).
+    pub frame_choice: FrameChoice,
+    /// The frame answers are read in: the spec's named frame, or for `auto` the model's
+    /// ([`Self::for_model`]); [`AUTO_WITHOUT_MODEL`] until a model is named.
     pub model_frame: Frame,
     /// Whether answers whose numbers do not fit `model_frame` may be read in another frame.
     pub detect_frame: bool,
@@ -127,8 +130,8 @@ pub enum SpecError {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SpecFile {
-    #[serde(default = "resized")]
-    model_frame: Frame,
+    #[serde(default)]
+    model_frame: FrameChoice,
     #[serde(default = "yes")]
     detect_frame: bool,
     #[serde(default)]
@@ -146,10 +149,6 @@ pub const DEFAULT_MAX_BOXES: usize = 300;
 
 fn default_max_boxes() -> usize {
     DEFAULT_MAX_BOXES
-}
-
-fn resized() -> Frame {
-    Frame::Resized
 }
 
 fn yes() -> bool {
@@ -201,7 +200,8 @@ impl RewardSpec {
         let sources = sources(&components)?;
         let eval_order = evaluation_order(&components, &sources)?;
         Ok(Self {
-            model_frame: file.model_frame,
+            frame_choice: file.model_frame,
+            model_frame: file.model_frame.resolve(AUTO_WITHOUT_MODEL),
             detect_frame: file.detect_frame,
             budget,
             max_boxes: file.max_boxes,
@@ -209,6 +209,13 @@ impl RewardSpec {
             eval_order,
             sources,
         })
+    }
+
+    /// The spec as it reads the answers of a model whose family answers in `family`: `auto` reads
+    /// them in that frame, a named frame stays.
+    pub fn for_model(mut self, family: Frame) -> Self {
+        self.model_frame = self.frame_choice.resolve(family);
+        self
     }
 
     /// Components in the order of the file.
@@ -416,6 +423,21 @@ think_answer = true
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn auto_reads_in_the_model_frame_and_a_named_frame_wins() {
+        let iou = "[components.iou]\nkind = \"iou\"\nweight = 1\n";
+        let auto = RewardSpec::from_toml(&format!("model_frame = \"auto\"\n{iou}")).unwrap();
+        assert_eq!(auto, RewardSpec::from_toml(iou).unwrap());
+        assert_eq!(
+            (auto.frame_choice, auto.model_frame),
+            (FrameChoice::Auto, Frame::Resized)
+        );
+        assert_eq!(auto.for_model(Frame::Qwen1000).model_frame, Frame::Qwen1000);
+        let named = RewardSpec::from_toml(&format!("model_frame = \"pixel\"\n{iou}")).unwrap();
+        assert_eq!(named.for_model(Frame::Qwen1000).model_frame, Frame::Pixel);
+        assert!(err(&format!("model_frame = \"inches\"\n{iou}")).contains("expected one of auto, pixel"));
     }
 
     #[test]

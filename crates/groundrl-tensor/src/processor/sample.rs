@@ -3,9 +3,8 @@
 use std::path::Path;
 
 use groundrl_core::data::image_file;
-use groundrl_core::prompt::{ModelKind, Preset, PromptStyle, Reasoning, build_prompt};
+use groundrl_core::prompt::{PromptStyle, build_prompt};
 use groundrl_score::data::{Content, Message, Sample};
-use groundrl_score::frame::Frame;
 
 use ::image::DynamicImage;
 use serde_json::Value;
@@ -22,15 +21,15 @@ pub struct ToolPrompt {
 }
 
 impl Processor {
-    /// Encodes `sample` for generation (the chat ends with the assistant's turn opened). Samples
-    /// without a prompt are asked with `style`, or when `None` in their task's default instruct format
-    /// (click point or OVD JSON list, answered in resized-image pixels). Image paths are relative to
-    /// `base`, the dataset file's folder, and read within [`Processor::files`].
+    /// Encodes `sample` for generation (the chat ends with the assistant's turn opened). A sample
+    /// without a prompt of its own is asked with `style` (usually [`PromptStyle::unprompted`] in the
+    /// model's answer frame). Image paths are relative to `base`, the dataset file's folder, and read
+    /// within [`Processor::files`].
     pub fn encode_sample(
         &self,
         sample: &Sample,
         base: &Path,
-        style: Option<&PromptStyle>,
+        style: &PromptStyle,
     ) -> Result<Encoded, ProcessorError> {
         self.encode_sample_with(sample, base, style, None)
             .map(|(encoded, _)| encoded)
@@ -42,7 +41,7 @@ impl Processor {
         &self,
         sample: &Sample,
         base: &Path,
-        style: Option<&PromptStyle>,
+        style: &PromptStyle,
         tools: Option<&ToolPrompt>,
     ) -> Result<(Encoded, Vec<DynamicImage>), ProcessorError> {
         let mut messages = self.sample_messages(sample, style)?;
@@ -85,20 +84,10 @@ impl Processor {
         Ok((encoded, images))
     }
 
-    fn sample_messages(
-        &self,
-        sample: &Sample,
-        style: Option<&PromptStyle>,
-    ) -> Result<Vec<Message>, ProcessorError> {
+    fn sample_messages(&self, sample: &Sample, style: &PromptStyle) -> Result<Vec<Message>, ProcessorError> {
         if !sample.prompt.is_empty() {
             return Ok(sample.prompt.clone());
         }
-        let default = PromptStyle {
-            preset: Preset::for_task(sample.task),
-            reasoning: Reasoning::None,
-            model: ModelKind::Instruct,
-            frame: Frame::Resized,
-        };
-        build_prompt(sample, style.unwrap_or(&default)).map_err(|e| ProcessorError::Input(e.to_string()))
+        build_prompt(sample, style).map_err(|e| ProcessorError::Input(e.to_string()))
     }
 }

@@ -45,6 +45,7 @@ use crate::loss::{LossConfig, LossError};
 use crate::optim::OptimConfig;
 use groundrl_core::telemetry::HealthConfig;
 use groundrl_score::reward::SpecError;
+use groundrl_tensor::family::FamilyError;
 use groundrl_tensor::model_error::ModelError;
 use serde::{Deserialize, Serialize};
 
@@ -100,6 +101,8 @@ pub enum ConfigError {
     RewardSpec(#[from] SpecError),
     #[error("model: {0}")]
     Model(#[from] ModelError),
+    #[error("model: {0}")]
+    Family(#[from] FamilyError),
 }
 
 /// `Ok` when `holds`, else the `Invalid` error for `key`.

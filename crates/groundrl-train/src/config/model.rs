@@ -3,7 +3,9 @@
 
 use std::path::PathBuf;
 
+use groundrl_score::frame::{Frame, FrameChoice};
 use groundrl_score::resize::{DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS};
+use groundrl_tensor::family::Family;
 use groundrl_tensor::hf_folder;
 use groundrl_tensor::processor::tiny_tokenizer;
 use groundrl_tensor::qwen2_5_vl::config::Qwen25VlConfig;
@@ -50,6 +52,11 @@ pub struct ModelConfig {
     pub lora_targets: Vec<String>,
     /// Also adapt the vision tower's block projections (qkv, proj, gate/up/down). Default false.
     pub lora_vision: bool,
+    /// The frame the model answers in, which prompts of samples without their own ask for and
+    /// answers are read in: `auto` (the frame of the model's family: resized pixels for Qwen2.5-VL,
+    /// the 0-1000 grid for Qwen3-VL) or a frame by name (`resized`, `qwen1000`, `pixel`,
+    /// `normalized`). A reward spec that names its `model_frame` decides it instead. Default `auto`.
+    pub answer_frame: FrameChoice,
     /// Let libtorch's attention use cuDNN's kernels on CUDA. cuDNN builds a plan for every attention
     /// shape it has not seen (docs/performance.md gives what that cost), and a GRPO step brings new ones with
     /// every prompt length, image size and window count; the flash kernels take any length at
@@ -73,6 +80,7 @@ impl Default for ModelConfig {
             lora_alpha: 32.0,
             lora_targets: LORA_TEXT_TARGETS.iter().map(|t| t.to_string()).collect(),
             lora_vision: false,
+            answer_frame: FrameChoice::Auto,
             cudnn_attention: false,
         }
     }
@@ -94,6 +102,18 @@ pub enum ModelPreset {
     /// Qwen2.5-VL-7B-Instruct's shape (about 8.29B parameters).
     #[serde(rename = "7b")]
     Qwen7b,
+}
+
+impl ModelPreset {
+    /// The family of the preset's shape; `None` for no preset.
+    pub fn family(self) -> Option<Family> {
+        match self {
+            ModelPreset::None => None,
+            ModelPreset::Tiny | ModelPreset::Small | ModelPreset::Qwen3b | ModelPreset::Qwen7b => {
+                Some(Family::Qwen25Vl)
+            }
+        }
+    }
 }
 
 /// Parameter dtype (`model.dtype`).
@@ -167,6 +187,23 @@ impl ModelConfig {
             )),
             ModelPreset::Qwen3b => Ok(presets::qwen2_5_vl_3b()),
             ModelPreset::Qwen7b => Ok(presets::qwen2_5_vl_7b()),
+        }
+    }
+
+    /// The family of the model this section names: the preset's, or the folder's (its
+    /// config.json's `model_type`).
+    pub fn family(&self) -> Result<Family, ConfigError> {
+        match self.preset.family() {
+            Some(family) => Ok(family),
+            None => Ok(Family::of_folder(&self.path)?),
+        }
+    }
+
+    /// The frame the model answers in: `answer_frame`, `auto` read as the family's.
+    pub fn answer_frame(&self) -> Result<Frame, ConfigError> {
+        match self.answer_frame {
+            FrameChoice::Named(frame) => Ok(frame),
+            FrameChoice::Auto => Ok(self.family()?.answer_frame()),
         }
     }
 

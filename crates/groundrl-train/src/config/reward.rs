@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use groundrl_score::reward::RewardSpec;
 use serde::{Deserialize, Serialize};
 
-use super::{ConfigError, ensure};
+use super::{ConfigError, ModelConfig, ensure};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -55,6 +55,30 @@ impl RewardConfig {
             ),
         )?;
         Ok(spec)
+    }
+
+    /// The spec as it reads the answers of `model` ([`Self::load_spec`]): `model_frame = "auto"`
+    /// reads them in `model.answer_frame`, itself `auto` for the model's family; a frame the spec
+    /// names wins. Both naming different frames is refused: prompts would ask in one and rewards
+    /// read in the other.
+    pub fn spec_for(&self, model: &ModelConfig) -> Result<RewardSpec, ConfigError> {
+        let spec = self.load_spec()?;
+        if let (Some(spec_frame), Some(model_frame)) = (spec.frame_choice.named(), model.answer_frame.named())
+        {
+            ensure(
+                spec_frame == model_frame,
+                "model.answer_frame",
+                format!(
+                    "is {model_frame}, but the reward spec reads answers in {spec_frame} (its \
+                     model_frame): name one frame, or leave either as auto"
+                ),
+            )?;
+        }
+        let frame = match spec.frame_choice.named() {
+            Some(frame) => frame,
+            None => model.answer_frame()?,
+        };
+        Ok(spec.for_model(frame))
     }
 
     pub(super) fn validate(&self) -> Result<(), ConfigError> {

@@ -1,6 +1,7 @@
 use std::path::{Path, PathBuf};
 
 use groundrl_core::tool::AnswerView;
+use groundrl_score::frame::{Frame, FrameChoice};
 use groundrl_score::resize::PixelBudget;
 
 use super::*;
@@ -302,6 +303,51 @@ fn the_inline_reward_spec_is_checked_when_loaded() {
 }
 
 #[test]
+fn the_answer_frame_is_the_model_familys_unless_named() {
+    let qwen3 = repo_root().join("crates/groundrl-tensor/tests/fixtures/qwen3_vl/tiny_a");
+    let qwen3 = format!("model.path={}", qwen3.display());
+    let frame = |changes: &[&str]| -> Result<Frame, ConfigError> {
+        let mut all = vec![
+            "reward.spec=",
+            "reward.inline.components.click.kind=point_in_box",
+            "reward.inline.components.click.weight=1.0",
+        ];
+        all.extend(changes);
+        let c = TrainConfig::from_toml_str(VALID, &overrides(&all))?;
+        Ok(c.reward.spec_for(&c.model)?.model_frame)
+    };
+    // `auto` everywhere: the tiny preset is a Qwen2.5-VL, the folder a Qwen3-VL.
+    assert_eq!(frame(&[]).unwrap(), Frame::Resized);
+    assert_eq!(frame(&["model.preset=none", &qwen3]).unwrap(), Frame::Qwen1000);
+    // A frame named by the model section or by the spec wins over the family's.
+    assert_eq!(
+        frame(&["model.preset=none", &qwen3, "model.answer_frame=pixel"]).unwrap(),
+        Frame::Pixel
+    );
+    assert_eq!(
+        frame(&["model.preset=none", &qwen3, "reward.inline.model_frame=resized"]).unwrap(),
+        Frame::Resized
+    );
+    assert_eq!(
+        frame(&["model.answer_frame=qwen1000", "reward.inline.model_frame=auto"]).unwrap(),
+        Frame::Qwen1000
+    );
+    let both = frame(&["model.answer_frame=qwen1000", "reward.inline.model_frame=resized"]);
+    assert_eq!(
+        both.unwrap_err().to_string(),
+        "`model.answer_frame`: is qwen1000, but the reward spec reads answers in resized (its \
+         model_frame): name one frame, or leave either as auto"
+    );
+    let no_folder = frame(&["model.preset=none", "model.path=/nonexistent"]).unwrap_err();
+    assert!(matches!(no_folder, ConfigError::Family(_)), "{no_folder}");
+    let typo = frame(&["model.answer_frame=qwen3"]).unwrap_err().to_string();
+    assert!(
+        typo.contains("model.answer_frame") && typo.contains("expected one of auto"),
+        "{typo}"
+    );
+}
+
+#[test]
 fn shipped_configs_load_and_validate() {
     let root = repo_root();
     for (name, preset, dtype, layers) in [
@@ -314,8 +360,13 @@ fn shipped_configs_load_and_validate() {
         assert_eq!(c.model.architecture().unwrap().text.num_hidden_layers, layers);
         // The reward spec path is relative to the repository root, where runs start.
         c.reward.spec = root.join(&c.reward.spec);
-        let spec = c.reward.load_spec().unwrap();
+        let spec = c.reward.spec_for(&c.model).unwrap();
         assert_eq!(spec.components().len(), 2, "{name}");
+        assert_eq!(
+            (spec.frame_choice, spec.model_frame),
+            (FrameChoice::Auto, Frame::Resized),
+            "{name}"
+        );
     }
     let c = TrainConfig::load(&root.join("configs/3b-1gpu.toml"), &[]).unwrap();
     assert_eq!(

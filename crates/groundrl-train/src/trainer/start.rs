@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use groundrl_core::atomic::{publish_dir, temporary_path};
 use groundrl_core::curriculum::ledger::{LedgerWriter, drop_after_step};
 use groundrl_core::telemetry::{EventWriter, HealthMonitor, JsonlLog};
+use groundrl_score::frame::{Frame, FrameChoice};
 use groundrl_tensor::hf_folder::{self, HfModel, RandomFolder};
 use groundrl_tensor::profiler;
 use tch::{Device, Tensor};
@@ -49,7 +50,7 @@ impl Trainer {
         cfg.validate()?;
         let place = Place::of(dp.as_ref());
         place.check(&cfg)?;
-        let cfg = with_absolute_paths(cfg)?;
+        let cfg = with_answer_frame_named(with_absolute_paths(cfg)?)?;
         let mut trainer = match dp.as_mut() {
             Some(group) if group.rank() > 0 => {
                 group.barrier()?;
@@ -138,7 +139,7 @@ impl Trainer {
         policy.processor.files = cfg.data.image_limits();
         let optimizer_parameters = trainable.iter().map(|(_, t)| t.numel() as i64).sum();
         let optimizer = new_optimizer(&trainable, &cfg, place)?;
-        let scorer = Scorer::new(&cfg.reward)?;
+        let scorer = Scorer::new(cfg.reward.spec_for(&cfg.model)?, &cfg.reward)?;
         let mut inference = Inference::of_run(&cfg, &scorer.spec);
         inference.set_cache_columns(plan::row_tokens(&cfg, &policy.model.config));
         let tools = ToolSetup::new(&cfg);
@@ -161,6 +162,12 @@ impl Trainer {
         {
             return Err(no_samples("sft.data", &cfg.sft.data));
         }
+        let sets = [("data.train", &train), ("data.val", &val), ("data.test", &test)];
+        check_answer_frames(
+            sets.into_iter()
+                .chain(warm_up_data.iter().map(|d| ("sft.data", d))),
+            inference.model_frame,
+        )?;
         let warm_up_skipped = warm_up_data.iter().flat_map(|d| &d.skipped);
         for line in train
             .skipped
@@ -200,6 +207,25 @@ impl Trainer {
             rollout_seconds: RolloutSeconds::default(),
         })
     }
+}
+
+/// Refuses a data set (named by its key) holding a sample whose own prompt asks for answers in
+/// another frame than `frame`, the one the run reads them in.
+fn check_answer_frames<'a>(
+    sets: impl Iterator<Item = (&'static str, &'a Dataset)>,
+    frame: Frame,
+) -> Result<(), TrainError> {
+    for (key, set) in sets {
+        if let Some((sample, asked)) = set.asking_in_another_frame(frame) {
+            return Err(TrainError::AnswerFrame {
+                key,
+                sample: sample.id.clone(),
+                asked: asked.to_string(),
+                read: frame,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Which of a run's processes a trainer is: rank 0 of 1 when the run is one process.
@@ -407,6 +433,15 @@ fn with_absolute_paths(mut cfg: TrainConfig) -> Result<TrainConfig, TrainError> 
             *path = std::path::absolute(&*path).map_err(|e| io(path, e))?;
         }
     }
+    Ok(cfg)
+}
+
+/// `cfg` with `model.answer_frame` named as the run reads answers (`auto` settled by the reward spec
+/// and the model's family), so that the saved `config.toml`, and the report showing it, state the
+/// frame, and a resumed run reads in it whatever became of the model folder.
+fn with_answer_frame_named(mut cfg: TrainConfig) -> Result<TrainConfig, TrainError> {
+    let frame = cfg.reward.spec_for(&cfg.model)?.model_frame;
+    cfg.model.answer_frame = FrameChoice::Named(frame);
     Ok(cfg)
 }
 

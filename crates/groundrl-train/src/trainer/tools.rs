@@ -63,8 +63,14 @@ impl ToolSetup {
         let mut response = Response::default();
         let mut view = full;
         if self.zooms_in_warm_up(inference, sample, frames) {
-            let call = reference_zoom_call(sample, frames, REFERENCE_CONFIDENCE_BEFORE, self.zoom_context)
-                .map_err(|e| e.to_string())?;
+            let call = reference_zoom_call(
+                sample,
+                frames,
+                inference.model_frame,
+                REFERENCE_CONFIDENCE_BEFORE,
+                self.zoom_context,
+            )
+            .map_err(|e| e.to_string())?;
             response.push(&tokens(processor, &call)?, true);
             let context = ToolContext {
                 image,
@@ -90,9 +96,15 @@ impl ToolSetup {
         // A confidence line only where the reward reads it: otherwise it would only lengthen every
         // answer the model must learn to end.
         let answer = if writes_confidence {
-            reference_answer_in_view(sample, frames, &view, REFERENCE_CONFIDENCE_AFTER)
+            reference_answer_in_view(
+                sample,
+                frames,
+                inference.model_frame,
+                &view,
+                REFERENCE_CONFIDENCE_AFTER,
+            )
         } else {
-            reference_answer(sample, frames)
+            reference_answer(sample, frames, inference.model_frame)
         }
         .map_err(|e| e.to_string())?;
         let mut answer_tokens = tokens(processor, &answer)?;

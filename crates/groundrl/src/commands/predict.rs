@@ -15,7 +15,7 @@ use groundrl_core::data::confine::PathPolicy;
 use groundrl_core::data::image_file::{self, DEFAULT_MAX_IMAGE_PIXELS, ImageLimits};
 use groundrl_core::prompt::{Preset, PromptStyle};
 use groundrl_score::data::{ImageRef, Sample, Task};
-use groundrl_score::frame::Frame;
+use groundrl_score::frame::{Frame, FrameChoice};
 use groundrl_tensor::rollout::Trajectory;
 use groundrl_tensor::tch::Kind;
 use groundrl_train::inference::{Inference, PixelAnswer, Prompt, finish_name, generated_tokens};
@@ -75,12 +75,11 @@ pub struct AskArgs {
     /// measure a base model as the run will see screenshots.
     #[arg(long)]
     max_pixels: Option<u64>,
-    /// The frame the prompt asks answers in and they are read in: resized (Qwen2.5-VL), pixel,
-    /// normalized, qwen1000. By default prompts ask in resized pixels, as training asks a sample
-    /// that carries no prompt of its own, and answers are read in a run's reward spec `model_frame`
-    /// (else resized).
-    #[arg(long)]
-    answer_frame: Option<Frame>,
+    /// The frame the prompt asks answers in and they are read in: `auto`, the model's (a run's, as
+    /// its reward spec reads answers; for an HF folder its family's: resized for Qwen2.5-VL,
+    /// qwen1000 for Qwen3-VL), or resized, qwen1000, pixel, normalized.
+    #[arg(long, default_value = "auto")]
+    answer_frame: FrameChoice,
     /// Let an answer's numbers pick their frame when they do not fit the answer frame (default: a
     /// run's reward spec `detect_frame`, else off).
     #[arg(long)]
@@ -122,7 +121,7 @@ impl AskArgs {
                 let spec = run
                     .config
                     .reward
-                    .load_spec()
+                    .spec_for(&run.config.model)
                     .with_context(|| format!("the reward spec of run {}", run.run_dir.display()))?;
                 groundrl_tensor::attention::use_cudnn_attention(run.config.model.cudnn_attention);
                 Inference::of_run(&run.config, &spec)
@@ -131,7 +130,7 @@ impl AskArgs {
                 // New attention shapes come with every prompt length and image size: see
                 // `attention::use_cudnn_attention`.
                 groundrl_tensor::attention::use_cudnn_attention(false);
-                Inference::plain(DEFAULT_MAX_NEW_TOKENS, Frame::Resized, false)
+                Inference::plain(DEFAULT_MAX_NEW_TOKENS, loaded.answer_frame()?, false)
             }
         };
         if let Some(max) = self.max_new_tokens {
@@ -143,15 +142,9 @@ impl AskArgs {
             }
             inference.max_new_tokens = max;
         }
-        if let Some(frame) = self.answer_frame {
-            inference.model_frame = frame;
-        }
+        inference.model_frame = self.answer_frame.resolve(inference.model_frame);
         inference.detect_frame |= self.detect_frame;
-        let style = prompt_style(
-            self.prompt,
-            self.reasoning,
-            self.answer_frame.unwrap_or(Frame::Resized),
-        );
+        let style = prompt_style(self.prompt, self.reasoning, inference.model_frame);
         Ok(Asker {
             loaded,
             inference,
@@ -228,6 +221,9 @@ struct Output<'a> {
     tokens: usize,
     finish_reason: &'static str,
     tool_calls: usize,
+    /// The frame the prompt asked answers in and they are read in (`--answer-frame`, `auto`
+    /// settled for the model).
+    model_frame: Frame,
     /// The frame the answer's numbers were read in; `null` for a refusal or no answer.
     frame: Option<&'static str>,
     /// The first click (a box answers by its centre).
@@ -363,6 +359,7 @@ fn output<'a>(
         tokens: generated_tokens(trajectory),
         finish_reason: finish_name(trajectory.finish),
         tool_calls: trajectory.calls().count(),
+        model_frame: asker.inference.model_frame,
         frame,
         point,
         first_box,
@@ -378,6 +375,7 @@ fn print_text(o: &Output, drawn: Option<&Path>) {
         "image: {} ({}x{}, seen at {}x{})",
         o.image, o.width, o.height, o.resized[0], o.resized[1]
     );
+    println!("model frame: {} (asked for and read in)", o.model_frame);
     println!(
         "completion ({} tokens, {}{}): {:?}",
         o.tokens,

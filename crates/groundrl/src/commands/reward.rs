@@ -18,6 +18,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use groundrl_score::reward::{RewardInput, RewardSpec, Scored, score_batch};
+use groundrl_tensor::family::Family;
 use serde_json::{Map, Value, json};
 
 /// Lines scored together in parallel; bounds memory on large files.
@@ -34,6 +35,11 @@ pub struct Args {
     /// Where to write scored records (JSONL); `-` for stdout.
     #[arg(long)]
     output: PathBuf,
+    /// The HF folder of the model that wrote the completions: its config.json's `model_type` names
+    /// the family whose frame the spec's `model_frame = "auto"` reads them in (no weights are read;
+    /// without it, auto reads resized pixels).
+    #[arg(long)]
+    model: Option<PathBuf>,
 }
 
 /// Counts for the closing summary.
@@ -52,6 +58,10 @@ struct Summary {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let spec = RewardSpec::load(&args.spec)?;
+    let spec = match &args.model {
+        Some(dir) => spec.for_model(Family::of_folder(dir)?.answer_frame()),
+        None => spec,
+    };
     let input = File::open(&args.input).with_context(|| format!("cannot open {}", args.input.display()))?;
     let out: Box<dyn Write> = if args.output.as_os_str() == "-" {
         Box::new(std::io::stdout().lock())
@@ -64,7 +74,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut summary = Summary::default();
     let scored = score_lines(&spec, BufReader::new(input), &mut out, &mut summary);
     let flushed = out.flush().context("cannot write output");
-    print_summary(&summary, spec.max_boxes);
+    print_summary(&summary, &spec);
     scored
         .and(flushed)
         .with_context(|| format!("scoring {}", args.input.display()))?;
@@ -211,19 +221,21 @@ fn output_line(spec: &RewardSpec, mut fields: Map<String, Value>, scored: &Score
     Value::Object(fields)
 }
 
-fn print_summary(s: &Summary, max_boxes: usize) {
+fn print_summary(s: &Summary, spec: &RewardSpec) {
     let frames: Vec<String> = s.frames.iter().map(|(f, n)| format!("{f} {n}")).collect();
     eprintln!(
-        "scored {} lines, {} bad lines, {} parse failures; answer frames: {}",
+        "scored {} lines, {} bad lines, {} parse failures; model frame {}; answer frames: {}",
         s.scored,
         s.bad,
         s.parse_failures,
+        spec.model_frame,
         if frames.is_empty() {
             "-".to_string()
         } else {
             frames.join(", ")
         }
     );
+    let max_boxes = spec.max_boxes;
     if s.capped > 0 {
         eprintln!(
             "{} answers had more than max_boxes = {max_boxes} boxes: {} boxes past it were not matched (counted as false alarms)",

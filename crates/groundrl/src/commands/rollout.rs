@@ -50,10 +50,11 @@ pub struct SamplingArgs {
 }
 
 impl SamplingArgs {
-    /// How the model is asked: plain generation (no tools, one turn) with these sampling settings.
-    /// Answers are not read here (the reward spec reads them), so the frame is only the prompts'.
-    fn inference(&self) -> Inference {
-        let mut inference = Inference::plain(self.max_new_tokens, Frame::Resized, false);
+    /// How a model answering in `model_frame` is asked: plain generation (no tools, one turn) with
+    /// these sampling settings. Answers are not read here (the reward spec reads them), so the
+    /// frame is only the prompts'.
+    fn inference(&self, model_frame: Frame) -> Inference {
+        let mut inference = Inference::plain(self.max_new_tokens, model_frame, false);
         inference.top_p = self.top_p;
         inference.top_k = self.top_k;
         inference
@@ -76,7 +77,8 @@ pub struct Args {
     #[command(flatten)]
     model: ModelArgs,
     /// Samples (.jsonl or .parquet). Samples without a prompt are asked in their task's default
-    /// instruct format (click point or OVD JSON list, answer in resized-image pixels).
+    /// instruct format (click point or OVD JSON list), answers in the model's frame (a run's, or the
+    /// HF folder's family's: resized pixels for Qwen2.5-VL, 0-1000 for Qwen3-VL).
     #[arg(long)]
     data: PathBuf,
     #[command(flatten)]
@@ -90,6 +92,7 @@ pub struct Args {
     #[arg(long)]
     logprobs: bool,
     /// Score each completion with this reward spec (TOML): adds `reward` and `correct` to its line.
+    /// Its `model_frame = "auto"` reads answers in the model's frame.
     #[arg(long)]
     reward: Option<PathBuf>,
     #[command(flatten)]
@@ -138,12 +141,12 @@ struct Counts {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let mut hf = load_model(&args.model)?;
-    hf.processor.files = args.images.limits();
+    let mut model = load_model(&args.model)?;
+    model.hf.processor.files = args.images.limits();
     let judge = args
         .reward
         .as_deref()
-        .map(|spec| Judge::load(spec, &args.rule))
+        .map(|spec| Judge::load(spec, &args.rule, model.answer_frame))
         .transpose()?;
     let mut ledger = match &args.ledger {
         Some(path) => Some(LedgerWriter::open(path)?),
@@ -164,7 +167,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         rule: judge.as_ref().map(|j| j.rule.clone()).unwrap_or_default(),
     };
     let failed = roll_out(
-        &hf,
+        &model,
         &loaded.samples,
         &args.data,
         &args.sampling,
@@ -247,9 +250,19 @@ fn run_name(args: &Args) -> anyhow::Result<String> {
 /// Loads the model on the asked device, in the asked dtype, with libtorch's attention kept off
 /// cuDNN's kernels: samples of many prompt lengths and image sizes bring new attention shapes, for
 /// each of which cuDNN would build a plan first (see `attention::use_cudnn_attention`).
-pub(crate) fn load_model(args: &ModelArgs) -> anyhow::Result<HfModel> {
+/// A model with the frame it answers in, which prompts ask for and a reward spec's `auto` reads.
+pub(crate) struct AnsweringModel {
+    pub hf: HfModel,
+    pub answer_frame: Frame,
+}
+
+pub(crate) fn load_model(args: &ModelArgs) -> anyhow::Result<AnsweringModel> {
     groundrl_tensor::attention::use_cudnn_attention(false);
-    Ok(args.load()?.hf)
+    let loaded = args.load()?;
+    Ok(AnsweringModel {
+        answer_frame: loaded.answer_frame()?,
+        hf: loaded.hf,
+    })
 }
 
 pub(crate) fn progress(total: usize) -> ProgressBar {
@@ -279,7 +292,7 @@ pub(crate) struct Rolled<'a> {
 /// A sample that cannot be encoded (e.g. a missing image) is named on stderr and skipped; returns how
 /// many were.
 pub(crate) fn roll_out(
-    hf: &HfModel,
+    model: &AnsweringModel,
     samples: &[Sample],
     data: &Path,
     sampling: &SamplingArgs,
@@ -288,7 +301,8 @@ pub(crate) fn roll_out(
     mut each: impl FnMut(&[Rolled]) -> anyhow::Result<()>,
 ) -> anyhow::Result<usize> {
     let base = data.parent().unwrap_or(Path::new("."));
-    let inference = sampling.inference();
+    let hf = &model.hf;
+    let inference = sampling.inference(model.answer_frame);
     let batch = sampling.batch.max(1);
     let mut failed = 0;
     for (chunk_index, chunk) in samples.chunks(batch).enumerate() {
@@ -333,15 +347,18 @@ pub(crate) struct Judge {
 }
 
 impl Judge {
-    pub(crate) fn load(spec: &Path, rule: &RuleArgs) -> anyhow::Result<Self> {
+    /// The spec `spec` reading the answers of a model that answers in `model_frame`, and `rule`.
+    pub(crate) fn load(spec: &Path, rule: &RuleArgs, model_frame: Frame) -> anyhow::Result<Self> {
         let config = RewardConfig {
             spec: spec.to_path_buf(),
             correct_component: rule.correct_component.clone(),
             correct_threshold: rule.correct_threshold,
             ..RewardConfig::default()
         };
-        let scorer = Scorer::new(&config)
+        let scorer = config
+            .load_spec()
             .map_err(anyhow::Error::msg)
+            .and_then(|read| Scorer::new(read.for_model(model_frame), &config).map_err(anyhow::Error::msg))
             .with_context(|| format!("reward spec {}", spec.display()))?;
         Ok(Self {
             scorer,

@@ -43,7 +43,8 @@ pub struct Args {
     /// With --prompt: think before answering, in VLM-R1's standard or enhanced think/answer words.
     #[arg(long, value_enum, default_value = "none")]
     reasoning: PromptReasoning,
-    /// With --prompt: the frame the prompt asks answers in (resized for Qwen2.5-VL).
+    /// With --prompt: the frame the prompt asks answers in: resized for Qwen2.5-VL, qwen1000 for
+    /// Qwen3-VL (a run refuses samples that ask in another frame than its model answers in).
     #[arg(long, default_value = "resized")]
     answer_frame: Frame,
 }

@@ -22,6 +22,7 @@
 //!
 //! ```
 //! use groundrl_score::data::Sample;
+//! use groundrl_score::frame::Frame;
 //! use groundrl_score::metrics::grounding::{evaluate, read_predictions, EvalOptions};
 //!
 //! let sample: Sample = serde_json::from_str(
@@ -32,7 +33,7 @@
 //! .unwrap();
 //! // Qwen2.5-VL answers in resized pixels; 1120x560 is not resized, so (150, 125) is in the box.
 //! let predictions = read_predictions(r#"{"id": "s1", "completion": "(150, 125)"}"#).unwrap();
-//! let report = evaluate(&[sample], &predictions, &EvalOptions::default()).unwrap();
+//! let report = evaluate(&[sample], &predictions, &EvalOptions::new(Frame::Resized)).unwrap();
 //! assert_eq!((report.overall.n, report.overall.correct), (1, 1));
 //! println!("{}", report.to_text());
 //! ```
@@ -61,7 +62,7 @@ pub use resolve::{FailureReason, Resolved};
 /// How completions are read.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct EvalOptions {
-    /// The frame the model answers in (Qwen2.5-VL: resized-image pixels).
+    /// The frame the model answers in (Qwen2.5-VL: resized-image pixels; Qwen3-VL: 0-1000).
     pub model_frame: Frame,
     /// Let the numbers pick their frame when they do not fit `model_frame` ([`ImageFrames::detect`]).
     pub detect_frame: bool,
@@ -69,10 +70,12 @@ pub struct EvalOptions {
     pub budget: PixelBudget,
 }
 
-impl Default for EvalOptions {
-    fn default() -> Self {
+impl EvalOptions {
+    /// Completions read in `model_frame` (the frame of the model that wrote them), no frame
+    /// detection, the default pixel budget.
+    pub fn new(model_frame: Frame) -> Self {
         Self {
-            model_frame: Frame::Resized,
+            model_frame,
             detect_frame: false,
             budget: PixelBudget::default(),
         }

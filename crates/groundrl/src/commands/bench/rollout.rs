@@ -4,7 +4,9 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use groundrl_core::data::image_file::ImageLimits;
+use groundrl_core::prompt::PromptStyle;
 use groundrl_tensor::bench::{self, StepShape};
+use groundrl_tensor::family::Family;
 use groundrl_tensor::processor::chat_template::ChatTemplate;
 use groundrl_tensor::processor::image::ImageProcessor;
 use groundrl_tensor::processor::tiny_tokenizer::tiny_tokenizer;
@@ -31,7 +33,7 @@ pub struct Args {
     #[arg(long, default_value = "1x52x94")]
     grid: String,
     /// A sample file (JSONL) whose first `--prompts` samples are the prompts, encoded as `groundrl
-    /// train` encodes them (the task's default prompt, no tools) by the processor of `--model` (a run's
+    /// train` encodes them (the task's default prompt in the model family's frame, no tools) by the processor of `--model` (a run's
     /// `initial-model` folder), instead of random screenshots of `--grid`: a training step's batch.
     #[arg(long, requires = "model")]
     data: Option<PathBuf>,
@@ -229,9 +231,13 @@ fn sample_prompts(
             dataset.samples.len()
         );
     }
+    let frame = Family::of_folder(dir)?.answer_frame();
     let prompts = dataset.samples[..count]
         .iter()
-        .map(|s| encode_prompt(&processor, s, &dataset.base, None, None).map(|p| p.encoded))
+        .map(|s| {
+            let style = PromptStyle::unprompted(s.task, frame);
+            encode_prompt(&processor, s, &dataset.base, &style, None).map(|p| p.encoded)
+        })
         .collect::<Result<_, _>>()
         .map_err(|e| anyhow::anyhow!("--data {}: {e}", data.display()))?;
     Ok((processor, prompts))

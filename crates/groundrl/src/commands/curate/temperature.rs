@@ -10,13 +10,14 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use groundrl_core::curriculum::{Sweep, SweepPoint, pick_temperature};
-use groundrl_tensor::hf_folder::HfModel;
 use serde::Serialize;
 
 use super::{percent, write_output};
 use crate::commands::data::{read_samples, report_skipped};
 use crate::commands::predict::ModelArgs;
-use crate::commands::rollout::{Judge, RuleArgs, SamplingArgs, load_model, progress, roll_out};
+use crate::commands::rollout::{
+    AnsweringModel, Judge, RuleArgs, SamplingArgs, load_model, progress, roll_out,
+};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -65,14 +66,14 @@ struct Skipped {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let hf = load_model(&args.model)?;
-    let judge = Judge::load(&args.reward, &args.rule)?;
+    let model = load_model(&args.model)?;
+    let judge = Judge::load(&args.reward, &args.rule, model.answer_frame)?;
     let loaded = read_samples(&args.data)?;
     report_skipped(&loaded.skipped, false)?;
     let mut points = Vec::new();
     let mut skipped = Skipped::default();
     for &temperature in &args.temps {
-        let (point, at_this) = sweep_point(&hf, &judge, &args, &loaded.samples, temperature)?;
+        let (point, at_this) = sweep_point(&model, &judge, &args, &loaded.samples, temperature)?;
         eprintln!(
             "temperature {temperature}: accuracy {}",
             percent(Some(point.accuracy()))
@@ -115,7 +116,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 /// Rolls out and scores every sample at one temperature.
 fn sweep_point(
-    hf: &HfModel,
+    model: &AnsweringModel,
     judge: &Judge,
     args: &Args,
     samples: &[groundrl_score::data::Sample],
@@ -131,7 +132,7 @@ fn sweep_point(
     let mut reward_sum = 0.0;
     let mut skipped = Skipped::default();
     skipped.unencoded = roll_out(
-        hf,
+        model,
         samples,
         &args.data,
         &args.sampling,

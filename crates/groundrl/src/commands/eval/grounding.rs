@@ -9,9 +9,10 @@ use clap::ValueEnum;
 use groundrl_core::data::import::{osworld_g, screenspot, screenspot_pro};
 use groundrl_core::data::jsonl::read_jsonl;
 use groundrl_score::data::{Loaded, Sample};
-use groundrl_score::frame::Frame;
+use groundrl_score::frame::{AUTO_WITHOUT_MODEL, FrameChoice};
 use groundrl_score::metrics::grounding::{EvalOptions, evaluate, read_predictions};
 use groundrl_score::resize::{DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS, PixelBudget};
+use groundrl_tensor::family::Family;
 
 /// What `--data` is.
 #[derive(Clone, Copy, ValueEnum)]
@@ -42,10 +43,15 @@ pub struct Args {
     /// "frame"}`, `{"id", "box": [x1, y1, x2, y2], "frame"}` or `{"id", "refusal": true}`.
     #[arg(long)]
     predictions: PathBuf,
-    /// Frame of the numbers in completions: resized (Qwen2.5-VL), pixel, normalized, qwen1000
-    /// (Qwen2-VL, Qwen3-VL).
-    #[arg(long, default_value = "resized")]
-    model_frame: Frame,
+    /// Frame of the numbers in completions: `auto`, the frame of --model's family (resized for
+    /// Qwen2.5-VL, qwen1000 for Qwen3-VL; resized without --model), or resized, qwen1000, pixel,
+    /// normalized. The report states the frame used (`model_frame`).
+    #[arg(long, default_value = "auto")]
+    model_frame: FrameChoice,
+    /// The HF folder of the model that wrote the completions: its config.json's `model_type` names
+    /// the family whose frame `--model-frame auto` reads them in (no weights are read).
+    #[arg(long)]
+    model: Option<PathBuf>,
     /// Let a completion's numbers pick their frame when they do not fit --model-frame; the report
     /// counts answers per frame.
     #[arg(long)]
@@ -69,8 +75,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let text = std::fs::read_to_string(&args.predictions)
         .with_context(|| format!("predictions {}", args.predictions.display()))?;
     let predictions = read_predictions(&text).with_context(|| format!("{}", args.predictions.display()))?;
+    let family_frame = match &args.model {
+        Some(dir) => Family::of_folder(dir)?.answer_frame(),
+        None => AUTO_WITHOUT_MODEL,
+    };
     let options = EvalOptions {
-        model_frame: args.model_frame,
+        model_frame: args.model_frame.resolve(family_frame),
         detect_frame: args.detect_frame,
         budget: PixelBudget {
             min_pixels: args.min_pixels,

@@ -34,7 +34,8 @@ pub struct Args {
     #[command(flatten)]
     ask: AskArgs,
     /// Samples (.jsonl or .parquet). Samples without a prompt of their own are asked in their
-    /// task's prompt preset (see --prompt, --reasoning, --answer-frame).
+    /// task's prompt preset (see --prompt, --reasoning, --answer-frame: the model's frame by
+    /// default).
     #[arg(long)]
     data: PathBuf,
     #[command(flatten)]
@@ -155,6 +156,9 @@ struct Summary<'a> {
     skipped: usize,
     temperature: f64,
     samples_per_item: usize,
+    /// The frame prompts asked answers in and they were read in (`--answer-frame`, `auto` settled
+    /// for the model).
+    model_frame: Frame,
     grounding: Option<&'a GroundingReport>,
     sampled: Option<Sampled>,
     coco: Option<CocoSummary<'a>>,
@@ -279,6 +283,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         skipped,
         temperature: args.temperature,
         samples_per_item: args.samples,
+        model_frame: inference.model_frame,
         grounding: scored.report.as_ref(),
         sampled: scored.sampled,
         coco: coco.as_ref().map(|c| CocoSummary {
@@ -460,6 +465,7 @@ fn write_items(path: &Path, items: &[Item]) -> anyhow::Result<()> {
 
 fn print_text(summary: &Summary, coco: Option<&AnswersEval>, per_category: bool) {
     println!("model: {}", summary.model);
+    println!("model frame: {} (asked for and read in)", summary.model_frame);
     let how = match summary.temperature {
         0.0 => "greedy".to_string(),
         t => format!("sampled at temperature {t}"),
