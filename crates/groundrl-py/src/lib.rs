@@ -109,6 +109,7 @@ fn _groundrl(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parse_json, m)?)?;
     m.add_function(wrap_pyfunction!(smart_resize, m)?)?;
     m.add_class::<reward::NativeRewardSpec>()?;
+    m.add_function(wrap_pyfunction!(reward::builtin_specs, m)?)?;
     coco::register(m)?;
     m.add_function(wrap_pyfunction!(grounding::grounding_json, m)?)?;
     Ok(())
