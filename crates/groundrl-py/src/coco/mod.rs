@@ -255,27 +255,44 @@ impl CocoEvaluation {
 
     /// The `evalImgs` entries that are not None: `(entries [n, 7] u32, dt_ids i64, dt_scores f64,
     /// gt_ids i64, gt_ignore i64, dt_matches f64, gt_matches f64, dt_ignore bool)`, as bytes.
-    fn detail<'py>(&self, py: Python<'py>) -> Vec<Bound<'py, PyByteArray>> {
+    fn detail<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyByteArray>>> {
         let d = py.detach(|| self.0.detail());
-        let entries: Vec<u8> = d.entries.iter().flatten().flat_map(|v| v.to_ne_bytes()).collect();
-        let i64s = |v: &[i64]| -> Vec<u8> { v.iter().flat_map(|x| x.to_ne_bytes()).collect() };
+        let entries: Vec<u32> = d.entries.iter().flatten().copied().collect();
         let bools: Vec<u8> = d.dt_ignore.iter().map(|&b| u8::from(b)).collect();
-        vec![
-            PyByteArray::new(py, &entries),
-            PyByteArray::new(py, &i64s(&d.dt_ids)),
-            PyByteArray::new(py, &f64_bytes(&d.dt_scores)),
-            PyByteArray::new(py, &i64s(&d.gt_ids)),
-            PyByteArray::new(py, &i64s(&d.gt_ignore)),
-            PyByteArray::new(py, &f64_bytes(&d.dt_matches)),
-            PyByteArray::new(py, &f64_bytes(&d.gt_matches)),
+        Ok(vec![
+            bytes_of(py, &entries, 4, |v, out| out.copy_from_slice(&v.to_ne_bytes()))?,
+            bytes_of(py, &d.dt_ids, 8, |v, out| out.copy_from_slice(&v.to_ne_bytes()))?,
+            bytes_of(py, &d.dt_scores, 8, |v, out| {
+                out.copy_from_slice(&v.to_ne_bytes())
+            })?,
+            bytes_of(py, &d.gt_ids, 8, |v, out| out.copy_from_slice(&v.to_ne_bytes()))?,
+            bytes_of(py, &d.gt_ignore, 8, |v, out| {
+                out.copy_from_slice(&v.to_ne_bytes())
+            })?,
+            bytes_of(py, &d.dt_matches, 8, |v, out| {
+                out.copy_from_slice(&v.to_ne_bytes())
+            })?,
+            bytes_of(py, &d.gt_matches, 8, |v, out| {
+                out.copy_from_slice(&v.to_ne_bytes())
+            })?,
             PyByteArray::new(py, &bools),
-        ]
+        ])
     }
 }
 
-/// Native-endian bytes of `values` (numpy's default float64 layout on the same machine).
-fn f64_bytes(values: &[f64]) -> Vec<u8> {
-    values.iter().flat_map(|v| v.to_ne_bytes()).collect()
+/// A bytearray of `values`, each written as `size` native-endian bytes straight into it.
+fn bytes_of<'py, T>(
+    py: Python<'py>,
+    values: &[T],
+    size: usize,
+    write: impl Fn(&T, &mut [u8]),
+) -> PyResult<Bound<'py, PyByteArray>> {
+    PyByteArray::new_with(py, values.len() * size, |out| {
+        for (v, chunk) in values.iter().zip(out.chunks_exact_mut(size)) {
+            write(v, chunk);
+        }
+        Ok(())
+    })
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
