@@ -6,7 +6,8 @@
 # the evaluation alone, for pycocotools 2.0.11, faster-coco-eval, hotcoco, ultrafast-pycocotools
 # (versions pinned in coco-env.sh), the groundrl wheel built from this tree, groundrl-score's library
 # call, and the `groundrl eval coco` command when a binary is given. Every run's 12 stats and eval
-# arrays are checked against pycocotools'. Takes about 15 minutes on 2 cores (pycocotools: 6 of them).
+# arrays are checked against pycocotools'. pycocotools takes minutes a variant:
+# COCO_BENCH_REFERENCE=path,subset runs it on those only (the others are checked against its path run).
 #
 # Env: GROUNDRL_BIN (the groundrl binary; without it the command row is left out), GROUNDRL_WHEEL (a
 # wheel to time instead of building one), COCO_BENCH_ROUNDS (default 5), COCO_BENCH_DIR (keeps the
@@ -33,4 +34,5 @@ for line in sys.stdin:
         print(m["executable"])')
 commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates/groundrl-score crates/groundrl-py || echo "+dirty")
 exec "$py" scripts/bench/coco_bench.py --lib-bin "$lib_bin" ${GROUNDRL_BIN:+--cli-bin "$GROUNDRL_BIN"} \
-  --commit "$commit" --rounds "${COCO_BENCH_ROUNDS:-5}" ${COCO_BENCH_DIR:+--dir "$COCO_BENCH_DIR"}
+  --commit "$commit" --rounds "${COCO_BENCH_ROUNDS:-5}" ${COCO_BENCH_DIR:+--dir "$COCO_BENCH_DIR"} \
+  ${COCO_BENCH_REFERENCE:+--reference-variants "$COCO_BENCH_REFERENCE"}
