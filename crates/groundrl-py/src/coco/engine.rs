@@ -792,7 +792,8 @@ fn per_unit_curves<B: Bits>(
     let r_count = req.rec_thrs.len();
     req.units
         .par_iter()
-        .map_init(Curves::default, |curves, &k0| {
+        .map_init(Vec::new, |curves: &mut Vec<Curves>, &k0| {
+            curves.resize_with(req.max_dets.len(), Curves::default);
             let unit = &units[k0];
             let settings = req.areas.len() * req.max_dets.len();
             let mut precision = vec![-1.0; settings * t_count * r_count];
@@ -811,12 +812,12 @@ fn per_unit_curves<B: Bits>(
                     continue;
                 }
                 let steps = steps(&req.rec_thrs, counted);
-                for (m, &max_det) in req.max_dets.iter().enumerate() {
-                    curves.trace(unit, t_count, a0, max_det, mask);
+                Curves::trace(curves, unit, t_count, a0, &req.max_dets, mask);
+                for (m, curve) in curves.iter_mut().enumerate() {
                     let s = a * req.max_dets.len() + m;
                     for t in 0..t_count {
                         let at = (s * t_count + t) * r_count;
-                        recall[s * t_count + t] = curves.sample(
+                        recall[s * t_count + t] = curve.sample(
                             t,
                             counted,
                             &steps,
@@ -865,56 +866,73 @@ struct Curves {
     hits: Vec<Vec<(f64, f64)>>,
     /// Per threshold: detections ignored there but not at every threshold.
     ignored: Vec<usize>,
+    /// Detections ignored at every threshold.
+    ignored_everywhere: usize,
     /// Detections on the curve (pycocotools' `nd`), and the first one's score.
     walked: usize,
     first_score: f64,
 }
 
 impl Curves {
-    /// Walks the unit's ranked detections of the listed images within the cap, in area range `a0`.
+    /// Walks the unit's ranked detections of the listed images once, in area range `a0`, and
+    /// traces `curves[m]` over those within cap `max_dets[m]` (each cap's curve on its own, as
+    /// pycocotools computes them).
     fn trace<B: Bits>(
-        &mut self,
+        curves: &mut [Curves],
         unit: &UnitResult<B>,
         t_count: usize,
         a0: usize,
-        max_det: usize,
+        max_dets: &[usize],
         mask: &[bool],
     ) {
         let all = B::first(t_count);
-        self.hits.resize_with(t_count, Vec::new);
-        for h in &mut self.hits {
-            h.clear();
+        for curve in curves.iter_mut() {
+            curve.hits.resize_with(t_count, Vec::new);
+            for h in &mut curve.hits {
+                h.clear();
+            }
+            // Detections ignored at some thresholds only, per threshold; and at every threshold.
+            curve.ignored.clear();
+            curve.ignored.resize(t_count, 0);
+            curve.ignored_everywhere = 0;
+            curve.walked = 0;
         }
-        // Detections ignored at some thresholds only, per threshold; and at every threshold.
-        self.ignored.clear();
-        self.ignored.resize(t_count, 0);
-        let mut ignored_everywhere = 0;
-        self.walked = 0;
+        let largest = max_dets.iter().copied().max().unwrap_or(0);
+        let every_image = mask.iter().all(|&m| m);
         let outcomes = unit.matched[a0].iter().zip(&unit.ignored[a0]);
         for (kept, (&matched, &ignored)) in unit.kept.iter().zip(outcomes) {
-            if kept.rank as usize >= max_det || !mask[kept.image as usize] {
+            let rank = kept.rank as usize;
+            if rank >= largest || !(every_image || mask[kept.image as usize]) {
                 continue;
             }
-            if self.walked == 0 {
-                self.first_score = kept.score;
-            }
-            self.walked += 1;
-            if ignored == all {
-                ignored_everywhere += 1;
-                continue;
-            }
-            if matched.union(ignored) == B::default() {
-                continue; // a false positive at every threshold
-            }
-            for t in 0..t_count {
-                if ignored.has(t) {
-                    self.ignored[t] += 1;
-                } else if matched.has(t) {
-                    // pycocotools: tp / (fp + tp + eps), fp + tp the detections counted so far.
-                    let counted = self.walked - ignored_everywhere - self.ignored[t];
-                    let hits = &mut self.hits[t];
-                    let tp = (hits.len() + 1) as f64;
-                    hits.push((tp / (counted as f64 + EPS), kept.score));
+            let everywhere = ignored == all;
+            // A false positive at every threshold only counts.
+            let false_everywhere = matched.union(ignored) == B::default();
+            for (curve, &cap) in curves.iter_mut().zip(max_dets) {
+                if rank >= cap {
+                    continue;
+                }
+                if curve.walked == 0 {
+                    curve.first_score = kept.score;
+                }
+                curve.walked += 1;
+                if everywhere {
+                    curve.ignored_everywhere += 1;
+                    continue;
+                }
+                if false_everywhere {
+                    continue;
+                }
+                for t in 0..t_count {
+                    if ignored.has(t) {
+                        curve.ignored[t] += 1;
+                    } else if matched.has(t) {
+                        // pycocotools: tp / (fp + tp + eps), fp + tp the detections counted so far.
+                        let counted = curve.walked - curve.ignored_everywhere - curve.ignored[t];
+                        let hits = &mut curve.hits[t];
+                        let tp = (hits.len() + 1) as f64;
+                        hits.push((tp / (counted as f64 + EPS), kept.score));
+                    }
                 }
             }
         }
