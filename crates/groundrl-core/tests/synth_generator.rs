@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use groundrl_core::synth::draw::Rect;
+use groundrl_core::raster::draw::Rect;
 use groundrl_core::synth::tasks::{TaskKind, describe};
 use groundrl_core::synth::widgets::{Element, Kind};
 use groundrl_core::synth::{Difficulty, Screenshot, SynthConfig, generate, render_screenshot, samples_of};

@@ -1,7 +1,9 @@
 //! Enums written by name in files and on the command line (frames, difficulties, COCO subsets).
 
 /// The value of `all` whose `name` is `s`; an unknown name gets a message listing the valid ones,
-/// so every such enum spells its names once, in its `name` method.
+/// so every such enum spells its names once, in its `name` method. The message is these enums'
+/// `FromStr` error, which the command line prints as it is: there is one case, and nothing for a
+/// caller to act on but the words.
 pub fn parse_name<T: Copy>(s: &str, what: &str, all: &[T], name: fn(T) -> &'static str) -> Result<T, String> {
     all.iter().copied().find(|v| name(*v) == s).ok_or_else(|| {
         let names: Vec<&str> = all.iter().map(|v| name(*v)).collect();

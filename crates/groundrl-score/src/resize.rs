@@ -3,6 +3,11 @@
 //! The model answers in pixels of this resized image, so every reward, metric and dataset that maps
 //! coordinates must agree on it to the pixel. This follows transformers' `image_processing_qwen2_vl.py`
 //! step for step, including Python's `round()` (ties to even: 70/28 = 2.5 rounds to 2).
+//!
+//! The sides come out as multiples of the patch times the merge: 28 for Qwen2.5-VL ([`smart_resize`]),
+//! 32 for Qwen3-VL, whose processor is the same with 16-pixel patches ([`smart_resize_by`]).
+
+use std::num::NonZeroU32;
 
 use serde::Serialize;
 
@@ -68,8 +73,26 @@ impl Resized {
     }
 }
 
-/// Computes the resized size of a `height` x `width` image exactly as transformers does.
+/// Computes the resized size of a `height` x `width` image exactly as transformers does for
+/// Qwen2.5-VL (sides multiples of [`FACTOR`]).
 pub fn smart_resize(height: u64, width: u64, budget: PixelBudget) -> Result<Resized, ResizeError> {
+    smart_resize_by(height, width, NONZERO_FACTOR, budget)
+}
+
+/// [`FACTOR`] as the factor [`smart_resize_by`] takes, checked at compile time.
+const NONZERO_FACTOR: NonZeroU32 = match NonZeroU32::new(FACTOR) {
+    Some(factor) => factor,
+    None => panic!("FACTOR is positive"),
+};
+
+/// [`smart_resize`] with sides multiples of `factor` (patch size times merge size), as transformers'
+/// `smart_resize(height, width, factor, min_pixels, max_pixels)`.
+pub fn smart_resize_by(
+    height: u64,
+    width: u64,
+    factor: NonZeroU32,
+    budget: PixelBudget,
+) -> Result<Resized, ResizeError> {
     if height == 0 || width == 0 {
         return Err(ResizeError::ZeroSize { height, width });
     }
@@ -84,7 +107,7 @@ pub fn smart_resize(height: u64, width: u64, budget: PixelBudget) -> Result<Resi
     if ratio > MAX_ASPECT_RATIO {
         return Err(ResizeError::AspectRatio { height, width, ratio });
     }
-    let factor = f64::from(FACTOR);
+    let factor = f64::from(factor.get());
     let mut h_bar = (h / factor).round_ties_even() * factor;
     let mut w_bar = (w / factor).round_ties_even() * factor;
     if h_bar * w_bar > budget.max_pixels as f64 {
@@ -129,6 +152,30 @@ mod tests {
         assert_eq!(resize(1080, 1920, 1_003_520), (728, 1316));
         assert_eq!(resize(480, 640, 1_003_520), (476, 644));
         assert_eq!(resize(28, 28, DEFAULT_MAX_PIXELS), (56, 56));
+    }
+
+    #[test]
+    fn qwen3_vl_factor_32_reference_vectors() {
+        // transformers' `smart_resize(h, w, factor=32, min_pixels=65536, max_pixels=16777216)`, the
+        // budget of Qwen3-VL's preprocessor_config.json, gives these.
+        let budget = PixelBudget {
+            min_pixels: 65_536,
+            max_pixels: 16_777_216,
+        };
+        let by_32 = |h, w, budget| {
+            let r = smart_resize_by(h, w, NonZeroU32::new(32).unwrap(), budget).unwrap();
+            (r.height, r.width)
+        };
+        assert_eq!(by_32(720, 1280, budget), (704, 1280));
+        assert_eq!(by_32(1080, 1920, budget), (1088, 1920));
+        assert_eq!(by_32(500, 333, budget), (512, 320));
+        assert_eq!(by_32(60, 90, budget), (224, 320));
+        assert_eq!(by_32(48, 48, budget), (256, 256));
+        let small = PixelBudget {
+            max_pixels: 1_003_520,
+            ..budget
+        };
+        assert_eq!(by_32(4000, 3000, small), (1152, 864));
     }
 
     #[test]

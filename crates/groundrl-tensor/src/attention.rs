@@ -12,7 +12,7 @@
 
 use tch::{Device, Kind, Tensor};
 
-use crate::qwen2_5_vl::ModelError;
+use crate::model_error::ModelError;
 
 /// Lets libtorch's `scaled_dot_product_attention` choose cuDNN's attention kernels on CUDA (`true`,
 /// libtorch's default) or keeps it to its flash and memory-efficient ones, for the whole process.

@@ -8,11 +8,12 @@ use std::time::Instant;
 
 use tch::{Device, Kind, Tensor};
 
+use crate::model_error::ModelError;
 use crate::processor::Encoded;
 use crate::qwen2_5_vl::flops::{Sequence, text_forward_flops, vision_forward_flops};
 use crate::qwen2_5_vl::model::{Batch, Qwen25Vl, logprobs_at};
 use crate::qwen2_5_vl::rope_index::Grid;
-use crate::qwen2_5_vl::{ModelError, Qwen25VlConfig, presets};
+use crate::qwen2_5_vl::{Qwen25VlConfig, presets};
 
 /// The shape of one synthetic batch.
 #[derive(Clone, Copy, Debug)]

@@ -6,13 +6,14 @@ use std::path::{Path, PathBuf};
 
 use tch::{Device, Kind};
 
+use crate::model_error::ModelError;
 use crate::processor::chat_template::{CHAT_TEMPLATE_JINJA_FILE, QWEN2_5_VL_TEMPLATE};
 use crate::processor::image::ImageProcessor;
 use crate::processor::tiny_tokenizer::{self, write_tiny_tokenizer};
-use crate::processor::tokenizer::SpecialIds;
 use crate::processor::{PREPROCESSOR_CONFIG_FILE, Processor, ProcessorError};
 use crate::qwen2_5_vl::config::Qwen25VlConfig;
-use crate::qwen2_5_vl::{ModelError, Qwen25Vl, presets};
+use crate::qwen2_5_vl::{Qwen25Vl, presets};
+use crate::special_ids::SpecialIds;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FolderError {

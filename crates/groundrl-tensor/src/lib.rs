@@ -1,6 +1,11 @@
 //! groundrl-tensor: the tensor side of groundrl on tch 0.24.0 / libtorch 2.11.0.
 //!
 //! - [`qwen2_5_vl`]: the Qwen2.5-VL model (vision tower, M-RoPE decoder), loaded from and saved to HF folders.
+//! - [`qwen3_vl`]: the Qwen3-VL (dense) model (DeepStack vision tower, interleaved M-RoPE Qwen3 decoder),
+//!   loaded from HF folders; [`family`] tells the two apart by a folder's `config.json`.
+//! - [`model_error`], [`lora`], [`attention`], [`special_ids`]: what every model family shares: the
+//!   model error, LoRA adapters, segment attention, the special token ids a tokenizer and a model
+//!   agree on.
 //! - [`processor`]: what turns a chat with images into model inputs exactly as HF's processor does
 //!   (image preprocessing, tokenizer, chat template).
 //! - [`rollout`]: batched generation with a KV cache, seeded sampling and the sampled tokens' log-probs.
@@ -11,14 +16,19 @@
 pub mod attention;
 pub mod bench;
 pub mod cuda_graph;
+pub mod family;
 pub mod fused;
 pub mod hf_folder;
+pub mod lora;
+pub mod model_error;
 pub mod processor;
 pub mod profiler;
 pub mod qwen2_5_vl;
+pub mod qwen3_vl;
 pub mod rollout;
 #[cfg(feature = "cuda")]
 mod shim;
+pub mod special_ids;
 
 pub use tch;
 

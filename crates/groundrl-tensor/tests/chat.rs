@@ -11,8 +11,9 @@ use groundrl_tensor::processor::chat_template::{
 };
 use groundrl_tensor::processor::tiny_tokenizer::{self, write_tiny_tokenizer};
 use groundrl_tensor::processor::tokenizer::{
-    SpecialIds, Tokenizer, TokenizerConfig, TokenizerError, expand_image_pads, expand_video_pads,
+    Tokenizer, TokenizerConfig, TokenizerError, expand_image_pads, expand_video_pads,
 };
+use groundrl_tensor::special_ids::SpecialIds;
 use serde_json::{Value, json};
 
 fn fixtures() -> PathBuf {

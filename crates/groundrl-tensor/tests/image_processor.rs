@@ -169,7 +169,8 @@ fn top_level_budget_wins_over_size_and_missing_fields_take_class_defaults() {
 #[test]
 fn unsupported_configs_are_refused() {
     let refused = |json: &str| ImageProcessor::from_json(json).unwrap_err().to_string();
-    assert!(refused(r#"{"patch_size": 16}"#).contains("patch_size 16"));
+    assert!(refused(r#"{"patch_size": 0}"#).contains("patch_size 0"));
+    assert!(refused(r#"{"merge_size": 4294967295}"#).contains("merge_size 4294967295"));
     assert!(refused(r#"{"resample": 2}"#).contains("resample 2"));
     assert!(refused(r#"{"image_std": [0.5, 0.0, 0.5]}"#).contains("zero"));
     assert!(refused(r#"{"image_mean": 0.5}"#).contains("invalid preprocessor config"));

@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 
 use groundrl_tensor::hf_folder::tiny_ids;
+use groundrl_tensor::lora::{LLM_TARGETS, LoraSpec};
 use groundrl_tensor::processor::tiny_tokenizer::VOCAB_SIZE;
-use groundrl_tensor::qwen2_5_vl::lora::LLM_TARGETS;
-use groundrl_tensor::qwen2_5_vl::{Batch, LoraSpec, Qwen25Vl, presets};
+use groundrl_tensor::qwen2_5_vl::{Batch, Qwen25Vl, presets};
 use tch::{Device, Kind, Tensor};
 
 fn tiny(kind: Kind) -> Qwen25Vl {

@@ -8,10 +8,10 @@ use common::tiny;
 use std::path::PathBuf;
 
 use groundrl_tensor::hf_folder::{self, HfModel};
+use groundrl_tensor::lora::{LLM_TARGETS, LoraSpec};
 use groundrl_tensor::processor::Encoded;
 use groundrl_tensor::processor::chat_template::RenderOptions;
-use groundrl_tensor::qwen2_5_vl::lora::LLM_TARGETS;
-use groundrl_tensor::qwen2_5_vl::{LoraSpec, Qwen25Vl};
+use groundrl_tensor::qwen2_5_vl::Qwen25Vl;
 use groundrl_tensor::rollout::sampling::{RowSettings, Sampler};
 use groundrl_tensor::rollout::{
     Completion, Engine, EngineCache, FinishReason, GenerationRequest, SamplingParams,

@@ -4,9 +4,10 @@
 
 use std::path::{Path, PathBuf};
 
+use groundrl_tensor::model_error::ModelError;
+use groundrl_tensor::qwen2_5_vl::Qwen25VlConfig;
 use groundrl_tensor::qwen2_5_vl::vision::VisionTower;
 use groundrl_tensor::qwen2_5_vl::weights::load_part_into;
-use groundrl_tensor::qwen2_5_vl::{ModelError, Qwen25VlConfig};
 use tch::{Device, Kind, Tensor, nn};
 
 /// f32 parity with transformers (its own f32 run of the same bf16-stored weights).

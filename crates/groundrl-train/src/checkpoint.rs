@@ -21,15 +21,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tch::{Device, Kind, TchError, Tensor};
 
+use crate::run_folder::{
+    CHECKPOINTS_DIR, LATEST_FILE, OPTIMIZER_FILE, STATE_FILE, WEIGHTS_FILE, parse_step_name, step_name,
+};
 use crate::tensor_file::TensorFile;
-
-/// The folder of a run that holds its checkpoints.
-const CHECKPOINTS: &str = "checkpoints";
-/// The file in [`CHECKPOINTS`] naming the newest complete checkpoint.
-const LATEST: &str = "latest";
-const WEIGHTS: &str = "weights.safetensors";
-const OPTIMIZER: &str = "optimizer.safetensors";
-const STATE: &str = "state.json";
 
 /// Why a checkpoint could not be written, read or restored.
 #[derive(Debug, thiserror::Error)]
@@ -97,7 +92,7 @@ impl<T> LoadedCheckpoint<T> {
         &self,
         wanted: impl Fn(&str) -> bool,
     ) -> Result<Vec<(String, Tensor)>, CheckpointError> {
-        let path = self.dir.join(OPTIMIZER);
+        let path = self.dir.join(OPTIMIZER_FILE);
         self.optimizer
             .read_where(wanted)
             .map_err(|source| CheckpointError::Tensors { path, source })
@@ -116,7 +111,7 @@ pub fn save_checkpoint<T: Serialize>(
     parts: &CheckpointParts<'_, T>,
     keep: usize,
 ) -> Result<PathBuf, CheckpointError> {
-    let root = run_dir.join(CHECKPOINTS);
+    let root = run_dir.join(CHECKPOINTS_DIR);
     fs::create_dir_all(&root).map_err(io_error(&root))?;
     sync_dir(run_dir)?;
     let name = step_name(step);
@@ -148,10 +143,10 @@ fn write_temporary<T: Serialize>(
         fs::remove_dir_all(&tmp).map_err(io_error(&tmp))?;
     }
     fs::create_dir(&tmp).map_err(io_error(&tmp))?;
-    let written = write_tensors(&tmp.join(WEIGHTS), parts.weights)
+    let written = write_tensors(&tmp.join(WEIGHTS_FILE), parts.weights)
         .inspect(|()| crate::fault::point(crate::fault::SAVE))
-        .and_then(|()| write_tensors(&tmp.join(OPTIMIZER), parts.optimizer))
-        .and_then(|()| write_json(&tmp.join(STATE), parts.state))
+        .and_then(|()| write_tensors(&tmp.join(OPTIMIZER_FILE), parts.optimizer))
+        .and_then(|()| write_json(&tmp.join(STATE_FILE), parts.state))
         .and_then(|()| sync_dir(&tmp));
     if let Err(err) = written {
         let _ = fs::remove_dir_all(&tmp);
@@ -162,16 +157,16 @@ fn write_temporary<T: Serialize>(
 
 /// The folder of the checkpoint of `step` in `run_dir` (whether or not it exists).
 pub fn checkpoint_dir(run_dir: &Path, step: u64) -> PathBuf {
-    run_dir.join(CHECKPOINTS).join(step_name(step))
+    run_dir.join(CHECKPOINTS_DIR).join(step_name(step))
 }
 
 /// The folder of the newest complete checkpoint of a run, as `checkpoints/latest` names it.
 pub fn latest_checkpoint(run_dir: &Path) -> Result<PathBuf, CheckpointError> {
-    let root = run_dir.join(CHECKPOINTS);
+    let root = run_dir.join(CHECKPOINTS_DIR);
     let dir = root.join(step_name(read_latest(&root)?));
     if !dir.is_dir() {
         return Err(CheckpointError::Invalid {
-            path: root.join(LATEST),
+            path: root.join(LATEST_FILE),
             message: format!("names {}, which is not a folder", dir.display()),
         });
     }
@@ -181,14 +176,14 @@ pub fn latest_checkpoint(run_dir: &Path) -> Result<PathBuf, CheckpointError> {
 /// Whether the run has a complete checkpoint (`checkpoints/latest` exists); without one, a run
 /// stopped early starts over.
 pub fn has_checkpoint(run_dir: &Path) -> bool {
-    run_dir.join(CHECKPOINTS).join(LATEST).is_file()
+    run_dir.join(CHECKPOINTS_DIR).join(LATEST_FILE).is_file()
 }
 
 /// The steps of a run's checkpoints (its `checkpoints/step-N` entries), ascending; none when the run
 /// has no `checkpoints/` folder. The step `latest` names is one of them; later ones may be left by a
 /// run resumed from an earlier step.
 pub fn checkpoint_steps(run_dir: &Path) -> Result<Vec<u64>, CheckpointError> {
-    let root = run_dir.join(CHECKPOINTS);
+    let root = run_dir.join(CHECKPOINTS_DIR);
     if !root.is_dir() {
         return Ok(Vec::new());
     }
@@ -205,7 +200,7 @@ pub fn load_latest<T: DeserializeOwned>(run_dir: &Path) -> Result<LoadedCheckpoi
 /// Loads the checkpoint folder `dir` (named `step-N`).
 pub fn load_checkpoint<T: DeserializeOwned>(dir: &Path) -> Result<LoadedCheckpoint<T>, CheckpointError> {
     let step = folder_step(dir)?;
-    let state_path = dir.join(STATE);
+    let state_path = dir.join(STATE_FILE);
     let text = read(&state_path)?;
     let state = serde_json::from_slice(&text).map_err(|source| CheckpointError::Json {
         path: state_path,
@@ -214,8 +209,8 @@ pub fn load_checkpoint<T: DeserializeOwned>(dir: &Path) -> Result<LoadedCheckpoi
     Ok(LoadedCheckpoint {
         dir: dir.to_owned(),
         step,
-        weights: read_tensors(&dir.join(WEIGHTS))?,
-        optimizer: open_tensors(&dir.join(OPTIMIZER))?,
+        weights: read_tensors(&dir.join(WEIGHTS_FILE))?,
+        optimizer: open_tensors(&dir.join(OPTIMIZER_FILE))?,
         state,
     })
 }
@@ -225,7 +220,7 @@ pub fn load_checkpoint<T: DeserializeOwned>(dir: &Path) -> Result<LoadedCheckpoi
 /// exporting the trained model needs. Tensors are on the CPU, in their saved dtype.
 pub fn load_weights(dir: &Path) -> Result<(u64, Vec<(String, Tensor)>), CheckpointError> {
     let step = folder_step(dir)?;
-    Ok((step, read_tensors(&dir.join(WEIGHTS))?))
+    Ok((step, read_tensors(&dir.join(WEIGHTS_FILE))?))
 }
 
 /// Copies the tensors `from` (e.g. a loaded checkpoint's weights) into the existing tensors `into` (e.g.
@@ -327,13 +322,13 @@ fn open_tensors(path: &Path) -> Result<TensorFile, CheckpointError> {
 
 /// Replaces `latest` with `name` so that a reader sees either the old or the new content, never a mix.
 fn write_latest(root: &Path, name: &str) -> Result<(), CheckpointError> {
-    let latest = root.join(LATEST);
+    let latest = root.join(LATEST_FILE);
     write_atomic(&latest, format!("{name}\n").as_bytes()).map_err(io_error(&latest))
 }
 
 /// The step `checkpoints/latest` names.
 fn read_latest(root: &Path) -> Result<u64, CheckpointError> {
-    let path = root.join(LATEST);
+    let path = root.join(LATEST_FILE);
     let bytes = read(&path)?;
     let text = String::from_utf8_lossy(&bytes);
     parse_step_name(text.trim()).ok_or_else(|| CheckpointError::Invalid {
@@ -376,16 +371,6 @@ fn steps_in(root: &Path) -> Result<Vec<u64>, CheckpointError> {
         .map_err(io_error(root))?
         .filter_map(|entry| entry.ok()?.file_name().to_str().and_then(parse_step_name))
         .collect())
-}
-
-fn step_name(step: u64) -> String {
-    format!("step-{step}")
-}
-
-/// The step of a folder named exactly as [`step_name`] writes it (not `step-012` nor `step-+1`).
-fn parse_step_name(name: &str) -> Option<u64> {
-    let step = name.strip_prefix("step-")?.parse().ok()?;
-    (step_name(step) == name).then_some(step)
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, CheckpointError> {

@@ -5,7 +5,16 @@ use std::path::{Path, PathBuf};
 use groundrl_core::data::read_samples;
 
 use groundrl_core::rng::{SplitMix64, keyed};
-use groundrl_score::data::Sample;
+use groundrl_score::data::{DataError, Sample};
+
+/// Why a sample file could not be read at all (a bad record in it is skipped and listed, not an
+/// error).
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {error}", path.display())]
+pub struct DatasetError {
+    pub path: PathBuf,
+    pub error: DataError,
+}
 
 /// Samples of one dataset file with the folder their image paths are relative to.
 #[derive(Debug)]
@@ -18,8 +27,11 @@ pub struct Dataset {
 
 impl Dataset {
     /// Reads a JSONL or Parquet file of samples; bad records are skipped and listed, not fatal.
-    pub fn load(path: &Path) -> Result<Self, String> {
-        let loaded = read_samples(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    pub fn load(path: &Path) -> Result<Self, DatasetError> {
+        let loaded = read_samples(path).map_err(|error| DatasetError {
+            path: path.to_path_buf(),
+            error,
+        })?;
         Ok(Self {
             samples: loaded.samples,
             base: Self::base_of(path),

@@ -18,13 +18,13 @@ use std::path::{Path, PathBuf};
 
 use groundrl_core::atomic::{publish_dir, temporary_path};
 use groundrl_tensor::hf_folder::{self, FolderError};
+use groundrl_tensor::model_error::ModelError;
 use groundrl_tensor::processor::{PREPROCESSOR_CONFIG_FILE, ProcessorError};
-use groundrl_tensor::qwen2_5_vl::ModelError;
 use tch::Device;
 
 use crate::checkpoint::{CheckpointError, checkpoint_dir, checkpoint_steps};
 use crate::load_model::{LoadError, LoadedModel, load_model};
-use crate::trainer::CONFIG_FILE;
+use crate::run_folder::CONFIG_FILE;
 
 /// Why a run could not be exported.
 #[derive(Debug, thiserror::Error)]

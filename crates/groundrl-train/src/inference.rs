@@ -22,10 +22,10 @@ use groundrl_score::parse::{self, parse_completion};
 use groundrl_score::resize::PixelBudget;
 use groundrl_score::reward::RewardSpec;
 use groundrl_tensor::hf_folder::HfModel;
-use groundrl_tensor::processor::{Encoded, Processor, ToolPrompt};
+use groundrl_tensor::processor::{Encoded, Processor, ProcessorError, ToolPrompt};
 use groundrl_tensor::rollout::{
-    Engine, EngineCache, GenerationRequest, RolloutError, SamplingParams, ToolRequest, ToolRollout,
-    Trajectory, TurnLimits,
+    Engine, EngineCache, FinishReason, GenerationRequest, RolloutError, SamplingParams, ToolRequest,
+    ToolRollout, Trajectory, TurnLimits,
 };
 use image::RgbImage;
 
@@ -36,6 +36,29 @@ use crate::config::TrainConfig;
 /// validation between steps (or an evaluation's batches and its last, smaller one). More would hold
 /// more KV caches in device memory through the update (`crate::plan` counts these two).
 pub const KEPT_SHAPES: usize = 2;
+
+/// Why a sample's prompt could not be encoded; each case names the sample. A caller that walks a
+/// dataset skips such a sample and counts it.
+#[derive(Debug, thiserror::Error)]
+pub enum PromptError {
+    /// Its images could not be read or its chat not rendered.
+    #[error(transparent)]
+    Encode(#[from] ProcessorError),
+    #[error("sample {sample}: no image in its prompt")]
+    NoImage { sample: String },
+    /// An image's declared size is not the decoded image's: its targets, read in the declared
+    /// frame, would be mis-scored.
+    #[error(
+        "sample {sample}: {path} declares {}x{} pixels, but the image is {}x{}",
+        declared[0], declared[1], decoded[0], decoded[1]
+    )]
+    DeclaredSize {
+        sample: String,
+        path: String,
+        declared: [u32; 2],
+        decoded: [u32; 2],
+    },
+}
 
 /// How a model is asked and how its answers are read.
 #[derive(Debug)]
@@ -132,7 +155,7 @@ impl Inference {
         sample: &Sample,
         base: &Path,
         style: Option<&PromptStyle>,
-    ) -> Result<Prompt, String> {
+    ) -> Result<Prompt, PromptError> {
         encode_prompt(processor, sample, base, style, self.tool_prompt.as_ref())
     }
 
@@ -224,7 +247,8 @@ impl Inference {
 
     /// Everything the final answer gives, in original pixels: every box and click of an answer
     /// about the full screenshot (a detection's list), or the one click an answer about a zoomed
-    /// view maps back to. `Err` is the reason it gives no answer, as [`Resolved::Failure`] names it.
+    /// view maps back to. `Err` is the reason it gives no answer, as [`Resolved::Failure`] names it:
+    /// a message for the user (printed, or written into a record), which no caller tells apart.
     pub fn read(&self, trajectory: &Trajectory, full: &View) -> Result<PixelAnswer, String> {
         if self.shown(trajectory, full).is_full() {
             let (prediction, frame) = read_completion(
@@ -368,22 +392,20 @@ pub fn encode_prompt(
     base: &Path,
     style: Option<&PromptStyle>,
     tools: Option<&ToolPrompt>,
-) -> Result<Prompt, String> {
-    let (encoded, images) = processor
-        .encode_sample_with(sample, base, style, tools)
-        .map_err(|e| e.to_string())?;
+) -> Result<Prompt, PromptError> {
+    let (encoded, images) = processor.encode_sample_with(sample, base, style, tools)?;
     check_declared_sizes(sample, &images)?;
     let frames = match (sample.images.first(), resized_size(processor, &encoded)) {
         (Some(image), Some([width, height])) => ImageFrames {
             original: Size::new(f64::from(image.width), f64::from(image.height)),
             resized: Size::new(width as f64, height as f64),
         },
-        _ => return Err(format!("sample {}: no image in its prompt", sample.id)),
+        _ => return Err(no_image(sample)),
     };
     let image = images
         .into_iter()
         .next()
-        .ok_or_else(|| format!("sample {}: no image in its prompt", sample.id))?
+        .ok_or_else(|| no_image(sample))?
         .to_rgb8();
     Ok(Prompt {
         encoded,
@@ -394,17 +416,25 @@ pub fn encode_prompt(
 
 /// Refuses a sample whose images' declared sizes are not the decoded images' sizes: its targets are
 /// read in the declared frame, so a wrong size would silently mis-score every answer.
-fn check_declared_sizes(sample: &Sample, images: &[image::DynamicImage]) -> Result<(), String> {
+fn check_declared_sizes(sample: &Sample, images: &[image::DynamicImage]) -> Result<(), PromptError> {
     for (declared, decoded) in sample.images.iter().zip(images) {
-        let (width, height) = (decoded.width(), decoded.height());
-        if (declared.width, declared.height) != (width, height) {
-            return Err(format!(
-                "sample {}: {} declares {}x{} pixels, but the image is {width}x{height}",
-                sample.id, declared.path, declared.width, declared.height
-            ));
+        let decoded = [decoded.width(), decoded.height()];
+        if [declared.width, declared.height] != decoded {
+            return Err(PromptError::DeclaredSize {
+                sample: sample.id.clone(),
+                path: declared.path.clone(),
+                declared: [declared.width, declared.height],
+                decoded,
+            });
         }
     }
     Ok(())
+}
+
+fn no_image(sample: &Sample) -> PromptError {
+    PromptError::NoImage {
+        sample: sample.id.clone(),
+    }
 }
 
 /// The `[width, height]` in pixels the processor resized the prompt's first image to (its patch grid
@@ -415,6 +445,21 @@ pub fn resized_size(processor: &Processor, encoded: &Encoded) -> Option<[u64; 2]
         .image_grids
         .first()
         .map(|g| [g[2] as u64 * patch, g[1] as u64 * patch])
+}
+
+/// Tokens of a trajectory the model generated (its tool turns left out).
+pub fn generated_tokens(t: &Trajectory) -> usize {
+    t.generated.iter().filter(|&&g| g).count()
+}
+
+/// Why a trajectory ended, as the commands' outputs name it: `eos`, `stop` (a stop string) or
+/// `length` (the token budget).
+pub fn finish_name(finish: FinishReason) -> &'static str {
+    match finish {
+        FinishReason::Eos => "eos",
+        FinishReason::StopString => "stop",
+        FinishReason::Length => "length",
+    }
 }
 
 /// The model's end-of-sequence ids and the tokenizer's eos: a completion ends at any of them.

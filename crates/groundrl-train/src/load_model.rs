@@ -23,19 +23,16 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use groundrl_tensor::hf_folder::{self, FolderError, HfModel};
-use groundrl_tensor::qwen2_5_vl::ModelError;
-use groundrl_tensor::qwen2_5_vl::lora::LoraSpec;
+use groundrl_tensor::lora::LoraSpec;
+use groundrl_tensor::model_error::ModelError;
 use tch::{Device, Kind, Tensor};
 
 use crate::checkpoint::{CheckpointError, has_checkpoint, latest_checkpoint, load_weights, restore_tensors};
 use crate::config::{ModelConfig, ModelPreset, TrainConfig};
-use crate::trainer::{CONFIG_FILE, INITIAL_MODEL_DIR};
+use crate::run_folder::{CHECKPOINTS_DIR, CONFIG_FILE, INITIAL_MODEL_DIR, WEIGHTS_FILE};
 
 /// The file that makes a folder an HF model folder.
 const HF_CONFIG_FILE: &str = "config.json";
-/// The checkpoint folders' parent in a run folder.
-const CHECKPOINTS_DIR: &str = "checkpoints";
-const WEIGHTS_FILE: &str = "weights.safetensors";
 
 /// Why a model could not be loaded.
 #[derive(Debug, thiserror::Error)]

@@ -8,12 +8,12 @@
 //! before redoing the steps after it, and every file it reads back is written atomically
 //! (`groundrl_core::atomic`); docs/reliability.md says what is guaranteed and which test shows it.
 //!
-//! One phase a file: `start` opens a run, `warm_up` is the supervised warm-up, `rollouts`
-//! draws, encodes and generates, `scoring` scores completions and logs pass rates to the ledger,
-//! `policy_update` turns rewards into advantages and updates the policy,
-//! `evaluation` runs held-out evaluation and validation (with early stopping), `checkpoints`
-//! saves and resumes, `rounds` moves between curriculum rounds, `tools` holds tool use, and
-//! `replicas` brings a data-parallel step's numbers together across the ranks.
+//! One phase a file: `start` opens a run (new, or resumed: its logs cut back), `resume` restores a
+//! checkpoint, `saving` saves one, `warm_up` is the supervised warm-up, `rollouts` draws, encodes and
+//! generates, `scoring` scores completions and logs pass rates to the ledger, `policy_update` turns
+//! rewards into advantages and updates the policy, `evaluation` runs held-out evaluation and
+//! validation (with early stopping), `rounds` moves between curriculum rounds, `tools` holds tool
+//! use, and `replicas` brings a data-parallel step's numbers together across the ranks.
 //!
 //! In a data-parallel run (`crate::data_parallel`) every rank runs this same loop on its share of
 //! each step's prompts; the update sums the gradients over the ranks, and rank 0 alone writes the
@@ -28,61 +28,44 @@ use groundrl_core::telemetry::{
     CompletionRecord, EventWriter, HealthMonitor, JsonlLog, RolloutStats, Scalars, StepRecord,
 };
 use groundrl_tensor::bench::synchronize;
-use groundrl_tensor::hf_folder::HfModel;
+use groundrl_tensor::hf_folder::{FolderError, HfModel};
 use groundrl_tensor::profiler;
 use groundrl_tensor::qwen2_5_vl::Qwen25Vl;
 use serde::{Deserialize, Serialize};
 use tch::{Device, Tensor};
 
-use crate::config::TrainConfig;
+use crate::config::{ConfigError, TrainConfig};
 use crate::data_parallel::DataParallel;
-use crate::dataset::Dataset;
+use crate::dataset::{Dataset, DatasetError};
 use crate::fault;
-use crate::inference::Inference;
-use crate::optim::AdamW;
-use crate::scoring::Scorer;
+use crate::inference::{Inference, generated_tokens};
+use crate::optim::{AdamW, OptimError};
+use crate::run_folder;
+use crate::scorer::{Scorer, ScorerError};
 use crate::update::UpdateReport;
 
-mod checkpoints;
 mod evaluation;
 mod policy_update;
 mod replicas;
+mod resume;
 mod rollouts;
 mod rounds;
+mod saving;
 mod scoring;
 mod start;
 mod tools;
 mod warm_up;
-pub use checkpoints::EventsPosition;
 pub use evaluation::Evaluation;
 use policy_update::Updated;
 use replicas::StepSums;
-use rollouts::{Rollouts, generated_tokens};
-pub use rounds::ROUNDS_DIR;
+use rollouts::Rollouts;
+pub use saving::EventsPosition;
 use tools::ToolSetup;
 pub use warm_up::SftRecord;
 
-/// The resolved config's file name in the run folder.
-pub const CONFIG_FILE: &str = "config.toml";
-/// The per-step JSONL log in the run folder.
-pub const METRICS_FILE: &str = "metrics.jsonl";
-/// The warm-up's per-step JSONL log in the run folder ([`SftRecord`]s).
-pub const SFT_FILE: &str = "sft.jsonl";
-/// The pass-rate ledger in the run folder: one entry per sample drawn, per step (see
-/// `groundrl_core::curriculum::ledger`), what `groundrl curate next` builds the next pool from.
-pub const LEDGER_FILE: &str = "ledger.jsonl";
 /// The curriculum round a single training run logs its ledger entries as (round 0 is, by the
 /// ledger's convention, the model before RL).
 pub const TRAINING_ROUND: u32 = 1;
-/// The folder of held-out evaluations in the run folder: `before.jsonl`, `after.jsonl` of
-/// [`EvalRecord`]s.
-pub const EVAL_DIR: &str = "eval";
-/// The folder of TensorBoard event files in the run folder.
-pub const TENSORBOARD_DIR: &str = "tensorboard";
-/// The folder in the run folder a model preset is written to (the run's initial weights).
-pub const INITIAL_MODEL_DIR: &str = "initial-model";
-/// The folder of profiler traces in the run folder (`trainer.profile_step`).
-pub const PROFILE_DIR: &str = "profile";
 /// Dense bf16 peak of an H100/H200 SXM (FLOP/s), the MFU denominator.
 pub const H100_BF16_FLOPS: f64 = 989e12;
 
@@ -136,12 +119,37 @@ pub enum Ending {
     },
 }
 
+/// Why a run could not start or go on.
 #[derive(Debug, thiserror::Error)]
 pub enum TrainError {
+    /// The config is not valid, or not for this run's world size or this build.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// `trainer.run_dir` holds a run already: it is resumed, or a new run goes elsewhere.
+    #[error(
+        "{} already holds a run: resume it with --resume, or choose another trainer.run_dir",
+        run_dir.display()
+    )]
+    RunExists { run_dir: PathBuf },
+    #[error(transparent)]
+    Dataset(#[from] DatasetError),
+    /// A data set the run trains on has no sample (`data.train`, or `sft.data` with warm-up steps).
+    #[error("{key} {}: no samples", path.display())]
+    NoSamples { key: &'static str, path: PathBuf },
+    #[error(transparent)]
+    Scorer(#[from] ScorerError),
+    /// The policy's model folder (`model.path`, or the preset written into the run folder).
+    #[error(transparent)]
+    Folder(#[from] FolderError),
+    #[error(transparent)]
+    Optimizer(#[from] OptimError),
+    /// Anything else, as a message to print: the ledger and the curriculum rounds' files, the
+    /// profiler, a checkpoint that does not fit the data it resumes on, a warm-up step or evaluation
+    /// left without samples. A caller stops the run on it and shows it; none tells these apart.
     #[error("{0}")]
     Setup(String),
     #[error(transparent)]
-    Model(#[from] groundrl_tensor::qwen2_5_vl::ModelError),
+    Model(#[from] groundrl_tensor::model_error::ModelError),
     #[error(transparent)]
     Rollout(#[from] groundrl_tensor::rollout::RolloutError),
     #[error(transparent)]
@@ -416,11 +424,8 @@ impl Trainer {
     /// this process writes the run's files; `None` otherwise.
     fn trace_path(&self, phase: &str) -> Option<PathBuf> {
         let step = self.state.step + 1;
-        (self.cfg.trainer.profile_step == step && self.writes()).then(|| {
-            self.run_dir
-                .join(PROFILE_DIR)
-                .join(format!("step-{step}-{phase}.json"))
-        })
+        (self.cfg.trainer.profile_step == step && self.writes())
+            .then(|| run_folder::profile_trace(&self.run_dir, step, phase))
     }
 
     /// Optimizer steps of the whole run, for the learning-rate schedule.

@@ -42,8 +42,9 @@ use groundrl_train::config::DistributedConfig;
 use groundrl_train::data_parallel::{DataParallel, DataParallelError, checksum};
 use groundrl_train::loss::LossConfig;
 use groundrl_train::optim::{AdamW, OptimConfig};
-use groundrl_train::sft::{SftReport, SftSettings, sft_step};
-use groundrl_train::update::{Row, UpdateReport, UpdateSettings, text_response, update};
+use groundrl_train::update::{
+    Row, SftReport, SftSettings, UpdateReport, UpdateSettings, sft_step, text_response, update,
+};
 use tch::{Device, Kind, Tensor};
 
 const SCENARIO: &str = "GROUNDRL_DP_SCENARIO";

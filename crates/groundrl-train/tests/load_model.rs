@@ -8,7 +8,7 @@ use groundrl_tensor::hf_folder;
 use groundrl_train::checkpoint::{CheckpointParts, save_checkpoint};
 use groundrl_train::config::{ModelPreset, TrainConfig};
 use groundrl_train::load_model::{LoadError, ModelSource, initial_model_dir, load_model, lora_spec};
-use groundrl_train::trainer::CONFIG_FILE;
+use groundrl_train::run_folder::CONFIG_FILE;
 use tch::{Device, Kind, Tensor};
 
 /// A run folder as the trainer leaves it: config.toml, the tiny preset as its initial model, and a

@@ -5,9 +5,8 @@ use std::path::{Path, PathBuf};
 
 use groundrl_core::synth::{Difficulty, SynthConfig, generate};
 use groundrl_train::config::TrainConfig;
-use groundrl_train::trainer::{
-    Ending, INITIAL_MODEL_DIR, LEDGER_FILE, METRICS_FILE, PROFILE_DIR, SFT_FILE, Trainer,
-};
+use groundrl_train::run_folder::{INITIAL_MODEL_DIR, LEDGER_FILE, METRICS_FILE, PROFILE_DIR, SFT_FILE};
+use groundrl_train::trainer::{Ending, Trainer};
 use serde_json::Value;
 
 /// 20 easy screenshots (about 60 samples) without prompts: the trainer asks each task's default.

@@ -19,7 +19,7 @@
 //! ```no_run
 //! # fn main() -> Result<(), groundrl_core::curriculum::CurriculumError> {
 //! use groundrl_core::curriculum::{LedgerEntry, LedgerWriter, RolloutBatch, rule_text};
-//! # let (sample, records): (groundrl_core::data::Sample, Vec<groundrl_core::telemetry::CompletionRecord>) = todo!();
+//! # let (sample, records): (groundrl_score::data::Sample, Vec<groundrl_core::telemetry::CompletionRecord>) = todo!();
 //! let mut ledger = LedgerWriter::open("run/ledger.jsonl")?;
 //! let batch = RolloutBatch {
 //!     run: "grpo".into(), round: 1, step: 12, temperature: 1.1, rule: rule_text("click", 1.0),

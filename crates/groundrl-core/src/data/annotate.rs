@@ -4,8 +4,8 @@
 
 use image::RgbImage;
 
-use crate::synth::draw::{Rect, fill_rect, stroke_rect};
-use crate::synth::font::{draw_text, text_size};
+use crate::raster::draw::{Rect, fill_rect, stroke_rect};
+use crate::raster::font::{draw_text, text_size};
 
 /// Target outlines (magenta).
 pub const TARGET_COLOUR: [u8; 3] = [255, 0, 200];

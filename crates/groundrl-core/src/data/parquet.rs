@@ -293,6 +293,8 @@ fn row_json(batch: &RecordBatch, row: usize) -> Result<Map<String, Value>, Field
 }
 
 /// One cell as JSON. Binary cells become the string `<N bytes>`: only their presence matters here.
+/// `Err` (here and in [`list_json`]) is the problem in words, which [`row_json`] files under the
+/// column ([`FieldError`]): the file is refused, so no caller acts on which cell failed.
 fn cell(array: &dyn Array, row: usize) -> Result<Value, String> {
     if array.is_null(row) {
         return Ok(Value::Null);
@@ -484,6 +486,8 @@ fn messages(value: Value) -> Result<Vec<Message>, FieldError> {
     Ok(out)
 }
 
+/// One verl message's content as pieces; `Err` is the problem in words, which [`messages`] files
+/// under the message's field.
 fn message_content(content: Value, next_image: &mut usize) -> Result<Vec<Content>, String> {
     let mut image = || {
         *next_image += 1;

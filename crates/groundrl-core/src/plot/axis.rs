@@ -1,32 +1,17 @@
-//! Axes: the data range a chart shows, its "nice" ticks (1, 2 or 5 times a power of ten), their
-//! labels, and the linear map from data values to pixels.
+//! Axes: the data range a chart shows, widened to "nice" ticks (1, 2 or 5 times a power of ten) at
+//! both ends, and their labels; and the axis as plotters draws it, with exactly those ticks and labels
+//! (plotters' own numeric axes neither widen the range to a tick nor keep steps whole).
 
-/// A linear map from the data interval `[lo, hi]` to the pixel interval `[from, to]` (`to < from` for
-/// a y axis, whose pixels grow downwards).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) struct Scale {
-    lo: f64,
-    hi: f64,
-    from: f64,
-    to: f64,
-}
+use std::ops::Range;
 
-impl Scale {
-    pub(super) fn new((lo, hi): (f64, f64), (from, to): (f64, f64)) -> Self {
-        Self { lo, hi, from, to }
-    }
-
-    /// The pixel of data value `v`.
-    pub(super) fn px(&self, v: f64) -> f64 {
-        self.from + (v - self.lo) / (self.hi - self.lo) * (self.to - self.from)
-    }
-}
+use plotters::coord::ranged1d::{KeyPointHint, NoDefaultFormatting, Ranged, ValueFormatter};
+use plotters::coord::types::RangedCoordf64;
 
 /// The range of an axis and its ticks, which start and end it.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Axis {
-    pub(super) lo: f64,
-    pub(super) hi: f64,
+    lo: f64,
+    hi: f64,
     step: f64,
     /// Tick `i` is `(first + i) * step`: integer multiples keep the labels free of rounding noise.
     first: i64,
@@ -75,8 +60,13 @@ impl Axis {
         (0..self.count).map(|i| (self.first + i as i64) as f64 * self.step)
     }
 
-    pub(super) fn range(&self) -> (f64, f64) {
-        (self.lo, self.hi)
+    /// The axis as plotters draws it.
+    pub(super) fn ticked(&self) -> Ticked {
+        Ticked {
+            from: self.lo,
+            to: self.hi,
+            ticks: self.ticks().map(|t| (t, self.label(t))).collect(),
+        }
     }
 
     /// A tick's label, with as many decimals as the step needs; large values get a k/M/G suffix and
@@ -93,6 +83,62 @@ impl Axis {
             .map_or((1.0, ""), |(_, scale, suffix)| (scale, suffix));
         let decimals = decimals_for(self.step / scale);
         format!("{}{suffix}", zero_sign(format!("{:.*}", decimals, v / scale)))
+    }
+}
+
+/// An axis as plotters draws it: from `from` to `to` (`from > to` for one that runs downwards), with
+/// a tick and its label at each of `ticks`.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Ticked {
+    from: f64,
+    to: f64,
+    ticks: Vec<(f64, String)>,
+}
+
+impl Ticked {
+    /// An axis of one unit per name, each name ticked at the middle of its unit; `downwards` puts
+    /// the first name at the top of a y axis.
+    pub(super) fn names(names: impl Iterator<Item = String>, downwards: bool) -> Self {
+        let ticks: Vec<(f64, String)> = names
+            .enumerate()
+            .map(|(i, name)| (i as f64 + 0.5, name))
+            .collect();
+        let end = ticks.len().max(1) as f64;
+        let (from, to) = if downwards { (end, 0.0) } else { (0.0, end) };
+        Self { from, to, ticks }
+    }
+}
+
+impl Ranged for Ticked {
+    type FormatOption = NoDefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        RangedCoordf64::from(self.from..self.to).map(value, limit)
+    }
+
+    /// The ticks, as bold key points only: a chart has no light grid lines between them.
+    fn key_points<Hint: KeyPointHint>(&self, hint: Hint) -> Vec<f64> {
+        match hint.weight().allow_light_points() {
+            true => Vec::new(),
+            false => self.ticks.iter().map(|&(t, _)| t).collect(),
+        }
+    }
+
+    fn range(&self) -> Range<f64> {
+        self.from..self.to
+    }
+}
+
+impl ValueFormatter<f64> for Ticked {
+    fn format(value: &f64) -> String {
+        format_value(*value)
+    }
+
+    /// A tick's label (plotters asks for the labels of the key points given above).
+    fn format_ext(&self, value: &f64) -> String {
+        let tick = self.ticks.iter().find(|(t, _)| t == value);
+        tick.map_or_else(|| Self::format(value), |(_, label)| label.clone())
     }
 }
 
@@ -117,13 +163,6 @@ fn decimals_for(step: f64) -> usize {
         // The tolerance keeps 0.1, whose logarithm may print as -0.999..., at one decimal.
         (-step.log10() - 1e-9).ceil() as usize
     }
-}
-
-/// A pixel coordinate as printed: at most two decimals, no trailing zeros, never `-0`.
-pub(super) fn num(v: f64) -> String {
-    let text = format!("{v:.2}");
-    let text = text.trim_end_matches('0').trim_end_matches('.');
-    zero_sign(text.to_string())
 }
 
 /// A value as charts and reports print it: whole numbers as such, others with up to three decimals.
@@ -154,6 +193,8 @@ pub(super) fn extent(values: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
 
 #[cfg(test)]
 mod tests {
+    use plotters::coord::ranged1d::BoldPoints;
+
     use super::*;
 
     fn ticks(axis: &Axis) -> Vec<String> {
@@ -163,13 +204,13 @@ mod tests {
     #[test]
     fn ticks_are_one_two_five_steps_covering_the_data() {
         let axis = Axis::covering(Some((0.0, 10.0)));
-        assert_eq!(axis.range(), (0.0, 10.0));
+        assert_eq!((axis.lo, axis.hi), (0.0, 10.0));
         assert_eq!(ticks(&axis), ["0", "2", "4", "6", "8", "10"]);
         let axis = Axis::covering(Some((0.0, 1.0)));
         assert_eq!(ticks(&axis), ["0.0", "0.2", "0.4", "0.6", "0.8", "1.0"]);
         // 0.13 to 0.87: rough step 0.185 -> 0.2, widened to 0.0 and 1.0.
         let axis = Axis::covering(Some((0.13, 0.87)));
-        assert_eq!(axis.range(), (0.0, 1.0));
+        assert_eq!((axis.lo, axis.hi), (0.0, 1.0));
         // -3 to 7: rough step 2.5 -> 2, from -4 to 8.
         assert_eq!(
             ticks(&Axis::covering(Some((-3.0, 7.0)))),
@@ -191,7 +232,13 @@ mod tests {
             ticks(&Axis::covering(Some((0.0, 0.0)))),
             ["-1.0", "-0.5", "0.0", "0.5", "1.0"]
         );
-        assert_eq!(Axis::covering(None).range(), (0.0, 1.0));
+        assert_eq!(
+            {
+                let a = Axis::covering(None);
+                (a.lo, a.hi)
+            },
+            (0.0, 1.0)
+        );
     }
 
     #[test]
@@ -213,23 +260,29 @@ mod tests {
     }
 
     #[test]
-    fn scale_maps_linearly_both_ways() {
-        let x = Scale::new((0.0, 10.0), (64.0, 464.0));
-        assert_eq!(x.px(5.0), 264.0);
-        let y = Scale::new((0.0, 1.0), (304.0, 40.0));
-        assert_eq!(y.px(0.25), 238.0);
-        assert_eq!(y.px(1.0), 40.0);
-    }
-
-    #[test]
-    fn numbers_print_short_and_unsigned_zero() {
-        assert_eq!(num(264.0), "264");
-        assert_eq!(num(172.504), "172.5");
-        assert_eq!(num(-0.001), "0");
+    fn values_print_short_and_unsigned_zero() {
         assert_eq!(format_value(12.0), "12");
         assert_eq!(format_value(0.125), "0.125");
         assert_eq!(format_value(2.0 / 3.0), "0.667");
         assert_eq!(format_value(-0.0), "0");
+    }
+
+    #[test]
+    fn plotters_gets_the_ticks_and_their_labels() {
+        let axis = Axis::covering(Some((0.0, 1.0))).ticked();
+        assert_eq!(axis.range(), 0.0..1.0);
+        let ticks = axis.key_points(BoldPoints(10));
+        let labels: Vec<String> = ticks.iter().map(|t| axis.format_ext(t)).collect();
+        assert_eq!(labels, ["0.0", "0.2", "0.4", "0.6", "0.8", "1.0"]);
+        // No light grid lines between the ticks.
+        assert!(axis.key_points(10usize).is_empty());
+        assert_eq!(axis.map(&0.5, (0, 100)), 50);
+        let names = Ticked::names(["a".to_string(), "b".to_string()].into_iter(), true);
+        assert_eq!(names.range(), 2.0..0.0);
+        assert_eq!(names.key_points(BoldPoints(10)), [0.5, 1.5]);
+        assert_eq!(names.format_ext(&1.5), "b");
+        // The first name at the top: pixels grow downwards.
+        assert_eq!(names.map(&0.5, (100, 0)), 25);
     }
 
     #[test]

@@ -1,23 +1,20 @@
 //! Grouped bar charts: one group of bars per category, one bar per series in each group.
 
-use super::axis::{Axis, extent, format_value, num};
-use super::canvas::{Anchor, Area, Canvas, LEGEND_WIDTH};
-use super::{colour, escape, skipped_note};
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-const WIDTH: f64 = 640.0;
-const HEIGHT: f64 = 360.0;
-/// The same layout as the line chart's: y ticks left, legend right, labels below.
-const AREA: Area = Area {
-    left: 64.0,
-    top: 40.0,
-    right: WIDTH - 16.0 - LEGEND_WIDTH,
-    bottom: HEIGHT - 56.0,
-};
+use super::axis::{Axis, Ticked, extent, format_value};
+use super::frame::{self, Axes, Chart, Drawn, colour};
+
+const WIDTH: u32 = 640;
+const HEIGHT: u32 = 360;
 /// Share of a category's band its bars fill; the rest separates the groups.
 const GROUP_SHARE: f64 = 0.8;
-/// Approximate width of a character of the 12 px labels, to shorten category names that would run
+/// Approximate width of a character of the tick labels, to shorten category names that would run
 /// into their neighbours.
-const CHAR_WIDTH: f64 = 7.0;
+const CHAR_WIDTH: f64 = 6.5;
+/// Width of the plot area: the chart less the y labels, the margins and the legend.
+const PLOT_WIDTH: f64 = (WIDTH - 56 - 8 - frame::LEGEND_WIDTH) as f64;
 
 /// One series: `values[i]` is its bar in `categories[i]`. A series shorter than the categories has
 /// no bar in the last ones; values past the last category are not drawn.
@@ -63,67 +60,70 @@ impl BarChart {
         };
         let skipped = self.series.iter().flat_map(|s| s.values.iter().take(n)).count() - drawn().count();
         let has_data = drawn().next().is_some();
+        let axes = self.axes(drawn());
+        frame::svg("bar-chart", &self.title, (WIDTH, HEIGHT), |area| {
+            let mut chart = axes.draw(area)?;
+            for s in 0..self.series.len() {
+                self.draw_series(&mut chart, s)?;
+            }
+            if !has_data {
+                frame::no_data(chart.plotting_area(), "no data")?;
+            }
+            let names = self.series.iter().enumerate();
+            frame::legend(area, names.map(|(i, s)| (s.name.as_str(), colour(i))))?;
+            frame::skipped_note(area, skipped, "value", "not finite")
+        })
+    }
+
+    /// Axes of the categories and of the values drawn, zero and `y_range` included.
+    fn axes(&self, values: impl Iterator<Item = f64>) -> Axes<'_> {
         let bounds = [0.0]
             .into_iter()
             .chain(self.y_range.into_iter().flat_map(|(lo, hi)| [lo, hi]));
-        let y_axis = Axis::covering(extent(drawn().chain(bounds)));
-
-        let mut canvas = Canvas::new("bar-chart", WIDTH, HEIGHT, &self.title);
-        canvas.y_axis(AREA, &y_axis, &self.y_label);
-        canvas.baseline(AREA);
-        canvas.x_label(AREA, &self.x_label);
-        let band = AREA.width() / n.max(1) as f64;
-        self.category_labels(&mut canvas, band);
-        let y = AREA.y_scale(&y_axis);
-        let bar_width = band * GROUP_SHARE / self.series.len().max(1) as f64;
-        for (s, series) in self.series.iter().enumerate() {
-            for (c, &value) in series.values.iter().take(n).enumerate() {
-                if !value.is_finite() {
-                    continue;
-                }
-                let x = AREA.left + band * (c as f64 + (1.0 - GROUP_SHARE) / 2.0) + bar_width * s as f64;
-                let (top, bottom) = (y.px(value.max(0.0)), y.px(value.min(0.0)));
-                let tip = format!("{}, {}: {}", series.name, self.categories[c], format_value(value));
-                canvas.push(&format!(
-                    r#"<rect class="bar" x="{}" y="{}" width="{}" height="{}" fill="{}"><title>{}</title></rect>"#,
-                    num(x),
-                    num(top),
-                    num(bar_width),
-                    num(bottom - top),
-                    colour(s),
-                    escape(&tip)
-                ));
-                if self.show_values {
-                    let label_y = if value >= 0.0 { top - 3.0 } else { bottom + 11.0 };
-                    let attrs = r#"class="bar-value" font-size="10""#;
-                    canvas.text(
-                        x + bar_width / 2.0,
-                        label_y,
-                        Anchor::Middle,
-                        attrs,
-                        &format_value(value),
-                    );
-                }
-            }
+        let y_axis = Axis::covering(extent(values.chain(bounds)));
+        let fits = PLOT_WIDTH / self.categories.len().max(1) as f64 / CHAR_WIDTH;
+        let names = self
+            .categories
+            .iter()
+            .map(|name| shorten(name, (fits as usize).max(3)));
+        Axes {
+            x: Ticked::names(names, false),
+            y: y_axis.ticked(),
+            x_label: &self.x_label,
+            y_label: &self.y_label,
+            legend: true,
         }
-        if !has_data {
-            canvas.no_data(AREA, "no data");
-        }
-        let names = self.series.iter().enumerate();
-        canvas.legend(AREA, names.map(|(i, s)| (s.name.as_str(), colour(i))));
-        canvas.note(skipped_note(skipped, "value", "not finite"));
-        canvas.finish()
     }
 
-    /// Each category's name under its group, shortened with "…" to fit the band.
-    fn category_labels(&self, canvas: &mut Canvas, band: f64) {
-        let fits = ((band / CHAR_WIDTH) as usize).max(3);
-        for (c, name) in self.categories.iter().enumerate() {
-            let label = shorten(name, fits);
-            let x = AREA.left + band * (c as f64 + 0.5);
-            let attrs = r##"class="category" fill="#333""##;
-            canvas.text(x, AREA.bottom + 16.0, Anchor::Middle, attrs, &escape(&label));
+    /// The bars of series `s`, one per category with a finite value, and their values when shown.
+    fn draw_series(&self, chart: &mut Chart, s: usize) -> Drawn {
+        let width = GROUP_SHARE / self.series.len().max(1) as f64;
+        let bars: Vec<(f64, f64)> = self.series[s]
+            .values
+            .iter()
+            .take(self.categories.len())
+            .enumerate()
+            .filter(|(_, v)| v.is_finite())
+            .map(|(c, &v)| (c as f64 + (1.0 - GROUP_SHARE) / 2.0 + width * s as f64, v))
+            .collect();
+        let fill = colour(s).filled();
+        let rectangles = bars
+            .iter()
+            .map(|&(x, v)| Rectangle::new([(x, v.max(0.0)), (x + width, v.min(0.0))], fill));
+        chart.draw_series(rectangles)?;
+        if self.show_values {
+            // Above the bar's end, below it for a negative value.
+            chart.draw_series(bars.iter().map(|&(x, v)| {
+                let (dy, v_pos) = if v >= 0.0 {
+                    (-3, VPos::Bottom)
+                } else {
+                    (3, VPos::Top)
+                };
+                let style = frame::text(10.0).pos(Pos::new(HPos::Center, v_pos));
+                EmptyElement::at((x + width / 2.0, v)) + Text::new(format_value(v), (0, dy), style)
+            }))?;
         }
+        Ok(())
     }
 }
 
@@ -138,6 +138,7 @@ fn shorten(text: &str, max: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::inspect::{bars, rects, texts};
     use super::*;
 
     fn chart(categories: &[&str], series: Vec<BarSeries>) -> BarChart {
@@ -151,23 +152,24 @@ mod tests {
     }
 
     #[test]
-    fn bars_have_the_band_geometry() {
-        // Two bands of 200 px from x = 64; bars are 80% of a band, starting 10% in; y 0..1 onto 304..40.
+    fn bars_stand_from_zero_to_their_value_in_their_band() {
         let svg = chart(&["a", "b"], vec![BarSeries::new("after", vec![1.0, 0.5])]).svg();
-        assert!(
-            svg.contains(r##"<rect class="bar" x="84" y="40" width="160" height="264" fill="#4e79a7">"##)
-        );
-        assert!(
-            svg.contains(r##"<rect class="bar" x="284" y="172" width="160" height="132" fill="#4e79a7">"##)
-        );
-        assert!(svg.contains("<title>after, b: 0.5</title>"));
-        assert!(svg.contains(
-            r##"<text x="364" y="320" text-anchor="middle" class="category" fill="#333">b</text>"##
-        ));
+        let [[x1, y1, w1, h1], [x2, y2, w2, h2]] = bars(&svg)[..] else {
+            panic!("{svg}")
+        };
+        // The axis runs 0..1: the first bar fills the plot height, the second half of it, both on
+        // the baseline; each takes 80% of its category's band.
+        assert_eq!((w1, y1 + h1), (w2, y2 + h2));
+        assert!((h1 - 2 * h2).abs() <= 1, "{h1} {h2}");
+        assert!((x2 - x1 - w1 * 5 / 4).abs() <= 1, "{x1} {x2} {w1}");
+        let texts = texts(&svg);
+        assert!(texts.contains(&"a") && texts.contains(&"b") && texts.contains(&"after"));
+        // Values are not written unless asked for.
+        assert!(!texts.contains(&"0.5"));
     }
 
     #[test]
-    fn groups_hold_one_bar_per_series() {
+    fn groups_hold_one_bar_per_series_in_its_colour() {
         let svg = chart(
             &["x", "y", "z"],
             vec![
@@ -176,36 +178,37 @@ mod tests {
             ],
         )
         .svg();
-        assert_eq!(svg.matches(r#"<rect class="bar""#).count(), 6);
-        // Band 400/3, bars 0.8 * band / 2 = 53.33 wide: the second series' first bar starts at
-        // 64 + 13.33 + 53.33.
-        assert!(svg.contains(r##"<rect class="bar" x="130.67" y="##));
-        assert!(svg.contains(r##"fill="#f28e2b""##));
+        assert_eq!(bars(&svg).len(), 6);
+        // Three bars and the legend's swatch in each series' colour.
+        assert_eq!(rects(&svg, colour(0)).len(), 4);
+        assert_eq!(rects(&svg, colour(1)).len(), 4);
+        let (before, after) = (rects(&svg, colour(0))[0], rects(&svg, colour(1))[0]);
+        assert_eq!(after[0], before[0] + before[2], "side by side");
     }
 
     #[test]
-    fn negative_values_hang_below_zero() {
-        // y -1..1 (step 0.5): zero at 172, -1 at 304.
+    fn negative_values_hang_below_zero_with_their_values() {
         let mut c = chart(&["a", "b"], vec![BarSeries::new("s", vec![-1.0, 1.0])]);
         c.show_values = true;
         let svg = c.svg();
-        assert!(svg.contains(r#"<rect class="bar" x="84" y="172" width="160" height="132""#));
-        assert!(svg.contains(
-            r#"<text x="164" y="315" text-anchor="middle" class="bar-value" font-size="10">-1</text>"#
-        ));
-        assert!(svg.contains(
-            r#"<text x="364" y="37" text-anchor="middle" class="bar-value" font-size="10">1</text>"#
-        ));
+        let [[_, below, _, down], [_, above, _, up]] = bars(&svg)[..] else {
+            panic!("{svg}")
+        };
+        // Both start at zero and are as long (to the pixel).
+        assert!((below - (above + up)).abs() <= 1, "{below} {above} {up}");
+        assert!((down - up).abs() <= 1, "{down} {up}");
+        let texts = texts(&svg);
+        assert!(texts.contains(&"-1") && texts.contains(&"1"));
     }
 
     #[test]
     fn non_finite_and_missing_values_draw_no_bar() {
         let svg = chart(&["a", "b", "c"], vec![BarSeries::new("s", vec![f64::NAN, 2.0])]).svg();
-        assert_eq!(svg.matches(r#"<rect class="bar""#).count(), 1);
-        assert!(svg.contains(">1 value skipped (not finite)</text>"));
+        assert_eq!(bars(&svg).len(), 1);
+        assert!(texts(&svg).contains(&"1 value skipped (not finite)"));
         let svg = chart(&[], vec![BarSeries::new("s", vec![1.0])]).svg();
-        assert!(svg.contains(">no data</text>"));
-        assert!(!svg.contains(r#"class="bar""#));
+        assert!(texts(&svg).contains(&"no data"));
+        assert!(bars(&svg).is_empty());
     }
 
     #[test]
@@ -213,10 +216,10 @@ mod tests {
         let names: Vec<String> = (0..8).map(|i| format!("screenspot/<web>-{i}")).collect();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let svg = chart(&names, vec![BarSeries::new("s", vec![1.0; 8])]).svg();
-        // Bands of 50 px fit 7 characters.
-        assert!(svg.contains(">screen…</text>"));
+        // Bands of 52 px fit 8 characters.
+        assert!(texts(&svg).contains(&"screens…"), "{:?}", texts(&svg));
         assert_eq!(shorten("abc", 3), "abc");
         let svg = chart(&["a<b"], vec![BarSeries::new("s", vec![1.0])]).svg();
-        assert!(svg.contains(">a&lt;b</text>"));
+        assert!(texts(&svg).contains(&"a&lt;b"));
     }
 }

@@ -1,21 +1,13 @@
 //! Line charts: several named series of (x, y) points on numeric axes, with an optional marked point.
 
-use std::fmt::Write;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::axis::{Axis, extent, num};
-use super::canvas::{Anchor, Area, Canvas, LEGEND_WIDTH};
-use super::{colour, escape, skipped_note};
+use super::axis::{Axis, extent};
+use super::frame::{self, Axes, Chart, Drawn, colour};
 
-const WIDTH: f64 = 640.0;
-const HEIGHT: f64 = 360.0;
-/// The plot area: room for y tick labels on the left, the legend on the right, the title on top and
-/// x tick labels, the x label and a note below.
-const AREA: Area = Area {
-    left: 64.0,
-    top: 40.0,
-    right: WIDTH - 16.0 - LEGEND_WIDTH,
-    bottom: HEIGHT - 56.0,
-};
+const WIDTH: u32 = 640;
+const HEIGHT: u32 = 360;
 /// Series with more points than this are drawn as lines only: dots would blot them.
 const MAX_DOTS: usize = 40;
 
@@ -71,83 +63,73 @@ impl LineChart {
         let mut skipped = total - series.iter().map(Vec::len).sum::<usize>();
         let marker = self.marker.as_ref().filter(|m| finite(&(m.x, m.y)));
         skipped += usize::from(self.marker.is_some() && marker.is_none());
-
         let all = || series.iter().flatten().copied().chain(marker.map(|m| (m.x, m.y)));
-        let x_extent = extent(all().map(|p| p.0));
-        let x_axis = if all().all(|p| p.0.fract() == 0.0) {
+        let axes = self.axes(all);
+        frame::svg("line-chart", &self.title, (WIDTH, HEIGHT), |area| {
+            let mut chart = axes.draw(area)?;
+            for (i, points) in series.iter().enumerate() {
+                draw_series(&mut chart, points, colour(i))?;
+            }
+            if let Some(m) = marker {
+                draw_marker(&mut chart, m)?;
+            }
+            if all().next().is_none() {
+                frame::no_data(chart.plotting_area(), "no data")?;
+            }
+            let names = self.series.iter().enumerate();
+            frame::legend(area, names.map(|(i, s)| (s.name.as_str(), colour(i))))?;
+            frame::skipped_note(area, skipped, "point", "not finite")
+        })
+    }
+
+    /// Axes that cover the points drawn (and `y_range`), with whole x ticks when every x is whole
+    /// (steps).
+    fn axes<I: Iterator<Item = (f64, f64)>>(&self, points: impl Fn() -> I) -> Axes<'_> {
+        let x_extent = extent(points().map(|p| p.0));
+        let x_axis = if points().all(|p| p.0.fract() == 0.0) {
             Axis::covering_whole(x_extent)
         } else {
             Axis::covering(x_extent)
         };
-        let y_data = all().map(|p| p.1);
+        let y_data = points().map(|p| p.1);
         let y_axis = Axis::covering(match self.y_range {
             Some((lo, hi)) => extent(y_data.chain([lo, hi])),
             None => extent(y_data),
         });
-
-        let mut canvas = Canvas::new("line-chart", WIDTH, HEIGHT, &self.title);
-        canvas.y_axis(AREA, &y_axis, &self.y_label);
-        canvas.x_axis(AREA, &x_axis, &self.x_label);
-        let (x, y) = (AREA.x_scale(&x_axis), AREA.y_scale(&y_axis));
-        let px = |&(vx, vy): &(f64, f64)| (x.px(vx), y.px(vy));
-        for (i, points) in series.iter().enumerate() {
-            let pixels: Vec<(f64, f64)> = points.iter().map(px).collect();
-            draw_series(&mut canvas, &pixels, colour(i));
+        Axes {
+            x: x_axis.ticked(),
+            y: y_axis.ticked(),
+            x_label: &self.x_label,
+            y_label: &self.y_label,
+            legend: true,
         }
-        if let Some(m) = marker {
-            draw_marker(&mut canvas, px(&(m.x, m.y)), &m.label);
-        }
-        if all().next().is_none() {
-            canvas.no_data(AREA, "no data");
-        }
-        let names = self.series.iter().enumerate();
-        canvas.legend(AREA, names.map(|(i, s)| (s.name.as_str(), colour(i))));
-        canvas.note(skipped_note(skipped, "point", "not finite"));
-        canvas.finish()
     }
 }
 
-/// A polyline through the pixels, and a dot on each when there are few.
-fn draw_series(canvas: &mut Canvas, pixels: &[(f64, f64)], colour: &str) {
-    if pixels.len() >= 2 {
-        let mut points = String::new();
-        for (i, &(x, y)) in pixels.iter().enumerate() {
-            let sep = if i == 0 { "" } else { " " };
-            write!(points, "{sep}{},{}", num(x), num(y)).unwrap();
-        }
-        canvas.push(&format!(
-            r#"<polyline class="series" points="{points}" fill="none" stroke="{colour}" stroke-width="2"/>"#
-        ));
+/// A line through the points, and a dot on each when there are few.
+fn draw_series(chart: &mut Chart, points: &[(f64, f64)], colour: RGBColor) -> Drawn {
+    if points.len() >= 2 {
+        chart.draw_series(LineSeries::new(points.iter().copied(), colour.stroke_width(2)))?;
     }
-    if pixels.len() <= MAX_DOTS {
-        for &(x, y) in pixels {
-            canvas.push(&format!(
-                r#"<circle class="point" cx="{}" cy="{}" r="3" fill="{colour}"/>"#,
-                num(x),
-                num(y)
-            ));
-        }
+    if points.len() <= MAX_DOTS {
+        chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, colour.filled())))?;
     }
+    Ok(())
 }
 
 /// A ring around the marked point and its label above right of it.
-fn draw_marker(canvas: &mut Canvas, (x, y): (f64, f64), label: &str) {
-    canvas.push(&format!(
-        r##"<circle class="marker" cx="{}" cy="{}" r="7" fill="none" stroke="#000" stroke-width="2"/>"##,
-        num(x),
-        num(y)
-    ));
-    canvas.text(
-        x + 9.0,
-        y - 9.0,
-        Anchor::Start,
-        r#"class="marker-label" font-weight="bold""#,
-        &escape(label),
-    );
+fn draw_marker(chart: &mut Chart, marker: &Marker) -> Drawn {
+    let label = frame::styled(12.0, FontStyle::Bold).pos(Pos::new(HPos::Left, VPos::Bottom));
+    let ring = EmptyElement::at((marker.x, marker.y))
+        + Circle::new((0, 0), 7, BLACK.stroke_width(2))
+        + Text::new(marker.label.clone(), (9, -6), label);
+    chart.draw_series([ring])?;
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::inspect::texts;
     use super::*;
 
     fn chart(series: Vec<Series>) -> LineChart {
@@ -160,19 +142,42 @@ mod tests {
         }
     }
 
+    /// The points of each polyline drawn in `colour`, in pixels.
+    fn lines(svg: &str, colour: &str) -> Vec<Vec<(i32, i32)>> {
+        let stroke = format!(r#"stroke="{colour}" stroke-width="2" points=""#);
+        let points = svg
+            .split(&stroke)
+            .skip(1)
+            .filter_map(|rest| rest.split('"').next());
+        let pair = |p: &str| {
+            let (x, y) = p.split_once(',')?;
+            Some((x.parse().ok()?, y.parse().ok()?))
+        };
+        points
+            .map(|p| p.split_whitespace().filter_map(pair).collect())
+            .collect()
+    }
+
     #[test]
-    fn points_land_where_the_axis_range_puts_them() {
-        // x 0..10 onto 64..464, y 0..1 onto 304..40.
+    fn points_land_where_the_axes_put_them() {
         let svg = chart(vec![Series::new("a", vec![(0.0, 0.0), (10.0, 1.0), (5.0, 0.5)])]).svg();
-        assert!(svg.contains(r#"<polyline class="series" points="64,304 464,40 264,172""#));
-        assert!(svg.contains(r##"<circle class="point" cx="264" cy="172" r="3" fill="#4e79a7"/>"##));
-        assert_eq!(svg.matches(r#"class="point""#).count(), 3);
-        // Six ticks each way: 0, 2, ..., 10 and 0.0, 0.2, ..., 1.0.
-        assert_eq!(svg.matches(r#"class="tick""#).count(), 12);
-        assert!(
-            svg.contains(r##"<text x="58" y="308" text-anchor="end" class="tick" fill="#333">0.0</text>"##)
-        );
-        assert!(!svg.contains("class=\"note\""));
+        let lines = lines(&svg, "#4E79A7");
+        assert_eq!(lines.len(), 1);
+        let [(x0, y0), (x1, y1), (x2, y2)] = lines[0][..] else {
+            panic!("{lines:?}")
+        };
+        // x 0..10 and y 0..1 are the axes' ends, so (5, 0.5) is in the middle of the plot area.
+        assert!(x1 > x0 && y1 < y0, "y grows upwards");
+        assert!((x2 - (x0 + x1) / 2).abs() <= 1 && (y2 - (y0 + y1) / 2).abs() <= 1);
+        assert_eq!(svg.matches(r##"<circle"##).count(), 3);
+        let texts = texts(&svg);
+        for tick in [
+            "0", "2", "4", "6", "8", "10", "0.0", "0.2", "0.4", "0.6", "0.8", "1.0",
+        ] {
+            assert!(texts.contains(&tick), "{tick} in {texts:?}");
+        }
+        assert!(texts.contains(&"step") && texts.contains(&"reward"));
+        assert!(!texts.iter().any(|t| t.contains("skipped")));
     }
 
     #[test]
@@ -182,10 +187,10 @@ mod tests {
             Series::new("a & b", vec![(1.0, 2.0), (2.0, 1.0)]),
         ])
         .svg();
-        assert_eq!(svg.matches("<polyline").count(), 2);
-        assert!(svg.contains(r##"stroke="#f28e2b""##));
-        assert!(svg.contains(">reward &lt;mean&gt;</text>"));
-        assert!(svg.contains(">a &amp; b</text>"));
+        assert_eq!(lines(&svg, "#4E79A7").len(), 1);
+        assert_eq!(lines(&svg, "#F28E2B").len(), 1);
+        let texts = texts(&svg);
+        assert!(texts.contains(&"reward &lt;mean&gt;") && texts.contains(&"a &amp; b"));
         assert!(!svg.contains("<mean>"));
     }
 
@@ -196,27 +201,43 @@ mod tests {
             vec![(0.0, f64::NAN), (0.0, 0.0), (f64::INFINITY, 1.0), (10.0, 1.0)],
         )])
         .svg();
-        assert!(svg.contains(r#"points="64,304 464,40""#));
-        assert!(svg.contains(">2 points skipped (not finite)</text>"));
+        assert_eq!(lines(&svg, "#4E79A7")[0].len(), 2);
+        assert!(texts(&svg).contains(&"2 points skipped (not finite)"));
         assert!(!svg.contains("NaN") && !svg.contains("inf"));
     }
 
     #[test]
     fn a_single_point_is_a_dot_in_the_middle() {
-        // x 3 -> axis 2.7..3.3, y 0.5 -> 0.44..0.56: the point is centred.
+        // x 3 -> axis 2..4, y 0.5 -> 0.44..0.56: the point is centred, as is the 0.5 tick.
         let svg = chart(vec![Series::new("a", vec![(3.0, 0.5)])]).svg();
-        assert!(!svg.contains("<polyline"));
-        assert!(svg.contains(r#"<circle class="point" cx="264" cy="172""#));
+        assert!(lines(&svg, "#4E79A7").is_empty());
+        let dot = svg.split("<circle").nth(1).unwrap_or_default();
+        let (three, half) = (tick_at(&svg, "3", "x"), tick_at(&svg, "0.50", "y"));
+        assert!(dot.contains(&format!(r#"cx="{three}""#)), "{dot}");
+        assert!(dot.contains(&format!(r#"cy="{half}""#)), "{dot}");
+    }
+
+    /// The `coordinate` of the tick labelled `label`.
+    fn tick_at(svg: &str, label: &str, coordinate: &str) -> String {
+        let element = svg
+            .split("<text")
+            .find(|t| t.contains(&format!(">\n{label}\n</text>")))
+            .unwrap_or_default();
+        let value = element
+            .split(&format!(r#" {coordinate}=""#))
+            .nth(1)
+            .unwrap_or_default();
+        value.split('"').next().unwrap_or_default().to_string()
     }
 
     #[test]
     fn no_points_says_no_data() {
         let svg = chart(vec![Series::new("a", vec![])]).svg();
-        assert!(svg.contains(">no data</text>"));
+        assert!(texts(&svg).contains(&"no data"));
         assert!(!svg.contains("<circle"));
         let svg = chart(vec![Series::new("a", vec![(f64::NAN, 1.0)])]).svg();
-        assert!(svg.contains(">no data</text>"));
-        assert!(svg.contains(">1 point skipped (not finite)</text>"));
+        assert!(texts(&svg).contains(&"no data"));
+        assert!(texts(&svg).contains(&"1 point skipped (not finite)"));
     }
 
     #[test]
@@ -229,9 +250,13 @@ mod tests {
             label: "pick <2>".into(),
         });
         let svg = c.svg();
-        // Whole x 1..2 onto 64..464; y 0..1: (2, 0.6) at (464, 145.6).
-        assert!(svg.contains(r#"<circle class="marker" cx="464" cy="145.6" r="7""#));
-        assert!(svg.contains(">pick &lt;2&gt;</text>"));
-        assert!(svg.contains(">1.0</text>") && svg.contains(">0.0</text>"));
+        // The ring is centred on the last point of the line.
+        let &(x, y) = lines(&svg, "#4E79A7")[0].last().unwrap_or(&(0, 0));
+        assert!(svg.contains(&format!(
+            r##"<circle cx="{x}" cy="{y}" r="7" opacity="1" fill="none" stroke="#000000""##
+        )));
+        let texts = texts(&svg);
+        assert!(texts.contains(&"pick &lt;2&gt;"));
+        assert!(texts.contains(&"1.0") && texts.contains(&"0.0"));
     }
 }

@@ -1,14 +1,24 @@
-//! SVG charts as strings: line charts, grouped bar charts, heatmaps and reliability diagrams.
+//! SVG charts as strings: line charts, grouped bar charts, heatmaps and reliability diagrams, drawn
+//! with plotters' SVG backend.
+//!
+//! plotters writes the SVG, maps data to pixels and draws the axes, tick marks, grid lines, lines,
+//! dots and bars. What it does not offer stays here: axis ranges widened to ticks at both ends, with
+//! whole ticks for steps and counts (`axis`, handed to plotters as its key points); the legend column
+//! beside the plot area (plotters' legend sits inside it, over the data); the heatmap's cells and
+//! colour scale; and the notes about skipped values. plotters is built without its font features:
+//! text is laid out by an estimate of its width and rendered by whatever shows the SVG, in its
+//! `sans-serif`, so no system font is read and the output is the same on every machine.
 //!
 //! The charts are plain SVG 1.1 (no script, no external font or stylesheet), so the same string can be
 //! written to a `.svg` file or inlined in an HTML report and look alike in both. Output is
-//! deterministic: coordinates are printed with at most two decimals and nothing depends on the clock
-//! or on hashing, so a chart can be compared byte for byte in tests and diffs.
+//! deterministic: coordinates are whole pixels and nothing depends on the clock or on hashing, so a
+//! chart can be compared byte for byte in tests and diffs.
 //!
-//! Every chart's root element carries the class `groundrl-chart` plus its kind (`line-chart`,
-//! `bar-chart`, `heatmap`, `reliability-diagram`), for a page or a test to find it. Values that are not
-//! finite are skipped and counted in a note drawn under the chart, never plotted as if they were data;
-//! a chart with nothing to draw says "no data" rather than drawing empty axes alone.
+//! Every chart's root element carries its title as `<title>` and the class `groundrl-chart` plus its
+//! kind (`line-chart`, `bar-chart`, `heatmap`, `reliability-diagram`), for a page or a test to find it.
+//! Values that are not finite are skipped and counted in a note drawn under the chart, never plotted
+//! as if they were data; a chart with nothing to draw says "no data" rather than drawing empty axes
+//! alone.
 //!
 //! ```
 //! use groundrl_core::plot::{LineChart, Series};
@@ -24,8 +34,10 @@
 
 mod axis;
 mod bar;
-mod canvas;
+mod frame;
 mod heatmap;
+#[cfg(test)]
+pub(crate) mod inspect;
 mod line;
 mod reliability;
 
@@ -51,23 +63,6 @@ pub fn escape(text: &str) -> String {
     out
 }
 
-/// Series colours, in order (Tableau 10): distinct for the common kinds of colour blindness.
-const PALETTE: [&str; 10] = [
-    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
-    "#bab0ac",
-];
-
-/// The colour of series `index` (the palette repeats after ten).
-fn colour(index: usize) -> &'static str {
-    PALETTE[index % PALETTE.len()]
-}
-
-/// "1 value skipped (not finite)", "3 values skipped (...)", or nothing when none was.
-fn skipped_note(skipped: usize, noun: &str, why: &str) -> Option<String> {
-    let plural = if skipped == 1 { "" } else { "s" };
-    (skipped > 0).then(|| format!("{skipped} {noun}{plural} skipped ({why})"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,12 +74,5 @@ mod tests {
             "&lt;b a=&quot;1&quot;&gt;Tom &amp; Jerry&#39;s&lt;/b&gt;"
         );
         assert_eq!(escape("plain"), "plain");
-    }
-
-    #[test]
-    fn colours_cycle() {
-        assert_eq!(colour(0), "#4e79a7");
-        assert_eq!(colour(10), "#4e79a7");
-        assert_eq!(colour(11), "#f28e2b");
     }
 }

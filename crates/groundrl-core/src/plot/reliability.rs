@@ -2,19 +2,18 @@
 //! A calibrated model's bars reach the diagonal; bars under it mean overconfidence (a model
 //! stating 87-92% confidence on wrong answers).
 
-use super::axis::{Axis, format_value, num};
-use super::canvas::{Anchor, Area, Canvas};
-use super::skipped_note;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-const WIDTH: f64 = 360.0;
-const HEIGHT: f64 = 376.0;
-/// A square plot area, under the title and the calibration-error line.
-const AREA: Area = Area {
-    left: 64.0,
-    top: 56.0,
-    right: 328.0,
-    bottom: 320.0,
-};
+use super::axis::{Axis, format_value};
+use super::frame::{self, Axes, Chart, Drawn};
+
+/// The size of the diagram: its plot area is about square, under the title and the calibration-error
+/// line.
+const WIDTH: u32 = 360;
+const HEIGHT: u32 = 376;
+/// Height of the calibration-error line.
+const SUBTITLE: u32 = 18;
 
 /// The answers whose stated confidence fell in `[lo, hi)` (the last bin includes 1).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -92,58 +91,60 @@ impl ReliabilityDiagram {
     /// its answer count above it, and the diagonal of perfect calibration.
     pub fn svg(&self) -> String {
         let axis = Axis::covering(Some((0.0, 1.0)));
-        let (x, y) = (AREA.x_scale(&axis), AREA.y_scale(&axis));
-        let mut canvas = Canvas::new("reliability-diagram", WIDTH, HEIGHT, &self.title);
-        canvas.y_axis(AREA, &axis, "accuracy");
-        canvas.x_axis(AREA, &axis, "stated confidence");
         let total = self.usable().count();
-        if let Some(ece) = self.expected_calibration_error() {
-            let line = format!("ECE {} over {total} answers", format_value(ece));
-            let attrs = r##"class="subtitle" fill="#333" font-size="11""##;
-            canvas.text(WIDTH / 2.0, 40.0, Anchor::Middle, attrs, &line);
-        }
-        canvas.line(
-            (x.px(0.0), y.px(0.0)),
-            (x.px(1.0), y.px(1.0)),
-            r##"class="diagonal" stroke="#999" stroke-dasharray="4 3""##,
-        );
-        for bin in self.binned() {
-            let Some(accuracy) = bin.accuracy else { continue };
-            let (left, right, top) = (x.px(bin.lo), x.px(bin.hi), y.px(accuracy));
-            canvas.push(&format!(
-                r##"<rect class="bar" x="{}" y="{}" width="{}" height="{}" fill="#4e79a7" fill-opacity="0.8"><title>confidence {}-{}: {} answers, accuracy {}</title></rect>"##,
-                num(left + 1.0),
-                num(top),
-                num(right - left - 2.0),
-                num(AREA.bottom - top),
-                format_value(bin.lo),
-                format_value(bin.hi),
-                bin.count,
-                format_value(accuracy)
-            ));
-            let attrs = r#"class="bin-count" font-size="10""#;
-            canvas.text(
-                (left + right) / 2.0,
-                top - 3.0,
-                Anchor::Middle,
-                attrs,
-                &bin.count.to_string(),
-            );
-        }
-        if total == 0 {
-            canvas.no_data(AREA, "no stated confidences");
-        }
-        canvas.note(skipped_note(
-            self.answers.len() - total,
-            "confidence",
-            "not in [0, 1]",
-        ));
-        canvas.finish()
+        let ece = self.expected_calibration_error();
+        let axes = Axes {
+            x: axis.ticked(),
+            y: axis.ticked(),
+            x_label: "stated confidence",
+            y_label: "accuracy",
+            legend: false,
+        };
+        frame::svg("reliability-diagram", &self.title, (WIDTH, HEIGHT), |area| {
+            let (subtitle, plot) = area.split_vertically(SUBTITLE);
+            if let Some(ece) = ece {
+                let line = format!("ECE {} over {total} answers", format_value(ece));
+                let style = frame::text(11.0).pos(Pos::new(HPos::Center, VPos::Top));
+                subtitle.draw_text(&line, &style, (WIDTH as i32 / 2, 0))?;
+            }
+            let mut chart = axes.draw(&plot)?;
+            let diagonal = RGBColor(0x99, 0x99, 0x99).stroke_width(1);
+            chart.draw_series(DashedLineSeries::new([(0.0, 0.0), (1.0, 1.0)], 4, 3, diagonal))?;
+            self.draw_bins(&mut chart)?;
+            if total == 0 {
+                frame::no_data(chart.plotting_area(), "no stated confidences")?;
+            }
+            let skipped = self.answers.len() - total;
+            frame::skipped_note(area, skipped, "confidence", "not in [0, 1]")
+        })
+    }
+
+    /// A bar per non-empty bin, as high as its accuracy, with its answer count above it.
+    fn draw_bins(&self, chart: &mut Chart) -> Drawn {
+        let bins: Vec<(Bin, f64)> = self
+            .binned()
+            .into_iter()
+            .filter_map(|bin| Some((bin, bin.accuracy?)))
+            .collect();
+        // In the first series' colour, a little transparent so the diagonal shows through.
+        let fill = frame::colour(0).mix(0.8).filled();
+        chart.draw_series(bins.iter().map(|&(bin, accuracy)| {
+            let mut bar = Rectangle::new([(bin.lo, accuracy), (bin.hi, 0.0)], fill);
+            bar.set_margin(0, 0, 1, 1);
+            bar
+        }))?;
+        let count = frame::text(10.0).pos(Pos::new(HPos::Center, VPos::Bottom));
+        chart.draw_series(bins.iter().map(|&(bin, accuracy)| {
+            let label = Text::new(bin.count.to_string(), (0, -3), count.clone());
+            EmptyElement::at(((bin.lo + bin.hi) / 2.0, accuracy)) + label
+        }))?;
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::inspect::{bars, texts};
     use super::*;
 
     fn answers() -> Vec<(f64, bool)> {
@@ -189,22 +190,39 @@ mod tests {
     #[test]
     fn bars_stand_at_accuracy_with_counts_and_the_diagonal() {
         let svg = ReliabilityDiagram::new("calibration", answers()).svg();
-        assert_eq!(svg.matches(r#"<rect class="bar""#).count(), 3);
-        // Bin 0.9-1 spans 301.6..328; accuracy 0.8 is 211.2 px above the bottom at 320.
-        assert!(svg.contains(r#"<rect class="bar" x="302.6" y="108.8" width="24.4" height="211.2""#));
-        assert!(svg.contains(
-            r#"<text x="314.8" y="105.8" text-anchor="middle" class="bin-count" font-size="10">5</text>"#
-        ));
-        assert!(svg.contains(r#"<line x1="64" y1="320" x2="328" y2="56" class="diagonal""#));
-        assert!(svg.contains(">ECE 0.194 over 8 answers</text>"));
-        assert!(svg.contains(">2 confidences skipped (not in [0, 1])</text>"));
+        // Bins 0.1-0.2 (accuracy 0, a bar of no height), 0.5-0.6 (1 of 1) and 0.9-1 (4 of 5).
+        let [[x1, _, _, zero], [x5, _, w, full], [x9, _, w9, h9]] = bars(&svg)[..] else {
+            panic!("{svg}")
+        };
+        assert_eq!(zero, 0);
+        assert_eq!(w9, w);
+        assert!((h9 * 5 - full * 4).abs() <= 5, "{h9} {full}");
+        // A bin is a tenth of the axis: 0.1, 0.5 and 0.9 are 4 and 4 bins apart.
+        assert!(((x9 - x5) - (x5 - x1)).abs() <= 1, "{x1} {x5} {x9}");
+        let texts = texts(&svg);
+        for label in [
+            "2",
+            "1",
+            "5",
+            "ECE 0.194 over 8 answers",
+            "2 confidences skipped (not in [0, 1])",
+        ] {
+            assert!(texts.contains(&label), "{label} in {texts:?}");
+        }
+        assert!(texts.contains(&"accuracy") && texts.contains(&"stated confidence"));
+        // The diagonal, dashed.
+        assert!(
+            svg.matches(r##"stroke="#999999" stroke-width="1" points="##)
+                .count()
+                > 10
+        );
     }
 
     #[test]
     fn no_confidences_says_so() {
         let svg = ReliabilityDiagram::new("c", vec![]).svg();
-        assert!(svg.contains(">no stated confidences</text>"));
-        assert!(!svg.contains("ECE"));
+        assert!(texts(&svg).contains(&"no stated confidences"));
+        assert!(!svg.contains("ECE") && bars(&svg).is_empty());
         let mut one_bin = ReliabilityDiagram::new("c", vec![(0.3, true)]);
         one_bin.bins = 0;
         assert_eq!(one_bin.binned().len(), 1);

@@ -10,7 +10,7 @@
 //!
 //! ```
 //! use groundrl_core::prompt::{ModelKind, Preset, PromptStyle, Reasoning};
-//! use groundrl_core::frame::Frame;
+//! use groundrl_score::frame::Frame;
 //! let style = PromptStyle { preset: Preset::Point, reasoning: Reasoning::None, model: ModelKind::Instruct, frame: Frame::Resized };
 //! assert_eq!(style.preset.answer_format(), "point");
 //! ```

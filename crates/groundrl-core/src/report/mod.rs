@@ -32,22 +32,8 @@ mod tools;
 use std::path::Path;
 
 pub use page::render;
-pub use run::{CONFIG_FILE, EVAL_DIR, EvalSet, Figure, METRICS_FILE, ROUNDS_DIR, Run};
+pub use run::{CONFIG_FILE, EVAL_DIR, EvalSet, Figure, METRICS_FILE, ROUNDS_DIR, ReportError, Run};
 pub use samples::SampleView;
-
-use groundrl_score::data::RecordError;
-
-/// Why a report could not be made.
-#[derive(Debug, thiserror::Error)]
-pub enum ReportError {
-    /// The cause is part of the message rather than a `source()`, so that printing the error chain
-    /// does not say it twice.
-    #[error("{path}: {error}")]
-    Io { path: String, error: std::io::Error },
-    /// A line of `metrics.jsonl` or of an evaluation file is not a record: `file: line N: field: problem`.
-    #[error(transparent)]
-    Record(#[from] RecordError),
-}
 
 /// The folder of the dataset the run evaluated on (`data.test` in its `config.toml`), if that
 /// folder is there.
@@ -57,15 +43,6 @@ fn evaluated_folder(run_dir: &Path) -> Option<std::path::PathBuf> {
     let test = Path::new(config.get("data")?.get("test")?.as_str()?);
     let folder = test.parent()?;
     folder.is_dir().then(|| folder.to_path_buf())
-}
-
-impl ReportError {
-    fn io(path: &Path, error: std::io::Error) -> Self {
-        Self::Io {
-            path: path.display().to_string(),
-            error,
-        }
-    }
 }
 
 /// Reads the run in `run_dir` and writes its report to `out`. The evaluation records' screenshots

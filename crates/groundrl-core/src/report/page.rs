@@ -1,7 +1,8 @@
-//! The page around the sections: head, inline stylesheet, contents and notes.
+//! The page: its sections in order, and around them the head, inline stylesheet, contents and notes.
 
 use super::run::Run;
-use super::sections::sections;
+use super::sections::{self, Section, Timeline};
+use super::tools;
 use crate::plot::escape;
 
 /// The stylesheet, inline so the file needs nothing beside it.
@@ -68,6 +69,29 @@ pub fn render(run: &Run) -> String {
         dir = escape(&run.dir.display().to_string()),
         links = links.join(""),
     )
+}
+
+/// The sections of the report of `run`, in page order (the tools' only when the model called tools,
+/// the curriculum's only when it wrote figures).
+fn sections(run: &Run) -> Vec<Section> {
+    let timeline = Timeline::new(&run.steps);
+    let mut parts = vec![
+        sections::headline(run),
+        sections::training(&timeline),
+        sections::lengths(&timeline),
+        sections::components(&timeline),
+        sections::sources(&run.evals),
+        sections::calibration(&run.evals),
+    ];
+    if tools::used_tools(run) {
+        parts.push(tools::section(run, &timeline));
+    }
+    if !run.rounds.is_empty() {
+        parts.push(sections::rounds(run));
+    }
+    parts.push(sections::samples(run));
+    parts.push(sections::config(run));
+    parts
 }
 
 /// What was missing or skipped, listed first so it is not mistaken for a result.

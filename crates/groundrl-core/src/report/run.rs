@@ -1,5 +1,6 @@
 //! Reading a run folder into a [`Run`]: the step log, the evaluations, the config, the curriculum's
-//! figures and the sample screenshots, with a note for each piece that is missing.
+//! figures and the sample screenshots, with a note for each piece that is missing; and
+//! [`ReportError`], why a run could not be read or its report written.
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
@@ -9,9 +10,9 @@ use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
 
-use super::ReportError;
 use super::samples::{self, SampleView};
 use crate::telemetry::{EvalRecord, StepRecord};
+use groundrl_score::data::RecordError;
 use groundrl_score::data::error::from_json_str;
 use groundrl_score::metrics::gain::{Interval, paired_gain};
 
@@ -23,6 +24,27 @@ pub const CONFIG_FILE: &str = "config.toml";
 pub const EVAL_DIR: &str = "eval";
 /// The folder the curriculum writes its per-round figures to.
 pub const ROUNDS_DIR: &str = "rounds";
+
+/// Why a report could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    /// The cause is part of the message rather than a `source()`, so that printing the error chain
+    /// does not say it twice.
+    #[error("{path}: {error}")]
+    Io { path: String, error: std::io::Error },
+    /// A line of `metrics.jsonl` or of an evaluation file is not a record: `file: line N: field: problem`.
+    #[error(transparent)]
+    Record(#[from] RecordError),
+}
+
+impl ReportError {
+    pub(super) fn io(path: &Path, error: std::io::Error) -> Self {
+        Self::Io {
+            path: path.display().to_string(),
+            error,
+        }
+    }
+}
 
 /// The records of one evaluation file.
 #[derive(Clone, Debug, PartialEq)]

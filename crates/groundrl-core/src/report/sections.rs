@@ -1,13 +1,14 @@
 //! The report's sections, each built from the [`Run`]: headline accuracy, training curves, response
-//! lengths, reward components, accuracy by source, calibration, tool use (see [`super::tools`]),
-//! curriculum figures, sample answers and the config. A section without data says why instead of drawing empty charts.
+//! lengths, reward components, accuracy by source, calibration, curriculum figures, sample answers
+//! and the config; and what every section draws with: its charts side by side, notes, percentages and
+//! the step scalars as series. A section without data says why instead of drawing empty charts. The
+//! tool-use section, shown only for runs whose model called tools, is [`super::tools`]'s.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use base64::prelude::{BASE64_STANDARD, Engine};
 
 use super::run::{CONFIG_FILE, EVAL_DIR, EvalSet, METRICS_FILE, Run};
-use super::tools;
 use crate::plot::{BarChart, BarSeries, LineChart, Marker, ReliabilityDiagram, Series, escape, format_value};
 use crate::telemetry::{SampledSummary, StepRecord, check_curve};
 use groundrl_score::metrics::gain::wilson;
@@ -31,33 +32,11 @@ pub(super) struct Section {
     pub(super) body: String,
 }
 
-/// The sections of the report of `run`, in page order (the curriculum's only when it wrote figures).
-pub(super) fn sections(run: &Run) -> Vec<Section> {
-    let timeline = Timeline::new(&run.steps);
-    let mut sections = vec![
-        headline(run),
-        training(&timeline),
-        lengths(&timeline),
-        components(&timeline),
-        sources(&run.evals),
-        calibration(&run.evals),
-    ];
-    if tools::used_tools(run) {
-        sections.push(tools::section(run, &timeline));
-    }
-    if !run.rounds.is_empty() {
-        sections.push(rounds(run));
-    }
-    sections.push(samples(run));
-    sections.push(config(run));
-    sections
-}
-
 /// Each scalar tag's `(step, value)` points, in log order.
 pub(super) struct Timeline(BTreeMap<String, Vec<(f64, f64)>>);
 
 impl Timeline {
-    fn new(steps: &[StepRecord]) -> Self {
+    pub(super) fn new(steps: &[StepRecord]) -> Self {
         let mut tags: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
         for record in steps {
             for (tag, value) in record.scalars() {
@@ -119,7 +98,7 @@ fn no_evals() -> String {
 }
 
 /// Held-out accuracy per evaluation and its change from the first to the last, and the run's length.
-fn headline(run: &Run) -> Section {
+pub(super) fn headline(run: &Run) -> Section {
     let mut body = String::new();
     if run.evals.is_empty() {
         body.push_str(&no_evals());
@@ -207,7 +186,7 @@ fn pass_at_k(set: &EvalSet) -> String {
 }
 
 /// Reward and accuracy over steps, the best validation accuracy marked.
-fn training(timeline: &Timeline) -> Section {
+pub(super) fn training(timeline: &Timeline) -> Section {
     let body = if timeline.is_empty() {
         no_steps()
     } else {
@@ -268,7 +247,7 @@ fn curve_note(timeline: &Timeline) -> String {
 }
 
 /// Response length in tokens (mean and longest) and the share cut at the token limit.
-fn lengths(timeline: &Timeline) -> Section {
+pub(super) fn lengths(timeline: &Timeline) -> Section {
     let body = if timeline.is_empty() {
         no_steps()
     } else {
@@ -297,7 +276,7 @@ fn lengths(timeline: &Timeline) -> Section {
 }
 
 /// Each reward component's mean over steps.
-fn components(timeline: &Timeline) -> Section {
+pub(super) fn components(timeline: &Timeline) -> Section {
     let tags = timeline.component_tags();
     let body = if timeline.is_empty() {
         no_steps()
@@ -321,7 +300,7 @@ fn components(timeline: &Timeline) -> Section {
 }
 
 /// Held-out accuracy per source, one bar per evaluation, and the counts behind the bars.
-fn sources(evals: &[EvalSet]) -> Section {
+pub(super) fn sources(evals: &[EvalSet]) -> Section {
     let names: BTreeSet<&str> = evals
         .iter()
         .flat_map(|set| set.records.iter().map(|r| r.source.as_str()))
@@ -370,7 +349,7 @@ fn sources(evals: &[EvalSet]) -> Section {
 
 /// A reliability diagram per evaluation whose answers stated a confidence: the final one (after a
 /// tool call, the confidence stated with the answer, not the one stated before the call).
-fn calibration(evals: &[EvalSet]) -> Section {
+pub(super) fn calibration(evals: &[EvalSet]) -> Section {
     let mut diagrams = Vec::new();
     let mut silent = Vec::new();
     for set in evals {
@@ -411,7 +390,7 @@ fn calibration(evals: &[EvalSet]) -> Section {
 
 /// The curriculum's figures as images (kept apart from the page: their ids and styles cannot clash
 /// with the report's), captioned with their paths.
-fn rounds(run: &Run) -> Section {
+pub(super) fn rounds(run: &Run) -> Section {
     let figures: String = run
         .rounds
         .iter()
@@ -431,7 +410,7 @@ fn rounds(run: &Run) -> Section {
 }
 
 /// The sample answers of the last evaluation.
-fn samples(run: &Run) -> Section {
+pub(super) fn samples(run: &Run) -> Section {
     let body = match run.evals.last() {
         None => no_evals(),
         Some(set) if run.samples.is_empty() => note(&format!("The {} evaluation has no records.", set.label)),
@@ -451,7 +430,7 @@ fn samples(run: &Run) -> Section {
 }
 
 /// The resolved config, verbatim.
-fn config(run: &Run) -> Section {
+pub(super) fn config(run: &Run) -> Section {
     let body = match &run.config {
         Some(text) => format!(r#"<pre class="config">{}</pre>"#, escape(text)),
         None => note(&format!("No {CONFIG_FILE} in the run folder.")),

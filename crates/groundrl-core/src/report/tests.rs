@@ -6,6 +6,7 @@ use std::fs;
 use std::path::Path;
 
 use super::*;
+use crate::plot::inspect::{bars, texts};
 use crate::telemetry::{CompletionRecord, EvalRecord, JsonlLog, RolloutStats, Scalars, StepRecord};
 
 /// A step whose two completions scored `rewards`, the first right and the second wrong.
@@ -158,15 +159,16 @@ fn a_full_run_has_every_section_and_the_hand_computed_numbers() {
     let sources = between(&page, "<section id=\"sources\">", "</section>");
     assert!(sources.contains("<tr><td>mobile</td><td>0.0% (0/2)</td><td>50.0% (1/2)</td></tr>"));
     assert!(sources.contains("<tr><td>web</td><td>50.0% (1/2)</td><td>100.0% (2/2)</td></tr>"));
-    assert_eq!(sources.matches(r#"<rect class="bar""#).count(), 4);
+    assert_eq!(bars(sources).len(), 4);
     // Charts: reward, accuracy, length, truncated share, components, sources, one reliability diagram.
     assert_eq!(
         page.matches(r#"<svg xmlns="http://www.w3.org/2000/svg" class="groundrl-chart "#)
             .count(),
         7
     );
-    assert!(page.contains(">train/val/accuracy</text>") && page.contains(">reward/click/mean</text>"));
-    assert!(page.contains(">best val 75.0%</text>"));
+    let texts = texts(&page);
+    assert!(texts.contains(&"train/val/accuracy") && texts.contains(&"reward/click/mean"));
+    assert!(texts.contains(&"best val 75.0%"));
     assert!(page.contains("No confidences stated in: before."));
     // Config verbatim, escaped.
     assert!(page.contains(
@@ -302,14 +304,15 @@ fn a_run_that_called_tools_has_a_tools_section_with_hand_computed_numbers() {
     // One line chart of tool use over the steps and one bar chart per evaluation.
     assert_eq!(tools.matches("class=\"groundrl-chart line-chart\"").count(), 1);
     assert_eq!(tools.matches("class=\"groundrl-chart bar-chart\"").count(), 2);
-    assert!(tools.contains(">tools/use_rate</text>") && tools.contains(">tools/calls_per_sample</text>"));
+    let texts = texts(tools);
+    assert!(texts.contains(&"tools/use_rate") && texts.contains(&"tools/calls_per_sample"));
     // Buckets with their answer counts: after has 2 below 2%, 1 in 2-5%, none in 5-10%, 1 above.
     for label in ["&lt; 2% (n=2)", "2-5% (n=1)", "5-10% (n=0)", "&gt;= 10% (n=1)"] {
-        assert!(tools.contains(&format!(">{label}</text>")), "{label}");
+        assert!(texts.contains(&label), "{label}");
     }
     // Bars: before has 2 (without tools); after 1 + 1 below 2%, 1 with tools in 2-5%, 1 without
     // above 10%.
-    assert_eq!(tools.matches(r#"<rect class="bar""#).count(), 6);
+    assert_eq!(bars(tools).len(), 6);
     // Per bucket: before with / without, after with / without.
     assert!(tools.contains(
         "<tr><td>&lt; 2%</td><td>–</td><td>0.0% (0/1)</td><td>100.0% (1/1)</td><td>0.0% (0/1)</td></tr>"

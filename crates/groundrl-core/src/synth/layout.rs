@@ -1,10 +1,10 @@
 //! Screen layouts, one per generator family: where each element goes. Elements are placed in rows
 //! inside the window with a gap between them, so no two overlap and every box is exact.
 
+use crate::raster::draw::Rect;
+use crate::raster::font::text_size;
 use crate::rng::SplitMix64;
 
-use super::draw::Rect;
-use super::font::text_size;
 use super::random::Draws;
 use super::vocab::{self, TextPicker, Words};
 use super::widgets::{Element, ICON_COLOURS, Icon, IconShape, Kind, Style};

@@ -13,8 +13,6 @@
 //! println!("{} samples", summary.samples);
 //! ```
 
-pub mod draw;
-pub mod font;
 pub mod layout;
 mod random;
 pub mod tasks;
@@ -27,12 +25,12 @@ mod output;
 use std::str::FromStr;
 
 use crate::prompt::PromptStyle;
+use crate::raster::draw::{Rect, fill_rect, framed_rect};
+use crate::raster::font::{self, draw_text};
 use crate::rng::{SplitMix64, keyed};
 use groundrl_score::named::parse_name;
 use image::RgbImage;
 
-use self::draw::{Rect, fill_rect, framed_rect};
-use self::font::draw_text;
 use self::layout::{Family, LayoutInput, layout};
 use self::random::Draws;
 use self::tasks::{SynthTask, make_tasks};

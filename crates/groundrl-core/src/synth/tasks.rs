@@ -2,9 +2,9 @@
 //! texts and icons are unique per screenshot (see `vocab` and `layout`), and a relative instruction
 //! names the single nearest element in one direction of a uniquely named anchor.
 
+use crate::raster::draw::Rect;
 use crate::rng::SplitMix64;
 
-use super::draw::Rect;
 use super::widgets::{Element, Kind};
 
 /// How a task names its target; stored in sample metadata as `task_kind`.

@@ -1,8 +1,7 @@
 //! Colour schemes. Each kind of element has its own border colour so that a drawn element's outline
 //! is exactly its target box (the synth tests check this pixel by pixel).
 
-/// An sRGB colour.
-pub type Rgb = [u8; 3];
+use crate::raster::Rgb;
 
 /// The colours of one look (light, dark, ...).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -5,9 +5,10 @@
 
 use image::RgbImage;
 
-use super::draw::{Rect, fill_shape, framed_rect};
-use super::font::{draw_text, text_size};
-use super::theme::{Rgb, Theme};
+use super::theme::Theme;
+use crate::raster::Rgb;
+use crate::raster::draw::{Rect, fill_shape, framed_rect};
+use crate::raster::font::{draw_text, text_size};
 
 /// What an element is; the word used for it in instructions comes from [`Kind::noun`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

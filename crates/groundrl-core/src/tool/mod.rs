@@ -57,7 +57,9 @@ pub trait Tool: Send + Sync {
     /// `{"type": "function", "function": {"name", "description", "parameters": JSON schema}}`.
     fn schema(&self) -> Value;
 
-    /// Runs one call. `Err` is a message for the model (bad arguments, region off the image...).
+    /// Runs one call. `Err` is a message for the model (bad arguments, region off the image...):
+    /// the model reads the words and telemetry counts the call as [`CallOutcome::Failed`] whatever
+    /// they say, so a tool's refusals need no type of their own.
     fn call(&self, arguments: &Value, context: &ToolContext) -> Result<ToolOutput, String>;
 }
 

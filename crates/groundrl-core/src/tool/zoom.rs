@@ -137,7 +137,8 @@ struct PixelRect {
     height: u32,
 }
 
-/// The whole pixels a box touches (widened outwards), clipped to an image of `(width, height)`.
+/// The whole pixels a box touches (widened outwards), clipped to an image of `(width, height)`; a
+/// message for the model when none is inside it.
 fn pixel_rect(b: BBox, (width, height): (u32, u32)) -> Result<PixelRect, String> {
     let clip = |v: f64, max: u32| v.clamp(0.0, f64::from(max));
     let (x1, x2) = (clip(b.x1.floor(), width), clip(b.x2.ceil(), width));

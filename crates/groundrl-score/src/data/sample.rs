@@ -180,6 +180,8 @@ impl Shape {
     }
 
     /// Finite coordinates, `x1 <= x2` and `y1 <= y2` for boxes, three or more vertices for polygons.
+    /// `Err` is the problem in words, which callers file under the target's field
+    /// ([`FieldError`]): a person fixes the data, no caller acts on which check failed.
     pub fn check(&self) -> Result<(), String> {
         let coords: Vec<f64> = match self {
             Shape::Box(b) => b.to_vec(),

@@ -6,6 +6,9 @@
 //! one list, then one by one. Each candidate is read as strict JSON first, then after
 //! [`repair`](super::repair::repair). The first candidate that reads as boxes or points wins; a candidate
 //! that does not is reported only if nothing else in the completion reads.
+//!
+//! An `Err` here is the reason of an [`Attempt::Invalid`]: words naming what is wrong, which the
+//! failure's reader sees and no caller matches on.
 
 use std::borrow::Cow;
 

@@ -225,7 +225,8 @@ pub fn confidence_in(text: &str) -> Option<f64> {
 }
 
 /// The first `<tool_call>` block anywhere in `text`: `None` when there is none, else the call or
-/// why it is malformed. The rollout engine runs it; [`parse_completion`] reads it as an answer.
+/// why it is malformed (in words, which the toolbox shows the model as its reply: no caller
+/// matches on them). The rollout engine runs it; [`parse_completion`] reads it as an answer.
 pub fn tool_call_in(text: &str) -> Option<Result<ToolCall, String>> {
     match tags::tool_call(text) {
         Attempt::Absent => None,
@@ -241,7 +242,10 @@ enum Attempt {
     /// The syntax does not occur.
     Absent,
     Found(Answer, Syntax),
-    /// The syntax occurs but does not hold a valid answer; the reason names what is wrong.
+    /// The syntax occurs but does not hold a valid answer; the reason names what is wrong, in words
+    /// for whoever reads the failure: it becomes [`ParseFailure::Malformed`]'s detail, or the reply
+    /// to a malformed tool call. Failures are counted by kind ([`ParseFailure::reason`]), never by
+    /// this text, which quotes what the model wrote; so it is a `String`, not a closed set of cases.
     Invalid(String),
 }
 

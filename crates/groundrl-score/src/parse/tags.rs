@@ -2,7 +2,8 @@
 //! `<|box_start|>(x1,y1),(x2,y2)<|box_end|>` tokens.
 //!
 //! A tag states what the model meant, so once one is present it decides the answer: a malformed tag
-//! is a malformed answer, not a reason to look for numbers elsewhere.
+//! is a malformed answer, not a reason to look for numbers elsewhere. An `Err` here is the reason of
+//! an [`Attempt::Invalid`]: words naming what is wrong.
 
 use serde_json::Value;
 

@@ -14,8 +14,8 @@
 use rayon::prelude::*;
 use serde::Serialize;
 
-use super::gated::{self, ToolUse};
-use super::input::{InputError, RewardInput, ScoringFrame};
+use super::gated;
+use super::input::{InputError, RewardInput, ScoringFrame, ToolUse};
 use super::spec::{Kind, RewardSpec};
 use super::{Prediction, Scene, box_overlap, confidence, detection, format, length, point, repetition};
 use crate::frame::Frame;
@@ -166,7 +166,7 @@ fn read_answer(
     };
     let frame = match scoring.answer_frame(parsed, spec.model_frame, spec.detect_frame) {
         Ok(frame) => frame,
-        Err(why) => return failed(why),
+        Err(why) => return failed(why.to_string()),
     };
     if let (None, Some(f)) = (scoring.frames, frame)
         && f != target_frame

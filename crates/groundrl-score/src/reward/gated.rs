@@ -31,68 +31,14 @@
 //! `<tool_call>` block inside the final answer is not a call at all (the engine never ran it): the
 //! parser reads it as the answer, which then usually scores nothing.
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
-use super::input::InputError;
+use super::input::ToolUse;
 
-/// The shipped reward spec for clicks with the zoom tool (`configs/rewards/tool-gated.toml`, a
-/// link to this crate's copy): click 0.6, tool 0.3, gate 0.1, calibration 0.1. Embedded so that
-/// `groundrl demo --tools` scores with exactly the spec tested here.
-pub const TOOL_GATED_SPEC: &str = include_str!("../../configs/rewards/tool-gated.toml");
-
-/// What a rollout did with tools, as the gated reward reads it.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ToolUse {
-    /// Every tool call the model ended a turn with, run or not (malformed, unknown tool, refused,
-    /// past the turn limit).
-    pub calls: u32,
-    /// Calls that ran and replied (`groundrl_core::tool::CallOutcome::Ok`).
-    pub successful: u32,
-    /// The confidence stated before the first call.
-    #[serde(default)]
-    pub confidence_before: Option<f64>,
-    /// The last confidence stated.
-    #[serde(default)]
-    pub confidence_after: Option<f64>,
-}
-
-impl ToolUse {
-    /// A completion that made no call and stated `confidence` (or none).
-    pub fn without_tools(confidence: Option<f64>) -> Self {
-        Self {
-            calls: 0,
-            successful: 0,
-            confidence_before: confidence,
-            confidence_after: confidence,
-        }
-    }
-
-    /// `after - before`, or `None` when either was not stated.
-    pub fn gain(&self) -> Option<f64> {
-        Some(self.confidence_after? - self.confidence_before?)
-    }
-
-    /// Checks what the types cannot: no more successes than calls, confidences in [0, 1].
-    pub fn validate(&self) -> Result<(), InputError> {
-        if self.successful > self.calls {
-            return Err(InputError::new(
-                "tool_use.successful",
-                format!("{} is more than calls ({})", self.successful, self.calls),
-            ));
-        }
-        let stated = [
-            ("tool_use.confidence_before", self.confidence_before),
-            ("tool_use.confidence_after", self.confidence_after),
-        ];
-        for (field, confidence) in stated {
-            if let Some(c) = confidence.filter(|c| !(0.0..=1.0).contains(c)) {
-                return Err(InputError::new(field, format!("{c} is not in [0, 1]")));
-            }
-        }
-        Ok(())
-    }
-}
+/// The shipped reward spec for clicks with the zoom tool (the repository's
+/// `configs/rewards/tool-gated.toml`): click 0.6, tool 0.3, gate 0.1, calibration 0.1. Embedded so
+/// that `groundrl demo --tools` scores with exactly the spec tested here.
+pub const TOOL_GATED_SPEC: &str = include_str!("../../../../configs/rewards/tool-gated.toml");
 
 /// Parameters of the tool-gain reward (`kind = "tool_gain"`).
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -133,7 +79,9 @@ impl Default for GateParams {
 }
 
 impl GateParams {
-    /// Ranges the types cannot express: `tau` in [0, 1], a finite `min_gain`, penalties <= 0.
+    /// Ranges the types cannot express: `tau` in [0, 1], a finite `min_gain`, penalties <= 0. `Err`
+    /// is the problem in words, which the spec files under the component
+    /// ([`super::SpecError::Component`]).
     pub fn check(&self) -> Result<(), String> {
         if !(0.0..=1.0).contains(&self.tau) {
             return Err(format!("tau must be in [0, 1], got {}", self.tau));

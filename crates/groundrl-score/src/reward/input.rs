@@ -15,12 +15,11 @@
 //! Without `image_size` nothing can be converted or detected: the answer must be in the target's
 //! frame, and scoring happens there.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::gated::ToolUse;
 use crate::data::{Sample, Shape, Target as SampleTarget};
-use crate::frame::{Frame, ImageFrames, Size};
+use crate::frame::{Frame, FrameError, ImageFrames, Size};
 use crate::geometry::{BBox, LabeledBox, Point};
 use crate::parse::Parsed;
 use crate::resize::PixelBudget;
@@ -63,6 +62,60 @@ pub struct TargetBox {
     pub bbox: [f64; 4],
     #[serde(default)]
     pub label: String,
+}
+
+/// What a rollout did with tools, as the gated reward reads it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolUse {
+    /// Every tool call the model ended a turn with, run or not (malformed, unknown tool, refused,
+    /// past the turn limit).
+    pub calls: u32,
+    /// Calls that ran and replied (`groundrl_core::tool::CallOutcome::Ok`).
+    pub successful: u32,
+    /// The confidence stated before the first call.
+    #[serde(default)]
+    pub confidence_before: Option<f64>,
+    /// The last confidence stated.
+    #[serde(default)]
+    pub confidence_after: Option<f64>,
+}
+
+impl ToolUse {
+    /// A completion that made no call and stated `confidence` (or none).
+    pub fn without_tools(confidence: Option<f64>) -> Self {
+        Self {
+            calls: 0,
+            successful: 0,
+            confidence_before: confidence,
+            confidence_after: confidence,
+        }
+    }
+
+    /// `after - before`, or `None` when either was not stated.
+    pub fn gain(&self) -> Option<f64> {
+        Some(self.confidence_after? - self.confidence_before?)
+    }
+
+    /// Checks what the types cannot: no more successes than calls, confidences in [0, 1].
+    pub fn validate(&self) -> Result<(), InputError> {
+        if self.successful > self.calls {
+            return Err(InputError::new(
+                "tool_use.successful",
+                format!("{} is more than calls ({})", self.successful, self.calls),
+            ));
+        }
+        let stated = [
+            ("tool_use.confidence_before", self.confidence_before),
+            ("tool_use.confidence_after", self.confidence_after),
+        ];
+        for (field, confidence) in stated {
+            if let Some(c) = confidence.filter(|c| !(0.0..=1.0).contains(c)) {
+                return Err(InputError::new(field, format!("{c} is not in [0, 1]")));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The ground truth of groundrl's Parquet files (`crates/groundrl-core/src/data/parquet.rs` writes
@@ -300,26 +353,21 @@ impl ScoringFrame {
         self.frames.map_or(p, |f| f.convert_point(p, from, self.frame))
     }
 
-    /// The frame the answer's numbers are read in (see the module docs); `Err` explains why the
-    /// answer could not be given a frame (a scoring failure, not a bad record).
+    /// The frame the answer's numbers are read in (see the module docs); `Err` is why the answer
+    /// could not be given a frame (a scoring failure, not a bad record).
     pub fn answer_frame(
         &self,
         parsed: &Parsed,
         model_frame: Frame,
         detect: bool,
-    ) -> Result<Option<Frame>, String> {
+    ) -> Result<Option<Frame>, FrameError> {
         let values = answer_values(parsed);
         if values.is_empty() {
             return Ok(None);
         }
         let frame = match (parsed.frame_hint, self.frames) {
             (Some(hint), _) => hint,
-            (None, Some(frames)) if detect => {
-                frames
-                    .detect(&values, model_frame)
-                    .map_err(|e| e.to_string())?
-                    .frame
-            }
+            (None, Some(frames)) if detect => frames.detect(&values, model_frame)?.frame,
             (None, _) => model_frame,
         };
         Ok(Some(frame))

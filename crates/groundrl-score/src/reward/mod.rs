@@ -4,7 +4,8 @@
 //! - one file per family of rewards, each a plain function over already-parsed, frame-resolved
 //!   values ([`box_overlap`], [`point`], [`detection`], [`length`], [`repetition`], [`format`],
 //!   [`confidence`], [`gated`]), so each can be tested with hand-computed numbers and no parser;
-//! - [`input`]: one JSONL record (completion + target) and how both sides are brought into one frame;
+//! - [`input`]: one JSONL record (completion, target, what the rollout did with tools) and how the
+//!   answer and the target are brought into one frame;
 //! - [`spec`]: the TOML reward spec (named, weighted components with parameters);
 //! - [`batch`]: scoring a batch of records against a spec, in parallel.
 //!
@@ -27,8 +28,7 @@ pub mod spec;
 use crate::geometry::{BBox, LabeledBox, Point};
 
 pub use batch::{ParseInfo, Scored, score_batch, score_one, score_parsed};
-pub use gated::ToolUse;
-pub use input::{InputError, RewardInput, Target, TargetBox};
+pub use input::{InputError, RewardInput, Target, TargetBox, ToolUse};
 pub use spec::{RewardSpec, SpecError};
 
 /// What the model answered, with coordinates already converted to the scene's frame.

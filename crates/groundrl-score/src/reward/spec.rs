@@ -271,7 +271,10 @@ fn parse_component(name: String, value: toml::Value) -> Result<Component, SpecEr
     Ok(Component { name, weight, kind })
 }
 
-/// Parameter ranges a type cannot express.
+/// Parameter ranges a type cannot express. `Err` is the problem in words (here, in
+/// [`in_unit_interval`], [`finite`] and [`GateParams::check`]), which the caller files under the
+/// component ([`SpecError::Component`]): a person fixes the spec, no caller acts on which check
+/// failed.
 fn check_params(kind: &Kind) -> Result<(), String> {
     match kind {
         Kind::WeightedSum(p) => {

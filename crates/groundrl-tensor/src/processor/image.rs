@@ -1,10 +1,12 @@
-//! Qwen2.5-VL's image processor: decoded images to `pixel_values` and `image_grid_thw`.
+//! The image processor of Qwen2.5-VL and Qwen3-VL: decoded images to `pixel_values` and `image_grid_thw`.
 //!
 //! The reference is the default (torchvision) backend of transformers 5.17's `Qwen2VLImageProcessor`,
+//! which both families use (Qwen3-VL's config sets 16-pixel patches and a mean and std of 0.5), and
 //! which on CPU runs these libtorch ops, reproduced here one for one so that the output is bit-identical:
 //!
 //! 1. the RGB image as a uint8 `(1, 3, H, W)` tensor in channels-last memory (as torchvision lays it out);
-//! 2. `smart_resize` ([`groundrl_score::resize`]) picks the size; when it differs, libtorch's uint8
+//! 2. `smart_resize` ([`groundrl_score::resize`], sides multiples of `patch_size * merge_size`) picks the
+//!    size; when it differs, libtorch's uint8
 //!    `_upsample_bicubic2d_aa` (bicubic with antialias, `align_corners = false`) resizes, rounding and
 //!    clamping to uint8 inside the kernel;
 //! 3. rescale and normalize fused: mean and std become f32 tensors, are multiplied by
@@ -15,7 +17,9 @@
 //!
 //! Measured against HF on every golden in `tests/fixtures/processor` (made by
 //! `scripts/goldens/image_processor.py`): max abs difference 0, bit-identical to the torchvision backend
-//! (the test asserts 0; a one-ulp change such as multiplying by `1 / std` already fails it).
+//! (the test asserts 0; a one-ulp change such as multiplying by `1 / std` already fails it). With
+//! Qwen3-VL's settings, on `tests/fixtures/qwen3_vl/processor` (`scripts/goldens/qwen3_vl.py`): the same
+//! bytes (equal SHA-256 of the f32 values).
 //!
 //! HF's PIL backend (`Qwen2VLImageProcessorPil`) is not the reference. It resizes with PIL's own bicubic
 //! and rescales (f64, cast to f32) and normalizes in two unfused steps. On the same goldens it differs
@@ -27,6 +31,7 @@
 //! computation. So this processor always works on the CPU; callers move `pixel_values` to their device.
 
 use std::borrow::Cow;
+use std::num::NonZeroU32;
 
 use ::image::{ColorType, DynamicImage, RgbImage};
 use groundrl_score::resize::{self, MERGE_SIZE, PATCH_SIZE, PixelBudget, ResizeError};
@@ -61,10 +66,7 @@ pub enum ImageProcessorError {
     NotRgb { color: ColorType },
     #[error("image size {height}x{width}: with do_resize false both sides must be multiples of {factor}")]
     NotPatchAligned { height: u32, width: u32, factor: u32 },
-    #[error(
-        "patch_size {patch_size} and merge_size {merge_size} are not supported: smart_resize is fixed to \
-         {PATCH_SIZE} and {MERGE_SIZE}"
-    )]
+    #[error("patch_size {patch_size} and merge_size {merge_size} must be positive, their product a u32")]
     Patching { patch_size: u32, merge_size: u32 },
     #[error("temporal_patch_size must be at least 1")]
     TemporalPatchSize,
@@ -93,18 +95,19 @@ pub struct ImageProcessor {
     pub min_pixels: u64,
     /// Pixel budget of smart_resize (HF: `size.longest_edge`, an area too).
     pub max_pixels: u64,
-    /// Must be 14: smart_resize in groundrl-core is fixed to the model's patch.
+    /// Side of a patch in pixels: 14 for Qwen2.5-VL, 16 for Qwen3-VL.
     pub patch_size: u32,
     /// Frames per patch; a still image is repeated this many times.
     pub temporal_patch_size: u32,
-    /// Must be 2, as smart_resize assumes.
+    /// Patches merged per side into one token (2 in both families); resized sides are multiples of
+    /// `patch_size * merge_size`.
     pub merge_size: u32,
     pub image_mean: [f64; 3],
     pub image_std: [f64; 3],
     pub rescale_factor: f64,
     /// PIL filter code; only [`BICUBIC`] is supported.
     pub resample: u32,
-    /// Off: images must already have sides that are multiples of 28.
+    /// Off: images must already have sides that are multiples of `patch_size * merge_size`.
     pub do_resize: bool,
     pub do_rescale: bool,
     pub do_normalize: bool,
@@ -166,12 +169,7 @@ impl ImageProcessor {
 
     /// Refuses settings this processor cannot honour, before any image is touched.
     pub fn validate(&self) -> Result<()> {
-        if self.patch_size != PATCH_SIZE || self.merge_size != MERGE_SIZE {
-            return Err(ImageProcessorError::Patching {
-                patch_size: self.patch_size,
-                merge_size: self.merge_size,
-            });
-        }
+        self.factor()?;
         if self.temporal_patch_size == 0 {
             return Err(ImageProcessorError::TemporalPatchSize);
         }
@@ -246,17 +244,29 @@ impl ImageProcessor {
         Ok((self.patchify(&pixels, grid)?, grid))
     }
 
+    /// What both resized sides are multiples of: a merge block's side in pixels.
+    fn factor(&self) -> Result<NonZeroU32> {
+        self.patch_size
+            .checked_mul(self.merge_size)
+            .and_then(NonZeroU32::new)
+            .ok_or(ImageProcessorError::Patching {
+                patch_size: self.patch_size,
+                merge_size: self.merge_size,
+            })
+    }
+
     /// The size the image is resized to: smart_resize's, or the image's own when `do_resize` is off.
     fn target_size(&self, height: u32, width: u32) -> Result<(u32, u32)> {
+        let factor = self.factor()?;
         if self.do_resize {
             let budget = PixelBudget {
                 min_pixels: self.min_pixels,
                 max_pixels: self.max_pixels,
             };
-            let r = resize::smart_resize(height.into(), width.into(), budget)?;
+            let r = resize::smart_resize_by(height.into(), width.into(), factor, budget)?;
             return Ok((r.height, r.width));
         }
-        let factor = self.patch_size * self.merge_size;
+        let factor = factor.get();
         if [height, width]
             .iter()
             .any(|&side| side == 0 || !side.is_multiple_of(factor))

@@ -1,4 +1,5 @@
-//! From a chat with images to model inputs, as HF's Qwen2.5-VL processor makes them: the chat template
+//! From a chat with images to model inputs, as HF's Qwen2.5-VL and Qwen3-VL processors make them (the
+//! image settings of the folder's preprocessor_config.json tell the two apart): the chat template
 //! renders the conversation (one `<|image_pad|>` per image), each placeholder is expanded to the
 //! image's merged-token count, the text is tokenized, and the images become patch rows.
 
@@ -45,7 +46,7 @@ pub enum ProcessorError {
 #[derive(Debug, Default)]
 pub struct Encoded {
     pub input_ids: Vec<i64>,
-    /// (patches, 1176) f32 on the CPU; `None` without images.
+    /// (patches, 3 · temporal_patch_size · patch_size²) f32 on the CPU; `None` without images.
     pub pixel_values: Option<Tensor>,
     pub image_grids: Vec<Grid>,
 }

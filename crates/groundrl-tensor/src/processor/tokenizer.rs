@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use crate::special_ids::SpecialIds;
+
 pub const TOKENIZER_FILE: &str = "tokenizer.json";
 pub const TOKENIZER_CONFIG_FILE: &str = "tokenizer_config.json";
 
@@ -48,22 +50,6 @@ pub enum TokenizerError {
         placeholders: usize,
         counts: usize,
     },
-}
-
-/// The ids Qwen2.5-VL's model and processor look up by name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SpecialIds {
-    pub endoftext: u32,
-    pub im_start: u32,
-    pub im_end: u32,
-    pub vision_start: u32,
-    pub vision_end: u32,
-    pub image_pad: u32,
-    pub video_pad: u32,
-    /// tokenizer_config.json's `eos_token` (`<|im_end|>` for Qwen2.5-VL): where generation stops.
-    pub eos: u32,
-    /// tokenizer_config.json's `pad_token` (`<|endoftext|>` for Qwen2.5-VL).
-    pub pad: u32,
 }
 
 /// tokenizer_config.json as read: kept whole, because templates see its special tokens and HF

@@ -6,12 +6,12 @@
 //! `get_rope_index` numbers text after the prompt), so each completion's log-probs and gradient are
 //! those of the row-per-completion layout up to the order of floating-point sums. The same layout as
 //! NVIDIA NeMo-RL's shared-prefix GRPO training and unsloth's PrefixGrouper, here with multimodal
-//! prompts (`groundrl_train::shared_prefix` builds the rows).
+//! prompts (`groundrl_train::update (update/shared_prefix.rs)` builds the rows).
 
 use tch::{Device, Kind, Tensor};
 
-use super::ModelError;
 use super::rope_index::{Grid, RopeIndex, RopeSpec};
+use crate::model_error::ModelError;
 
 /// The layout of one branched row: `prefix` prompt tokens, then each branch's tokens in order, then
 /// right padding up to the batch's length.

@@ -10,7 +10,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use super::ModelError;
+use crate::model_error::ModelError;
 
 /// The language model's shape (Qwen2 decoder with M-RoPE).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -91,6 +91,9 @@ impl Qwen25VlConfig {
     }
 
     /// Reads either config layout (see the module docs) and checks that the shapes fit together.
+    /// `Err` (here, in [`Self::validate`] and in the field readers) is a message naming the field at
+    /// fault, which [`Self::load`] files under the file's path ([`ModelError::File`]): a model is
+    /// never built from a config that fails, so no caller acts on which check it was.
     pub fn from_json(value: &Value) -> Result<Self, String> {
         let top = value.as_object().ok_or("config is not a JSON object")?;
         let text_obj = match top.get("text_config") {
@@ -325,10 +328,10 @@ fn vision_config(f: Fields) -> Result<VisionConfig, String> {
 
 /// Typed reads of a JSON object's fields with defaults; errors name the field.
 #[derive(Clone, Copy)]
-struct Fields<'a>(&'a Map<String, Value>);
+pub(crate) struct Fields<'a>(pub(crate) &'a Map<String, Value>);
 
 impl<'a> Fields<'a> {
-    fn opt_int(self, key: &str) -> Result<Option<i64>, String> {
+    pub(crate) fn opt_int(self, key: &str) -> Result<Option<i64>, String> {
         match self.0.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(v) => v
@@ -338,11 +341,11 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn int(self, key: &str, default: i64) -> Result<i64, String> {
+    pub(crate) fn int(self, key: &str, default: i64) -> Result<i64, String> {
         Ok(self.opt_int(key)?.unwrap_or(default))
     }
 
-    fn opt_float(self, key: &str) -> Result<Option<f64>, String> {
+    pub(crate) fn opt_float(self, key: &str) -> Result<Option<f64>, String> {
         match self.0.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(v) => v
@@ -352,11 +355,11 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn float(self, key: &str, default: f64) -> Result<f64, String> {
+    pub(crate) fn float(self, key: &str, default: f64) -> Result<f64, String> {
         Ok(self.opt_float(key)?.unwrap_or(default))
     }
 
-    fn bool(self, key: &str, default: bool) -> Result<bool, String> {
+    pub(crate) fn bool(self, key: &str, default: bool) -> Result<bool, String> {
         match self.0.get(key) {
             None | Some(Value::Null) => Ok(default),
             Some(v) => v
@@ -365,7 +368,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn object(self, key: &str) -> Result<Option<&'a Map<String, Value>>, String> {
+    pub(crate) fn object(self, key: &str) -> Result<Option<&'a Map<String, Value>>, String> {
         match self.0.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::Object(o)) => Ok(Some(o)),
@@ -373,7 +376,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn int_list(self, key: &str, default: &[i64]) -> Result<Vec<i64>, String> {
+    pub(crate) fn int_list(self, key: &str, default: &[i64]) -> Result<Vec<i64>, String> {
         match self.0.get(key) {
             None | Some(Value::Null) => Ok(default.to_vec()),
             Some(Value::Array(items)) => items

@@ -11,10 +11,11 @@
 //! The simpler 6ND formula, 6 x trainable parameters x tokens, leaves attention out and credits the
 //! vision tower's parameters once per decoder token: a quarter of the patches it runs on.
 
+use super::Qwen25VlConfig;
 use super::branches::BranchRow;
 use super::rope_index::Grid;
 use super::vision::window_layout;
-use super::{ModelError, Qwen25VlConfig};
+use crate::model_error::ModelError;
 
 /// One sequence the text decoder runs: `layout.prefix` tokens attended causally, then each of
 /// `layout.branches`, which attends to the whole prefix and causally to itself only (the shared-

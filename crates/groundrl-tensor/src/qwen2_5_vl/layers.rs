@@ -3,9 +3,9 @@
 
 use tch::{Tensor, nn};
 
-use super::ModelError;
-use super::lora::Adapter;
 use crate::fused;
+use crate::lora::Adapter;
+use crate::model_error::ModelError;
 
 /// transformers' `initializer_range` default, used for random-init presets.
 pub const INIT_STD: f64 = 0.02;
@@ -18,7 +18,7 @@ pub(crate) struct Linear {
     /// Where the variables live in the model's `VarStore` (`model.layers.0.self_attn.q_proj`): LoRA
     /// names its adapter after it, as PEFT does.
     pub path: String,
-    /// A LoRA update added to the output when attached (see [`super::lora`]).
+    /// A LoRA update added to the output when attached (see [`crate::lora`]).
     pub lora: Option<Adapter>,
 }
 
@@ -55,7 +55,7 @@ impl Linear {
     /// adapter, else a new tensor with the adapter folded in (see [`Adapter::merged_with`]).
     pub fn effective_weight(&self) -> Result<Tensor, ModelError> {
         match &self.lora {
-            Some(adapter) => adapter.merged_with(&self.weight),
+            Some(adapter) => Ok(adapter.merged_with(&self.weight)?),
             None => Ok(self.weight.shallow_clone()),
         }
     }

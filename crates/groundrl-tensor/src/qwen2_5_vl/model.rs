@@ -11,7 +11,8 @@ use super::branches::{self, BranchRow};
 use super::rope_index::{Grid, RopeIndex, RopeSpec};
 use super::text::{AttentionMask, Rotary, TextModel};
 use super::vision::VisionTower;
-use super::{ModelError, Qwen25VlConfig, weights};
+use super::{Qwen25VlConfig, weights};
+use crate::model_error::ModelError;
 
 /// A batch of token sequences of one length (left padding marked by the attention mask) with the
 /// images their placeholders stand for, in order of appearance.
@@ -226,7 +227,8 @@ impl Qwen25Vl {
         let mut embeds = self.text.embed(&ids);
         if let Some(pixels) = &batch.pixel_values {
             let features = features(pixels, &batch.image_grids)?.to_kind(embeds.kind());
-            embeds = self.place_features(&batch.input_ids, embeds, &features)?;
+            let places = image_places(&batch.input_ids, self.config.image_token_id, embeds.device())?;
+            embeds = place_features(embeds, &places, &features)?;
         }
         let (rope, mask) = match &batch.branches {
             Some(layout) => {
@@ -236,7 +238,7 @@ impl Qwen25Vl {
                 let mask = AttentionMask::Allowed(branches::mask(layout, len as usize, device));
                 (rope, mask)
             }
-            None => self.rows_positions_and_mask(batch, device)?,
+            None => rows_positions_and_mask(&self.rope_spec(), batch, device)?,
         };
         let positions: Vec<i64> = rope.positions.iter().flat_map(|c| c.concat()).collect();
         let positions = Tensor::from_slice(&positions)
@@ -252,33 +254,6 @@ impl Qwen25Vl {
         })
     }
 
-    /// Positions and attention mask of plain rows: causal, padded keys hidden where there is padding.
-    fn rows_positions_and_mask(
-        &self,
-        batch: &Batch,
-        device: Device,
-    ) -> Result<(RopeIndex, AttentionMask), ModelError> {
-        let rope = RopeIndex::new(
-            &self.rope_spec(),
-            &batch.input_ids,
-            batch.attention_mask.as_deref(),
-            &batch.image_grids,
-            &[],
-            &[],
-        )?;
-        let mask = match &batch.attention_mask {
-            Some(m) if m.iter().flatten().any(|&v| v == 0) => {
-                let (rows, len) = (m.len() as i64, m.first().map_or(0, Vec::len) as i64);
-                let m = Tensor::from_slice(&m.concat())
-                    .view([rows, len])
-                    .to_device(device);
-                AttentionMask::causal_with_padding(&m)
-            }
-            _ => AttentionMask::Causal,
-        };
-        Ok((rope, mask))
-    }
-
     /// The vision tower's merged features (images' tokens, hidden), without a graph when it is frozen.
     pub fn image_features(&self, pixels: &Tensor, grids: &[Grid]) -> Result<Tensor, ModelError> {
         if self.vision_trainable() {
@@ -286,38 +261,6 @@ impl Qwen25Vl {
         } else {
             tch::no_grad(|| self.vision.forward(pixels, grids))
         }
-    }
-
-    /// Writes image features over the image placeholder tokens' embeddings, in order.
-    fn place_features(
-        &self,
-        input_ids: &[Vec<i64>],
-        embeds: Tensor,
-        features: &Tensor,
-    ) -> Result<Tensor, ModelError> {
-        let image = self.config.image_token_id;
-        let places: Vec<i64> = input_ids
-            .concat()
-            .iter()
-            .enumerate()
-            .filter(|&(_, &id)| id == image)
-            .map(|(i, _)| i as i64)
-            .collect();
-        if places.len() as i64 != features.size()[0] {
-            return Err(ModelError::Input(format!(
-                "{} image placeholder tokens but the images give {} features",
-                places.len(),
-                features.size()[0]
-            )));
-        }
-        // The places come from the host's ids: no device read (which would wait for the vision tower),
-        // and a backward that gathers rows instead of masked_scatter's, which searches the mask again.
-        let shape = embeds.size();
-        let places = Tensor::from_slice(&places).to_device(embeds.device());
-        Ok(embeds
-            .f_reshape([-1, shape[2]])?
-            .f_index_copy(0, &places, features)?
-            .f_reshape(shape.as_slice())?)
     }
 
     /// Final normed hidden states (B, L, hidden).
@@ -491,7 +434,74 @@ pub fn logprobs_and_entropy_of_pairs(
     Ok(TokenScores { logprobs, entropy })
 }
 
-fn batch_shape(batch: &Batch) -> Result<(i64, i64), ModelError> {
+/// Positions and attention mask of plain rows: causal, padded keys hidden where there is padding.
+pub(crate) fn rows_positions_and_mask(
+    spec: &RopeSpec,
+    batch: &Batch,
+    device: Device,
+) -> Result<(RopeIndex, AttentionMask), ModelError> {
+    let rope = RopeIndex::new(
+        spec,
+        &batch.input_ids,
+        batch.attention_mask.as_deref(),
+        &batch.image_grids,
+        &[],
+        &[],
+    )?;
+    let mask = match &batch.attention_mask {
+        Some(m) if m.iter().flatten().any(|&v| v == 0) => {
+            let (rows, len) = (m.len() as i64, m.first().map_or(0, Vec::len) as i64);
+            let m = Tensor::from_slice(&m.concat())
+                .view([rows, len])
+                .to_device(device);
+            AttentionMask::causal_with_padding(&m)
+        }
+        _ => AttentionMask::Causal,
+    };
+    Ok((rope, mask))
+}
+
+/// Where the image placeholder tokens of `input_ids` are, as row-major indices into the flattened
+/// (B * L) positions, on `device`. They come from the host's ids: no device read (which would wait for
+/// the vision tower).
+pub(crate) fn image_places(
+    input_ids: &[Vec<i64>],
+    image_token_id: i64,
+    device: Device,
+) -> Result<Tensor, ModelError> {
+    let places: Vec<i64> = input_ids
+        .concat()
+        .iter()
+        .enumerate()
+        .filter(|&(_, &id)| id == image_token_id)
+        .map(|(i, _)| i as i64)
+        .collect();
+    Ok(Tensor::f_from_slice(&places)?.f_to_device(device)?)
+}
+
+/// Writes image features (tokens, hidden) over the embeddings (B, L, hidden) at `places`
+/// ([`image_places`]), in order. A backward gathers rows, where masked_scatter's would search the mask
+/// again.
+pub(crate) fn place_features(
+    embeds: Tensor,
+    places: &Tensor,
+    features: &Tensor,
+) -> Result<Tensor, ModelError> {
+    if places.size()[0] != features.size()[0] {
+        return Err(ModelError::Input(format!(
+            "{} image placeholder tokens but the images give {} features",
+            places.size()[0],
+            features.size()[0]
+        )));
+    }
+    let shape = embeds.size();
+    Ok(embeds
+        .f_reshape([-1, shape[2]])?
+        .f_index_copy(0, places, features)?
+        .f_reshape(shape.as_slice())?)
+}
+
+pub(crate) fn batch_shape(batch: &Batch) -> Result<(i64, i64), ModelError> {
     let rows = batch.input_ids.len();
     let len = batch.input_ids.first().map_or(0, Vec::len);
     if rows == 0 || len == 0 {
@@ -508,7 +518,7 @@ fn batch_shape(batch: &Batch) -> Result<(i64, i64), ModelError> {
 
 /// Refuses a token id outside `0..vocab_size`: the embedding lookup would index out of its table,
 /// which libtorch reports by aborting the process rather than by an error.
-fn check_vocabulary(input_ids: &[Vec<i64>], vocab_size: i64) -> Result<(), ModelError> {
+pub(crate) fn check_vocabulary(input_ids: &[Vec<i64>], vocab_size: i64) -> Result<(), ModelError> {
     for (row, ids) in input_ids.iter().enumerate() {
         if let Some((col, id)) = ids
             .iter()

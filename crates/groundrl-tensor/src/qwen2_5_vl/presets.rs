@@ -2,7 +2,7 @@
 //! weights can be downloaded here) and `tiny`, small enough to train on a CPU in tests and the demo.
 
 use super::config::{Qwen25VlConfig, TextConfig, VisionConfig};
-use crate::processor::tokenizer::SpecialIds;
+use crate::special_ids::SpecialIds;
 
 /// Qwen's real special ids (Qwen2.5-VL-3B-Instruct's tokenizer_config.json), used by the 3B shape.
 pub const QWEN_IDS: SpecialIds = SpecialIds {

@@ -10,7 +10,7 @@
 //!
 //! This is small integer work done on the host, once per prompt.
 
-use super::ModelError;
+use crate::model_error::ModelError;
 
 /// Which kind of token: plain text, an image placeholder or a video placeholder.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -12,10 +12,10 @@
 
 use tch::{Kind, Tensor, nn};
 
-use super::ModelError;
 use super::config::TextConfig;
 use super::layers::{INIT_STD, Linear, RmsNorm};
 use crate::fused;
+use crate::model_error::ModelError;
 
 #[derive(Debug)]
 struct Attention {
@@ -337,10 +337,16 @@ impl Rotary {
             chunks.push(angles.get(i as i64 % 3).narrow(-1, start, len));
             start += len;
         }
-        let angles = Tensor::cat(&chunks, -1);
+        Self::from_angles(&Tensor::cat(&chunks, -1), kind)
+    }
+
+    /// The tables of rotation angles `angles` (B, L, head_dim / 2) in f32, frequency k turning
+    /// dimensions k and k + head_dim / 2: for decoders that give their frequencies other positions
+    /// than M-RoPE's sections (Qwen3-VL interleaves them).
+    pub(crate) fn from_angles(angles: &Tensor, kind: Kind) -> Self {
         let sin = angles.sin();
         Self {
-            cos: Tensor::cat(&[&angles, &angles], -1).cos().to_kind(kind),
+            cos: Tensor::cat(&[angles, angles], -1).cos().to_kind(kind),
             signed_sin: Tensor::cat(&[sin.neg(), sin], -1).to_kind(kind),
         }
     }
@@ -499,9 +505,9 @@ mod tests {
 
     use super::*;
     use crate::hf_folder::tiny_ids;
+    use crate::lora::{LLM_TARGETS, LoraSpec};
     use crate::processor::tiny_tokenizer::VOCAB_SIZE;
-    use crate::qwen2_5_vl::lora::LLM_TARGETS;
-    use crate::qwen2_5_vl::{LoraSpec, Qwen25Vl, presets};
+    use crate::qwen2_5_vl::{Qwen25Vl, presets};
 
     fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
         (a - b).abs().max().double_value(&[])

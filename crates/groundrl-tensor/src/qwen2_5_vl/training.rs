@@ -11,10 +11,10 @@
 
 use tch::{Kind, Tensor};
 
-use super::ModelError;
 use super::model::{Batch, ImageFeatures, Prepared, Qwen25Vl};
 use super::rope_index::Grid;
 use super::vision::{VisionRun, VisionTower};
+use crate::model_error::ModelError;
 
 /// A forward pass whose output can be back-propagated into the model's parameters.
 #[derive(Debug)]

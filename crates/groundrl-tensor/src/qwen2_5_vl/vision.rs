@@ -13,10 +13,11 @@
 use tch::nn::{self, Init};
 use tch::{Device, Kind, TchError, Tensor};
 
+use super::VisionConfig;
 use super::layers::{INIT_STD, Linear, RmsNorm};
-use super::{ModelError, VisionConfig};
 use crate::attention::{SegmentPlan, grouped_by_length};
 use crate::fused;
+use crate::model_error::ModelError;
 
 /// transformers' epsilon for every RMSNorm in the tower.
 const NORM_EPS: f64 = 1e-6;
@@ -445,7 +446,7 @@ impl Merger {
 /// The 2D rotary embedding of a call's patches, in window order: f32 cos and sin of shape
 /// (rows, 1, 1, head_dim), broadcasting over the q/k pair and the heads.
 #[derive(Debug)]
-struct Rotary {
+pub(crate) struct Rotary {
     cos: Tensor,
     /// sin with its first half negated: `rotate_half(x) * sin` is `swap_halves(x) * signed_sin`.
     signed_sin: Tensor,
@@ -455,7 +456,12 @@ impl Rotary {
     /// A quarter of each head's dimensions turns with the patch row, a quarter with the column, at
     /// frequencies theta^(-2i / (head_dim/2)); the halves repeat so that `rotate_half` pairs i with
     /// i + head_dim/2.
-    fn new(positions: &[[i64; 2]], head_dim: i64, theta: f64, device: Device) -> Result<Self, TchError> {
+    pub(crate) fn new(
+        positions: &[[i64; 2]],
+        head_dim: i64,
+        theta: f64,
+        device: Device,
+    ) -> Result<Self, TchError> {
         let rows = positions.len() as i64;
         let spatial = head_dim / 2;
         let exponents =
@@ -488,7 +494,7 @@ impl Rotary {
     /// per block for a batch of eight screenshots, and a backward without the zero-filled slices of
     /// q|k|v). Otherwise libtorch's operations in the same order ([`Self::rotate`]), which give the
     /// same values and gradients bit for bit (a CUDA test).
-    fn apply_qkv(&self, qkv: &Tensor) -> Result<(Tensor, Tensor, Tensor), TchError> {
+    pub(crate) fn apply_qkv(&self, qkv: &Tensor) -> Result<(Tensor, Tensor, Tensor), TchError> {
         let size = qkv.size();
         let tables = |t: &Tensor| t.f_view([size[0], size[3]]);
         if let Some(parts) = fused::rotary(qkv, &tables(&self.cos)?, &tables(&self.signed_sin)?, 2)?

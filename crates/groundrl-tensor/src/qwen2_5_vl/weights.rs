@@ -15,8 +15,8 @@ use groundrl_core::data::confine::{self, PathPolicy};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView, View};
 use tch::{Kind, Tensor, nn};
 
-use super::ModelError;
-use super::lora::{self, LoraError};
+use crate::lora::{self, LoraError};
+use crate::model_error::ModelError;
 
 /// Names the released checkpoints use for a tensor that transformers 5.x may have saved under another.
 pub fn canonical_name(name: &str) -> Cow<'_, str> {

@@ -343,7 +343,9 @@ fn validate(requests: &[GenerationRequest]) -> Result<(), RolloutError> {
     Ok(())
 }
 
-fn check_request(r: &GenerationRequest) -> Result<(), String> {
+/// What is wrong with one request: a fixed message, which [`validate`] files under the request's
+/// index ([`RolloutError::Input`]).
+fn check_request(r: &GenerationRequest) -> Result<(), &'static str> {
     let p = &r.params;
     let problem = if r.n == 0 {
         "n must be at least 1"
@@ -362,5 +364,5 @@ fn check_request(r: &GenerationRequest) -> Result<(), String> {
     } else {
         return Ok(());
     };
-    Err(problem.into())
+    Err(problem)
 }

@@ -14,9 +14,9 @@ mod session;
 mod stop;
 pub mod tools;
 
+use crate::model_error::ModelError;
 use crate::processor::Encoded;
 use crate::processor::tokenizer::TokenizerError;
-use crate::qwen2_5_vl::ModelError;
 
 pub use engine::Engine;
 pub use session::EngineCache;

@@ -26,8 +26,9 @@ use super::GenerationRequest;
 use super::kv_cache::{CacheShape, KvCache};
 use super::sampling::{RowSettings, Sampler, uniforms};
 use crate::cuda_graph::CudaGraph;
+use crate::model_error::ModelError;
+use crate::qwen2_5_vl::Qwen25Vl;
 use crate::qwen2_5_vl::text::FusedLayer;
-use crate::qwen2_5_vl::{ModelError, Qwen25Vl};
 
 /// Cache columns come in multiples of this many, so that calls whose prompts differ in length by less
 /// share a shape (and a captured step). The extra columns stay masked; a multiple of 16 also spares

@@ -45,7 +45,7 @@ use crate::loss::{LossConfig, LossError};
 use crate::optim::OptimConfig;
 use groundrl_core::telemetry::HealthConfig;
 use groundrl_score::reward::SpecError;
-use groundrl_tensor::qwen2_5_vl::ModelError;
+use groundrl_tensor::model_error::ModelError;
 use serde::{Deserialize, Serialize};
 
 pub use data::DataConfig;

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::{ConfigError, ensure};
 
 /// The LLM projections LoRA may adapt: attention q/k/v/o and the SwiGLU MLP's gate/up/down.
-pub use groundrl_tensor::qwen2_5_vl::lora::LLM_TARGETS as LORA_TEXT_TARGETS;
+pub use groundrl_tensor::lora::LLM_TARGETS as LORA_TEXT_TARGETS;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -60,7 +60,7 @@ pub struct TrainerConfig {
     /// accuracy. 0: greedy only. Default 0.
     pub eval_samples: u32,
     /// Forward each group's prompt once in the update, its completions as branches attending to it
-    /// (`crate::shared_prefix`): the same gradient up to float summation order, a prompt's tokens
+    /// (`update/shared_prefix.rs`): the same gradient up to float summation order, a prompt's tokens
     /// and image run once instead of `rollout.n` times. Applies where no response holds an image
     /// (tool turns' zoomed views take the row-per-completion layout); step records say whether it
     /// ran (`update/shared_prefix`). Default true.

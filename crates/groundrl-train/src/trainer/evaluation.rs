@@ -7,11 +7,12 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::rollouts::{Group, Split};
-use super::{EVAL_DIR, Ending, TrainError, Trainer, io, setup, write_file};
+use super::{Ending, TrainError, Trainer, io, setup, write_file};
 use crate::config::EarlyStoppingMode;
 use crate::data_parallel::batch_share;
 use crate::dataset::fixed_subsample;
 use crate::fault;
+use crate::run_folder::eval_file;
 
 /// The accuracy of one held-out evaluation.
 #[derive(Clone, Debug, PartialEq)]
@@ -67,9 +68,11 @@ impl Trainer {
             // Every rank holds every answer; rank 0 writes them.
             return Ok(Some(evaluation));
         }
-        let dir = self.run_dir.join(EVAL_DIR);
-        std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
-        write_file(&dir.join(format!("{label}.jsonl")), &jsonl_bytes(&records)?)?;
+        let path = eval_file(&self.run_dir, label);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+        }
+        write_file(&path, &jsonl_bytes(&records)?)?;
         eprintln!(
             "held-out {label}: {}/{} correct ({:.1}%)",
             evaluation.correct,

@@ -258,8 +258,3 @@ impl Group {
 pub(super) fn draw_seed(seed: u64, position: usize) -> u64 {
     keyed(seed, &position.to_string())
 }
-
-/// Tokens of a trajectory the model generated (its tool turns left out).
-pub(super) fn generated_tokens(t: &Trajectory) -> usize {
-    t.generated.iter().filter(|&&g| g).count()
-}

@@ -34,9 +34,7 @@ use serde::{Deserialize, Serialize};
 use super::rollouts::Split;
 use super::{TRAINING_ROUND, TrainError, Trainer, io, setup, write_file};
 use crate::dataset::{Dataset, fixed_subsample};
-
-/// The rounds folder in the run folder.
-pub const ROUNDS_DIR: &str = "rounds";
+use crate::run_folder::{LEDGER_FILE, POOL_FILE, POOL_REPORT_FILE, round_dir, transition_stem};
 
 impl Trainer {
     /// The ledger round number of the current round.
@@ -46,23 +44,23 @@ impl Trainer {
 
     /// The folder of ledger round `round`.
     fn round_dir(&self, round: u32) -> PathBuf {
-        self.run_dir.join(ROUNDS_DIR).join(format!("round-{round}"))
+        round_dir(&self.run_dir, round)
     }
 
     /// The pool file of ledger round `round` (round 1 trains on `data.train` itself).
     fn pool_path(&self, round: u32) -> PathBuf {
-        self.round_dir(round).join("pool.jsonl")
+        self.round_dir(round).join(POOL_FILE)
     }
 
     /// The ledger file of ledger round `round`.
     fn ledger_path(&self, round: u32) -> PathBuf {
-        self.round_dir(round).join("ledger.jsonl")
+        self.round_dir(round).join(LEDGER_FILE)
     }
 
     /// The samples of ledger round `round`'s pool as rank 0 wrote them, for a resumed run (every
     /// rank reads it after rank 0 has tidied the run folder: `Trainer::resume_data_parallel`).
     pub(super) fn load_pool(&self, round: u32) -> Result<Dataset, TrainError> {
-        let pool = Dataset::load(&self.pool_path(round)).map_err(setup)?;
+        let pool = Dataset::load(&self.pool_path(round))?;
         Ok(self.pool_dataset(pool.samples))
     }
 
@@ -159,7 +157,7 @@ impl Trainer {
     fn write_pool(&self, round: u32, pool: &NextPool) -> Result<(), TrainError> {
         let dir = self.round_dir(round + 1);
         std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
-        let report = dir.join("pool-report.json");
+        let report = dir.join(POOL_REPORT_FILE);
         let json = serde_json::to_string_pretty(&pool.report).map_err(setup)?;
         write_file(&report, json.as_bytes())?;
         if pool.samples.is_empty() {
@@ -187,10 +185,7 @@ impl Trainer {
                 .map_err(setup)
         };
         let matrix = transition(&summary(round - 1)?, &summary(round)?).map_err(setup)?;
-        let stem = self
-            .run_dir
-            .join(ROUNDS_DIR)
-            .join(format!("transition-{}-{round}", round - 1));
+        let stem = transition_stem(&self.run_dir, round);
         let json = stem.with_extension("json");
         let text = serde_json::to_string_pretty(&matrix).map_err(setup)?;
         write_file(&json, text.as_bytes())?;

@@ -1,16 +1,17 @@
-//! Scoring a group's completions with the run's reward spec, and logging each group's pass rate (k of
-//! n) to the ledger that `groundrl curate next` and the curriculum rounds read.
+//! The scoring phase of a step: a group's completions scored by the run's [`crate::scorer::Scorer`],
+//! and each group's pass rate (k of n) logged to the ledger that `groundrl curate next` and the
+//! curriculum rounds read.
 
 use groundrl_core::curriculum::ledger::{LedgerEntry, RolloutBatch, rule_text};
 use groundrl_core::telemetry::CompletionRecord;
 use groundrl_score::data::Sample;
 use groundrl_tensor::rollout::FinishReason;
 
-use super::rollouts::{Group, draw_seed, generated_tokens};
+use super::rollouts::{Group, draw_seed};
 use super::tools::{call_failures, sample_target_size, tool_use};
 use super::{TrainError, Trainer, setup};
-use crate::inference::resized_size;
-use crate::scoring::{Scoring, ToolScoring};
+use crate::inference::{generated_tokens, resized_size};
+use crate::scorer::{ScoreError, Scoring, ToolScoring};
 
 impl Trainer {
     /// Appends each group's k-of-n to the ledger (dropped groups too: they were drawn and judged);
@@ -69,7 +70,7 @@ impl Trainer {
         sample: &Sample,
         group: &Group,
         position: usize,
-    ) -> Result<Vec<CompletionRecord>, String> {
+    ) -> Result<Vec<CompletionRecord>, ScoreError> {
         let resized = resized_size(&self.policy.processor, &group.prompt.encoded);
         let size = sample_target_size(sample, group.prompt.view.frames);
         let budget = self.generation_budget();

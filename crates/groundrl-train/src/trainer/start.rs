@@ -1,21 +1,18 @@
-//! Starting a run: the run folder, the policy (and the frozen reference), the optimizer, the scorer
-//! and the datasets. A start that fails leaves the folder free for the next one.
+//! Starting a run, new or resumed: the run folder, its logs (cut back to where the run starts), the
+//! policy (and the frozen reference), the optimizer, the scorer and the datasets. A start that fails
+//! leaves the folder free for the next one.
 
 use std::path::{Path, PathBuf};
 
 use groundrl_core::atomic::{publish_dir, temporary_path};
-use groundrl_core::curriculum::ledger::LedgerWriter;
-use groundrl_core::telemetry::{HealthMonitor, JsonlLog};
+use groundrl_core::curriculum::ledger::{LedgerWriter, drop_after_step};
+use groundrl_core::telemetry::{EventWriter, HealthMonitor, JsonlLog};
 use groundrl_tensor::hf_folder::{self, HfModel, RandomFolder};
 use groundrl_tensor::profiler;
 use tch::{Device, Tensor};
 
-use super::checkpoints::{cut_logs, open_events};
 use super::tools::ToolSetup;
-use super::{
-    CONFIG_FILE, INITIAL_MODEL_DIR, LEDGER_FILE, METRICS_FILE, RolloutSeconds, RunLogs, RunState,
-    TENSORBOARD_DIR, TrainError, Trainer, io, setup, write_file,
-};
+use super::{RolloutSeconds, RunLogs, RunState, TRAINING_ROUND, TrainError, Trainer, io, setup, write_file};
 use crate::config::{ModelPreset, TrainConfig};
 use crate::data_parallel::DataParallel;
 use crate::dataset::Dataset;
@@ -23,7 +20,10 @@ use crate::inference::Inference;
 use crate::load_model::{initial_model_dir, lora_spec};
 use crate::optim::{AdamW, Partition, Shard};
 use crate::plan;
-use crate::scoring::Scorer;
+use crate::run_folder::{
+    CONFIG_FILE, INITIAL_MODEL_DIR, LEDGER_FILE, METRICS_FILE, SFT_FILE, TENSORBOARD_DIR,
+};
+use crate::scorer::Scorer;
 
 /// What [`Trainer::build`] finds in the run folder.
 pub(super) enum Start<'a> {
@@ -46,7 +46,7 @@ impl Trainer {
     /// the run folder, its config and initial model; the other ranks wait for it, then load the same
     /// model without writing anything.
     pub fn new_data_parallel(cfg: TrainConfig, mut dp: Option<DataParallel>) -> Result<Self, TrainError> {
-        cfg.validate().map_err(setup)?;
+        cfg.validate()?;
         let place = Place::of(dp.as_ref());
         place.check(&cfg)?;
         let cfg = with_absolute_paths(cfg)?;
@@ -87,17 +87,14 @@ impl Trainer {
     fn create(cfg: TrainConfig, place: Place) -> Result<Self, TrainError> {
         let run_dir = cfg.trainer.run_dir.clone();
         if run_dir.join(CONFIG_FILE).exists() {
-            return Err(setup(format!(
-                "{} already holds a run: resume it with --resume, or choose another trainer.run_dir",
-                run_dir.display()
-            )));
+            return Err(TrainError::RunExists { run_dir });
         }
         let existed = run_dir.exists();
         // Without a config.toml the folder holds no run: an initial model there is what a start
         // killed before writing it left, perhaps of another preset or seed.
         remove_dir_if_any(&run_dir.join(INITIAL_MODEL_DIR))?;
         std::fs::create_dir_all(&run_dir).map_err(|e| io(&run_dir, e))?;
-        let text = cfg.to_toml().map_err(setup)?;
+        let text = cfg.to_toml()?;
         let trainer = Self::build(cfg, run_dir.clone(), Start::New, place)
             .inspect_err(|_| discard_failed_start(&run_dir, existed))?;
         // Written once the run could start, so a failed start leaves the folder free for a new one.
@@ -141,31 +138,28 @@ impl Trainer {
         policy.processor.files = cfg.data.image_limits();
         let optimizer_parameters = trainable.iter().map(|(_, t)| t.numel() as i64).sum();
         let optimizer = new_optimizer(&trainable, &cfg, place)?;
-        let scorer = Scorer::new(&cfg.reward).map_err(setup)?;
+        let scorer = Scorer::new(&cfg.reward)?;
         let mut inference = Inference::of_run(&cfg, &scorer.spec);
         inference.set_cache_columns(plan::row_tokens(&cfg, &policy.model.config));
         let tools = ToolSetup::new(&cfg);
-        let train = Dataset::load(&cfg.data.train).map_err(setup)?;
+        let train = Dataset::load(&cfg.data.train)?;
         if train.is_empty() {
-            return Err(setup(format!(
-                "data.train {}: no samples",
-                cfg.data.train.display()
-            )));
+            return Err(no_samples("data.train", &cfg.data.train));
         }
         let optional = |path: &Path| match path.as_os_str().is_empty() {
             true => Ok(Dataset::empty()),
-            false => Dataset::load(path).map_err(setup),
+            false => Dataset::load(path),
         };
         let (val, test) = (optional(&cfg.data.val)?, optional(&cfg.data.test)?);
         let warm_up_data = match cfg.sft.data.as_os_str().is_empty() {
             true => None,
-            false => Some(Dataset::load(&cfg.sft.data).map_err(setup)?),
+            false => Some(Dataset::load(&cfg.sft.data)?),
         };
         if warm_up_data
             .as_ref()
             .is_some_and(|d| d.is_empty() && cfg.sft.steps > 0)
         {
-            return Err(setup(format!("sft.data {}: no samples", cfg.sft.data.display())));
+            return Err(no_samples("sft.data", &cfg.sft.data));
         }
         let warm_up_skipped = warm_up_data.iter().flat_map(|d| &d.skipped);
         for line in train
@@ -226,8 +220,8 @@ impl Place {
     /// What a run of `cfg` needs from this place and this build, checked when it starts and when it
     /// resumes: the world size splits the steps evenly, and the profiler is built in if asked for.
     pub(super) fn check(self, cfg: &TrainConfig) -> Result<(), TrainError> {
-        cfg.validate_world_size(self.world).map_err(setup)?;
-        cfg.trainer.check_profiler(profiler::AVAILABLE).map_err(setup)
+        cfg.validate_world_size(self.world)?;
+        Ok(cfg.trainer.check_profiler(profiler::AVAILABLE)?)
     }
 
     /// Whether this process writes the run's files (rank 0).
@@ -246,14 +240,14 @@ pub(super) fn new_optimizer(
 ) -> Result<AdamW, TrainError> {
     let params = shallow(trainable);
     if cfg.distributed.zero_stage == 0 || place.world <= 1 {
-        return AdamW::new(params, &cfg.optim).map_err(setup);
+        return Ok(AdamW::new(params, &cfg.optim)?);
     }
     let sizes: Vec<i64> = trainable.iter().map(|(_, t)| t.numel() as i64).collect();
     let shard = Shard {
         partition: Partition::balanced(&sizes, place.world),
         rank: place.rank,
     };
-    AdamW::sharded(params, &cfg.optim, shard).map_err(setup)
+    Ok(AdamW::sharded(params, &cfg.optim, shard)?)
 }
 
 /// The run's logs, cut back to `start` (see [`cut_logs`]).
@@ -264,6 +258,90 @@ fn open_logs(run_dir: &Path, start: &Start<'_>, rounds: u32) -> Result<RunLogs, 
         log: JsonlLog::open(run_dir.join(METRICS_FILE))?,
         events: open_events(&run_dir.join(TENSORBOARD_DIR), start)?,
     })
+}
+
+/// Cuts the logs of a resumed run back to its checkpoint (`Start::At`), or to nothing for a run that
+/// starts over (its warm-up too): the steps after that point are done and logged again.
+fn cut_logs(run_dir: &Path, start: &Start<'_>, rounds: u32) -> Result<(), TrainError> {
+    let step = match start {
+        Start::New => return Ok(()),
+        Start::Over => {
+            truncate_log(&run_dir.join(SFT_FILE), 0)?;
+            0
+        }
+        // Checkpoints come after the warm-up, so its log stays whole.
+        Start::At(state) => state.step,
+    };
+    truncate_log(&run_dir.join(METRICS_FILE), step)?;
+    let ledger = run_dir.join(LEDGER_FILE);
+    if ledger.exists() {
+        for round in TRAINING_ROUND..TRAINING_ROUND + rounds {
+            drop_after_step(&ledger, round, step).map_err(setup)?;
+        }
+    }
+    Ok(())
+}
+
+/// The run's TensorBoard writer: the checkpoint's event file cut back to the checkpoint, or a new
+/// file (said, when that file is gone). A run starting over first removes the files of the attempt
+/// it redoes.
+fn open_events(dir: &Path, start: &Start<'_>) -> Result<EventWriter, TrainError> {
+    match start {
+        Start::At(RunState {
+            events: Some(position),
+            ..
+        }) => {
+            let path = dir.join(&position.file);
+            if path.is_file() {
+                return Ok(EventWriter::resume(path, position.len)?);
+            }
+            eprintln!("{} is gone: TensorBoard continues in a new file", path.display());
+            Ok(EventWriter::create(dir)?)
+        }
+        Start::Over => {
+            remove_dir_if_any(dir)?;
+            Ok(EventWriter::create(dir)?)
+        }
+        // A new run, or a checkpoint written before event files were continued.
+        _ => Ok(EventWriter::create(dir)?),
+    }
+}
+
+/// Keeps the log's records of steps up to `step` (a resumed run logs the later ones again) and
+/// replaces the file atomically. A line a crash cut short is dropped, and said; a missing log has
+/// nothing to keep, but any other read error stops the resume rather than lose the log.
+fn truncate_log(path: &Path, step: u64) -> Result<(), TrainError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io(path, e)),
+    };
+    let mut kept = String::with_capacity(text.len());
+    let mut cut = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let logged = serde_json::from_str::<serde_json::Value>(line)
+            .ok()
+            .and_then(|v| v.get("step").and_then(serde_json::Value::as_u64));
+        match logged {
+            Some(s) if s <= step => {
+                kept.push_str(line);
+                kept.push('\n');
+            }
+            Some(_) => {}
+            None => cut += 1,
+        }
+    }
+    if cut > 0 {
+        eprintln!("{}: {cut} line(s) cut short by the stop dropped", path.display());
+    }
+    write_file(path, kept.as_bytes())
+}
+
+fn no_samples(key: &'static str, path: &Path) -> TrainError {
+    TrainError::NoSamples {
+        key,
+        path: path.to_path_buf(),
+    }
 }
 
 /// The tensors again, sharing storage (a new optimizer over the same parameters).
@@ -284,7 +362,7 @@ fn load_policy(cfg: &TrainConfig, run_dir: &Path) -> Result<HfModel, TrainError>
     if m.preset != ModelPreset::None && !dir.is_dir() {
         write_preset(&dir, m.preset, m)?;
     }
-    let mut policy = hf_folder::load(&dir, m.device.device(), kind).map_err(setup)?;
+    let mut policy = hf_folder::load(&dir, m.device.device(), kind)?;
     if m.freeze_vision {
         policy.model.set_vision_trainable(false);
     }
@@ -308,7 +386,7 @@ fn write_preset(dir: &Path, preset: ModelPreset, m: &crate::config::ModelConfig)
         _ => RandomFolder::Qwen3b,
     };
     let written = hf_folder::write_random(&tmp, folder, m.seed, kind, Device::Cpu);
-    written.map_err(setup)?;
+    written?;
     publish_dir(&tmp, dir).map_err(|e| io(dir, e))
 }
 
@@ -345,7 +423,7 @@ fn discard_failed_start(run_dir: &Path, existed: bool) {
     }
 }
 
-pub(super) fn remove_dir_if_any(dir: &Path) -> Result<(), TrainError> {
+fn remove_dir_if_any(dir: &Path) -> Result<(), TrainError> {
     match std::fs::remove_dir_all(dir) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(dir, e)),
         _ => Ok(()),

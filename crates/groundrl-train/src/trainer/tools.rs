@@ -47,7 +47,8 @@ impl ToolSetup {
     /// The warm-up's reference response for `sample`: its answer, or for a target smaller than
     /// `warm_up_zoom_below` a zoom call, the zoom's real reply (masked) and the answer about the
     /// view the answer is read in, with `\n<confidence>c</confidence>` after the answer when
-    /// `writes_confidence`. The response's tokens with their generated flags.
+    /// `writes_confidence`. The response's tokens with their generated flags; `Err` is why the sample
+    /// has none, a message printed as the warm-up skips the sample.
     pub fn reference_response(
         &self,
         inference: &Inference,

@@ -10,12 +10,12 @@ use groundrl_tensor::processor::Encoded;
 use serde::{Deserialize, Serialize};
 
 use super::start::{Place, new_optimizer};
-use super::{SFT_FILE, TrainError, Trainer, setup};
+use super::{TrainError, Trainer, setup};
 use crate::data_parallel::counts_over_ranks;
 use crate::dataset::{Dataset, epoch_order};
 use crate::fault;
-use crate::sft::{SftSettings, sft_step};
-use crate::update::Row;
+use crate::run_folder::SFT_FILE;
+use crate::update::{Row, SftSettings, sft_step};
 
 /// One line of the warm-up log.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -164,11 +164,13 @@ impl Trainer {
     }
 
     /// A sample's prompt and its reference response: the answer's tokens ended by the end-of-turn
-    /// token, after a zoom call and its (masked) reply for the small targets `[tools]` names.
+    /// token, after a zoom call and its (masked) reply for the small targets `[tools]` names. `Err`
+    /// is why the sample has none, a message printed as the sample is skipped.
     fn reference_example(&self, sample: &Sample) -> Result<(Encoded, Encoded, Vec<bool>), String> {
         let prompt = self
             .inference
-            .encode(&self.policy.processor, sample, &self.warm_up_set().base, None)?;
+            .encode(&self.policy.processor, sample, &self.warm_up_set().base, None)
+            .map_err(|e| e.to_string())?;
         let (response, generated) = self.tools.reference_response(
             &self.inference,
             &self.policy.processor,

@@ -26,22 +26,23 @@ use groundrl_score::data::{Sample, Task};
 use groundrl_score::frame::Frame;
 use groundrl_score::metrics::gain::{Interval, mean_over_seeds};
 use groundrl_train::config::TrainConfig;
-use groundrl_train::trainer::{CONFIG_FILE, Trainer};
+use groundrl_train::run_folder::CONFIG_FILE;
+use groundrl_train::trainer::Trainer;
 use indicatif::{MultiProgress, ProgressBar};
 use serde::Serialize;
 
 use crate::commands::train::{progress_bar, report_ending, train_with_bar};
 
-const CPU_CONFIG: &str = include_str!("../../configs/demo-cpu.toml");
-const GPU_CONFIG: &str = include_str!("../../configs/demo-gpu.toml");
+const CPU_CONFIG: &str = include_str!("../../../../configs/demo-cpu.toml");
+const GPU_CONFIG: &str = include_str!("../../../../configs/demo-gpu.toml");
 /// The click reward alone: both demos' training curves held to their ends with it, where the
 /// Gaussian-shaped one's often fell back (docs/learning.md).
-const CLICK_REWARD_SPEC: &str = include_str!("../../configs/rewards/synthetic-click-only.toml");
+const CLICK_REWARD_SPEC: &str = include_str!("../../../../configs/rewards/synthetic-click-only.toml");
 /// Click plus a Gaussian around the target's centre: the zoom-tool demo's baseline without the tool
 /// was measured with it.
-const SHAPED_CLICK_REWARD_SPEC: &str = include_str!("../../configs/rewards/synthetic-click.toml");
-const TOOLS_CPU_CONFIG: &str = include_str!("../../configs/demo-tools-cpu.toml");
-const TOOLS_GPU_CONFIG: &str = include_str!("../../configs/demo-tools-gpu.toml");
+const SHAPED_CLICK_REWARD_SPEC: &str = include_str!("../../../../configs/rewards/synthetic-click.toml");
+const TOOLS_CPU_CONFIG: &str = include_str!("../../../../configs/demo-tools-cpu.toml");
+const TOOLS_GPU_CONFIG: &str = include_str!("../../../../configs/demo-tools-gpu.toml");
 const TOOLS_REWARD_SPEC: &str = groundrl_score::reward::gated::TOOL_GATED_SPEC;
 
 /// The synthetic generator's seed of the held-out screenshots. Training screenshots of demo seed

@@ -118,7 +118,8 @@ fn count(n: u64) -> String {
     }
 }
 
-/// `80GiB`, `141GB`, `512 MiB`, `85899345920`: a size in bytes.
+/// `80GiB`, `141GB`, `512 MiB`, `85899345920`: a size in bytes. The error is clap's message for
+/// `--gpu-memory` (a `value_parser` returns it as text, and clap prints it).
 fn parse_size(text: &str) -> Result<u64, String> {
     let text = text.trim();
     let unit_at = text.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(text.len());

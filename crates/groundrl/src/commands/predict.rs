@@ -16,9 +16,9 @@ use groundrl_core::data::image_file::{self, DEFAULT_MAX_IMAGE_PIXELS, ImageLimit
 use groundrl_core::prompt::{Preset, PromptStyle};
 use groundrl_score::data::{ImageRef, Sample, Task};
 use groundrl_score::frame::Frame;
-use groundrl_tensor::rollout::{FinishReason, Trajectory};
+use groundrl_tensor::rollout::Trajectory;
 use groundrl_tensor::tch::Kind;
-use groundrl_train::inference::{Inference, PixelAnswer, Prompt};
+use groundrl_train::inference::{Inference, PixelAnswer, Prompt, finish_name, generated_tokens};
 use groundrl_train::load_model::{LoadedModel, load_model};
 use serde::Serialize;
 
@@ -29,9 +29,10 @@ use crate::commands::synth::{PromptModel, PromptReasoning, prompt_style};
 /// answers take its `rollout.max_new_tokens`).
 const DEFAULT_MAX_NEW_TOKENS: usize = 256;
 
-/// The model, where it runs, and how it is asked: shared by `predict` and `eval model`.
+/// The model and where it runs: shared by every command that asks a model (`predict`, `eval model`,
+/// `rollout`, `curate temperature`).
 #[derive(clap::Args)]
-pub struct AskArgs {
+pub struct ModelArgs {
     /// The model: an HF folder (e.g. from `groundrl model init` or `groundrl export`), a training
     /// run folder (its latest checkpoint) or one checkpoint (RUN_DIR/checkpoints/step-N).
     #[arg(long)]
@@ -43,6 +44,25 @@ pub struct AskArgs {
     /// `cpu`, `cuda`, `cuda:N` or `auto` (the first GPU if any).
     #[arg(long, default_value = "auto")]
     device: String,
+}
+
+impl ModelArgs {
+    /// Loads the model on the asked device, in the asked dtype ([`load_model`]).
+    pub(crate) fn load(&self) -> anyhow::Result<LoadedModel> {
+        let device = parse_device(&self.device)?;
+        let kind: Option<Kind> = match self.dtype.as_str() {
+            "auto" => None,
+            other => Some(parse_dtype(other)?),
+        };
+        Ok(load_model(&self.model, device, kind)?)
+    }
+}
+
+/// The model, where it runs, and how it is asked: shared by `predict` and `eval model`.
+#[derive(clap::Args)]
+pub struct AskArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
     /// Most tokens the model writes in a turn (default: a run's `rollout.max_new_tokens`, else 256).
     #[arg(long)]
     max_new_tokens: Option<usize>,
@@ -86,12 +106,7 @@ impl AskArgs {
     /// Loads the model and settles how it is asked: as its run asked (tools, limits, the reward
     /// spec's frame), what the options change.
     pub(crate) fn load(&self) -> anyhow::Result<Asker> {
-        let device = parse_device(&self.device)?;
-        let kind: Option<Kind> = match self.dtype.as_str() {
-            "auto" => None,
-            other => Some(parse_dtype(other)?),
-        };
-        let mut loaded = load_model(&self.model, device, kind)?;
+        let mut loaded = self.model.load()?;
         let image = &mut loaded.hf.processor.image;
         image.min_pixels = self.min_pixels.unwrap_or(image.min_pixels);
         image.max_pixels = self.max_pixels.unwrap_or(image.max_pixels);
@@ -301,6 +316,8 @@ fn split_image_path(image: &Path) -> anyhow::Result<(PathBuf, String)> {
     Ok((folder.unwrap_or(Path::new(".")).to_path_buf(), name.to_string()))
 }
 
+/// The output of one answer. `answer` is the answer in original pixels, or why none could be read
+/// ([`Inference::read`]: the parser's message, printed as it is).
 fn output<'a>(
     args: &'a Args,
     asker: &Asker,
@@ -343,12 +360,8 @@ fn output<'a>(
         task: args.task.name(),
         instruction: &args.instruction,
         completion: trajectory.final_text(),
-        tokens: trajectory.generated.iter().filter(|&&g| g).count(),
-        finish_reason: match trajectory.finish {
-            FinishReason::Eos => "eos",
-            FinishReason::StopString => "stop",
-            FinishReason::Length => "length",
-        },
+        tokens: generated_tokens(trajectory),
+        finish_reason: finish_name(trajectory.finish),
         tool_calls: trajectory.calls().count(),
         frame,
         point,

@@ -75,7 +75,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// A line as read: its number and its text, or why it has none.
+/// A line as read: its number and its text, or why it has none (a message, reported as the line's
+/// problem like a line that does not parse).
 type Line = (usize, Result<String, String>);
 
 /// Scores `input` chunk by chunk, in order. Stops at the first read or write failure, once the
@@ -110,7 +111,7 @@ fn score_lines(
 }
 
 /// A line's bytes as text without its `\n` or `\r\n` (as `BufRead::lines` gives it); invalid
-/// UTF-8 makes the line bad, not the run.
+/// UTF-8 makes the line bad, not the run: the error is the message reported for that line.
 fn line_text(bytes: &[u8]) -> Result<String, String> {
     let bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
     let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
@@ -155,7 +156,8 @@ fn score_chunk(
     Ok(())
 }
 
-/// One line as its JSON fields plus the record the rewards read.
+/// One line as its JSON fields plus the record the rewards read; the error is the message reported
+/// for a line that is not such a record.
 fn read_record(text: &str) -> Result<(Map<String, Value>, RewardInput), String> {
     let fields = match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(fields)) => fields,

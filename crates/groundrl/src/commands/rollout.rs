@@ -4,8 +4,9 @@
 //! Entries are keyed by run, round, sample and draw seed, so the same command run again (after a
 //! crash, say) adds no entry twice; it says how many it found there already.
 //!
-//! The generation loop ([`roll_out`]) and the scoring ([`Judge`]) are shared with
-//! `groundrl curate temperature`.
+//! The model is asked as `groundrl_train::inference` asks it (the sample's prompt encoded as training
+//! encodes it, one turn without tools, the model's stop ids); the generation loop ([`roll_out`]) and
+//! the scoring ([`Judge`]) are shared with `groundrl curate temperature`.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -15,30 +16,17 @@ use anyhow::Context;
 use groundrl_core::curriculum::{LedgerEntry, LedgerWriter, RolloutBatch, rule_text};
 use groundrl_core::telemetry::CompletionRecord;
 use groundrl_score::data::Sample;
-use groundrl_tensor::hf_folder::{self, HfModel};
-use groundrl_tensor::processor::Encoded;
-use groundrl_tensor::rollout::{Completion, Engine, FinishReason, GenerationRequest, SamplingParams};
-use groundrl_tensor::tch::{Device, Kind};
+use groundrl_score::frame::Frame;
+use groundrl_tensor::hf_folder::HfModel;
+use groundrl_tensor::rollout::{FinishReason, Trajectory};
 use groundrl_train::config::RewardConfig;
-use groundrl_train::scoring::{Scorer, Scoring};
+use groundrl_train::inference::{Inference, Prompt, finish_name, generated_tokens, resized_size};
+use groundrl_train::scorer::{ScoreError, Scorer, Scoring};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use crate::commands::data::{ImageArgs, read_samples, report_skipped};
-use crate::commands::model::{parse_device, parse_dtype};
-
-/// The model and where it runs.
-#[derive(clap::Args)]
-pub struct ModelArgs {
-    /// HF model folder (config, weights, tokenizer, chat template, preprocessor config).
-    #[arg(long)]
-    pub model: PathBuf,
-    /// `f32`, `bf16`, or `auto` (bf16 on a GPU, f32 on the CPU).
-    #[arg(long, default_value = "auto")]
-    dtype: String,
-    #[arg(long, default_value = "auto")]
-    device: String,
-}
+use crate::commands::predict::ModelArgs;
 
 /// How completions are sampled (the temperature aside).
 #[derive(clap::Args)]
@@ -59,6 +47,17 @@ pub struct SamplingArgs {
     /// Seeds every sample's completions together with its position in the dataset.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+}
+
+impl SamplingArgs {
+    /// How the model is asked: plain generation (no tools, one turn) with these sampling settings.
+    /// Answers are not read here (the reward spec reads them), so the frame is only the prompts'.
+    fn inference(&self) -> Inference {
+        let mut inference = Inference::plain(self.max_new_tokens, Frame::Resized, false);
+        inference.top_p = self.top_p;
+        inference.top_k = self.top_k;
+        inference
+    }
 }
 
 /// Which value decides that a completion is correct (as `[reward]` of a training config).
@@ -245,18 +244,12 @@ fn run_name(args: &Args) -> anyhow::Result<String> {
     Ok(model.display().to_string())
 }
 
-/// Loads the model folder on the asked device, in the asked dtype, with libtorch's attention kept off
+/// Loads the model on the asked device, in the asked dtype, with libtorch's attention kept off
 /// cuDNN's kernels: samples of many prompt lengths and image sizes bring new attention shapes, for
 /// each of which cuDNN would build a plan first (see `attention::use_cudnn_attention`).
 pub(crate) fn load_model(args: &ModelArgs) -> anyhow::Result<HfModel> {
     groundrl_tensor::attention::use_cudnn_attention(false);
-    let device = parse_device(&args.device)?;
-    let kind = match args.dtype.as_str() {
-        "auto" if device == Device::Cpu => Kind::Float,
-        "auto" => Kind::BFloat16,
-        other => parse_dtype(other)?,
-    };
-    Ok(hf_folder::load(&args.model, device, kind)?)
+    Ok(args.load()?.hf)
 }
 
 pub(crate) fn progress(total: usize) -> ProgressBar {
@@ -276,7 +269,8 @@ pub(crate) struct Rolled<'a> {
     pub resized: Option<[u64; 2]>,
     /// The seed its completions were drawn with.
     pub seed: u64,
-    pub completions: Vec<(Completion, String)>,
+    /// One turn each (no tools): its text is the trajectory's final text.
+    pub completions: Vec<Trajectory>,
 }
 
 /// Generates `sampling.n` completions of every sample at `temperature`, `sampling.batch` samples per
@@ -294,24 +288,24 @@ pub(crate) fn roll_out(
     mut each: impl FnMut(&[Rolled]) -> anyhow::Result<()>,
 ) -> anyhow::Result<usize> {
     let base = data.parent().unwrap_or(Path::new("."));
-    let engine = Engine::new(&hf.model, &hf.processor);
+    let inference = sampling.inference();
     let batch = sampling.batch.max(1);
     let mut failed = 0;
     for (chunk_index, chunk) in samples.chunks(batch).enumerate() {
-        let mut requests = Vec::new();
+        let mut prompts: Vec<(Prompt, u64)> = Vec::new();
         let mut rolled = Vec::new();
         for (i, sample) in chunk.iter().enumerate() {
             let position = (chunk_index * batch + i) as u64;
-            match hf.processor.encode_sample(sample, base, None) {
+            match inference.encode(&hf.processor, sample, base, None) {
                 Ok(prompt) => {
                     let seed = groundrl_core::rng::keyed(sampling.seed, &position.to_string());
                     rolled.push(Rolled {
                         sample,
-                        resized: resized_size(hf, &prompt),
+                        resized: resized_size(&hf.processor, &prompt.encoded),
                         seed,
                         completions: Vec::new(),
                     });
-                    requests.push(request(hf, sampling, temperature, prompt, seed));
+                    prompts.push((prompt, seed));
                 }
                 Err(err) => {
                     failed += 1;
@@ -319,56 +313,16 @@ pub(crate) fn roll_out(
                 }
             }
         }
-        if !requests.is_empty() {
-            for completion in engine.generate(&requests)? {
-                let ids: Vec<u32> = completion.tokens.iter().map(|&t| t as u32).collect();
-                let text = hf.processor.tokenizer.decode(&ids, true)?;
-                rolled[completion.prompt_index]
-                    .completions
-                    .push((completion, text));
+        if !prompts.is_empty() {
+            let asked: Vec<(&Prompt, u64)> = prompts.iter().map(|(p, seed)| (p, *seed)).collect();
+            for trajectory in inference.generate(hf, &asked, sampling.n, temperature)? {
+                rolled[trajectory.prompt_index].completions.push(trajectory);
             }
             each(&rolled)?;
         }
         bar.inc(chunk.len() as u64);
     }
     Ok(failed)
-}
-
-/// The size of the first image as the model saw it: its patch grid times the patch size.
-fn resized_size(hf: &HfModel, prompt: &Encoded) -> Option<[u64; 2]> {
-    let patch = u64::from(hf.processor.image.patch_size);
-    prompt
-        .image_grids
-        .first()
-        .map(|g| [g[2] as u64 * patch, g[1] as u64 * patch])
-}
-
-fn request(
-    hf: &HfModel,
-    sampling: &SamplingArgs,
-    temperature: f64,
-    prompt: Encoded,
-    seed: u64,
-) -> GenerationRequest {
-    let mut stop_token_ids = hf.model.config.text.eos_token_ids.clone();
-    let eos = i64::from(hf.processor.tokenizer.special_ids().eos);
-    if !stop_token_ids.contains(&eos) {
-        stop_token_ids.push(eos);
-    }
-    GenerationRequest {
-        prompt,
-        n: sampling.n,
-        first_sample: 0,
-        params: SamplingParams {
-            seed,
-            temperature,
-            top_p: sampling.top_p,
-            top_k: sampling.top_k,
-            max_new_tokens: sampling.max_new_tokens,
-            stop_token_ids,
-            stop_strings: Vec::new(),
-        },
-    }
 }
 
 /// A reward spec with the rule that judges completions, applied as the trainer applies them.
@@ -397,18 +351,18 @@ impl Judge {
 
     /// Scores every completion of one sample; a sample whose target cannot be scored is an error
     /// naming it.
-    pub(crate) fn score(&self, rolled: &Rolled) -> Result<Vec<CompletionRecord>, String> {
+    pub(crate) fn score(&self, rolled: &Rolled) -> Result<Vec<CompletionRecord>, ScoreError> {
         rolled
             .completions
             .iter()
-            .map(|(c, text)| {
+            .map(|t| {
                 self.scorer.score(&Scoring {
                     sample: rolled.sample,
                     resized: rolled.resized,
                     group: 0,
-                    text,
-                    tokens: c.tokens.len(),
-                    truncated: c.finish == FinishReason::Length,
+                    text: t.final_text(),
+                    tokens: generated_tokens(t),
+                    truncated: t.finish == FinishReason::Length,
                     target_size: None,
                     tools: None,
                 })
@@ -423,23 +377,19 @@ fn write_lines(
     rolled: &Rolled,
     records: Option<&[CompletionRecord]>,
 ) -> anyhow::Result<()> {
-    for (i, (c, text)) in rolled.completions.iter().enumerate() {
+    for (i, t) in rolled.completions.iter().enumerate() {
         let record = records.and_then(|r| r.get(i));
         let line = Line {
             id: &rolled.sample.id,
             source: &rolled.sample.source,
-            sample: c.sample_index,
-            completion: text,
-            tokens: c.tokens.len(),
-            finish_reason: match c.finish {
-                FinishReason::Eos => "eos",
-                FinishReason::StopString => "stop",
-                FinishReason::Length => "length",
-            },
+            sample: t.sample_index,
+            completion: t.final_text(),
+            tokens: generated_tokens(t),
+            finish_reason: finish_name(t.finish),
             temperature: args.temperature,
             reward: record.map(|r| r.reward),
             correct: record.and_then(|r| r.correct),
-            logprobs: args.logprobs.then_some(c.logprobs.as_slice()),
+            logprobs: args.logprobs.then_some(t.logprobs.as_slice()),
         };
         serde_json::to_writer(&mut *out, &line)?;
         out.write_all(b"\n")?;

@@ -90,6 +90,8 @@ pub(crate) fn prompt_style(model: PromptModel, reasoning: PromptReasoning, frame
     }
 }
 
+/// `1920x1080`: an image size, each side 64 to 8192 pixels. The error is clap's message for the
+/// option (a `value_parser` returns it as text, and clap prints it).
 fn parse_size(s: &str) -> Result<(u32, u32), String> {
     let err = || format!("expected WIDTHxHEIGHT such as 1920x1080, got {s:?}");
     let (w, h) = s.split_once('x').ok_or_else(err)?;

@@ -15,7 +15,8 @@ use groundrl_core::telemetry::StepRecord;
 use groundrl_train::config::{DeviceKind, TrainConfig};
 use groundrl_train::data_parallel::DataParallel;
 use groundrl_train::plan::{self, PlanExtras};
-use groundrl_train::trainer::{CONFIG_FILE, Ending, Trainer};
+use groundrl_train::run_folder::CONFIG_FILE;
+use groundrl_train::trainer::{Ending, Trainer};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::launch;

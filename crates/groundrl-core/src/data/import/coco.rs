@@ -138,6 +138,8 @@ pub enum Subset {
     Pos3,
 }
 
+/// By name (`full`, `pos_1`, ...); the error is [`parse_name`]'s message, which the command line
+/// prints as it is.
 impl FromStr for Subset {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
@@ -169,6 +171,7 @@ pub enum Mode {
     OneBox,
 }
 
+/// By name (`all`, `positive`, `one-box`); the error is [`parse_name`]'s message.
 impl FromStr for Mode {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {

@@ -332,7 +332,9 @@ impl Ranks {
     }
 }
 
-/// `(category rank, image rank)` of a record, or which reference is unknown.
+/// `(category rank, image rank)` of a record, or which reference is unknown. An `Err` here and in
+/// [`check_box`] is the problem in words, which the caller files under the record
+/// ([`CocoError::Record`]): the input is refused whole, so no caller acts on which check failed.
 fn cell_of(
     image_id: i64,
     category_id: i64,
@@ -348,6 +350,7 @@ fn cell_of(
     Ok((category, image))
 }
 
+/// Finite numbers, non-negative width and height.
 fn check_box(bbox: &[f64; 4]) -> Result<(), String> {
     let [_, _, w, h] = *bbox;
     if bbox.iter().any(|v| !v.is_finite()) {

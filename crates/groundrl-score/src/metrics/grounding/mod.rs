@@ -56,7 +56,7 @@ use crate::resize::PixelBudget;
 pub use hit::Answer;
 pub use predictions::{PredictionLine, RawAnswer, read_predictions};
 pub use report::GroundingReport;
-pub use resolve::Resolved;
+pub use resolve::{FailureReason, Resolved};
 
 /// How completions are read.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -116,8 +116,8 @@ pub enum Outcome {
     Clicked,
     /// The model refused.
     Refused,
-    /// No usable answer (reason as [`Resolved::Failure`]).
-    ParseFailure(String),
+    /// No usable answer.
+    ParseFailure(FailureReason),
     /// No prediction line for this sample.
     Missing,
 }
@@ -293,7 +293,9 @@ impl PixelItem {
     }
 }
 
-/// A target shape converted from `frame` to original pixels, after checking it is usable.
+/// A target shape converted from `frame` to original pixels, after checking it is usable. `Err` is
+/// the problem in words, which the caller files under the target ([`GroundingError::BadSample`]):
+/// a person fixes the data, no caller acts on which check failed.
 fn to_pixels(shape: &Shape, frames: &ImageFrames, frame: Frame) -> Result<Shape, String> {
     let convert = |[x, y]: [f64; 2]| {
         let p = frames.convert_point(Point::new(x, y), frame, Frame::Pixel);

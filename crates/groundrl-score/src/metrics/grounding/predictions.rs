@@ -110,6 +110,7 @@ fn read_answer(obj: &Map<String, Value>) -> Result<RawAnswer, (&'static str, Str
     }
 }
 
+/// `value` as `N` numbers; `Err` is the problem in words, filed under the field by [`read_answer`].
 fn numbers<const N: usize>(value: &Value) -> Result<[f64; N], String> {
     let values: Option<Vec<f64>> = value
         .as_array()

@@ -13,14 +13,20 @@ use crate::parse::{self, parse_completion};
 use crate::reward::Prediction;
 use crate::reward::input::ScoringFrame;
 
+/// Why a prediction gives no usable answer: a short stable name, one of the parser's reasons
+/// ([`parse::ParseFailure::reason`]: `empty`, `no_answer`, `malformed`), `no_click` (an answer
+/// without coordinates) or `out_of_frame` (numbers that fit no frame). Reports count failures by
+/// it and evaluation files write it; no caller matches on it, so it is the name itself rather
+/// than an enum.
+pub type FailureReason = String;
+
 /// How a prediction was read.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Resolved {
     /// An answer, and the frame its numbers were read in (`None` for a refusal).
     Answer { answer: Answer, frame: Option<Frame> },
-    /// No usable answer; the reason is a short stable name (the parser's reasons, `no_click`,
-    /// `out_of_frame`). Counted as wrong and reported as a parse failure.
-    Failure(String),
+    /// No usable answer. Counted as wrong and reported as a parse failure.
+    Failure(FailureReason),
 }
 
 /// Reads one prediction for an image of the given sizes.
@@ -72,7 +78,7 @@ pub fn read_completion(
     frames: ImageFrames,
     model_frame: Frame,
     detect_frame: bool,
-) -> Result<(Prediction, Option<Frame>), String> {
+) -> Result<(Prediction, Option<Frame>), FailureReason> {
     let parsed = parse_completion(text).map_err(|failure| failure.reason().to_string())?;
     if parsed.answer == parse::Answer::NoObjects {
         let none = Prediction {

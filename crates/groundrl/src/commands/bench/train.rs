@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use groundrl_tensor::qwen2_5_vl::ModelError;
+use groundrl_tensor::model_error::ModelError;
 use groundrl_tensor::tch::Tensor;
 use groundrl_tensor::{bench, fused, profiler};
 use groundrl_train::optim::{AdamW, OptimConfig};

@@ -15,7 +15,8 @@ use serde::Serialize;
 
 use super::{percent, write_output};
 use crate::commands::data::{read_samples, report_skipped};
-use crate::commands::rollout::{Judge, ModelArgs, RuleArgs, SamplingArgs, load_model, progress, roll_out};
+use crate::commands::predict::ModelArgs;
+use crate::commands::rollout::{Judge, RuleArgs, SamplingArgs, load_model, progress, roll_out};
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -20,8 +20,8 @@ use groundrl_score::metrics::grounding::{
     EvalOptions, GroundingReport, ItemResult, Outcome, PredictionLine, score_items,
 };
 use groundrl_score::resize::PixelBudget;
-use groundrl_tensor::rollout::{FinishReason, Trajectory};
-use groundrl_train::inference::{Inference, Prompt};
+use groundrl_tensor::rollout::Trajectory;
+use groundrl_train::inference::{Inference, Prompt, finish_name, generated_tokens};
 use serde::Serialize;
 
 use super::coco::{print_at50, print_per_category};
@@ -437,7 +437,7 @@ fn item_lines(answered: &[Answered], base: &Path, inference: &Inference, scored:
             Some(Item {
                 record,
                 task: a.sample.task,
-                tokens: first.generated.iter().filter(|&&g| g).count(),
+                tokens: generated_tokens(first),
                 finish_reason: finish_name(first.finish),
                 outcome,
                 answer_frame,
@@ -446,14 +446,6 @@ fn item_lines(answered: &[Answered], base: &Path, inference: &Inference, scored:
             })
         })
         .collect()
-}
-
-fn finish_name(finish: FinishReason) -> &'static str {
-    match finish {
-        FinishReason::Eos => "eos",
-        FinishReason::StopString => "stop",
-        FinishReason::Length => "length",
-    }
 }
 
 fn write_items(path: &Path, items: &[Item]) -> anyhow::Result<()> {

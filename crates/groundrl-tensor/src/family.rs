@@ -1,0 +1,126 @@
+//! Which model family an HF folder holds, read from its `config.json`'s `model_type` before any weight
+//! is touched, so that a folder of an unsupported architecture is refused with the supported ones named
+//! instead of failing later on a missing tensor.
+
+use std::fmt;
+use std::path::Path;
+
+use serde_json::Value;
+
+/// A model family groundrl can load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    /// [`crate::qwen2_5_vl::Qwen25Vl`].
+    Qwen25Vl,
+    /// [`crate::qwen3_vl::Qwen3Vl`] (the dense models; the MoE ones are `qwen3_vl_moe`).
+    Qwen3Vl,
+}
+
+/// Why a folder's family is unknown.
+#[derive(Debug, thiserror::Error)]
+pub enum FamilyError {
+    #[error("{path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{path}: {problem}")]
+    Config { path: String, problem: String },
+    #[error(
+        "{path}: model_type `{model_type}` is not supported; groundrl loads {}",
+        Family::supported()
+    )]
+    Unsupported { path: String, model_type: String },
+}
+
+impl Family {
+    pub const ALL: [Family; 2] = [Family::Qwen25Vl, Family::Qwen3Vl];
+
+    /// The `model_type` of the family's `config.json`.
+    pub fn model_type(self) -> &'static str {
+        match self {
+            Family::Qwen25Vl => "qwen2_5_vl",
+            Family::Qwen3Vl => crate::qwen3_vl::MODEL_TYPE,
+        }
+    }
+
+    /// The family of a `model_type`, if groundrl loads it.
+    pub fn from_model_type(model_type: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|f| f.model_type() == model_type)
+    }
+
+    /// The family of the HF folder `dir`, from its `config.json`.
+    pub fn of_folder(dir: &Path) -> Result<Self, FamilyError> {
+        let path = dir.join("config.json");
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(&path).map_err(|source| FamilyError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        let config = |problem: String| FamilyError::Config {
+            path: shown.clone(),
+            problem,
+        };
+        let value: Value = serde_json::from_str(&text).map_err(|e| config(e.to_string()))?;
+        let model_type = value.get("model_type").and_then(Value::as_str).ok_or_else(|| {
+            config(format!(
+                "no `model_type` string; groundrl loads {}",
+                Self::supported()
+            ))
+        })?;
+        Self::from_model_type(model_type).ok_or_else(|| FamilyError::Unsupported {
+            path: shown.clone(),
+            model_type: model_type.to_owned(),
+        })
+    }
+
+    /// The supported `model_type`s, comma-separated, for messages.
+    pub fn supported() -> String {
+        Self::ALL.map(Family::model_type).join(", ")
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.model_type())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn folder(config: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.json"), config).unwrap();
+        dir
+    }
+
+    #[test]
+    fn each_supported_model_type_names_its_family() {
+        for family in Family::ALL {
+            let dir = folder(&format!(r#"{{"model_type": "{family}", "text_config": {{}}}}"#));
+            assert_eq!(Family::of_folder(dir.path()).unwrap(), family);
+        }
+    }
+
+    #[test]
+    fn other_folders_are_refused_with_the_supported_types_listed() {
+        let err = Family::of_folder(folder(r#"{"model_type": "qwen3_vl_moe"}"#).path()).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, FamilyError::Unsupported { .. }), "{text}");
+        assert!(
+            text.contains("`qwen3_vl_moe`") && text.contains("qwen2_5_vl, qwen3_vl"),
+            "{text}"
+        );
+        let err = Family::of_folder(folder(r#"{"hidden_size": 8}"#).path())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("no `model_type`") && err.contains("qwen3_vl"),
+            "{err}"
+        );
+        let err = Family::of_folder(folder("{").path()).unwrap_err();
+        assert!(matches!(err, FamilyError::Config { .. }), "{err}");
+        let missing = tempfile::tempdir().unwrap();
+        let err = Family::of_folder(missing.path()).unwrap_err();
+        assert!(matches!(err, FamilyError::Read { .. }) && err.to_string().contains("config.json"));
+    }
+}

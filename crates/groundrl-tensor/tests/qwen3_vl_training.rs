@@ -1,0 +1,271 @@
+//! What a training step asks of Qwen3-VL, on the two tiny fixture models (tests/fixtures/qwen3_vl) and
+//! their golden batch: the scored tokens' log-probs against the full logits; gradient checkpointing
+//! (decoder blocks, and the vision tower's when it trains, DeepStack's features inside the recomputed
+//! graph) against plain autograd, loss and every parameter's gradient; a frozen tower and given
+//! features; and branched rows (a prompt with its completions) against one row per completion.
+
+mod qwen3_vl_fixtures;
+
+use std::collections::BTreeMap;
+
+use groundrl_tensor::qwen2_5_vl::branches::scored_pairs;
+use groundrl_tensor::qwen2_5_vl::model::ImageFeatures;
+use groundrl_tensor::qwen3_vl::scores::{logprobs_and_entropy_at, logprobs_and_entropy_of_pairs};
+use groundrl_tensor::qwen3_vl::{Batch, BranchRow, Qwen3Vl};
+use qwen3_vl_fixtures::{fixture, golden};
+use tch::{Device, Kind, Tensor};
+
+fn model(name: &str) -> Qwen3Vl {
+    Qwen3Vl::load(&fixture(name), Device::Cpu, Kind::Float).unwrap()
+}
+
+fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+    (a - b).abs().max().double_value(&[])
+}
+
+/// The last `n` columns of every row: real tokens in a left-padded batch.
+fn last_columns(batch: &Batch, n: i64) -> Tensor {
+    let (rows, len) = (batch.input_ids.len() as i64, batch.input_ids[0].len() as i64);
+    let scored = Tensor::zeros([rows, len], (Kind::Bool, Device::Cpu));
+    let _ = scored.narrow(1, len - n, n).fill_(1);
+    scored
+}
+
+/// The scored tokens' log-probs, chunked over 2 positions at a time, equal the log-softmax of the full
+/// logits at each next token.
+#[test]
+fn token_logprobs_equal_the_full_logits_log_softmax() {
+    let model = model("tiny_a");
+    let (batch, _) = golden("tiny_a");
+    let scored = last_columns(&batch, 6);
+    let ours = tch::no_grad(|| model.token_logprobs(&batch, &scored, 2)).unwrap();
+    let logits = tch::no_grad(|| model.logits(&batch)).unwrap();
+    let len = logits.size()[1];
+    let ids = Tensor::from_slice2(&batch.input_ids);
+    let next = ids.narrow(1, 1, len - 1).unsqueeze(-1);
+    let want = logits
+        .narrow(1, 0, len - 1)
+        .log_softmax(-1, Kind::Float)
+        .gather(-1, &next, false)
+        .squeeze_dim(-1);
+    let want = Tensor::cat(&[Tensor::zeros([3, 1], (Kind::Float, Device::Cpu)), want], 1)
+        * scored.to_kind(Kind::Float);
+    let diff = max_diff(&ours, &want);
+    println!("token_logprobs vs log_softmax(logits): max difference {diff:.3e}");
+    assert!(diff < 1e-5, "{diff}");
+    assert!(ours.abs().sum(Kind::Float).double_value(&[]) > 1.0);
+    let err = model.token_logprobs(&batch, &last_columns(&batch, 1).logical_not(), 2);
+    assert!(err.unwrap_err().to_string().contains("first token"));
+}
+
+/// A log-prob and entropy loss on the batch's last 5 columns: its value and the gradient of every
+/// parameter that gets one, after one training forward and backward.
+fn loss_and_gradients(
+    model: &Qwen3Vl,
+    batch: &Batch,
+    source: ImageFeatures,
+    checkpoint: bool,
+) -> (f64, BTreeMap<String, Tensor>) {
+    let vs = model.var_store();
+    for mut var in vs.trainable_variables() {
+        var.zero_grad();
+    }
+    let run = model.training_forward_from(batch, source, checkpoint).unwrap();
+    let scored = last_columns(batch, 5);
+    let scores = logprobs_and_entropy_at(&model.text, &run.hidden, &run.prepared.ids, &scored, 4).unwrap();
+    let loss = -scores.logprobs.sum(Kind::Float) / 15.0 - scores.entropy.sum(Kind::Float) * 0.01;
+    let value = loss.double_value(&[]);
+    run.backward(&loss).unwrap();
+    let grads = vs
+        .variables()
+        .into_iter()
+        .filter(|(_, v)| v.grad().defined())
+        .map(|(n, v)| (n, v.grad().copy()))
+        .collect();
+    (value, grads)
+}
+
+/// The largest relative difference between two sets of gradients, which must name the same parameters.
+fn worst_relative(a: &BTreeMap<String, Tensor>, b: &BTreeMap<String, Tensor>) -> (f64, String) {
+    assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+    a.iter()
+        .map(|(name, g)| {
+            let scale = g.abs().max().double_value(&[]).max(1e-12);
+            (max_diff(g, &b[name]) / scale, name.clone())
+        })
+        .fold((0.0, String::new()), |x, y| if y.0 > x.0 { y } else { x })
+}
+
+fn nonzero(grads: &BTreeMap<String, Tensor>, name: &str) -> bool {
+    grads[name].abs().sum(Kind::Float).double_value(&[]) > 0.0
+}
+
+/// Both fixtures: tiny_a (DeepStack from blocks 0 and 2 of 4) and tiny_b (from blocks 2 and 0 of 3,
+/// listed out of order, so the last block feeds both the merger and a DeepStack merger).
+#[test]
+fn checkpointing_gives_plain_autograd_s_loss_and_every_gradient() {
+    for name in ["tiny_a", "tiny_b"] {
+        let model = model(name);
+        let (batch, _) = golden(name);
+        let (plain_loss, plain) = loss_and_gradients(&model, &batch, ImageFeatures::Tower, false);
+        let (loss, recomputed) = loss_and_gradients(&model, &batch, ImageFeatures::Tower, true);
+        assert_eq!(
+            plain.len(),
+            model.var_store().variables().len(),
+            "{name}: every parameter gets a gradient"
+        );
+        let (worst, at) = worst_relative(&plain, &recomputed);
+        println!(
+            "{name}: loss {plain_loss} vs {loss}; worst gradient relative difference {worst:.3e} ({at})"
+        );
+        assert!((plain_loss - loss).abs() < 1e-6, "{name}: {plain_loss} vs {loss}");
+        assert!(worst < 1e-5, "{name}: {at} differs by {worst}");
+        for deepstack in ["0", "1"] {
+            let weight = format!("visual.deepstack_merger_list.{deepstack}.linear_fc1.weight");
+            assert!(nonzero(&recomputed, &weight), "{name}: {weight}");
+        }
+        for weight in ["visual.blocks.0.attn.qkv.weight", "visual.pos_embed.weight"] {
+            assert!(nonzero(&recomputed, weight), "{name}: {weight}");
+        }
+    }
+}
+
+/// A frozen tower gets no gradient and keeps no graph; its features computed up front and given back
+/// make the same hidden states and the same decoder gradients as the tower run in the pass. A given
+/// tensor of another width is refused.
+#[test]
+fn a_frozen_tower_takes_no_gradient_and_its_given_features_equal_its_own() {
+    let model = model("tiny_a");
+    model.set_vision_trainable(false);
+    assert!(!model.vision_trainable());
+    let (batch, _) = golden("tiny_a");
+    let (_, tower) = loss_and_gradients(&model, &batch, ImageFeatures::Tower, true);
+    assert!(
+        tower.keys().all(|n| !n.starts_with("visual.")),
+        "vision parameters got gradients"
+    );
+    assert!(tower.contains_key("model.layers.0.mlp.up_proj.weight"));
+    let pixels = batch.pixel_values.as_ref().unwrap();
+    let packed = model.image_features(pixels, &batch.image_grids).unwrap();
+    assert!(!packed.requires_grad());
+    assert_eq!(packed.size(), [6 + 1 + 10, 3 * 32]);
+    let given = ImageFeatures::Given(&packed);
+    let (_, from_given) = loss_and_gradients(&model, &batch, given, true);
+    assert_eq!(worst_relative(&tower, &from_given).0, 0.0);
+    let hidden = tch::no_grad(|| model.hidden_states(&batch)).unwrap();
+    let from_given = tch::no_grad(|| model.hidden_states_from(&batch, given)).unwrap();
+    assert_eq!(max_diff(&hidden, &from_given), 0.0);
+    let narrow = packed.narrow(1, 0, 64);
+    let err = model.hidden_states_from(&batch, ImageFeatures::Given(&narrow));
+    assert!(err.unwrap_err().to_string().contains("(image tokens, 96)"));
+    model.set_vision_trainable(true);
+    assert!(model.vision_trainable());
+}
+
+/// The golden batch's first row (text, two images, text: 23 tokens, no padding) as a prompt, and two
+/// completions of it.
+fn prompt_and_completions() -> (Batch, Vec<i64>, [Vec<i64>; 2]) {
+    let (batch, _) = golden("tiny_a");
+    let prompt = batch.input_ids[0].clone();
+    assert_eq!(prompt.len(), 23);
+    (batch, prompt, [vec![11, 12, 13, 14, 15], vec![21, 22, 23]])
+}
+
+/// One left-padded row per completion, each with the prompt's two images (28 patches).
+fn rows_layout(golden: &Batch, prompt: &[i64], completions: &[Vec<i64>; 2]) -> Batch {
+    let width = prompt.len() + completions[0].len();
+    let mut input_ids = Vec::new();
+    let mut attention_mask = Vec::new();
+    for completion in completions {
+        let pad = width - prompt.len() - completion.len();
+        input_ids.push([vec![0; pad], prompt.to_vec(), completion.clone()].concat());
+        attention_mask.push([vec![0; pad], vec![1; width - pad]].concat());
+    }
+    let pixels = golden.pixel_values.as_ref().unwrap().narrow(0, 0, 28);
+    Batch {
+        input_ids,
+        attention_mask: Some(attention_mask),
+        pixel_values: Some(Tensor::cat(&[&pixels, &pixels], 0)),
+        image_grids: [&golden.image_grids[..2], &golden.image_grids[..2]].concat(),
+        branches: None,
+    }
+}
+
+/// The prompt once, then both completions as branches, then two padding tokens.
+fn branched_layout(golden: &Batch, prompt: &[i64], completions: &[Vec<i64>; 2]) -> Batch {
+    let ids = [prompt.to_vec(), completions.concat(), vec![0, 0]].concat();
+    Batch {
+        input_ids: vec![ids],
+        attention_mask: None,
+        pixel_values: Some(golden.pixel_values.as_ref().unwrap().narrow(0, 0, 28)),
+        image_grids: golden.image_grids[..2].to_vec(),
+        branches: Some(vec![BranchRow {
+            prefix: prompt.len(),
+            branches: completions.iter().map(Vec::len).collect(),
+        }]),
+    }
+}
+
+/// Log-probs, entropies and every parameter's gradient of the completions' summed log-probs: one row
+/// per completion (plain autograd) against the branched row (checkpointed, the tower trained).
+#[test]
+fn branched_rows_score_and_train_as_one_row_per_completion() {
+    let model = model("tiny_a");
+    let (golden, prompt, completions) = prompt_and_completions();
+    let rows = rows_layout(&golden, &prompt, &completions);
+    let branched = branched_layout(&golden, &prompt, &completions);
+    let vs = model.var_store();
+    let grads = || -> BTreeMap<String, Tensor> {
+        let out = vs
+            .variables()
+            .into_iter()
+            .filter(|(_, v)| v.grad().defined())
+            .map(|(n, v)| (n, v.grad().copy()))
+            .collect();
+        for mut var in vs.trainable_variables() {
+            var.zero_grad();
+        }
+        out
+    };
+
+    let run = model.training_forward(&rows, false).unwrap();
+    let scored = Tensor::zeros([2, 28], (Kind::Bool, Device::Cpu));
+    for (row, completion) in completions.iter().enumerate() {
+        let n = completion.len() as i64;
+        let _ = scored.get(row as i64).narrow(0, 28 - n, n).fill_(1);
+    }
+    let by_row = logprobs_and_entropy_at(&model.text, &run.hidden, &run.prepared.ids, &scored, 3).unwrap();
+    let (row_lp, row_entropy) = (
+        by_row.logprobs.masked_select(&scored),
+        by_row.entropy.masked_select(&scored),
+    );
+    assert_eq!(row_lp.size(), [8]);
+    run.backward(&row_lp.sum(Kind::Float)).unwrap();
+    let row_grads = grads();
+
+    let run = model.training_forward(&branched, true).unwrap();
+    let (targets, predictors) =
+        scored_pairs(branched.branches.as_ref().unwrap(), 33, Device::Cpu, |_, _, _| {
+            true
+        });
+    let ids = &run.prepared.ids;
+    let flat =
+        logprobs_and_entropy_of_pairs(&model.text, &run.hidden, ids, &targets, &predictors, 3).unwrap();
+    run.backward(&flat.logprobs.sum(Kind::Float)).unwrap();
+    let branch_grads = grads();
+
+    let lp = max_diff(&row_lp, &flat.logprobs);
+    let entropy = max_diff(&row_entropy, &flat.entropy);
+    let (worst, at) = worst_relative(&row_grads, &branch_grads);
+    println!("branched vs rows: log-probs {lp:.3e}, entropies {entropy:.3e}, gradients {worst:.3e} ({at})");
+    assert!(lp < 1e-5 && entropy < 1e-5, "{lp} {entropy}");
+    assert!(worst < 1e-4, "{at} differs by {worst}");
+    assert!(row_lp.abs().sum(Kind::Float).double_value(&[]) > 1.0);
+    assert!(
+        row_grads["visual.deepstack_merger_list.1.linear_fc2.weight"]
+            .abs()
+            .max()
+            .double_value(&[])
+            > 0.0
+    );
+}

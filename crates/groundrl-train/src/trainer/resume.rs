@@ -1,0 +1,95 @@
+//! Resuming a run from its latest checkpoint: the folder tidied, the trainer built as it was started
+//! (its logs cut back to the checkpoint: `start.rs`), then the checkpoint's weights, optimizer state
+//! and [`RunState`] restored.
+
+use std::path::Path;
+
+use groundrl_core::atomic::remove_temporaries;
+
+use super::start::{Place, Start};
+use super::{RunState, TRAINING_ROUND, TrainError, Trainer, io, setup};
+use crate::checkpoint::{has_checkpoint, load_latest, restore_tensors};
+use crate::config::TrainConfig;
+use crate::data_parallel::DataParallel;
+use crate::run_folder::CONFIG_FILE;
+
+impl Trainer {
+    /// Continues the run in `run_dir` from its latest checkpoint, with the config it was started with.
+    /// A run stopped before its first checkpoint (during the warm-up, say) starts over in its folder.
+    /// Temporary files and folders of writes the stop cut short are removed first.
+    pub fn resume(run_dir: &Path) -> Result<Self, TrainError> {
+        Self::resume_data_parallel(run_dir, None)
+    }
+
+    /// [`Trainer::resume`] as one rank of a data-parallel run (`dp`; `None`: one process), on any
+    /// world size the config allows and with either `distributed.zero_stage`: the checkpoint holds
+    /// the whole optimizer state (gathered to rank 0 under stage 1), each rank loads the part it
+    /// keeps, and no random draw depends on the world size (docs/distributed.md). Rank 0 tidies the
+    /// folder and cuts the logs back first; the other ranks then load the same checkpoint without
+    /// writing anything.
+    pub fn resume_data_parallel(run_dir: &Path, mut dp: Option<DataParallel>) -> Result<Self, TrainError> {
+        let place = Place::of(dp.as_ref());
+        if let (false, Some(group)) = (place.writes(), dp.as_mut()) {
+            group.barrier()?;
+        }
+        let mut trainer = Self::resume_as(run_dir, place)?;
+        if let (true, Some(group)) = (place.writes(), dp.as_mut()) {
+            group.barrier()?;
+        }
+        trainer.dp = dp;
+        trainer.announce_shard();
+        Ok(trainer)
+    }
+
+    /// The trainer of the run in `run_dir` at its latest checkpoint, as the process `place`; rank 0
+    /// tidies the folder and cuts its logs back.
+    fn resume_as(run_dir: &Path, place: Place) -> Result<Self, TrainError> {
+        let writes = place.writes();
+        let cfg = TrainConfig::load(&run_dir.join(CONFIG_FILE), &[])?;
+        place.check(&cfg)?;
+        if writes {
+            for path in remove_temporaries(run_dir).map_err(|e| io(run_dir, e))? {
+                eprintln!("removed {}, left by a write that was cut short", path.display());
+            }
+        }
+        if !has_checkpoint(run_dir) {
+            if writes {
+                eprintln!("{}: no checkpoint yet: starting the run over", run_dir.display());
+            }
+            return Self::build(cfg, run_dir.to_path_buf(), Start::Over, place);
+        }
+        let checkpoint = load_latest::<RunState>(run_dir)?;
+        let start = Start::At(&checkpoint.state);
+        let mut trainer = Self::build(cfg, run_dir.to_path_buf(), start, place)?;
+        restore_tensors(
+            &trainer
+                .policy
+                .model
+                .var_store()
+                .variables()
+                .into_iter()
+                .collect::<Vec<_>>(),
+            &checkpoint.weights,
+        )?;
+        // Each rank reads only the optimizer entries it keeps (its share under ZeRO stage 1).
+        let names = checkpoint.optimizer.names();
+        let kept = trainer.optimizer.entries_kept(names.iter().map(String::as_str))?;
+        let state = checkpoint.read_optimizer(|name| kept.contains(name))?;
+        trainer.optimizer.load_state(&state)?;
+        if checkpoint.state.round > 0 {
+            trainer.train = trainer.load_pool(TRAINING_ROUND + checkpoint.state.round)?;
+        }
+        if checkpoint.state.cursor > trainer.train.len() {
+            return Err(setup(format!(
+                "{}: the checkpoint stands at sample {} of an epoch, but data.train has {} samples now: \
+                 the train set changed since the run started",
+                run_dir.display(),
+                checkpoint.state.cursor,
+                trainer.train.len()
+            )));
+        }
+        trainer.saved_step = Some(checkpoint.state.step);
+        trainer.state = checkpoint.state;
+        Ok(trainer)
+    }
+}

@@ -1,0 +1,50 @@
+//! The end of an accumulation of gradients: each micro-batch's backward pass, then the optimizer
+//! step. One pair of functions for the GRPO update and the warm-up, so that both keep the ranks of a
+//! data-parallel run in step the same way.
+
+use groundrl_tensor::qwen2_5_vl::training::TrainingForward;
+use tch::Tensor;
+
+use super::UpdateError;
+use crate::data_parallel::DataParallel;
+use crate::optim::{AdamW, StepOutcome};
+
+/// The backward pass of one micro-batch of an accumulation, adding its gradients to the earlier
+/// ones'. Before the `last` one, a rank arms the overlap of its gradient sum with the pass
+/// ([`DataParallel::before_last_backward`]); [`apply_step`] then finishes the sum. One function for
+/// the policy update and the warm-up, so that both arm it the same way.
+pub(super) fn accumulate(
+    forward: TrainingForward,
+    loss: &Tensor,
+    dp: Option<&mut DataParallel>,
+    params: &[Tensor],
+    last: bool,
+) -> Result<(), UpdateError> {
+    if let (Some(dp), true) = (dp, last) {
+        dp.before_last_backward(params)?;
+    }
+    Ok(forward.backward(loss)?)
+}
+
+/// The optimizer step after an accumulation of gradients, alone (`dp` `None`) or as one rank: the
+/// gradients of `params` (the optimizer's parameters, in its order) are first summed over the ranks,
+/// so that every rank steps with the global gradient (and clips by its norm); under ZeRO stage 1 each
+/// rank then broadcasts the parameters it updated, so that all hold the same weights again. The
+/// gradients are zeroed for the next accumulation. One function for the policy update and the
+/// warm-up, so that both keep the ranks in step the same way.
+pub(super) fn apply_step(
+    optimizer: &mut AdamW,
+    mut dp: Option<&mut DataParallel>,
+    params: &[Tensor],
+    lr: f64,
+) -> Result<StepOutcome, UpdateError> {
+    if let Some(dp) = dp.as_deref_mut() {
+        dp.sum_gradients(params)?;
+    }
+    let outcome = optimizer.step(lr)?;
+    if let (StepOutcome::Applied { .. }, Some(dp), Some(shard)) = (outcome, dp, optimizer.shard()) {
+        dp.share_updates(params, &shard.partition)?;
+    }
+    optimizer.zero_grad();
+    Ok(outcome)
+}
