@@ -1,26 +1,39 @@
 //! pycocotools' `COCO`/`COCOeval` for boxes, the native half (python/groundrl/coco.py is the other):
 //! records read from JSON text, a results list, an `Nx7` array or the dicts of a `COCO` index in one
-//! pass each; `evaluate()` with any `Params` and `accumulate(p)` with the GIL released; `evalImgs`
-//! rebuilt on request. Arrays go back as raw native-endian bytes, which numpy reads without a copy.
+//! pass each, and handed to groundrl-score's evaluation (`metrics::coco::Evaluation`) with the params
+//! Python set; `evaluate()` and `accumulate(p)` with the GIL released; `evalImgs` rebuilt on request.
+//! Arrays go back as raw native-endian bytes, which numpy reads without a copy.
 
-mod engine;
-mod ids;
-mod json;
 mod records;
 
 use std::sync::Arc;
 
+use groundrl_score::metrics::coco::{
+    self as score, AccumulateRequest, DetectionRecord, Evaluation, GtAnnotation, Naming, Params,
+};
 use pyo3::exceptions::{PyIndexError, PyNotImplementedError};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyList};
 
-use engine::{AccumulateRequest, Array, DtRec, Evaluation, GtRec, MAX_THRESHOLDS, Settings};
-use records::{GroundTruthRecords, Naming, Numbers};
+use records::{GroundTruthRecords, Numbers};
 
 use crate::CocoError;
 
-fn coco_error(problem: String) -> PyErr {
-    CocoError::new_err(problem)
+fn coco_error(problem: impl ToString) -> PyErr {
+    CocoError::new_err(problem.to_string())
+}
+
+/// groundrl-score's error as the Python exception pycocotools' callers expect.
+fn evaluation_error(e: score::CocoError) -> PyErr {
+    match e {
+        score::CocoError::TooManyThresholds { .. } => {
+            PyNotImplementedError::new_err(format!("params.iouThrs: {e}"))
+        }
+        score::CocoError::NotEvaluated { .. } | score::CocoError::ThresholdCount { .. } => {
+            PyIndexError::new_err(e.to_string())
+        }
+        _ => coco_error(e),
+    }
 }
 
 /// A ground truth held natively: image and category ids as listed, and the annotations.
@@ -28,7 +41,7 @@ fn coco_error(problem: String) -> PyErr {
 pub struct CocoGroundTruth {
     images: Vec<i64>,
     categories: Vec<i64>,
-    anns: Arc<Vec<GtRec>>,
+    anns: Arc<Vec<GtAnnotation>>,
     naming: Naming,
 }
 
@@ -64,7 +77,7 @@ impl CocoGroundTruth {
 /// Detections held natively (from `loadRes`, or gathered from a `COCO` index).
 #[pyclass(frozen, module = "groundrl._groundrl")]
 pub struct CocoDetections {
-    dts: Arc<Vec<DtRec>>,
+    dts: Arc<Vec<DetectionRecord>>,
     naming: Naming,
 }
 
@@ -106,7 +119,7 @@ pub fn coco_ground_truth_dicts(
     })
 }
 
-fn detections(dts: Vec<DtRec>, images: &[i64], naming: Naming) -> PyResult<CocoDetections> {
+fn detections(dts: Vec<DetectionRecord>, images: &[i64], naming: Naming) -> PyResult<CocoDetections> {
     records::check_images(&dts, images).map_err(coco_error)?;
     Ok(CocoDetections {
         dts: Arc::new(dts),
@@ -181,13 +194,7 @@ pub fn coco_evaluate(
     max_dets: Vec<usize>,
     area_rng: Vec<[f64; 2]>,
 ) -> PyResult<CocoEvaluation> {
-    if iou_thrs.len() > MAX_THRESHOLDS {
-        return Err(PyNotImplementedError::new_err(format!(
-            "params.iouThrs: at most {MAX_THRESHOLDS} IoU thresholds are supported, got {}",
-            iou_thrs.len()
-        )));
-    }
-    let settings = Settings {
+    let params = Params {
         img_ids,
         cat_ids,
         use_cats,
@@ -197,11 +204,11 @@ pub fn coco_evaluate(
     };
     let (gts, dts) = (&gt.anns, &dt.dts);
     py.detach(|| {
-        records::check(&gt.images, &gt.categories, gts, gt.naming, dts, dt.naming)?;
-        Ok(Evaluation::new(settings, gts, dts))
+        score::check_records(&gt.images, &gt.categories, (gts, gt.naming), (dts, dt.naming))?;
+        Evaluation::new(params, gts, dts)
     })
     .map(CocoEvaluation)
-    .map_err(coco_error)
+    .map_err(evaluation_error)
 }
 
 /// Precision, recall and scores as bytes.
@@ -232,24 +239,16 @@ impl CocoEvaluation {
             max_dets,
             images,
             rec_thrs,
-            shape_t: shape.0,
-            shape_k: shape.1,
-            shape_a: shape.2,
-            shape_m: shape.3,
+            shape: [shape.0, shape.1, shape.2, shape.3],
+            counts_at: None,
         };
-        let out = py
-            .detach(|| self.0.accumulate(&request))
-            .map_err(|e| PyIndexError::new_err(e.0))?;
-        let array = |which: Array| {
-            PyByteArray::new_with(py, 8 * out.len(which), |bytes| {
-                out.write(which, bytes);
-                Ok(())
-            })
-        };
+        let arrays = py
+            .detach(|| self.0.accumulate(&request).map(|a| a.arrays()))
+            .map_err(evaluation_error)?;
         Ok((
-            array(Array::Precision)?,
-            array(Array::Recall)?,
-            array(Array::Scores)?,
+            f64_bytes(py, &arrays.precision)?,
+            f64_bytes(py, &arrays.recall)?,
+            f64_bytes(py, &arrays.scores)?,
         ))
     }
 
@@ -260,36 +259,31 @@ impl CocoEvaluation {
         let entries: Vec<u32> = d.entries.iter().flatten().copied().collect();
         let bools: Vec<u8> = d.dt_ignore.iter().map(|&b| u8::from(b)).collect();
         Ok(vec![
-            bytes_of(py, &entries, 4, |v, out| out.copy_from_slice(&v.to_ne_bytes()))?,
-            bytes_of(py, &d.dt_ids, 8, |v, out| out.copy_from_slice(&v.to_ne_bytes()))?,
-            bytes_of(py, &d.dt_scores, 8, |v, out| {
-                out.copy_from_slice(&v.to_ne_bytes())
-            })?,
-            bytes_of(py, &d.gt_ids, 8, |v, out| out.copy_from_slice(&v.to_ne_bytes()))?,
-            bytes_of(py, &d.gt_ignore, 8, |v, out| {
-                out.copy_from_slice(&v.to_ne_bytes())
-            })?,
-            bytes_of(py, &d.dt_matches, 8, |v, out| {
-                out.copy_from_slice(&v.to_ne_bytes())
-            })?,
-            bytes_of(py, &d.gt_matches, 8, |v, out| {
-                out.copy_from_slice(&v.to_ne_bytes())
-            })?,
+            bytes_of(py, &entries, |v| v.to_ne_bytes())?,
+            bytes_of(py, &d.dt_ids, |v| v.to_ne_bytes())?,
+            f64_bytes(py, &d.dt_scores)?,
+            bytes_of(py, &d.gt_ids, |v| v.to_ne_bytes())?,
+            bytes_of(py, &d.gt_ignore, |v| v.to_ne_bytes())?,
+            f64_bytes(py, &d.dt_matches)?,
+            f64_bytes(py, &d.gt_matches)?,
             PyByteArray::new(py, &bools),
         ])
     }
 }
 
-/// A bytearray of `values`, each written as `size` native-endian bytes straight into it.
-fn bytes_of<'py, T>(
+fn f64_bytes<'py>(py: Python<'py>, values: &[f64]) -> PyResult<Bound<'py, PyByteArray>> {
+    bytes_of(py, values, |v| v.to_ne_bytes())
+}
+
+/// A bytearray of `values`, each written as its `N` native-endian bytes straight into it.
+fn bytes_of<'py, T, const N: usize>(
     py: Python<'py>,
     values: &[T],
-    size: usize,
-    write: impl Fn(&T, &mut [u8]),
+    bytes: impl Fn(&T) -> [u8; N],
 ) -> PyResult<Bound<'py, PyByteArray>> {
-    PyByteArray::new_with(py, values.len() * size, |out| {
-        for (v, chunk) in values.iter().zip(out.chunks_exact_mut(size)) {
-            write(v, chunk);
+    PyByteArray::new_with(py, values.len() * N, |out| {
+        for (v, chunk) in values.iter().zip(out.chunks_exact_mut(N)) {
+            chunk.copy_from_slice(&bytes(v));
         }
         Ok(())
     })

@@ -2,20 +2,19 @@
 //! `category_id`, a `bbox` of 4 numbers and a numeric `score` (other keys skipped): one pass over the
 //! bytes, numbers converted by Rust's correctly rounded parser (the value Python's `json` gives).
 //! Anything else (another shape, a repeated key, an escaped key, invalid JSON) gives `None`, and
-//! the caller falls back to the general readers, which accept or name what is wrong.
+//! the caller falls back to serde's reader, which accepts it or names what is wrong.
 
 use rayon::prelude::*;
 
-use super::engine::DtRec;
+use super::dataset::Detection;
 
-/// The detections of a results file of the usual shape, as `loadRes` makes them (ids 1, 2, ...;
-/// area `w * h`), or `None` (see the module doc).
+/// The detections of a results file of the usual shape, or `None` (see the module doc).
 ///
 /// Large files are read in parallel: each thread starts at a guessed element boundary (`}, {` near
 /// its share of the bytes) and reads whole elements until it passes the next thread's start. The
 /// guesses are checked in order (the part before must end exactly where the next begins) and the
 /// rest is read in one pass from the first wrong guess on, so the result never depends on them.
-pub fn parse_results(json: &[u8]) -> Option<Vec<DtRec>> {
+pub fn parse_results(json: &[u8]) -> Option<Vec<Detection>> {
     // Checked once here: numbers are then sliced from the text without another check.
     let json = std::str::from_utf8(json).ok()?;
     let mut c = Cursor::new(json, 0);
@@ -44,7 +43,7 @@ pub fn parse_results(json: &[u8]) -> Option<Vec<DtRec>> {
         .zip(&ends)
         .map(|(&start, &stop)| read_elements(json, start, stop))
         .collect();
-    let mut out: Vec<DtRec> = Vec::with_capacity(chunks.iter().map(|c| c.results.len()).sum());
+    let mut out: Vec<Detection> = Vec::with_capacity(chunks.iter().map(|c| c.results.len()).sum());
     let mut at = first;
     let mut finished = false;
     for (chunk, &start) in chunks.into_iter().zip(&starts) {
@@ -71,16 +70,13 @@ pub fn parse_results(json: &[u8]) -> Option<Vec<DtRec>> {
     if c.i != json.len() {
         return None;
     }
-    for (i, d) in out.iter_mut().enumerate() {
-        d.id = i as i64 + 1;
-    }
     Some(out)
 }
 
 /// Elements read from one start: `end` is where the next element begins (after its comma), or just
 /// past the list's closing bracket when `closed`.
 struct Chunk {
-    results: Vec<DtRec>,
+    results: Vec<Detection>,
     end: usize,
     closed: bool,
     ok: bool,
@@ -199,7 +195,7 @@ impl<'a> Cursor<'a> {
         (self.next_byte()? == want).then_some(())
     }
 
-    fn result(&mut self) -> Option<DtRec> {
+    fn result(&mut self) -> Option<Detection> {
         self.eat(b'{')?;
         let (mut image_id, mut category_id, mut bbox, mut score) = (None, None, None, None);
         if self.peek()? == b'}' {
@@ -230,13 +226,10 @@ impl<'a> Cursor<'a> {
                 _ => return None,
             }
         }
-        let bbox: [f64; 4] = bbox?;
-        Some(DtRec {
-            id: 0,
+        Some(Detection {
             image_id: image_id?,
             category_id: category_id?,
-            bbox,
-            area: bbox[2] * bbox[3],
+            bbox: bbox?,
             score: score?,
         })
     }
@@ -392,5 +385,62 @@ impl<'a> Cursor<'a> {
     fn literal(&mut self, word: &[u8]) -> Option<()> {
         let end = self.i + word.len();
         (self.b.get(self.i..end)? == word).then(|| self.i = end)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ONE: &str = r#"{"image_id": 3, "extra": {"a": [1, "x", null]}, "category_id": 7, "bbox": [1.5, 2, 3e0, 4], "score": 0.25}"#;
+
+    #[test]
+    fn reads_the_usual_shape_and_skips_other_keys() {
+        let text = format!("[{ONE}, {ONE}]");
+        let d = parse_results(text.as_bytes()).unwrap();
+        let expected = Detection {
+            image_id: 3,
+            category_id: 7,
+            bbox: [1.5, 2.0, 3.0, 4.0],
+            score: 0.25,
+        };
+        assert_eq!(d, [expected.clone(), expected]);
+        assert_eq!(parse_results(b" [ ] "), Some(Vec::new()));
+    }
+
+    #[test]
+    fn leaves_anything_else_to_the_general_reader() {
+        for other in [
+            r#"[{"image_id": 1.0, "category_id": 1, "bbox": [0, 0, 1, 1], "score": 1}]"#,
+            r#"[{"image_id": 1, "image_id": 2, "category_id": 1, "bbox": [0, 0, 1, 1], "score": 1}]"#,
+            r#"[{"image_id": 1, "category_id": 1, "bbox": [0, 0, 1], "score": 1}]"#,
+            r#"[{"image_\u0069d": 1, "category_id": 1, "bbox": [0, 0, 1, 1], "score": 1}]"#,
+            r#"[{"image_id": 1, "category_id": 1, "bbox": [0, 0, 1, 1], "score": 1}] x"#,
+            r#"{"image_id": 1}"#,
+        ] {
+            assert_eq!(parse_results(other.as_bytes()), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn large_files_read_in_parts_give_the_same_list() {
+        // Over 1 MiB, so that the parts are guessed at element boundaries, one of them inside a
+        // nested value that looks like one.
+        let tricky = r#"{"image_id": 1, "category_id": 2, "note": [{"x": 1}, {"y": 2}], "bbox": [0, 0, 1, 1], "score": 0.5}"#;
+        let items: Vec<String> = (0..20_000)
+            .map(|i| {
+                if i % 7 == 0 {
+                    tricky.to_string()
+                } else {
+                    ONE.replace("0.25", &format!("{i}"))
+                }
+            })
+            .collect();
+        let text = format!("[{}]", items.join(",\n "));
+        assert!(text.len() > 1 << 20);
+        let d = parse_results(text.as_bytes()).unwrap();
+        assert_eq!(d.len(), 20_000);
+        assert_eq!((d[7].category_id, d[7].score), (2, 0.5));
+        assert_eq!(d[19_998].score, 19_998.0);
     }
 }
