@@ -1,6 +1,7 @@
 """TRL's GRPOTrainer with groundrl's reward functions, two steps on the CPU, in the environment of
-`scripts/python-env.sh trl` (scripts/python-test.sh runs this folder there). The model is a tiny Qwen2
-made from a config and a byte-level tokenizer made in code: nothing is downloaded.
+`scripts/python-env.sh trl` (`GROUNDRL_TRL=1 scripts/python-test.sh` runs this folder there). The
+model is a tiny Qwen2 made from a config and a byte-level tokenizer made in code: nothing is
+downloaded.
 
 Checked: TRL calls the functions with its own arguments (plain and conversational completions,
 `completion_ids`, the dataset's `target` column as `datasets` gives it: a struct column, None for the
