@@ -69,6 +69,35 @@ impl Detection {
     }
 }
 
+/// What the evaluation takes detections as: records, or results of a file, each made a record where
+/// it is read ([`Detection::record`]), so that a results list is not copied whole first.
+pub trait AsRecord: Sync {
+    /// `(image_id, category_id)`.
+    fn cell(&self) -> (i64, i64);
+    /// The record of the detection listed at `index`.
+    fn as_record(&self, index: usize) -> DetectionRecord;
+}
+
+impl AsRecord for Detection {
+    fn cell(&self) -> (i64, i64) {
+        (self.image_id, self.category_id)
+    }
+
+    fn as_record(&self, index: usize) -> DetectionRecord {
+        self.record(index)
+    }
+}
+
+impl AsRecord for DetectionRecord {
+    fn cell(&self) -> (i64, i64) {
+        (self.image_id, self.category_id)
+    }
+
+    fn as_record(&self, _: usize) -> DetectionRecord {
+        self.clone()
+    }
+}
+
 /// A ground-truth dataset: which images and categories are evaluated, and their boxes.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct GroundTruth {
@@ -329,11 +358,11 @@ pub(super) fn check_unique_ids(gt: &GroundTruth) -> Result<(), CocoError> {
 /// `categories`), repeated annotation ids (and detection ids, for detections named by id), boxes
 /// with a non-finite number or a negative width or height, non-finite or negative ground-truth
 /// areas, non-finite detection areas and scores.
-pub fn check_records(
+pub fn check_records<D: AsRecord>(
     images: &[i64],
     categories: &[i64],
     (gts, gt_naming): (&[GtAnnotation], Naming),
-    (dts, dt_naming): (&[DetectionRecord], Naming),
+    (dts, dt_naming): (&[D], Naming),
 ) -> Result<(), CocoError> {
     let images = IdIndex::new(images);
     let categories = IdIndex::new(categories);
@@ -367,6 +396,7 @@ pub fn check_records(
     }
     let mut ids = IdSet::with_capacity(0);
     for (i, d) in dts.iter().enumerate() {
+        let d = &d.as_record(i);
         let at = |problem| dt_naming.record(i, d.id, Some(d.image_id)).error(problem);
         if dt_naming == Naming::ById && !ids.insert(d.id) {
             return Err(at(format!("field `id`: {} appears twice", d.id)));
@@ -426,13 +456,12 @@ mod tests {
 
     fn check(gt: &GroundTruth, dts: &[Detection]) -> Result<(), CocoError> {
         check_unique_ids(gt)?;
-        let records: Vec<DetectionRecord> = dts.iter().enumerate().map(|(i, d)| d.record(i)).collect();
         let categories: Vec<i64> = gt.categories.iter().map(|c| c.id).collect();
         check_records(
             &gt.image_ids,
             &categories,
             (&gt.annotations, Naming::Listed("annotations")),
-            (&records, Naming::Listed("detections")),
+            (dts, Naming::Listed("detections")),
         )
     }
 

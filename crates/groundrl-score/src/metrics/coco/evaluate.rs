@@ -16,7 +16,7 @@ use std::collections::HashMap;
 
 use rayon::prelude::*;
 
-use super::dataset::{CocoError, DetectionRecord, GtAnnotation, MAX_THRESHOLDS};
+use super::dataset::{AsRecord, CocoError, DetectionRecord, GtAnnotation, MAX_THRESHOLDS};
 use super::ids::IdIndex;
 use super::params::Params;
 
@@ -131,11 +131,12 @@ impl Evaluation {
 
     /// [`Self::new`] for params known to hold at most [`MAX_THRESHOLDS`] IoU thresholds (those of
     /// [`Params::scoped`] hold 10).
-    pub(super) fn run(params: Params, gts: &[GtAnnotation], dts: &[DetectionRecord]) -> Self {
+    pub(super) fn run<D: AsRecord>(params: Params, gts: &[GtAnnotation], dts: &[D]) -> Self {
         let images = IdIndex::new(&params.img_ids);
         let n_units = if params.use_cats { params.cat_ids.len() } else { 1 };
-        let gt_groups = group_by_unit(gts, |g| (g.image_id, g.category_id), n_units, &params, &images);
-        let dt_groups = group_by_unit(dts, |d| (d.image_id, d.category_id), n_units, &params, &images);
+        let gt_cell = |g: &GtAnnotation| (g.image_id, g.category_id);
+        let gt_groups = group_by_unit(gts, gt_cell, |g, _| g.clone(), n_units, &params, &images);
+        let dt_groups = group_by_unit(dts, D::cell, D::as_record, n_units, &params, &images);
         let groups: Vec<Group> = gt_groups.into_iter().zip(dt_groups).collect();
         let parallel = gts.len() + dts.len() >= PARALLEL_FROM;
         fn run<B: Bits>(params: &Params, groups: &[Group], parallel: bool) -> Vec<UnitResult<B>> {
@@ -179,9 +180,10 @@ impl Evaluation {
 /// Per unit, `(image position, record index)` sorted by image, then by the position of the record's
 /// category in `catIds` (`useCats=0`: pycocotools lists an image's records category by category), then
 /// in listing order. Records of images or categories not listed are left out.
-fn group_by_unit<R: Clone + Send>(
-    records: &[R],
-    key: impl Fn(&R) -> (i64, i64),
+fn group_by_unit<S: Sync, R: Send>(
+    records: &[S],
+    key: impl Fn(&S) -> (i64, i64),
+    to_record: impl Fn(&S, usize) -> R + Sync,
     n_units: usize,
     params: &Params,
     images: &IdIndex,
@@ -196,23 +198,36 @@ fn group_by_unit<R: Clone + Send>(
                 Some((categories.get(category)?, images.get(image)?))
             })
             .collect();
-        let mut sizes = vec![0usize; n_units];
+        // A counting sort of `(image, record position)` by unit; each unit then copies its records
+        // (in parallel on large inputs) and orders them by image.
+        let mut starts = vec![0usize; n_units + 1];
         for &(k, _) in placed.iter().flatten() {
-            sizes[k as usize] += 1;
+            starts[k as usize + 1] += 1;
         }
-        for (unit, &n) in units.iter_mut().zip(&sizes) {
-            unit.reserve_exact(n);
+        for k in 0..n_units {
+            starts[k + 1] += starts[k];
         }
-        for (r, place) in records.iter().zip(&placed) {
+        let mut fill = starts.clone();
+        let mut members = vec![(0u32, 0u32); starts[n_units]];
+        for (i, place) in (0..).zip(&placed) {
             if let Some((k, image)) = *place {
-                units[k as usize].push((image, r.clone()));
+                members[fill[k as usize]] = (image, i);
+                fill[k as usize] += 1;
             }
         }
-        let by_image = |u: &mut Vec<(u32, R)>| u.sort_by_key(|&(image, _)| image);
+        let gather = |(k, unit): (usize, &mut Vec<(u32, R)>)| {
+            let of_unit = &members[starts[k]..starts[k + 1]];
+            unit.extend(
+                of_unit
+                    .iter()
+                    .map(|&(image, i)| (image, to_record(&records[i as usize], i as usize))),
+            );
+            unit.sort_by_key(|&(image, _)| image);
+        };
         if records.len() >= PARALLEL_FROM {
-            units.par_iter_mut().for_each(by_image);
+            units.par_iter_mut().enumerate().for_each(gather);
         } else {
-            units.iter_mut().for_each(by_image);
+            units.iter_mut().enumerate().for_each(gather);
         }
     } else if let Some(unit) = units.first_mut() {
         let categories = Positions::new(&params.cat_ids);
@@ -228,7 +243,7 @@ fn group_by_unit<R: Clone + Send>(
         unit.extend(
             keyed
                 .into_iter()
-                .map(|(image, _, i)| (image, records[i as usize].clone())),
+                .map(|(image, _, i)| (image, to_record(&records[i as usize], i as usize))),
         );
     }
     units

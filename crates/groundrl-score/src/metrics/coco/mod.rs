@@ -69,8 +69,8 @@ pub use accumulate::{AccumulateRequest, Accumulated, Counts};
 pub use answers::{AnsweredImage, AnswersEval, evaluate_answers};
 pub use arrays::CocoArrays;
 pub use dataset::{
-    Category, CocoError, Detection, DetectionRecord, GroundTruth, GtAnnotation, MAX_THRESHOLDS, Naming,
-    Position, RecordRef, check_records, images_not_listed, load_detections, load_ground_truth,
+    AsRecord, Category, CocoError, Detection, DetectionRecord, GroundTruth, GtAnnotation, MAX_THRESHOLDS,
+    Naming, Position, RecordRef, check_records, images_not_listed, load_detections, load_ground_truth,
     parse_detections, parse_ground_truth,
 };
 pub use detail::Detail;
@@ -88,7 +88,6 @@ use params::{IOU_50, MAX_DET_100};
 /// pycocotools' default params (every image and category of the ground truth).
 pub fn evaluate(gt: &GroundTruth, detections: &[Detection]) -> Result<CocoEval, CocoError> {
     dataset::check_unique_ids(gt)?;
-    let records: Vec<DetectionRecord> = detections.iter().enumerate().map(|(i, d)| d.record(i)).collect();
     let mut categories: Vec<&Category> = gt.categories.iter().collect();
     categories.sort_by_key(|c| c.id);
     let category_ids: Vec<i64> = categories.iter().map(|c| c.id).collect();
@@ -96,12 +95,12 @@ pub fn evaluate(gt: &GroundTruth, detections: &[Detection]) -> Result<CocoEval, 
         &gt.image_ids,
         &category_ids,
         (&gt.annotations, Naming::Listed("annotations")),
-        (&records, Naming::Listed("detections")),
+        (detections, Naming::Listed("detections")),
     )?;
     let mut image_ids = gt.image_ids.clone();
     image_ids.sort_unstable();
     let params = Params::scoped(image_ids, category_ids, &FULL_SCOPE);
-    let curves = scoped_curves(params, &gt.annotations, &records, FULL_SCOPE);
+    let curves = scoped_curves(params, &gt.annotations, detections, FULL_SCOPE);
     Ok(CocoEval::new(&categories, &curves))
 }
 
@@ -110,7 +109,7 @@ pub fn evaluate(gt: &GroundTruth, detections: &[Detection]) -> Result<CocoEval, 
 fn scoped_curves(
     params: Params,
     gts: &[GtAnnotation],
-    dts: &[DetectionRecord],
+    dts: &[impl AsRecord],
     scope: Scope,
 ) -> Vec<CategoryCurves> {
     let eval = Evaluation::run(params, gts, dts);
