@@ -1,20 +1,43 @@
 #!/usr/bin/env bash
 # Creates (once) the throw-away Python environment that parity tests, benchmarks and the Python
 # package's tests use: pycocotools 2.0.11 and numpy (the references), maturin and pytest (to build
-# and test crates/groundrl-py), from PyPI, in the project's git-ignored cache. Prints the interpreter
-# path. The environment is rebuilt when the package list below changes.
+# and test crates/groundrl-py), hydra-core (to compose verl's packaged config in the verl test),
+# from PyPI, in the project's git-ignored cache. Prints the interpreter path. The environment is
+# rebuilt when the package list below changes.
+#
+# `scripts/python-env.sh trl` makes (once) the environment of the TRL tests instead: torch 2.11.0's
+# CPU-only build (from PyTorch's CPU index: no NVIDIA libraries, a few hundred MB instead of the PyPI
+# wheel's 5 GB), then transformers, TRL, accelerate and datasets, numpy and pytest from PyPI. It exits
+# non-zero, leaving nothing half-made, when an install fails (no network).
 #
 # Usage: py=$(scripts/python-env.sh) && "$py" script.py
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-venv=${GROUNDRL_CACHE:-$root/.cache}/venv-reference
+# Installed first, from their own index: (index URL, packages), empty for the reference environment.
+first_index=""
+first=()
+if [ "${1:-}" = trl ]; then
+  venv=${GROUNDRL_CACHE:-$root/.cache}/venv-trl-cpu
+  first_index=https://download.pytorch.org/whl/cpu
+  first=("torch==2.11.0")
+  packages=("transformers==5.17.0" "trl==1.16.0" "accelerate==1.15.0" "datasets==5.2.0" numpy "pytest==9.2.0")
+else
+  venv=${GROUNDRL_CACHE:-$root/.cache}/venv-reference
+  packages=("pycocotools==2.0.11" numpy "maturin==1.16.0" "pytest==9.2.0" "hydra-core==1.3.2")
+fi
 stamp=$venv/.groundrl-complete
-packages=("pycocotools==2.0.11" numpy "maturin==1.16.0" "pytest==9.2.0")
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "${packages[*]}" ]; then
-  echo "python-env: creating $venv (${packages[*]})" >&2
+wanted="${first[*]}${first[*]:+ }${packages[*]}"
+pip=(--quiet --disable-pip-version-check)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
+  echo "python-env: creating $venv ($wanted)" >&2
   rm -rf "$venv"
   python3 -m venv "$venv" >&2
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${packages[@]}" >&2
-  echo "${packages[*]}" > "$stamp"
+  if ! { [ ${#first[@]} -eq 0 ] || "$venv/bin/python" -m pip install "${pip[@]}" --index-url "$first_index" "${first[@]}" >&2; } ||
+    ! "$venv/bin/python" -m pip install "${pip[@]}" "${packages[@]}" >&2; then
+    rm -rf "$venv"
+    echo "python-env: could not install $wanted" >&2
+    exit 1
+  fi
+  echo "$wanted" > "$stamp"
 fi
 echo "$venv/bin/python"

@@ -109,12 +109,8 @@ fn _groundrl(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parse_json, m)?)?;
     m.add_function(wrap_pyfunction!(smart_resize, m)?)?;
     m.add_class::<reward::NativeRewardSpec>()?;
-    m.add_class::<coco::CocoGroundTruth>()?;
-    m.add_class::<coco::CocoDetections>()?;
-    m.add_function(wrap_pyfunction!(coco::coco_parse_ground_truth, m)?)?;
-    m.add_function(wrap_pyfunction!(coco::coco_parse_detections, m)?)?;
-    m.add_function(wrap_pyfunction!(coco::coco_evaluate, m)?)?;
-    m.add_function(wrap_pyfunction!(coco::coco_evaluate_parsed, m)?)?;
+    m.add_function(wrap_pyfunction!(reward::builtin_specs, m)?)?;
+    coco::register(m)?;
     m.add_function(wrap_pyfunction!(grounding::grounding_json, m)?)?;
     Ok(())
 }

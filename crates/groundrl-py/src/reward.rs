@@ -6,10 +6,52 @@ use pyo3::types::PyString;
 use rayon::prelude::*;
 use serde_json::{Map, Value};
 
+use groundrl_score::data::error::from_json_value;
+use groundrl_score::reward::input::{InputError, Target};
 use groundrl_score::reward::{RewardInput, RewardSpec, Scored, score_one};
 
 use crate::convert::{to_json, type_name};
 use crate::{RecordError, SpecError};
+
+/// The reward specs the package ships, by name: the benchmark specs (pixel frame) and
+/// `configs/rewards/`, compiled in so that they load from any folder.
+const BUILTIN_SPECS: &[(&str, &str)] = &[
+    ("ap", include_str!("../../../scripts/bench/reward-specs/ap.toml")),
+    (
+        "iou",
+        include_str!("../../../scripts/bench/reward-specs/iou.toml"),
+    ),
+    (
+        "weighted_sum",
+        include_str!("../../../scripts/bench/reward-specs/weighted_sum.toml"),
+    ),
+    (
+        "length-only",
+        include_str!("../../../configs/rewards/length-only.toml"),
+    ),
+    (
+        "synthetic-click",
+        include_str!("../../../configs/rewards/synthetic-click.toml"),
+    ),
+    (
+        "synthetic-click-only",
+        include_str!("../../../configs/rewards/synthetic-click-only.toml"),
+    ),
+    (
+        "tool-gated",
+        include_str!("../../../configs/rewards/tool-gated.toml"),
+    ),
+    (
+        "words-length",
+        include_str!("../../../configs/rewards/words-length.toml"),
+    ),
+];
+
+/// The built-in specs: `(name, TOML text)`, in a fixed order.
+#[pyfunction]
+pub fn builtin_specs() -> Vec<(&'static str, &'static str)> {
+    BUILTIN_SPECS.to_vec()
+}
 
 /// Per record: the total, each component's value (spec order), whether the answer was read.
 type Batch = (Vec<f64>, Vec<Vec<f64>>, Vec<bool>);
@@ -59,7 +101,9 @@ impl NativeRewardSpec {
                 "completion".into(),
                 Value::String(completion_text(i, &completion)?),
             );
-            record.insert("target".into(), field_json(i, "target", target)?);
+            let mut target = field_json(i, "target", target)?;
+            drop_nulls(&mut target);
+            record.insert("target".into(), target);
             if let Some(tokens) = num_tokens.as_ref().and_then(|t| t[i]) {
                 record.insert("num_tokens".into(), tokens.into());
             }
@@ -117,6 +161,20 @@ pub fn field_json(record: usize, field: &str, value: &Bound<'_, PyAny>) -> PyRes
     })
 }
 
+/// Removes the keys whose value is null, in `value` and the objects it nests: a `datasets` or
+/// Parquet struct column gives every row every key, None where the row has no value, and groundrl's
+/// targets read an absent key as its default.
+fn drop_nulls(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.retain(|_, v| !v.is_null());
+            map.values_mut().for_each(drop_nulls);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_nulls),
+        _ => {}
+    }
+}
+
 /// Reads and scores every record in parallel; the first bad record (lowest index) is the error.
 fn score_records(spec: &RewardSpec, records: &[Map<String, Value>]) -> PyResult<Vec<Scored>> {
     let results: Vec<_> = records
@@ -126,8 +184,23 @@ fn score_records(spec: &RewardSpec, records: &[Map<String, Value>]) -> PyResult<
     results
         .into_iter()
         .enumerate()
-        .map(|(i, r)| r.map_err(|e| RecordError::new_err(format!("record {i}: {e}"))))
+        .map(|(i, r)| r.map_err(|e| RecordError::new_err(format!("record {i}: {}", located(e, &records[i])))))
         .collect()
+}
+
+/// The error, with the field inside the target named when the reader gave only `target` (serde's
+/// messages for a box list or a frame do not say which element): the target is read again with its
+/// path tracked. groundrl's Parquet layout (`targets` inside) keeps the reader's message.
+fn located(e: InputError, record: &Map<String, Value>) -> String {
+    let target = record.get("target");
+    if e.field == "target"
+        && let Some(target) = target.filter(|t| t.get("targets").is_none())
+        && let Err(found) = from_json_value::<Target>(target.clone())
+        && found.field != "record"
+    {
+        return format!("target.{}: {}", found.field, found.problem).replace(".[", "[");
+    }
+    e.to_string()
 }
 
 fn columns(scored: Vec<Scored>, components: usize) -> Batch {

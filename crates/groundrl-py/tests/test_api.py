@@ -105,3 +105,55 @@ def test_numpy_targets_are_read_as_lists():
     spec = groundrl.RewardSpec.from_toml(IOU_SPEC)
     target = {"boxes": np.array([{"bbox": np.array([0.0, 0.0, 10.0, 10.0])}], dtype=object), "frame": "pixel"}
     assert spec.score(["[0, 0, 10, 10]"], [target]).total.tolist() == [2.0]
+
+
+def test_builtin_specs_load_by_name_from_any_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    names = groundrl.builtin_spec_names()
+    assert {"ap", "iou", "weighted_sum", "synthetic-click"} <= set(names)
+    for name in names:
+        assert groundrl.RewardSpec.builtin(name).component_names
+    spec = groundrl.RewardSpec.builtin("weighted_sum")
+    assert spec.component_names == ["weighted_sum"] and spec.component_weights == [1.0]
+    assert groundrl.RewardSpec.load("iou").component_names == ["iou"]
+    with pytest.raises(groundrl.SpecError, match="'nope' is not a built-in spec; built-in: ap, iou"):
+        groundrl.RewardSpec.builtin("nope")
+    # The file shipped in the repository and the built-in are the same spec.
+    from_file = groundrl.RewardSpec.from_toml(REWARD_SPECS / "weighted_sum.toml")
+    answer = '<answer>[{"bbox_2d": [12, 10, 50, 48], "label": "dog"}]</answer>'
+    target = {"boxes": [{"bbox": [10, 10, 50, 50], "label": "dog"}], "frame": "pixel"}
+    assert spec.score([answer], [target]).total.tolist() == from_file.score([answer], [target]).total.tolist()
+
+
+ANSWER = '<answer>[{"bbox_2d": [10, 10, 50, 50], "label": "dog"}, {"bbox_2d": [60, 60, 90, 90]}]</answer>'
+
+
+def test_null_target_fields_read_as_absent():
+    # A `datasets` or Parquet struct column gives every row every key: None where a row had none.
+    spec = groundrl.RewardSpec.builtin("weighted_sum")
+    absent = [{"boxes": [{"bbox": [10, 10, 50, 50], "label": "dog"}, {"bbox": [60, 60, 90, 90]}], "frame": "pixel"},
+              {"boxes": [], "frame": "pixel", "none": True}]
+    filled = [{"boxes": [{"bbox": [10, 10, 50, 50], "label": "dog"}, {"bbox": [60, 60, 90, 90], "label": None}],
+               "frame": "pixel", "none": None, "image_size": None, "resized_size": None},
+              {"boxes": [], "frame": "pixel", "none": True, "image_size": None, "resized_size": None}]
+    completions = [ANSWER, "None"]
+    expected = spec.score(completions, absent)
+    got = spec.score(completions, filled)
+    assert got.total.tolist() == expected.total.tolist() and got.parsed.tolist() == expected.parsed.tolist()
+    assert 0.0 < got.total[0] <= 1.0 and got.total[1] == 1.0
+
+
+@pytest.mark.parametrize("target, message", [
+    ({"boxes": [{"bbox": [10, 10, 50], "label": "dog"}], "frame": "pixel"},
+     r"^record 1: target\.boxes\[0\]\.bbox: invalid length 3, expected an array of length 4$"),
+    ({"boxes": [{"bbox": [10, 10, 50, 50], "label": 5}], "frame": "pixel"},
+     r"^record 1: target\.boxes\[0\]\.label: invalid type: integer `5`, expected a string$"),
+    ({"boxes": [], "frame": "pixels"}, r"^record 1: target\.frame: unknown variant `pixels`"),
+    ({"boxes": [{"bbox": [10, 10, 50, 50]}], "frame": "pixel", "colour": "red"},
+     r"^record 1: target\.colour: unknown field `colour`, expected one of `boxes`"),
+])
+def test_target_errors_name_the_field_inside_the_target(target, message):
+    spec = groundrl.RewardSpec.builtin("weighted_sum")
+    good = {"boxes": [], "frame": "pixel"}
+    with pytest.raises(groundrl.RecordError, match=message):
+        spec.score([ANSWER, ANSWER], [good, target])

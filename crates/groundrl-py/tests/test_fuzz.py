@@ -99,8 +99,21 @@ def test_completions():
 
 def test_coco_ground_truth_and_detections():
     gt, dt = (COCO_FIXTURE / "gt.json").read_bytes(), (COCO_FIXTURE / "dt.json").read_bytes()
-    fuzz(4, [gt], lambda data: _groundrl.coco_evaluate(data, dt))
-    fuzz(5, [dt], lambda data: _groundrl.coco_evaluate(gt, data))
+    evaluated = []
+
+    def evaluate(gt_json, dt_json):
+        truth = _groundrl.coco_ground_truth_json(gt_json)
+        images = truth.image_ids()
+        results = _groundrl.coco_results_json(dt_json, images)
+        categories = sorted(set(truth.category_ids()))
+        ev = _groundrl.coco_evaluate(truth, results, sorted(images), categories, True, [0.5, 0.75], [1, 100], [[0, 1e10], [0, 1024]])
+        ev.accumulate(list(range(len(categories))), [0, 1], [1, 100], list(range(len(images))), [0.0, 0.5, 1.0], (2, len(categories), 2, 2))
+        evaluated.append(True)
+
+    fuzz(4, [gt], lambda data: evaluate(data, dt))
+    fuzz(5, [dt], lambda data: evaluate(gt, data))
+    # Mutations that leave valid input are evaluated, not only refused.
+    assert len(evaluated) > 50, len(evaluated)
 
 
 def test_grounding_samples():

@@ -21,9 +21,18 @@ __all__ = [
     "RewardSpec",
     "Scores",
     "SpecError",
+    "builtin_spec_names",
     "parse",
     "smart_resize",
 ]
+
+_BUILTIN_SPECS: Dict[str, str] = dict(_groundrl.builtin_specs())
+
+
+def builtin_spec_names() -> List[str]:
+    """Names :meth:`RewardSpec.builtin` takes: ``ap``, ``iou``, ``weighted_sum`` (boxes in pixels),
+    and the specs of the repository's ``configs/rewards/`` (``synthetic-click``, ...)."""
+    return list(_BUILTIN_SPECS)
 
 
 def parse(text: str) -> Dict[str, Any]:
@@ -72,6 +81,23 @@ class RewardSpec:
             with open(source, encoding="utf-8") as f:
                 return cls(f.read())
         return cls(source)
+
+    @classmethod
+    def builtin(cls, name: str) -> "RewardSpec":
+        """A spec shipped with the package, by name (:func:`builtin_spec_names`); works from any folder."""
+        if name not in _BUILTIN_SPECS:
+            raise SpecError(f"{name!r} is not a built-in spec; built-in: {', '.join(_BUILTIN_SPECS)}")
+        return cls(_BUILTIN_SPECS[name])
+
+    @classmethod
+    def load(cls, spec: Union["RewardSpec", str, "os.PathLike[str]"]) -> "RewardSpec":
+        """A spec as the adapters take it: a :class:`RewardSpec`, a built-in name, a file path, or
+        TOML text. A name that is both a built-in and an existing file is the file."""
+        if isinstance(spec, RewardSpec):
+            return spec
+        if isinstance(spec, str) and spec in _BUILTIN_SPECS and not os.path.exists(spec):
+            return cls.builtin(spec)
+        return cls.from_toml(spec)
 
     def score(
         self,

@@ -26,8 +26,9 @@ def reward_function(
     column: str = "target",
     component: Optional[str] = None,
 ) -> RewardFunc:
-    """The spec's weighted total (or one component's unweighted value) as a TRL reward function."""
-    spec = spec if isinstance(spec, RewardSpec) else RewardSpec.from_toml(spec)
+    """The spec's weighted total (or one component's unweighted value) as a TRL reward function.
+    ``spec``: a :class:`RewardSpec`, a built-in name (``"weighted_sum"``), a file path or TOML text."""
+    spec = RewardSpec.load(spec)
     if component is not None and component not in spec.component_names:
         raise ValueError(f"component: {component!r} is not in the spec ({', '.join(spec.component_names)})")
 
@@ -50,7 +51,7 @@ def reward_function(
 def reward_functions(spec: Union[RewardSpec, str, "os.PathLike[str]"], *, column: str = "target") -> "tuple[List[RewardFunc], List[float]]":
     """One function per component and the spec's weights, for ``GRPOConfig(reward_weights=...)``:
     TRL then logs each component and trains on the same weighted total."""
-    spec = spec if isinstance(spec, RewardSpec) else RewardSpec.from_toml(spec)
+    spec = RewardSpec.load(spec)
     funcs = [reward_function(spec, column=column, component=name) for name in spec.component_names]
     return funcs, list(spec.component_weights)
 

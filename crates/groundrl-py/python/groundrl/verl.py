@@ -1,14 +1,18 @@
 """verl's custom reward function, backed by a groundrl reward spec.
 
-verl calls ``compute_score(data_source=..., solution_str=..., ground_truth=..., extra_info=...)`` per
-response (reward manager ``naive``), or ``compute_score_batch(data_sources=..., solution_strs=...,
-ground_truths=..., extra_infos=...)`` once per batch (reward manager ``batch``), adding the
-``custom_reward_function.reward_kwargs`` of the config as keyword arguments. Give the spec there
-(``reward_spec: path/to/spec.toml``) or in the environment (``GROUNDRL_REWARD_SPEC``).
+verl (0.8, 0.9.0 and 0.9.1: ``reward.custom_reward_function`` in its config) loads this file by path
+and its ``naive`` reward manager calls ``compute_score(data_source=..., solution_str=...,
+ground_truth=..., extra_info=...)`` once per response, adding
+``reward.custom_reward_function.reward_kwargs`` as keyword arguments. Give the spec there
+(``reward_spec``: a built-in name such as ``weighted_sum``, or a spec file's path) or in the
+environment (``GROUNDRL_REWARD_SPEC``). ``compute_score_batch`` scores a whole batch at once, for
+verl releases that still have the ``batch`` reward manager (0.7 and earlier) and for callers of
+their own.
 
 ``ground_truth`` is the target of the reward input format (``{"boxes": [...], "frame": ...,
-"image_size": [w, h]}``), as a dict or its JSON text. The return value is a dict: ``score`` (the
-spec's weighted total, which verl trains on) and each component's value (which verl logs).
+"image_size": [w, h]}``), or groundrl's Parquet ground truth, as a dict or its JSON text. The return
+value is a dict: ``score`` (the spec's weighted total, which verl trains on) and each component's
+value (which verl logs).
 """
 
 from __future__ import annotations
@@ -27,15 +31,18 @@ SPEC_ENV = "GROUNDRL_REWARD_SPEC"
 
 
 @functools.lru_cache(maxsize=16)
-def _load(path: str) -> RewardSpec:
-    return RewardSpec.from_toml(os.fspath(path))
+def _load(spec: str) -> RewardSpec:
+    return RewardSpec.load(os.fspath(spec))
 
 
 def _spec(reward_spec: Optional[str]) -> RewardSpec:
-    path = reward_spec or os.environ.get(SPEC_ENV)
-    if not path:
-        raise ValueError(f"reward_spec: give a spec path in custom_reward_function.reward_kwargs or ${SPEC_ENV}")
-    return _load(path)
+    spec = reward_spec or os.environ.get(SPEC_ENV)
+    if not spec:
+        raise ValueError(
+            f"reward_spec: give a built-in spec name or a spec path in "
+            f"reward.custom_reward_function.reward_kwargs, or ${SPEC_ENV}"
+        )
+    return _load(spec)
 
 
 def compute_score(

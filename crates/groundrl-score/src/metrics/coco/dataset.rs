@@ -1,11 +1,14 @@
 //! COCO records: reading the ground-truth and results JSON files, and the checks that turn bad input
-//! into an error naming the record (list, index, image_id, field) instead of a panic or a silent skip.
+//! into an error naming the record (list and index, or annotation id; image_id; field) instead of a
+//! panic or a silent skip.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+
+use super::ids::{IdIndex, IdSet};
 
 /// A category of the ground truth.
 #[derive(Clone, Debug, PartialEq)]
@@ -38,6 +41,63 @@ pub struct Detection {
     pub score: f64,
 }
 
+/// A detection as the evaluation reads it: pycocotools' `loadRes` gives each result an `id` and an
+/// `area`, and a `COCO` index of detections holds them as fields (which may have been edited).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DetectionRecord {
+    pub id: i64,
+    pub image_id: i64,
+    pub category_id: i64,
+    /// `[x, y, width, height]`
+    pub bbox: [f64; 4],
+    /// The area the size ranges use; IoU uses the box.
+    pub area: f64,
+    pub score: f64,
+}
+
+impl Detection {
+    /// The record `loadRes` makes of the result at `index`: id `index + 1`, area `w * h`.
+    pub fn record(&self, index: usize) -> DetectionRecord {
+        DetectionRecord {
+            id: index as i64 + 1,
+            image_id: self.image_id,
+            category_id: self.category_id,
+            bbox: self.bbox,
+            area: self.bbox[2] * self.bbox[3],
+            score: self.score,
+        }
+    }
+}
+
+/// What the evaluation takes detections as: records, or results of a file, each made a record where
+/// it is read ([`Detection::record`]), so that a results list is not copied whole first.
+pub trait AsRecord: Sync {
+    /// `(image_id, category_id)`.
+    fn cell(&self) -> (i64, i64);
+    /// The record of the detection listed at `index`.
+    fn as_record(&self, index: usize) -> DetectionRecord;
+}
+
+impl AsRecord for Detection {
+    fn cell(&self) -> (i64, i64) {
+        (self.image_id, self.category_id)
+    }
+
+    fn as_record(&self, index: usize) -> DetectionRecord {
+        self.record(index)
+    }
+}
+
+impl AsRecord for DetectionRecord {
+    fn cell(&self) -> (i64, i64) {
+        (self.image_id, self.category_id)
+    }
+
+    fn as_record(&self, _: usize) -> DetectionRecord {
+        self.clone()
+    }
+}
+
 /// A ground-truth dataset: which images and categories are evaluated, and their boxes.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct GroundTruth {
@@ -60,21 +120,47 @@ pub enum CocoError {
     MissingList { what: &'static str, field: &'static str },
     #[error("{record}: {problem}")]
     Record { record: RecordRef, problem: String },
+    /// One bit a threshold holds a detection's matches: more thresholds than that are not supported.
+    #[error("at most {MAX_THRESHOLDS} IoU thresholds are supported, got {got}")]
+    TooManyThresholds { got: usize },
+    /// An accumulation asked for a category, area range or image the evaluation did not evaluate.
+    #[error("{what} {index} is beyond the {evaluated} evaluated")]
+    NotEvaluated {
+        what: &'static str,
+        index: usize,
+        evaluated: usize,
+    },
+    /// An accumulation asked for fewer IoU thresholds than the evaluation matched at.
+    #[error("the evaluation has {evaluated} IoU thresholds, the params {requested}")]
+    ThresholdCount { evaluated: usize, requested: usize },
 }
 
-/// Names one record of the input: `annotations[3] (image_id 7)`.
+/// The most IoU thresholds one evaluation takes (one bit each in a `u128`).
+pub const MAX_THRESHOLDS: usize = 128;
+
+/// Names one record of the input: `annotations[3] (image_id 7)` or `annotation id 12 (image_id 7)`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RecordRef {
-    /// `images`, `categories`, `annotations` or `detections`.
-    pub list: &'static str,
-    /// Position in that JSON list (0-based).
-    pub index: usize,
+    pub at: Position,
     pub image_id: Option<i64>,
+}
+
+/// Where a record came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Position {
+    /// `list[index]` of the input (`images`, `categories`, `annotations`, `detections`, `results`).
+    Listed { list: &'static str, index: usize },
+    /// An annotation by its id: records gathered from an index, where positions mean nothing to the
+    /// caller.
+    Id(i64),
 }
 
 impl fmt::Display for RecordRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}[{}]", self.list, self.index)?;
+        match self.at {
+            Position::Listed { list, index } => write!(f, "{list}[{index}]")?,
+            Position::Id(id) => write!(f, "annotation id {id}")?,
+        }
         match self.image_id {
             Some(id) => write!(f, " (image_id {id})"),
             None => Ok(()),
@@ -82,11 +168,28 @@ impl fmt::Display for RecordRef {
     }
 }
 
+/// How a list of records names its records in errors: by position in the named list, or by id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Naming {
+    Listed(&'static str),
+    ById,
+}
+
+impl Naming {
+    /// The reference to record `index` of id `id`.
+    pub fn record(self, index: usize, id: i64, image_id: Option<i64>) -> RecordRef {
+        let at = match self {
+            Naming::Listed(list) => Position::Listed { list, index },
+            Naming::ById => Position::Id(id),
+        };
+        RecordRef { at, image_id }
+    }
+}
+
 impl RecordRef {
     fn new(list: &'static str, index: usize, image_id: Option<i64>) -> Self {
         Self {
-            list,
-            index,
+            at: Position::Listed { list, index },
             image_id,
         }
     }
@@ -211,8 +314,12 @@ fn annotation(index: usize, a: RawAnnotation) -> Result<GtAnnotation, CocoError>
     })
 }
 
-/// Parses a results JSON document (a list of detections).
+/// Parses a results JSON document (a list of detections). Files of the usual shape go through a
+/// one-pass reader ([`super::results_json`]); others through serde, which names what is wrong.
 pub fn parse_detections(json: &[u8]) -> Result<Vec<Detection>, CocoError> {
+    if let Some(detections) = super::results_json::parse_results(json) {
+        return Ok(detections);
+    }
     let what = "results";
     let raw: Vec<RawDetection> =
         serde_json::from_slice(json).map_err(|source| CocoError::Json { what, source })?;
@@ -230,127 +337,100 @@ pub fn parse_detections(json: &[u8]) -> Result<Vec<Detection>, CocoError> {
         .collect()
 }
 
-/// Where each record's boxes go once the input is checked: `(category rank, image rank)` per
-/// annotation and per detection, ranks being positions in the sorted id lists (pycocotools evaluates
-/// categories and images in ascending id order).
-pub(super) struct Resolved<'a> {
-    /// Categories in ascending id order.
-    pub categories: Vec<&'a Category>,
-    pub annotation_cells: Vec<(u32, u32)>,
-    pub detection_cells: Vec<(u32, u32)>,
+/// Refuses an image or category id listed twice: [`super::evaluate`] is stricter than pycocotools,
+/// whose index keeps the last of them.
+pub(super) fn check_unique_ids(gt: &GroundTruth) -> Result<(), CocoError> {
+    let unique = |list: &'static str, ids: &mut dyn Iterator<Item = i64>| {
+        let mut seen = HashSet::new();
+        for (i, id) in ids.enumerate() {
+            if !seen.insert(id) {
+                return Err(RecordRef::new(list, i, None).error(format!("field `id`: {id} appears twice")));
+            }
+        }
+        Ok(())
+    };
+    unique("images", &mut gt.image_ids.iter().copied())?;
+    unique("categories", &mut gt.categories.iter().map(|c| c.id))
 }
 
-/// Checks what evaluation relies on: unique ids, detections and annotations referring to known images
-/// and categories, finite boxes with non-negative width and height, finite non-negative areas, finite
-/// scores. pycocotools is laxer (it silently drops detections of unknown categories and keeps the last
-/// of two annotations sharing an id); here such input is an error, so that a typo cannot change a score.
-pub(super) fn resolve<'a>(gt: &'a GroundTruth, detections: &[Detection]) -> Result<Resolved<'a>, CocoError> {
-    let images = ranks("images", gt.image_ids.iter().copied())?;
-    let categories = ranks("categories", gt.categories.iter().map(|c| c.id))?;
-    ranks("annotations", gt.annotations.iter().map(|a| a.id))?;
-    let mut annotation_cells = Vec::with_capacity(gt.annotations.len());
-    for (i, a) in gt.annotations.iter().enumerate() {
-        let at = RecordRef::new("annotations", i, Some(a.image_id));
-        let fail = |problem| at.error(problem);
-        annotation_cells.push(cell_of(a.image_id, a.category_id, &images, &categories).map_err(fail)?);
-        check_box(&a.bbox).map_err(fail)?;
-        if !(a.area.is_finite() && a.area >= 0.0) {
-            return Err(fail(format!(
+/// Checks what evaluation relies on, refusing by name what pycocotools would silently mishandle:
+/// annotations and detections of images or categories the ground truth does not list (`images`,
+/// `categories`), repeated annotation ids (and detection ids, for detections named by id), boxes
+/// with a non-finite number or a negative width or height, non-finite or negative ground-truth
+/// areas, non-finite detection areas and scores.
+pub fn check_records<D: AsRecord>(
+    images: &[i64],
+    categories: &[i64],
+    (gts, gt_naming): (&[GtAnnotation], Naming),
+    (dts, dt_naming): (&[D], Naming),
+) -> Result<(), CocoError> {
+    let images = IdIndex::new(images);
+    let categories = IdIndex::new(categories);
+    let refs = |image_id: i64, category_id: i64| -> Result<(), String> {
+        if !images.contains(image_id) {
+            return Err(format!(
+                "field `image_id`: {image_id} is not in the ground truth's images"
+            ));
+        }
+        if !categories.contains(category_id) {
+            return Err(format!(
+                "field `category_id`: {category_id} is not in the ground truth's categories"
+            ));
+        }
+        Ok(())
+    };
+    let mut ids = IdSet::with_capacity(gts.len());
+    for (i, g) in gts.iter().enumerate() {
+        let at = |problem| gt_naming.record(i, g.id, Some(g.image_id)).error(problem);
+        if !ids.insert(g.id) {
+            return Err(at(format!("field `id`: {} appears twice", g.id)));
+        }
+        refs(g.image_id, g.category_id).map_err(at)?;
+        check_box(&g.bbox).map_err(at)?;
+        if !(g.area.is_finite() && g.area >= 0.0) {
+            return Err(at(format!(
                 "field `area`: {} is not a finite non-negative number",
-                a.area
+                g.area
             )));
         }
     }
-    let mut detection_cells = Vec::with_capacity(detections.len());
-    for (i, d) in detections.iter().enumerate() {
-        let at = RecordRef::new("detections", i, Some(d.image_id));
-        let fail = |problem| at.error(problem);
-        detection_cells.push(cell_of(d.image_id, d.category_id, &images, &categories).map_err(fail)?);
-        check_box(&d.bbox).map_err(fail)?;
+    let mut ids = IdSet::with_capacity(0);
+    for (i, d) in dts.iter().enumerate() {
+        let d = &d.as_record(i);
+        let at = |problem| dt_naming.record(i, d.id, Some(d.image_id)).error(problem);
+        if dt_naming == Naming::ById && !ids.insert(d.id) {
+            return Err(at(format!("field `id`: {} appears twice", d.id)));
+        }
+        refs(d.image_id, d.category_id).map_err(at)?;
+        check_box(&d.bbox).map_err(at)?;
         if !d.score.is_finite() {
-            return Err(fail(format!("field `score`: {} is not finite", d.score)));
+            return Err(at(format!("field `score`: {} is not finite", d.score)));
+        }
+        if !d.area.is_finite() {
+            return Err(at(format!("field `area`: {} is not finite", d.area)));
         }
     }
-    let mut sorted: Vec<&Category> = gt.categories.iter().collect();
-    sorted.sort_by_key(|c| c.id);
-    Ok(Resolved {
-        categories: sorted,
-        annotation_cells,
-        detection_cells,
-    })
+    Ok(())
 }
 
-/// Each id's position in ascending order; a repeated id is an error.
-fn ranks(list: &'static str, ids: impl Iterator<Item = i64>) -> Result<Ranks, CocoError> {
-    let mut seen = HashSet::new();
-    for (i, id) in ids.enumerate() {
-        if !seen.insert(id) {
-            return Err(RecordRef::new(list, i, None).error(format!("field `id`: {id} appears twice")));
-        }
-    }
-    let mut sorted: Vec<i64> = seen.into_iter().collect();
-    sorted.sort_unstable();
-    Ok(Ranks::new(&sorted))
+/// `loadRes`'s check: the image ids of `detections` that are not among `images`, ascending, at
+/// most `limit` of them.
+pub fn images_not_listed(detections: &[DetectionRecord], images: &[i64], limit: usize) -> Vec<i64> {
+    let known = IdIndex::new(images);
+    let mut unknown: Vec<i64> = detections
+        .iter()
+        .map(|d| d.image_id)
+        .filter(|&i| !known.contains(i))
+        .collect::<HashSet<_>>()
+        .into_iter()
+        .collect();
+    unknown.sort_unstable();
+    unknown.truncate(limit);
+    unknown
 }
 
-/// Id to rank: a table indexed by `id - min` when the ids are dense enough (COCO's are: image and
-/// category ids are small integers), a hash map otherwise. Every record is looked up, 500,000 of them
-/// on a COCO-sized results file, so the table's single load matters.
-enum Ranks {
-    Dense { min: i64, rank: Vec<u32> },
-    Sparse(HashMap<i64, u32>),
-}
-
-/// Marks a hole of the dense table.
-const NO_RANK: u32 = u32::MAX;
-
-impl Ranks {
-    /// `sorted`: distinct ids, ascending.
-    fn new(sorted: &[i64]) -> Self {
-        let (Some(&min), Some(&max)) = (sorted.first(), sorted.last()) else {
-            return Ranks::Sparse(HashMap::new());
-        };
-        let span = max.abs_diff(min);
-        if span >= 4 * sorted.len() as u64 + 1024 {
-            return Ranks::Sparse((0..).zip(sorted).map(|(rank, &id)| (id, rank)).collect());
-        }
-        let mut rank = vec![NO_RANK; span as usize + 1];
-        for (r, &id) in (0..).zip(sorted) {
-            rank[id.abs_diff(min) as usize] = r;
-        }
-        Ranks::Dense { min, rank }
-    }
-
-    fn get(&self, id: i64) -> Option<u32> {
-        match self {
-            Ranks::Dense { min, rank } => {
-                let offset = usize::try_from(id.checked_sub(*min)?).ok()?;
-                rank.get(offset).copied().filter(|&r| r != NO_RANK)
-            }
-            Ranks::Sparse(map) => map.get(&id).copied(),
-        }
-    }
-}
-
-/// `(category rank, image rank)` of a record, or which reference is unknown. An `Err` here and in
-/// [`check_box`] is the problem in words, which the caller files under the record
-/// ([`CocoError::Record`]): the input is refused whole, so no caller acts on which check failed.
-fn cell_of(
-    image_id: i64,
-    category_id: i64,
-    images: &Ranks,
-    categories: &Ranks,
-) -> Result<(u32, u32), String> {
-    let image = images
-        .get(image_id)
-        .ok_or_else(|| format!("field `image_id`: {image_id} is not in the ground truth's images"))?;
-    let category = categories.get(category_id).ok_or_else(|| {
-        format!("field `category_id`: {category_id} is not in the ground truth's categories")
-    })?;
-    Ok((category, image))
-}
-
-/// Finite numbers, non-negative width and height.
+/// Finite numbers, non-negative width and height. The `Err` is the problem in words, which the
+/// caller files under the record ([`CocoError::Record`]).
 fn check_box(bbox: &[f64; 4]) -> Result<(), String> {
     let [_, _, w, h] = *bbox;
     if bbox.iter().any(|v| !v.is_finite()) {
@@ -374,12 +454,23 @@ mod tests {
         parse_ground_truth(GT.as_bytes()).unwrap()
     }
 
+    fn check(gt: &GroundTruth, dts: &[Detection]) -> Result<(), CocoError> {
+        check_unique_ids(gt)?;
+        let categories: Vec<i64> = gt.categories.iter().map(|c| c.id).collect();
+        check_records(
+            &gt.image_ids,
+            &categories,
+            (&gt.annotations, Naming::Listed("annotations")),
+            (dts, Naming::Listed("detections")),
+        )
+    }
+
     fn error_text(dt: &str) -> String {
         let dts = match parse_detections(dt.as_bytes()) {
             Ok(dts) => dts,
             Err(e) => return e.to_string(),
         };
-        resolve(&gt(), &dts).err().unwrap().to_string()
+        check(&gt(), &dts).err().unwrap().to_string()
     }
 
     #[test]
@@ -423,18 +514,52 @@ mod tests {
     }
 
     #[test]
+    fn records_gathered_by_id_are_named_by_id() {
+        let gt = gt();
+        let mut twice = Detection {
+            image_id: 2,
+            category_id: 5,
+            bbox: [0.0, 0.0, 1.0, 1.0],
+            score: 0.5,
+        }
+        .record(0);
+        twice.id = 40;
+        let e = check_records(
+            &gt.image_ids,
+            &[5],
+            (&gt.annotations, Naming::ById),
+            (&[twice.clone(), twice], Naming::ById),
+        )
+        .err()
+        .map(|e| e.to_string());
+        assert_eq!(
+            e.as_deref(),
+            Some("annotation id 40 (image_id 2): field `id`: 40 appears twice")
+        );
+        let record = Detection {
+            image_id: 9,
+            category_id: 5,
+            bbox: [0.0; 4],
+            score: 1.0,
+        }
+        .record(3);
+        assert_eq!((record.id, record.area), (4, 0.0));
+        assert_eq!(images_not_listed(&[record.clone(), record], &[1, 2], 5), [9]);
+    }
+
+    #[test]
     fn refuses_bad_ground_truth() {
         let no_area = GT.replace(r#", "area": 100"#, "");
         let e = parse_ground_truth(no_area.as_bytes()).unwrap_err().to_string();
         assert_eq!(e, "annotations[0] (image_id 1): field `area` is missing or null");
         let mut dup = gt();
         dup.image_ids.push(2);
-        let e = resolve(&dup, &[]).err().unwrap().to_string();
+        let e = check(&dup, &[]).err().unwrap().to_string();
         assert_eq!(e, "images[2]: field `id`: 2 appears twice");
         let mut nan = gt();
         nan.annotations[0].area = f64::NAN;
         assert!(
-            resolve(&nan, &[])
+            check(&nan, &[])
                 .err()
                 .unwrap()
                 .to_string()

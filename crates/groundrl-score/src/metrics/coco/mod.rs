@@ -14,15 +14,24 @@
 //! ```
 //!
 //! The stages, one module each:
-//! - `dataset`: JSON records, validation (errors name the record);
-//! - `evaluate`: per category and image, IoU and greedy matching in score order per area range;
-//! - `accumulate`: per category, the precision/recall curve sampled at 101 recall thresholds;
+//! - `dataset`: JSON records, validation (errors name the record); `results_json`: the one-pass reader
+//!   of results files of the usual shape;
+//! - `params`: pycocotools' `Params`, its defaults and any other values ([`Params`]);
+//! - `evaluate`: per unit (category) and image, IoU and greedy matching in score order per area range
+//!   ([`Evaluation`]);
+//! - `accumulate`: per unit, the precision/recall curves sampled at the recall thresholds
+//!   ([`Evaluation::accumulate`]); `arrays`: pycocotools' `eval` arrays ([`CocoArrays`]); `detail`:
+//!   its `evalImgs` ([`Evaluation::detail`]);
 //! - `summary`: the 12 stats, per-category AP, precision and recall at IoU 0.5, the printed summary;
 //! - `single_image`: the per-sample AP reward of VLM-R1 ([`single_image_ap`]);
 //! - `answers`: a model's answers on detection samples as a dataset ([`evaluate_answers`]).
 //!
-//! Categories are independent, so they are evaluated in parallel (rayon); each category's arithmetic
-//! runs in one thread in a fixed order, so results do not depend on the number of threads.
+//! [`evaluate`] runs them with pycocotools' default params; the Python `COCOeval` runs
+//! [`Evaluation`] with the params its caller set.
+//!
+//! Categories are independent, so on large inputs they are evaluated in parallel (rayon); each
+//! category's arithmetic runs in one thread in a fixed order, so results do not depend on the number of
+//! threads.
 //!
 //! # Precision and recall at IoU 0.5
 //!
@@ -48,116 +57,65 @@ mod accumulate;
 mod answers;
 mod arrays;
 mod dataset;
+mod detail;
 mod evaluate;
+mod ids;
 mod params;
+mod results_json;
 mod single_image;
 mod summary;
 
-use rayon::prelude::*;
-
-pub use accumulate::Counts;
+pub use accumulate::{AccumulateRequest, Accumulated, Counts};
 pub use answers::{AnsweredImage, AnswersEval, evaluate_answers};
 pub use arrays::CocoArrays;
 pub use dataset::{
-    Category, CocoError, Detection, GroundTruth, GtAnnotation, RecordRef, load_detections, load_ground_truth,
+    AsRecord, Category, CocoError, Detection, DetectionRecord, GroundTruth, GtAnnotation, MAX_THRESHOLDS,
+    Naming, Position, RecordRef, check_records, images_not_listed, load_detections, load_ground_truth,
     parse_detections, parse_ground_truth,
 };
-pub use params::{AREA_RANGES, AreaRange, IOU_THRESHOLDS, MAX_DETS, RECALL_THRESHOLDS};
+pub use detail::Detail;
+pub use evaluate::Evaluation;
+pub use params::{
+    AREA_RANGES, AreaRange, FULL_SCOPE, IOU_THRESHOLDS, MAX_DETS, Params, RECALL_THRESHOLDS, Scope,
+};
 pub use single_image::{SingleImageAp, single_image_ap};
 pub use summary::{CategoryMetrics, CocoEval, Stats};
 
-use accumulate::{CategoryCurves, Curve, accumulate_category};
-use evaluate::{CategoryBoxes, CategoryMatches, DtBox, GtBox, Scratch, match_category};
-use params::{FULL_SCOPE, Scope};
+use accumulate::CategoryCurves;
+use params::{IOU_50, MAX_DET_100};
 
-/// Evaluates detections against a ground truth held in memory, after checking both.
+/// Evaluates detections against a ground truth held in memory, after checking both, with
+/// pycocotools' default params (every image and category of the ground truth).
 pub fn evaluate(gt: &GroundTruth, detections: &[Detection]) -> Result<CocoEval, CocoError> {
-    let (categories, curves) = evaluate_curves(gt, detections)?;
+    dataset::check_unique_ids(gt)?;
+    let mut categories: Vec<&Category> = gt.categories.iter().collect();
+    categories.sort_by_key(|c| c.id);
+    let category_ids: Vec<i64> = categories.iter().map(|c| c.id).collect();
+    check_records(
+        &gt.image_ids,
+        &category_ids,
+        (&gt.annotations, Naming::Listed("annotations")),
+        (detections, Naming::Listed("detections")),
+    )?;
+    let mut image_ids = gt.image_ids.clone();
+    image_ids.sort_unstable();
+    let params = Params::scoped(image_ids, category_ids, &FULL_SCOPE);
+    let curves = scoped_curves(params, &gt.annotations, detections, FULL_SCOPE);
     Ok(CocoEval::new(&categories, &curves))
 }
 
-/// [`evaluate`], also returning pycocotools' precision and recall arrays (for the Python `COCOeval`).
-pub fn evaluate_with_arrays(
-    gt: &GroundTruth,
-    detections: &[Detection],
-) -> Result<(CocoEval, CocoArrays), CocoError> {
-    let (categories, curves) = evaluate_curves(gt, detections)?;
-    Ok((CocoEval::new(&categories, &curves), CocoArrays::new(&curves)))
-}
-
-/// The checked categories (by id) and each one's curves over every setting.
-fn evaluate_curves<'a>(
-    gt: &'a GroundTruth,
-    detections: &[Detection],
-) -> Result<(Vec<&'a Category>, Vec<CategoryCurves>), CocoError> {
-    let resolved = dataset::resolve(gt, detections)?;
-    let n = resolved.categories.len();
-    let gts = Members::group(n, &resolved.annotation_cells);
-    let dts = Members::group(n, &resolved.detection_cells);
-    let curves: Vec<CategoryCurves> = (0..n)
-        .into_par_iter()
-        .map_init(
-            || (Workspace::default(), CategoryBoxes::default()),
-            |(work, boxes), k| {
-                boxes.clear();
-                boxes.gts.extend(
-                    gts.of(k)
-                        .map(|(i, image)| GtBox::from_annotation(&gt.annotations[i], image)),
-                );
-                boxes.dts.extend(
-                    dts.of(k)
-                        .map(|(i, image)| DtBox::from_detection(&detections[i], image)),
-                );
-                work.curves(boxes, &FULL_SCOPE)
-            },
-        )
-        .collect();
-    Ok((resolved.categories, curves))
-}
-
-/// The records of each category, in listing order: a counting sort of `(category, image)` ranks.
-struct Members {
-    /// `starts[k]..starts[k + 1]` indexes `records` for category k.
-    starts: Vec<usize>,
-    /// (record position, image rank)
-    records: Vec<(usize, u32)>,
-}
-
-impl Members {
-    fn group(categories: usize, cells: &[(u32, u32)]) -> Self {
-        let mut starts = vec![0; categories + 1];
-        for &(k, _) in cells {
-            starts[k as usize + 1] += 1;
-        }
-        for k in 0..categories {
-            starts[k + 1] += starts[k];
-        }
-        let mut fill = starts.clone();
-        let mut records = vec![(0, 0); cells.len()];
-        for (i, &(k, image)) in cells.iter().enumerate() {
-            records[fill[k as usize]] = (i, image);
-            fill[k as usize] += 1;
-        }
-        Self { starts, records }
-    }
-
-    fn of(&self, k: usize) -> impl Iterator<Item = (usize, u32)> + '_ {
-        self.records[self.starts[k]..self.starts[k + 1]].iter().copied()
-    }
-}
-
-/// Buffers one thread reuses from category to category.
-#[derive(Default)]
-struct Workspace {
-    scratch: Scratch,
-    matches: CategoryMatches,
-    curve: Curve,
-}
-
-impl Workspace {
-    /// Matching and accumulation of one category.
-    fn curves(&mut self, boxes: &CategoryBoxes, scope: &Scope) -> CategoryCurves {
-        match_category(boxes, scope, &mut self.scratch, &mut self.matches);
-        accumulate_category(&self.matches, scope, &mut self.curve)
-    }
+/// Each category's curves over `scope`'s settings (`params` made by [`Params::scoped`] with it), with
+/// the counts at IoU 0.5, area "all" and 100 detections where the scope holds that setting.
+fn scoped_curves(
+    params: Params,
+    gts: &[GtAnnotation],
+    dts: &[impl AsRecord],
+    scope: Scope,
+) -> Vec<CategoryCurves> {
+    let eval = Evaluation::run(params, gts, dts);
+    let mut request = AccumulateRequest::all(&eval, &RECALL_THRESHOLDS);
+    request.counts_at = scope
+        .position(AreaRange::All, MAX_DET_100)
+        .map(|(a, m)| (a, m, IOU_50));
+    eval.accumulate_checked(&request).category_curves(scope)
 }

@@ -1,6 +1,6 @@
-//! The fixed evaluation settings of pycocotools' `Params` for bbox: IoU and recall thresholds, area
-//! ranges, detection caps. The float values are built the way numpy's `linspace` builds them, because
-//! the matching compares against them exactly.
+//! pycocotools' `Params` for bbox: the default IoU and recall thresholds, area ranges and detection
+//! caps (the float values built the way numpy's `linspace` builds them, because the matching compares
+//! against them exactly), and [`Params`], any values of them, as the Python `COCOeval` takes them.
 
 /// IoU thresholds 0.50, 0.55, ..., 0.95: `np.linspace(.5, .95, 10)`, i.e. `i * ((0.95 - 0.5) / 9) + 0.5`
 /// with the last one set to 0.95 (so the 8th is 0.8999999999999999, not 0.9).
@@ -48,10 +48,62 @@ impl Scope {
         let m = self.max_dets.iter().position(|&x| x == max_det)?;
         Some((a, m))
     }
+}
 
-    /// The cap matching keeps detections up to (pycocotools' `maxDets[-1]`).
-    pub fn largest_cap(&self) -> usize {
-        self.max_dets.last().map_or(0, |&m| MAX_DETS[m])
+/// What `evaluate()` reads from pycocotools' `Params` once it has normalized them: `img_ids` and, with
+/// `use_cats`, `cat_ids` sorted and unique, `max_dets` ascending. An evaluation unit is a category
+/// (`use_cats`) or, without it, every listed category at once.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Params {
+    pub img_ids: Vec<i64>,
+    pub cat_ids: Vec<i64>,
+    pub use_cats: bool,
+    pub iou_thrs: Vec<f64>,
+    pub max_dets: Vec<usize>,
+    /// `[lo, hi]` per area range, both bounds inclusive.
+    pub area_rng: Vec<[f64; 2]>,
+}
+
+impl Params {
+    /// The default thresholds, with the area ranges and caps of `scope`, on `img_ids` and `cat_ids`
+    /// (sorted and unique).
+    pub fn scoped(img_ids: Vec<i64>, cat_ids: Vec<i64>, scope: &Scope) -> Self {
+        Self {
+            img_ids,
+            cat_ids,
+            use_cats: true,
+            iou_thrs: IOU_THRESHOLDS.to_vec(),
+            max_dets: scope.max_dets.iter().map(|&m| MAX_DETS[m]).collect(),
+            area_rng: scope
+                .areas
+                .iter()
+                .map(|a| {
+                    let (lo, hi) = a.bounds();
+                    [lo, hi]
+                })
+                .collect(),
+        }
+    }
+
+    /// pycocotools' `min([t, 1 - 1e-10])` of each IoU threshold: the IoU a match must reach.
+    pub(super) fn limits(&self) -> Vec<f64> {
+        let limit = 1.0 - 1e-10;
+        self.iou_thrs
+            .iter()
+            .map(|&t| if limit < t { limit } else { t })
+            .collect()
+    }
+
+    /// pycocotools matches the top `maxDets[-1]` detections of each image.
+    pub(super) fn cap(&self) -> usize {
+        self.max_dets.last().copied().unwrap_or(0)
+    }
+
+    /// Whether `area` is outside area range `a` (written as pycocotools writes it, `a < lo or a > hi`,
+    /// so that a NaN area counts as inside).
+    pub(super) fn excludes(&self, a: usize, area: f64) -> bool {
+        let [lo, hi] = self.area_rng[a];
+        area < lo || area > hi
     }
 }
 
@@ -96,13 +148,6 @@ impl AreaRange {
         }
     }
 
-    /// True when `area` falls outside the range. Written as pycocotools writes it (`a < lo or a > hi`)
-    /// so that a NaN area counts as inside.
-    pub fn excludes(self, area: f64) -> bool {
-        let (lo, hi) = self.bounds();
-        area < lo || area > hi
-    }
-
     /// The label pycocotools prints.
     pub fn label(self) -> &'static str {
         match self {
@@ -139,14 +184,25 @@ mod tests {
         assert_eq!(FULL_SCOPE.position(AreaRange::Large, 1), Some((3, 1)));
         assert_eq!(AP_SCOPE.position(AreaRange::All, MAX_DET_100), Some((0, 0)));
         assert_eq!(AP_SCOPE.position(AreaRange::Small, MAX_DET_100), None);
-        assert_eq!((FULL_SCOPE.largest_cap(), AP_SCOPE.largest_cap()), (100, 100));
+        let p = Params::scoped(vec![1], vec![1], &AP_SCOPE);
+        assert_eq!((p.max_dets, p.area_rng), (vec![100], vec![[0.0, 1e10]]));
+        assert_eq!(Params::scoped(vec![], vec![], &FULL_SCOPE).cap(), 100);
     }
 
     #[test]
-    fn area_bounds_are_inclusive() {
-        assert!(!AreaRange::Small.excludes(1024.0));
-        assert!(!AreaRange::Medium.excludes(1024.0));
-        assert!(AreaRange::Medium.excludes(9216.5));
-        assert!(!AreaRange::All.excludes(f64::NAN));
+    fn area_bounds_are_inclusive_and_nan_is_inside() {
+        let p = Params::scoped(vec![], vec![], &FULL_SCOPE);
+        let (small, medium) = (AreaRange::Small.index(), AreaRange::Medium.index());
+        assert!(!p.excludes(small, 1024.0));
+        assert!(!p.excludes(medium, 1024.0));
+        assert!(p.excludes(medium, 9216.5));
+        assert!(!p.excludes(AreaRange::All.index(), f64::NAN));
+    }
+
+    #[test]
+    fn limits_stop_below_one() {
+        let mut p = Params::scoped(vec![], vec![], &AP_SCOPE);
+        p.iou_thrs = vec![0.5, 1.0];
+        assert_eq!(p.limits(), [0.5, 1.0 - 1e-10]);
     }
 }

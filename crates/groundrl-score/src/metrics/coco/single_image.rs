@@ -2,10 +2,10 @@
 
 use crate::geometry::LabeledBox;
 
-use super::Workspace;
 use super::accumulate::CategoryCurves;
-use super::evaluate::{CategoryBoxes, DtBox, GtBox};
-use super::params::{AP_SCOPE, Scope};
+use super::dataset::{DetectionRecord, GtAnnotation};
+use super::params::{AP_SCOPE, Params, Scope};
+use super::scoped_curves;
 use super::summary::ap_and_ap50;
 
 /// AP and AP50 of one image's predictions (VLM-R1's per-sample `od_ap`).
@@ -31,8 +31,8 @@ impl SingleImageAp {
 /// never match; with one inverted side the area is negative, out of every range, so COCOeval ignores
 /// them; with both sides inverted the area is positive and they count as false positives.
 ///
-/// Computes only what those two stats read (area "all", 100 detections, one image), category by
-/// category in one thread: the reward calls this once per sample, already in parallel over samples.
+/// Computes only what those two stats read (area "all", 100 detections, one image), in one thread:
+/// the reward calls this once per sample, already in parallel over samples.
 pub fn single_image_ap(gt: &[LabeledBox], predictions: &[LabeledBox]) -> SingleImageAp {
     let labels = distinct_labels(gt);
     // No prediction left (none finite with a known label): 0, as VLM-R1 returns, with no evaluation.
@@ -42,28 +42,53 @@ pub fn single_image_ap(gt: &[LabeledBox], predictions: &[LabeledBox]) -> SingleI
     {
         return SingleImageAp::ZERO;
     }
-    let (ap, ap50) = ap_and_ap50(&curves_by_label(&labels, gt, predictions, &AP_SCOPE));
+    let (ap, ap50) = ap_and_ap50(&curves_by_label(&labels, gt, predictions, AP_SCOPE));
     SingleImageAp {
         ap: ap.max(0.0),
         ap50: ap50.max(0.0),
     }
 }
 
-/// The curves of each label (category) in `scope`, one category after another in one thread.
+/// The curves of each label (category) in `scope`: categories numbered by position in `labels`, all
+/// boxes on one image, ground truths with annotation id = 1 + position in `gt`, predictions with a
+/// finite box and a known label, all scored 1.0.
 fn curves_by_label(
     labels: &[&str],
     gt: &[LabeledBox],
     predictions: &[LabeledBox],
-    scope: &Scope,
+    scope: Scope,
 ) -> Vec<CategoryCurves> {
-    let (mut boxes, mut work) = (CategoryBoxes::default(), Workspace::default());
-    labels
-        .iter()
-        .map(|&label| {
-            fill_boxes(&mut boxes, gt, predictions, label);
-            work.curves(&boxes, scope)
+    let category = |label: &str| labels.iter().position(|&l| l == label).map(|k| k as i64);
+    let gts: Vec<GtAnnotation> = (1..)
+        .zip(gt)
+        .filter_map(|(id, b)| {
+            let (bbox, area) = vlm_r1_box(b);
+            Some(GtAnnotation {
+                id,
+                image_id: 0,
+                category_id: category(&b.label)?,
+                bbox,
+                area,
+                iscrowd: false,
+            })
         })
-        .collect()
+        .collect();
+    let dts: Vec<DetectionRecord> = (1..)
+        .zip(predictions.iter().filter(|b| b.bbox.is_finite()))
+        .filter_map(|(id, b)| {
+            let (bbox, area) = vlm_r1_box(b);
+            Some(DetectionRecord {
+                id,
+                image_id: 0,
+                category_id: category(&b.label)?,
+                bbox,
+                area,
+                score: 1.0,
+            })
+        })
+        .collect();
+    let params = Params::scoped(vec![0], (0..labels.len() as i64).collect(), &scope);
+    scoped_curves(params, &gts, &dts, scope)
 }
 
 /// The ground-truth labels in order of first appearance: the categories, numbered in that order.
@@ -75,23 +100,6 @@ fn distinct_labels(gt: &[LabeledBox]) -> Vec<&str> {
         }
     }
     labels
-}
-
-/// Refills `boxes` (reused across categories) with the boxes labeled `label`, in listing order, all on
-/// image 0: ground truths with annotation id = 1 + position in `gt`, predictions with a finite box, all
-/// scored 1.0.
-fn fill_boxes(boxes: &mut CategoryBoxes, gt: &[LabeledBox], predictions: &[LabeledBox], label: &str) {
-    boxes.clear();
-    for (i, b) in gt.iter().enumerate().filter(|(_, b)| b.label == label) {
-        let (xywh, area) = vlm_r1_box(b);
-        boxes.gts.push(GtBox::new(i as i64 + 1, xywh, area, false, 0));
-    }
-    for b in predictions
-        .iter()
-        .filter(|b| b.label == label && b.bbox.is_finite())
-    {
-        boxes.dts.push(DtBox::new(vlm_r1_box(b).0, 1.0, 0));
-    }
 }
 
 /// `([x1, y1, x2 - x1, y2 - y1], (x2 - x1) * (y2 - y1))`
@@ -329,7 +337,7 @@ mod equivalence {
     /// The whole COCOeval through its internal stages (accepts inverted boxes, as VLM-R1 does).
     fn full_cocoeval(gt: &[LabeledBox], predictions: &[LabeledBox]) -> SingleImageAp {
         let labels = distinct_labels(gt);
-        let curves = curves_by_label(&labels, gt, predictions, &FULL_SCOPE);
+        let curves = curves_by_label(&labels, gt, predictions, FULL_SCOPE);
         let categories: Vec<Category> = (0..).zip(&labels).map(|(id, name)| category(id, name)).collect();
         let refs: Vec<&Category> = categories.iter().collect();
         let stats = CocoEval::new(&refs, &curves).stats;
