@@ -3,8 +3,9 @@
 
 pub mod branches;
 pub mod config;
+mod decode;
 pub mod flops;
-pub(crate) mod layers;
+pub(crate) use crate::layers;
 pub mod lora;
 pub mod model;
 pub mod presets;

@@ -17,7 +17,7 @@ use tch::{Device, Kind, Tensor, nn};
 use super::ModelError;
 use super::config::TextConfig;
 use crate::fused;
-use crate::qwen2_5_vl::layers::{INIT_STD, Linear, RmsNorm};
+use crate::layers::{INIT_STD, Linear, RmsNorm};
 use crate::qwen2_5_vl::text::{AttentionMask, Rotary, attend};
 
 /// Which position component (0 = t, 1 = h, 2 = w) each of the head_dim / 2 rotary frequencies reads.
