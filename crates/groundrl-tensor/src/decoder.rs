@@ -125,6 +125,18 @@ impl Rotary {
         let flat = |t: &Tensor| t.view([rows, -1]);
         (flat(&self.cos), flat(&self.signed_sin))
     }
+
+    /// The tables of one token per row at `positions` (rows,) int64, the same position in every
+    /// M-RoPE component (as in decoding, where how a family assigns frequencies to components does
+    /// not matter): rotary frequencies `theta ** (-2k / head_dim)`, computed on the device without a
+    /// host copy, so that a captured CUDA graph can make them.
+    pub(crate) fn of_tokens(positions: &Tensor, head_dim: i64, theta: f64, kind: Kind) -> Self {
+        let device = positions.device();
+        let exponents = Tensor::arange_start_step(0, head_dim, 2, (Kind::Float, device)) / head_dim as f64;
+        let inv_freq = Tensor::pow_scalar(theta, &exponents).reciprocal();
+        let angles = positions.to_kind(Kind::Float).unsqueeze(-1) * inv_freq.unsqueeze(0);
+        Self::from_angles(&angles.unsqueeze(1), kind)
+    }
 }
 
 /// SwiGLU's `silu(gate) * up` ([`fused::swiglu`]: one kernel on bf16 CUDA tensors, and one for its
