@@ -1,6 +1,11 @@
 //! What a model family provides to the rest of groundrl, as traits the rollout engine (and, through
 //! them, the trainer and the commands) hold as trait objects, so that none of them names a family.
 //!
+//! [`Model`] is what training and the commands need besides: parameters, adapters, saving, the
+//! training forward ([`TrainingPass`]), the scored tokens' log-probs and entropies, FLOPs, and the
+//! family-neutral [`Architecture`] numbers a memory plan reads. `family::load` is the one place that
+//! picks the family of an HF folder and returns its model as a `Box<dyn Model>`.
+//!
 //! [`Decoder`] is what generation needs: the numbers that size a KV cache and a sampler, a prefill
 //! that writes the prompts' keys and values into the cache, and a decoding step over the family's
 //! fused weights ([`Fused`], opaque to the engine) that a CUDA graph can capture. A family implements
@@ -12,14 +17,20 @@
 
 use std::any::Any;
 use std::fmt;
+use std::path::Path;
 
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Kind, Tensor, nn};
 
+use crate::family::Family;
+use crate::lora::LoraSpec;
 use crate::model_error::ModelError;
 use crate::rollout::kv_cache::KvCache;
 
-pub use crate::qwen2_5_vl::model::Batch;
-pub use crate::qwen2_5_vl::rope_index::RopeIndex;
+pub use crate::qwen2_5_vl::BranchRow;
+pub use crate::qwen2_5_vl::branches::scored_pairs;
+pub use crate::qwen2_5_vl::flops::Sequence;
+pub use crate::qwen2_5_vl::model::{Batch, ImageFeatures, TokenScores};
+pub use crate::qwen2_5_vl::rope_index::{Grid, RopeIndex};
 
 /// The shape of a family's KV cache: one key and one value tensor per decoder layer, each
 /// (rows, `kv_heads`, columns, `head_dim`).
@@ -128,4 +139,129 @@ pub trait Decoder: fmt::Debug {
 /// tokens: what [`Decoder::banned_ids`] returns.
 pub(crate) fn in_vocabulary(ids: &[i64], vocab: i64) -> Vec<i64> {
     ids.iter().copied().filter(|id| (0..vocab).contains(id)).collect()
+}
+
+/// A model's shape in numbers every family has, for what sizes memory and work without building the
+/// model (the memory plan, benchmarks' shapes).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Architecture {
+    pub family: Family,
+    pub vocab_size: i64,
+    pub hidden_size: i64,
+    pub intermediate_size: i64,
+    pub layers: i64,
+    pub heads: i64,
+    pub kv_heads: i64,
+    pub head_dim: i64,
+    pub tied_embeddings: bool,
+    pub vision_depth: i64,
+    pub vision_hidden_size: i64,
+    pub vision_intermediate_size: i64,
+    pub vision_heads: i64,
+    /// Input pixels per patch side.
+    pub patch_size: i64,
+    /// Patches per merged image token side.
+    pub spatial_merge_size: i64,
+    /// All parameters, and those of the language model alone (embedding, decoder layers, final
+    /// norm, untied head).
+    pub parameters: i64,
+    pub text_parameters: i64,
+}
+
+/// A training forward ([`Model::training_forward`]) whose output can be back-propagated into the
+/// model's parameters.
+pub trait TrainingPass {
+    /// Final normed hidden states (B, L, hidden), with a graph to the parameters (or, with
+    /// checkpointing, to the last block's output).
+    fn hidden(&self) -> &Tensor;
+
+    /// The batch's token ids on the device, (B, L) int64.
+    fn ids(&self) -> &Tensor;
+
+    /// Back-propagates `loss` (a scalar computed from [`Self::hidden`]) into the parameters'
+    /// gradients, recomputing checkpointed blocks.
+    fn backward(self: Box<Self>, loss: &Tensor) -> Result<(), ModelError>;
+}
+
+/// What training and the commands need of a model family besides generation; see the module doc.
+/// Log-probs and entropies are f32 and projected to the vocabulary `chunk` scored positions at a
+/// time, so full-vocabulary logits never exist for a whole batch.
+pub trait Model: Decoder {
+    fn family(&self) -> Family;
+
+    fn architecture(&self) -> Architecture;
+
+    /// Every parameter (and LoRA adapter) under its name, as checkpoints and optimizers see them.
+    fn var_store(&self) -> &nn::VarStore;
+
+    /// Writes an HF folder's `config.json` and weights, as transformers writes the family; a model
+    /// with unmerged adapters is refused.
+    fn save(&self, dir: &Path) -> Result<(), ModelError>;
+
+    /// Stops (or restarts) training of the vision tower.
+    fn set_vision_trainable(&self, trainable: bool);
+
+    /// Whether some vision-tower variable takes gradients.
+    fn vision_trainable(&self) -> bool;
+
+    /// Attaches fresh adapters to the layers `spec` names and freezes every other parameter; the
+    /// number of adapted layers.
+    fn add_lora(&mut self, spec: &LoraSpec) -> Result<usize, ModelError>;
+
+    /// Folds every adapter into its layer's weight and removes the adapters; the number merged.
+    fn merge_lora(&mut self) -> Result<usize, ModelError>;
+
+    /// The ids generation stops at, from the model's config.
+    fn eos_token_ids(&self) -> Vec<i64>;
+
+    /// The vision tower's features of a batch's images, in the form [`ImageFeatures::Given`] takes
+    /// back, without a graph when the tower is frozen.
+    fn image_features(&self, pixels: &Tensor, grids: &[Grid]) -> Result<Tensor, ModelError>;
+
+    /// Vocabulary logits (B, L, vocab) at every position: for tests and evaluation.
+    fn logits(&self, batch: &Batch) -> Result<Tensor, ModelError>;
+
+    /// Runs the model for a training step, the images' features from `source`; `checkpoint` trades a
+    /// second forward of each block during backward for not keeping its activations.
+    fn training_forward<'a>(
+        &'a self,
+        batch: &Batch,
+        source: ImageFeatures,
+        checkpoint: bool,
+    ) -> Result<Box<dyn TrainingPass + 'a>, ModelError>;
+
+    /// Log-probs (B, L) of the tokens where `scored` (B, L) is true, each predicted by the hidden
+    /// state (B, L, hidden) before it; 0 elsewhere.
+    fn logprobs_at(
+        &self,
+        hidden: &Tensor,
+        ids: &Tensor,
+        scored: &Tensor,
+        chunk: i64,
+    ) -> Result<Tensor, ModelError>;
+
+    /// [`Self::logprobs_at`] with each scored token's next-token entropy.
+    fn scores_at(
+        &self,
+        hidden: &Tensor,
+        ids: &Tensor,
+        scored: &Tensor,
+        chunk: i64,
+    ) -> Result<TokenScores, ModelError>;
+
+    /// Log-probs and entropies at `pairs`, (targets, predictors) of flat indices into (B, L), in the
+    /// pairs' order ([`scored_pairs`]): how branched rows score.
+    fn scores_of_pairs(
+        &self,
+        hidden: &Tensor,
+        ids: &Tensor,
+        pairs: (&Tensor, &Tensor),
+        chunk: i64,
+    ) -> Result<TokenScores, ModelError>;
+
+    /// The decoder's forward FLOPs on `sequence`.
+    fn text_forward_flops(&self, sequence: &Sequence) -> f64;
+
+    /// The vision tower's forward FLOPs on images of `grids`.
+    fn images_forward_flops(&self, grids: &[Grid]) -> Result<f64, ModelError>;
 }

@@ -1,6 +1,7 @@
 //! Qwen2.5-VL on libtorch: configuration, checkpoint tensors, the vision tower and the M-RoPE decoder,
 //! and the arithmetic of their forwards ([`flops`]).
 
+mod as_model;
 pub mod branches;
 pub mod config;
 mod decode;

@@ -10,6 +10,7 @@
 //! RMSNorm, linear layers, the rotary tables' application and attention; the model error
 //! ([`ModelError`]) and the LoRA adapters ([`crate::lora`]) are every family's.
 
+mod as_model;
 pub mod config;
 mod decode;
 pub mod flops;
