@@ -1,12 +1,20 @@
 //! Which model family an HF folder holds, read from its `config.json`'s `model_type` before any weight
 //! is touched, so that a folder of an unsupported architecture is refused with the supported ones named
-//! instead of failing later on a missing tensor.
+//! instead of failing later on a missing tensor; and the one place that builds a family's model
+//! ([`Family::load`], [`Family::architecture`]): everything else holds a `dyn Model`
+//! ([`crate::model`]).
 
 use std::fmt;
 use std::path::Path;
 
 use groundrl_score::frame::Frame;
 use serde_json::Value;
+use tch::{Device, Kind};
+
+use crate::model::{Architecture, Model};
+use crate::model_error::ModelError;
+use crate::qwen2_5_vl::{Qwen25Vl, Qwen25VlConfig};
+use crate::qwen3_vl::{Qwen3Vl, Qwen3VlConfig};
 
 /// A model family groundrl can load.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,10 +33,21 @@ pub enum FamilyError {
     #[error("{path}: {problem}")]
     Config { path: String, problem: String },
     #[error(
-        "{path}: model_type `{model_type}` is not supported; groundrl loads {}",
+        "{path}: model_type `{model_type}` is not supported{}; groundrl loads {}",
+        unsupported_note(model_type),
         Family::supported()
     )]
     Unsupported { path: String, model_type: String },
+    #[error(transparent)]
+    Model(#[from] ModelError),
+}
+
+/// Why a known `model_type` is refused, for the message.
+fn unsupported_note(model_type: &str) -> &'static str {
+    match model_type {
+        "qwen3_vl_moe" => " (Qwen3-VL's mixture-of-experts models: MoE decoders are not supported)",
+        _ => "",
+    }
 }
 
 impl Family {
@@ -82,10 +101,37 @@ impl Family {
         })
     }
 
+    /// The model of the HF folder `dir` (of this family): its `config.json` and weights, parameters
+    /// in `kind` on `device`.
+    pub fn load(self, dir: &Path, device: Device, kind: Kind) -> Result<Box<dyn Model>, ModelError> {
+        Ok(match self {
+            Family::Qwen25Vl => Box::new(Qwen25Vl::load(dir, device, kind)?),
+            Family::Qwen3Vl => Box::new(Qwen3Vl::load(dir, device, kind)?),
+        })
+    }
+
+    /// The architecture numbers of the `config.json` at `path` (of this family).
+    pub fn architecture(self, path: &Path) -> Result<Architecture, ModelError> {
+        Ok(match self {
+            Family::Qwen25Vl => Qwen25VlConfig::load(path)?.architecture(),
+            Family::Qwen3Vl => Qwen3VlConfig::load(path)?.architecture(),
+        })
+    }
+
     /// The supported `model_type`s, comma-separated, for messages.
     pub fn supported() -> String {
         Self::ALL.map(Family::model_type).join(", ")
     }
+}
+
+/// The model of the HF folder `dir`, of whichever supported family its `config.json` names.
+pub fn load(dir: &Path, device: Device, kind: Kind) -> Result<Box<dyn Model>, FamilyError> {
+    Ok(Family::of_folder(dir)?.load(dir, device, kind)?)
+}
+
+/// The architecture numbers of the HF folder `dir`, of whichever supported family it holds.
+pub fn architecture(dir: &Path) -> Result<Architecture, FamilyError> {
+    Ok(Family::of_folder(dir)?.architecture(&dir.join("config.json"))?)
 }
 
 impl fmt::Display for Family {

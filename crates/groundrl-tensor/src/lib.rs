@@ -3,6 +3,8 @@
 //! - [`qwen2_5_vl`]: the Qwen2.5-VL model (vision tower, M-RoPE decoder), loaded from and saved to HF folders.
 //! - [`qwen3_vl`]: the Qwen3-VL (dense) model (DeepStack vision tower, interleaved M-RoPE Qwen3 decoder),
 //!   loaded from HF folders; [`family`] tells the two apart by a folder's `config.json`.
+//! - [`model`]: what a model family provides to generation (and training), as traits the engine
+//!   holds without naming a family.
 //! - [`model_error`], [`lora`], [`attention`], [`special_ids`]: what every model family shares: the
 //!   model error, LoRA adapters, segment attention, the special token ids a tokenizer and a model
 //!   agree on.
@@ -16,10 +18,13 @@
 pub mod attention;
 pub mod bench;
 pub mod cuda_graph;
+pub(crate) mod decoder;
 pub mod family;
 pub mod fused;
 pub mod hf_folder;
+pub(crate) mod layers;
 pub mod lora;
+pub mod model;
 pub mod model_error;
 pub mod processor;
 pub mod profiler;

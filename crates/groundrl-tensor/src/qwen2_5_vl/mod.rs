@@ -1,10 +1,12 @@
 //! Qwen2.5-VL on libtorch: configuration, checkpoint tensors, the vision tower and the M-RoPE decoder,
 //! and the arithmetic of their forwards ([`flops`]).
 
+mod as_model;
 pub mod branches;
 pub mod config;
+mod decode;
 pub mod flops;
-pub(crate) mod layers;
+pub(crate) use crate::layers;
 pub mod lora;
 pub mod model;
 pub mod presets;

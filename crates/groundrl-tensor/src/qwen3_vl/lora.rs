@@ -13,8 +13,8 @@ use std::sync::PoisonError;
 use tch::{Tensor, nn};
 
 use super::{ModelError, Qwen3Vl};
+use crate::layers::Linear;
 use crate::lora::{Adapter, LoraError, LoraSpec, is_adapter_name};
-use crate::qwen2_5_vl::layers::Linear;
 
 impl Qwen3Vl {
     /// Attaches fresh adapters to the layers `spec` names and freezes every other parameter (embedding,

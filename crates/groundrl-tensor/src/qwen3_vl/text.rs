@@ -16,8 +16,9 @@ use tch::{Device, Kind, Tensor, nn};
 
 use super::ModelError;
 use super::config::TextConfig;
+use crate::decoder::{FusedLayer, LayerProjections};
 use crate::fused;
-use crate::qwen2_5_vl::layers::{INIT_STD, Linear, RmsNorm};
+use crate::layers::{INIT_STD, Linear, RmsNorm};
 use crate::qwen2_5_vl::text::{AttentionMask, Rotary, attend};
 
 /// Which position component (0 = t, 1 = h, 2 = w) each of the head_dim / 2 rotary frequencies reads.
@@ -65,7 +66,7 @@ pub struct DeepStack {
 impl DeepStack {
     /// `hidden` (B, L, hidden) with level `level`'s features added at the image tokens; unchanged past
     /// the last level.
-    fn add(&self, level: usize, hidden: Tensor) -> Result<Tensor, ModelError> {
+    pub(super) fn add(&self, level: usize, hidden: Tensor) -> Result<Tensor, ModelError> {
         let Some(features) = self.levels.get(level) else {
             return Ok(hidden);
         };
@@ -168,6 +169,37 @@ impl DecoderLayer {
         Ok(&x + mlp.down_proj.forward(&gated))
     }
 
+    /// The projections decoding fuses ([`FusedLayer`]).
+    fn projections(&self) -> LayerProjections<'_> {
+        let (attn, mlp) = (&self.self_attn, &self.mlp);
+        LayerProjections {
+            qkv: [&attn.q_proj, &attn.k_proj, &attn.v_proj],
+            o: &attn.o_proj,
+            gate_up: [&mlp.gate_proj, &mlp.up_proj],
+            down: &mlp.down_proj,
+        }
+    }
+
+    /// Decoding's projection of [`Self::project_qkv`] for one token per row, `x` (rows, hidden), with
+    /// the weights `fused` made from this layer: (rows, heads + 2 kv_heads, hd), query heads (normed)
+    /// then key heads (normed) then value heads, not yet rotated (the rotation rides on the cache
+    /// write; see `rollout::kv_cache::KvCache::write_step`).
+    pub(super) fn decode_qkv(&self, x: &Tensor, fused: &FusedLayer) -> Tensor {
+        let qkv = fused.qkv(&self.input_layernorm.forward(x), self.head_dim);
+        let attn = &self.self_attn;
+        let q = attn.q_norm.forward(&qkv.narrow(1, 0, self.heads));
+        let k = attn.k_norm.forward(&qkv.narrow(1, self.heads, self.kv_heads));
+        let v = qkv.narrow(1, self.heads + self.kv_heads, self.kv_heads);
+        Tensor::cat(&[q, k, v], 1)
+    }
+
+    /// Decoding's [`Self::finish`]: the block's output from its input `x` (rows, hidden), updated in
+    /// place, and the attention output `attn` (rows, kv_heads, groups, hd) of [`Self::decode_qkv`]'s
+    /// queries.
+    pub(super) fn decode_finish(&self, x: Tensor, attn: &Tensor, fused: &FusedLayer) -> Tensor {
+        fused.finish(x, attn, &self.post_attention_layernorm)
+    }
+
     /// The block's linear projections (attention, then MLP), for adapters such as LoRA.
     fn linears_mut(&mut self) -> [&mut Linear; 7] {
         let (attn, mlp) = (&mut self.self_attn, &mut self.mlp);
@@ -229,6 +261,29 @@ impl TextModel {
 
     pub fn device(&self) -> Device {
         self.embed_tokens.device()
+    }
+
+    /// Every layer's weights fused for decoding (see [`FusedLayer`]).
+    pub(super) fn fuse_layers(&self) -> Result<Vec<FusedLayer>, ModelError> {
+        self.layers
+            .iter()
+            .map(|layer| FusedLayer::new(&layer.projections()))
+            .collect()
+    }
+
+    /// Brings `fused` (this model's [`Self::fuse_layers`]) up to date with the layers' current weights,
+    /// in place.
+    pub(super) fn refresh_fused(&self, fused: &mut [FusedLayer]) -> Result<(), ModelError> {
+        for (buffers, layer) in fused.iter_mut().zip(&self.layers) {
+            buffers.refresh(&layer.projections())?;
+        }
+        Ok(())
+    }
+
+    /// The embedding table (vocab, hidden): the model's own tensor, which tells one model from another
+    /// (see `rollout::EngineCache`).
+    pub(super) fn embedding(&self) -> &Tensor {
+        &self.embed_tokens
     }
 
     /// Every decoder layer's linear projections, layer by layer, for adapters such as LoRA (the

@@ -17,7 +17,7 @@ use tch::{Kind, TchError, Tensor};
 use super::grid::{self, PositionTaps};
 use super::{ModelError, VisionConfig};
 use crate::attention::SegmentPlan;
-use crate::qwen2_5_vl::layers::{INIT_STD, Linear};
+use crate::layers::{INIT_STD, Linear};
 use crate::qwen2_5_vl::rope_index::Grid;
 use crate::qwen2_5_vl::vision::{Rotary, patch_count};
 

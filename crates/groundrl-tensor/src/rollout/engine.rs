@@ -1,8 +1,9 @@
 //! Batched generation: one prefill of all prompts, then lockstep decoding of every sample.
 //!
 //! # Host synchronisation
-//! The engine waits for the device only at these points (the prefill needs none: [`Qwen25Vl::prepare`]
-//! finds the image placeholders and builds the M-RoPE index on the host from the prompt ids):
+//! The engine waits for the device only at these points (the prefill needs none: a family's
+//! [`Decoder::prefill`] finds the image placeholders and builds the M-RoPE index on the host from the
+//! prompt ids):
 //! - every [`Engine::sync_every`] decoding steps: one read of the tokens generated since the last read,
 //!   (rows, sync_every) int64, to find ended rows (stop tokens, stop strings, length) and to stop when
 //!   all have ended;
@@ -12,11 +13,11 @@
 //! the uniforms for every step are made on the host and copied once before decoding.
 //!
 //! # One step, replayed
-//! A decoding step ([`Engine::iteration`]) reads and writes only tensors that exist before it runs
-//! (the fused weights, the cache, the sampling state, the current logits, a device-side step counter)
-//! and keeps its shapes fixed (attention over the whole cache capacity, masked), so on a CUDA device it
-//! is captured as a CUDA graph and then replayed: one launch per step instead of hundreds of kernel
-//! launches from the host ([`Engine::cuda_graph`]). The engine keeps those tensors and the graph
+//! A decoding step (`iteration`: the family's [`DecodeStep`] with sampling around it) reads and
+//! writes only tensors that exist before it runs (the fused weights, the cache, the sampling state,
+//! the current logits, a device-side step counter) and keeps its shapes fixed (attention over the
+//! whole cache capacity, masked), so on a CUDA device it is captured as a CUDA graph and then
+//! replayed: one launch per step instead of hundreds of kernel launches from the host ([`Engine::cuda_graph`]). The engine keeps those tensors and the graph
 //! between calls, one set per call shape ([`super::session`], [`EngineCache`]): a call of a shape met
 //! before refills them in place and replays the graph the earlier call captured. The CPU runs the same
 //! step directly.
@@ -25,17 +26,16 @@ use std::cell::RefCell;
 
 use tch::{Device, Tensor};
 
-use super::kv_cache::{KvCache, attend_step};
+use super::kv_cache::KvCache;
 use super::session::{DecodeShape, Decoding, EngineCache, Session, Step};
 use super::stop::RowEnd;
 use super::{Completion, GenerationRequest, RolloutError};
 use crate::cuda_graph::CudaGraph;
+use crate::model::{Batch, DecodeStep, Decoder, Prefill};
 use crate::processor::Processor;
-use crate::qwen2_5_vl::model::Prepared;
-use crate::qwen2_5_vl::text::{FusedLayer, Rotary, attend};
-use crate::qwen2_5_vl::{Batch, Qwen25Vl};
 
-/// Generates completions with a model and the processor that encoded its prompts.
+/// Generates completions with a model (of any family, [`Decoder`]) and the processor that encoded
+/// its prompts.
 ///
 /// An engine keeps its decoding tensors between calls (fused weights, and per call shape the KV
 /// cache, sampling state and, on a CUDA device, the captured step; see [`super::session`]): keep one
@@ -44,7 +44,7 @@ use crate::qwen2_5_vl::{Batch, Qwen25Vl};
 /// (the trainer) that cannot keep an engine borrowing the model it updates between calls.
 #[derive(Debug)]
 pub struct Engine<'a> {
-    model: &'a Qwen25Vl,
+    model: &'a dyn Decoder,
     processor: &'a Processor,
     /// Decoding steps between two host reads of the generated tokens (at least 1). Larger values sync
     /// less often but may run up to `sync_every - 1` steps after every row has ended; results do not
@@ -100,7 +100,7 @@ impl Rows {
 }
 
 impl<'a> Engine<'a> {
-    pub fn new(model: &'a Qwen25Vl, processor: &'a Processor) -> Self {
+    pub fn new(model: &'a dyn Decoder, processor: &'a Processor) -> Self {
         Self::with_cache(model, processor, EngineCache::default())
     }
 
@@ -108,7 +108,7 @@ impl<'a> Engine<'a> {
     /// ([`Self::into_cache`]): its fused weights are refreshed from `model`'s current values at the
     /// next call, and calls of a shape met before reuse that shape's tensors and captured step. A
     /// cache made for another model is emptied first (its limit kept).
-    pub fn with_cache(model: &'a Qwen25Vl, processor: &'a Processor, mut cache: EngineCache) -> Self {
+    pub fn with_cache(model: &'a dyn Decoder, processor: &'a Processor, mut cache: EngineCache) -> Self {
         cache.adopt(model);
         Self {
             model,
@@ -142,16 +142,15 @@ impl<'a> Engine<'a> {
     fn run(&self, requests: &[GenerationRequest]) -> Result<Vec<Completion>, RolloutError> {
         let device = self.model.device();
         let batch = self.batch(requests);
-        let prepared = self.model.prepare(&batch)?;
         let rows = Rows::new(requests);
         let expand = rows.expand(device);
-        let prompt_len = prepared.ids.size()[1];
+        let prompt_len = batch.input_ids.first().map_or(0, Vec::len) as i64;
         let mut kept = self.kept.borrow_mut();
-        let shape = DecodeShape::new(requests, prompt_len, self.model.config.text.vocab_size)
-            .at_least(kept.min_columns());
+        let shape =
+            DecodeShape::new(requests, prompt_len, self.model.vocab_size()).at_least(kept.min_columns());
         let pad = i64::from(self.processor.tokenizer.special_ids().pad);
         let decoding = Decoding::new(self.model, requests, (&rows.prompt, &rows.sample), &shape, pad);
-        kept.refresh_layers(self.model)?;
+        kept.refresh_fused(self.model)?;
         let mut session = kept.session(self.model, shape, decoding);
         let padding = batch.attention_mask.as_ref().map(|mask| {
             Tensor::from_slice2(mask)
@@ -159,11 +158,14 @@ impl<'a> Engine<'a> {
                 .index_select(0, &expand)
         });
         session.cache.reset(padding.as_ref());
-        let logits = self.prefill(&prepared, &mut session.cache, &expand);
-        let first_position = self.first_positions(requests, &prepared, &expand);
-        session.step.start(&logits, prompt_len, &first_position);
+        let prefill = self.model.prefill(&batch, &mut session.cache, &expand)?;
+        let first_position = self.first_positions(requests, &prefill, &expand);
+        session.step.start(&prefill.logits, prompt_len, &first_position);
         let mut ends = rows.ends(requests);
-        let done = self.decode(kept.layers(), &mut session, &mut ends)?;
+        let done = {
+            let stepper = self.model.stepper(kept.fused()?)?;
+            self.decode(stepper.as_ref(), &mut session, &mut ends)?
+        };
         let logprobs = host_rows(&session.decoding.logprobs.narrow(1, 0, done as i64))?;
         kept.keep(session);
         Ok(completions(&rows, ends, logprobs))
@@ -174,7 +176,7 @@ impl<'a> Engine<'a> {
     /// graph at the session's first call and replayed from then on.
     fn decode(
         &self,
-        layers: &[FusedLayer],
+        stepper: &dyn DecodeStep,
         session: &mut Session,
         ends: &mut [RowEnd],
     ) -> Result<usize, RolloutError> {
@@ -194,10 +196,10 @@ impl<'a> Engine<'a> {
                 Some(g) if replay => g.replay()?,
                 None if replay => {
                     *graph = Some(CudaGraph::capture(device, || {
-                        self.iteration(layers, cache, state, step)
+                        iteration(stepper, cache, state, step)
                     })?);
                 }
-                _ => self.iteration(layers, cache, state, step),
+                _ => iteration(stepper, cache, state, step),
             }
             done += 1;
             if done - synced >= self.sync_every.max(1) {
@@ -215,41 +217,14 @@ impl<'a> Engine<'a> {
         Ok(done)
     }
 
-    /// One decoding step, entirely on the device: select every row's token of step `step.index` from
-    /// `step.logits`, run it through the model (cache column `first_column + index`, M-RoPE position
-    /// `first_position + index`), store the next logits in `step.logits` and advance `step.index`.
-    fn iteration(&self, layers: &[FusedLayer], cache: &mut KvCache, state: &mut Decoding, step: &mut Step) {
-        let token = state.select(step);
-        let column = &step.index + &step.first_column;
-        let position = &step.first_position + &step.index;
-        let logits = self.decode_step(layers, cache, &token, &column, &position);
-        step.logits.copy_(&logits);
-        let _ = step.index.g_add_scalar_(1);
-    }
-
     /// The prompts as one left-padded batch (tensors shared, not copied).
     fn batch(&self, requests: &[GenerationRequest]) -> Batch {
         let prompts = requests.iter().map(|r| r.prompt.share()).collect();
         self.processor.batch(prompts)
     }
 
-    /// Runs the prompts through every layer once, writing each layer's keys and values into the cache
-    /// rows of all the prompt's samples; returns the last position's logits per row (rows, vocab).
-    fn prefill(&self, p: &Prepared, cache: &mut KvCache, expand: &Tensor) -> Tensor {
-        let text = &self.model.text;
-        let mut x = p.embeds.shallow_clone();
-        for (i, layer) in text.layers.iter().enumerate() {
-            let (q, k, v) = layer.project_qkv(&x, &p.rotary);
-            let attn = attend(&q, &k, &v, &p.mask);
-            cache.write(i, 0, &k.index_select(0, expand), &v.index_select(0, expand));
-            x = layer.finish(&x, &attn);
-        }
-        let last = x.select(1, x.size()[1] - 1);
-        text.logits(&text.final_norm(&last)).index_select(0, expand)
-    }
-
     /// Per row, the M-RoPE position of its first generated token: real prompt length + rope delta.
-    fn first_positions(&self, requests: &[GenerationRequest], p: &Prepared, expand: &Tensor) -> Tensor {
+    fn first_positions(&self, requests: &[GenerationRequest], p: &Prefill, expand: &Tensor) -> Tensor {
         let per_prompt: Vec<i64> = requests
             .iter()
             .enumerate()
@@ -258,31 +233,6 @@ impl<'a> Engine<'a> {
         Tensor::from_slice(&per_prompt)
             .to_device(expand.device())
             .index_select(0, expand)
-    }
-
-    /// One token per row (`token` (rows,), written at the cache column held by `column` (1,), at M-RoPE
-    /// position `position` (rows,) in all three components) through every layer, with the layers'
-    /// fused weights `layers`; the next logits (rows, vocab).
-    fn decode_step(
-        &self,
-        layers: &[FusedLayer],
-        cache: &mut KvCache,
-        token: &Tensor,
-        column: &Tensor,
-        position: &Tensor,
-    ) -> Tensor {
-        let text = &self.model.text;
-        let rows = token.size()[0];
-        let mut x = text.embed(token);
-        let positions = position.view([1, rows, 1]).expand([3, rows, 1], false);
-        let rotary = Rotary::new(&text.config, &positions, x.kind());
-        let mask = cache.key_mask_through(column);
-        for (i, (layer, fused)) in text.layers.iter().zip(layers).enumerate() {
-            let q = cache.write_step(i, column, &layer.decode_qkv(&x, fused), &rotary, layer);
-            let (keys, values) = cache.layer(i);
-            x = layer.decode_finish(x, &attend_step(&q, keys, values, &mask, column), fused);
-        }
-        text.logits(&text.final_norm(&x))
     }
 
     /// Reads the tokens of steps `from..to` to the host and updates every row's end; rows that ended
@@ -306,6 +256,19 @@ impl<'a> Engine<'a> {
         }
         Ok(ends.iter().all(|e| e.finish().is_some()))
     }
+}
+
+/// One decoding step, entirely on the device: select every row's token of step `step.index` from
+/// `step.logits`, run it through the model (`stepper`: cache column `first_column + index`, M-RoPE
+/// position `first_position + index`), store the next logits in `step.logits` and advance
+/// `step.index`.
+fn iteration(stepper: &dyn DecodeStep, cache: &mut KvCache, state: &mut Decoding, step: &mut Step) {
+    let token = state.select(step);
+    let column = &step.index + &step.first_column;
+    let position = &step.first_position + &step.index;
+    let logits = stepper.step(cache, &token, &column, &position);
+    step.logits.copy_(&logits);
+    let _ = step.index.g_add_scalar_(1);
 }
 
 /// A (rows, columns) tensor as one host vector per row.

@@ -6,8 +6,8 @@
 
 use tch::{Device, Kind, Tensor};
 
+use crate::decoder::{Rotary, split_qkv};
 use crate::fused;
-use crate::qwen2_5_vl::text::{DecoderLayer, Rotary};
 
 #[derive(Debug)]
 pub struct KvCache {
@@ -71,19 +71,12 @@ impl KvCache {
         let _ = self.values[layer].index_copy_(2, column, v);
     }
 
-    /// One decoding step of layer `layer` (`decoder`): rotates the queries and keys of `qkv`
-    /// ([`DecoderLayer::decode_qkv`]'s, rows, heads + 2 kv_heads, hd) by `rotary` and writes the keys
+    /// One decoding step of layer `layer`: rotates the queries and keys of `qkv` (rows, heads + 2
+    /// kv_heads, hd: query heads, then key heads, then value heads) by `rotary` and writes the keys
     /// and values at the column held by `column`; returns the queries, (rows, kv_heads, groups, hd).
-    /// One fused CUDA kernel where it applies ([`fused::decode_rotary_write`]), else the layer's
-    /// composition ([`DecoderLayer::split_decode_qkv`]) and [`Self::write_column`].
-    pub fn write_step(
-        &mut self,
-        layer: usize,
-        column: &Tensor,
-        qkv: &Tensor,
-        rotary: &Rotary,
-        decoder: &DecoderLayer,
-    ) -> Tensor {
+    /// One fused CUDA kernel where it applies ([`fused::decode_rotary_write`]), else libtorch's
+    /// composition ([`split_qkv`]) and [`Self::write_column`].
+    pub fn write_step(&mut self, layer: usize, column: &Tensor, qkv: &Tensor, rotary: &Rotary) -> Tensor {
         let (keys, values) = (&self.keys[layer], &self.values[layer]);
         let [rows, all, hd] = qkv.size()[..] else {
             panic!("qkv must be (rows, heads, head_dim), not {:?}", qkv.size());
@@ -101,9 +94,26 @@ impl KvCache {
         if let Some(q) = fused {
             return q.view([rows, kv_heads, -1, hd]);
         }
-        let (q, k, v) = decoder.split_decode_qkv(qkv, rotary);
+        let (q, k, v) = split_qkv(qkv, rotary, kv_heads);
         self.write_column(layer, column, &k, &v);
         q
+    }
+
+    /// The attention of one decoding step in layer `layer`: [`Self::write_step`] of `qkv`, then
+    /// [`attend_step`] of its queries over the layer's cache with `mask`
+    /// ([`Self::key_mask_through`]`(column)`). Returns the attention output, (rows, kv_heads, groups,
+    /// hd), query heads in o_proj's column order.
+    pub fn attend_step(
+        &mut self,
+        layer: usize,
+        column: &Tensor,
+        qkv: &Tensor,
+        rotary: &Rotary,
+        mask: &Tensor,
+    ) -> Tensor {
+        let q = self.write_step(layer, column, qkv, rotary);
+        let (keys, values) = self.layer(layer);
+        attend_step(&q, keys, values, mask, column)
     }
 
     /// All keys and values of layer `layer` (the whole capacity; see [`Self::key_mask_through`]).

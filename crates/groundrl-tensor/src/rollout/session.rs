@@ -26,9 +26,8 @@ use super::GenerationRequest;
 use super::kv_cache::{CacheShape, KvCache};
 use super::sampling::{RowSettings, Sampler, uniforms};
 use crate::cuda_graph::CudaGraph;
+use crate::model::{Decoder, Fused};
 use crate::model_error::ModelError;
-use crate::qwen2_5_vl::Qwen25Vl;
-use crate::qwen2_5_vl::text::FusedLayer;
 
 /// Cache columns come in multiples of this many, so that calls whose prompts differ in length by less
 /// share a shape (and a captured step). The extra columns stay masked; a multiple of 16 also spares
@@ -88,7 +87,7 @@ impl DecodeShape {
     }
 }
 
-/// What an engine keeps between calls: the decoder layers' fused weights, made at the first call and
+/// What an engine keeps between calls: the model's fused decoding weights, made at the first call and
 /// refreshed in place at every later one, and the decoding tensors (with the captured step) of the
 /// most recent call shapes, up to a limit; see the module doc. Empty by default, keeping one shape.
 #[derive(Debug)]
@@ -97,7 +96,7 @@ pub struct EngineCache {
     /// be freed and reused by another model's while kept) and its LoRA variables then (the fused
     /// weights fold exactly those adapters in).
     model: Option<(Tensor, usize)>,
-    layers: Vec<FusedLayer>,
+    fused: Option<Fused>,
     /// Least recently used first.
     sessions: Vec<Session>,
     /// Most sessions kept (at least 1).
@@ -122,7 +121,7 @@ impl EngineCache {
     pub fn new(keep: usize) -> Self {
         Self {
             model: None,
-            layers: Vec::new(),
+            fused: None,
             sessions: Vec::new(),
             keep: keep.max(1),
             min_columns: 0,
@@ -159,13 +158,13 @@ impl EngineCache {
     /// Frees every kept tensor; the limit and [`Self::sessions_made`] stay.
     pub fn clear(&mut self) {
         self.model = None;
-        self.layers.clear();
+        self.fused = None;
         self.sessions.clear();
     }
 
     /// Empties the cache unless it was made for `model` as it is now, with the same adapters.
-    pub(crate) fn adopt(&mut self, model: &Qwen25Vl) {
-        let (embedding, adapters) = (model.text.embedding(), model.lora_variables().len());
+    pub(crate) fn adopt(&mut self, model: &dyn Decoder) {
+        let (embedding, adapters) = (model.embedding(), model.lora_variables().len());
         let same = |(e, a): &(Tensor, usize)| e.is_set_to(embedding) && *a == adapters;
         if !self.model.as_ref().is_some_and(same) {
             self.clear();
@@ -175,24 +174,28 @@ impl EngineCache {
 
     /// Makes the fused weights of `model` (the model [`Self::adopt`]ed) at the first call, refreshes
     /// them in place at every later one.
-    pub(crate) fn refresh_layers(&mut self, model: &Qwen25Vl) -> Result<(), ModelError> {
-        if self.layers.is_empty() {
-            self.layers = model.text.fuse_layers()?;
-            Ok(())
-        } else {
-            model.text.refresh_fused(&mut self.layers)
+    pub(crate) fn refresh_fused(&mut self, model: &dyn Decoder) -> Result<(), ModelError> {
+        match &mut self.fused {
+            Some(fused) => model.refresh_fused(fused),
+            None => {
+                self.fused = Some(model.fuse()?);
+                Ok(())
+            }
         }
     }
 
-    pub(crate) fn layers(&self) -> &[FusedLayer] {
-        &self.layers
+    /// The fused weights [`Self::refresh_fused`] made.
+    pub(crate) fn fused(&self) -> Result<&Fused, ModelError> {
+        self.fused
+            .as_ref()
+            .ok_or_else(|| ModelError::Input("decoding weights not made yet".into()))
     }
 
     /// The decoding tensors for a call of `shape` whose sampling settings are `decoding`: the most
     /// recently used kept ones that serve it ([`DecodeShape::serves`]: that shape, or a wider cache),
     /// refilled in place, else new ones, made after the least recently used beyond the limit are
     /// freed. Hand them back with [`Self::keep`].
-    pub(crate) fn session(&mut self, model: &Qwen25Vl, shape: DecodeShape, decoding: Decoding) -> Session {
+    pub(crate) fn session(&mut self, model: &dyn Decoder, shape: DecodeShape, decoding: Decoding) -> Session {
         if let Some(at) = self.sessions.iter().rposition(|s| s.shape.serves(&shape)) {
             let mut kept = self.sessions.remove(at);
             kept.decoding.assign(&decoding);
@@ -203,7 +206,7 @@ impl EngineCache {
             self.sessions.drain(..self.sessions.len() - room);
         }
         self.made += 1;
-        Session::new(model, shape, self.layers.len(), decoding)
+        Session::new(model, shape, decoding)
     }
 
     /// Keeps `session` as the most recently used.
@@ -229,22 +232,21 @@ pub(crate) struct Session {
 }
 
 impl Session {
-    /// New tensors for `decoding`'s shape (its values are the first call's), for the `layers` decoder
-    /// layers of `model`.
-    fn new(model: &Qwen25Vl, shape: DecodeShape, layers: usize, decoding: Decoding) -> Self {
-        let text = &model.config.text;
+    /// New tensors for `decoding`'s shape (its values are the first call's), for `model`.
+    fn new(model: &dyn Decoder, shape: DecodeShape, decoding: Decoding) -> Self {
+        let layout = model.cache_layout();
         let cache = CacheShape {
-            layers,
+            layers: layout.layers,
             rows: shape.rows,
-            kv_heads: text.num_key_value_heads,
+            kv_heads: layout.kv_heads,
             capacity: shape.capacity,
-            head_dim: text.head_dim(),
+            head_dim: layout.head_dim,
         };
         Self {
             shape,
             cache: KvCache::new(cache, model.kind(), model.device()),
             decoding,
-            step: Step::new(shape.rows, text.vocab_size, (model.kind(), model.device())),
+            step: Step::new(shape.rows, model.vocab_size(), (model.kind(), model.device())),
             graph: None,
         }
     }
@@ -307,7 +309,7 @@ impl Decoding {
     /// The settings of `requests` (validated, of shape `shape`) for the rows `prompts` (each row's
     /// request) and `samples` (each row's sample index), with `pad` for ended rows.
     pub fn new(
-        model: &Qwen25Vl,
+        model: &dyn Decoder,
         requests: &[GenerationRequest],
         (prompts, samples): (&[usize], &[u64]),
         shape: &DecodeShape,
@@ -317,7 +319,7 @@ impl Decoding {
         let params = |row: usize| &requests[prompts[row]].params;
         let count = prompts.len();
         let settings: Vec<RowSettings> = (0..count).map(|r| RowSettings::from(params(r))).collect();
-        let vocab = model.config.text.vocab_size;
+        let vocab = model.vocab_size();
         let seeds: Vec<u64> = (0..count).map(|r| params(r).seed).collect();
         let limits: Vec<i64> = (0..count).map(|r| params(r).max_new_tokens as i64).collect();
         let width = shape.stop_ids as usize;
@@ -327,7 +329,7 @@ impl Decoding {
         }
         let table = [count as i64, shape.steps];
         Self {
-            sampler: Sampler::new(&settings, vocab, &banned_ids(model), device),
+            sampler: Sampler::new(&settings, vocab, &model.banned_ids(), device),
             uniforms: uniforms(&seeds, samples, shape.steps as usize).to_device(device),
             stops: Tensor::from_slice(&stops)
                 .view([count as i64, shape.stop_ids])
@@ -383,21 +385,6 @@ impl Decoding {
             let _ = self.finished.index_fill_(0, &rows, 1);
         }
     }
-}
-
-/// The vision placeholder and marker tokens: the model must never generate them (an image pad
-/// without pixels would break the next forward's feature placement).
-fn banned_ids(model: &Qwen25Vl) -> Vec<i64> {
-    let c = &model.config;
-    [
-        c.image_token_id,
-        c.video_token_id,
-        c.vision_start_token_id,
-        c.vision_end_token_id,
-    ]
-    .into_iter()
-    .filter(|id| (0..c.text.vocab_size).contains(id))
-    .collect()
 }
 
 #[cfg(test)]

@@ -1,0 +1,267 @@
+//! What a model family provides to the rest of groundrl, as traits the rollout engine (and, through
+//! them, the trainer and the commands) hold as trait objects, so that none of them names a family.
+//!
+//! [`Model`] is what training and the commands need besides: parameters, adapters, saving, the
+//! training forward ([`TrainingPass`]), the scored tokens' log-probs and entropies, FLOPs, and the
+//! family-neutral [`Architecture`] numbers a memory plan reads. `family::load` is the one place that
+//! picks the family of an HF folder and returns its model as a `Box<dyn Model>`.
+//!
+//! [`Decoder`] is what generation needs: the numbers that size a KV cache and a sampler, a prefill
+//! that writes the prompts' keys and values into the cache, and a decoding step over the family's
+//! fused weights ([`Fused`], opaque to the engine) that a CUDA graph can capture. A family implements
+//! it in its folder (`qwen2_5_vl/decode.rs`, `qwen3_vl/decode.rs`).
+//!
+//! The inputs every family takes are shared types, re-exported here so that callers need not know
+//! where they are defined: the [`Batch`] (plain or branched rows with their images' pixels and
+//! grids) and the M-RoPE positions' [`RopeIndex`].
+
+use std::any::Any;
+use std::fmt;
+use std::path::Path;
+
+use tch::{Device, Kind, Tensor, nn};
+
+use crate::family::Family;
+use crate::lora::LoraSpec;
+use crate::model_error::ModelError;
+use crate::rollout::kv_cache::KvCache;
+
+pub use crate::qwen2_5_vl::BranchRow;
+pub use crate::qwen2_5_vl::branches::scored_pairs;
+pub use crate::qwen2_5_vl::flops::Sequence;
+pub use crate::qwen2_5_vl::model::{Batch, ImageFeatures, TokenScores};
+pub use crate::qwen2_5_vl::rope_index::{Grid, RopeIndex};
+
+/// The shape of a family's KV cache: one key and one value tensor per decoder layer, each
+/// (rows, `kv_heads`, columns, `head_dim`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheLayout {
+    pub layers: usize,
+    pub kv_heads: i64,
+    pub head_dim: i64,
+}
+
+/// What a prefill leaves besides the cache it wrote.
+#[derive(Debug)]
+pub struct Prefill {
+    /// (rows, vocab): each decoded row's logits at its prompt's last position, in the model's dtype.
+    pub logits: Tensor,
+    /// The prompts' positions: [`RopeIndex::decode_position`] continues each prompt's row.
+    pub rope: RopeIndex,
+}
+
+/// A family's decoding weights (for example its layers' projections stacked, adapters folded in),
+/// made by [`Decoder::fuse`] and read by the steps of [`Decoder::stepper`]: the engine keeps them
+/// between calls without knowing what they hold.
+pub struct Fused(Box<dyn Any + Send>);
+
+impl Fused {
+    pub fn new<T: Any + Send>(weights: T) -> Self {
+        Self(Box::new(weights))
+    }
+
+    /// The weights as the family made them; an error when they are another family's (a cache
+    /// handed to another model is emptied first, so this does not happen through the engine).
+    pub fn get<T: Any>(&self) -> Result<&T, ModelError> {
+        self.0.downcast_ref().ok_or_else(Self::foreign)
+    }
+
+    /// [`Self::get`], to refresh them in place.
+    pub fn get_mut<T: Any>(&mut self) -> Result<&mut T, ModelError> {
+        self.0.downcast_mut().ok_or_else(Self::foreign)
+    }
+
+    fn foreign() -> ModelError {
+        ModelError::Input("decoding weights made by another model family".into())
+    }
+}
+
+impl fmt::Debug for Fused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Fused(..)")
+    }
+}
+
+/// One decoding step of a family's model with its fused weights, as [`Decoder::stepper`] makes it.
+pub trait DecodeStep {
+    /// One token per row, `token` (rows,), through every layer: its keys and values written at the
+    /// cache column held by `column` (a one-element int64 device tensor), at M-RoPE position
+    /// `position` (rows,) in all three components, attending to the cache's real columns up to
+    /// `column` ([`KvCache::key_mask_through`]). Returns the next logits (rows, vocab).
+    ///
+    /// Every tensor it reads must exist before it runs and every value it takes from the host must
+    /// be fixed by the shapes (no host reads or copies): the engine captures it as a CUDA graph and
+    /// replays it on later calls.
+    fn step(&self, cache: &mut KvCache, token: &Tensor, column: &Tensor, position: &Tensor) -> Tensor;
+}
+
+/// What generation needs of a model family; see the module doc.
+pub trait Decoder: fmt::Debug {
+    fn device(&self) -> Device;
+
+    /// The parameters' dtype (the KV cache's and the logits').
+    fn kind(&self) -> Kind;
+
+    /// Rows of the output head: the logits' width.
+    fn vocab_size(&self) -> i64;
+
+    fn cache_layout(&self) -> CacheLayout;
+
+    /// Token ids decoding must never select (a sampled image placeholder would have no pixels at
+    /// the next forward): the vision placeholder and marker tokens that lie in the vocabulary.
+    fn banned_ids(&self) -> Vec<i64>;
+
+    /// The token embedding table, the model's own tensor: what tells one model from another, for a
+    /// kept engine cache handed to a later engine.
+    fn embedding(&self) -> &Tensor;
+
+    /// The LoRA adapters' variables by name (empty without adapters): fused weights fold exactly
+    /// these in, so a change of adapters empties a kept cache.
+    fn lora_variables(&self) -> Vec<(String, Tensor)>;
+
+    /// The decoding weights of the model as it is now.
+    fn fuse(&self) -> Result<Fused, ModelError>;
+
+    /// Brings `fused` (this model's [`Self::fuse`]) up to date with the current parameter values, in
+    /// place: a captured step keeps reading the same tensors.
+    fn refresh_fused(&self, fused: &mut Fused) -> Result<(), ModelError>;
+
+    /// Runs the prompts `batch` (left-padded) through the model once, vision tower included, and
+    /// writes every layer's keys and values into the cache rows of all the prompt's samples
+    /// (`expand` (rows,): each cache row's batch row) from column 0.
+    fn prefill(&self, batch: &Batch, cache: &mut KvCache, expand: &Tensor) -> Result<Prefill, ModelError>;
+
+    /// The decoding step over `fused` (this model's [`Self::fuse`]).
+    fn stepper<'a>(&'a self, fused: &'a Fused) -> Result<Box<dyn DecodeStep + 'a>, ModelError>;
+}
+
+/// Of a family's vision token ids (placeholders and markers), those inside a vocabulary of `vocab`
+/// tokens: what [`Decoder::banned_ids`] returns.
+pub(crate) fn in_vocabulary(ids: &[i64], vocab: i64) -> Vec<i64> {
+    ids.iter().copied().filter(|id| (0..vocab).contains(id)).collect()
+}
+
+/// A model's shape in numbers every family has, for what sizes memory and work without building the
+/// model (the memory plan, benchmarks' shapes).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Architecture {
+    pub family: Family,
+    pub vocab_size: i64,
+    pub hidden_size: i64,
+    pub intermediate_size: i64,
+    pub layers: i64,
+    pub heads: i64,
+    pub kv_heads: i64,
+    pub head_dim: i64,
+    pub tied_embeddings: bool,
+    pub vision_depth: i64,
+    pub vision_hidden_size: i64,
+    pub vision_intermediate_size: i64,
+    pub vision_heads: i64,
+    /// Input pixels per patch side.
+    pub patch_size: i64,
+    /// Patches per merged image token side.
+    pub spatial_merge_size: i64,
+    /// All parameters, and those of the language model alone (embedding, decoder layers, final
+    /// norm, untied head).
+    pub parameters: i64,
+    pub text_parameters: i64,
+}
+
+/// A training forward ([`Model::training_forward`]) whose output can be back-propagated into the
+/// model's parameters.
+pub trait TrainingPass {
+    /// Final normed hidden states (B, L, hidden), with a graph to the parameters (or, with
+    /// checkpointing, to the last block's output).
+    fn hidden(&self) -> &Tensor;
+
+    /// The batch's token ids on the device, (B, L) int64.
+    fn ids(&self) -> &Tensor;
+
+    /// Back-propagates `loss` (a scalar computed from [`Self::hidden`]) into the parameters'
+    /// gradients, recomputing checkpointed blocks.
+    fn backward(self: Box<Self>, loss: &Tensor) -> Result<(), ModelError>;
+}
+
+/// What training and the commands need of a model family besides generation; see the module doc.
+/// Log-probs and entropies are f32 and projected to the vocabulary `chunk` scored positions at a
+/// time, so full-vocabulary logits never exist for a whole batch.
+pub trait Model: Decoder {
+    fn family(&self) -> Family;
+
+    fn architecture(&self) -> Architecture;
+
+    /// Every parameter (and LoRA adapter) under its name, as checkpoints and optimizers see them.
+    fn var_store(&self) -> &nn::VarStore;
+
+    /// Writes an HF folder's `config.json` and weights, as transformers writes the family; a model
+    /// with unmerged adapters is refused.
+    fn save(&self, dir: &Path) -> Result<(), ModelError>;
+
+    /// Stops (or restarts) training of the vision tower.
+    fn set_vision_trainable(&self, trainable: bool);
+
+    /// Whether some vision-tower variable takes gradients.
+    fn vision_trainable(&self) -> bool;
+
+    /// Attaches fresh adapters to the layers `spec` names and freezes every other parameter; the
+    /// number of adapted layers.
+    fn add_lora(&mut self, spec: &LoraSpec) -> Result<usize, ModelError>;
+
+    /// Folds every adapter into its layer's weight and removes the adapters; the number merged.
+    fn merge_lora(&mut self) -> Result<usize, ModelError>;
+
+    /// The ids generation stops at, from the model's config.
+    fn eos_token_ids(&self) -> Vec<i64>;
+
+    /// The vision tower's features of a batch's images, in the form [`ImageFeatures::Given`] takes
+    /// back, without a graph when the tower is frozen.
+    fn image_features(&self, pixels: &Tensor, grids: &[Grid]) -> Result<Tensor, ModelError>;
+
+    /// Vocabulary logits (B, L, vocab) at every position: for tests and evaluation.
+    fn logits(&self, batch: &Batch) -> Result<Tensor, ModelError>;
+
+    /// Runs the model for a training step, the images' features from `source`; `checkpoint` trades a
+    /// second forward of each block during backward for not keeping its activations.
+    fn training_forward<'a>(
+        &'a self,
+        batch: &Batch,
+        source: ImageFeatures,
+        checkpoint: bool,
+    ) -> Result<Box<dyn TrainingPass + 'a>, ModelError>;
+
+    /// Log-probs (B, L) of the tokens where `scored` (B, L) is true, each predicted by the hidden
+    /// state (B, L, hidden) before it; 0 elsewhere.
+    fn logprobs_at(
+        &self,
+        hidden: &Tensor,
+        ids: &Tensor,
+        scored: &Tensor,
+        chunk: i64,
+    ) -> Result<Tensor, ModelError>;
+
+    /// [`Self::logprobs_at`] with each scored token's next-token entropy.
+    fn scores_at(
+        &self,
+        hidden: &Tensor,
+        ids: &Tensor,
+        scored: &Tensor,
+        chunk: i64,
+    ) -> Result<TokenScores, ModelError>;
+
+    /// Log-probs and entropies at `pairs`, (targets, predictors) of flat indices into (B, L), in the
+    /// pairs' order ([`scored_pairs`]): how branched rows score.
+    fn scores_of_pairs(
+        &self,
+        hidden: &Tensor,
+        ids: &Tensor,
+        pairs: (&Tensor, &Tensor),
+        chunk: i64,
+    ) -> Result<TokenScores, ModelError>;
+
+    /// The decoder's forward FLOPs on `sequence`.
+    fn text_forward_flops(&self, sequence: &Sequence) -> f64;
+
+    /// The vision tower's forward FLOPs on images of `grids`.
+    fn images_forward_flops(&self, grids: &[Grid]) -> Result<f64, ModelError>;
+}

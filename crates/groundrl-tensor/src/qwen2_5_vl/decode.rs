@@ -1,0 +1,108 @@
+//! Qwen2.5-VL's side of generation ([`Decoder`]): the prefill that writes the prompts' keys and values
+//! into the KV cache, and the decoding step over the decoder layers' fused weights ([`FusedLayer`]).
+
+use tch::{Device, Kind, Tensor};
+
+use super::Qwen25Vl;
+use super::model::Batch;
+use super::text::{FusedLayer, Rotary, attend};
+use crate::model::{CacheLayout, DecodeStep, Decoder, Fused, Prefill, in_vocabulary};
+use crate::model_error::ModelError;
+use crate::rollout::kv_cache::KvCache;
+
+impl Decoder for Qwen25Vl {
+    fn device(&self) -> Device {
+        Qwen25Vl::device(self)
+    }
+
+    fn kind(&self) -> Kind {
+        Qwen25Vl::kind(self)
+    }
+
+    fn vocab_size(&self) -> i64 {
+        self.config.text.vocab_size
+    }
+
+    fn cache_layout(&self) -> CacheLayout {
+        let text = &self.config.text;
+        CacheLayout {
+            layers: self.text.layers.len(),
+            kv_heads: text.num_key_value_heads,
+            head_dim: text.head_dim(),
+        }
+    }
+
+    fn banned_ids(&self) -> Vec<i64> {
+        let c = &self.config;
+        let ids = [
+            c.image_token_id,
+            c.video_token_id,
+            c.vision_start_token_id,
+            c.vision_end_token_id,
+        ];
+        in_vocabulary(&ids, c.text.vocab_size)
+    }
+
+    fn embedding(&self) -> &Tensor {
+        self.text.embedding()
+    }
+
+    fn lora_variables(&self) -> Vec<(String, Tensor)> {
+        Qwen25Vl::lora_variables(self)
+    }
+
+    fn fuse(&self) -> Result<Fused, ModelError> {
+        Ok(Fused::new(self.text.fuse_layers()?))
+    }
+
+    fn refresh_fused(&self, fused: &mut Fused) -> Result<(), ModelError> {
+        self.text.refresh_fused(fused.get_mut::<Vec<FusedLayer>>()?)
+    }
+
+    fn prefill(&self, batch: &Batch, cache: &mut KvCache, expand: &Tensor) -> Result<Prefill, ModelError> {
+        let p = self.prepare(batch)?;
+        let mut x = p.embeds.shallow_clone();
+        for (i, layer) in self.text.layers.iter().enumerate() {
+            let (q, k, v) = layer.project_qkv(&x, &p.rotary);
+            let attn = attend(&q, &k, &v, &p.mask);
+            cache.write(i, 0, &k.index_select(0, expand), &v.index_select(0, expand));
+            x = layer.finish(&x, &attn);
+        }
+        let last = x.select(1, x.size()[1] - 1);
+        let logits = self.text.logits(&self.text.final_norm(&last));
+        Ok(Prefill {
+            logits: logits.index_select(0, expand),
+            rope: p.rope,
+        })
+    }
+
+    fn stepper<'a>(&'a self, fused: &'a Fused) -> Result<Box<dyn DecodeStep + 'a>, ModelError> {
+        Ok(Box::new(Step {
+            model: self,
+            layers: fused.get::<Vec<FusedLayer>>()?,
+        }))
+    }
+}
+
+/// Qwen2.5-VL's decoding step over its fused layers.
+struct Step<'a> {
+    model: &'a Qwen25Vl,
+    layers: &'a [FusedLayer],
+}
+
+impl DecodeStep for Step<'_> {
+    fn step(&self, cache: &mut KvCache, token: &Tensor, column: &Tensor, position: &Tensor) -> Tensor {
+        let text = &self.model.text;
+        let rows = token.size()[0];
+        let mut x = text.embed(token);
+        let positions = position.view([1, rows, 1]).expand([3, rows, 1], false);
+        let rotary = Rotary::new(&text.config, &positions, x.kind());
+        let mask = cache.key_mask_through(column);
+        for (i, (layer, fused)) in text.layers.iter().zip(self.layers).enumerate() {
+            let qkv = layer.decode_qkv(&x, fused);
+            let attn = cache.attend_step(i, column, &qkv, &rotary, &mask);
+            x = layer.decode_finish(x, &attn, fused);
+        }
+        text.logits(&text.final_norm(&x))
+    }
+}
