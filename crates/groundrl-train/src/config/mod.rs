@@ -100,6 +100,8 @@ pub enum ConfigError {
     RewardSpec(#[from] SpecError),
     #[error("model: {0}")]
     Model(#[from] ModelError),
+    #[error("model: {0}")]
+    Family(#[from] groundrl_tensor::family::FamilyError),
 }
 
 /// `Ok` when `holds`, else the `Invalid` error for `key`.
