@@ -837,26 +837,32 @@ fn a_tool_using_run_zooms_and_logs_its_tool_use() {
     assert!(hits > 0, "{rollouts:?}");
     let tool_reward = |r: &&Value| r["components"]["tool"]["max"].as_f64().unwrap();
     assert!(rollouts.iter().any(|r| tool_reward(r) > 0.0), "{rollouts:?}");
-    // Held out (here the training screenshots, greedy): every answer zoomed first, and its click,
-    // given in the zoomed view, is scored where it lands in the original screenshot.
+    // Held out (here the training screenshots, greedy): most answers zoom first, the tool runs the
+    // model's own calls, and each click, given in the view it was read in, is scored where it lands in
+    // the original screenshot. The tiny model also writes calls the tool refuses and answers it cannot
+    // parse (about half at step 2), and how many moves with the CPU's rounding, so the bars are low.
     for label in ["before", "after"] {
         let text = std::fs::read_to_string(run.join(format!("eval/{label}.jsonl"))).unwrap();
         let evals: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         assert_eq!(evals.len(), clicks.len());
+        let (mut zoomed, mut ran) = (0, 0);
         for r in &evals {
-            assert_eq!(
-                (r["tool_calls"].as_u64(), r["tool_calls_ok"].as_u64()),
-                (Some(1), Some(1))
-            );
-            let [x, y] = [0, 1].map(|i| r["point"][i].as_f64().unwrap());
+            zoomed += u64::from(r["tool_calls"].as_u64().unwrap() > 0);
+            ran += r["tool_calls_ok"].as_u64().unwrap();
+            let [Some(x), Some(y)] = [0, 1].map(|i| r["point"][i].as_f64()) else {
+                continue;
+            };
             let inside = r["targets"].as_array().unwrap().iter().any(|b| {
                 (b[0].as_f64().unwrap()..=b[2].as_f64().unwrap()).contains(&x)
                     && (b[1].as_f64().unwrap()..=b[3].as_f64().unwrap()).contains(&y)
             });
             assert_eq!(inside, r["correct"] == Value::Bool(true), "{r}");
         }
-        // 9 or 10 of the 19, by the CPU's rounding, so the bar is more than a quarter.
-        let correct = evals.iter().filter(|r| r["correct"] == Value::Bool(true)).count();
-        assert!(correct * 4 > evals.len(), "{label}: {correct}/{}", evals.len());
+        let n = evals.len() as u64;
+        let correct = evals.iter().filter(|r| r["correct"] == Value::Bool(true)).count() as u64;
+        eprintln!("held-out {label}: {zoomed}/{n} zoomed, {ran} calls ran, {correct} correct");
+        assert!(zoomed * 4 > 3 * n, "{label}: {zoomed}/{n} zoomed");
+        assert!(ran * 4 > n, "{label}: {ran} calls ran");
+        assert!(correct * 4 > n, "{label}: {correct}/{n} correct");
     }
 }
