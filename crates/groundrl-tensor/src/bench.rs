@@ -8,12 +8,9 @@ use std::time::Instant;
 
 use tch::{Device, Kind, Tensor};
 
+use crate::model::{Architecture, Batch, ForwardFlops, Grid, ImageFeatures, Model, Sequence};
 use crate::model_error::ModelError;
 use crate::processor::Encoded;
-use crate::qwen2_5_vl::flops::{Sequence, text_forward_flops, vision_forward_flops};
-use crate::qwen2_5_vl::model::{Batch, Qwen25Vl, logprobs_at};
-use crate::qwen2_5_vl::rope_index::Grid;
-use crate::qwen2_5_vl::{Qwen25VlConfig, presets};
 
 /// The shape of one synthetic batch.
 #[derive(Clone, Copy, Debug)]
@@ -28,25 +25,23 @@ pub struct StepShape {
 }
 
 impl StepShape {
-    pub fn image_tokens(&self, config: &Qwen25VlConfig) -> i64 {
-        let merge = config.vision.spatial_merge_size;
+    pub fn image_tokens(&self, shape: &Architecture) -> i64 {
+        let merge = shape.spatial_merge_size;
         self.grid.iter().product::<i64>() / (merge * merge)
     }
 
     /// Tokens of one row: text, vision start, image tokens, vision end, completion.
-    pub fn row_len(&self, config: &Qwen25VlConfig) -> i64 {
-        self.prompt_text + 2 + self.image_tokens(config) + self.completion
+    pub fn row_len(&self, shape: &Architecture) -> i64 {
+        self.prompt_text + 2 + self.image_tokens(shape) + self.completion
     }
 }
 
 /// A batch of `shape` with random text ids (below every special id), random pixels, and the mask of
 /// completion tokens to score.
-pub fn synthetic_batch(config: &Qwen25VlConfig, shape: &StepShape, seed: u64) -> (Batch, Tensor) {
+pub fn synthetic_batch(model: &dyn Model, shape: &StepShape, seed: u64) -> (Batch, Tensor) {
     let mut rng = groundrl_core::rng::SplitMix64::new(seed);
-    let text_ids = config
-        .vision_start_token_id
-        .min(config.image_token_id)
-        .min(config.text.vocab_size);
+    let (ids, arch) = (model.vision_ids(), model.architecture());
+    let text_ids = ids.start.min(ids.image).min(arch.vocab_size);
     let mut text = |n: i64| {
         (0..n)
             .map(|_| rng.below(text_ids as u64) as i64)
@@ -55,19 +50,16 @@ pub fn synthetic_batch(config: &Qwen25VlConfig, shape: &StepShape, seed: u64) ->
     let mut rows = Vec::new();
     for _ in 0..shape.rows {
         let mut row = text(shape.prompt_text);
-        row.push(config.vision_start_token_id);
-        row.extend(std::iter::repeat_n(
-            config.image_token_id,
-            shape.image_tokens(config) as usize,
-        ));
-        row.push(config.vision_end_token_id);
+        row.push(ids.start);
+        row.extend(std::iter::repeat_n(ids.image, shape.image_tokens(&arch) as usize));
+        row.push(ids.end);
         row.extend(text(shape.completion));
         rows.push(row);
     }
     let patches = shape.rows * shape.grid.iter().product::<i64>();
     tch::manual_seed(seed as i64);
-    let pixel_values = Tensor::randn([patches, config.vision.patch_dim()], (Kind::Float, Device::Cpu));
-    let len = shape.row_len(config);
+    let pixel_values = Tensor::randn([patches, arch.patch_dim], (Kind::Float, Device::Cpu));
+    let len = shape.row_len(&arch);
     let scored = Tensor::zeros([shape.rows, len], (Kind::Bool, Device::Cpu));
     let _ = scored
         .narrow(1, len - shape.completion, shape.completion)
@@ -110,14 +102,14 @@ pub fn synchronize(device: Device) {
 }
 
 /// A forward over the whole batch without a graph (what a rollout prefill does).
-pub fn forward(model: &Qwen25Vl, batch: &Batch) -> Result<(), ModelError> {
+pub fn forward(model: &dyn Model, batch: &Batch) -> Result<(), ModelError> {
     tch::no_grad(|| model.hidden_states(batch)).map(drop)
 }
 
 /// One training step's compute: forward with a graph, log-probs of the scored tokens (chunked), a
 /// mean log-prob loss, backward into the parameters' gradients (which are then cleared).
 pub fn train_step(
-    model: &Qwen25Vl,
+    model: &dyn Model,
     batch: &Batch,
     scored: &Tensor,
     checkpoint: bool,
@@ -132,13 +124,13 @@ pub fn train_step(
 /// Forward and backward of the mean negative log-likelihood of the scored tokens, leaving the
 /// gradients in the parameters (for an optimizer step).
 pub fn backward(
-    model: &Qwen25Vl,
+    model: &dyn Model,
     batch: &Batch,
     scored: &Tensor,
     checkpoint: bool,
 ) -> Result<(), ModelError> {
-    let run = model.training_forward(batch, checkpoint)?;
-    let logprobs = logprobs_at(&model.text, &run.hidden, &run.prepared.ids, scored, 4096)?;
+    let run = model.training_forward(batch, ImageFeatures::Tower, checkpoint)?;
+    let logprobs = model.logprobs_at(run.hidden(), run.ids(), scored, 4096)?;
     let loss = -logprobs.sum(Kind::Float) / scored.sum(Kind::Float).to_device(logprobs.device());
     run.backward(&loss)
 }
@@ -166,12 +158,7 @@ pub fn cuda_memory_in_use() -> Option<u64> {
 
 /// `prompts` screenshot prompts of `shape` (text, vision start, image tokens, vision end; no
 /// completion) with random ids and pixels, as the rollout engine takes them.
-pub fn rollout_prompts(
-    config: &Qwen25VlConfig,
-    shape: &StepShape,
-    prompts: usize,
-    seed: u64,
-) -> Vec<Encoded> {
+pub fn rollout_prompts(model: &dyn Model, shape: &StepShape, prompts: usize, seed: u64) -> Vec<Encoded> {
     let one_row = StepShape {
         rows: 1,
         completion: 0,
@@ -179,7 +166,7 @@ pub fn rollout_prompts(
     };
     (0..prompts as u64)
         .map(|i| {
-            let (mut batch, _) = synthetic_batch(config, &one_row, seed.wrapping_add(i));
+            let (mut batch, _) = synthetic_batch(model, &one_row, seed.wrapping_add(i));
             Encoded {
                 input_ids: batch.input_ids.remove(0),
                 pixel_values: batch.pixel_values,
@@ -192,33 +179,34 @@ pub fn rollout_prompts(
 /// Bytes a decode step must read at least: every decoder weight once (the vision tower is not used
 /// in decoding; the tied embedding is read whole as the output head) plus the keys and values of
 /// every row's filled cache, at `context` tokens per row.
-pub fn decode_step_bytes(config: &Qwen25VlConfig, kind: Kind, rows: i64, context: i64) -> f64 {
-    let t = &config.text;
-    let weights = presets::text_parameter_count(config) as f64;
-    let kv_per_token = 2 * t.num_hidden_layers * t.num_key_value_heads * t.head_dim();
+pub fn decode_step_bytes(shape: &Architecture, kind: Kind, rows: i64, context: i64) -> f64 {
+    let weights = shape.text_parameters as f64;
+    let kv_per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim;
     let element = kind.elt_size_in_bytes() as f64;
     (weights + (rows * context * kv_per_token) as f64) * element
 }
 
 /// The arithmetic of one training step on a batch of `shape`, in FLOPs, as model FLOPs utilisation
-/// counts it ([`crate::qwen2_5_vl::flops`]: recomputation not counted): the decoder's forward on
+/// counts it ([`ForwardFlops`] of `flops`, for the model shaped `shape`): the decoder's forward on
 /// every row (the output head on the completion tokens alone) and its backward, 3 forwards in all;
 /// the vision tower's forward on each row's image, 3 times when it is trained, once when frozen.
 pub fn training_flops(
-    config: &Qwen25VlConfig,
+    flops: &dyn ForwardFlops,
+    model: &Architecture,
     shape: &StepShape,
     vision_trained: bool,
 ) -> Result<f64, ModelError> {
-    let row = Sequence::row(shape.row_len(config) as usize, shape.completion as usize);
+    let row = Sequence::row(shape.row_len(model) as usize, shape.completion as usize);
     let rows = shape.rows as f64;
-    let text_forward = rows * text_forward_flops(config, &row);
-    Ok(3.0 * text_forward
-        + if vision_trained { 3.0 } else { 1.0 } * rows * vision_forward_flops(config, shape.grid)?)
+    let text_forward = rows * flops.text_forward_flops(&row);
+    let vision_forward = rows * flops.images_forward_flops(&[shape.grid])?;
+    Ok(3.0 * text_forward + if vision_trained { 3.0 } else { 1.0 } * vision_forward)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::qwen2_5_vl::presets;
 
     /// The 3B shape on the benchmark's rows (8 x 1,390 tokens: 38 text, 2 vision markers, 1,222 image
     /// tokens from a 52 x 94 patch grid, 128 scored), part by part.
@@ -245,10 +233,11 @@ mod tests {
         let block = 1280.0 * 3840.0 + 1280.0 * 1280.0 + 3.0 * 1280.0 * 3420.0;
         let merger = 5120.0 * 5120.0 + 5120.0 * 2048.0;
         let vision = 2.0 * (4888.0 * (1176.0 * 1280.0 + 32.0 * block) + 1222.0 * merger) + attention;
-        let trained = training_flops(&config, &shape, true).unwrap();
+        let arch = config.architecture();
+        let trained = training_flops(&config, &arch, &shape, true).unwrap();
         assert_eq!(trained, 3.0 * text + 3.0 * 8.0 * vision);
         assert_eq!(trained, 356_938_985_766_912.0);
-        let frozen = training_flops(&config, &shape, false).unwrap();
+        let frozen = training_flops(&config, &arch, &shape, false).unwrap();
         assert_eq!(frozen, 3.0 * text + 8.0 * vision);
     }
 }

@@ -6,19 +6,23 @@ use std::path::{Path, PathBuf};
 
 use tch::{Device, Kind};
 
+use crate::family::{self, Family, FamilyError};
+use crate::model::{Architecture, Model};
 use crate::model_error::ModelError;
 use crate::processor::chat_template::{CHAT_TEMPLATE_JINJA_FILE, QWEN2_5_VL_TEMPLATE};
 use crate::processor::image::ImageProcessor;
 use crate::processor::tiny_tokenizer::{self, write_tiny_tokenizer};
 use crate::processor::{PREPROCESSOR_CONFIG_FILE, Processor, ProcessorError};
-use crate::qwen2_5_vl::config::Qwen25VlConfig;
-use crate::qwen2_5_vl::{Qwen25Vl, presets};
+use crate::qwen2_5_vl::{self, Qwen25Vl, Qwen25VlConfig};
+use crate::qwen3_vl::{self, Qwen3Vl};
 use crate::special_ids::SpecialIds;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FolderError {
     #[error(transparent)]
     Model(#[from] ModelError),
+    #[error(transparent)]
+    Family(#[from] FamilyError),
     #[error(transparent)]
     Processor(#[from] ProcessorError),
     #[error("{dir}: {problem}")]
@@ -34,10 +38,10 @@ fn io(path: &Path, source: std::io::Error) -> FolderError {
     }
 }
 
-/// A model with the processor that makes its inputs.
+/// A model (of any supported family, [`family::load`]) with the processor that makes its inputs.
 #[derive(Debug)]
 pub struct HfModel {
-    pub model: Qwen25Vl,
+    pub model: Box<dyn Model>,
     pub processor: Processor,
 }
 
@@ -45,23 +49,23 @@ pub struct HfModel {
 /// model config names (a mismatch would put image features on the wrong tokens).
 pub fn load(dir: &Path, device: Device, kind: Kind) -> Result<HfModel, FolderError> {
     let processor = Processor::from_folder(dir)?;
-    let model = Qwen25Vl::load(dir, device, kind)?;
+    let model = family::load(dir, device, kind)?;
     check_ids(
         dir,
-        &model,
+        model.as_ref(),
         &processor.tokenizer.special_ids(),
         processor.tokenizer.vocab_size(),
     )?;
     Ok(HfModel { model, processor })
 }
 
-fn check_ids(dir: &Path, model: &Qwen25Vl, ids: &SpecialIds, vocab: usize) -> Result<(), FolderError> {
-    let c = &model.config;
+fn check_ids(dir: &Path, model: &dyn Model, ids: &SpecialIds, vocab: usize) -> Result<(), FolderError> {
+    let v = model.vision_ids();
     let pairs = [
-        ("image_token_id", c.image_token_id, ids.image_pad),
-        ("video_token_id", c.video_token_id, ids.video_pad),
-        ("vision_start_token_id", c.vision_start_token_id, ids.vision_start),
-        ("vision_end_token_id", c.vision_end_token_id, ids.vision_end),
+        ("image_token_id", v.image, ids.image_pad),
+        ("video_token_id", v.video, ids.video_pad),
+        ("vision_start_token_id", v.start, ids.vision_start),
+        ("vision_end_token_id", v.end, ids.vision_end),
     ];
     for (field, config, tokenizer) in pairs {
         if config != i64::from(tokenizer) {
@@ -71,12 +75,12 @@ fn check_ids(dir: &Path, model: &Qwen25Vl, ids: &SpecialIds, vocab: usize) -> Re
             });
         }
     }
-    if vocab as i64 > c.text.vocab_size {
+    if vocab as i64 > model.vocab_size() {
         return Err(FolderError::Inconsistent {
             dir: dir.display().to_string(),
             problem: format!(
                 "the tokenizer has {vocab} tokens, the model's vocab_size is {}",
-                c.text.vocab_size
+                model.vocab_size()
             ),
         });
     }
@@ -95,7 +99,7 @@ fn is_model_file(name: &str) -> bool {
 
 /// Saves `model` into `out` with the processor files of `source` copied unchanged, so the result is
 /// a complete folder transformers loads (and so is ours). `out` may not be `source`.
-pub fn save(model: &Qwen25Vl, source: &Path, out: &Path) -> Result<(), FolderError> {
+pub fn save(model: &dyn Model, source: &Path, out: &Path) -> Result<(), FolderError> {
     if same_path(source, out) {
         return Err(FolderError::Inconsistent {
             dir: out.display().to_string(),
@@ -137,23 +141,92 @@ pub enum RandomFolder {
     Qwen3b,
     /// The same for Qwen2.5-VL-7B's shape (about 8.29B parameters: 16.6 GB of bf16 to write).
     Qwen7b,
+    /// A small Qwen3-VL (DeepStack tower, q/k-normed decoder) of [`Self::Tiny`]'s size, with
+    /// Qwen3-VL's image settings (16-pixel patches, mean and std 0.5).
+    Qwen3Tiny,
+}
+
+/// A random folder's model config, of its family.
+enum FolderConfig {
+    Qwen25Vl(Qwen25VlConfig),
+    Qwen3Vl(qwen3_vl::Qwen3VlConfig),
 }
 
 impl RandomFolder {
-    fn config(self) -> Qwen25VlConfig {
+    fn config(self) -> FolderConfig {
+        use qwen2_5_vl::presets;
         let vocab = i64::from(tiny_tokenizer::VOCAB_SIZE);
         match self {
-            Self::Tiny => presets::tiny(vocab, &tiny_ids()),
-            Self::Small => presets::small(vocab, &tiny_ids()),
-            Self::Qwen3b => presets::qwen2_5_vl_3b_with_ids(&tiny_ids()),
-            Self::Qwen7b => presets::qwen2_5_vl_7b_with_ids(&tiny_ids()),
+            Self::Tiny => FolderConfig::Qwen25Vl(presets::tiny(vocab, &tiny_ids())),
+            Self::Small => FolderConfig::Qwen25Vl(presets::small(vocab, &tiny_ids())),
+            Self::Qwen3b => FolderConfig::Qwen25Vl(presets::qwen2_5_vl_3b_with_ids(&tiny_ids())),
+            Self::Qwen7b => FolderConfig::Qwen25Vl(presets::qwen2_5_vl_7b_with_ids(&tiny_ids())),
+            Self::Qwen3Tiny => FolderConfig::Qwen3Vl(qwen3_vl::presets::tiny(vocab, &tiny_ids())),
         }
     }
 
-    fn max_pixels(self) -> u64 {
+    /// [`Self::config`] with Qwen's vocabulary and special ids (its tokenizer's) in place of the
+    /// tiny tokenizer's: the released models' for the 3B and 7B shapes.
+    fn released_config(self) -> FolderConfig {
+        use qwen2_5_vl::presets::{self, QWEN_IDS, QWEN_VOCAB_SIZE};
         match self {
-            Self::Tiny | Self::Small => TINY_MAX_PIXELS,
-            Self::Qwen3b | Self::Qwen7b => ImageProcessor::default().max_pixels,
+            Self::Tiny => FolderConfig::Qwen25Vl(presets::tiny(QWEN_VOCAB_SIZE, &QWEN_IDS)),
+            Self::Small => FolderConfig::Qwen25Vl(presets::small(QWEN_VOCAB_SIZE, &QWEN_IDS)),
+            Self::Qwen3b => FolderConfig::Qwen25Vl(presets::qwen2_5_vl_3b()),
+            Self::Qwen7b => FolderConfig::Qwen25Vl(presets::qwen2_5_vl_7b()),
+            Self::Qwen3Tiny => FolderConfig::Qwen3Vl(qwen3_vl::presets::tiny(QWEN_VOCAB_SIZE, &QWEN_IDS)),
+        }
+    }
+
+    /// The folder's model shape in family-neutral numbers, without drawing weights.
+    pub fn architecture(self) -> Architecture {
+        self.config().architecture()
+    }
+
+    /// The family of the folder's model.
+    pub fn family(self) -> Family {
+        match self.config() {
+            FolderConfig::Qwen25Vl(_) => Family::Qwen25Vl,
+            FolderConfig::Qwen3Vl(_) => Family::Qwen3Vl,
+        }
+    }
+}
+
+impl FolderConfig {
+    fn architecture(&self) -> Architecture {
+        match self {
+            FolderConfig::Qwen25Vl(c) => c.architecture(),
+            FolderConfig::Qwen3Vl(c) => c.architecture(),
+        }
+    }
+
+    /// The random-init model, seeded, on `device`.
+    fn model(&self, device: Device, kind: Kind, seed: i64) -> Result<Box<dyn Model>, ModelError> {
+        Ok(match self {
+            FolderConfig::Qwen25Vl(c) => Box::new(Qwen25Vl::new(c, device, kind, seed)),
+            FolderConfig::Qwen3Vl(c) => Box::new(Qwen3Vl::new(c, device, kind, seed)?),
+        })
+    }
+}
+
+impl RandomFolder {
+    /// The image processor: the tiny budget for the small shapes, and the family's patch size and
+    /// normalization.
+    fn image_processor(self) -> ImageProcessor {
+        let default = ImageProcessor::default();
+        match self {
+            Self::Tiny | Self::Small => ImageProcessor {
+                max_pixels: TINY_MAX_PIXELS,
+                ..default
+            },
+            Self::Qwen3b | Self::Qwen7b => default,
+            Self::Qwen3Tiny => ImageProcessor {
+                max_pixels: TINY_MAX_PIXELS,
+                patch_size: 16,
+                image_mean: [0.5; 3],
+                image_std: [0.5; 3],
+                ..default
+            },
         }
     }
 }
@@ -174,12 +247,8 @@ pub fn write_random(
     device: Device,
 ) -> Result<(), FolderError> {
     write_tiny_tokenizer(dir).map_err(ProcessorError::from)?;
-    let model = Qwen25Vl::new(&which.config(), device, kind, seed);
-    model.save(dir)?;
-    let image = ImageProcessor {
-        max_pixels: which.max_pixels(),
-        ..ImageProcessor::default()
-    };
+    which.config().model(device, kind, seed)?.save(dir)?;
+    let image = which.image_processor();
     let path = dir.join(PREPROCESSOR_CONFIG_FILE);
     let json = image.to_json().map_err(ProcessorError::from)?;
     std::fs::write(&path, json).map_err(|e| io(&path, e))?;
@@ -204,4 +273,30 @@ pub fn tiny_ids() -> SpecialIds {
         eos: IM_END_ID,
         pad: ENDOFTEXT_ID,
     }
+}
+
+/// A random-init model of `which`'s shape with Qwen's vocabulary and special ids (for the 3B and 7B
+/// shapes, the released models' config), seeded, on `device`: what benchmarks build, and what
+/// [`write_weights`] writes.
+pub fn random_model(
+    which: RandomFolder,
+    device: Device,
+    kind: Kind,
+    seed: i64,
+) -> Result<Box<dyn Model>, ModelError> {
+    which.released_config().model(device, kind, seed)
+}
+
+/// Writes only `config.json` and the weights of [`random_model`] into `dir`: a folder to put
+/// Qwen's tokenizer (which cannot be shipped) beside. Returns the shape written.
+pub fn write_weights(
+    dir: &Path,
+    which: RandomFolder,
+    seed: i64,
+    kind: Kind,
+    device: Device,
+) -> Result<Architecture, FolderError> {
+    let model = random_model(which, device, kind, seed)?;
+    model.save(dir)?;
+    Ok(model.architecture())
 }

@@ -41,6 +41,18 @@ pub struct CacheLayout {
     pub head_dim: i64,
 }
 
+/// The ids of a model's vision tokens, as its config names them: what the tokenizer must agree on
+/// and decoding never selects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VisionIds {
+    /// The image placeholder (`<|image_pad|>`), one per merged image token.
+    pub image: i64,
+    pub video: i64,
+    /// `<|vision_start|>` and `<|vision_end|>` around an image's placeholders.
+    pub start: i64,
+    pub end: i64,
+}
+
 /// What a prefill leaves besides the cache it wrote.
 #[derive(Debug)]
 pub struct Prefill {
@@ -107,9 +119,18 @@ pub trait Decoder: fmt::Debug {
 
     fn cache_layout(&self) -> CacheLayout;
 
+    /// The config's vision token ids.
+    fn vision_ids(&self) -> VisionIds;
+
     /// Token ids decoding must never select (a sampled image placeholder would have no pixels at
     /// the next forward): the vision placeholder and marker tokens that lie in the vocabulary.
-    fn banned_ids(&self) -> Vec<i64>;
+    fn banned_ids(&self) -> Vec<i64> {
+        let v = self.vision_ids();
+        [v.image, v.video, v.start, v.end]
+            .into_iter()
+            .filter(|id| (0..self.vocab_size()).contains(id))
+            .collect()
+    }
 
     /// The token embedding table, the model's own tensor: what tells one model from another, for a
     /// kept engine cache handed to a later engine.
@@ -135,12 +156,6 @@ pub trait Decoder: fmt::Debug {
     fn stepper<'a>(&'a self, fused: &'a Fused) -> Result<Box<dyn DecodeStep + 'a>, ModelError>;
 }
 
-/// Of a family's vision token ids (placeholders and markers), those inside a vocabulary of `vocab`
-/// tokens: what [`Decoder::banned_ids`] returns.
-pub(crate) fn in_vocabulary(ids: &[i64], vocab: i64) -> Vec<i64> {
-    ids.iter().copied().filter(|id| (0..vocab).contains(id)).collect()
-}
-
 /// A model's shape in numbers every family has, for what sizes memory and work without building the
 /// model (the memory plan, benchmarks' shapes).
 #[derive(Clone, Debug, PartialEq)]
@@ -160,12 +175,25 @@ pub struct Architecture {
     pub vision_heads: i64,
     /// Input pixels per patch side.
     pub patch_size: i64,
+    /// Values of one flattened patch row (channels x temporal patch x patch x patch).
+    pub patch_dim: i64,
     /// Patches per merged image token side.
     pub spatial_merge_size: i64,
     /// All parameters, and those of the language model alone (embedding, decoder layers, final
     /// norm, untied head).
     pub parameters: i64,
     pub text_parameters: i64,
+}
+
+/// The arithmetic of a family's forwards, as model FLOPs utilisation counts it (recomputation not
+/// counted): implemented by each family's config, so that a shape is counted without a model, and
+/// by its model.
+pub trait ForwardFlops {
+    /// The decoder's forward FLOPs on `sequence` (the output head on its scored tokens alone).
+    fn text_forward_flops(&self, sequence: &Sequence) -> f64;
+
+    /// The vision tower's forward FLOPs on images of `grids`.
+    fn images_forward_flops(&self, grids: &[Grid]) -> Result<f64, ModelError>;
 }
 
 /// A training forward ([`Model::training_forward`]) whose output can be back-propagated into the
@@ -186,7 +214,7 @@ pub trait TrainingPass {
 /// What training and the commands need of a model family besides generation; see the module doc.
 /// Log-probs and entropies are f32 and projected to the vocabulary `chunk` scored positions at a
 /// time, so full-vocabulary logits never exist for a whole batch.
-pub trait Model: Decoder {
+pub trait Model: Decoder + ForwardFlops {
     fn family(&self) -> Family;
 
     fn architecture(&self) -> Architecture;
@@ -218,8 +246,20 @@ pub trait Model: Decoder {
     /// back, without a graph when the tower is frozen.
     fn image_features(&self, pixels: &Tensor, grids: &[Grid]) -> Result<Tensor, ModelError>;
 
+    /// Final normed hidden states (B, L, hidden), the images' features from `source`.
+    fn hidden_states_from(&self, batch: &Batch, source: ImageFeatures) -> Result<Tensor, ModelError>;
+
+    /// [`Self::hidden_states_from`] with the vision tower run on the batch's pixels.
+    fn hidden_states(&self, batch: &Batch) -> Result<Tensor, ModelError> {
+        self.hidden_states_from(batch, ImageFeatures::Tower)
+    }
+
     /// Vocabulary logits (B, L, vocab) at every position: for tests and evaluation.
     fn logits(&self, batch: &Batch) -> Result<Tensor, ModelError>;
+
+    /// Log-probs (B, L) f32 of the tokens where `scored` (B, L) is true, each predicted from the
+    /// position before it; 0 elsewhere (a forward without a training pass).
+    fn token_logprobs(&self, batch: &Batch, scored: &Tensor, chunk: i64) -> Result<Tensor, ModelError>;
 
     /// Runs the model for a training step, the images' features from `source`; `checkpoint` trades a
     /// second forward of each block during backward for not keeping its activations.
@@ -258,10 +298,4 @@ pub trait Model: Decoder {
         pairs: (&Tensor, &Tensor),
         chunk: i64,
     ) -> Result<TokenScores, ModelError>;
-
-    /// The decoder's forward FLOPs on `sequence`.
-    fn text_forward_flops(&self, sequence: &Sequence) -> f64;
-
-    /// The vision tower's forward FLOPs on images of `grids`.
-    fn images_forward_flops(&self, grids: &[Grid]) -> Result<f64, ModelError>;
 }

@@ -9,9 +9,9 @@ use std::path::PathBuf;
 
 use groundrl_tensor::hf_folder::{self, HfModel};
 use groundrl_tensor::lora::{LLM_TARGETS, LoraSpec};
+use groundrl_tensor::model::Model;
 use groundrl_tensor::processor::Encoded;
 use groundrl_tensor::processor::chat_template::RenderOptions;
-use groundrl_tensor::qwen2_5_vl::Qwen25Vl;
 use groundrl_tensor::rollout::sampling::{RowSettings, Sampler};
 use groundrl_tensor::rollout::{
     Completion, Engine, EngineCache, FinishReason, GenerationRequest, SamplingParams,
@@ -76,21 +76,12 @@ fn greedy(max_new_tokens: usize, stop_token_ids: Vec<i64>) -> SamplingParams {
 }
 
 fn vision_ids(hf: &HfModel) -> [i64; 4] {
-    let c = &hf.model.config;
-    [
-        c.image_token_id,
-        c.video_token_id,
-        c.vision_start_token_id,
-        c.vision_end_token_id,
-    ]
+    let v = hf.model.vision_ids();
+    [v.image, v.video, v.start, v.end]
 }
 
 /// Prompt + generated tokens of every sequence as one left-padded batch (prompt images included).
-fn full_sequences(
-    hf: &HfModel,
-    prompts: &[usize],
-    generated: &[Vec<i64>],
-) -> groundrl_tensor::qwen2_5_vl::Batch {
+fn full_sequences(hf: &HfModel, prompts: &[usize], generated: &[Vec<i64>]) -> groundrl_tensor::model::Batch {
     let encoded = prompts
         .iter()
         .zip(generated)
@@ -125,7 +116,7 @@ fn reference_greedy(hf: &HfModel, prompts: &[usize], steps: usize) -> Vec<Vec<i6
 fn cached_greedy_decoding_matches_full_forwards() {
     let (_dir, hf) = tiny();
     let reference = reference_greedy(&hf, &[0, 1], 12);
-    let engine = Engine::new(&hf.model, &hf.processor);
+    let engine = Engine::new(hf.model.as_ref(), &hf.processor);
     let run = |stops: Vec<i64>| {
         let requests = [
             request(&hf, 0, 1, 0, &greedy(12, stops.clone())),
@@ -165,7 +156,7 @@ fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
 #[test]
 fn shared_prefill_equals_separate_runs() {
     let (_dir, hf) = tiny();
-    let engine = Engine::new(&hf.model, &hf.processor);
+    let engine = Engine::new(hf.model.as_ref(), &hf.processor);
     // The text prompt shares the batch (and is left-padded) in the shared run, not in the separate ones;
     // it draws without filtering (in token-id order) while the image prompt filters by top-p (sorted
     // order), so the batch mixes both sampling rules. Tokens must be identical; log-probs agree to f32 rounding only, since a matrix product's
@@ -251,7 +242,7 @@ fn recomputed(hf: &HfModel, out: &[Completion], temperature: f64) -> Vec<Vec<f32
 #[test]
 fn returned_logprobs_equal_a_full_forward() {
     let (_dir, hf) = tiny();
-    let engine = Engine::new(&hf.model, &hf.processor);
+    let engine = Engine::new(hf.model.as_ref(), &hf.processor);
     for temperature in [1.0, 0.7, 0.0] {
         let params = SamplingParams {
             temperature,
@@ -273,7 +264,7 @@ fn returned_logprobs_equal_a_full_forward() {
 
 /// Gives every LoRA B of `model` deterministic values of about `size`, in place (as an optimizer step
 /// would), so that the adapters change outputs.
-fn set_lora_b(model: &Qwen25Vl, size: f64) {
+fn set_lora_b(model: &dyn Model, size: f64) {
     for (name, mut var) in model.lora_variables() {
         if name.ends_with("lora_B.weight") {
             let values = Tensor::arange(var.numel() as i64, (Kind::Float, Device::Cpu))
@@ -300,10 +291,10 @@ fn a_lora_policy_decodes_like_its_full_forward_after_each_update() {
     };
     assert_eq!(hf.model.add_lora(&spec).unwrap(), 4 * 7);
     let base = reference_greedy(&hf, &[0, 1], 10);
-    let engine = Engine::new(&hf.model, &hf.processor);
+    let engine = Engine::new(hf.model.as_ref(), &hf.processor);
     let mut previous = base;
     for size in [0.05, -0.08] {
-        set_lora_b(&hf.model, size);
+        set_lora_b(hf.model.as_ref(), size);
         let reference = reference_greedy(&hf, &[0, 1], 10);
         assert_ne!(
             reference, previous,
@@ -348,8 +339,11 @@ fn a_lora_policy_decodes_like_its_full_forward_after_each_update() {
 #[test]
 fn calls_of_one_shape_reuse_the_decoding_tensors() {
     let (_dir, hf) = tiny();
-    let fresh =
-        |requests: &[GenerationRequest]| Engine::new(&hf.model, &hf.processor).generate(requests).unwrap();
+    let fresh = |requests: &[GenerationRequest]| {
+        Engine::new(hf.model.as_ref(), &hf.processor)
+            .generate(requests)
+            .unwrap()
+    };
     let stop = fresh(&[request(&hf, 1, 1, 0, &greedy(12, vec![]))])[0].tokens[4];
     let unfiltered = |seed, temperature| SamplingParams {
         top_p: 1.0,
@@ -382,7 +376,7 @@ fn calls_of_one_shape_reuse_the_decoding_tensors() {
     };
     // The same shape again, with no padding at all.
     let d = || [request(&hf, 0, 4, 0, &unfiltered(5, 1.0))];
-    let engine = Engine::new(&hf.model, &hf.processor);
+    let engine = Engine::new(hf.model.as_ref(), &hf.processor);
     let first = engine.generate(&a()).unwrap();
     assert_eq!(first, fresh(&a()));
     assert_eq!(
@@ -409,7 +403,7 @@ fn calls_of_one_shape_reuse_the_decoding_tensors() {
 
 /// Moves every decoder weight of `model` in place by a fixed pattern of about `size` (as an optimizer
 /// step would), so that the greedy tokens change.
-fn nudge_decoder(model: &Qwen25Vl, size: f64) {
+fn nudge_decoder(model: &dyn Model, size: f64) {
     tch::no_grad(|| {
         for (name, mut var) in model.var_store().variables() {
             if name.contains("layers.") && !name.contains("visual") {
@@ -430,8 +424,11 @@ fn nudge_decoder(model: &Qwen25Vl, size: f64) {
 #[test]
 fn kept_shapes_carry_over_to_a_later_engine_after_an_update() {
     let (_dir, hf) = tiny();
-    let fresh =
-        |requests: &[GenerationRequest]| Engine::new(&hf.model, &hf.processor).generate(requests).unwrap();
+    let fresh = |requests: &[GenerationRequest]| {
+        Engine::new(hf.model.as_ref(), &hf.processor)
+            .generate(requests)
+            .unwrap()
+    };
     let a = || {
         [
             request(&hf, 0, 2, 0, &sampled(3, 12)),
@@ -439,7 +436,7 @@ fn kept_shapes_carry_over_to_a_later_engine_after_an_update() {
         ]
     };
     let b = || [request(&hf, 0, 1, 0, &greedy(12, vec![]))];
-    let engine = Engine::with_cache(&hf.model, &hf.processor, EngineCache::new(2));
+    let engine = Engine::with_cache(hf.model.as_ref(), &hf.processor, EngineCache::new(2));
     for _ in 0..2 {
         assert_eq!(engine.generate(&a()).unwrap(), fresh(&a()));
         assert_eq!(engine.generate(&b()).unwrap(), fresh(&b()));
@@ -449,13 +446,13 @@ fn kept_shapes_carry_over_to_a_later_engine_after_an_update() {
     let cache = engine.into_cache();
     assert_eq!(cache.shapes_kept(), 2);
 
-    nudge_decoder(&hf.model, 0.05);
+    nudge_decoder(hf.model.as_ref(), 0.05);
     let after = fresh(&b());
     assert_ne!(
         after[0].tokens, before[0].tokens,
         "the update should change the greedy tokens"
     );
-    let later = Engine::with_cache(&hf.model, &hf.processor, cache);
+    let later = Engine::with_cache(hf.model.as_ref(), &hf.processor, cache);
     assert_eq!(later.generate(&b()).unwrap(), after);
     assert_eq!(later.generate(&a()).unwrap(), fresh(&a()));
     assert_eq!(later.sessions_made(), 2);
@@ -470,11 +467,11 @@ fn kept_shapes_carry_over_to_a_later_engine_after_an_update() {
     // Caches of at least 500 columns (the calls need 64): the same completions.
     let mut wide = EngineCache::new(1);
     wide.set_min_columns(500);
-    let wide = Engine::with_cache(&hf.model, &hf.processor, wide);
+    let wide = Engine::with_cache(hf.model.as_ref(), &hf.processor, wide);
     assert_eq!(wide.generate(&a()).unwrap(), fresh(&a()));
 
     let (_other_dir, other) = tiny();
-    let moved = Engine::with_cache(&other.model, &other.processor, later.into_cache());
+    let moved = Engine::with_cache(other.model.as_ref(), &other.processor, later.into_cache());
     let cache = moved.into_cache();
     assert_eq!((cache.shapes_kept(), cache.sessions_made()), (0, 4));
 }
@@ -482,7 +479,7 @@ fn kept_shapes_carry_over_to_a_later_engine_after_an_update() {
 #[test]
 fn seeds_decide_the_completion() {
     let (_dir, hf) = tiny();
-    let engine = Engine::new(&hf.model, &hf.processor);
+    let engine = Engine::new(hf.model.as_ref(), &hf.processor);
     let run = |seed| {
         engine
             .generate(&[request(&hf, 1, 1, 0, &sampled(seed, 24))])
@@ -497,7 +494,7 @@ fn seeds_decide_the_completion() {
 fn vision_tokens_are_never_selected() {
     let (_dir, hf) = tiny();
     let banned = vision_ids(&hf);
-    let vocab = hf.model.config.text.vocab_size;
+    let vocab = hf.model.vocab_size();
     // Vision tokens get by far the largest logits; greedy and sampled rows must still avoid them.
     let logits = Tensor::zeros([64, vocab], (Kind::Float, Device::Cpu)).index_fill(
         1,
@@ -524,7 +521,7 @@ fn vision_tokens_are_never_selected() {
     // The log-prob is over the full, unmasked distribution: the banned tokens hold nearly all mass.
     assert!(logprobs.max().double_value(&[]) < -20.0);
     // And the engine at a very high temperature (nearly uniform draws over the vocabulary).
-    let engine = Engine::new(&hf.model, &hf.processor);
+    let engine = Engine::new(hf.model.as_ref(), &hf.processor);
     let params = SamplingParams {
         temperature: 1e4,
         ..sampled(5, 64)
@@ -539,7 +536,7 @@ fn vision_tokens_are_never_selected() {
 #[test]
 fn top_k_one_and_tiny_top_p_are_greedy() {
     let (_dir, hf) = tiny();
-    let engine = Engine::new(&hf.model, &hf.processor);
+    let engine = Engine::new(hf.model.as_ref(), &hf.processor);
     let reference = engine
         .generate(&[request(&hf, 0, 1, 0, &greedy(8, vec![]))])
         .unwrap()
@@ -561,7 +558,7 @@ fn top_k_one_and_tiny_top_p_are_greedy() {
 #[test]
 fn stop_reasons_and_lengths() {
     let (_dir, hf) = tiny();
-    let mut engine = Engine::new(&hf.model, &hf.processor);
+    let mut engine = Engine::new(hf.model.as_ref(), &hf.processor);
     // Different max_new_tokens in one batch.
     let out = engine
         .generate(&[
@@ -603,7 +600,7 @@ fn stop_reasons_and_lengths() {
 #[test]
 fn bad_requests_are_errors() {
     let (_dir, hf) = tiny();
-    let engine = Engine::new(&hf.model, &hf.processor);
+    let engine = Engine::new(hf.model.as_ref(), &hf.processor);
     assert!(engine.generate(&[]).is_err());
     let bad = [
         SamplingParams {
@@ -647,7 +644,7 @@ fn runs_with_bf16_weights() {
     let dir = tempfile::tempdir().unwrap();
     hf_folder::write_tiny(dir.path(), 0, Kind::Float).unwrap();
     let hf = hf_folder::load(dir.path(), Device::Cpu, Kind::BFloat16).unwrap();
-    let engine = Engine::new(&hf.model, &hf.processor);
+    let engine = Engine::new(hf.model.as_ref(), &hf.processor);
     let out = engine
         .generate(&[
             request(&hf, 0, 2, 0, &sampled(1, 6)),

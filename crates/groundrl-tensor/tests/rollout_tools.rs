@@ -19,7 +19,6 @@ use groundrl_score::resize::PixelBudget;
 use groundrl_tensor::hf_folder::HfModel;
 use groundrl_tensor::processor::chat_template::{ChatTemplate, RenderOptions};
 use groundrl_tensor::processor::{Encoded, Processor};
-use groundrl_tensor::qwen2_5_vl::model::logprobs_at;
 use groundrl_tensor::rollout::{
     CallRecord, Completion, Engine, FinishReason, Generate, GenerationRequest, RolloutError, SamplingParams,
     ToolRequest, ToolRollout, Trajectory, TurnLimits,
@@ -151,7 +150,7 @@ struct Scripted<'e> {
 impl<'e> Scripted<'e> {
     fn new(hf: &'e HfModel, rounds: Vec<Vec<(usize, u64, &'static str)>>) -> Self {
         Self {
-            engine: Engine::new(&hf.model, &hf.processor),
+            engine: Engine::new(hf.model.as_ref(), &hf.processor),
             processor: &hf.processor,
             rounds,
             calls: Cell::new(0),
@@ -278,7 +277,7 @@ fn without_tools_a_rollout_is_plain_generation() {
     let (_dir, hf) = tiny();
     let toolbox = Toolbox::default();
     let image = screenshot();
-    let engine = Engine::new(&hf.model, &hf.processor);
+    let engine = Engine::new(hf.model.as_ref(), &hf.processor);
     let plain_requests: Vec<GenerationRequest> = requests(&hf.processor, &toolbox, &image, [2, 1])
         .into_iter()
         .map(|r| r.request)
@@ -457,7 +456,7 @@ fn recomputed(hf: &HfModel, prompts: &[Encoded], t: &[Trajectory], compared: &[V
     let logprobs = tch::no_grad(|| {
         let hidden = hf.model.hidden_states(&batch).unwrap() / TEMPERATURE;
         let ids = Tensor::from_slice2(&batch.input_ids);
-        logprobs_at(&hf.model.text, &hidden, &ids, &scored, 16).unwrap()
+        hf.model.logprobs_at(&hidden, &ids, &scored, 16).unwrap()
     });
     t.iter()
         .enumerate()
@@ -605,7 +604,7 @@ fn limits_below_one_are_errors() {
     let (_dir, hf) = tiny();
     let toolbox = zoom_toolbox(&hf.processor);
     let image = screenshot();
-    let engine = Engine::new(&hf.model, &hf.processor);
+    let engine = Engine::new(hf.model.as_ref(), &hf.processor);
     for bad in [limits(0, 10), limits(2, 0)] {
         let err = rollout(&engine, &hf, &toolbox, bad)
             .generate(&requests(&hf.processor, &toolbox, &image, [1, 1]))

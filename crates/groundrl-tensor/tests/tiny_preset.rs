@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use groundrl_tensor::hf_folder::{self, HfModel};
+use groundrl_tensor::model::{Batch, ImageFeatures};
 use groundrl_tensor::processor::chat_template::RenderOptions;
-use groundrl_tensor::qwen2_5_vl::Batch;
 use serde_json::Value;
 use tch::{Device, Kind, Tensor};
 
@@ -106,7 +106,7 @@ fn a_saved_model_reloads_with_its_changes_and_processor_files() {
         }
     });
     let out = dir.path().join("saved");
-    hf_folder::save(&hf.model, &dir.path().join("src"), &out).unwrap();
+    hf_folder::save(hf.model.as_ref(), &dir.path().join("src"), &out).unwrap();
     for file in [
         "tokenizer.json",
         "tokenizer_config.json",
@@ -123,7 +123,9 @@ fn a_saved_model_reloads_with_its_changes_and_processor_files() {
     let reloaded = hf_folder::load(&out, Device::Cpu, Kind::Float).unwrap();
     let batch = golden_batch(&hf);
     assert_eq!(last_logits(&hf, &batch), last_logits(&reloaded, &batch));
-    let err = hf_folder::save(&hf.model, &out, &out).unwrap_err().to_string();
+    let err = hf_folder::save(hf.model.as_ref(), &out, &out)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("source folder"), "{err}");
 }
 
@@ -151,18 +153,14 @@ fn gradients(hf: &HfModel, batch: &Batch, checkpoint: bool) -> HashMap<String, T
     for mut var in vs.trainable_variables() {
         var.zero_grad();
     }
-    let run = hf.model.training_forward(batch, checkpoint).unwrap();
+    let run = hf
+        .model
+        .training_forward(batch, ImageFeatures::Tower, checkpoint)
+        .unwrap();
     let len = batch.input_ids[0].len() as i64;
     let scored = Tensor::zeros([2, len], (Kind::Bool, Device::Cpu));
     let _ = scored.narrow(1, len - 5, 5).fill_(1);
-    let lp = groundrl_tensor::qwen2_5_vl::model::logprobs_at(
-        &hf.model.text,
-        &run.hidden,
-        &run.prepared.ids,
-        &scored,
-        3,
-    )
-    .unwrap();
+    let lp = hf.model.logprobs_at(run.hidden(), run.ids(), &scored, 3).unwrap();
     let loss = -lp.sum(Kind::Float) / 10.0;
     run.backward(&loss).unwrap();
     vs.variables()

@@ -3,7 +3,7 @@
 //!
 //! The trained model is rebuilt as [`crate::load_model`] rebuilds it (the run's initial model with the
 //! checkpoint's tensors), LoRA adapters are folded into their layers' weights
-//! ([`groundrl_tensor::qwen2_5_vl::Qwen25Vl::merge_lora`]: an HF folder has no place for them, and
+//! ([`groundrl_tensor::model::Model::merge_lora`]: an HF folder has no place for them, and
 //! transformers would skip their tensors without a word), and the folder is written by
 //! [`hf_folder::save`]: `config.json` and `model.safetensors` under the released checkpoints' tensor
 //! names, in the run's dtype, with the initial model's tokenizer, chat template and other processor
@@ -164,7 +164,7 @@ fn write_folder(loaded: &LoadedModel, out: &Path) -> Result<(), ExportError> {
         // Left by a killed export whose process had this one's id.
         std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
     }
-    let written = hf_folder::save(&loaded.hf.model, &loaded.base, &tmp)
+    let written = hf_folder::save(loaded.hf.model.as_ref(), &loaded.base, &tmp)
         .map_err(ExportError::from)
         .and_then(|()| write_preprocessor_config(loaded, &tmp))
         .and_then(|()| publish_dir(&tmp, out).map_err(io(out)));

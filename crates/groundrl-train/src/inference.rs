@@ -198,7 +198,7 @@ impl Inference {
                 view: prompt.view,
             })
             .collect();
-        let engine = Engine::with_cache(&hf.model, &hf.processor, self.engine.take());
+        let engine = Engine::with_cache(hf.model.as_ref(), &hf.processor, self.engine.take());
         let rollout = ToolRollout {
             engine: &engine,
             processor: &hf.processor,
@@ -469,7 +469,7 @@ pub fn finish_name(finish: FinishReason) -> &'static str {
 
 /// The model's end-of-sequence ids and the tokenizer's eos: a completion ends at any of them.
 pub fn stop_ids(hf: &HfModel) -> Vec<i64> {
-    let mut ids = hf.model.config.text.eos_token_ids.clone();
+    let mut ids = hf.model.eos_token_ids();
     let eos = i64::from(hf.processor.tokenizer.special_ids().eos);
     if !ids.contains(&eos) {
         ids.push(eos);

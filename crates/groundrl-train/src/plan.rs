@@ -16,8 +16,7 @@
 //! `kv` KV heads, `d` head dim, `V` vocabulary; the vision tower's `vh`, `vI`, `vH`, `depth`.
 //! Small terms are left out and said so; the allowance covers them and the allocator's slack.
 
-use groundrl_tensor::qwen2_5_vl::config::Qwen25VlConfig;
-use groundrl_tensor::qwen2_5_vl::presets;
+use groundrl_tensor::model::Architecture;
 
 use crate::config::{DeviceKind, Dtype, ModelConfig, TrainConfig};
 
@@ -194,11 +193,11 @@ impl MemoryPlan {
 /// and prefill shrink so) and keeps whole parameters and gradients; under ZeRO stage 1 it keeps
 /// `1/world` of the optimizer state (rounded up: the real partition assigns whole tensors, a
 /// little above or below that share). Training's micro-batches are the same size on every rank.
-pub fn estimate(cfg: &TrainConfig, model: &Qwen25VlConfig, extras: PlanExtras) -> MemoryPlan {
+pub fn estimate(cfg: &TrainConfig, model: &Architecture, extras: PlanExtras) -> MemoryPlan {
     let m = &cfg.model;
     let b = m.dtype.bytes();
     let trainable = trainable_parameters(m, model);
-    let base = presets::parameter_count(model) as u64;
+    let base = model.parameters as u64;
     let adapters = if m.lora() { trainable } else { 0 };
     let shrink_by_lora = (!m.lora()).then(|| "turn LoRA on (`model.lora_rank`, e.g. 16)".to_string());
     let tokens = Tokens::of(cfg, model);
@@ -248,7 +247,7 @@ pub fn estimate(cfg: &TrainConfig, model: &Qwen25VlConfig, extras: PlanExtras) -
 /// `None` when not even a micro-batch of 1 fits.
 pub fn largest_micro_batch(
     cfg: &TrainConfig,
-    model: &Qwen25VlConfig,
+    model: &Architecture,
     extras: PlanExtras,
     gpu_bytes: u64,
 ) -> Option<(u32, MemoryPlan)> {
@@ -267,7 +266,7 @@ pub fn largest_micro_batch(
 /// Tokens of the longest row a rollout decodes (prompt and completion): the image budget's image
 /// tokens, [`PROMPT_TEXT_TOKENS`] and `rollout.max_new_tokens`. The plan sizes the KV cache by it and
 /// the trainer its engine's caches.
-pub fn row_tokens(cfg: &TrainConfig, model: &Qwen25VlConfig) -> u64 {
+pub fn row_tokens(cfg: &TrainConfig, model: &Architecture) -> u64 {
     Tokens::of(cfg, model).row
 }
 
@@ -282,9 +281,9 @@ struct Tokens {
 }
 
 impl Tokens {
-    fn of(cfg: &TrainConfig, model: &Qwen25VlConfig) -> Self {
-        let merge = model.vision.spatial_merge_size as u64;
-        let pixel_side = model.vision.patch_size as u64 * merge;
+    fn of(cfg: &TrainConfig, model: &Architecture) -> Self {
+        let merge = model.spatial_merge_size as u64;
+        let pixel_side = model.patch_size as u64 * merge;
         let image = cfg.model.max_pixels / (pixel_side * pixel_side);
         Self {
             image,
@@ -297,12 +296,12 @@ impl Tokens {
 /// Parameters that receive gradients. Full training: the language model (embedding, decoder, final
 /// norm, untied head) plus the vision tower unless frozen. LoRA: only the adapters, `rank * (in +
 /// out)` for each adapted projection (see [`lora_parameters`]).
-pub fn trainable_parameters(m: &ModelConfig, model: &Qwen25VlConfig) -> u64 {
+pub fn trainable_parameters(m: &ModelConfig, model: &Architecture) -> u64 {
     if m.lora() {
         return lora_parameters(m, model);
     }
-    let text = presets::text_parameter_count(model) as u64;
-    let vision = presets::parameter_count(model) as u64 - text;
+    let text = model.text_parameters as u64;
+    let vision = model.parameters as u64 - text;
     text + if m.vision_trained() { vision } else { 0 }
 }
 
@@ -310,12 +309,12 @@ pub fn trainable_parameters(m: &ModelConfig, model: &Qwen25VlConfig) -> u64 {
 /// k, v: `h -> kv * d`; gate, up: `h -> I`; down: `I -> h`); with `lora_vision` also each vision
 /// block's qkv (`vh -> 3 vh`), proj (`vh -> vh`), gate, up (`vh -> vI`) and down (`vI -> vh`), i.e.
 /// `r * (9 vh + 3 vI)` per block (the merger is not adapted).
-pub fn lora_parameters(m: &ModelConfig, model: &Qwen25VlConfig) -> u64 {
-    let t = &model.text;
+pub fn lora_parameters(m: &ModelConfig, model: &Architecture) -> u64 {
+    let t = model;
     let (h, i, kv) = (
         t.hidden_size as u64,
         t.intermediate_size as u64,
-        (t.num_key_value_heads * t.head_dim()) as u64,
+        (t.kv_heads * t.head_dim) as u64,
     );
     let per_layer: u64 = m
         .lora_targets
@@ -328,13 +327,14 @@ pub fn lora_parameters(m: &ModelConfig, model: &Qwen25VlConfig) -> u64 {
             _ => 0,
         })
         .sum();
-    let v = &model.vision;
+
     let vision = if m.lora_vision {
-        v.depth as u64 * (9 * v.hidden_size as u64 + 3 * v.intermediate_size as u64)
+        model.vision_depth as u64
+            * (9 * model.vision_hidden_size as u64 + 3 * model.vision_intermediate_size as u64)
     } else {
         0
     };
-    u64::from(m.lora_rank) * (t.num_hidden_layers as u64 * per_layer + vision)
+    u64::from(m.lora_rank) * (t.layers as u64 * per_layer + vision)
 }
 
 /// AdamW: two f32 moments per trainable parameter (8 bytes), plus a 4-byte f32 master copy when
@@ -347,12 +347,12 @@ fn optimizer_bytes(trainable: u64, dtype: Dtype, fp32_master: bool) -> u64 {
 /// The rollout engine's fused copies of each decoder layer's weights (resident with
 /// `rollout.keep_engine`, else alive while it generates): q/k/v stacked with their biases `h (h + 2 kv d) + h + 2 kv d` and gate/up `2 h I`; o `h h`
 /// and down `h I` only when LoRA adapts them (otherwise the parameter itself serves).
-fn decoding_weights(cfg: &TrainConfig, model: &Qwen25VlConfig) -> Part {
-    let t = &model.text;
+fn decoding_weights(cfg: &TrainConfig, model: &Architecture) -> Part {
+    let t = model;
     let (h, i, kv) = (
         t.hidden_size as u64,
         t.intermediate_size as u64,
-        (t.num_key_value_heads * t.head_dim()) as u64,
+        (t.kv_heads * t.head_dim) as u64,
     );
     let m = &cfg.model;
     let adapted = |name: &str| m.lora() && m.lora_targets.iter().any(|t| t == name);
@@ -362,7 +362,7 @@ fn decoding_weights(cfg: &TrainConfig, model: &Qwen25VlConfig) -> Part {
     Part {
         name: "decoding weights",
         phase: engine_phase(cfg),
-        bytes: t.num_hidden_layers as u64 * per_layer * m.dtype.bytes(),
+        bytes: t.layers as u64 * per_layer * m.dtype.bytes(),
         advice: None,
     }
 }
@@ -374,9 +374,9 @@ fn decoding_weights(cfg: &TrainConfig, model: &Qwen25VlConfig) -> Part {
 /// through the update: the step's and a validation or evaluation batch's, `prompts_per_step *
 /// max(1, trainer.eval_samples)` rows more (counted whole: evaluation is not sharded). The
 /// prefill's working set is [`prefill`]'s.
-fn kv_cache(cfg: &TrainConfig, model: &Qwen25VlConfig, tokens: &Tokens, world: u64) -> Part {
-    let t = &model.text;
-    let per_token = 2 * (t.num_hidden_layers * t.num_key_value_heads * t.head_dim()) as u64;
+fn kv_cache(cfg: &TrainConfig, model: &Architecture, tokens: &Tokens, world: u64) -> Part {
+    let t = model;
+    let per_token = 2 * (t.layers * t.kv_heads * t.head_dim) as u64;
     let r = &cfg.rollout;
     let evaluation = u64::from(r.prompts_per_step) * u64::from(cfg.trainer.eval_samples.max(1));
     let step_rows = r.completions_per_step().div_ceil(world.max(1));
@@ -429,13 +429,13 @@ pub fn block_bytes_per_token(hidden: u64, inner: u64, heads: u64, b: u64) -> u64
 /// tokens: without checkpointing every block's set, `T * (L * block + final)`; with checkpointing
 /// the input of every block and one block's set under recompute, `T * (L * b h + block + final)`.
 /// `final = (4 + b) h` is the final norm's f32 input and normalised output.
-fn activations(cfg: &TrainConfig, model: &Qwen25VlConfig, tokens: &Tokens) -> Part {
+fn activations(cfg: &TrainConfig, model: &Architecture, tokens: &Tokens) -> Part {
     let m = &cfg.model;
-    let t = &model.text;
+    let t = model;
     let b = m.dtype.bytes();
     let h = t.hidden_size as u64;
-    let layers = t.num_hidden_layers as u64;
-    let block = block_bytes_per_token(h, t.intermediate_size as u64, t.num_attention_heads as u64, b);
+    let layers = t.layers as u64;
+    let block = block_bytes_per_token(h, t.intermediate_size as u64, t.heads as u64, b);
     let row_tokens = u64::from(cfg.trainer.micro_batch_size) * tokens.row;
     let final_norm = (4 + b) * h;
     let full = row_tokens * (layers * block + final_norm);
@@ -465,8 +465,8 @@ fn activations(cfg: &TrainConfig, model: &Qwen25VlConfig, tokens: &Tokens) -> Pa
 /// projection runs `logprob_chunk` tokens at a time, but autograd keeps every chunk's f32
 /// log-softmax for the backward (`S * V * 4`); the chunk in flight adds its logits in f32 and, for
 /// bf16, in the model dtype first (`min(chunk, S) * V * (4 + 2)`).
-fn logprob_chunk(cfg: &TrainConfig, model: &Qwen25VlConfig) -> Part {
-    let vocab = model.text.vocab_size as u64;
+fn logprob_chunk(cfg: &TrainConfig, model: &Architecture) -> Part {
+    let vocab = model.vocab_size as u64;
     let micro = u64::from(cfg.trainer.micro_batch_size);
     let scored = micro * u64::from(cfg.rollout.max_new_tokens);
     let chunk = u64::from(cfg.trainer.logprob_chunk).min(scored);
@@ -489,7 +489,7 @@ fn logprob_chunk(cfg: &TrainConfig, model: &Qwen25VlConfig) -> Part {
 /// prompts, without a graph, so at most one block's set at a time: `images * patches * block`
 /// ([`vision_block_bytes`]). The decoder's prefill holds less (one layer's activations of the
 /// prompts' tokens, next to a KV cache already counted).
-fn prefill(cfg: &TrainConfig, model: &Qwen25VlConfig, tokens: &Tokens, world: u64) -> Part {
+fn prefill(cfg: &TrainConfig, model: &Architecture, tokens: &Tokens, world: u64) -> Part {
     let m = &cfg.model;
     let images = u64::from(cfg.rollout.prompts_per_step).div_ceil(world.max(1));
     Part {
@@ -504,12 +504,11 @@ fn prefill(cfg: &TrainConfig, model: &Qwen25VlConfig, tokens: &Tokens, world: u6
 }
 
 /// [`block_bytes_per_token`] of a vision block: `vh`, `vI`, `vH`.
-fn vision_block_bytes(model: &Qwen25VlConfig, b: u64) -> u64 {
-    let v = &model.vision;
+fn vision_block_bytes(model: &Architecture, b: u64) -> u64 {
     block_bytes_per_token(
-        v.hidden_size as u64,
-        v.intermediate_size as u64,
-        v.num_heads as u64,
+        model.vision_hidden_size as u64,
+        model.vision_intermediate_size as u64,
+        model.vision_heads as u64,
         b,
     )
 }
@@ -519,12 +518,11 @@ fn vision_block_bytes(model: &Qwen25VlConfig, b: u64) -> u64 {
 /// decoder's ([`vision_block_bytes`]). Frozen, it keeps no graph and holds at most one block's set
 /// at a time: `P * block`; trained, `P * depth * block`, or with checkpointing `P * (depth * b vh +
 /// block)`. The merged features it hands the decoder are counted with the decoder's tokens.
-fn vision_tower(cfg: &TrainConfig, model: &Qwen25VlConfig, tokens: &Tokens) -> Part {
+fn vision_tower(cfg: &TrainConfig, model: &Architecture, tokens: &Tokens) -> Part {
     let m = &cfg.model;
-    let v = &model.vision;
     let b = m.dtype.bytes();
-    let vh = v.hidden_size as u64;
-    let depth = v.depth as u64;
+    let vh = model.vision_hidden_size as u64;
+    let depth = model.vision_depth as u64;
     let block = vision_block_bytes(model, b);
     let patches = u64::from(cfg.trainer.micro_batch_size) * tokens.patches;
     let per_patch = match (m.vision_trained(), m.gradient_checkpointing) {
@@ -566,7 +564,7 @@ mod tests {
 
     const GIB: u64 = 1 << 30;
 
-    fn shipped(name: &str, overrides: &[&str]) -> (TrainConfig, Qwen25VlConfig) {
+    fn shipped(name: &str, overrides: &[&str]) -> (TrainConfig, Architecture) {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../configs")
             .join(name);
@@ -678,8 +676,8 @@ mod tests {
         let (cfg, model) = shipped("3b-1gpu.toml", &[]);
         let plan = estimate(&cfg, &model, NO_REFERENCE);
         let text = 3_085_938_688u64;
-        assert_eq!(presets::parameter_count(&model), 3_754_622_976);
-        assert_eq!(presets::text_parameter_count(&model) as u64, text);
+        assert_eq!(model.parameters, 3_754_622_976);
+        assert_eq!(model.text_parameters as u64, text);
         assert_eq!(
             bytes(&plan),
             vec![
@@ -805,7 +803,7 @@ mod tests {
         // The engine not kept between steps, as in the 3B test above.
         let (cfg, model) = shipped("3b-1gpu.toml", &["model.preset=7b", "rollout.keep_engine=false"]);
         let text = 7_615_616_512u64;
-        assert_eq!(presets::parameter_count(&model), 8_292_166_656);
+        assert_eq!(model.parameters, 8_292_166_656);
         // A row: 1,536 tokens * 2 (k, v) * 28 layers * 4 KV heads * 128 * 2 bytes.
         let (kv_row, image) = (1_536 * 28_672 * 2, 5_120 * 58_144);
         let resident = |optimizer: u64| 8_292_166_656 * 2 + text * 2 + optimizer;

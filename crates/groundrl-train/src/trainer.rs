@@ -30,8 +30,8 @@ use groundrl_core::telemetry::{
 use groundrl_score::frame::Frame;
 use groundrl_tensor::bench::synchronize;
 use groundrl_tensor::hf_folder::{FolderError, HfModel};
+use groundrl_tensor::model::Model;
 use groundrl_tensor::profiler;
-use groundrl_tensor::qwen2_5_vl::Qwen25Vl;
 use serde::{Deserialize, Serialize};
 use tch::{Device, Tensor};
 
@@ -186,7 +186,7 @@ pub struct Trainer {
     cfg: TrainConfig,
     run_dir: PathBuf,
     policy: HfModel,
-    reference: Option<Qwen25Vl>,
+    reference: Option<Box<dyn Model>>,
     optimizer: AdamW,
     /// The tensors the optimizer updates, by name: GRPO starts a fresh optimizer on them after the
     /// warm-up.
@@ -346,7 +346,7 @@ impl Trainer {
         if self.policy.model.device().is_cuda() {
             // The update's FLOPs at the H100/H200 dense bf16 peak of every rank's GPU: by the 6ND
             // formula (6 per optimizer parameter per token), and by the model FLOPs of its passes
-            // (`groundrl_tensor::qwen2_5_vl::flops`: attention included, each tower on what it runs on).
+            // (`Model::text_forward_flops` and `Model::images_forward_flops`: attention included, each tower on what it runs on).
             let flops = 6.0 * self.optimizer_parameters as f64 * sums.tokens;
             let peak = H100_BF16_FLOPS * self.world_size() as f64;
             train.insert("mfu", flops / updated.seconds / peak)?;

@@ -97,7 +97,7 @@ fn a_lora_run_loads_its_adapters_and_a_bf16_run_loads_in_f32_when_asked() {
     assert!(weights.iter().any(|(n, _)| n.contains("lora")));
     let loaded = load_model(&run, Device::Cpu, None).unwrap();
     assert_loaded(&loaded, &weights, Kind::BFloat16);
-    assert!(loaded.hf.model.has_lora());
+    assert!(!loaded.hf.model.lora_variables().is_empty());
     assert!(loaded.describe().contains("LoRA rank 2"), "{}", loaded.describe());
     let f32 = load_model(&run, Device::Cpu, Some(Kind::Float)).unwrap();
     assert_loaded(&f32, &weights, Kind::Float);

@@ -11,7 +11,7 @@ use super::training::TrainingForward;
 use super::{Qwen25Vl, flops, presets};
 use crate::family::Family;
 use crate::lora::LoraSpec;
-use crate::model::{Architecture, Grid, Model, Sequence, TrainingPass};
+use crate::model::{Architecture, ForwardFlops, Grid, Model, Sequence, TrainingPass};
 use crate::model_error::ModelError;
 
 impl Qwen25VlConfig {
@@ -33,10 +33,31 @@ impl Qwen25VlConfig {
             vision_intermediate_size: v.intermediate_size,
             vision_heads: v.num_heads,
             patch_size: v.patch_size,
+            patch_dim: v.patch_dim(),
             spatial_merge_size: v.spatial_merge_size,
             parameters: presets::parameter_count(self),
             text_parameters: presets::text_parameter_count(self),
         }
+    }
+}
+
+impl ForwardFlops for Qwen25VlConfig {
+    fn text_forward_flops(&self, sequence: &Sequence) -> f64 {
+        flops::text_forward_flops(self, sequence)
+    }
+
+    fn images_forward_flops(&self, grids: &[Grid]) -> Result<f64, ModelError> {
+        flops::images_forward_flops(self, grids)
+    }
+}
+
+impl ForwardFlops for Qwen25Vl {
+    fn text_forward_flops(&self, sequence: &Sequence) -> f64 {
+        self.config.text_forward_flops(sequence)
+    }
+
+    fn images_forward_flops(&self, grids: &[Grid]) -> Result<f64, ModelError> {
+        self.config.images_forward_flops(grids)
     }
 }
 
@@ -95,8 +116,16 @@ impl Model for Qwen25Vl {
         Qwen25Vl::image_features(self, pixels, grids)
     }
 
+    fn hidden_states_from(&self, batch: &Batch, source: ImageFeatures) -> Result<Tensor, ModelError> {
+        Qwen25Vl::hidden_states_from(self, batch, source)
+    }
+
     fn logits(&self, batch: &Batch) -> Result<Tensor, ModelError> {
         Qwen25Vl::logits(self, batch)
+    }
+
+    fn token_logprobs(&self, batch: &Batch, scored: &Tensor, chunk: i64) -> Result<Tensor, ModelError> {
+        Qwen25Vl::token_logprobs(self, batch, scored, chunk)
     }
 
     fn training_forward<'a>(
@@ -136,13 +165,5 @@ impl Model for Qwen25Vl {
         chunk: i64,
     ) -> Result<TokenScores, ModelError> {
         model::logprobs_and_entropy_of_pairs(&self.text, hidden, ids, targets_at, predictors_at, chunk)
-    }
-
-    fn text_forward_flops(&self, sequence: &Sequence) -> f64 {
-        flops::text_forward_flops(&self.config, sequence)
-    }
-
-    fn images_forward_flops(&self, grids: &[Grid]) -> Result<f64, ModelError> {
-        flops::images_forward_flops(&self.config, grids)
     }
 }

@@ -6,7 +6,7 @@ use tch::{Device, Kind, Tensor};
 use super::Qwen25Vl;
 use super::model::Batch;
 use super::text::{FusedLayer, Rotary, attend};
-use crate::model::{CacheLayout, DecodeStep, Decoder, Fused, Prefill, in_vocabulary};
+use crate::model::{CacheLayout, DecodeStep, Decoder, Fused, Prefill, VisionIds};
 use crate::model_error::ModelError;
 use crate::rollout::kv_cache::KvCache;
 
@@ -32,15 +32,14 @@ impl Decoder for Qwen25Vl {
         }
     }
 
-    fn banned_ids(&self) -> Vec<i64> {
+    fn vision_ids(&self) -> VisionIds {
         let c = &self.config;
-        let ids = [
-            c.image_token_id,
-            c.video_token_id,
-            c.vision_start_token_id,
-            c.vision_end_token_id,
-        ];
-        in_vocabulary(&ids, c.text.vocab_size)
+        VisionIds {
+            image: c.image_token_id,
+            video: c.video_token_id,
+            start: c.vision_start_token_id,
+            end: c.vision_end_token_id,
+        }
     }
 
     fn embedding(&self) -> &Tensor {

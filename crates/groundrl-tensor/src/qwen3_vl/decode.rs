@@ -11,7 +11,7 @@ use tch::{Device, Kind, Tensor};
 
 use super::Qwen3Vl;
 use crate::decoder::{FusedLayer, Rotary, attend};
-use crate::model::{Batch, CacheLayout, DecodeStep, Decoder, Fused, Prefill, in_vocabulary};
+use crate::model::{Batch, CacheLayout, DecodeStep, Decoder, Fused, Prefill, VisionIds};
 use crate::model_error::ModelError;
 use crate::rollout::kv_cache::KvCache;
 
@@ -37,15 +37,14 @@ impl Decoder for Qwen3Vl {
         }
     }
 
-    fn banned_ids(&self) -> Vec<i64> {
+    fn vision_ids(&self) -> VisionIds {
         let c = &self.config;
-        let ids = [
-            c.image_token_id,
-            c.video_token_id,
-            c.vision_start_token_id,
-            c.vision_end_token_id,
-        ];
-        in_vocabulary(&ids, c.text.vocab_size)
+        VisionIds {
+            image: c.image_token_id,
+            video: c.video_token_id,
+            start: c.vision_start_token_id,
+            end: c.vision_end_token_id,
+        }
     }
 
     fn embedding(&self) -> &Tensor {

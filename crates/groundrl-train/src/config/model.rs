@@ -1,15 +1,13 @@
-//! `[model]`: which Qwen2.5-VL to train, in which dtype and on which device, what trains (full
+//! `[model]`: which model to train, in which dtype and on which device, what trains (full
 //! weights, frozen vision, LoRA adapters) and the image budget of its processor.
 
 use std::path::PathBuf;
 
 use groundrl_score::frame::{Frame, FrameChoice};
 use groundrl_score::resize::{DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS};
-use groundrl_tensor::family::Family;
-use groundrl_tensor::hf_folder;
-use groundrl_tensor::processor::tiny_tokenizer;
-use groundrl_tensor::qwen2_5_vl::config::Qwen25VlConfig;
-use groundrl_tensor::qwen2_5_vl::presets;
+use groundrl_tensor::family::{self, Family};
+use groundrl_tensor::hf_folder::RandomFolder;
+use groundrl_tensor::model::Architecture;
 use serde::{Deserialize, Serialize};
 
 use super::{ConfigError, ensure};
@@ -102,17 +100,27 @@ pub enum ModelPreset {
     /// Qwen2.5-VL-7B-Instruct's shape (about 8.29B parameters).
     #[serde(rename = "7b")]
     Qwen7b,
+    /// A Qwen3-VL of the tiny model's size, with the tiny tokenizer.
+    #[serde(rename = "qwen3-tiny")]
+    Qwen3Tiny,
 }
 
 impl ModelPreset {
-    /// The family of the preset's shape; `None` for no preset.
-    pub fn family(self) -> Option<Family> {
+    /// The random-init folder the preset writes; `None` for no preset.
+    pub fn folder(self) -> Option<RandomFolder> {
         match self {
             ModelPreset::None => None,
-            ModelPreset::Tiny | ModelPreset::Small | ModelPreset::Qwen3b | ModelPreset::Qwen7b => {
-                Some(Family::Qwen25Vl)
-            }
+            ModelPreset::Tiny => Some(RandomFolder::Tiny),
+            ModelPreset::Small => Some(RandomFolder::Small),
+            ModelPreset::Qwen3b => Some(RandomFolder::Qwen3b),
+            ModelPreset::Qwen7b => Some(RandomFolder::Qwen7b),
+            ModelPreset::Qwen3Tiny => Some(RandomFolder::Qwen3Tiny),
         }
+    }
+
+    /// The family of the preset's shape; `None` for no preset.
+    pub fn family(self) -> Option<Family> {
+        self.folder().map(RandomFolder::family)
     }
 }
 
@@ -174,19 +182,10 @@ impl DeviceKind {
 
 impl ModelConfig {
     /// The architecture this section names: the folder's config.json, or the preset's shape.
-    pub fn architecture(&self) -> Result<Qwen25VlConfig, ConfigError> {
-        match self.preset {
-            ModelPreset::None => Ok(Qwen25VlConfig::load(&self.path.join("config.json"))?),
-            ModelPreset::Tiny => Ok(presets::tiny(
-                i64::from(tiny_tokenizer::VOCAB_SIZE),
-                &hf_folder::tiny_ids(),
-            )),
-            ModelPreset::Small => Ok(presets::small(
-                i64::from(tiny_tokenizer::VOCAB_SIZE),
-                &hf_folder::tiny_ids(),
-            )),
-            ModelPreset::Qwen3b => Ok(presets::qwen2_5_vl_3b()),
-            ModelPreset::Qwen7b => Ok(presets::qwen2_5_vl_7b()),
+    pub fn architecture(&self) -> Result<Architecture, ConfigError> {
+        match self.preset.folder() {
+            Some(folder) => Ok(folder.architecture()),
+            None => Ok(family::architecture(&self.path)?),
         }
     }
 

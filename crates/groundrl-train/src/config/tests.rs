@@ -357,7 +357,7 @@ fn shipped_configs_load_and_validate() {
         let mut c = TrainConfig::load(&root.join("configs").join(name), &[]).unwrap();
         c.validate().unwrap();
         assert_eq!((c.model.preset, c.model.dtype), (preset, dtype), "{name}");
-        assert_eq!(c.model.architecture().unwrap().text.num_hidden_layers, layers);
+        assert_eq!(c.model.architecture().unwrap().layers, layers);
         // The reward spec path is relative to the repository root, where runs start.
         c.reward.spec = root.join(&c.reward.spec);
         let spec = c.reward.spec_for(&c.model).unwrap();

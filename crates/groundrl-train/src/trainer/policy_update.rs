@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use groundrl_core::telemetry::CompletionRecord;
 use groundrl_tensor::hf_folder::HfModel;
-use groundrl_tensor::qwen2_5_vl::Qwen25Vl;
+use groundrl_tensor::model::Model;
 use groundrl_tensor::rollout::FinishReason;
 
 use super::rollouts::Group;
@@ -63,7 +63,7 @@ impl Trainer {
         let trace = self.trace_path("update");
         let device = self.policy.model.device();
         let (report, penalized) = profiled(trace.as_deref(), device, || {
-            let kl_reference = self.reference.as_ref().filter(|_| self.cfg.loss.kl_in_reward);
+            let kl_reference = self.reference.as_deref().filter(|_| self.cfg.loss.kl_in_reward);
             let penalized = penalized_rewards(records, &rows, &settings, &self.policy, kl_reference)?;
             let group_of: Vec<usize> = records.iter().map(|r| r.group).collect();
             let advantages =
@@ -72,8 +72,8 @@ impl Trainer {
                 row.advantage = advantage;
             }
             let report = update(
-                &self.policy.model,
-                self.reference.as_ref(),
+                self.policy.model.as_ref(),
+                self.reference.as_deref(),
                 &self.policy.processor,
                 &mut self.optimizer,
                 &rows,
@@ -117,7 +117,7 @@ fn penalized_rewards(
     rows: &[Row],
     settings: &UpdateSettings,
     policy: &HfModel,
-    kl_reference: Option<&Qwen25Vl>,
+    kl_reference: Option<&dyn Model>,
 ) -> Result<Penalized, TrainError> {
     let mut rewards: Vec<f64> = records.iter().map(|r| r.reward).collect();
     let Some(reference) = kl_reference else {
@@ -127,7 +127,13 @@ fn penalized_rewards(
             model_flops: 0.0,
         });
     };
-    let penalties = kl_penalties(&policy.model, reference, &policy.processor, rows, settings)?;
+    let penalties = kl_penalties(
+        policy.model.as_ref(),
+        reference,
+        &policy.processor,
+        rows,
+        settings,
+    )?;
     for (reward, penalty) in rewards.iter_mut().zip(&penalties.per_row) {
         *reward -= penalty;
     }

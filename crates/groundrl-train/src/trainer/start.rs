@@ -14,7 +14,7 @@ use tch::{Device, Tensor};
 
 use super::tools::ToolSetup;
 use super::{RolloutSeconds, RunLogs, RunState, TRAINING_ROUND, TrainError, Trainer, io, setup, write_file};
-use crate::config::{ModelPreset, TrainConfig};
+use crate::config::TrainConfig;
 use crate::data_parallel::DataParallel;
 use crate::dataset::Dataset;
 use crate::inference::Inference;
@@ -141,7 +141,7 @@ impl Trainer {
         let optimizer = new_optimizer(&trainable, &cfg, place)?;
         let scorer = Scorer::new(cfg.reward.spec_for(&cfg.model)?, &cfg.reward)?;
         let mut inference = Inference::of_run(&cfg, &scorer.spec);
-        inference.set_cache_columns(plan::row_tokens(&cfg, &policy.model.config));
+        inference.set_cache_columns(plan::row_tokens(&cfg, &policy.model.architecture()));
         let tools = ToolSetup::new(&cfg);
         let train = Dataset::load(&cfg.data.train)?;
         if train.is_empty() {
@@ -385,8 +385,10 @@ fn load_policy(cfg: &TrainConfig, run_dir: &Path) -> Result<HfModel, TrainError>
     let m = &cfg.model;
     let kind = m.dtype.kind();
     let dir = initial_model_dir(m, run_dir);
-    if m.preset != ModelPreset::None && !dir.is_dir() {
-        write_preset(&dir, m.preset, m)?;
+    if let Some(folder) = m.preset.folder()
+        && !dir.is_dir()
+    {
+        write_preset(&dir, folder, m)?;
     }
     let mut policy = hf_folder::load(&dir, m.device.device(), kind)?;
     if m.freeze_vision {
@@ -401,16 +403,10 @@ fn load_policy(cfg: &TrainConfig, run_dir: &Path) -> Result<HfModel, TrainError>
 /// Writes the preset's folder whole: into a temporary folder, published by a rename once every file
 /// is written and synced, so the folder exists only complete. The weights are drawn on the CPU
 /// whatever `model.device`, so that a seed gives the same initial model on every machine.
-fn write_preset(dir: &Path, preset: ModelPreset, m: &crate::config::ModelConfig) -> Result<(), TrainError> {
+fn write_preset(dir: &Path, folder: RandomFolder, m: &crate::config::ModelConfig) -> Result<(), TrainError> {
     let tmp = temporary_path(dir);
     remove_dir_if_any(&tmp)?;
     let kind = m.dtype.kind();
-    let folder = match preset {
-        ModelPreset::Tiny => RandomFolder::Tiny,
-        ModelPreset::Small => RandomFolder::Small,
-        ModelPreset::Qwen7b => RandomFolder::Qwen7b,
-        _ => RandomFolder::Qwen3b,
-    };
     let written = hf_folder::write_random(&tmp, folder, m.seed, kind, Device::Cpu);
     written?;
     publish_dir(&tmp, dir).map_err(|e| io(dir, e))

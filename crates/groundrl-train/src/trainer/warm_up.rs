@@ -118,7 +118,7 @@ impl Trainer {
             lr,
         };
         let report = sft_step(
-            &self.policy.model,
+            self.policy.model.as_ref(),
             &self.policy.processor,
             &mut self.optimizer,
             &rows,

@@ -6,12 +6,10 @@
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 
+use groundrl_tensor::model::{Batch, Model};
+use groundrl_tensor::model::{Grid, ImageFeatures, Sequence};
 use groundrl_tensor::model_error::ModelError;
 use groundrl_tensor::processor::{Encoded, Processor};
-use groundrl_tensor::qwen2_5_vl::flops::Sequence;
-use groundrl_tensor::qwen2_5_vl::model::ImageFeatures;
-use groundrl_tensor::qwen2_5_vl::rope_index::Grid;
-use groundrl_tensor::qwen2_5_vl::{Batch, Qwen25Vl};
 use tch::{Device, Tensor};
 
 use super::shared_prefix;
@@ -159,7 +157,7 @@ pub(super) struct FrozenFeatures {
 }
 
 impl FrozenFeatures {
-    pub(super) fn new(model: &Qwen25Vl, rows: &[Row]) -> Result<Self, ModelError> {
+    pub(super) fn new(model: &dyn Model, rows: &[Row]) -> Result<Self, ModelError> {
         Self::computed_if(!model.vision_trainable(), model, rows)
     }
 
@@ -167,13 +165,13 @@ impl FrozenFeatures {
     /// models take their features the same way (equal weights then give equal log-probs).
     pub(super) fn for_reference(
         policy: &Self,
-        reference: &Qwen25Vl,
+        reference: &dyn Model,
         rows: &[Row],
     ) -> Result<Self, ModelError> {
         Self::computed_if(!policy.by_source.is_empty(), reference, rows)
     }
 
-    fn computed_if(compute: bool, model: &Qwen25Vl, rows: &[Row]) -> Result<Self, ModelError> {
+    fn computed_if(compute: bool, model: &dyn Model, rows: &[Row]) -> Result<Self, ModelError> {
         let mut by_source = HashMap::new();
         let mut grids = Vec::new();
         if compute {

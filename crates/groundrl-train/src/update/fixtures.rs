@@ -3,12 +3,12 @@
 
 use groundrl_core::data::image_file::ImageLimits;
 use groundrl_tensor::hf_folder::tiny_ids;
+use groundrl_tensor::model::Grid;
 use groundrl_tensor::processor::chat_template::ChatTemplate;
 use groundrl_tensor::processor::image::ImageProcessor;
 use groundrl_tensor::processor::tiny_tokenizer::{VOCAB_SIZE, tiny_tokenizer};
 use groundrl_tensor::processor::tokenizer::expand_image_pads;
 use groundrl_tensor::processor::{Encoded, Processor};
-use groundrl_tensor::qwen2_5_vl::rope_index::Grid;
 use groundrl_tensor::qwen2_5_vl::{Qwen25Vl, presets};
 use tch::{Device, Kind, Tensor};
 

@@ -4,13 +4,9 @@
 //! tool-using completion's tool turns stay in its row as context but are masked out of the loss (see
 //! [`Row::generated`]).
 
+use groundrl_tensor::model::{ImageFeatures, Model, TokenScores};
 use groundrl_tensor::model_error::ModelError;
 use groundrl_tensor::processor::Processor;
-use groundrl_tensor::qwen2_5_vl::Qwen25Vl;
-use groundrl_tensor::qwen2_5_vl::flops::{images_forward_flops, text_forward_flops};
-use groundrl_tensor::qwen2_5_vl::model::{
-    ImageFeatures, TokenScores, logprobs_and_entropy_at, logprobs_and_entropy_of_pairs,
-};
 use tch::{Kind, Tensor};
 
 use super::UpdateError;
@@ -57,7 +53,7 @@ pub struct UpdateReport {
 }
 
 /// The model FLOPs of an update's passes, as model FLOPs utilisation counts them
-/// ([`groundrl_tensor::qwen2_5_vl::flops`]): the decoder's forward on each micro-batch's sequences,
+/// ([`Model::text_forward_flops`], [`Model::images_forward_flops`]): the decoder's forward on each micro-batch's sequences,
 /// 3 times for a pass with a backward and once for one without; the vision tower's forward where it
 /// runs: once per image for the whole update when its features are computed up front
 /// ([`FrozenFeatures`]), else in every pass, 3 times when the tower is trained and the pass has a
@@ -68,8 +64,8 @@ struct ModelFlops(f64);
 
 impl ModelFlops {
     /// The tower's forward on the images whose features `frozen` computed.
-    fn features(&mut self, model: &Qwen25Vl, frozen: &FrozenFeatures) -> Result<(), ModelError> {
-        self.0 += images_forward_flops(&model.config, &frozen.grids)?;
+    fn features(&mut self, model: &dyn Model, frozen: &FrozenFeatures) -> Result<(), ModelError> {
+        self.0 += model.images_forward_flops(&frozen.grids)?;
         Ok(())
     }
 
@@ -77,18 +73,14 @@ impl ModelFlops {
     /// when `backward`.
     fn pass(
         &mut self,
-        model: &Qwen25Vl,
+        model: &dyn Model,
         mb: &MicroBatch,
         source: ImageFeatures,
         backward: bool,
     ) -> Result<(), ModelError> {
-        let text: f64 = mb
-            .sequences
-            .iter()
-            .map(|s| text_forward_flops(&model.config, s))
-            .sum();
+        let text: f64 = mb.sequences.iter().map(|s| model.text_forward_flops(s)).sum();
         let tower = match source {
-            ImageFeatures::Tower => images_forward_flops(&model.config, &mb.batch.image_grids)?,
+            ImageFeatures::Tower => model.images_forward_flops(&mb.batch.image_grids)?,
             ImageFeatures::Given(_) => 0.0,
         };
         let times = |trained: bool| if backward && trained { 3.0 } else { 1.0 };
@@ -112,8 +104,8 @@ impl ModelFlops {
 /// steps, the most any rank's rows make; a rank with fewer rows joins the rest with no rows of its own.
 #[allow(clippy::too_many_arguments)]
 pub fn update(
-    model: &Qwen25Vl,
-    reference: Option<&Qwen25Vl>,
+    model: &dyn Model,
+    reference: Option<&dyn Model>,
     processor: &Processor,
     optimizer: &mut AdamW,
     rows: &[Row],
@@ -190,9 +182,9 @@ pub fn update(
                 LossScale::of_totals(tokens, sequences, s.loss, s.response_budget).map_err(loss_error)?;
             let mut mini_loss = 0.0;
             for (b, mb) in mbs.iter().enumerate() {
-                let forward = model.training_forward_from(&mb.batch, mb.policy_features(), s.checkpoint)?;
+                let forward = model.training_forward(&mb.batch, mb.policy_features(), s.checkpoint)?;
                 flops.pass(model, mb, mb.policy_features(), true)?;
-                let scores = token_scores(model, &forward.hidden, &forward.prepared.ids, mb, s)?;
+                let scores = token_scores(model, forward.hidden(), forward.ids(), mb, s)?;
                 let inputs = LossInputs {
                     old_logprobs: old[m][b]
                         .as_ref()
@@ -259,8 +251,8 @@ pub struct KlPenalties {
 /// Each row's KL penalty for `loss.kl_in_reward` (see [`crate::loss::kl_reward_penalty`]): the
 /// policy's and the reference's log-probs of its completion, without gradients, before any update.
 pub fn kl_penalties(
-    model: &Qwen25Vl,
-    reference: &Qwen25Vl,
+    model: &dyn Model,
+    reference: &dyn Model,
     processor: &Processor,
     rows: &[Row],
     s: &UpdateSettings,
@@ -290,7 +282,7 @@ pub fn kl_penalties(
 /// Log-probs and entropies of the micro-batch's masked tokens (the model's) at the sampling
 /// temperature; 0 elsewhere, with no graph to them.
 pub(super) fn token_scores(
-    model: &Qwen25Vl,
+    model: &dyn Model,
     hidden: &Tensor,
     ids: &Tensor,
     mb: &MicroBatch,
@@ -304,16 +296,10 @@ pub(super) fn token_scores(
     };
     let Some(b) = &mb.branched else {
         let scored = mb.mask.gt(0.0);
-        return logprobs_and_entropy_at(&model.text, &hidden, ids, &scored, s.logprob_chunk);
+        return model.scores_at(&hidden, ids, &scored, s.logprob_chunk);
     };
-    let flat = logprobs_and_entropy_of_pairs(
-        &model.text,
-        &hidden,
-        ids,
-        &b.targets_at,
-        &b.predictors_at,
-        s.logprob_chunk,
-    )?;
+    let pairs = (&b.targets_at, &b.predictors_at);
+    let flat = model.scores_of_pairs(&hidden, ids, pairs, s.logprob_chunk)?;
     let shape = mb.mask.size();
     let place = |values: &Tensor| {
         Tensor::zeros([shape[0] * shape[1]], (Kind::Float, values.device()))
@@ -329,7 +315,7 @@ pub(super) fn token_scores(
 /// The completion tokens' log-probs under `model` without a graph, its image features from `source`;
 /// the pass's FLOPs go to `flops`.
 fn scores_without_grad(
-    model: &Qwen25Vl,
+    model: &dyn Model,
     mb: &MicroBatch,
     source: ImageFeatures,
     s: &UpdateSettings,
@@ -347,9 +333,8 @@ fn scores_without_grad(
 
 #[cfg(test)]
 mod tests {
+    use groundrl_tensor::model::{BranchRow, ForwardFlops, Sequence};
     use groundrl_tensor::processor::Encoded;
-    use groundrl_tensor::qwen2_5_vl::BranchRow;
-    use groundrl_tensor::qwen2_5_vl::flops::{Sequence, vision_forward_flops};
     use tch::Device;
 
     use super::*;
@@ -426,7 +411,6 @@ mod tests {
     fn the_updates_model_flops_add_up_by_hand() {
         let (model, p) = tiny();
         let (reference, _) = tiny();
-        let config = model.config.clone();
         let a = with_image(&p, PROMPT, [1, 4, 4], 0.0);
         let b = with_image(&p, PROMPT, [1, 4, 8], 1.0);
         let responses: Vec<Encoded> = ["(1, 2)<|im_end|>", "(10, 20)<|im_end|>", "(3<|im_end|>"]
@@ -475,13 +459,13 @@ mod tests {
                 prefix,
                 branches: branches.to_vec(),
             };
-            text_forward_flops(&config, &Sequence { layout, scored })
+            model.text_forward_flops(&Sequence { layout, scored })
         };
         let c: Vec<usize> = responses.iter().map(|r| r.input_ids.len()).collect();
         let (pa, pb) = (a.input_ids.len(), b.input_ids.len());
         let plain = text(pa, &[c[0]]) + text(pb, &[c[1]]) + text(pb, &[c[2]]);
         let branched = text(pa, &[c[0]]) + text(pb, &[c[1], c[2]]);
-        let tower = |grid| vision_forward_flops(&config, grid).unwrap();
+        let tower = |grid| model.images_forward_flops(&[grid]).unwrap();
         let (va, vb) = (tower([1, 4, 4]), tower([1, 4, 8]));
         assert!(branched < plain && vb > va && va > 0.0);
         // Trained tower: 2 x 3 + 1 forwards of the decoder and of the tower on each image it runs on.
@@ -489,10 +473,11 @@ mod tests {
         assert_eq!(run(true, None), 7.0 * branched + 7.0 * (va + vb));
         // Frozen tower, with a reference: the decoder once more; each model's tower once per image.
         model.set_vision_trainable(false);
-        assert_eq!(run(false, Some(&reference)), 8.0 * plain + 2.0 * (va + vb));
-        assert_eq!(run(true, Some(&reference)), 8.0 * branched + 2.0 * (va + vb));
+        let reference: &dyn Model = &reference;
+        assert_eq!(run(false, Some(reference)), 8.0 * plain + 2.0 * (va + vb));
+        assert_eq!(run(true, Some(reference)), 8.0 * branched + 2.0 * (va + vb));
         // The KL-in-reward penalties: one forward of each model.
-        let kl = kl_penalties(&model, &reference, &p, &rows, &settings(true)).unwrap();
+        let kl = kl_penalties(&model, reference, &p, &rows, &settings(true)).unwrap();
         assert_eq!(kl.model_flops, 2.0 * branched + 2.0 * (va + vb));
     }
 }

@@ -2,7 +2,7 @@
 //! and in grounding that prompt is long (a screenshot's image tokens and the instruction) while a
 //! completion is short. Instead of n rows of prompt + completion, the update runs one row per group:
 //! the prompt, then every completion as a branch that attends to the prompt and to itself only
-//! (`groundrl_tensor::qwen2_5_vl::branches`). Each completion's log-probs are those of its own row up
+//! (`groundrl_tensor::model::scored_pairs` and the positions it pairs with). Each completion's log-probs are those of its own row up
 //! to the order of floating-point sums, and so is the gradient: the prompt's part of it is the sum
 //! over the branches, as it is over the n rows.
 //!
@@ -11,11 +11,9 @@
 
 use std::ops::Range;
 
+use groundrl_tensor::model::{Batch, BranchRow, Sequence, scored_pairs};
 use groundrl_tensor::model_error::ModelError;
 use groundrl_tensor::processor::{Encoded, Processor};
-use groundrl_tensor::qwen2_5_vl::branches::scored_pairs;
-use groundrl_tensor::qwen2_5_vl::flops::Sequence;
-use groundrl_tensor::qwen2_5_vl::{Batch, BranchRow};
 use tch::{Device, Tensor};
 
 use super::batch::{Branched, MicroBatch, Row, check_generated_flags};
@@ -130,7 +128,7 @@ mod tests {
 
     /// The loss of a micro-batch and the gradient of every parameter after its backward.
     fn loss_and_gradients(
-        model: &groundrl_tensor::qwen2_5_vl::Qwen25Vl,
+        model: &dyn groundrl_tensor::model::Model,
         mb: &MicroBatch,
         cfg: &LossConfig,
     ) -> (f64, Tensor, Vec<(String, Tensor)>) {

@@ -2,7 +2,7 @@
 //! step. One pair of functions for the GRPO update and the warm-up, so that both keep the ranks of a
 //! data-parallel run in step the same way.
 
-use groundrl_tensor::qwen2_5_vl::training::TrainingForward;
+use groundrl_tensor::model::TrainingPass;
 use tch::Tensor;
 
 use super::UpdateError;
@@ -14,7 +14,7 @@ use crate::optim::{AdamW, StepOutcome};
 /// ([`DataParallel::before_last_backward`]); [`apply_step`] then finishes the sum. One function for
 /// the policy update and the warm-up, so that both arm it the same way.
 pub(super) fn accumulate(
-    forward: TrainingForward,
+    forward: Box<dyn TrainingPass + '_>,
     loss: &Tensor,
     dp: Option<&mut DataParallel>,
     params: &[Tensor],

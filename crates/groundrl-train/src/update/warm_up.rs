@@ -7,10 +7,9 @@
 //! row whose `generated` flags mark the tool turn: the model is taught to write the call and the
 //! answer, and reads the reply as context without being trained to produce it.
 
+use groundrl_tensor::model::{ImageFeatures, Model};
 use groundrl_tensor::model_error::ModelError;
 use groundrl_tensor::processor::Processor;
-use groundrl_tensor::qwen2_5_vl::Qwen25Vl;
-use groundrl_tensor::qwen2_5_vl::model::logprobs_at;
 use tch::Kind;
 
 use super::UpdateError;
@@ -49,7 +48,7 @@ pub struct SftReport {
 /// one-process gradient ([`apply_step`] sums it). A rank without rows, or without answer tokens,
 /// still joins every collective; only a batch without answer tokens on every rank is an error.
 pub fn sft_step(
-    model: &Qwen25Vl,
+    model: &dyn Model,
     processor: &Processor,
     optimizer: &mut AdamW,
     rows: &[Row],
@@ -70,14 +69,9 @@ pub fn sft_step(
     let mut loss = 0.0;
     let mut tokens = 0;
     for (b, mb) in batches.iter().enumerate() {
-        let forward = model.training_forward(&mb.batch, s.checkpoint)?;
-        let logprobs = logprobs_at(
-            &model.text,
-            &forward.hidden,
-            &forward.prepared.ids,
-            &mb.mask.gt(0.0),
-            s.logprob_chunk,
-        )?;
+        let forward = model.training_forward(&mb.batch, ImageFeatures::Tower, s.checkpoint)?;
+        let logprobs =
+            model.logprobs_at(forward.hidden(), forward.ids(), &mb.mask.gt(0.0), s.logprob_chunk)?;
         let part = -(logprobs.to_kind(Kind::Float) * &mb.mask).sum(Kind::Float) / answer_tokens as f64;
         loss += part.double_value(&[]);
         accumulate(

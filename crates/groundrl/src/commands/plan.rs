@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use groundrl_tensor::qwen2_5_vl::presets;
 use groundrl_train::config::TrainConfig;
 use groundrl_train::plan::{self, MemoryPlan, PlanExtras};
 
@@ -50,7 +49,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     println!(
         "{}: {} parameters, {} trainable, {} on {}; {}, {}",
         args.config.display(),
-        count(presets::parameter_count(&model) as u64),
+        count(model.parameters as u64),
         count(plan::trainable_parameters(&cfg.model, &model)),
         cfg.model.dtype.name(),
         cfg.model.device.name(),

@@ -10,7 +10,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use groundrl_tensor::bench::StepShape;
-use groundrl_tensor::qwen2_5_vl::{Qwen25Vl, presets};
+use groundrl_tensor::family;
+use groundrl_tensor::hf_folder::{self, RandomFolder};
+use groundrl_tensor::model::Model;
 use groundrl_tensor::tch::{Device, Kind};
 
 use crate::commands::model::{parse_device, parse_dtype};
@@ -86,7 +88,8 @@ pub struct ModelArgs {
     /// HF model folder; without it, a random-init model of `--preset` is built on the device.
     #[arg(long)]
     model: Option<PathBuf>,
-    /// Built-in shape for a random-init model: `3b` (Qwen2.5-VL-3B) or `tiny` (with Qwen's vocabulary).
+    /// Built-in shape for a random-init model: `3b` (Qwen2.5-VL-3B), or `tiny` or `qwen3-tiny` (a
+    /// Qwen3-VL of `tiny`'s size), both with Qwen's vocabulary.
     #[arg(long, default_value = "3b")]
     preset: String,
     #[arg(long, default_value = "bf16")]
@@ -101,19 +104,20 @@ pub struct ModelArgs {
 
 impl ModelArgs {
     /// The model with its device and parameter dtype (and libtorch's attention set as asked).
-    pub(crate) fn load(&self) -> anyhow::Result<(Qwen25Vl, Device, Kind)> {
+    pub(crate) fn load(&self) -> anyhow::Result<(Box<dyn Model>, Device, Kind)> {
         groundrl_tensor::attention::use_cudnn_attention(!self.no_cudnn_attention);
         let kind = parse_dtype(&self.dtype)?;
         let device = parse_device(&self.device)?;
         let model = match &self.model {
-            Some(dir) => Qwen25Vl::load(dir, device, kind)?,
+            Some(dir) => family::load(dir, device, kind)?,
             None => {
-                let config = match self.preset.as_str() {
-                    "3b" => presets::qwen2_5_vl_3b(),
-                    "tiny" => presets::tiny(presets::QWEN_VOCAB_SIZE, &presets::QWEN_IDS),
-                    other => bail!("unknown preset {other:?}: use 3b or tiny"),
+                let shape = match self.preset.as_str() {
+                    "3b" => RandomFolder::Qwen3b,
+                    "tiny" => RandomFolder::Tiny,
+                    "qwen3-tiny" => RandomFolder::Qwen3Tiny,
+                    other => bail!("unknown preset {other:?}: use 3b, tiny or qwen3-tiny"),
                 };
-                Qwen25Vl::new(&config, device, kind, 0)
+                hf_folder::random_model(shape, device, kind, 0)?
             }
         };
         Ok((model, device, kind))

@@ -4,7 +4,6 @@ use anyhow::bail;
 use groundrl_tensor::bench;
 
 use super::{ModelArgs, StepArgs};
-use groundrl_tensor::qwen2_5_vl::presets;
 use serde::Serialize;
 
 #[derive(clap::Args)]
@@ -35,21 +34,21 @@ struct Report {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (model, device, _) = args.model.load()?;
     let shape = args.step.shape()?;
-    let (batch, scored) = bench::synthetic_batch(&model.config, &shape, 0);
+    let (batch, scored) = bench::synthetic_batch(model.as_ref(), &shape, 0);
     if args.step.freeze_vision {
         model.set_vision_trainable(false);
     }
     let ms = match args.phase.as_str() {
-        "forward" => bench::time_ms(device, args.step.iters, || bench::forward(&model, &batch))?,
+        "forward" => bench::time_ms(device, args.step.iters, || bench::forward(model.as_ref(), &batch))?,
         "train" => bench::time_ms(device, args.step.iters, || {
-            bench::train_step(&model, &batch, &scored, false)
+            bench::train_step(model.as_ref(), &batch, &scored, false)
         })?,
         "train-checkpoint" => bench::time_ms(device, args.step.iters, || {
-            bench::train_step(&model, &batch, &scored, true)
+            bench::train_step(model.as_ref(), &batch, &scored, true)
         })?,
         other => bail!("unknown phase {other:?}: use forward, train or train-checkpoint"),
     };
-    let tokens_per_row = shape.row_len(&model.config);
+    let tokens_per_row = shape.row_len(&model.architecture());
     let report = Report {
         phase: args.phase,
         rows: args.step.rows,
@@ -57,7 +56,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         ms,
         tokens_per_s: (args.step.rows * tokens_per_row) as f64 / (ms / 1e3),
         device_memory_gib: bench::cuda_memory_in_use().map(|b| b as f64 / (1u64 << 30) as f64),
-        parameters: presets::parameter_count(&model.config),
+        parameters: model.architecture().parameters,
     };
     println!("{}", serde_json::to_string(&report)?);
     Ok(ExitCode::SUCCESS)

@@ -110,12 +110,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .map(|p| p.input_ids.len() as i64)
             .max()
             .unwrap_or(0),
-        None => shape.row_len(&model.config),
+        None => shape.row_len(&model.architecture()),
     };
     let requests = |seed: u64| -> Vec<GenerationRequest> {
         let prompts = match &samples {
             Some(prompts) => prompts.iter().map(Encoded::share).collect(),
-            None => bench::rollout_prompts(&model.config, &shape, args.prompts, seed),
+            None => bench::rollout_prompts(model.as_ref(), &shape, args.prompts, seed),
         };
         prompts
             .into_iter()
@@ -132,7 +132,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             })
             .collect()
     };
-    let mut engine = Engine::new(&model, &processor);
+    let mut engine = Engine::new(model.as_ref(), &processor);
     // Prefill plus one sampled token, timed after a whole untimed run (kernel selection, allocator
     // growth, GPU clocks: the first run on an idle GPU was measured up to 1.9x slower).
     let one_token = |seed| -> Vec<GenerationRequest> {
@@ -155,7 +155,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (prefill_seconds, _) = time(device, || engine.generate(&prefill_requests))?;
     let batch = args.prompts * args.n;
     let context = prompt_tokens + args.new_tokens as i64 / 2;
-    let bytes = bench::decode_step_bytes(&model.config, kind, batch as i64, context);
+    let bytes = bench::decode_step_bytes(&model.architecture(), kind, batch as i64, context);
     let roofline_step = bytes / (args.bandwidth_gbs * 1e9);
     let mut modes = vec![device.is_cuda()];
     if device.is_cuda() && args.compare_eager {

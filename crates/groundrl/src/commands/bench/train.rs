@@ -57,7 +57,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     fused::set_enabled(!args.no_fused);
     let (model, device, _) = args.model.load()?;
     let shape = args.step.shape()?;
-    let (batch, scored) = bench::synthetic_batch(&model.config, &shape, 0);
+    let (batch, scored) = bench::synthetic_batch(model.as_ref(), &shape, 0);
     if args.step.freeze_vision {
         model.set_vision_trainable(false);
     }
@@ -68,7 +68,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut optimizer = AdamW::new(trainable, &OptimConfig::default())?;
     let lr = OptimConfig::default().lr;
     let mut step = || -> Result<(), ModelError> {
-        bench::backward(&model, &batch, &scored, !args.no_checkpoint)?;
+        bench::backward(model.as_ref(), &batch, &scored, !args.no_checkpoint)?;
         optimizer.step(lr).map_err(|e| ModelError::Input(e.to_string()))?;
         optimizer.zero_grad();
         Ok(())
@@ -81,12 +81,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             out
         })??;
     }
-    let tokens = args.step.rows * shape.row_len(&model.config);
-    let model_flops = bench::training_flops(&model.config, &shape, !args.step.freeze_vision)?;
+    let architecture = model.architecture();
+    let tokens = args.step.rows * shape.row_len(&architecture);
+    let vision_trained = !args.step.freeze_vision;
+    let model_flops = bench::training_flops(model.as_ref(), &architecture, &shape, vision_trained)?;
     let seconds = ms / 1e3;
     let report = Report {
         rows: args.step.rows,
-        tokens_per_row: shape.row_len(&model.config),
+        tokens_per_row: shape.row_len(&architecture),
         trainable_parameters: parameters,
         ms,
         tokens_per_s: tokens as f64 / seconds,

@@ -3,12 +3,12 @@ use std::process::ExitCode;
 
 use anyhow::bail;
 use groundrl_tensor::hf_folder::{self, RandomFolder};
-use groundrl_tensor::qwen2_5_vl::{Qwen25Vl, presets};
 
 #[derive(clap::Args)]
 pub struct Args {
     /// `tiny`: a small model with our tokenizer, chat template and a CPU-sized pixel budget (complete
-    /// folder); `small`: the same with about 30M parameters; `3b`, `7b`: Qwen2.5-VL-3B's or 7B's shape
+    /// folder); `small`: the same with about 30M parameters; `qwen3-tiny`: a Qwen3-VL of `tiny`'s
+    /// size (complete folder); `3b`, `7b`: Qwen2.5-VL-3B's or 7B's shape
     /// (config and weights only: Qwen's tokenizer cannot be shipped; see `--tiny-tokenizer`).
     #[arg(long)]
     preset: String,
@@ -33,34 +33,30 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let kind = super::parse_dtype(&args.dtype)?;
     let device = super::parse_device(&args.device)?;
-    let folder = match (args.preset.as_str(), args.tiny_tokenizer) {
-        ("3b", true) => Some(RandomFolder::Qwen3b),
-        ("7b", true) => Some(RandomFolder::Qwen7b),
-        ("tiny", _) => Some(RandomFolder::Tiny),
-        ("small", _) => Some(RandomFolder::Small),
-        _ => None,
+    let folder = match args.preset.as_str() {
+        "tiny" => RandomFolder::Tiny,
+        "small" => RandomFolder::Small,
+        "qwen3-tiny" => RandomFolder::Qwen3Tiny,
+        "3b" => RandomFolder::Qwen3b,
+        "7b" => RandomFolder::Qwen7b,
+        other => bail!("unknown preset {other:?}: use tiny, small, qwen3-tiny, 3b or 7b"),
     };
-    if let Some(folder) = folder {
-        hf_folder::write_random(&args.out, folder, args.seed, kind, device)?;
+    let released = matches!(folder, RandomFolder::Qwen3b | RandomFolder::Qwen7b);
+    if released && !args.tiny_tokenizer {
+        let shape = hf_folder::write_weights(&args.out, folder, args.seed, kind, device)?;
         eprintln!(
-            "{} ({kind:?}, tiny tokenizer) written to {}",
+            "{} ({} parameters, {:?}) written to {}",
             args.preset,
+            shape.parameters,
+            kind,
             args.out.display()
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let config = match args.preset.as_str() {
-        "3b" => presets::qwen2_5_vl_3b(),
-        "7b" => presets::qwen2_5_vl_7b(),
-        other => bail!("unknown preset {other:?}: use tiny, small, 3b or 7b"),
-    };
-    let model = Qwen25Vl::new(&config, device, kind, args.seed);
-    model.save(&args.out)?;
+    hf_folder::write_random(&args.out, folder, args.seed, kind, device)?;
     eprintln!(
-        "{} ({} parameters, {:?}) written to {}",
+        "{} ({kind:?}, tiny tokenizer) written to {}",
         args.preset,
-        presets::parameter_count(&config),
-        kind,
         args.out.display()
     );
     Ok(ExitCode::SUCCESS)

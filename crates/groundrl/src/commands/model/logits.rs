@@ -2,8 +2,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use groundrl_tensor::qwen2_5_vl::Qwen25Vl;
-use groundrl_tensor::qwen2_5_vl::model::Batch;
+use groundrl_tensor::family;
+use groundrl_tensor::model::Batch;
 use groundrl_tensor::tch::{Kind, Tensor};
 
 #[derive(clap::Args)]
@@ -27,7 +27,7 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let kind = super::parse_dtype(&args.dtype)?;
     let device = super::parse_device(&args.device)?;
-    let model = Qwen25Vl::load(&args.model, device, kind)?;
+    let model = family::load(&args.model, device, kind)?;
     let batch = Batch::read_safetensors(&args.inputs)?;
     let logits = groundrl_tensor::tch::no_grad(|| model.logits(&batch))?;
     let logits = logits
