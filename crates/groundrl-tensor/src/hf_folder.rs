@@ -144,6 +144,43 @@ pub enum RandomFolder {
     /// A small Qwen3-VL (DeepStack tower, q/k-normed decoder) of [`Self::Tiny`]'s size, with
     /// Qwen3-VL's image settings (16-pixel patches, mean and std 0.5).
     Qwen3Tiny,
+    /// A Qwen3-VL of [`Self::Small`]'s size (about 30M parameters) with the tiny preset's pixel
+    /// budget: the GPU demo's Qwen3-VL model.
+    Qwen3Small,
+    /// Qwen3-VL-2B-Instruct's shape with the tiny tokenizer's special ids, as [`Self::Qwen3b`].
+    Qwen3Vl2b,
+    /// Qwen3-VL-4B-Instruct's shape, as [`Self::Qwen3Vl2b`].
+    Qwen3Vl4b,
+    /// Qwen3-VL-8B-Instruct's shape, as [`Self::Qwen3Vl2b`].
+    Qwen3Vl8b,
+}
+
+/// Every random folder with the name `groundrl model init --preset`, `bench --preset` and
+/// `model.preset` know it by.
+const NAMES: [(&str, RandomFolder); 9] = [
+    ("tiny", RandomFolder::Tiny),
+    ("small", RandomFolder::Small),
+    ("3b", RandomFolder::Qwen3b),
+    ("7b", RandomFolder::Qwen7b),
+    ("qwen3-tiny", RandomFolder::Qwen3Tiny),
+    ("qwen3-small", RandomFolder::Qwen3Small),
+    ("qwen3-2b", RandomFolder::Qwen3Vl2b),
+    ("qwen3-4b", RandomFolder::Qwen3Vl4b),
+    ("qwen3-8b", RandomFolder::Qwen3Vl8b),
+];
+
+/// Qwen3-VL's released processor settings: 16-pixel patches, mean and std 0.5, and its pixel
+/// budget (`size.shortest_edge` 65,536, `size.longest_edge` 16,777,216 in the released
+/// `preprocessor_config.json`).
+fn qwen3_vl_image_processor() -> ImageProcessor {
+    ImageProcessor {
+        min_pixels: 65_536,
+        max_pixels: 16_777_216,
+        patch_size: 16,
+        image_mean: [0.5; 3],
+        image_std: [0.5; 3],
+        ..ImageProcessor::default()
+    }
 }
 
 /// A random folder's model config, of its family.
@@ -153,6 +190,32 @@ enum FolderConfig {
 }
 
 impl RandomFolder {
+    /// The folder of a preset name (`tiny`, `qwen3-4b`, ...); the error lists the names.
+    pub fn from_name(name: &str) -> Result<Self, String> {
+        NAMES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|&(_, f)| f)
+            .ok_or_else(|| {
+                let names: Vec<&str> = NAMES.iter().map(|(n, _)| *n).collect();
+                format!("unknown preset {name:?}: use one of {}", names.join(", "))
+            })
+    }
+
+    /// The preset name of the folder.
+    pub fn name(self) -> &'static str {
+        NAMES.iter().find(|(_, f)| *f == self).map_or("", |(n, _)| n)
+    }
+
+    /// A released model's shape (config and weights; Qwen's tokenizer cannot be shipped), as
+    /// opposed to a small model made to be trained from scratch with the tiny tokenizer.
+    pub fn is_released_shape(self) -> bool {
+        matches!(
+            self,
+            Self::Qwen3b | Self::Qwen7b | Self::Qwen3Vl2b | Self::Qwen3Vl4b | Self::Qwen3Vl8b
+        )
+    }
+
     fn config(self) -> FolderConfig {
         use qwen2_5_vl::presets;
         let vocab = i64::from(tiny_tokenizer::VOCAB_SIZE);
@@ -162,6 +225,10 @@ impl RandomFolder {
             Self::Qwen3b => FolderConfig::Qwen25Vl(presets::qwen2_5_vl_3b_with_ids(&tiny_ids())),
             Self::Qwen7b => FolderConfig::Qwen25Vl(presets::qwen2_5_vl_7b_with_ids(&tiny_ids())),
             Self::Qwen3Tiny => FolderConfig::Qwen3Vl(qwen3_vl::presets::tiny(vocab, &tiny_ids())),
+            Self::Qwen3Small => FolderConfig::Qwen3Vl(qwen3_vl::presets::small(vocab, &tiny_ids())),
+            Self::Qwen3Vl2b => FolderConfig::Qwen3Vl(qwen3_vl::presets::qwen3_vl_2b_with_ids(&tiny_ids())),
+            Self::Qwen3Vl4b => FolderConfig::Qwen3Vl(qwen3_vl::presets::qwen3_vl_4b_with_ids(&tiny_ids())),
+            Self::Qwen3Vl8b => FolderConfig::Qwen3Vl(qwen3_vl::presets::qwen3_vl_8b_with_ids(&tiny_ids())),
         }
     }
 
@@ -175,6 +242,10 @@ impl RandomFolder {
             Self::Qwen3b => FolderConfig::Qwen25Vl(presets::qwen2_5_vl_3b()),
             Self::Qwen7b => FolderConfig::Qwen25Vl(presets::qwen2_5_vl_7b()),
             Self::Qwen3Tiny => FolderConfig::Qwen3Vl(qwen3_vl::presets::tiny(QWEN_VOCAB_SIZE, &QWEN_IDS)),
+            Self::Qwen3Small => FolderConfig::Qwen3Vl(qwen3_vl::presets::small(QWEN_VOCAB_SIZE, &QWEN_IDS)),
+            Self::Qwen3Vl2b => FolderConfig::Qwen3Vl(qwen3_vl::presets::qwen3_vl_2b()),
+            Self::Qwen3Vl4b => FolderConfig::Qwen3Vl(qwen3_vl::presets::qwen3_vl_4b()),
+            Self::Qwen3Vl8b => FolderConfig::Qwen3Vl(qwen3_vl::presets::qwen3_vl_8b()),
         }
     }
 
@@ -220,13 +291,13 @@ impl RandomFolder {
                 ..default
             },
             Self::Qwen3b | Self::Qwen7b => default,
-            Self::Qwen3Tiny => ImageProcessor {
+            // The tiny budget keeps small images as they are (no 65,536-pixel floor).
+            Self::Qwen3Tiny | Self::Qwen3Small => ImageProcessor {
+                min_pixels: default.min_pixels,
                 max_pixels: TINY_MAX_PIXELS,
-                patch_size: 16,
-                image_mean: [0.5; 3],
-                image_std: [0.5; 3],
-                ..default
+                ..qwen3_vl_image_processor()
             },
+            Self::Qwen3Vl2b | Self::Qwen3Vl4b | Self::Qwen3Vl8b => qwen3_vl_image_processor(),
         }
     }
 }
@@ -299,4 +370,51 @@ pub fn write_weights(
     let model = random_model(which, device, kind, seed)?;
     model.save(dir)?;
     Ok(model.architecture())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_preset_name_names_its_folder_and_an_unknown_one_lists_them() {
+        for (name, folder) in NAMES {
+            assert_eq!(RandomFolder::from_name(name), Ok(folder));
+            assert_eq!(folder.name(), name);
+        }
+        let err = RandomFolder::from_name("qwen3-5b").unwrap_err();
+        assert!(
+            err.contains("\"qwen3-5b\"") && err.contains("qwen3-4b, qwen3-8b"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_qwen3_vl_shapes_are_the_released_models_with_their_processor() {
+        let a = RandomFolder::Qwen3Vl4b.architecture();
+        assert_eq!(a.family, Family::Qwen3Vl);
+        assert_eq!(
+            (a.hidden_size, a.layers, a.heads, a.kv_heads, a.head_dim),
+            (2560, 36, 32, 8, 128)
+        );
+        assert!(a.tied_embeddings);
+        let b = RandomFolder::Qwen3Vl8b.architecture();
+        assert_eq!(
+            (b.hidden_size, b.intermediate_size, b.vision_depth),
+            (4096, 12288, 27)
+        );
+        assert!(!b.tied_embeddings);
+        assert!(RandomFolder::Qwen3Vl2b.is_released_shape() && !RandomFolder::Qwen3Small.is_released_shape());
+        let p = RandomFolder::Qwen3Vl4b.image_processor();
+        assert_eq!(
+            (p.min_pixels, p.max_pixels, p.patch_size),
+            (65_536, 16_777_216, 16)
+        );
+        let small = RandomFolder::Qwen3Small.image_processor();
+        assert_eq!(
+            (small.max_pixels, small.patch_size, small.image_mean),
+            (TINY_MAX_PIXELS, 16, [0.5; 3])
+        );
+        assert_eq!(small.min_pixels, ImageProcessor::default().min_pixels);
+    }
 }

@@ -103,6 +103,18 @@ pub enum ModelPreset {
     /// A Qwen3-VL of the tiny model's size, with the tiny tokenizer.
     #[serde(rename = "qwen3-tiny")]
     Qwen3Tiny,
+    /// A Qwen3-VL of the small model's size (about 30M parameters; the Qwen3-VL GPU demo's model).
+    #[serde(rename = "qwen3-small")]
+    Qwen3Small,
+    /// Qwen3-VL-2B-Instruct's shape.
+    #[serde(rename = "qwen3-2b")]
+    Qwen3Vl2b,
+    /// Qwen3-VL-4B-Instruct's shape.
+    #[serde(rename = "qwen3-4b")]
+    Qwen3Vl4b,
+    /// Qwen3-VL-8B-Instruct's shape.
+    #[serde(rename = "qwen3-8b")]
+    Qwen3Vl8b,
 }
 
 impl ModelPreset {
@@ -115,6 +127,10 @@ impl ModelPreset {
             ModelPreset::Qwen3b => Some(RandomFolder::Qwen3b),
             ModelPreset::Qwen7b => Some(RandomFolder::Qwen7b),
             ModelPreset::Qwen3Tiny => Some(RandomFolder::Qwen3Tiny),
+            ModelPreset::Qwen3Small => Some(RandomFolder::Qwen3Small),
+            ModelPreset::Qwen3Vl2b => Some(RandomFolder::Qwen3Vl2b),
+            ModelPreset::Qwen3Vl4b => Some(RandomFolder::Qwen3Vl4b),
+            ModelPreset::Qwen3Vl8b => Some(RandomFolder::Qwen3Vl8b),
         }
     }
 

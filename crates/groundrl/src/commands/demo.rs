@@ -219,7 +219,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     let test_tasks = args.test_tasks.unwrap_or(if args.gpu { 1000 } else { 500 });
-    let test = draw(&out.join("data/test"), TEST_SYNTH_SEED, test_tasks, demo.size)?;
+    let frame = demo
+        .config(&args, 0)?
+        .model
+        .answer_frame()
+        .context("demo config")?;
+    let test = draw(
+        &out.join("data/test"),
+        TEST_SYNTH_SEED,
+        test_tasks,
+        demo.size,
+        frame,
+    )?;
     let seeds: Vec<u64> = (args.first_seed..args.first_seed + args.seeds).collect();
     let bars = MultiProgress::new();
     let mut results = Vec::new();
@@ -374,13 +385,8 @@ fn run_seed(
 ) -> anyhow::Result<(SeedResult, ExitCode)> {
     let start = Instant::now();
     let dir = args.out.join(format!("seed-{seed}"));
-    let overrides: Vec<String> = (demo.overrides.iter().map(|o| o.to_string()))
-        .chain(args.overrides.iter().cloned())
-        .collect();
-    let mut cfg = TrainConfig::from_toml_str(demo.config, &overrides).context("demo config")?;
-    cfg.model.seed = seed as i64;
-    cfg.data.seed = seed;
-    cfg.trainer.seed = seed;
+    let mut cfg = demo.config(args, seed)?;
+    let frame = cfg.model.answer_frame().context("demo config")?;
     let grpo_tasks = cfg.trainer.max_steps as usize * cfg.rollout.prompts_per_step as usize;
     if grpo_tasks == 0 {
         bail!("the demo draws one fresh task per GRPO prompt: set trainer.max_steps above 0");
@@ -388,9 +394,9 @@ fn run_seed(
     let warm_up_tasks = cfg.sft.steps as usize * cfg.sft.batch_size as usize;
     let data = dir.join("data");
     if warm_up_tasks > 0 {
-        cfg.sft.data = draw(&data.join("warm-up"), 2 * seed, warm_up_tasks, demo.size)?;
+        cfg.sft.data = draw(&data.join("warm-up"), 2 * seed, warm_up_tasks, demo.size, frame)?;
     }
-    cfg.data.train = draw(&data.join("train"), 2 * seed + 1, grpo_tasks, demo.size)?;
+    cfg.data.train = draw(&data.join("train"), 2 * seed + 1, grpo_tasks, demo.size, frame)?;
     cfg.data.test = test.to_path_buf();
     // The demo's reward spec unless an override names another.
     if cfg.reward.spec.as_os_str().is_empty() && cfg.reward.inline.is_empty() {
@@ -521,6 +527,18 @@ struct Demo {
 const WITHOUT_TOOL: [&str; 2] = ["tools.enabled=[]", "tools.warm_up_zoom_below=0"];
 
 impl Demo {
+    /// Seed `seed`'s config: the demo's with its overrides, then the user's, and the seed.
+    fn config(&self, args: &Args, seed: u64) -> anyhow::Result<TrainConfig> {
+        let overrides: Vec<String> = (self.overrides.iter().map(|o| o.to_string()))
+            .chain(args.overrides.iter().cloned())
+            .collect();
+        let mut cfg = TrainConfig::from_toml_str(self.config, &overrides).context("demo config")?;
+        cfg.model.seed = seed as i64;
+        cfg.data.seed = seed;
+        cfg.trainer.seed = seed;
+        Ok(cfg)
+    }
+
     fn of(args: &Args) -> Self {
         let (config, reward_spec, size) = match (args.tools, args.gpu) {
             // The easy preset's smallest size: 64 image tokens a prompt, so CPU steps stay short.
@@ -548,15 +566,15 @@ impl Demo {
 }
 
 /// Draws easy synthetic screenshots of `size` into `dir` with generator seed `seed` and instruct
-/// prompts (click points in resized pixels) until `tasks` click tasks are drawn, and keeps the first
+/// prompts (click points in `frame`, the model's) until `tasks` click tasks are drawn, and keeps the first
 /// `tasks` of them (the generator's "find all" detection tasks ask for a JSON list, a second format
 /// the tiny model would have to learn too); returns the samples file. The generator is
 /// prefix-stable, so the same seed and count always give the same tasks.
-fn draw(dir: &Path, seed: u64, tasks: usize, size: (u32, u32)) -> anyhow::Result<PathBuf> {
+fn draw(dir: &Path, seed: u64, tasks: usize, size: (u32, u32), frame: Frame) -> anyhow::Result<PathBuf> {
     // Easy screenshots hold about 1.8 click tasks each; ask for a few more than needed.
     let mut screenshots = (tasks as u64).div_ceil(3) * 2 + 8;
     loop {
-        let clicks = draw_screenshots(dir, seed, screenshots, size)?;
+        let clicks = draw_screenshots(dir, seed, screenshots, size, frame)?;
         if clicks.len() >= tasks {
             let kept = dir.join(CLICKS_FILE);
             write_jsonl(&kept, &clicks[..tasks])?;
@@ -577,6 +595,7 @@ fn draw_screenshots(
     seed: u64,
     screenshots: u64,
     size: (u32, u32),
+    frame: Frame,
 ) -> anyhow::Result<Vec<Sample>> {
     let config = SynthConfig {
         screenshots,
@@ -587,7 +606,7 @@ fn draw_screenshots(
             preset: Preset::Point,
             reasoning: Reasoning::None,
             model: ModelKind::Instruct,
-            frame: Frame::Resized,
+            frame,
         }),
     };
     generate(&config, dir).with_context(|| format!("drawing screenshots into {}", dir.display()))?;

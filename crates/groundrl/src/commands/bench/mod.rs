@@ -8,7 +8,7 @@ pub mod train;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use groundrl_tensor::bench::StepShape;
 use groundrl_tensor::family;
 use groundrl_tensor::hf_folder::{self, RandomFolder};
@@ -88,8 +88,8 @@ pub struct ModelArgs {
     /// HF model folder; without it, a random-init model of `--preset` is built on the device.
     #[arg(long)]
     model: Option<PathBuf>,
-    /// Built-in shape for a random-init model: `3b` (Qwen2.5-VL-3B), or `tiny` or `qwen3-tiny` (a
-    /// Qwen3-VL of `tiny`'s size), both with Qwen's vocabulary.
+    /// Built-in shape for a random-init model with Qwen's vocabulary (`groundrl model init`'s
+    /// presets): `3b` (Qwen2.5-VL-3B), `qwen3-4b` (Qwen3-VL-4B), `tiny`, `qwen3-tiny`, ...
     #[arg(long, default_value = "3b")]
     preset: String,
     #[arg(long, default_value = "bf16")]
@@ -111,12 +111,7 @@ impl ModelArgs {
         let model = match &self.model {
             Some(dir) => family::load(dir, device, kind)?,
             None => {
-                let shape = match self.preset.as_str() {
-                    "3b" => RandomFolder::Qwen3b,
-                    "tiny" => RandomFolder::Tiny,
-                    "qwen3-tiny" => RandomFolder::Qwen3Tiny,
-                    other => bail!("unknown preset {other:?}: use 3b, tiny or qwen3-tiny"),
-                };
+                let shape = RandomFolder::from_name(&self.preset).map_err(anyhow::Error::msg)?;
                 hf_folder::random_model(shape, device, kind, 0)?
             }
         };

@@ -1,15 +1,15 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::bail;
 use groundrl_tensor::hf_folder::{self, RandomFolder};
 
 #[derive(clap::Args)]
 pub struct Args {
     /// `tiny`: a small model with our tokenizer, chat template and a CPU-sized pixel budget (complete
-    /// folder); `small`: the same with about 30M parameters; `qwen3-tiny`: a Qwen3-VL of `tiny`'s
-    /// size (complete folder); `3b`, `7b`: Qwen2.5-VL-3B's or 7B's shape
-    /// (config and weights only: Qwen's tokenizer cannot be shipped; see `--tiny-tokenizer`).
+    /// folder); `small`: the same with about 30M parameters; `qwen3-tiny`, `qwen3-small`: Qwen3-VL
+    /// models of those sizes (complete folders); `3b`, `7b`: Qwen2.5-VL-3B's or 7B's shape, and
+    /// `qwen3-2b`, `qwen3-4b`, `qwen3-8b`: Qwen3-VL's (config and weights only: Qwen's tokenizer
+    /// cannot be shipped; see `--tiny-tokenizer`).
     #[arg(long)]
     preset: String,
     /// Folder to write (created if missing).
@@ -22,7 +22,7 @@ pub struct Args {
     /// Where the random weights are made (`cuda` is much faster for the 3B shape).
     #[arg(long, default_value = "cpu")]
     device: String,
-    /// With `3b` or `7b`: the tiny tokenizer's special ids in the config, and the tokenizer, our chat
+    /// With a released shape (`3b`, `7b`, `qwen3-2b`, ...): the tiny tokenizer's special ids in the config, and the tokenizer, our chat
     /// template and a preprocessor config beside the weights: a complete folder that `groundrl train`
     /// loads as `model.path` (what the trainer's own `3b` and `7b` presets write into the run folder,
     /// drawn on the CPU there). The `tiny` and `small` folders always have them.
@@ -33,15 +33,8 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let kind = super::parse_dtype(&args.dtype)?;
     let device = super::parse_device(&args.device)?;
-    let folder = match args.preset.as_str() {
-        "tiny" => RandomFolder::Tiny,
-        "small" => RandomFolder::Small,
-        "qwen3-tiny" => RandomFolder::Qwen3Tiny,
-        "3b" => RandomFolder::Qwen3b,
-        "7b" => RandomFolder::Qwen7b,
-        other => bail!("unknown preset {other:?}: use tiny, small, qwen3-tiny, 3b or 7b"),
-    };
-    let released = matches!(folder, RandomFolder::Qwen3b | RandomFolder::Qwen7b);
+    let folder = RandomFolder::from_name(&args.preset).map_err(anyhow::Error::msg)?;
+    let released = folder.is_released_shape();
     if released && !args.tiny_tokenizer {
         let shape = hf_folder::write_weights(&args.out, folder, args.seed, kind, device)?;
         eprintln!(
