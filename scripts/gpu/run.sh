@@ -43,10 +43,10 @@ fi
 if want parity; then
 echo "== 2. 3B bf16 parity"
 "$bin" model init --preset 3b --out "$work/q3b" --dtype bf16 --device cuda || exit 1
-$py "$root/scripts/gpu/qwen2_5_vl_3b_parity.py" --model "$work/q3b" --work "$work" || exit 1
+$py "$root/scripts/gpu/bf16_parity.py" --model "$work/q3b" --work "$work" || exit 1
 "$bin" model logits --model "$work/q3b" --inputs "$work/inputs.safetensors" --out "$work/ours_logits.safetensors" \
   --dtype bf16 --device cuda || exit 1
-$py "$root/scripts/gpu/qwen2_5_vl_3b_parity.py" --model "$work/q3b" --work "$work" --compare | tee "$out/parity_3b.json"
+$py "$root/scripts/gpu/bf16_parity.py" --model "$work/q3b" --work "$work" --compare | tee "$out/parity_3b.json"
 fi
 
 if want bench; then
