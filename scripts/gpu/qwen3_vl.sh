@@ -6,9 +6,12 @@
 #           beside transformers' `generate` on the same shapes;
 #   train   the 4B shape's full fine-tuning step (8 rows, the vision tower trained, and frozen) beside
 #           transformers' training step on the same rows;
+#   plan    `groundrl plan` against the measured peak of two GRPO steps of configs/3b-1gpu.toml with the
+#           4B shape (`model.preset=qwen3-4b`, prompts in its 0-1000 frame): as it is, with LoRA, with
+#           the vision tower trained;
 #   demo    `groundrl demo --gpu` with the `qwen3-small` preset: 3 seeds, 1,000 held-out tasks.
 # It expects the GPU build at .device/groundrl (scripts/gpu/build.sh). Usage on the GPU machine:
-# bash scripts/gpu/qwen3_vl.sh [parity] [rollout] [train] [demo] (parity, rollout and train when none is
+# bash scripts/gpu/qwen3_vl.sh [parity] [rollout] [train] [plan] [demo] (parity, rollout and train when none is
 # named). Output: JSON lines under $OUT (default /tmp/groundrl-gpu/out).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -61,6 +64,19 @@ echo "== train: qwen3-4b full fine-tuning step, 8 rows of grid $grid + 128 compl
   tee -a "$out/train_qwen3-4b.jsonl"
 $py "$root/scripts/bench/train_hf.py" --model "$(folder qwen3-4b)" --grid $grid --rows 8 2>&1 | grep '^{' |
   tee -a "$out/train_qwen3-4b.jsonl"
+fi
+
+if want plan; then
+echo "== plan: memory plan vs measured peak, 4B shape, configs/3b-1gpu.toml (two steps each)"
+grpo=$work/grpo-plan
+rm -rf "$grpo" && mkdir -p "$grpo"
+"$bin" synth --out "$grpo/data" --n 30 --seed 0 --difficulty medium --prompt instruct --answer-frame qwen1000 > /dev/null
+gpu_gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | awk '{printf "%d", $1/1024}')
+source "$root/scripts/gpu/plan-check.sh"
+variant() { plan_check configs/3b-1gpu.toml "$grpo" "$@" model.preset=qwen3-4b; }
+variant qwen3-4b | tee -a "$out/plan_check_qwen3-4b.jsonl"
+variant qwen3-4b-lora16 model.lora_rank=16 model.lora_alpha=32 | tee -a "$out/plan_check_qwen3-4b.jsonl"
+variant qwen3-4b-vision model.freeze_vision=false | tee -a "$out/plan_check_qwen3-4b.jsonl"
 fi
 
 if want demo; then

@@ -144,23 +144,8 @@ grpo=$work/grpo-plan
 rm -rf "$grpo" && mkdir -p "$grpo"
 "$bin" synth --out "$grpo/data" --n 30 --seed 0 --difficulty medium --prompt instruct > /dev/null
 gpu_gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | awk '{printf "%d", $1/1024}')
-variant() { # $1 = name, rest = overrides
-  local name=$1; shift
-  local o=(data.train="$grpo/data/samples.jsonl" 'data.val=""' trainer.run_dir="$grpo/$name" trainer.max_steps=2
-    trainer.save_freq=0 trainer.test_freq=0 "$@")
-  local planned
-  planned=$(cd "$root" && "$bin" plan configs/3b-1gpu.toml "${o[@]}" --gpu-memory "${gpu_gib}GiB" | awk '/^peak/ {print $NF}')
-  (cd "$root" && "$bin" train configs/3b-1gpu.toml "${o[@]}" --gpu-memory-gib "$gpu_gib") > /dev/null 2>&1
-  $py - "$grpo/$name/metrics.jsonl" "$name" "$planned" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-peak = max(r["train"]["peak_memory_bytes"] for r in rows) / 2**30
-planned = float(sys.argv[3])
-print(json.dumps({"config": sys.argv[2], "planned_gib": planned, "measured_gib": round(peak, 3),
-                  "error": round((planned - peak) / peak, 4),
-                  "time_step_s": [round(r["train"]["time/step"], 2) for r in rows]}))
-PY
-}
+source "$root/scripts/gpu/plan-check.sh"
+variant() { plan_check configs/3b-1gpu.toml "$grpo" "$@"; }
 variant lora16 model.lora_rank=16 model.lora_alpha=32 | tee -a "$out/plan_check.jsonl"
 variant n16 rollout.n=16 trainer.mini_batch_size=128 | tee -a "$out/plan_check.jsonl"
 variant vision model.freeze_vision=false | tee -a "$out/plan_check.jsonl"

@@ -1,0 +1,22 @@
+# Sourced by scripts/gpu/run.sh and scripts/gpu/qwen3_vl.sh (which set $root, $bin, $py and $gpu_gib):
+# `plan_check CONFIG DIR NAME [OVERRIDES...]` asks `groundrl plan` for CONFIG's peak device memory with
+# the overrides, trains two GRPO steps of it on DIR/data/samples.jsonl into DIR/NAME, and prints one
+# JSON line: the planned and measured peaks (GiB), the plan's relative error and the steps' times.
+plan_check() {
+  local config=$1 dir=$2 name=$3
+  shift 3
+  local o=(data.train="$dir/data/samples.jsonl" 'data.val=""' trainer.run_dir="$dir/$name" trainer.max_steps=2
+    trainer.save_freq=0 trainer.test_freq=0 "$@")
+  local planned
+  planned=$(cd "$root" && "$bin" plan "$config" "${o[@]}" --gpu-memory "${gpu_gib}GiB" | awk '/^peak/ {print $NF}')
+  (cd "$root" && "$bin" train "$config" "${o[@]}" --gpu-memory-gib "$gpu_gib") > /dev/null 2>&1
+  $py - "$dir/$name/metrics.jsonl" "$name" "$planned" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+peak = max(r["train"]["peak_memory_bytes"] for r in rows) / 2**30
+planned = float(sys.argv[3])
+print(json.dumps({"config": sys.argv[2], "planned_gib": planned, "measured_gib": round(peak, 3),
+                  "error": round((planned - peak) / peak, 4),
+                  "time_step_s": [round(r["train"]["time/step"], 2) for r in rows]}))
+PY
+}
