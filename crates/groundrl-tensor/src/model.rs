@@ -25,12 +25,14 @@ use crate::family::Family;
 use crate::lora::LoraSpec;
 use crate::model_error::ModelError;
 use crate::rollout::kv_cache::KvCache;
+use crate::scores;
 
 pub use crate::qwen2_5_vl::BranchRow;
 pub use crate::qwen2_5_vl::branches::scored_pairs;
 pub use crate::qwen2_5_vl::flops::Sequence;
-pub use crate::qwen2_5_vl::model::{Batch, ImageFeatures, TokenScores};
+pub use crate::qwen2_5_vl::model::{Batch, ImageFeatures};
 pub use crate::qwen2_5_vl::rope_index::{Grid, RopeIndex};
+pub use crate::scores::TokenScores;
 
 /// The shape of a family's KV cache: one key and one value tensor per decoder layer, each
 /// (rows, `kv_heads`, columns, `head_dim`).
@@ -270,6 +272,10 @@ pub trait Model: Decoder + ForwardFlops {
         checkpoint: bool,
     ) -> Result<Box<dyn TrainingPass + 'a>, ModelError>;
 
+    /// The output head (vocabulary, hidden): the tied embedding or the separate `lm_head`, what the
+    /// scorers below project the scored hidden states with.
+    fn output_weight(&self) -> &Tensor;
+
     /// Log-probs (B, L) of the tokens where `scored` (B, L) is true, each predicted by the hidden
     /// state (B, L, hidden) before it; 0 elsewhere.
     fn logprobs_at(
@@ -278,7 +284,9 @@ pub trait Model: Decoder + ForwardFlops {
         ids: &Tensor,
         scored: &Tensor,
         chunk: i64,
-    ) -> Result<Tensor, ModelError>;
+    ) -> Result<Tensor, ModelError> {
+        scores::logprobs_at(self.output_weight(), hidden, ids, scored, chunk)
+    }
 
     /// [`Self::logprobs_at`] with each scored token's next-token entropy.
     fn scores_at(
@@ -287,7 +295,9 @@ pub trait Model: Decoder + ForwardFlops {
         ids: &Tensor,
         scored: &Tensor,
         chunk: i64,
-    ) -> Result<TokenScores, ModelError>;
+    ) -> Result<TokenScores, ModelError> {
+        scores::logprobs_and_entropy_at(self.output_weight(), hidden, ids, scored, chunk)
+    }
 
     /// Log-probs and entropies at `pairs`, (targets, predictors) of flat indices into (B, L), in the
     /// pairs' order ([`scored_pairs`]): how branched rows score.
@@ -295,7 +305,16 @@ pub trait Model: Decoder + ForwardFlops {
         &self,
         hidden: &Tensor,
         ids: &Tensor,
-        pairs: (&Tensor, &Tensor),
+        (targets_at, predictors_at): (&Tensor, &Tensor),
         chunk: i64,
-    ) -> Result<TokenScores, ModelError>;
+    ) -> Result<TokenScores, ModelError> {
+        scores::logprobs_and_entropy_of_pairs(
+            self.output_weight(),
+            hidden,
+            ids,
+            targets_at,
+            predictors_at,
+            chunk,
+        )
+    }
 }

@@ -80,9 +80,9 @@ fn a_training_pass_through_the_trait_is_the_family_s_own() {
 
     let own = Qwen3Vl::load(&fixture("tiny_a"), Device::Cpu, Kind::Float).unwrap();
     let run = own.training_forward(&batch, true).unwrap();
-    let logprobs =
-        groundrl_tensor::qwen3_vl::scores::logprobs_at(&own.text, &run.hidden, &run.prepared.ids, &scored, 3)
-            .unwrap();
+    let logprobs = own
+        .logprobs_at(&run.hidden, &run.prepared.ids, &scored, 3)
+        .unwrap();
     let own_loss = -logprobs.sum(Kind::Float) / 12.0;
     assert!((own_loss.double_value(&[]) - value).abs() < 1e-9, "{value}");
     run.backward(&own_loss).unwrap();

@@ -8,9 +8,9 @@ mod qwen3_vl_fixtures;
 
 use std::collections::BTreeMap;
 
+use groundrl_tensor::model::Model;
 use groundrl_tensor::qwen2_5_vl::branches::scored_pairs;
 use groundrl_tensor::qwen2_5_vl::model::ImageFeatures;
-use groundrl_tensor::qwen3_vl::scores::{logprobs_and_entropy_at, logprobs_and_entropy_of_pairs};
 use groundrl_tensor::qwen3_vl::{Batch, BranchRow, Qwen3Vl};
 use qwen3_vl_fixtures::{fixture, golden};
 use tch::{Device, Kind, Tensor};
@@ -72,7 +72,9 @@ fn loss_and_gradients(
     }
     let run = model.training_forward_from(batch, source, checkpoint).unwrap();
     let scored = last_columns(batch, 5);
-    let scores = logprobs_and_entropy_at(&model.text, &run.hidden, &run.prepared.ids, &scored, 4).unwrap();
+    let scores = model
+        .scores_at(&run.hidden, &run.prepared.ids, &scored, 4)
+        .unwrap();
     let loss = -scores.logprobs.sum(Kind::Float) / 15.0 - scores.entropy.sum(Kind::Float) * 0.01;
     let value = loss.double_value(&[]);
     run.backward(&loss).unwrap();
@@ -234,7 +236,9 @@ fn branched_rows_score_and_train_as_one_row_per_completion() {
         let n = completion.len() as i64;
         let _ = scored.get(row as i64).narrow(0, 28 - n, n).fill_(1);
     }
-    let by_row = logprobs_and_entropy_at(&model.text, &run.hidden, &run.prepared.ids, &scored, 3).unwrap();
+    let by_row = model
+        .scores_at(&run.hidden, &run.prepared.ids, &scored, 3)
+        .unwrap();
     let (row_lp, row_entropy) = (
         by_row.logprobs.masked_select(&scored),
         by_row.entropy.masked_select(&scored),
@@ -249,8 +253,9 @@ fn branched_rows_score_and_train_as_one_row_per_completion() {
             true
         });
     let ids = &run.prepared.ids;
-    let flat =
-        logprobs_and_entropy_of_pairs(&model.text, &run.hidden, ids, &targets, &predictors, 3).unwrap();
+    let flat = model
+        .scores_of_pairs(&run.hidden, ids, (&targets, &predictors), 3)
+        .unwrap();
     run.backward(&flat.logprobs.sum(Kind::Float)).unwrap();
     let branch_grads = grads();
 

@@ -3,8 +3,8 @@
 //! gradient reaches the model's parameters.
 
 use groundrl_tensor::hf_folder::tiny_ids;
+use groundrl_tensor::model::Model;
 use groundrl_tensor::processor::tiny_tokenizer::VOCAB_SIZE;
-use groundrl_tensor::qwen2_5_vl::model::{logprobs_and_entropy_at, logprobs_at};
 use groundrl_tensor::qwen2_5_vl::{Batch, Qwen25Vl, presets};
 use groundrl_train::loss::{LossConfig, LossInputs, LossScale, policy_loss};
 use tch::{Device, Kind, Tensor};
@@ -41,8 +41,8 @@ fn chunked_entropies_equal_the_full_logits_reference() {
         .unwrap()
         .set_requires_grad(true);
     // Chunks of 3 rows over the 8 scored tokens: 3 + 3 + 2.
-    let scores = logprobs_and_entropy_at(&model.text, &hidden, &ids, &scored, 3).unwrap();
-    let plain = logprobs_at(&model.text, &hidden, &ids, &scored, 3).unwrap();
+    let scores = model.scores_at(&hidden, &ids, &scored, 3).unwrap();
+    let plain = model.logprobs_at(&hidden, &ids, &scored, 3).unwrap();
     assert!(
         scores.logprobs.equal(&plain),
         "the entropy variant changes no log-prob"
@@ -90,7 +90,9 @@ fn the_policy_loss_backpropagates_into_the_model() {
     let model = tiny();
     let (batch, scored) = batch();
     let run = model.training_forward(&batch, false).unwrap();
-    let scores = logprobs_and_entropy_at(&model.text, &run.hidden, &run.prepared.ids, &scored, 4).unwrap();
+    let scores = model
+        .scores_at(&run.hidden, &run.prepared.ids, &scored, 4)
+        .unwrap();
     let cfg = LossConfig {
         entropy_coef: 0.01,
         ..LossConfig::default()

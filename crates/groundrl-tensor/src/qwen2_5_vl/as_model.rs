@@ -6,7 +6,7 @@ use std::path::Path;
 use tch::{Tensor, nn};
 
 use super::config::Qwen25VlConfig;
-use super::model::{self, Batch, ImageFeatures, TokenScores};
+use super::model::{Batch, ImageFeatures};
 use super::training::TrainingForward;
 use super::{Qwen25Vl, flops, presets};
 use crate::family::Family;
@@ -137,33 +137,7 @@ impl Model for Qwen25Vl {
         Ok(Box::new(self.training_forward_from(batch, source, checkpoint)?))
     }
 
-    fn logprobs_at(
-        &self,
-        hidden: &Tensor,
-        ids: &Tensor,
-        scored: &Tensor,
-        chunk: i64,
-    ) -> Result<Tensor, ModelError> {
-        model::logprobs_at(&self.text, hidden, ids, scored, chunk)
-    }
-
-    fn scores_at(
-        &self,
-        hidden: &Tensor,
-        ids: &Tensor,
-        scored: &Tensor,
-        chunk: i64,
-    ) -> Result<TokenScores, ModelError> {
-        model::logprobs_and_entropy_at(&self.text, hidden, ids, scored, chunk)
-    }
-
-    fn scores_of_pairs(
-        &self,
-        hidden: &Tensor,
-        ids: &Tensor,
-        (targets_at, predictors_at): (&Tensor, &Tensor),
-        chunk: i64,
-    ) -> Result<TokenScores, ModelError> {
-        model::logprobs_and_entropy_of_pairs(&self.text, hidden, ids, targets_at, predictors_at, chunk)
+    fn output_weight(&self) -> &Tensor {
+        self.text.output_weight()
     }
 }

@@ -14,7 +14,6 @@ use super::vision::VisionTower;
 use super::{Qwen25VlConfig, weights};
 use crate::model_error::ModelError;
 use crate::scores;
-pub use crate::scores::TokenScores;
 
 /// A batch of token sequences of one length (left padding marked by the attention mask) with the
 /// images their placeholders stand for, in order of appearance.
@@ -287,49 +286,8 @@ impl Qwen25Vl {
     pub fn token_logprobs(&self, batch: &Batch, scored: &Tensor, chunk: i64) -> Result<Tensor, ModelError> {
         let p = self.prepare(batch)?;
         let hidden = self.text.forward(&p.embeds, &p.rotary, &p.mask);
-        logprobs_at(&self.text, &hidden, &p.ids, scored, chunk)
+        scores::logprobs_at(self.text.output_weight(), &hidden, &p.ids, scored, chunk)
     }
-}
-
-/// See [`Qwen25Vl::token_logprobs`]; `hidden` are final normed hidden states (B, L, hidden).
-pub fn logprobs_at(
-    text: &TextModel,
-    hidden: &Tensor,
-    ids: &Tensor,
-    scored: &Tensor,
-    chunk: i64,
-) -> Result<Tensor, ModelError> {
-    scores::logprobs_at(text.output_weight(), hidden, ids, scored, chunk)
-}
-
-/// [`scores::logprobs_and_entropy_at`] through this decoder's output head.
-pub fn logprobs_and_entropy_at(
-    text: &TextModel,
-    hidden: &Tensor,
-    ids: &Tensor,
-    scored: &Tensor,
-    chunk: i64,
-) -> Result<TokenScores, ModelError> {
-    scores::logprobs_and_entropy_at(text.output_weight(), hidden, ids, scored, chunk)
-}
-
-/// [`scores::logprobs_and_entropy_of_pairs`] through this decoder's output head.
-pub fn logprobs_and_entropy_of_pairs(
-    text: &TextModel,
-    hidden: &Tensor,
-    ids: &Tensor,
-    targets_at: &Tensor,
-    predictors_at: &Tensor,
-    chunk: i64,
-) -> Result<TokenScores, ModelError> {
-    scores::logprobs_and_entropy_of_pairs(
-        text.output_weight(),
-        hidden,
-        ids,
-        targets_at,
-        predictors_at,
-        chunk,
-    )
 }
 
 /// Positions and attention mask of plain rows: causal, padded keys hidden where there is padding.

@@ -6,7 +6,6 @@ use std::path::Path;
 use tch::{Tensor, nn};
 
 use super::config::Qwen3VlConfig;
-use super::scores::{self, TokenScores};
 use super::training::TrainingForward;
 use super::{Batch, Qwen3Vl, flops, presets};
 use crate::family::Family;
@@ -138,33 +137,7 @@ impl Model for Qwen3Vl {
         Ok(Box::new(self.training_forward_from(batch, source, checkpoint)?))
     }
 
-    fn logprobs_at(
-        &self,
-        hidden: &Tensor,
-        ids: &Tensor,
-        scored: &Tensor,
-        chunk: i64,
-    ) -> Result<Tensor, ModelError> {
-        scores::logprobs_at(&self.text, hidden, ids, scored, chunk)
-    }
-
-    fn scores_at(
-        &self,
-        hidden: &Tensor,
-        ids: &Tensor,
-        scored: &Tensor,
-        chunk: i64,
-    ) -> Result<TokenScores, ModelError> {
-        scores::logprobs_and_entropy_at(&self.text, hidden, ids, scored, chunk)
-    }
-
-    fn scores_of_pairs(
-        &self,
-        hidden: &Tensor,
-        ids: &Tensor,
-        (targets_at, predictors_at): (&Tensor, &Tensor),
-        chunk: i64,
-    ) -> Result<TokenScores, ModelError> {
-        scores::logprobs_and_entropy_of_pairs(&self.text, hidden, ids, targets_at, predictors_at, chunk)
+    fn output_weight(&self) -> &Tensor {
+        self.text.output_weight()
     }
 }

@@ -18,7 +18,6 @@ pub mod grid;
 pub mod lora;
 pub mod model;
 pub mod presets;
-pub mod scores;
 pub mod text;
 pub mod training;
 pub mod vision;

@@ -16,7 +16,6 @@ use std::path::Path;
 
 use tch::{Device, Kind, Tensor, nn};
 
-use super::scores::logprobs_at;
 use super::text::{self, DeepStack, TextModel};
 use super::vision::{VisionOutput, VisionTower};
 use super::{ModelError, Qwen3VlConfig};
@@ -273,7 +272,7 @@ impl Qwen3Vl {
         let hidden = self
             .text
             .forward(&p.embeds, &p.rotary, &p.mask, p.deepstack.as_ref())?;
-        logprobs_at(&self.text, &hidden, &p.ids, scored, chunk)
+        crate::scores::logprobs_at(self.text.output_weight(), &hidden, &p.ids, scored, chunk)
     }
 }
 
