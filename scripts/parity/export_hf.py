@@ -1,10 +1,11 @@
 """transformers 5.17 loads what `groundrl export` writes, and its logits equal groundrl's.
 
-Trains the tiny preset for 2 GRPO steps on the CPU in f32, once with full weights and once with LoRA
-(rank 4, merged into the weights by the export), on easy synthetic screenshots; exports each run with
-`groundrl export`; then, for each exported folder:
+Trains each family's tiny preset (`tiny`: Qwen2.5-VL, `qwen3-tiny`: Qwen3-VL) for 2 GRPO steps on the
+CPU in f32, once with full weights and once with LoRA (rank 4, merged into the weights by the export),
+on easy synthetic screenshots; exports each run with `groundrl export`; then, for each exported folder:
 
-- loads it with transformers' AutoProcessor and Qwen2_5_VLForConditionalGeneration.from_pretrained
+- loads it with transformers' AutoProcessor and AutoModelForImageTextToText.from_pretrained (which
+  picks Qwen2_5_VLForConditionalGeneration or Qwen3VLForConditionalGeneration by `model_type`)
   (output_loading_info: missing, unexpected and mismatched tensors must all be none, so every tensor
   is read under the name transformers expects);
 - encodes a fixed input with transformers' processor: the committed screenshot
@@ -19,6 +20,7 @@ Not run by scripts/test.sh (which runs scripts/parity/*.sh): its environment is 
 (scripts/hf-env.sh), which CI does not install.
 
 Usage: py=$(scripts/hf-env.sh) && "$py" scripts/parity/export_hf.py [--bin target/release/groundrl]
+       [--presets tiny,qwen3-tiny]
 """
 
 import argparse
@@ -32,7 +34,7 @@ import torch
 import transformers
 from PIL import Image
 from safetensors.torch import load_file, save_file
-from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
+from transformers import AutoModelForImageTextToText, AutoProcessor
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "../.."))
 IMAGE = os.path.join(ROOT, "crates/groundrl-tensor/tests/fixtures/processor/wide_108x192.png")
@@ -47,7 +49,7 @@ CHATS = [
 
 CONFIG = """
 [model]
-preset = "tiny"
+preset = "{preset}"
 dtype = "f32"
 device = "cpu"
 gradient_checkpointing = false
@@ -93,8 +95,8 @@ def compare(binary, folder, work):
     """Max |diff| of transformers' and groundrl's logits on the real tokens, and the loading report."""
     processor = AutoProcessor.from_pretrained(folder)
     processor.tokenizer.padding_side = "left"
-    model, info = Qwen2_5_VLForConditionalGeneration.from_pretrained(
-        folder, dtype=torch.float32, output_loading_info=True)
+    model, info = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32,
+                                                              output_loading_info=True)
     model.eval()
     problems = {k: v for k, v in info.items() if v}
     texts = [processor.apply_chat_template(c, add_generation_prompt=True) for c in CHATS]
@@ -111,13 +113,14 @@ def compare(binary, folder, work):
     real = enc["attention_mask"].bool()
     diff = (hf - ours).abs()[real].max().item()
     scale = hf[real].abs().max().item()
-    return diff, scale, tuple(hf.shape), problems
+    return diff, scale, tuple(hf.shape), problems, type(model).__name__
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=os.path.join(ROOT, "target/release/groundrl"))
     ap.add_argument("--tolerance", type=float, default=1e-4)
+    ap.add_argument("--presets", default="tiny,qwen3-tiny", help="the presets to train and export")
     args = ap.parse_args()
     commit = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True,
                             text=True).stdout.strip()
@@ -129,17 +132,19 @@ def main():
     with tempfile.TemporaryDirectory() as work:
         data = os.path.join(work, "data")
         groundrl(args.bin, "synth", "--n", "8", "--difficulty", "easy", "--out", data)
-        with open(os.path.join(work, "config.toml"), "w") as f:
-            f.write(CONFIG.format(data=os.path.join(data, "samples.jsonl"), spec=SPEC))
-        for name, overrides in [("full", []), ("lora", ["model.lora_rank=4"])]:
-            folder = train_and_export(args.bin, work, name, overrides)
-            diff, scale, shape, problems = compare(args.bin, folder, work)
-            ok = not problems and diff <= args.tolerance
-            failed |= not ok
-            report = problems or "no missing, unexpected or mismatched tensors"
-            print(f"{name}: logits {shape}, max |transformers - groundrl| {diff:.3e} over the real "
-                  f"tokens (max |logit| {scale:.3f}); loading report: {report}; "
-                  f"{'ok' if ok else 'FAILED'}")
+        for preset in args.presets.split(","):
+            with open(os.path.join(work, "config.toml"), "w") as f:
+                f.write(CONFIG.format(preset=preset, data=os.path.join(data, "samples.jsonl"), spec=SPEC))
+            for kind, overrides in [("full", []), ("lora", ["model.lora_rank=4"])]:
+                name = f"{preset}-{kind}"
+                folder = train_and_export(args.bin, work, name, overrides)
+                diff, scale, shape, problems, loaded_as = compare(args.bin, folder, work)
+                ok = not problems and diff <= args.tolerance
+                failed |= not ok
+                report = problems or "no missing, unexpected or mismatched tensors"
+                print(f"{name}: {loaded_as}, logits {shape}, max |transformers - groundrl| {diff:.3e} over "
+                      f"the real tokens (max |logit| {scale:.3f}); loading report: {report}; "
+                      f"{'ok' if ok else 'FAILED'}")
     sys.exit(1 if failed else 0)
 
 
