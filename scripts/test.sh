@@ -9,13 +9,6 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 eval "$(scripts/setup-libtorch.sh)"
 
-# libtorch's OpenMP threads (libgomp) spin while they wait for work by default. The tests' tiny models
-# run short operations, so most of that spinning is waste, and it takes the cores from the tests and
-# worker processes that run beside it: a 3-step tiny `groundrl train` beside another build took
-# 23.1 s of CPU (37.1 s wall) by default and 7.9 s (14.7 s) with passive waiting (docs/performance.md,
-# "The test suite on a fresh clone").
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
-
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 

@@ -10,9 +10,15 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-/// The binary under test, to add arguments to.
+/// The binary under test, to add arguments to. Its OpenMP threads wait passively: libtorch's
+/// (libgomp's) spin by default, and the CLI tests run processes of the tiny model two at a time
+/// (workers, or two tests) whose spinning takes the cores from each other: `tests/cli_train.rs`
+/// took 114 s with spinning and 41 s without on the 2-core AMD EPYC VM. In-process tests keep the
+/// default, which was faster for them (`groundrl-train/tests/grpo_learns.rs`: 47 s against 81 s).
 pub fn command() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_groundrl"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_groundrl"));
+    command.env("OMP_WAIT_POLICY", "PASSIVE");
+    command
 }
 
 /// Runs the binary with `args`, whatever its exit status.
