@@ -15,19 +15,9 @@
 # named). Output: JSON lines under $OUT (default /tmp/groundrl-gpu/out).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-py=${PYTHON:-/opt/torch/.venv/bin/python}
-PYTHON=$py
-source "$root/scripts/gpu/env.sh"
-bin=$root/.device/groundrl
-work=${WORK:-/tmp/groundrl-gpu}
-out=${OUT:-$work/out}
-mkdir -p "$work" "$out"
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 parts=${*:-parity rollout train}
-want() { [[ " $parts " == *" $1 "* ]]; }
+source "$root/scripts/gpu/session.sh"
 grid=1x46x80
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-case "$gpu" in *H100*) bw=3350 ;; *) bw=4800 ;; esac
 
 # A random-init folder of `preset` in bf16 at $work/$preset (made once).
 folder() {
@@ -71,7 +61,6 @@ echo "== plan: memory plan vs measured peak, 4B shape, configs/3b-1gpu.toml (two
 grpo=$work/grpo-plan
 rm -rf "$grpo" && mkdir -p "$grpo"
 "$bin" synth --out "$grpo/data" --n 30 --seed 0 --difficulty medium --prompt instruct --answer-frame qwen1000 > /dev/null
-gpu_gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | awk '{printf "%d", $1/1024}')
 source "$root/scripts/gpu/plan-check.sh"
 variant() { plan_check configs/3b-1gpu.toml "$grpo" "$@" model.preset=qwen3-4b; }
 variant qwen3-4b | tee -a "$out/plan_check_qwen3-4b.jsonl"

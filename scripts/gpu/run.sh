@@ -11,16 +11,8 @@
 # `attention` times one layer's decoding attention alone (`groundrl bench attention`).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-py=${PYTHON:-/opt/torch/.venv/bin/python}
-PYTHON=$py
-source "$root/scripts/gpu/env.sh"
-bin=$root/.device/groundrl
-work=${WORK:-/tmp/groundrl-gpu}
-out=${OUT:-$work/out}
-mkdir -p "$work" "$out"
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 parts=${*:-goldens parity bench rollout train}
-want() { [[ " $parts " == *" $1 "* ]]; }
+source "$root/scripts/gpu/session.sh"
 
 if want goldens; then
 echo "== 1. tiny goldens on this machine (cpu, cuda) vs committed"
@@ -62,8 +54,6 @@ fi
 
 if want rollout; then
 echo "== 4. rollout: groundrl vs HF generate, 3B shape, 1,262-token screenshot prompts, 128 new tokens"
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-case "$gpu" in *H100*) bw=3350 ;; *) bw=4800 ;; esac
 for n in 1 8; do
   "$bin" bench rollout --preset 3b --dtype bf16 --device cuda --prompts 8 --n $n --bandwidth-gbs $bw --compare-eager | tee -a "$out/rollout_3b.jsonl"
 done
@@ -77,7 +67,6 @@ echo "== 5. training: GRPO steps of 8 prompts x 8 samples (3B shape), plan vs pe
 grpo=$work/grpo
 rm -rf "$grpo" && mkdir -p "$grpo"
 "$bin" synth --out "$grpo/data" --n 30 --seed 0 --difficulty medium --prompt instruct
-gpu_gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | awk '{printf "%d", $1/1024}')
 overrides=(data.train="$grpo/data/samples.jsonl" 'data.val=""' trainer.run_dir="$grpo/run" trainer.max_steps=3
   trainer.save_freq=0 trainer.test_freq=0)
 (cd "$root" && "$bin" plan configs/3b-1gpu.toml "${overrides[@]}" --gpu-memory "${gpu_gib}GiB") | tee "$out/plan_3b.txt"
@@ -119,7 +108,6 @@ done
 grpo=$work/grpo-cudnn
 rm -rf "$grpo" && mkdir -p "$grpo"
 "$bin" synth --out "$grpo/data" --n 30 --seed 0 --difficulty medium --prompt instruct > /dev/null
-gpu_gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | awk '{printf "%d", $1/1024}')
 for cudnn in false true; do
   # The second run starts from the first one's initial model instead of writing the preset again.
   model=(); [ "$cudnn" = true ] && model=(model.preset=none model.path="$grpo/false/initial-model")
@@ -143,7 +131,6 @@ echo "== 6. memory plan vs measured peak for more 3B-shape GRPO configs (two ste
 grpo=$work/grpo-plan
 rm -rf "$grpo" && mkdir -p "$grpo"
 "$bin" synth --out "$grpo/data" --n 30 --seed 0 --difficulty medium --prompt instruct > /dev/null
-gpu_gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | awk '{printf "%d", $1/1024}')
 source "$root/scripts/gpu/plan-check.sh"
 variant() { plan_check configs/3b-1gpu.toml "$grpo" "$@"; }
 variant lora16 model.lora_rank=16 model.lora_alpha=32 | tee -a "$out/plan_check.jsonl"
@@ -184,8 +171,6 @@ fi
 
 if want profile; then
 echo "== 9. where the device time goes: kernel tables of a batch-64 rollout and a training step (3B shape)"
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-case "$gpu" in *H100*) bw=3350 ;; *) bw=4800 ;; esac
 prof=$work/profile
 rm -rf "$prof" && mkdir -p "$prof"
 "$bin" bench rollout --preset 3b --dtype bf16 --device cuda --prompts 8 --n 8 --bandwidth-gbs $bw \
@@ -206,8 +191,6 @@ fi
 
 if want attention; then
 echo "== 11. one layer's decoding attention alone (3B heads, 1,326 keys): SDPA vs our kernel per split count"
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-case "$gpu" in *H100*) bw=3350 ;; *) bw=4800 ;; esac
 for rows in 64 8; do
   prof=$work/attention-$rows
   rm -rf "$prof"
