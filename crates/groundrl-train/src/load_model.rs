@@ -30,7 +30,7 @@ use groundrl_tensor::model_error::ModelError;
 use tch::{Device, Kind, Tensor};
 
 use crate::checkpoint::{CheckpointError, has_checkpoint, latest_checkpoint, load_weights, restore_tensors};
-use crate::config::{ModelConfig, ModelPreset, TrainConfig};
+use crate::config::{ModelConfig, TrainConfig};
 use crate::run_folder::{CHECKPOINTS_DIR, CONFIG_FILE, INITIAL_MODEL_DIR, WEIGHTS_FILE};
 
 /// The file that makes a folder an HF model folder.
@@ -243,9 +243,9 @@ fn load_checkpoint_model(
 /// The HF folder a run's policy starts from: `RUN_DIR/initial-model/` (written by the trainer) for a
 /// preset, else `model.path`.
 pub fn initial_model_dir(model: &ModelConfig, run_dir: &Path) -> PathBuf {
-    match model.preset {
-        ModelPreset::None => model.path.clone(),
-        _ => run_dir.join(INITIAL_MODEL_DIR),
+    match model.preset.folder() {
+        None => model.path.clone(),
+        Some(_) => run_dir.join(INITIAL_MODEL_DIR),
     }
 }
 

@@ -4,9 +4,9 @@
 
 use std::path::Path;
 
-use groundrl_tensor::hf_folder;
+use groundrl_tensor::hf_folder::{self, RandomFolder};
 use groundrl_train::checkpoint::{CheckpointParts, save_checkpoint};
-use groundrl_train::config::{ModelPreset, TrainConfig};
+use groundrl_train::config::TrainConfig;
 use groundrl_train::load_model::{LoadError, ModelSource, initial_model_dir, load_model, lora_spec};
 use groundrl_train::run_folder::CONFIG_FILE;
 use tch::{Device, Kind, Tensor};
@@ -24,7 +24,7 @@ fn fake_run(run: &Path, lora_rank: u32, dtype: &str) -> Vec<(String, Tensor)> {
     )
     .unwrap();
     cfg.trainer.run_dir = run.to_path_buf();
-    assert_eq!(cfg.model.preset, ModelPreset::Tiny);
+    assert_eq!(cfg.model.preset.folder(), Some(RandomFolder::Tiny));
     std::fs::create_dir_all(run).unwrap();
     std::fs::write(run.join(CONFIG_FILE), cfg.to_toml().unwrap()).unwrap();
     let base = initial_model_dir(&cfg.model, run);

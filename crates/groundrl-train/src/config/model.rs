@@ -66,7 +66,7 @@ impl Default for ModelConfig {
     fn default() -> Self {
         Self {
             path: PathBuf::new(),
-            preset: ModelPreset::None,
+            preset: ModelPreset::NONE,
             seed: 0,
             dtype: Dtype::F32,
             device: DeviceKind::Cpu,
@@ -84,59 +84,42 @@ impl Default for ModelConfig {
     }
 }
 
-/// A built-in model shape (`model.preset`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ModelPreset {
-    /// No preset: the model comes from `model.path`.
-    None,
-    /// The tiny model of `groundrl model init --preset tiny` (1.2M parameters, its own tokenizer).
-    Tiny,
-    /// About 30M parameters with the tiny tokenizer (the GPU demo's model).
-    Small,
-    /// Qwen2.5-VL-3B-Instruct's shape (about 3.75B parameters).
-    #[serde(rename = "3b")]
-    Qwen3b,
-    /// Qwen2.5-VL-7B-Instruct's shape (about 8.29B parameters).
-    #[serde(rename = "7b")]
-    Qwen7b,
-    /// A Qwen3-VL of the tiny model's size, with the tiny tokenizer.
-    #[serde(rename = "qwen3-tiny")]
-    Qwen3Tiny,
-    /// A Qwen3-VL of the small model's size (about 30M parameters; the Qwen3-VL GPU demo's model).
-    #[serde(rename = "qwen3-small")]
-    Qwen3Small,
-    /// Qwen3-VL-2B-Instruct's shape.
-    #[serde(rename = "qwen3-2b")]
-    Qwen3Vl2b,
-    /// Qwen3-VL-4B-Instruct's shape.
-    #[serde(rename = "qwen3-4b")]
-    Qwen3Vl4b,
-    /// Qwen3-VL-8B-Instruct's shape.
-    #[serde(rename = "qwen3-8b")]
-    Qwen3Vl8b,
-}
+/// A built-in model shape (`model.preset`): a name [`RandomFolder::from_name`] knows (its one table of
+/// presets, which `groundrl model init` and `bench` read too), or `none` (the default), where the
+/// model comes from `model.path`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ModelPreset(Option<RandomFolder>);
 
 impl ModelPreset {
+    /// No preset: the model comes from `model.path`.
+    pub const NONE: Self = Self(None);
+
     /// The random-init folder the preset writes; `None` for no preset.
     pub fn folder(self) -> Option<RandomFolder> {
-        match self {
-            ModelPreset::None => None,
-            ModelPreset::Tiny => Some(RandomFolder::Tiny),
-            ModelPreset::Small => Some(RandomFolder::Small),
-            ModelPreset::Qwen3b => Some(RandomFolder::Qwen3b),
-            ModelPreset::Qwen7b => Some(RandomFolder::Qwen7b),
-            ModelPreset::Qwen3Tiny => Some(RandomFolder::Qwen3Tiny),
-            ModelPreset::Qwen3Small => Some(RandomFolder::Qwen3Small),
-            ModelPreset::Qwen3Vl2b => Some(RandomFolder::Qwen3Vl2b),
-            ModelPreset::Qwen3Vl4b => Some(RandomFolder::Qwen3Vl4b),
-            ModelPreset::Qwen3Vl8b => Some(RandomFolder::Qwen3Vl8b),
-        }
+        self.0
     }
 
     /// The family of the preset's shape; `None` for no preset.
     pub fn family(self) -> Option<Family> {
         self.folder().map(RandomFolder::family)
+    }
+}
+
+impl Serialize for ModelPreset {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.0.map_or("none", RandomFolder::name))
+    }
+}
+
+impl<'de> Deserialize<'de> for ModelPreset {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        if name == "none" {
+            return Ok(Self::NONE);
+        }
+        RandomFolder::from_name(&name)
+            .map(|folder| Self(Some(folder)))
+            .map_err(|e| serde::de::Error::custom(format!("{e}, or none")))
     }
 }
 
@@ -240,7 +223,7 @@ impl ModelConfig {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         let has_path = !self.path.as_os_str().is_empty();
         ensure(
-            has_path != (self.preset != ModelPreset::None),
+            has_path != self.preset.folder().is_some(),
             "model.path",
             "give exactly one of `model.path` (a model folder) and `model.preset` (tiny, small, 3b or 7b)",
         )?;

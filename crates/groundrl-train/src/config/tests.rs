@@ -3,6 +3,7 @@ use std::path::{Path, PathBuf};
 use groundrl_core::tool::AnswerView;
 use groundrl_score::frame::{Frame, FrameChoice};
 use groundrl_score::resize::PixelBudget;
+use groundrl_tensor::hf_folder::RandomFolder;
 
 use super::*;
 
@@ -33,7 +34,7 @@ fn valid_with(changes: &[&str]) -> Result<(), ConfigError> {
 #[test]
 fn missing_keys_take_the_documented_defaults() {
     let c = TrainConfig::from_toml_str(VALID, &[]).unwrap();
-    assert_eq!(c.model.preset, ModelPreset::Tiny);
+    assert_eq!(c.model.preset.folder(), Some(RandomFolder::Tiny));
     assert_eq!(c.model.dtype, Dtype::F32);
     assert!(c.model.freeze_vision && c.model.gradient_checkpointing);
     assert_eq!(c.model.lora_targets.len(), 7);
@@ -351,12 +352,16 @@ fn the_answer_frame_is_the_model_familys_unless_named() {
 fn shipped_configs_load_and_validate() {
     let root = repo_root();
     for (name, preset, dtype, layers) in [
-        ("cpu-tiny.toml", ModelPreset::Tiny, Dtype::F32, 4),
-        ("3b-1gpu.toml", ModelPreset::Qwen3b, Dtype::Bf16, 36),
+        ("cpu-tiny.toml", RandomFolder::Tiny, Dtype::F32, 4),
+        ("3b-1gpu.toml", RandomFolder::Qwen3b, Dtype::Bf16, 36),
     ] {
         let mut c = TrainConfig::load(&root.join("configs").join(name), &[]).unwrap();
         c.validate().unwrap();
-        assert_eq!((c.model.preset, c.model.dtype), (preset, dtype), "{name}");
+        assert_eq!(
+            (c.model.preset.folder(), c.model.dtype),
+            (Some(preset), dtype),
+            "{name}"
+        );
         assert_eq!(c.model.architecture().unwrap().layers, layers);
         // The reward spec path is relative to the repository root, where runs start.
         c.reward.spec = root.join(&c.reward.spec);
