@@ -1,12 +1,14 @@
 # Sourced by scripts/gpu/run.sh and scripts/gpu/qwen3_vl.sh (which set $root, $bin, $py and $gpu_gib):
 # `plan_check CONFIG DIR NAME [OVERRIDES...]` asks `groundrl plan` for CONFIG's peak device memory with
 # the overrides, trains two GRPO steps of it on DIR/data/samples.jsonl into DIR/NAME, and prints one
-# JSON line: the planned and measured peaks (GiB), the plan's relative error and the steps' times.
+# JSON line: the planned and measured peaks (GiB), the plan's relative error and the steps' times. The
+# run decodes nothing but its steps (no validation, no ledger), so the plan counts one kept KV cache,
+# and the peak is read from the steps' records.
 plan_check() {
   local config=$1 dir=$2 name=$3
   shift 3
   local o=(data.train="$dir/data/samples.jsonl" 'data.val=""' trainer.run_dir="$dir/$name" trainer.max_steps=2
-    trainer.save_freq=0 trainer.test_freq=0 "$@")
+    trainer.save_freq=0 trainer.test_freq=0 rounds.final_ledger=false "$@")
   local planned
   planned=$(cd "$root" && "$bin" plan "$config" "${o[@]}" --gpu-memory "${gpu_gib}GiB" | awk '/^peak/ {print $NF}')
   (cd "$root" && "$bin" train "$config" "${o[@]}" --gpu-memory-gib "$gpu_gib") > /dev/null 2>&1

@@ -6,10 +6,12 @@
 #           beside transformers' `generate` on the same shapes;
 #   train   the 4B shape's full fine-tuning step (8 rows, the vision tower trained, and frozen) beside
 #           transformers' training step on the same rows;
-#   plan    `groundrl plan` against the measured peak of two GRPO steps of configs/3b-1gpu.toml with the
-#           4B shape (`model.preset=qwen3-4b`, prompts in its 0-1000 frame): as it is, with LoRA, with
-#           the vision tower trained;
-#   demo    `groundrl demo --gpu` with the `qwen3-small` preset: 3 seeds, 1,000 held-out tasks.
+#   plan    `groundrl plan` against the measured peak of two GRPO steps of configs/3b-1gpu.toml with a
+#           random 4B folder (prompts in its 0-1000 frame) on hard screenshots (1280x800 and larger,
+#           so every image fills `model.max_pixels`, the image the plan assumes): as it is, with LoRA,
+#           with the vision tower trained;
+#   demo    `groundrl demo --gpu` with the `qwen3-small` preset and the overrides in $DEMO_OVERRIDES:
+#           3 seeds, 1,000 held-out tasks.
 # It expects the GPU build at .device/groundrl (scripts/gpu/build.sh). Usage on the GPU machine:
 # bash scripts/gpu/qwen3_vl.sh [parity] [rollout] [train] [plan] [demo] (parity, rollout and train when none is
 # named). Output: JSON lines under $OUT (default /tmp/groundrl-gpu/out).
@@ -60,19 +62,22 @@ if want plan; then
 echo "== plan: memory plan vs measured peak, 4B shape, configs/3b-1gpu.toml (two steps each)"
 grpo=$work/grpo-plan
 rm -rf "$grpo" && mkdir -p "$grpo"
-"$bin" synth --out "$grpo/data" --n 30 --seed 0 --difficulty medium --prompt instruct --answer-frame qwen1000 > /dev/null
+"$bin" synth --out "$grpo/data" --n 30 --seed 0 --difficulty hard --prompt instruct --answer-frame qwen1000 > /dev/null
 source "$root/scripts/gpu/plan-check.sh"
-variant() { plan_check configs/3b-1gpu.toml "$grpo" "$@" model.preset=qwen3-4b; }
+model=$(folder qwen3-4b)
+variant() { plan_check configs/3b-1gpu.toml "$grpo" "$@" model.preset=none model.path="$model"; }
 variant qwen3-4b | tee -a "$out/plan_check_qwen3-4b.jsonl"
 variant qwen3-4b-lora16 model.lora_rank=16 model.lora_alpha=32 | tee -a "$out/plan_check_qwen3-4b.jsonl"
 variant qwen3-4b-vision model.freeze_vision=false | tee -a "$out/plan_check_qwen3-4b.jsonl"
 fi
 
 if want demo; then
-echo "== demo: groundrl demo --gpu, preset qwen3-small, 3 seeds, 1,000 held-out tasks"
+echo "== demo: groundrl demo --gpu, preset qwen3-small ${DEMO_OVERRIDES:-}, 3 seeds, 1,000 held-out tasks"
 demo=$work/demo-qwen3
 rm -rf "$demo"
-(cd "$work" && timeout 570 "$bin" demo --gpu --out "$demo" model.preset=qwen3-small) 2>&1 | grep -v '^\s*$' | tail -12
+# shellcheck disable=SC2086 # the overrides are words
+(cd "$work" && timeout 570 "$bin" demo --gpu --out "$demo" model.preset=qwen3-small ${DEMO_OVERRIDES:-}) 2>&1 |
+  grep -v '^\s*$' | tail -12
 cp "$demo/summary.json" "$out/demo_qwen3_summary.json" 2>/dev/null
 for f in sft.jsonl metrics.jsonl config.toml; do cp "$demo/seed-0/$f" "$out/demo_qwen3_$f" 2>/dev/null; done
 fi

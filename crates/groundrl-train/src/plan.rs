@@ -371,16 +371,19 @@ fn decoding_weights(cfg: &TrainConfig, model: &Architecture) -> Part {
 /// the step; the prompt's keys are copied to each of its n samples), `capacity = prompt +
 /// max_new_tokens` columns, and per column `2 (key, value) * L * kv * d * b` bytes. With
 /// `rollout.keep_engine` the engine keeps two call shapes' caches (`crate::inference::KEPT_SHAPES`)
-/// through the update: the step's and a validation or evaluation batch's, `prompts_per_step *
-/// max(1, trainer.eval_samples)` rows more (counted whole: evaluation is not sharded). The
-/// prefill's working set is [`prefill`]'s.
+/// through the update: the step's and the largest other one the run decodes
+/// ([`other_shape_rows`]). The prefill's working set is [`prefill`]'s.
 fn kv_cache(cfg: &TrainConfig, model: &Architecture, tokens: &Tokens, world: u64) -> Part {
     let t = model;
     let per_token = 2 * (t.layers * t.kv_heads * t.head_dim) as u64;
     let r = &cfg.rollout;
-    let evaluation = u64::from(r.prompts_per_step) * u64::from(cfg.trainer.eval_samples.max(1));
     let step_rows = r.completions_per_step().div_ceil(world.max(1));
-    let rows = step_rows + if r.keep_engine { evaluation } else { 0 };
+    let rows = step_rows
+        + if r.keep_engine {
+            other_shape_rows(cfg, world)
+        } else {
+            0
+        };
     Part {
         name: "KV cache",
         phase: engine_phase(cfg),
@@ -397,6 +400,34 @@ fn kv_cache(cfg: &TrainConfig, model: &Architecture, tokens: &Tokens, world: u64
             }
         )),
     }
+}
+
+/// Rows of the largest call shape other than a training step's that the run decodes, 0 when it
+/// decodes none; the kept engine holds its KV cache beside the step's. Batches of these calls take
+/// `prompts_per_step` samples and are not sharded over ranks:
+/// - greedy validation (`trainer.test_freq > 0` with `data.val`) and held-out answers (`data.test`):
+///   `prompts_per_step` rows; held-out sampling (`trainer.eval_samples = k > 0`): `k` times that;
+/// - a round's ledger and temperature sweep (`rounds.final_ledger`, or more than one round):
+///   `ledger_n` samples a prompt. On one rank with `ledger_n = n` its full batches are the step's
+///   shape, and its last, partial batch (at most one prompt fewer) the other.
+fn other_shape_rows(cfg: &TrainConfig, world: u64) -> u64 {
+    let prompts = u64::from(cfg.rollout.prompts_per_step);
+    let (t, d) = (&cfg.trainer, &cfg.data);
+    let validation = t.test_freq > 0 && !d.val.as_os_str().is_empty();
+    let held_out = !d.test.as_os_str().is_empty();
+    let evaluation = match (validation, held_out) {
+        (_, true) => prompts * u64::from(t.eval_samples.max(1)),
+        (true, false) => prompts,
+        (false, false) => 0,
+    };
+    let ledger_n = u64::from(cfg.rounds.ledger_samples(cfg.rollout.n));
+    let one_rank_step_shape = world <= 1 && ledger_n == u64::from(cfg.rollout.n);
+    let ledger_rows = match (cfg.rounds.rolls_out_ledger(), one_rank_step_shape) {
+        (false, _) => 0,
+        (true, true) => prompts.saturating_sub(1) * ledger_n,
+        (true, false) => prompts * ledger_n,
+    };
+    evaluation.max(ledger_rows)
 }
 
 /// When the rollout engine's tensors (decoding weights, KV caches) are alive: through the whole run
@@ -605,9 +636,10 @@ mod tests {
         let gradients = 873_344 * 4; // frozen vision: text only, 3,493,376
         let optimizer = 873_344 * 8; // two f32 moments; f32 needs no master copy: 6,986,752
         // A row: 200704 / 28^2 = 256 image tokens + 128 text + 32 new = 416 tokens.
-        // KV caches, kept through the update: the step's 16 rows and a validation batch's 4, * 416 *
+        // KV caches, kept through the update: the step's 16 rows and the end-of-run ledger's last,
+        // partial batch, at most 3 prompts x 4 samples (more than a validation batch's 4), * 416 *
         // (2 * 4 layers * 2 kv heads * 32) * 4 bytes.
-        let kv = 20 * 416 * 512 * 4; // 17,039,360
+        let kv = 28 * 416 * 512 * 4; // 23,855,104
         // Decoding weights: 4 layers * (128*(128+128) + 256 + 2*128*384) * 4 bytes.
         let decoding = 4 * (32_768 + 256 + 98_304) * 4; // 2,101,248
         // Decoder block per token: 8*128 + 4*(8*128 + 4*384) + 4*4 = 11,280; final norm 8*128 = 1,024.
@@ -619,9 +651,9 @@ mod tests {
         // Vision block per patch: 8*64 + 4*(8*64 + 4*128) + 4*2 = 4,616; 4 images * 256 * 4 patches,
         // in the update (a micro-batch of 4) as in the prefill (4 prompts).
         let vision = 4 * 1_024 * 4_616; // 18,907,136
-        // Peak: resident 15,336,192 + 17,039,360 + 2,101,248 = 34,476,800 + update 96,368,640 (>
-        // rollout 18,907,136) = 130,845,440; CPU: no CUDA context, 10% slack = 13,084,544.
-        let slack = 13_084_544;
+        // Peak: resident 15,336,192 + 23,855,104 + 2,101,248 = 41,292,544 + update 96,368,640 (>
+        // rollout 18,907,136) = 137,661,184; CPU: no CUDA context, 10% slack = 13,766,118.
+        let slack = 13_766_118;
         assert_eq!(
             bytes(&plan),
             vec![
@@ -639,7 +671,7 @@ mod tests {
             ]
         );
         assert_eq!(plan.peak_phase(), Phase::Update);
-        assert_eq!(plan.total(), 130_845_440 + slack);
+        assert_eq!(plan.total(), 137_661_184 + slack);
         assert_eq!(plan.check(GIB), Ok(()));
     }
 
@@ -685,8 +717,9 @@ mod tests {
                 ("gradients", text * 2),
                 ("optimizer state", text * 12),
                 ("reference model", 0),
-                // The step's 64 rows and a validation batch's 8 * 1,536 * (2 * 36 * 2 * 128) * 2.
-                ("KV cache", 72 * 1_536 * 18_432 * 2),
+                // The step's 64 rows and the ledger's last batch, at most 7 prompts x 8 samples (more
+                // than a validation batch's 8), * 1,536 * (2 * 36 * 2 * 128) * 2.
+                ("KV cache", 120 * 1_536 * 18_432 * 2),
                 // 36 layers * (2048*2560 + 2560 + 2*2048*11008) * 2.
                 ("decoding weights", 36 * 50_334_208 * 2),
                 // The 8 prompts' images, 5,120 patches each, one vision block's set (below).
@@ -697,13 +730,13 @@ mod tests {
                 ("log-prob chunk", 1_024 * 151_936 * 10),
                 // 8 images * 5,120 patches * (8*1280 + 2*(8*1280 + 4*3420) + 4*16).
                 ("vision tower", 40_960 * 58_144),
-                // Peak: resident 50,712,387,584 + KV caches and decoding weights 7,700,926,464 +
-                // update 7,587,233,792 (> rollout 2,381,578,240); 1 GiB + 10% of 66,000,547,840.
-                ("context and allocator slack", GIB + 6_600_054_784),
+                // Peak: resident 50,712,387,584 + KV caches and decoding weights 10,418,835,456 +
+                // update 7,587,233,792 (> rollout 2,381,578,240); 1 GiB + 10% of 68,718,456,832.
+                ("context and allocator slack", GIB + 6_871_845_683),
             ]
         );
         assert_eq!(plan.peak_phase(), Phase::Update);
-        assert_eq!(plan.total(), 73_674_344_448); // 68.61 GiB
+        assert_eq!(plan.total(), 76_664_044_339); // 71.40 GiB
         assert_eq!(plan.check(80 * GIB), Ok(()));
 
         // A new engine at every generation: one 64-row KV cache and the decoding weights in the
@@ -716,7 +749,37 @@ mod tests {
         assert_eq!(fresh.total(), 67_449_840_025); // 62.82 GiB
     }
 
-    /// The shipped 3B config's micro-batch of 8 peaks at 68.61 GiB (above); 16 doubles the
+    /// The kept engine holds the step's KV cache and the largest other shape the run decodes: none
+    /// without validation, held-out tasks or a ledger; a validation batch (8 rows); held-out
+    /// sampling (8 prompts x 4); the ledger's last batch on one rank (7 prompts x 8), or its whole
+    /// batches of 8 x 8 over 2 ranks, whose step shape is 32 rows.
+    #[test]
+    fn the_kept_engine_counts_the_largest_other_shape_the_run_decodes() {
+        let kv_row = 1_536 * 18_432 * 2;
+        let rows = |overrides: &[&str], world: u64| {
+            let (cfg, model) = shipped("3b-1gpu.toml", overrides);
+            let extras = PlanExtras {
+                world_size: world,
+                ..NO_REFERENCE
+            };
+            estimate(&cfg, &model, extras).part("KV cache").unwrap().bytes / kv_row
+        };
+        let quiet = ["rounds.final_ledger=false", "trainer.test_freq=0"];
+        assert_eq!(rows(&quiet, 1), 64);
+        assert_eq!(rows(&["rounds.final_ledger=false"], 1), 64 + 8);
+        let sampled = [
+            "rounds.final_ledger=false",
+            "data.test=t.jsonl",
+            "trainer.eval_samples=4",
+        ];
+        assert_eq!(rows(&sampled, 1), 64 + 32);
+        assert_eq!(rows(&["trainer.test_freq=0"], 1), 64 + 56);
+        assert_eq!(rows(&["trainer.test_freq=0"], 2), 32 + 64);
+        assert_eq!(rows(&["trainer.test_freq=0", "rounds.ledger_n=2"], 1), 64 + 16);
+        assert_eq!(rows(&["rounds.final_ledger=false", "rounds.count=2"], 1), 64 + 56);
+    }
+
+    /// The shipped 3B config's micro-batch of 8 peaks at 71.40 GiB (above); 16 doubles the
     /// micro-batch's parts (activations, log-prob chunk, vision tower) and fits 80 GiB, 32 does not.
     #[test]
     fn the_largest_micro_batch_that_fits_divides_the_share_of_a_mini_batch() {
@@ -734,10 +797,10 @@ mod tests {
         );
         let (micro, plan) = largest_micro_batch(&cfg, &model, NO_REFERENCE, 80 * GIB).unwrap();
         assert_eq!((micro, plan.total()), (16, with(16)));
-        // 70 GiB holds the config's 8 but not 16.
-        assert!(with(8) <= 70 * GIB && with(16) > 70 * GIB);
+        // 75 GiB holds the config's 8 but not 16.
+        assert!(with(8) <= 75 * GIB && with(16) > 75 * GIB);
         assert_eq!(
-            largest_micro_batch(&cfg, &model, NO_REFERENCE, 70 * GIB)
+            largest_micro_batch(&cfg, &model, NO_REFERENCE, 75 * GIB)
                 .unwrap()
                 .0,
             8
@@ -858,10 +921,10 @@ mod tests {
             (err.part.as_str(), err.part_bytes),
             ("activations", 60_879_273_984)
         );
-        assert_eq!(err.needed, 136_626_731_827);
+        assert_eq!(err.needed, 139_616_431_718);
         assert_eq!(
             err.to_string(),
-            "the plan needs 127.24 GiB but the GPU has 80.00 GiB (47.24 GiB short); the largest part \
+            "the plan needs 130.03 GiB but the GPU has 80.00 GiB (50.03 GiB short); the largest part \
              that can shrink is activations (56.70 GiB): set `model.gradient_checkpointing = true` \
              (activations then 3.40 GiB)"
         );

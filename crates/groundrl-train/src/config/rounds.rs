@@ -44,6 +44,21 @@ impl Default for RoundsConfig {
 }
 
 impl RoundsConfig {
+    /// Rollouts of a sample in a round's ledger and temperature sweep: `ledger_n`, or the rollout's
+    /// `n` when that is 0.
+    pub fn ledger_samples(&self, rollout_n: u32) -> u32 {
+        match self.ledger_n {
+            0 => rollout_n,
+            n => n,
+        }
+    }
+
+    /// Whether the run rolls out a ledger: at the end of every round but the last, and at the end
+    /// of the last with `final_ledger`.
+    pub fn rolls_out_ledger(&self) -> bool {
+        self.final_ledger || self.count > 1
+    }
+
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         ensure(self.count >= 1, "rounds.count", "must be at least 1, found 0")?;
         ensure(

@@ -226,10 +226,7 @@ impl Trainer {
     }
 
     fn ledger_n(&self) -> usize {
-        match self.cfg.rounds.ledger_n {
-            0 => self.cfg.rollout.n as usize,
-            n => n as usize,
-        }
+        self.cfg.rounds.ledger_samples(self.cfg.rollout.n) as usize
     }
 }
 
