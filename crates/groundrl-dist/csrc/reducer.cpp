@@ -16,8 +16,8 @@
 //
 // The hooks act only while armed: the caller arms them for the last backward pass of a gradient
 // accumulation, so earlier passes only accumulate. A parameter is ready once its hook has fired as
-// often as in the last armed pass that reached it (a tied weight under gradient checkpointing is
-// reached by two of the several autograd calls that make one backward pass); until an armed pass has
+// often as in the last armed pass that reached it (a backward pass made of several autograd calls can
+// reach a parameter in more than one of them); until an armed pass has
 // reached it, never (its bucket starts after the backward pass), so the first armed pass only learns.
 //
 // A gradient that arrives after its bucket started (a pass that reaches a parameter more often than

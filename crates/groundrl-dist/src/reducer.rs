@@ -17,9 +17,8 @@
 //!
 //! When a bucket starts: once every one of its parameters has been reached as often as in the last
 //! armed pass that reached it. The first armed pass after [`ProcessGroup::hook_gradients`] only
-//! learns this (and the order, below), its buckets all starting after the backward pass; a tied weight
-//! under gradient checkpointing, reached by two of the autograd calls of one backward pass, is then
-//! waited for twice.
+//! learns this (and the order, below), its buckets all starting after the backward pass; a parameter
+//! that one backward pass of several autograd calls reaches in two of them is then waited for twice.
 //!
 //! Layout: at the first gradient sum, before any bucket starts, the buckets are laid out in the order
 //! rank 0's armed pass first reached the parameters (DDP rebuilds its buckets the same way), that

@@ -11,6 +11,7 @@ use tch::{Device, Kind, Tensor};
 use crate::model::{Architecture, Batch, ForwardFlops, Grid, ImageFeatures, Model, Sequence};
 use crate::model_error::ModelError;
 use crate::processor::Encoded;
+use crate::scores;
 
 /// The shape of one synthetic batch.
 #[derive(Clone, Copy, Debug)]
@@ -130,7 +131,7 @@ pub fn backward(
     checkpoint: bool,
 ) -> Result<(), ModelError> {
     let run = model.training_forward(batch, ImageFeatures::Tower, checkpoint)?;
-    let logprobs = model.logprobs_at(run.hidden(), run.ids(), scored, 4096)?;
+    let logprobs = scores::logprobs_at(run.head(), run.hidden(), run.ids(), scored, 4096)?;
     let loss = -logprobs.sum(Kind::Float) / scored.sum(Kind::Float).to_device(logprobs.device());
     run.backward(&loss)
 }

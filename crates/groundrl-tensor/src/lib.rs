@@ -35,6 +35,7 @@ pub mod scores;
 #[cfg(feature = "cuda")]
 mod shim;
 pub mod special_ids;
+pub(crate) mod tied_head;
 
 pub use tch;
 

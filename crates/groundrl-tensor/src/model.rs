@@ -25,7 +25,6 @@ use crate::family::Family;
 use crate::lora::LoraSpec;
 use crate::model_error::ModelError;
 use crate::rollout::kv_cache::KvCache;
-use crate::scores;
 
 pub use crate::qwen2_5_vl::BranchRow;
 pub use crate::qwen2_5_vl::branches::scored_pairs;
@@ -208,6 +207,11 @@ pub trait TrainingPass {
     /// The batch's token ids on the device, (B, L) int64.
     fn ids(&self) -> &Tensor;
 
+    /// The output head (vocab, hidden) the loss must project [`Self::hidden`] with: the model's
+    /// weight, or under checkpointing with a tied, trained head an alias whose gradient the
+    /// backward adds to the embedding's in one autograd call (the bits of plain autograd).
+    fn head(&self) -> &Tensor;
+
     /// Back-propagates `loss` (a scalar computed from [`Self::hidden`]) into the parameters'
     /// gradients, recomputing checkpointed blocks.
     fn backward(self: Box<Self>, loss: &Tensor) -> Result<(), ModelError>;
@@ -272,49 +276,8 @@ pub trait Model: Decoder + ForwardFlops {
         checkpoint: bool,
     ) -> Result<Box<dyn TrainingPass + 'a>, ModelError>;
 
-    /// The output head (vocabulary, hidden): the tied embedding or the separate `lm_head`, what the
-    /// scorers below project the scored hidden states with.
+    /// The output head (vocabulary, hidden): the tied embedding or the separate `lm_head`, what
+    /// [`crate::scores`] projects the scored hidden states with (a training pass's loss reads
+    /// [`TrainingPass::head`] instead).
     fn output_weight(&self) -> &Tensor;
-
-    /// Log-probs (B, L) of the tokens where `scored` (B, L) is true, each predicted by the hidden
-    /// state (B, L, hidden) before it; 0 elsewhere.
-    fn logprobs_at(
-        &self,
-        hidden: &Tensor,
-        ids: &Tensor,
-        scored: &Tensor,
-        chunk: i64,
-    ) -> Result<Tensor, ModelError> {
-        scores::logprobs_at(self.output_weight(), hidden, ids, scored, chunk)
-    }
-
-    /// [`Self::logprobs_at`] with each scored token's next-token entropy.
-    fn scores_at(
-        &self,
-        hidden: &Tensor,
-        ids: &Tensor,
-        scored: &Tensor,
-        chunk: i64,
-    ) -> Result<TokenScores, ModelError> {
-        scores::logprobs_and_entropy_at(self.output_weight(), hidden, ids, scored, chunk)
-    }
-
-    /// Log-probs and entropies at `pairs`, (targets, predictors) of flat indices into (B, L), in the
-    /// pairs' order ([`scored_pairs`]): how branched rows score.
-    fn scores_of_pairs(
-        &self,
-        hidden: &Tensor,
-        ids: &Tensor,
-        (targets_at, predictors_at): (&Tensor, &Tensor),
-        chunk: i64,
-    ) -> Result<TokenScores, ModelError> {
-        scores::logprobs_and_entropy_of_pairs(
-            self.output_weight(),
-            hidden,
-            ids,
-            targets_at,
-            predictors_at,
-            chunk,
-        )
-    }
 }

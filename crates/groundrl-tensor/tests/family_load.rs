@@ -9,6 +9,7 @@ use groundrl_tensor::hf_folder;
 use groundrl_tensor::model::{ImageFeatures, Model};
 use groundrl_tensor::qwen2_5_vl::Qwen25Vl;
 use groundrl_tensor::qwen3_vl::Qwen3Vl;
+use groundrl_tensor::scores;
 use qwen3_vl_fixtures::{fixture, golden};
 use tch::{Device, Kind, Tensor};
 
@@ -65,7 +66,7 @@ fn a_training_pass_through_the_trait_is_the_family_s_own() {
     let pass = model
         .training_forward(&batch, ImageFeatures::Tower, true)
         .unwrap();
-    let scores = model.scores_at(pass.hidden(), pass.ids(), &scored, 3).unwrap();
+    let scores = scores::logprobs_and_entropy_at(pass.head(), pass.hidden(), pass.ids(), &scored, 3).unwrap();
     let loss = -scores.logprobs.sum(Kind::Float) / 12.0;
     let value = loss.double_value(&[]);
     pass.backward(&loss).unwrap();
@@ -80,9 +81,7 @@ fn a_training_pass_through_the_trait_is_the_family_s_own() {
 
     let own = Qwen3Vl::load(&fixture("tiny_a"), Device::Cpu, Kind::Float).unwrap();
     let run = own.training_forward(&batch, true).unwrap();
-    let logprobs = own
-        .logprobs_at(&run.hidden, &run.prepared.ids, &scored, 3)
-        .unwrap();
+    let logprobs = scores::logprobs_at(run.head(), &run.hidden, &run.prepared.ids, &scored, 3).unwrap();
     let own_loss = -logprobs.sum(Kind::Float) / 12.0;
     assert!((own_loss.double_value(&[]) - value).abs() < 1e-9, "{value}");
     run.backward(&own_loss).unwrap();

@@ -12,6 +12,7 @@ use groundrl_tensor::model::Model;
 use groundrl_tensor::qwen2_5_vl::branches::scored_pairs;
 use groundrl_tensor::qwen2_5_vl::model::ImageFeatures;
 use groundrl_tensor::qwen3_vl::{Batch, BranchRow, Qwen3Vl};
+use groundrl_tensor::scores;
 use qwen3_vl_fixtures::{fixture, golden};
 use tch::{Device, Kind, Tensor};
 
@@ -72,9 +73,8 @@ fn loss_and_gradients(
     }
     let run = model.training_forward_from(batch, source, checkpoint).unwrap();
     let scored = last_columns(batch, 5);
-    let scores = model
-        .scores_at(&run.hidden, &run.prepared.ids, &scored, 4)
-        .unwrap();
+    let scores =
+        scores::logprobs_and_entropy_at(run.head(), &run.hidden, &run.prepared.ids, &scored, 4).unwrap();
     let loss = -scores.logprobs.sum(Kind::Float) / 15.0 - scores.entropy.sum(Kind::Float) * 0.01;
     let value = loss.double_value(&[]);
     run.backward(&loss).unwrap();
@@ -129,6 +129,49 @@ fn checkpointing_gives_plain_autograd_s_loss_and_every_gradient() {
         for weight in ["visual.blocks.0.attn.qkv.weight", "visual.pos_embed.weight"] {
             assert!(nonzero(&recomputed, weight), "{name}: {weight}");
         }
+    }
+}
+
+/// The gradients of three backward passes over `batch` (log-probs of its last 5 columns, each pass
+/// scaled otherwise so that their gradients differ), accumulated from zero.
+fn accumulated_gradients(model: &Qwen3Vl, batch: &Batch, checkpoint: bool) -> BTreeMap<String, Tensor> {
+    let vs = model.var_store();
+    for mut var in vs.trainable_variables() {
+        var.zero_grad();
+    }
+    let scored = last_columns(batch, 5);
+    for divisor in [10.0, 7.0, 3.0] {
+        let run = model.training_forward(batch, checkpoint).unwrap();
+        let lp = scores::logprobs_at(run.head(), &run.hidden, &run.prepared.ids, &scored, 4).unwrap();
+        run.backward(&(-lp.sum(Kind::Float) / divisor)).unwrap();
+    }
+    vs.variables()
+        .into_iter()
+        .filter(|(_, v)| v.grad().defined())
+        .map(|(n, v)| (n, v.grad().copy()))
+        .collect()
+}
+
+/// Over an accumulation of passes, recompute gives plain autograd's gradients to the bit, the tower
+/// trained: tiny_b's tied output head (its head and lookup parts are added in one autograd call
+/// before they join the earlier passes' sum, as plain autograd adds them) and both fixtures' tapped
+/// vision blocks (a tap's gradient joins the next block's in plain autograd's order).
+#[test]
+fn an_accumulation_with_recompute_gives_plain_autograd_s_bits() {
+    for (name, tied) in [("tiny_a", false), ("tiny_b", true)] {
+        let model = model(name);
+        assert_eq!(model.architecture().tied_embeddings, tied, "{name}");
+        let (batch, _) = golden(name);
+        let plain = accumulated_gradients(&model, &batch, false);
+        let recomputed = accumulated_gradients(&model, &batch, true);
+        assert_eq!(plain.len(), model.var_store().variables().len(), "{name}");
+        assert_eq!(plain.len(), recomputed.len(), "{name}");
+        let differing: Vec<&String> = plain
+            .iter()
+            .filter(|(n, g)| !g.equal(&recomputed[*n]))
+            .map(|(n, _)| n)
+            .collect();
+        assert!(differing.is_empty(), "{name}: {differing:?}");
     }
 }
 
@@ -236,9 +279,8 @@ fn branched_rows_score_and_train_as_one_row_per_completion() {
         let n = completion.len() as i64;
         let _ = scored.get(row as i64).narrow(0, 28 - n, n).fill_(1);
     }
-    let by_row = model
-        .scores_at(&run.hidden, &run.prepared.ids, &scored, 3)
-        .unwrap();
+    let by_row =
+        scores::logprobs_and_entropy_at(run.head(), &run.hidden, &run.prepared.ids, &scored, 3).unwrap();
     let (row_lp, row_entropy) = (
         by_row.logprobs.masked_select(&scored),
         by_row.entropy.masked_select(&scored),
@@ -253,8 +295,7 @@ fn branched_rows_score_and_train_as_one_row_per_completion() {
             true
         });
     let ids = &run.prepared.ids;
-    let flat = model
-        .scores_of_pairs(&run.hidden, ids, (&targets, &predictors), 3)
+    let flat = scores::logprobs_and_entropy_of_pairs(run.head(), &run.hidden, ids, &targets, &predictors, 3)
         .unwrap();
     run.backward(&flat.logprobs.sum(Kind::Float)).unwrap();
     let branch_grads = grads();

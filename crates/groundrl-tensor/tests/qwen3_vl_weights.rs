@@ -9,8 +9,8 @@ mod qwen3_vl_fixtures;
 use std::collections::BTreeMap;
 
 use groundrl_tensor::lora::{LLM_TARGETS, LoraSpec};
-use groundrl_tensor::model::Model;
 use groundrl_tensor::qwen3_vl::{Batch, Qwen3Vl};
+use groundrl_tensor::scores;
 use qwen3_vl_fixtures::{fixture, golden, named};
 use serde_json::Value;
 use tch::{Device, Kind, Tensor};
@@ -106,9 +106,7 @@ fn gradients(model: &Qwen3Vl, batch: &Batch, checkpoint: bool) -> BTreeMap<Strin
     let len = batch.input_ids[0].len() as i64;
     let scored = Tensor::zeros([3, len], (Kind::Bool, Device::Cpu));
     let _ = scored.narrow(1, len - 4, 4).fill_(1);
-    let lp = model
-        .logprobs_at(&run.hidden, &run.prepared.ids, &scored, 5)
-        .unwrap();
+    let lp = scores::logprobs_at(run.head(), &run.hidden, &run.prepared.ids, &scored, 5).unwrap();
     run.backward(&lp.sum(Kind::Float)).unwrap();
     vs.variables()
         .into_iter()

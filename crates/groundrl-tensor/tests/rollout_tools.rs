@@ -23,6 +23,7 @@ use groundrl_tensor::rollout::{
     CallRecord, Completion, Engine, FinishReason, Generate, GenerationRequest, RolloutError, SamplingParams,
     ToolRequest, ToolRollout, Trajectory, TurnLimits,
 };
+use groundrl_tensor::scores;
 use image::{DynamicImage, Rgb, RgbImage};
 use serde_json::json;
 use tch::Tensor;
@@ -456,7 +457,7 @@ fn recomputed(hf: &HfModel, prompts: &[Encoded], t: &[Trajectory], compared: &[V
     let logprobs = tch::no_grad(|| {
         let hidden = hf.model.hidden_states(&batch).unwrap() / TEMPERATURE;
         let ids = Tensor::from_slice2(&batch.input_ids);
-        hf.model.logprobs_at(&hidden, &ids, &scored, 16).unwrap()
+        scores::logprobs_at(hf.model.output_weight(), &hidden, &ids, &scored, 16).unwrap()
     });
     t.iter()
         .enumerate()

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use groundrl_tensor::hf_folder::{self, HfModel};
 use groundrl_tensor::model::{Batch, ImageFeatures};
 use groundrl_tensor::processor::chat_template::RenderOptions;
+use groundrl_tensor::scores;
 use serde_json::Value;
 use tch::{Device, Kind, Tensor};
 
@@ -149,25 +150,58 @@ fn config_and_tokenizer_ids_must_agree() {
 
 /// Gradients of a log-prob loss: plain autograd vs per-block recompute.
 fn gradients(hf: &HfModel, batch: &Batch, checkpoint: bool) -> HashMap<String, Tensor> {
+    accumulated_gradients(hf, batch, checkpoint, &[10.0])
+}
+
+/// The gradients of an accumulation of backward passes over `batch`, one a divisor of the summed
+/// log-probs of its last 5 tokens (so that the passes' gradients differ), from zero.
+fn accumulated_gradients(
+    hf: &HfModel,
+    batch: &Batch,
+    checkpoint: bool,
+    divisors: &[f64],
+) -> HashMap<String, Tensor> {
     let vs = hf.model.var_store();
     for mut var in vs.trainable_variables() {
         var.zero_grad();
     }
-    let run = hf
-        .model
-        .training_forward(batch, ImageFeatures::Tower, checkpoint)
-        .unwrap();
     let len = batch.input_ids[0].len() as i64;
     let scored = Tensor::zeros([2, len], (Kind::Bool, Device::Cpu));
     let _ = scored.narrow(1, len - 5, 5).fill_(1);
-    let lp = hf.model.logprobs_at(run.hidden(), run.ids(), &scored, 3).unwrap();
-    let loss = -lp.sum(Kind::Float) / 10.0;
-    run.backward(&loss).unwrap();
+    for divisor in divisors {
+        let run = hf
+            .model
+            .training_forward(batch, ImageFeatures::Tower, checkpoint)
+            .unwrap();
+        let lp = scores::logprobs_at(run.head(), run.hidden(), run.ids(), &scored, 3).unwrap();
+        run.backward(&(-lp.sum(Kind::Float) / *divisor)).unwrap();
+    }
     vs.variables()
         .into_iter()
         .filter(|(_, v)| v.grad().defined())
         .map(|(n, v)| (n, v.grad().copy()))
         .collect()
+}
+
+/// Over an accumulation of passes, recompute gives plain autograd's gradients to the bit, the tied
+/// embedding's too: its head and lookup parts are added in one autograd call before they join the
+/// earlier passes' sum, as plain autograd adds them (`tied_head`).
+#[test]
+fn an_accumulation_with_recompute_gives_plain_autograd_s_bits() {
+    let dir = tempfile::tempdir().unwrap();
+    let hf = tiny(dir.path(), Kind::Float);
+    assert!(hf.model.architecture().tied_embeddings);
+    let batch = golden_batch(&hf);
+    let divisors = [10.0, 7.0, 3.0];
+    let plain = accumulated_gradients(&hf, &batch, false, &divisors);
+    let recomputed = accumulated_gradients(&hf, &batch, true, &divisors);
+    assert_eq!(plain.len(), recomputed.len());
+    let differing: Vec<&String> = plain
+        .iter()
+        .filter(|(name, g)| !g.equal(&recomputed[*name]))
+        .map(|(name, _)| name)
+        .collect();
+    assert!(differing.is_empty(), "{differing:?}");
 }
 
 #[test]

@@ -455,8 +455,8 @@ fn overlapping_the_backward_pass_changes_no_bit() {
 
 /// One rank of the overlap test: each comparison on its own weights, in process.
 fn overlap(dp: &mut DataParallel) {
-    // Two micro-batches a mini-batch without checkpointing, four with it (the tied embedding is
-    // then reached by two autograd calls of one backward pass).
+    // Two micro-batches a mini-batch without checkpointing, four with it (a backward pass of several
+    // autograd calls, the tied embedding reached in the last).
     for (mini, checkpoint) in [(MINI / WORLD, false), (MINI, true)] {
         let what = format!("{mini} micro-batches, checkpointing {checkpoint}");
         let after = update_overlapping(dp, false, mini, checkpoint);

@@ -6,6 +6,7 @@ use groundrl_tensor::hf_folder::tiny_ids;
 use groundrl_tensor::model::Model;
 use groundrl_tensor::processor::tiny_tokenizer::VOCAB_SIZE;
 use groundrl_tensor::qwen2_5_vl::{Batch, Qwen25Vl, presets};
+use groundrl_tensor::scores;
 use groundrl_train::loss::{LossConfig, LossInputs, LossScale, policy_loss};
 use tch::{Device, Kind, Tensor};
 
@@ -41,8 +42,9 @@ fn chunked_entropies_equal_the_full_logits_reference() {
         .unwrap()
         .set_requires_grad(true);
     // Chunks of 3 rows over the 8 scored tokens: 3 + 3 + 2.
-    let scores = model.scores_at(&hidden, &ids, &scored, 3).unwrap();
-    let plain = model.logprobs_at(&hidden, &ids, &scored, 3).unwrap();
+    let head = model.output_weight();
+    let scores = scores::logprobs_and_entropy_at(head, &hidden, &ids, &scored, 3).unwrap();
+    let plain = scores::logprobs_at(head, &hidden, &ids, &scored, 3).unwrap();
     assert!(
         scores.logprobs.equal(&plain),
         "the entropy variant changes no log-prob"
@@ -90,9 +92,8 @@ fn the_policy_loss_backpropagates_into_the_model() {
     let model = tiny();
     let (batch, scored) = batch();
     let run = model.training_forward(&batch, false).unwrap();
-    let scores = model
-        .scores_at(&run.hidden, &run.prepared.ids, &scored, 4)
-        .unwrap();
+    let scores =
+        scores::logprobs_and_entropy_at(run.head(), &run.hidden, &run.prepared.ids, &scored, 4).unwrap();
     let cfg = LossConfig {
         entropy_coef: 0.01,
         ..LossConfig::default()

@@ -15,6 +15,7 @@ use super::model::{Batch, ImageFeatures, Prepared, Qwen25Vl};
 use super::rope_index::Grid;
 use super::vision::{VisionRun, VisionTower};
 use crate::model_error::ModelError;
+use crate::tied_head::{TiedHead, backward_together};
 
 /// A forward pass whose output can be back-propagated into the model's parameters.
 #[derive(Debug)]
@@ -34,6 +35,8 @@ struct Checkpoint {
     block_inputs: Vec<Tensor>,
     /// The last block's output as a leaf: the loss's graph starts here.
     last: Tensor,
+    /// The output head the loss reads when it is the trained embedding.
+    head: Option<TiedHead>,
     /// The vision tower's part, when it is trained.
     vision: Option<VisionCheckpoint>,
 }
@@ -152,6 +155,7 @@ impl Qwen25Vl {
             checkpoint: Some(Checkpoint {
                 block_inputs,
                 last,
+                head: TiedHead::of(self.text.output_weight(), self.config.tie_word_embeddings),
                 vision,
             }),
         })
@@ -159,6 +163,13 @@ impl Qwen25Vl {
 }
 
 impl TrainingForward<'_> {
+    /// The output head (vocab, hidden) the loss must read: the model's, or under checkpointing with
+    /// a tied, trained head its alias ([`TiedHead`]).
+    pub fn head(&self) -> &Tensor {
+        let tied = self.checkpoint.as_ref().and_then(|c| c.head.as_ref());
+        tied.map_or_else(|| self.model.text.output_weight(), TiedHead::alias)
+    }
+
     /// Back-propagates `loss` (a scalar computed from [`Self::hidden`]) into the parameters' gradients.
     pub fn backward(self, loss: &Tensor) -> Result<(), ModelError> {
         loss.backward();
@@ -169,9 +180,12 @@ impl TrainingForward<'_> {
         let grad = recompute_backward(checkpoint.last.grad(), &checkpoint.block_inputs, |i, x| {
             Ok(layers[i].forward(x, &p.rotary, &p.mask))
         })?;
-        if p.embeds.requires_grad() {
-            (&p.embeds * &grad).sum(Kind::Float).backward();
-        }
+        let lookup = p
+            .embeds
+            .requires_grad()
+            .then(|| (&p.embeds * &grad).sum(Kind::Float));
+        let head = checkpoint.head.as_ref().and_then(TiedHead::gradient_term);
+        backward_together(lookup.into_iter().chain(head));
         if let Some(vision) = checkpoint.vision {
             let tower = &self.model.vision;
             let grad = recompute_backward(vision.last.grad(), &vision.block_inputs, |i, x| {

@@ -70,6 +70,10 @@ impl TrainingPass for TrainingForward<'_> {
         &self.prepared.ids
     }
 
+    fn head(&self) -> &Tensor {
+        TrainingForward::head(self)
+    }
+
     fn backward(self: Box<Self>, loss: &Tensor) -> Result<(), ModelError> {
         TrainingForward::backward(*self, loss)
     }

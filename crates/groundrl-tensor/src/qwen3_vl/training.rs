@@ -23,6 +23,7 @@ use super::vision::{VisionOutput, VisionRun, VisionTower};
 use super::{Batch, ModelError};
 use crate::qwen2_5_vl::model::ImageFeatures;
 use crate::qwen2_5_vl::rope_index::Grid;
+use crate::tied_head::{TiedHead, backward_together};
 
 /// A forward pass whose output can be back-propagated into the model's parameters.
 #[derive(Debug)]
@@ -48,6 +49,8 @@ struct Blocks {
 #[derive(Debug)]
 struct Checkpoint {
     decoder: Blocks,
+    /// The output head the loss reads when it is the trained embedding.
+    head: Option<TiedHead>,
     /// The vision tower's part, when it is trained.
     vision: Option<(VisionRun, Blocks)>,
 }
@@ -75,21 +78,31 @@ impl Blocks {
     /// Back-propagates through the blocks in reverse, recomputing each from its saved input: a block's
     /// output gradient is what the next block sends back plus its tap's. Returns the gradient of the
     /// first block's input, `None` when no gradient reached the blocks.
+    ///
+    /// A tapped output's two gradients are added as plain autograd adds them: the tap's first (the
+    /// merger that reads it ran after every block, so its backward comes first), then the next
+    /// block's parts in that block's order. So the tap's term joins the next block's recompute, made
+    /// after the block's graph, rather than being added to its result.
     fn backward(
         &self,
         block: impl Fn(usize, &Tensor) -> Result<Tensor, ModelError>,
     ) -> Result<Option<Tensor>, ModelError> {
-        let mut grad: Option<Tensor> = None;
+        let tap_grad = |i: usize| self.taps[i].as_ref().map(Tensor::grad).filter(Tensor::defined);
+        let mut grad = self.inputs.len().checked_sub(1).and_then(tap_grad);
         for (i, input) in self.inputs.iter().enumerate().rev() {
-            let tapped = self.taps[i].as_ref().map(Tensor::grad).filter(Tensor::defined);
-            grad = match (grad, tapped) {
-                (Some(g), Some(t)) => Some(g + t),
-                (g, t) => g.or(t),
+            // The tap on this block's input (the previous block's output).
+            let below = i.checked_sub(1).and_then(tap_grad);
+            let Some(g) = &grad else {
+                grad = below;
+                continue;
             };
-            let Some(g) = &grad else { continue };
             let input = input.detach().set_requires_grad(true);
-            // Only the gradient of this sum matters (it is `g`); f32 keeps the unused value finite.
-            (block(i, &input)? * g).sum(Kind::Float).backward();
+            // Only the gradient of these sums matters; f32 keeps the unused value finite.
+            let through = (block(i, &input)? * g).sum(Kind::Float);
+            match &below {
+                Some(t) => (through + (&input * t).sum(Kind::Float)).backward(),
+                None => through.backward(),
+            }
             grad = Some(input.grad()).filter(Tensor::defined);
         }
         Ok(grad)
@@ -168,7 +181,13 @@ impl Qwen3Vl {
         let last = decoder.taps.last().and_then(Option::as_ref);
         let last = last.ok_or_else(|| ModelError::Input("a decoder without layers".into()))?;
         let hidden = self.text.final_norm(last);
-        Ok(self.forward_result(hidden, prepared, Some(Checkpoint { decoder, vision })))
+        let head = TiedHead::of(self.text.output_weight(), self.config.tie_word_embeddings);
+        let checkpoint = Checkpoint {
+            decoder,
+            head,
+            vision,
+        };
+        Ok(self.forward_result(hidden, prepared, Some(checkpoint)))
     }
 
     fn forward_result(
@@ -187,6 +206,13 @@ impl Qwen3Vl {
 }
 
 impl TrainingForward<'_> {
+    /// The output head (vocab, hidden) the loss must read: the model's, or under checkpointing with
+    /// a tied, trained head its alias ([`TiedHead`]).
+    pub fn head(&self) -> &Tensor {
+        let tied = self.checkpoint.as_ref().and_then(|c| c.head.as_ref());
+        tied.map_or_else(|| self.model.text.output_weight(), TiedHead::alias)
+    }
+
     /// Back-propagates `loss` (a scalar computed from [`Self::hidden`]) into the parameters' gradients.
     pub fn backward(self, loss: &Tensor) -> Result<(), ModelError> {
         loss.backward();
@@ -195,9 +221,11 @@ impl TrainingForward<'_> {
         };
         let (text, p) = (&self.model.text, &self.prepared);
         let grad = checkpoint.decoder.backward(|i, x| decoder_block(text, p, i, x))?;
-        if let (Some(grad), true) = (grad, p.embeds.requires_grad()) {
-            (&p.embeds * grad).sum(Kind::Float).backward();
-        }
+        let lookup = grad
+            .filter(|_| p.embeds.requires_grad())
+            .map(|grad| (&p.embeds * grad).sum(Kind::Float));
+        let head = checkpoint.head.as_ref().and_then(TiedHead::gradient_term);
+        backward_together(lookup.into_iter().chain(head));
         if let Some((run, blocks)) = checkpoint.vision {
             let tower = &self.model.vision;
             let grad = blocks.backward(|i, x| tower.run_block(i, x, &run))?;

@@ -7,6 +7,7 @@
 use groundrl_tensor::model::{ImageFeatures, Model, TokenScores};
 use groundrl_tensor::model_error::ModelError;
 use groundrl_tensor::processor::Processor;
+use groundrl_tensor::scores;
 use tch::{Kind, Tensor};
 
 use super::UpdateError;
@@ -184,7 +185,7 @@ pub fn update(
             for (b, mb) in mbs.iter().enumerate() {
                 let forward = model.training_forward(&mb.batch, mb.policy_features(), s.checkpoint)?;
                 flops.pass(model, mb, mb.policy_features(), true)?;
-                let scores = token_scores(model, forward.hidden(), forward.ids(), mb, s)?;
+                let scores = token_scores(forward.head(), forward.hidden(), forward.ids(), mb, s)?;
                 let inputs = LossInputs {
                     old_logprobs: old[m][b]
                         .as_ref()
@@ -280,9 +281,9 @@ pub fn kl_penalties(
 }
 
 /// Log-probs and entropies of the micro-batch's masked tokens (the model's) at the sampling
-/// temperature; 0 elsewhere, with no graph to them.
+/// temperature, projected by the output head `head`; 0 elsewhere, with no graph to them.
 pub(super) fn token_scores(
-    model: &dyn Model,
+    head: &Tensor,
     hidden: &Tensor,
     ids: &Tensor,
     mb: &MicroBatch,
@@ -296,10 +297,11 @@ pub(super) fn token_scores(
     };
     let Some(b) = &mb.branched else {
         let scored = mb.mask.gt(0.0);
-        return model.scores_at(&hidden, ids, &scored, s.logprob_chunk);
+        return scores::logprobs_and_entropy_at(head, &hidden, ids, &scored, s.logprob_chunk);
     };
-    let pairs = (&b.targets_at, &b.predictors_at);
-    let flat = model.scores_of_pairs(&hidden, ids, pairs, s.logprob_chunk)?;
+    let (targets, predictors) = (&b.targets_at, &b.predictors_at);
+    let flat =
+        scores::logprobs_and_entropy_of_pairs(head, &hidden, ids, targets, predictors, s.logprob_chunk)?;
     let shape = mb.mask.size();
     let place = |values: &Tensor| {
         Tensor::zeros([shape[0] * shape[1]], (Kind::Float, values.device()))
@@ -325,7 +327,7 @@ fn scores_without_grad(
     tch::no_grad(|| {
         let hidden = model.hidden_states_from(&mb.batch, source)?;
         let ids = Tensor::from_slice2(&mb.batch.input_ids).to_device(model.device());
-        Ok(token_scores(model, &hidden, &ids, mb, s)?
+        Ok(token_scores(model.output_weight(), &hidden, &ids, mb, s)?
             .logprobs
             .to_kind(Kind::Float))
     })
@@ -371,7 +373,7 @@ mod tests {
                 lr: 1e-6,
                 shared_prefix: false,
             };
-            let scores = token_scores(&model, &hidden, &ids, &mb, &s).unwrap();
+            let scores = token_scores(model.output_weight(), &hidden, &ids, &mb, &s).unwrap();
             let scale = LossScale::of_mini_batch([&mb.mask], &cfg, s.response_budget).unwrap();
             // The token-mean divisor counts the model's tokens only.
             assert_eq!(scale.tokens, generated as i64);

@@ -151,7 +151,7 @@ mod tests {
         }
         let hidden = model.hidden_states(&mb.batch).unwrap();
         let ids = Tensor::from_slice2(&mb.batch.input_ids);
-        let scores = token_scores(model, &hidden, &ids, mb, &s).unwrap();
+        let scores = token_scores(model.output_weight(), &hidden, &ids, mb, &s).unwrap();
         let scale = LossScale::of_mini_batch([&mb.mask], cfg, s.response_budget).unwrap();
         let inputs = LossInputs {
             old_logprobs: scores.logprobs.detach() - 0.01,

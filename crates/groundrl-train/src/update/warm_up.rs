@@ -10,6 +10,7 @@
 use groundrl_tensor::model::{ImageFeatures, Model};
 use groundrl_tensor::model_error::ModelError;
 use groundrl_tensor::processor::Processor;
+use groundrl_tensor::scores;
 use tch::Kind;
 
 use super::UpdateError;
@@ -70,8 +71,14 @@ pub fn sft_step(
     let mut tokens = 0;
     for (b, mb) in batches.iter().enumerate() {
         let forward = model.training_forward(&mb.batch, ImageFeatures::Tower, s.checkpoint)?;
-        let logprobs =
-            model.logprobs_at(forward.hidden(), forward.ids(), &mb.mask.gt(0.0), s.logprob_chunk)?;
+        let scored = mb.mask.gt(0.0);
+        let logprobs = scores::logprobs_at(
+            forward.head(),
+            forward.hidden(),
+            forward.ids(),
+            &scored,
+            s.logprob_chunk,
+        )?;
         let part = -(logprobs.to_kind(Kind::Float) * &mb.mask).sum(Kind::Float) / answer_tokens as f64;
         loss += part.double_value(&[]);
         accumulate(
