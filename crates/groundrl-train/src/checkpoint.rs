@@ -4,6 +4,11 @@
 //! resumable state: RNG states, data position, counters). `RUN_DIR/checkpoints/latest` names the newest
 //! complete one (`step-N`).
 //!
+//! Every checkpoint carries a manifest (`manifest.json`, written last: each file's length and checksum,
+//! module `manifest`), and a checkpoint is read only after the files it needs match it: a damaged or
+//! incomplete one is refused, naming the file. Weights or optimizer state holding NaN or infinity are
+//! never saved: the save is refused, naming the tensor, and the checkpoints already saved stay.
+//!
 //! A save writes into `checkpoints/.tmp-step-N-<pid>/`, fsyncs every file and the folder, renames it to
 //! `step-N`, fsyncs `checkpoints/`, and only then replaces `latest` (write a temporary file, fsync,
 //! rename, fsync the folder). A crash therefore leaves either the previous `latest` with its complete
@@ -26,6 +31,8 @@ use crate::run_folder::{
 };
 use crate::tensor_file::TensorFile;
 
+mod manifest;
+
 /// Why a checkpoint could not be written, read or restored.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
@@ -35,6 +42,12 @@ pub enum CheckpointError {
     Missing { path: PathBuf },
     #[error("{}: {message}", path.display())]
     Invalid { path: PathBuf, message: String },
+    /// A file does not match the checkpoint's manifest: damaged, cut short or replaced.
+    #[error("{} does not match the checkpoint's manifest ({message}): the checkpoint is damaged", path.display())]
+    Unverified { path: PathBuf, message: String },
+    /// A tensor to save holds NaN or infinity.
+    #[error("tensor `{name}` holds NaN or infinity; a checkpoint is never saved with it")]
+    NonFinite { name: String },
     #[error("{}: {source}", path.display())]
     Tensors { path: PathBuf, source: TchError },
     #[error("{}: {source}", path.display())]
@@ -119,6 +132,7 @@ pub fn save_checkpoint<T: Serialize>(
     if dir.exists() && read_latest(&root).ok() == Some(step) {
         return Err(CheckpointError::Exists { path: dir });
     }
+    refuse_non_finite(parts.weights.iter().chain(parts.optimizer))?;
     let tmp = write_temporary(&root, &name, parts)?;
     if dir.exists() {
         fs::remove_dir_all(&dir).map_err(io_error(&dir))?;
@@ -147,6 +161,7 @@ fn write_temporary<T: Serialize>(
         .inspect(|()| crate::fault::point(crate::fault::SAVE))
         .and_then(|()| write_tensors(&tmp.join(OPTIMIZER_FILE), parts.optimizer))
         .and_then(|()| write_json(&tmp.join(STATE_FILE), parts.state))
+        .and_then(|()| manifest::write(&tmp, &[WEIGHTS_FILE, OPTIMIZER_FILE, STATE_FILE]))
         .and_then(|()| sync_dir(&tmp));
     if let Err(err) = written {
         let _ = fs::remove_dir_all(&tmp);
@@ -197,9 +212,71 @@ pub fn load_latest<T: DeserializeOwned>(run_dir: &Path) -> Result<LoadedCheckpoi
     load_checkpoint(&latest_checkpoint(run_dir)?)
 }
 
-/// Loads the checkpoint folder `dir` (named `step-N`).
+/// A checkpoint that [`load_resumable`] passed over, and why.
+#[derive(Debug)]
+pub struct PassedOver {
+    /// Where the folder is now: renamed `damaged-step-N` in the checkpoints folder.
+    pub dir: PathBuf,
+    pub error: CheckpointError,
+}
+
+/// Loads the newest complete checkpoint of a run to resume from. With `fall_back`, when that one
+/// does not load (a file damaged or missing), the newest older one that does is taken instead: it
+/// becomes `latest`, and the newer ones it passed over are renamed `damaged-step-N` (kept for a look,
+/// out of the way of the steps the run saves again); they are returned with their errors. Without
+/// `fall_back`, or when none loads, the newest one's error is returned.
+pub fn load_resumable<T: DeserializeOwned>(
+    run_dir: &Path,
+    fall_back: bool,
+) -> Result<(LoadedCheckpoint<T>, Vec<PassedOver>), CheckpointError> {
+    let latest = latest_checkpoint(run_dir)?;
+    let newest_error = match load_checkpoint(&latest) {
+        Ok(checkpoint) => return Ok((checkpoint, Vec::new())),
+        Err(error) if fall_back => error,
+        Err(error) => return Err(error),
+    };
+    let newest = folder_step(&latest)?;
+    let older = checkpoint_steps(run_dir)?
+        .into_iter()
+        .filter(|&step| step < newest);
+    let mut passed = vec![(newest, newest_error)];
+    for step in older.rev() {
+        match load_checkpoint(&checkpoint_dir(run_dir, step)) {
+            Ok(checkpoint) => return Ok((checkpoint, set_aside(run_dir, step, passed)?)),
+            Err(error) => passed.push((step, error)),
+        }
+    }
+    Err(passed.swap_remove(0).1)
+}
+
+/// Names the checkpoint of `step` `latest` and renames the `passed` ones `damaged-step-N`.
+fn set_aside(
+    run_dir: &Path,
+    step: u64,
+    passed: Vec<(u64, CheckpointError)>,
+) -> Result<Vec<PassedOver>, CheckpointError> {
+    let root = run_dir.join(CHECKPOINTS_DIR);
+    write_latest(&root, &step_name(step))?;
+    let set = passed
+        .into_iter()
+        .map(|(step, error)| {
+            let dir = root.join(format!("damaged-{}", step_name(step)));
+            if dir.exists() {
+                fs::remove_dir_all(&dir).map_err(io_error(&dir))?;
+            }
+            let from = root.join(step_name(step));
+            fs::rename(&from, &dir).map_err(io_error(&from))?;
+            Ok(PassedOver { dir, error })
+        })
+        .collect::<Result<_, CheckpointError>>()?;
+    sync_dir(&root)?;
+    Ok(set)
+}
+
+/// Loads the checkpoint folder `dir` (named `step-N`) once its files match its manifest.
 pub fn load_checkpoint<T: DeserializeOwned>(dir: &Path) -> Result<LoadedCheckpoint<T>, CheckpointError> {
     let step = folder_step(dir)?;
+    manifest::verify(dir, &[WEIGHTS_FILE, OPTIMIZER_FILE, STATE_FILE])?;
     let state_path = dir.join(STATE_FILE);
     let text = read(&state_path)?;
     let state = serde_json::from_slice(&text).map_err(|source| CheckpointError::Json {
@@ -220,6 +297,7 @@ pub fn load_checkpoint<T: DeserializeOwned>(dir: &Path) -> Result<LoadedCheckpoi
 /// exporting the trained model needs. Tensors are on the CPU, in their saved dtype.
 pub fn load_weights(dir: &Path) -> Result<(u64, Vec<(String, Tensor)>), CheckpointError> {
     let step = folder_step(dir)?;
+    manifest::verify(dir, &[WEIGHTS_FILE])?;
     Ok((step, read_tensors(&dir.join(WEIGHTS_FILE))?))
 }
 
@@ -267,6 +345,26 @@ pub fn restore_tensors(into: &[(String, Tensor)], from: &[(String, Tensor)]) -> 
                 })
         })
     })
+}
+
+/// Refuses tensors of which a floating-point one holds NaN or infinity, naming the first.
+fn refuse_non_finite<'a>(
+    tensors: impl IntoIterator<Item = &'a (String, Tensor)>,
+) -> Result<(), CheckpointError> {
+    for (name, tensor) in tensors {
+        let copy_error = |source| CheckpointError::Copy {
+            name: name.clone(),
+            source,
+        };
+        if tensor.is_floating_point() && !all_finite(tensor).map_err(copy_error)? {
+            return Err(CheckpointError::NonFinite { name: name.clone() });
+        }
+    }
+    Ok(())
+}
+
+fn all_finite(tensor: &Tensor) -> Result<bool, TchError> {
+    Ok(tensor.f_isfinite()?.f_all()?.f_int64_value(&[])? != 0)
 }
 
 fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), CheckpointError> {

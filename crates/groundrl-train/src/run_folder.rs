@@ -13,7 +13,7 @@
 //!   eval/before.jsonl, after.jsonl the held-out evaluations
 //!   profile/step-N-PHASE.json      profiler traces (`trainer.profile_step`)
 //!   checkpoints/latest             the name of the newest complete checkpoint
-//!   checkpoints/step-N/            weights.safetensors, optimizer.safetensors, state.json
+//!   checkpoints/step-N/            weights.safetensors, optimizer.safetensors, state.json, manifest.json
 //!   rounds/round-R/                pool.jsonl, pool-report.json, ledger.jsonl (`[rounds]`)
 //!   rounds/transition-Q-R.json     how each sample's pass rate moved between rounds, and its .svg
 //! ```
@@ -54,6 +54,8 @@ pub const WEIGHTS_FILE: &str = "weights.safetensors";
 pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
 /// A checkpoint's resumable state, as JSON.
 pub const STATE_FILE: &str = "state.json";
+/// A checkpoint's manifest: each file's length and checksum, written last (`crate::checkpoint`).
+pub const MANIFEST_FILE: &str = "manifest.json";
 
 /// The name of the checkpoint folder of `step` in [`CHECKPOINTS_DIR`].
 pub fn step_name(step: u64) -> String {

@@ -6,8 +6,8 @@ use std::path::Path;
 
 use groundrl_core::atomic::remove_temporaries;
 use groundrl_train::checkpoint::{
-    CheckpointParts, LoadedCheckpoint, checkpoint_steps, has_checkpoint, latest_checkpoint, load_checkpoint,
-    load_latest, restore_tensors, save_checkpoint,
+    CheckpointError, CheckpointParts, LoadedCheckpoint, checkpoint_steps, has_checkpoint, latest_checkpoint,
+    load_checkpoint, load_latest, load_resumable, load_weights, restore_tensors, save_checkpoint,
 };
 use groundrl_train::optim::{AdamW, OptimConfig};
 use serde::{Deserialize, Serialize};
@@ -96,7 +96,12 @@ fn a_checkpoint_round_trips_bit_for_bit_in_f32_and_bf16() {
     );
     assert_eq!(
         entries(&dir),
-        ["optimizer.safetensors", "state.json", "weights.safetensors"]
+        [
+            "manifest.json",
+            "optimizer.safetensors",
+            "state.json",
+            "weights.safetensors"
+        ]
     );
 
     let loaded: LoadedCheckpoint<Resume> = load_latest(run.path()).unwrap();
@@ -359,4 +364,176 @@ fn a_run_resumed_from_a_checkpoint_continues_bit_for_bit() {
 
     assert_same(&resumed, &straight);
     assert_same(&opt.state(), &straight_opt.state());
+}
+
+/// Flips one bit of the file at `path`, `at` bytes from its end (inside the tensor data).
+fn flip_bit(path: &Path, at: usize) {
+    let mut bytes = fs::read(path).unwrap();
+    let i = bytes.len() - at;
+    bytes[i] ^= 0x10;
+    fs::write(path, bytes).unwrap();
+}
+
+/// The safetensors file at `path` with the data offsets of its tensors `a` and `b` (of one size)
+/// swapped in its header: a valid file whose tensors hold each other's values.
+fn swap_offsets(path: &Path, a: &str, b: &str) {
+    let bytes = fs::read(path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let offsets = |h: &serde_json::Value, name: &str| h[name]["data_offsets"].clone();
+    let (oa, ob) = (offsets(&header, a), offsets(&header, b));
+    header[a]["data_offsets"] = ob;
+    header[b]["data_offsets"] = oa;
+    let mut text = serde_json::to_vec(&header).unwrap();
+    text.resize(n, b' ');
+    let mut out = bytes[..8].to_vec();
+    out.extend_from_slice(&text);
+    out.extend_from_slice(&bytes[8 + n..]);
+    fs::write(path, out).unwrap();
+}
+
+/// A flipped bit in the weights or the optimizer state, two tensors' offsets swapped, a state file
+/// edited, a manifest removed: each is refused, naming the file, where the files alone still load.
+#[test]
+fn a_damaged_checkpoint_is_refused_naming_the_file() {
+    let run = tempfile::tempdir().unwrap();
+    let dir = save(run.path(), 3, 0);
+    assert!(load_checkpoint::<Resume>(&dir).is_ok());
+    let pristine: Vec<(String, Vec<u8>)> = ["weights.safetensors", "optimizer.safetensors", "state.json"]
+        .iter()
+        .map(|name| (name.to_string(), fs::read(dir.join(name)).unwrap()))
+        .collect();
+    let restore = || {
+        for (name, bytes) in &pristine {
+            fs::write(dir.join(name), bytes).unwrap();
+        }
+    };
+    let refused = |file: &str| {
+        let err = load_checkpoint::<Resume>(&dir).unwrap_err();
+        assert!(matches!(err, CheckpointError::Unverified { .. }), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("step-3/{file}")) && text.contains("the checkpoint is damaged"),
+            "{text}"
+        );
+    };
+
+    flip_bit(&dir.join("optimizer.safetensors"), 3);
+    refused("optimizer.safetensors");
+    restore();
+
+    flip_bit(&dir.join("weights.safetensors"), 5);
+    refused("weights.safetensors");
+    // Running or exporting the model checks the weights too.
+    let err = load_weights(&dir).unwrap_err().to_string();
+    assert!(err.contains("step-3/weights.safetensors"), "{err}");
+    restore();
+
+    // model.a (2x3) and model.c (2x3 after the transpose) swap places: still a valid file.
+    swap_offsets(&dir.join("weights.safetensors"), "model.a", "model.c");
+    refused("weights.safetensors");
+    restore();
+
+    fs::write(dir.join("state.json"), serde_json::to_string(&resume(2)).unwrap()).unwrap();
+    refused("state.json");
+    restore();
+
+    assert!(load_checkpoint::<Resume>(&dir).is_ok());
+    fs::remove_file(dir.join("manifest.json")).unwrap();
+    let err = load_checkpoint::<Resume>(&dir).unwrap_err().to_string();
+    assert!(
+        err.contains("step-3/manifest.json") && err.contains("missing"),
+        "{err}"
+    );
+}
+
+/// Weights or optimizer state holding NaN or infinity are never saved: the save is refused, naming
+/// the tensor, and the checkpoint before it stays the latest.
+#[test]
+fn non_finite_tensors_are_never_saved() {
+    let run = tempfile::tempdir().unwrap();
+    save(run.path(), 1, 0);
+    let weights = tensors();
+    let _ = weights[1].1.get(2).fill_(f64::INFINITY);
+    let optimizer = vec![("exp_avg_sq/model.a".to_string(), values(&[2, 3], 4.0))];
+    let parts = CheckpointParts {
+        weights: &weights,
+        optimizer: &optimizer,
+        state: &resume(2),
+    };
+    let err = save_checkpoint(run.path(), 2, &parts, 0).unwrap_err().to_string();
+    assert!(
+        err.contains("`model.b`") && err.contains("NaN or infinity"),
+        "{err}"
+    );
+
+    let weights = tensors();
+    let _ = optimizer[0].1.get(1).get(0).fill_(f64::NAN);
+    let parts = CheckpointParts {
+        weights: &weights,
+        optimizer: &optimizer,
+        state: &resume(2),
+    };
+    let err = save_checkpoint(run.path(), 2, &parts, 0).unwrap_err().to_string();
+    assert!(err.contains("`exp_avg_sq/model.a`"), "{err}");
+    assert_eq!(entries(&run.path().join("checkpoints")), ["latest", "step-1"]);
+    assert_eq!(load_latest::<Resume>(run.path()).unwrap().step, 1);
+}
+
+/// A resume refuses a damaged latest checkpoint; asked to fall back, it takes the newest that
+/// verifies, names it `latest` and renames the damaged ones out of the way of the steps to come.
+#[test]
+fn a_resume_can_fall_back_to_the_newest_checkpoint_that_verifies() {
+    let run = tempfile::tempdir().unwrap();
+    let root = run.path().join("checkpoints");
+    for step in [2, 4, 6] {
+        save(run.path(), step, 0);
+    }
+    flip_bit(&root.join("step-6/optimizer.safetensors"), 2);
+    flip_bit(&root.join("step-4/weights.safetensors"), 2);
+    let err = load_resumable::<Resume>(run.path(), false)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("step-6/optimizer.safetensors"), "{err}");
+    assert_eq!(entries(&root), ["latest", "step-2", "step-4", "step-6"]);
+
+    let (checkpoint, passed) = load_resumable::<Resume>(run.path(), true).unwrap();
+    assert_eq!((checkpoint.step, checkpoint.state.step), (2, 2));
+    let passed: Vec<(String, String)> = passed
+        .iter()
+        .map(|p| {
+            (
+                p.dir.file_name().unwrap().to_string_lossy().into_owned(),
+                p.error.to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(passed[0].0, "damaged-step-6");
+    assert!(
+        passed[0].1.contains("step-6/optimizer.safetensors"),
+        "{}",
+        passed[0].1
+    );
+    assert_eq!(passed[1].0, "damaged-step-4");
+    assert!(
+        passed[1].1.contains("step-4/weights.safetensors"),
+        "{}",
+        passed[1].1
+    );
+    assert_eq!(
+        entries(&root),
+        ["damaged-step-4", "damaged-step-6", "latest", "step-2"]
+    );
+    assert_eq!(checkpoint_steps(run.path()).unwrap(), [2]);
+    // The run saves step 4 again.
+    save(run.path(), 4, 0);
+    assert_eq!(load_latest::<Resume>(run.path()).unwrap().step, 4);
+
+    // None verifies: the newest one's error.
+    flip_bit(&root.join("step-4/state.json"), 2);
+    flip_bit(&root.join("step-2/state.json"), 2);
+    let err = load_resumable::<Resume>(run.path(), true)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("step-4/state.json"), "{err}");
 }

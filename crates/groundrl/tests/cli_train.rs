@@ -167,7 +167,8 @@ fn temporaries(dir: &Path) -> Vec<PathBuf> {
 /// step is killed with SIGKILL (`GROUNDRL_FAULT`, see `groundrl_train::fault`) mid-warm-up, mid-
 /// evaluation, mid-step and mid-save, at the N-th passage each, N drawn from a seed, and resumed
 /// after each kill. Its logs, evaluations, ledgers, TensorBoard scalars and final weights and
-/// optimizer state equal an uninterrupted run's (times aside), and no temporary is left.
+/// optimizer state equal an uninterrupted run's (times aside), and no temporary is left. Then its last
+/// checkpoint is damaged: refused on resume, and passed over with `--fall-back`.
 #[test]
 fn killed_at_seeded_points_and_resumed_equals_uninterrupted() {
     const SEED: u64 = 23;
@@ -236,6 +237,33 @@ fn killed_at_seeded_points_and_resumed_equals_uninterrupted() {
         }
     }
     assert_eq!(temporaries(&killed), Vec::<PathBuf>::new());
+
+    // A bit flipped in the last checkpoint's optimizer state: a resume refuses it, naming the file;
+    // one that may fall back takes step 3's, runs step 4 again and saves the uninterrupted run's.
+    let optimizer = killed.join("checkpoints/step-4/optimizer.safetensors");
+    let mut bytes = std::fs::read(&optimizer).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&optimizer, bytes).unwrap();
+    let out = resume(&killed).output().unwrap();
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("step-4/optimizer.safetensors does not match the checkpoint's manifest"),
+        "{stderr}"
+    );
+    let out = resume(&killed).arg("--fall-back").output().unwrap();
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("passed over a damaged checkpoint, now"), "{stderr}");
+    assert!(killed.join("checkpoints/damaged-step-4").is_dir());
+    assert_eq!(metrics(&straight), metrics(&killed));
+    for file in ["weights", "optimizer"] {
+        let (a, b) = (tensors(&straight, 4, file), tensors(&killed, 4, file));
+        for ((name, a), (_, b)) in a.iter().zip(&b) {
+            assert!(a.equal(b), "after the fall-back, {file}: {name} differs");
+        }
+    }
 }
 
 fn resume(run: &Path) -> Command {

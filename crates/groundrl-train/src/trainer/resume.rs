@@ -8,7 +8,7 @@ use groundrl_core::atomic::remove_temporaries;
 
 use super::start::{Place, Start};
 use super::{RunState, TRAINING_ROUND, TrainError, Trainer, io, setup};
-use crate::checkpoint::{has_checkpoint, load_latest, restore_tensors};
+use crate::checkpoint::{has_checkpoint, load_latest, load_resumable, restore_tensors};
 use crate::config::TrainConfig;
 use crate::data_parallel::DataParallel;
 use crate::run_folder::CONFIG_FILE;
@@ -18,7 +18,7 @@ impl Trainer {
     /// A run stopped before its first checkpoint (during the warm-up, say) starts over in its folder.
     /// Temporary files and folders of writes the stop cut short are removed first.
     pub fn resume(run_dir: &Path) -> Result<Self, TrainError> {
-        Self::resume_data_parallel(run_dir, None)
+        Self::resume_data_parallel(run_dir, None, false)
     }
 
     /// [`Trainer::resume`] as one rank of a data-parallel run (`dp`; `None`: one process), on any
@@ -27,12 +27,20 @@ impl Trainer {
     /// keeps, and no random draw depends on the world size (docs/distributed.md). Rank 0 tidies the
     /// folder and cuts the logs back first; the other ranks then load the same checkpoint without
     /// writing anything.
-    pub fn resume_data_parallel(run_dir: &Path, mut dp: Option<DataParallel>) -> Result<Self, TrainError> {
+    ///
+    /// A checkpoint is read only once its files match its manifest. With `fall_back`, when the latest
+    /// does not, rank 0 resumes from the newest that does and says which it passed over
+    /// ([`crate::checkpoint::load_resumable`]); the other ranks then read the one it chose.
+    pub fn resume_data_parallel(
+        run_dir: &Path,
+        mut dp: Option<DataParallel>,
+        fall_back: bool,
+    ) -> Result<Self, TrainError> {
         let place = Place::of(dp.as_ref());
         if let (false, Some(group)) = (place.writes(), dp.as_mut()) {
             group.barrier()?;
         }
-        let mut trainer = Self::resume_as(run_dir, place)?;
+        let mut trainer = Self::resume_as(run_dir, place, fall_back)?;
         if let (true, Some(group)) = (place.writes(), dp.as_mut()) {
             group.barrier()?;
         }
@@ -43,7 +51,7 @@ impl Trainer {
 
     /// The trainer of the run in `run_dir` at its latest checkpoint, as the process `place`; rank 0
     /// tidies the folder and cuts its logs back.
-    fn resume_as(run_dir: &Path, place: Place) -> Result<Self, TrainError> {
+    fn resume_as(run_dir: &Path, place: Place, fall_back: bool) -> Result<Self, TrainError> {
         let writes = place.writes();
         let cfg = TrainConfig::load(&run_dir.join(CONFIG_FILE), &[])?;
         place.check(&cfg)?;
@@ -58,7 +66,20 @@ impl Trainer {
             }
             return Self::build(cfg, run_dir.to_path_buf(), Start::Over, place);
         }
-        let checkpoint = load_latest::<RunState>(run_dir)?;
+        let checkpoint = match writes {
+            true => {
+                let (checkpoint, passed) = load_resumable::<RunState>(run_dir, fall_back)?;
+                for p in passed {
+                    eprintln!(
+                        "passed over a damaged checkpoint, now {}: {}",
+                        p.dir.display(),
+                        p.error
+                    );
+                }
+                checkpoint
+            }
+            false => load_latest::<RunState>(run_dir)?,
+        };
         let start = Start::At(&checkpoint.state);
         let mut trainer = Self::build(cfg, run_dir.to_path_buf(), start, place)?;
         restore_tensors(

@@ -30,6 +30,11 @@ pub struct Args {
     /// Continue the run in this folder from its latest checkpoint (its own config.toml is used).
     #[arg(long, conflicts_with = "config")]
     resume: Option<PathBuf>,
+    /// With --resume: when the latest checkpoint does not match its manifest (a file damaged or
+    /// missing), resume from the newest that does; the ones passed over are renamed
+    /// `damaged-step-N` and named. Without it such a resume is refused.
+    #[arg(long, requires = "resume")]
+    fall_back: bool,
     /// GPU memory for the pre-flight check (GiB); the run is refused when the plan does not fit.
     #[arg(long, default_value_t = 80.0)]
     gpu_memory_gib: f64,
@@ -51,7 +56,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let cfg = TrainConfig::load(&dir.join(CONFIG_FILE), &[])
                 .with_context(|| format!("resuming {}", dir.display()))?;
             let dp = join_group(&cfg)?;
-            Trainer::resume_data_parallel(dir, dp).with_context(|| format!("resuming {}", dir.display()))?
+            Trainer::resume_data_parallel(dir, dp, args.fall_back)
+                .with_context(|| format!("resuming {}", dir.display()))?
         }
         (None, Some(path)) => {
             let cfg = TrainConfig::load(path, &args.overrides)
