@@ -6,8 +6,9 @@
 //! a dot and holds `.tmp-` (`.NAME.tmp-PID`, a checkpoint's `.tmp-step-N-PID/`), and
 //! [`remove_temporaries`] clears them when the owner of the folder starts again.
 
-use std::fs::{self, File};
+use std::fs::{self, File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// What every temporary name holds (`.NAME.tmp-PID`, `.tmp-step-N-PID`).
@@ -25,12 +26,30 @@ pub fn is_temporary(name: &str) -> bool {
     name.starts_with('.') && name.contains(MARK)
 }
 
-/// Replaces `path` with `bytes` atomically: temporary, fsync, rename, fsync of the folder.
+/// Replaces `path` with `bytes` atomically: temporary, fsync, rename, fsync of the folder. The
+/// temporary is opened without following a link, and the rename replaces a link at `path` rather than
+/// writing through it.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = temporary_path(path);
-    File::create(&tmp)
+    let mut options = OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    open_no_follow(&options, &tmp)
         .and_then(|mut file| file.write_all(bytes))
         .and_then(|()| publish_file(&tmp, path))
+}
+
+/// Opens `path` with `options` without following a symbolic link there: a link (one planted to make a
+/// write land outside the folder, say) is an error that says so, never a file written through.
+pub fn open_no_follow(options: &OpenOptions, path: &Path) -> std::io::Result<File> {
+    let mut options = options.clone();
+    options.custom_flags(libc::O_NOFOLLOW);
+    options.open(path).map_err(|e| match e.raw_os_error() {
+        Some(libc::ELOOP) => std::io::Error::new(
+            e.kind(),
+            "a symbolic link: nothing is written or truncated through a link",
+        ),
+        _ => e,
+    })
 }
 
 /// Makes the complete file `tmp` (written by a writer of its own, at [`temporary_path`]) the file

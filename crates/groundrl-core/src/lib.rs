@@ -13,6 +13,7 @@ pub mod prompt;
 pub mod raster;
 pub mod report;
 pub mod rng;
+pub mod run_lock;
 pub mod synth;
 pub mod telemetry;
 pub mod tool;

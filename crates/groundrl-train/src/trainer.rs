@@ -19,11 +19,13 @@
 //! each step's prompts; the update sums the gradients over the ranks, and rank 0 alone writes the
 //! logs, the ledger, the evaluations and the checkpoints.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use groundrl_core::atomic::write_atomic;
 use groundrl_core::curriculum::ledger::LedgerWriter;
+use groundrl_core::run_lock::{LockError, RunLock};
 use groundrl_core::telemetry::{
     CompletionRecord, EventWriter, HealthMonitor, JsonlLog, RolloutStats, Scalars, StepRecord,
 };
@@ -103,6 +105,11 @@ pub struct RunState {
     /// The TensorBoard event file as it stood at the checkpoint, where a resumed run continues it.
     #[serde(default)]
     pub events: Option<EventsPosition>,
+    /// The config keys that shape the model and its optimizer state, as the run started with them
+    /// ([`TrainConfig::state_shaping_keys`]): a resume refuses a `config.toml` that changed one.
+    /// Empty in checkpoints written before it was kept.
+    #[serde(default)]
+    pub shaping_keys: BTreeMap<String, String>,
 }
 
 /// Why [`Trainer::run`] ended.
@@ -132,6 +139,9 @@ pub enum TrainError {
         run_dir.display()
     )]
     RunExists { run_dir: PathBuf },
+    /// Another process writes the run folder.
+    #[error(transparent)]
+    Lock(#[from] LockError),
     #[error(transparent)]
     Dataset(#[from] DatasetError),
     /// A data set the run trains on has no sample (`data.train`, or `sft.data` with warm-up steps).
@@ -216,6 +226,9 @@ pub struct Trainer {
     evaluations: Vec<Evaluation>,
     /// Where the current step's rollout time goes, for its record.
     rollout_seconds: RolloutSeconds,
+    /// The run folder's lock, held by the one process that writes the run (`None` on the other
+    /// ranks): a second writer is refused (`groundrl_core::run_lock`).
+    lock: Option<RunLock>,
 }
 
 /// The run's logs, written by one process only: the metrics, the pass-rate ledger and TensorBoard.

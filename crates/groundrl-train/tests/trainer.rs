@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 
 use groundrl_core::synth::{Difficulty, SynthConfig, generate};
 use groundrl_train::config::TrainConfig;
-use groundrl_train::run_folder::{INITIAL_MODEL_DIR, LEDGER_FILE, METRICS_FILE, PROFILE_DIR, SFT_FILE};
+use groundrl_train::run_folder::{
+    CONFIG_FILE, INITIAL_MODEL_DIR, LEDGER_FILE, METRICS_FILE, PROFILE_DIR, SFT_FILE, TENSORBOARD_DIR,
+};
 use groundrl_train::trainer::{Ending, Trainer};
 use serde_json::Value;
 
@@ -274,6 +276,96 @@ fn a_resume_does_not_rewrite_a_log_it_cannot_read() {
     assert_eq!(std::fs::read(&path).unwrap(), bytes);
 }
 
+/// One writer per run folder: while a trainer holds a run, a second start and a resume of its folder
+/// are refused before they change anything, naming the holder; once it is gone, the resume runs. A
+/// log replaced by a link to a file outside the run folder stops the resume, and the outside file
+/// keeps every byte.
+#[test]
+fn a_second_writer_is_refused_and_no_write_goes_through_a_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synthetic_data(dir.path());
+    let overrides = ["trainer.max_steps=1", "trainer.save_freq=1"];
+    let cfg = config(dir.path(), &data, &overrides);
+    let run = cfg.trainer.run_dir.clone();
+    let mut first = Trainer::new(cfg.clone()).unwrap();
+    first.run(|_| {}).unwrap();
+    let before: Vec<(String, Vec<u8>)> = [CONFIG_FILE, METRICS_FILE]
+        .iter()
+        .map(|name| (name.to_string(), std::fs::read(run.join(name)).unwrap()))
+        .collect();
+    let holder = format!("pid {} on ", std::process::id());
+    let in_use = |err: String| {
+        assert!(err.contains("is in use") && err.contains(&holder), "{err}");
+    };
+    let err = Trainer::new(cfg.clone()).err().unwrap().to_string();
+    assert!(err.contains("already holds a run"), "{err}");
+    in_use(Trainer::resume(&run).err().unwrap().to_string());
+    // A start racing one that has not written config.toml yet finds the lock.
+    std::fs::rename(run.join(CONFIG_FILE), dir.path().join("config.toml")).unwrap();
+    in_use(Trainer::new(cfg).err().unwrap().to_string());
+    std::fs::rename(dir.path().join("config.toml"), run.join(CONFIG_FILE)).unwrap();
+    for (name, bytes) in &before {
+        assert_eq!(&std::fs::read(run.join(name)).unwrap(), bytes, "{name}");
+    }
+    drop(first);
+    let resumed = Trainer::resume(&run).unwrap();
+    drop(resumed);
+
+    // The TensorBoard event file, which a resume cuts back and appends to, made a link to a file
+    // of 10,000 bytes elsewhere.
+    let events = std::fs::read_dir(run.join(TENSORBOARD_DIR))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let outside = dir.path().join("outside");
+    std::fs::write(&outside, vec![7u8; 10_000]).unwrap();
+    std::fs::remove_file(&events).unwrap();
+    std::os::unix::fs::symlink(&outside, &events).unwrap();
+    let err = Trainer::resume(&run).err().unwrap().to_string();
+    assert!(
+        err.contains("symbolic link") && err.contains("events.out.tfevents"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&outside).unwrap(), vec![7u8; 10_000]);
+}
+
+/// A resume keeps every key that shapes the model or its optimizer state: `config.toml` edited to
+/// another preset or to LoRA is refused, naming the key, before anything is changed; `path` and
+/// `preset` both set are refused as a fresh start refuses them. The config as it was resumes.
+#[test]
+fn a_resume_refuses_a_config_that_changed_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synthetic_data(dir.path());
+    let cfg = config(dir.path(), &data, &["trainer.max_steps=1", "trainer.save_freq=1"]);
+    let run = cfg.trainer.run_dir.clone();
+    Trainer::new(cfg).unwrap().run(|_| {}).unwrap();
+    let config = run.join(CONFIG_FILE);
+    let text = std::fs::read_to_string(&config).unwrap();
+    let metrics_before = std::fs::read(run.join(METRICS_FILE)).unwrap();
+    let edited = |from: &str, to: &str| {
+        assert!(text.contains(from), "{from}");
+        std::fs::write(&config, text.replace(from, to)).unwrap();
+        Trainer::resume(&run).err().unwrap().to_string()
+    };
+    let err = edited("preset = \"tiny\"", "preset = \"small\"");
+    assert!(
+        err.contains("`model.preset` is \"small\" now, but the checkpoint was trained with \"tiny\""),
+        "{err}"
+    );
+    let err = edited("lora_rank = 0", "lora_rank = 4");
+    assert!(err.contains("`model.lora_rank` is 4 now"), "{err}");
+    let err = edited("path = \"\"", "path = \"/models/elsewhere\"");
+    assert!(
+        err.contains("model.path") && err.contains("model.preset"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(run.join(METRICS_FILE)).unwrap(), metrics_before);
+    std::fs::write(&config, &text).unwrap();
+    assert!(Trainer::resume(&run).is_ok());
+}
+
 /// A start that fails leaves nothing behind: the run folder it created is removed, and in a folder
 /// that was there, the initial model it wrote. An initial model in a folder without `config.toml`
 /// (a start killed before writing it; here only its config.json) is not taken for complete.
@@ -536,7 +628,9 @@ fn warm_up_then_held_out_evaluations_before_and_after() {
         assert!(e["k"].as_u64().unwrap() <= 8);
         assert_eq!(e["rule"], "brevity >= 0.5");
     }
-    // Resumed from the last checkpoint (after the warm-up): nothing of the warm-up is redone.
+    // Resumed from the last checkpoint (after the warm-up): nothing of the warm-up is redone. The
+    // first trainer lets go of the run folder first (one writer per folder).
+    drop(trainer);
     let mut resumed = Trainer::resume(&run).unwrap();
     assert_eq!(resumed.state.sft_step, 12);
     resumed.warm_up(|_| panic!("the warm-up ran again")).unwrap();

@@ -94,4 +94,26 @@ fn rollouts_are_complete_seeded_and_skip_bad_samples() {
         .lines()
         .count();
     assert_eq!(written, 2 * (samples - 1));
+
+    // A sample that declares twice its image's width (its targets read in a frame the image does not
+    // have) is skipped and named in the same way, never scored.
+    let mut wrong: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let width = wrong["images"][0]["width"].as_u64().unwrap();
+    wrong["images"][0]["width"] = (2 * width).into();
+    let mut lines_in: Vec<String> = text.lines().map(str::to_owned).collect();
+    lines_in[0] = wrong.to_string();
+    let declared = d.join("synth/declared.jsonl");
+    std::fs::write(&declared, lines_in.join("\n") + "\n").unwrap();
+    let output = rollout(d, &declared, "e.jsonl");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let said = format!("declares {}x", 2 * width);
+    assert!(
+        stderr.contains(&said) && stderr.contains("1 sample(s) skipped"),
+        "{stderr}"
+    );
+    let written = std::fs::read_to_string(d.join("e.jsonl")).unwrap();
+    assert_eq!(written.lines().count(), 2 * (samples - 1));
+    let id = format!("\"{}\"", wrong["id"].as_str().unwrap());
+    assert!(!written.contains(&id), "{written}");
 }

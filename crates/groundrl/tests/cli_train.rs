@@ -255,7 +255,10 @@ fn killed_at_seeded_points_and_resumed_equals_uninterrupted() {
     let out = resume(&killed).arg("--fall-back").output().unwrap();
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("passed over a damaged checkpoint, now"), "{stderr}");
+    assert!(
+        stderr.contains("passed over a damaged checkpoint, now"),
+        "{stderr}"
+    );
     assert!(killed.join("checkpoints/damaged-step-4").is_dir());
     assert_eq!(metrics(&straight), metrics(&killed));
     for file in ["weights", "optimizer"] {

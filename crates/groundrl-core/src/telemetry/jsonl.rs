@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::TelemetryError;
+use crate::atomic::open_no_follow;
 
 /// An append-only JSONL file.
 #[derive(Debug)]
@@ -22,12 +23,9 @@ impl JsonlLog {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, TelemetryError> {
         let path = path.as_ref().to_path_buf();
         let io = |e| TelemetryError::io(&path, e);
-        let mut file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(&path)
-            .map_err(io)?;
+        let mut options = OpenOptions::new();
+        options.read(true).append(true).create(true);
+        let mut file = open_no_follow(&options, &path).map_err(io)?;
         if ends_mid_line(&mut file).map_err(io)? {
             file.write_all(b"\n").map_err(io)?;
         }

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::TelemetryError;
+use crate::atomic::open_no_follow;
 
 /// Protobuf wire types used here.
 const VARINT: u8 = 0;
@@ -65,7 +66,7 @@ impl EventWriter {
     pub fn resume(path: impl AsRef<Path>, len: u64) -> Result<Self, TelemetryError> {
         let path = path.as_ref().to_path_buf();
         let io = |e| TelemetryError::io(&path, e);
-        let file = OpenOptions::new().append(true).open(&path).map_err(io)?;
+        let file = open_no_follow(OpenOptions::new().append(true), &path).map_err(io)?;
         let found = file.metadata().map_err(io)?.len();
         if found < len {
             let problem = format!("holds {found} bytes, but {len} were written up to the checkpoint");

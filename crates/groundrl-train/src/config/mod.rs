@@ -38,6 +38,7 @@ mod sft;
 mod tools;
 mod trainer;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::advantage::{AdvantageConfig, AdvantageError};
@@ -140,6 +141,36 @@ impl TrainConfig {
             key: e.path().to_string(),
             problem: e.into_inner().message().trim().to_string(),
         })
+    }
+
+    /// The keys that shape the model and its optimizer state, with their values as TOML writes them:
+    /// where the weights come from (`model.path`, `model.preset`), their dtype, which of them train
+    /// (`model.freeze_vision`, the LoRA keys) and whether AdamW keeps f32 masters. A checkpoint holds
+    /// state of exactly that shape, so a resume keeps them all ([`crate::trainer::RunState`]).
+    pub fn state_shaping_keys(&self) -> Result<BTreeMap<String, String>, ConfigError> {
+        const KEYS: [&str; 9] = [
+            "model.path",
+            "model.preset",
+            "model.dtype",
+            "model.freeze_vision",
+            "model.lora_rank",
+            "model.lora_alpha",
+            "model.lora_targets",
+            "model.lora_vision",
+            "optim.fp32_master",
+        ];
+        let table = toml::Table::try_from(self)?;
+        Ok(KEYS
+            .iter()
+            .map(|key| {
+                let (section, name) = key.split_once('.').unwrap_or(("", key));
+                let value = table.get(section).and_then(|s| s.get(name));
+                (
+                    key.to_string(),
+                    value.map(ToString::to_string).unwrap_or_default(),
+                )
+            })
+            .collect())
     }
 
     /// The whole resolved config as TOML, every key written: [`Self::from_toml_str`] reads it back

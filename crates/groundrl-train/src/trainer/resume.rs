@@ -6,7 +6,7 @@ use std::path::Path;
 
 use groundrl_core::atomic::remove_temporaries;
 
-use super::start::{Place, Start};
+use super::start::{Place, Start, take_lock};
 use super::{RunState, TRAINING_ROUND, TrainError, Trainer, io, setup};
 use crate::checkpoint::{has_checkpoint, load_latest, load_resumable, restore_tensors};
 use crate::config::TrainConfig;
@@ -53,7 +53,9 @@ impl Trainer {
     /// tidies the folder and cuts its logs back.
     fn resume_as(run_dir: &Path, place: Place, fall_back: bool) -> Result<Self, TrainError> {
         let writes = place.writes();
+        let lock = writes.then(|| take_lock(run_dir)).transpose()?;
         let cfg = TrainConfig::load(&run_dir.join(CONFIG_FILE), &[])?;
+        cfg.validate()?;
         place.check(&cfg)?;
         if writes {
             for path in remove_temporaries(run_dir).map_err(|e| io(run_dir, e))? {
@@ -64,7 +66,9 @@ impl Trainer {
             if writes {
                 eprintln!("{}: no checkpoint yet: starting the run over", run_dir.display());
             }
-            return Self::build(cfg, run_dir.to_path_buf(), Start::Over, place);
+            let mut trainer = Self::build(cfg, run_dir.to_path_buf(), Start::Over, place)?;
+            trainer.lock = lock;
+            return Ok(trainer);
         }
         let checkpoint = match writes {
             true => {
@@ -80,6 +84,7 @@ impl Trainer {
             }
             false => load_latest::<RunState>(run_dir)?,
         };
+        check_shaping_keys(&cfg, &checkpoint.state, run_dir)?;
         let start = Start::At(&checkpoint.state);
         let mut trainer = Self::build(cfg, run_dir.to_path_buf(), start, place)?;
         restore_tensors(
@@ -110,7 +115,30 @@ impl Trainer {
             )));
         }
         trainer.saved_step = Some(checkpoint.state.step);
+        let shaping_keys = std::mem::take(&mut trainer.state.shaping_keys);
         trainer.state = checkpoint.state;
+        // A checkpoint written before the keys were kept records them from now on.
+        if trainer.state.shaping_keys.is_empty() {
+            trainer.state.shaping_keys = shaping_keys;
+        }
+        trainer.lock = lock;
         Ok(trainer)
     }
+}
+
+/// Refuses a resume whose `config.toml` changed a key that shapes the model or its optimizer state
+/// since the checkpoint was saved: the checkpoint's tensors were made for the old value.
+fn check_shaping_keys(cfg: &TrainConfig, saved: &RunState, run_dir: &Path) -> Result<(), TrainError> {
+    let now = cfg.state_shaping_keys()?;
+    for (key, was) in &saved.shaping_keys {
+        let is = now.get(key).map_or("", String::as_str);
+        if is != was {
+            return Err(setup(format!(
+                "{}: `{key}` is {is} now, but the checkpoint was trained with {was}: a resume keeps \
+                 every key that shapes the model or its optimizer state",
+                run_dir.join(CONFIG_FILE).display()
+            )));
+        }
+    }
+    Ok(())
 }

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use groundrl_core::atomic::{publish_dir, temporary_path};
 use groundrl_core::curriculum::ledger::{LedgerWriter, drop_after_step};
+use groundrl_core::run_lock::{LOCK_FILE, RunLock};
 use groundrl_core::telemetry::{EventWriter, HealthMonitor, JsonlLog};
 use groundrl_score::frame::{Frame, FrameChoice};
 use groundrl_tensor::hf_folder::{self, HfModel, RandomFolder};
@@ -84,20 +85,27 @@ impl Trainer {
         }
     }
 
-    /// Makes the run folder of a new run and starts the run in it (as rank 0 of `place`).
+    /// Makes the run folder of a new run and starts the run in it (as rank 0 of `place`), holding its
+    /// lock before anything in it is read or changed.
     fn create(cfg: TrainConfig, place: Place) -> Result<Self, TrainError> {
         let run_dir = cfg.trainer.run_dir.clone();
         if run_dir.join(CONFIG_FILE).exists() {
             return Err(TrainError::RunExists { run_dir });
         }
         let existed = run_dir.exists();
+        std::fs::create_dir_all(&run_dir).map_err(|e| io(&run_dir, e))?;
+        let lock = take_lock(&run_dir)?;
+        // Checked again under the lock: another start may have made the run meanwhile.
+        if run_dir.join(CONFIG_FILE).exists() {
+            return Err(TrainError::RunExists { run_dir });
+        }
         // Without a config.toml the folder holds no run: an initial model there is what a start
         // killed before writing it left, perhaps of another preset or seed.
         remove_dir_if_any(&run_dir.join(INITIAL_MODEL_DIR))?;
-        std::fs::create_dir_all(&run_dir).map_err(|e| io(&run_dir, e))?;
         let text = cfg.to_toml()?;
-        let trainer = Self::build(cfg, run_dir.clone(), Start::New, place)
+        let mut trainer = Self::build(cfg, run_dir.clone(), Start::New, place)
             .inspect_err(|_| discard_failed_start(&run_dir, existed))?;
+        trainer.lock = Some(lock);
         // Written once the run could start, so a failed start leaves the folder free for a new one.
         write_file(&trainer.run_dir.join(CONFIG_FILE), text.as_bytes())?;
         Ok(trainer)
@@ -112,6 +120,7 @@ impl Trainer {
         place: Place,
     ) -> Result<Self, TrainError> {
         groundrl_tensor::attention::use_cudnn_attention(cfg.model.cudnn_attention);
+        let shaping_keys = cfg.state_shaping_keys()?;
         let mut policy = load_policy(&cfg, &run_dir)?;
         let reference = cfg
             .loss
@@ -198,13 +207,17 @@ impl Trainer {
             warm_up_data,
             val,
             test,
-            state: RunState::default(),
+            state: RunState {
+                shaping_keys,
+                ..RunState::default()
+            },
             logs,
             health,
             dp: None,
             saved_step: None,
             evaluations: Vec::new(),
             rollout_seconds: RolloutSeconds::default(),
+            lock: None,
         })
     }
 }
@@ -441,15 +454,31 @@ fn with_answer_frame_named(mut cfg: TrainConfig) -> Result<TrainConfig, TrainErr
     Ok(cfg)
 }
 
+/// Takes the lock of the run folder `run_dir` for this process, saying so when it takes over the lock
+/// of a process that ended without releasing it.
+pub(super) fn take_lock(run_dir: &Path) -> Result<RunLock, TrainError> {
+    let lock = RunLock::take(run_dir)?;
+    if let Some(holder) = &lock.stale {
+        eprintln!(
+            "{}: took over the lock of {holder}, which ended without releasing it",
+            run_dir.display()
+        );
+    }
+    Ok(lock)
+}
+
 /// Removes what a start that failed wrote: the whole run folder if the start created it, else the
-/// initial model (a later start of another preset or seed would take it for its own). Best effort:
-/// the start's own error is what the user needs to see.
+/// initial model (a later start of another preset or seed would take it for its own) and the lock
+/// file (the folder holds no run). Best effort: the start's own error is what the user needs to see.
 fn discard_failed_start(run_dir: &Path, existed: bool) {
-    let leftover = match existed {
-        true => run_dir.join(INITIAL_MODEL_DIR),
-        false => run_dir.to_path_buf(),
+    let removed = match existed {
+        true => remove_dir_if_any(&run_dir.join(INITIAL_MODEL_DIR)).and_then(|()| {
+            let lock = run_dir.join(LOCK_FILE);
+            std::fs::remove_file(&lock).map_err(|e| io(&lock, e))
+        }),
+        false => remove_dir_if_any(run_dir),
     };
-    if let Err(e) = remove_dir_if_any(&leftover) {
+    if let Err(e) = removed {
         eprintln!("{e}");
     }
 }
