@@ -226,6 +226,9 @@ pub struct Trainer {
     evaluations: Vec<Evaluation>,
     /// Where the current step's rollout time goes, for its record.
     rollout_seconds: RolloutSeconds,
+    /// Records of the data files (training, warm-up, validation, held-out) that could not be read
+    /// and were skipped when the files were read; listed at the start, counted in every step record.
+    bad_records: u64,
     /// The run folder's lock, held by the one process that writes the run (`None` on the other
     /// ranks): a second writer is refused (`groundrl_core::run_lock`).
     lock: Option<RunLock>,
@@ -418,6 +421,7 @@ impl Trainer {
             ("update/model_flops", sums.model_flops),
             ("generated_tokens_per_s", generated / rollout.seconds.max(1e-9)),
             ("bad_samples", self.state.bad_samples as f64),
+            ("bad_records", self.bad_records as f64),
             ("dropped_groups", rollout.dropped as f64),
             ("kl_penalty", kl_penalty),
             // The curriculum round (1 without `[rounds]`), so each round's steps can be told apart.
@@ -471,6 +475,11 @@ impl Trainer {
 
     pub fn run_dir(&self) -> &Path {
         &self.run_dir
+    }
+
+    /// Records of the data files skipped when they were read (see the field).
+    pub fn bad_records(&self) -> u64 {
+        self.bad_records
     }
 
     /// The sampling temperature of the current round.

@@ -368,7 +368,8 @@ fn a_resume_refuses_a_config_that_changed_the_model() {
 
 /// A start that fails leaves nothing behind: the run folder it created is removed, and in a folder
 /// that was there, the initial model it wrote. An initial model in a folder without `config.toml`
-/// (a start killed before writing it; here only its config.json) is not taken for complete.
+/// (a start killed before writing it; here only its config.json) is not taken for complete, and the
+/// temporary of one a killed start left is removed.
 #[test]
 fn a_failed_or_killed_start_leaves_no_initial_model() {
     let dir = tempfile::tempdir().unwrap();
@@ -391,7 +392,12 @@ fn a_failed_or_killed_start_leaves_no_initial_model() {
 
     std::fs::create_dir_all(run.join(INITIAL_MODEL_DIR)).unwrap();
     std::fs::write(run.join(INITIAL_MODEL_DIR).join("config.json"), "{}").unwrap();
+    // A start killed while it wrote the initial model leaves its temporary.
+    let killed = run.join(".initial-model.tmp-4242");
+    std::fs::create_dir_all(&killed).unwrap();
+    std::fs::write(killed.join("config.json"), "{}").unwrap();
     let mut trainer = Trainer::new(config(dir.path(), &data, &["trainer.max_steps=1"])).unwrap();
+    assert!(!killed.exists());
     trainer.run(|_| {}).unwrap();
     let written = std::fs::read_to_string(run.join(INITIAL_MODEL_DIR).join("config.json")).unwrap();
     assert!(written.contains("vision_config"), "{written}");
@@ -447,15 +453,20 @@ fn a_sample_of_the_wrong_declared_size_is_counted_bad() {
     samples[2]["images"][0]["width"] = (width + 1).into();
     let bad_id = samples[2]["id"].as_str().unwrap().to_string();
     let four = data.with_file_name("four.jsonl");
-    let lines: Vec<String> = samples.iter().map(Value::to_string).collect();
+    let mut lines: Vec<String> = samples.iter().map(Value::to_string).collect();
+    // Two records that cannot be read at all: skipped when the file is read, and counted apart.
+    lines.insert(1, "{\"id\": \"cut".into());
+    lines.push("not json".into());
     std::fs::write(&four, lines.join("\n") + "\n").unwrap();
 
     let cfg = config(dir.path(), &four, &["trainer.max_steps=1"]);
     let run = cfg.trainer.run_dir.clone();
     let mut trainer = Trainer::new(cfg).unwrap();
+    assert_eq!(trainer.bad_records(), 2);
     let record = trainer.step().unwrap();
     assert_eq!(trainer.state.bad_samples, 1);
     assert_eq!(record.train.get("bad_samples"), Some(1.0));
+    assert_eq!(record.train.get("bad_records"), Some(2.0));
     assert_eq!(record.rollout.completions, 3 * 8);
     let ledger = std::fs::read_to_string(run.join(LEDGER_FILE)).unwrap();
     let ids: Vec<String> = ledger

@@ -71,6 +71,21 @@ fn token_ids_outside_the_vocabulary_are_an_error_not_a_crash() {
             )
         );
     }
+    // Float ids are refused, not truncated (661.9 would have become 661).
+    let header = r#"{"input_ids":{"dtype":"F32","shape":[1,3],"data_offsets":[0,12]}}"#;
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    for id in [1.0f32, 2.0, vocab as f32 - 0.1] {
+        bytes.extend_from_slice(&id.to_le_bytes());
+    }
+    std::fs::write(&inputs, bytes).unwrap();
+    let refused = logits(&model, &inputs, &out);
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused.stderr));
+    let stderr = text(&refused.stderr);
+    assert!(
+        stderr.contains("`input_ids` holds Float values; it must hold integers"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -73,12 +73,19 @@ impl Batch {
     }
 }
 
-/// A 2-D tensor of a batch file as rows of int64.
+/// A 2-D integer tensor of a batch file as rows of int64. Floating-point values are refused rather
+/// than truncated (token id 661.9 is no token).
 fn int_rows(path: &Path, name: &str, tensor: &Tensor) -> Result<Vec<Vec<i64>>, ModelError> {
     if tensor.dim() != 2 {
         return Err(ModelError::file(
             path,
             format!("`{name}` has shape {:?}, not (rows, columns)", tensor.size()),
+        ));
+    }
+    if tensor.is_floating_point() {
+        return Err(ModelError::file(
+            path,
+            format!("`{name}` holds {:?} values; it must hold integers", tensor.kind()),
         ));
     }
     Ok(Vec::<Vec<i64>>::try_from(&tensor.f_to_kind(Kind::Int64)?)?)

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use groundrl_core::atomic::{publish_dir, temporary_path};
+use groundrl_core::atomic::{publish_dir, remove_temporaries, temporary_path};
 use groundrl_core::curriculum::ledger::{LedgerWriter, drop_after_step};
 use groundrl_core::run_lock::{LOCK_FILE, RunLock};
 use groundrl_core::telemetry::{EventWriter, HealthMonitor, JsonlLog};
@@ -99,9 +99,13 @@ impl Trainer {
         if run_dir.join(CONFIG_FILE).exists() {
             return Err(TrainError::RunExists { run_dir });
         }
-        // Without a config.toml the folder holds no run: an initial model there is what a start
-        // killed before writing it left, perhaps of another preset or seed.
+        // Without a config.toml the folder holds no run: an initial model there, or the temporary of
+        // one, is what a start killed before writing its config left, perhaps of another preset or
+        // seed.
         remove_dir_if_any(&run_dir.join(INITIAL_MODEL_DIR))?;
+        for path in remove_temporaries(&run_dir).map_err(|e| io(&run_dir, e))? {
+            eprintln!("removed {}, left by a start that was cut short", path.display());
+        }
         let text = cfg.to_toml()?;
         let mut trainer = Self::build(cfg, run_dir.clone(), Start::New, place)
             .inspect_err(|_| discard_failed_start(&run_dir, existed))?;
@@ -178,6 +182,7 @@ impl Trainer {
             inference.model_frame,
         )?;
         let warm_up_skipped = warm_up_data.iter().flat_map(|d| &d.skipped);
+        let mut bad_records = 0;
         for line in train
             .skipped
             .iter()
@@ -186,6 +191,10 @@ impl Trainer {
             .chain(&test.skipped)
         {
             eprintln!("skipped: {line}");
+            bad_records += 1;
+        }
+        if bad_records > 0 && place.writes() {
+            eprintln!("{bad_records} bad record(s) of the data files skipped (listed above)");
         }
         let health = HealthMonitor::new(cfg.health.clone())?;
         let logs = match place.writes() {
@@ -217,6 +226,7 @@ impl Trainer {
             saved_step: None,
             evaluations: Vec::new(),
             rollout_seconds: RolloutSeconds::default(),
+            bad_records,
             lock: None,
         })
     }

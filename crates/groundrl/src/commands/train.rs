@@ -217,6 +217,12 @@ pub fn report_ending(trainer: &Trainer, ending: Ending) -> ExitCode {
     if bad > 0 {
         eprintln!("{bad} sample(s) could not be encoded or scored and were skipped (listed above)");
     }
+    let records = trainer.bad_records();
+    if records > 0 {
+        eprintln!(
+            "{records} bad record(s) of the data files were skipped when they were read (listed at the start)"
+        );
+    }
     ExitCode::SUCCESS
 }
 
