@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use groundrl_core::data::check::target_outside_image;
 use groundrl_core::data::read_samples;
 
 use groundrl_core::rng::{SplitMix64, keyed};
@@ -27,20 +28,30 @@ pub struct Dataset {
 }
 
 impl Dataset {
-    /// Reads a JSONL or Parquet file of samples; bad records are skipped and listed, not fatal.
+    /// Reads a JSONL or Parquet file of samples; bad records are skipped and listed, not fatal. A
+    /// sample with a target wholly outside its image is such a record too (no answer can hit it).
     pub fn load(path: &Path) -> Result<Self, DatasetError> {
         let loaded = read_samples(path).map_err(|error| DatasetError {
             path: path.to_path_buf(),
             error,
         })?;
+        let mut skipped: Vec<String> = loaded
+            .skipped
+            .iter()
+            .map(|e| format!("{}: {e}", path.display()))
+            .collect();
+        let mut samples = loaded.samples;
+        samples.retain(|sample| match target_outside_image(sample) {
+            Some(problem) => {
+                skipped.push(format!("{}: sample {}: {problem}", path.display(), sample.id));
+                false
+            }
+            None => true,
+        });
         Ok(Self {
-            samples: loaded.samples,
+            samples,
             base: Self::base_of(path),
-            skipped: loaded
-                .skipped
-                .iter()
-                .map(|e| format!("{}: {e}", path.display()))
-                .collect(),
+            skipped,
         })
     }
 

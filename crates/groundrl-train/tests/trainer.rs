@@ -454,19 +454,25 @@ fn a_sample_of_the_wrong_declared_size_is_counted_bad() {
     let bad_id = samples[2]["id"].as_str().unwrap().to_string();
     let four = data.with_file_name("four.jsonl");
     let mut lines: Vec<String> = samples.iter().map(Value::to_string).collect();
-    // Two records that cannot be read at all: skipped when the file is read, and counted apart.
+    // Two records that cannot be read at all and one whose target lies wholly outside its image
+    // (negative coordinates): skipped when the file is read, and counted apart.
     lines.insert(1, "{\"id\": \"cut".into());
     lines.push("not json".into());
+    let mut outside = samples[0].clone();
+    outside["id"] = "outside".into();
+    outside["targets"][0]["shape"] =
+        serde_json::json!({"type": "box", "coords": [-40.0, -30.0, -10.0, -5.0]});
+    lines.push(outside.to_string());
     std::fs::write(&four, lines.join("\n") + "\n").unwrap();
 
     let cfg = config(dir.path(), &four, &["trainer.max_steps=1"]);
     let run = cfg.trainer.run_dir.clone();
     let mut trainer = Trainer::new(cfg).unwrap();
-    assert_eq!(trainer.bad_records(), 2);
+    assert_eq!(trainer.bad_records(), 3);
     let record = trainer.step().unwrap();
     assert_eq!(trainer.state.bad_samples, 1);
     assert_eq!(record.train.get("bad_samples"), Some(1.0));
-    assert_eq!(record.train.get("bad_records"), Some(2.0));
+    assert_eq!(record.train.get("bad_records"), Some(3.0));
     assert_eq!(record.rollout.completions, 3 * 8);
     let ledger = std::fs::read_to_string(run.join(LEDGER_FILE)).unwrap();
     let ids: Vec<String> = ledger

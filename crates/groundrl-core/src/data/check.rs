@@ -186,6 +186,29 @@ fn check_sample(sample: &Sample, decoded: &HashMap<&str, Decoded>) -> Vec<Issue>
     issues
 }
 
+/// The first target of `sample` that lies wholly outside its image (every point beyond one edge, in
+/// the sample's frame and the image's declared size), described: no answer can hit it, so training
+/// on it only teaches wrong answers. `None` when every target meets the image (or the declared size
+/// has no frame extent).
+pub fn target_outside_image(sample: &Sample) -> Option<String> {
+    let image = sample.images.first()?;
+    let (w, h) = frame_extent(sample.frame, image.width, image.height)?;
+    sample.targets.iter().enumerate().find_map(|(t, target)| {
+        let p: Vec<[f64; 2]> = points(&target.shape).collect();
+        let outside = p.iter().all(|[x, _]| *x < 0.0)
+            || p.iter().all(|[_, y]| *y < 0.0)
+            || p.iter().all(|[x, _]| *x > w)
+            || p.iter().all(|[_, y]| *y > h);
+        (outside && !p.is_empty()).then(|| {
+            let frame = sample.frame;
+            format!(
+                "targets[{t}]: {:?} lies wholly outside the {w}x{h} {frame} frame",
+                target.shape
+            )
+        })
+    })
+}
+
 /// The width and height of the image in `frame` (resized: with the default pixel budget); `None` when
 /// the stated size cannot be resized.
 fn frame_extent(frame: Frame, width: u32, height: u32) -> Option<(f64, f64)> {
