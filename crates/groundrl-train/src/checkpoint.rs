@@ -472,15 +472,17 @@ fn steps_in(root: &Path) -> Result<Vec<u64>, CheckpointError> {
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, CheckpointError> {
-    fs::read(path).map_err(|source| match source.kind() {
+    fs::read(path).map_err(read_error(path))
+}
+
+/// The error of reading `path`: [`CheckpointError::Missing`] when it is not there.
+fn read_error(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
+    move |source| match source.kind() {
         std::io::ErrorKind::NotFound => CheckpointError::Missing {
             path: path.to_owned(),
         },
-        _ => CheckpointError::Io {
-            path: path.to_owned(),
-            source,
-        },
-    })
+        _ => io_error(path)(source),
+    }
 }
 
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {

@@ -99,10 +99,8 @@ impl Blocks {
             let input = input.detach().set_requires_grad(true);
             // Only the gradient of these sums matters; f32 keeps the unused value finite.
             let through = (block(i, &input)? * g).sum(Kind::Float);
-            match &below {
-                Some(t) => (through + (&input * t).sum(Kind::Float)).backward(),
-                None => through.backward(),
-            }
+            let tapped = below.as_ref().map(|t| (&input * t).sum(Kind::Float));
+            backward_together(std::iter::once(through).chain(tapped));
             grad = Some(input.grad()).filter(Tensor::defined);
         }
         Ok(grad)

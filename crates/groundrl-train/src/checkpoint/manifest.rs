@@ -11,7 +11,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use twox_hash::XxHash3_128;
 
-use super::{CheckpointError, io_error, read, write_json};
+use super::{CheckpointError, io_error, read, read_error, write_json};
 use crate::run_folder::MANIFEST_FILE;
 
 /// One file's line of the manifest.
@@ -76,12 +76,7 @@ fn unverified(path: &Path, message: String) -> CheckpointError {
 
 /// The length and checksum of the file at `path`, read in 8 MiB pieces.
 fn sum(path: &Path) -> Result<FileSum, CheckpointError> {
-    let mut file = File::open(path).map_err(|source| match source.kind() {
-        std::io::ErrorKind::NotFound => CheckpointError::Missing {
-            path: path.to_owned(),
-        },
-        _ => io_error(path)(source),
-    })?;
+    let mut file = File::open(path).map_err(read_error(path))?;
     let mut hasher = XxHash3_128::new();
     let mut buffer = vec![0u8; 8 << 20];
     let mut bytes = 0u64;
