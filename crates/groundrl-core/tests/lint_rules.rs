@@ -80,3 +80,32 @@ fn a_prompt_asking_for_another_format_than_expected_is_found_with_the_sample_id(
         "the prompt asks for no answer format; expected point or box"
     );
 }
+
+/// A box wholly outside its image (negative coordinates) is found, naming the sample and the target;
+/// one that only crosses an edge is not.
+#[test]
+fn a_target_wholly_outside_its_image_is_found() {
+    use groundrl_score::data::{Shape, Target};
+    let mut s = sample(Task::BoxGrounding, "Find it.", BTreeMap::new());
+    s.none = false;
+    s.targets = vec![Target {
+        shape: Shape::Box([-4.0, -3.0, -1.0, -0.5]),
+        label: None,
+    }];
+    let outside = |s: &Sample| -> Vec<_> {
+        lint(std::slice::from_ref(s))
+            .into_iter()
+            .filter(|f| f.rule == Rule::TargetOutsideImage)
+            .collect()
+    };
+    let findings = outside(&s);
+    assert_eq!(findings.len(), 1, "{findings:?}");
+    assert_eq!(findings[0].field, "targets");
+    assert_eq!(
+        findings[0].to_string(),
+        "x-7: targets: target-outside-image: targets[0]: Box([-4.0, -3.0, -1.0, -0.5]) lies wholly \
+         outside the 10x10 pixel frame"
+    );
+    s.targets[0].shape = Shape::Box([-4.0, -3.0, 2.0, 2.0]);
+    assert_eq!(outside(&s), vec![]);
+}

@@ -1,4 +1,5 @@
-//! `data lint`: text problems in instructions and prompts that slow training down.
+//! `data lint`: text problems in instructions and prompts that slow training down, and targets no
+//! answer can hit.
 //!
 //! Seed 004 §5.1: one missing space ("motorcycle.Output") roughly halved the speed at which accuracy
 //! rose. The rules here find that and its relatives; each finding names the sample and the text field.
@@ -6,6 +7,8 @@
 use std::fmt;
 
 use groundrl_score::data::{Content, Sample, Task};
+
+use super::check::target_outside_image;
 
 /// What a finding is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -19,6 +22,8 @@ pub enum Rule {
     UnfilledVariable,
     /// The text asks for one answer format while the sample expects another.
     FormatMismatch,
+    /// A target lies wholly outside its image (by the declared size): training skips the sample.
+    TargetOutsideImage,
 }
 
 impl Rule {
@@ -29,6 +34,7 @@ impl Rule {
             Rule::UnbalancedTag => "unbalanced-tag",
             Rule::UnfilledVariable => "unfilled-variable",
             Rule::FormatMismatch => "format-mismatch",
+            Rule::TargetOutsideImage => "target-outside-image",
         }
     }
 }
@@ -37,7 +43,7 @@ impl Rule {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Finding {
     pub sample_id: String,
-    /// `instruction` or `prompt[i].content[j]`.
+    /// `instruction`, `prompt[i].content[j]`, `prompt` or `targets`.
     pub field: String,
     pub rule: Rule,
     /// What was found, with a little context.
@@ -62,7 +68,8 @@ pub fn lint(samples: &[Sample]) -> Vec<Finding> {
     samples.iter().flat_map(lint_sample).collect()
 }
 
-/// The findings of one sample: each text field on its own, then the format across the prompt.
+/// The findings of one sample: each text field on its own, then the format across the prompt, then
+/// its targets against its image's declared size ([`target_outside_image`], what training skips).
 pub fn lint_sample(sample: &Sample) -> Vec<Finding> {
     let mut findings = Vec::new();
     for (field, text) in texts(sample) {
@@ -83,6 +90,14 @@ pub fn lint_sample(sample: &Sample) -> Vec<Finding> {
             sample_id: sample.id.clone(),
             field: "prompt".into(),
             rule: Rule::FormatMismatch,
+            detail,
+        });
+    }
+    if let Some(detail) = target_outside_image(sample) {
+        findings.push(Finding {
+            sample_id: sample.id.clone(),
+            field: "targets".into(),
+            rule: Rule::TargetOutsideImage,
             detail,
         });
     }

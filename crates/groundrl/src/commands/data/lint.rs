@@ -1,6 +1,7 @@
 //! `groundrl data lint`: text problems in instructions and prompts (missing space after a sentence,
 //! doubled spaces, unbalanced tags, unfilled template variables, a prompt asking for another answer
-//! format than expected). Prints each finding with its sample id; exits 1 if there is any.
+//! format than expected) and targets lying wholly outside their image. Prints each finding with its
+//! sample id; exits 1 if there is any.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -28,7 +28,8 @@ pub enum DataCommand {
     Split(split::Args),
     /// Take a seeded subsample of n samples; the same seed gives nested subsets as n grows.
     Sample(sample::Args),
-    /// Find text problems in instructions and prompts; exit code 1 if any.
+    /// Find text problems in instructions and prompts, and targets wholly outside their image; exit
+    /// code 1 if any.
     Lint(lint::Args),
     /// Check samples against their images and write previews; exit code 1 if any problem.
     Check(check::Args),
