@@ -9,13 +9,25 @@ use groundrl_core::rng::{SplitMix64, keyed};
 use groundrl_score::data::{DataError, Sample};
 use groundrl_score::frame::Frame;
 
-/// Why a sample file could not be read at all (a bad record in it is skipped and listed, not an
-/// error).
+/// Why the sample file a config key names could not be read at all (a bad record in it is skipped
+/// and listed, not an error). The data error names the file; a file that is not there gets a hint,
+/// since the usual cause is a config whose data was not made yet.
 #[derive(Debug, thiserror::Error)]
-#[error("{}: {error}", path.display())]
+#[error("{key}: {error}{}", missing_hint(error))]
 pub struct DatasetError {
-    pub path: PathBuf,
+    /// The config key that names the file (`data.train`, `sft.data`, a round's pool).
+    pub key: String,
     pub error: DataError,
+}
+
+fn missing_hint(error: &DataError) -> &'static str {
+    match error {
+        DataError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            ": make the data first (`groundrl synth`, `data convert`, `data split`; a shipped \
+             config's header gives its commands) or correct the path"
+        }
+        _ => "",
+    }
 }
 
 /// Samples of one dataset file with the folder their image paths are relative to.
@@ -28,11 +40,11 @@ pub struct Dataset {
 }
 
 impl Dataset {
-    /// Reads a JSONL or Parquet file of samples; bad records are skipped and listed, not fatal. A
+    /// Reads a JSONL or Parquet file of samples (`key`: the config key naming it); bad records are skipped and listed, not fatal. A
     /// sample with a target wholly outside its image is such a record too (no answer can hit it).
-    pub fn load(path: &Path) -> Result<Self, DatasetError> {
+    pub fn load(key: impl Into<String>, path: &Path) -> Result<Self, DatasetError> {
         let loaded = read_samples(path).map_err(|error| DatasetError {
-            path: path.to_path_buf(),
+            key: key.into(),
             error,
         })?;
         let mut skipped: Vec<String> = loaded

@@ -19,7 +19,7 @@
 //! each step's prompts; the update sums the gradients over the ranks, and rank 0 alone writes the
 //! logs, the ledger, the evaluations and the checkpoints.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -55,6 +55,7 @@ mod rollouts;
 mod rounds;
 mod saving;
 mod scoring;
+mod skips;
 mod start;
 mod tools;
 mod warm_up;
@@ -85,8 +86,13 @@ pub struct RunState {
     /// Best validation metric so far and validations since it improved.
     pub best: Option<f64>,
     pub validations_without_gain: u32,
-    /// Samples skipped because they could not be encoded or scored.
+    /// Samples skipped because they could not be encoded, scored or given a reference answer, each
+    /// counted once however often the run met it.
     pub bad_samples: u64,
+    /// Which samples those were (`train#12`: the set and the position there), so that one met again
+    /// is not counted again. Empty in checkpoints written before it was kept.
+    #[serde(default)]
+    pub bad_sample_keys: BTreeSet<String>,
     /// Warm-up steps done.
     #[serde(default)]
     pub sft_step: u32,
@@ -229,6 +235,9 @@ pub struct Trainer {
     /// Records of the data files (training, warm-up, validation, held-out) that could not be read
     /// and were skipped when the files were read; listed at the start, counted in every step record.
     bad_records: u64,
+    /// Samples this rank skipped that the other ranks have not been told of yet (data-parallel
+    /// runs only; `skips`).
+    unshared_skips: Vec<String>,
     /// The run folder's lock, held by the one process that writes the run (`None` on the other
     /// ranks): a second writer is refused (`groundrl_core::run_lock`).
     lock: Option<RunLock>,
@@ -304,7 +313,6 @@ impl Trainer {
         let start = Instant::now();
         self.rollout_seconds = RolloutSeconds::default();
         let sessions_before = self.inference.sessions_made();
-        let bad_before = self.state.bad_samples;
         let device = self.policy.model.device();
         let trace = self.trace_path("rollout");
         let Rollouts {
@@ -337,10 +345,8 @@ impl Trainer {
             model_flops: report.model_flops + updated.kl_model_flops,
             kl_penalty: updated.kl_penalty_sum,
             rows: updated.rows as f64,
-            bad_samples: (self.state.bad_samples - bad_before) as f64,
         };
         let (sums, scored) = self.gather_step(local, scored)?;
-        self.state.bad_samples = bad_before + sums.bad_samples as u64;
         self.check_replicas()?;
         let rollout = RolloutPhase {
             seconds: rollout_seconds,

@@ -366,6 +366,49 @@ fn a_resume_refuses_a_config_that_changed_the_model() {
     assert!(Trainer::resume(&run).is_ok());
 }
 
+/// Weights that go bad stop the run at that step, before anything saves them: a learning rate of
+/// 1e300, infinite in f32, edited into a two-step run's config makes the first step of the resume
+/// write infinities and NaN; the resume fails naming a parameter, and the run's latest checkpoint
+/// and its step records are still those of step 2 (the ledger's lines of step 3, written before the
+/// update, are cut back by the next resume, as after a kill).
+#[test]
+fn weights_that_go_bad_stop_the_run_before_they_are_saved() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synthetic_data(dir.path());
+    let overrides = [
+        "trainer.max_steps=2",
+        "trainer.save_freq=1",
+        "optim.warmup_steps=0",
+    ];
+    let cfg = config(dir.path(), &data, &overrides);
+    let run = cfg.trainer.run_dir.clone();
+    Trainer::new(cfg).unwrap().run(|_| {}).unwrap();
+    let config = run.join(CONFIG_FILE);
+    let text = std::fs::read_to_string(&config).unwrap();
+    let edited = text
+        .replace("lr = 0.001", "lr = 1e300")
+        .replace("max_steps = 2", "max_steps = 4");
+    assert_ne!(edited, text);
+    std::fs::write(&config, edited).unwrap();
+    let metrics_before = std::fs::read_to_string(run.join(METRICS_FILE)).unwrap();
+
+    let err = Trainer::resume(&run)
+        .unwrap()
+        .run(|_| {})
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("holds NaN or infinity after an optimizer step") && err.contains("parameter `"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(run.join(METRICS_FILE)).unwrap(),
+        metrics_before
+    );
+    std::fs::write(&config, &text).unwrap();
+    assert_eq!(Trainer::resume(&run).unwrap().state.step, 2);
+}
+
 /// A start that fails leaves nothing behind: the run folder it created is removed, and in a folder
 /// that was there, the initial model it wrote. An initial model in a folder without `config.toml`
 /// (a start killed before writing it; here only its config.json) is not taken for complete, and the
@@ -465,7 +508,7 @@ fn a_sample_of_the_wrong_declared_size_is_counted_bad() {
     lines.push(outside.to_string());
     std::fs::write(&four, lines.join("\n") + "\n").unwrap();
 
-    let cfg = config(dir.path(), &four, &["trainer.max_steps=1"]);
+    let cfg = config(dir.path(), &four, &["trainer.max_steps=2"]);
     let run = cfg.trainer.run_dir.clone();
     let mut trainer = Trainer::new(cfg).unwrap();
     assert_eq!(trainer.bad_records(), 3);
@@ -473,6 +516,11 @@ fn a_sample_of_the_wrong_declared_size_is_counted_bad() {
     assert_eq!(trainer.state.bad_samples, 1);
     assert_eq!(record.train.get("bad_samples"), Some(1.0));
     assert_eq!(record.train.get("bad_records"), Some(3.0));
+    assert_eq!(record.rollout.completions, 3 * 8);
+    // The second epoch meets the bad sample again: skipped, not counted again.
+    let record = trainer.step().unwrap();
+    assert_eq!(trainer.state.epoch, 2);
+    assert_eq!(record.train.get("bad_samples"), Some(1.0));
     assert_eq!(record.rollout.completions, 3 * 8);
     let ledger = std::fs::read_to_string(run.join(LEDGER_FILE)).unwrap();
     let ids: Vec<String> = ledger
@@ -484,8 +532,16 @@ fn a_sample_of_the_wrong_declared_size_is_counted_bad() {
                 .to_string()
         })
         .collect();
-    assert_eq!(ids.len(), 3);
+    assert_eq!(ids.len(), 6);
     assert!(!ids.contains(&bad_id));
+
+    // Held out too: the evaluations before and after training each meet it in the test set, which
+    // counts once (and apart from the train set's).
+    let test = format!("data.test=\"{}\"", four.display());
+    let cfg = config(&dir.path().join("b"), &four, &["trainer.max_steps=1", &test]);
+    let mut trainer = Trainer::new(cfg).unwrap();
+    trainer.run(|_| {}).unwrap();
+    assert_eq!(trainer.state.bad_samples, 2);
 }
 
 #[test]

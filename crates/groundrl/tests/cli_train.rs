@@ -343,6 +343,29 @@ fn config_errors_name_the_key() {
     assert!(text(&out.stderr).contains("resuming"), "{}", text(&out.stderr));
 }
 
+/// A config whose data file was not made yet: refused before the model loads, the key and the
+/// path named once, with what to do.
+#[test]
+fn a_missing_data_file_is_named_once_with_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data/train.jsonl");
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, tiny_training_config(&data, 1e-3, 1, "")).unwrap();
+    let run = dir.path().join("run");
+    let out = train(&config, &run).output().unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let path = data.display().to_string();
+    assert!(
+        stderr.contains(&format!(
+            "error: data.train: {path}: No such file or directory (os error 2): make the data first"
+        )),
+        "{stderr}"
+    );
+    assert_eq!(stderr.matches(&path).count(), 1, "{stderr}");
+    assert!(!run.exists());
+}
+
 /// Samples whose prompts ask in resized pixels (`synth --prompt`'s default) and a run that reads
 /// answers on the 0-1000 grid: refused before the first step, naming both frames. With `auto`
 /// the run reads in its model's frame and its saved config names it.

@@ -164,6 +164,29 @@ impl AdamW {
         })
     }
 
+    /// The name of the first parameter, in its order, that holds NaN or infinity; `None` when all
+    /// are finite. One flag per parameter, gathered in one transfer. Called after each applied step
+    /// (when every rank holds every parameter's new value), so that a run stops at the step where
+    /// its weights went bad rather than at its next save: a NaN or infinity in the moments or master
+    /// copies reaches the weights in the same update.
+    pub fn first_non_finite(&self) -> Result<Option<&str>, TchError> {
+        let floating: Vec<&ParamState> = self
+            .params
+            .iter()
+            .filter(|p| p.param.is_floating_point())
+            .collect();
+        let Some(device) = floating.first().map(|p| p.param.device()) else {
+            return Ok(None);
+        };
+        let flags = floating
+            .iter()
+            .map(|p| p.param.f_isfinite()?.f_all()?.f_to_device(device))
+            .collect::<Result<Vec<_>, _>>()?;
+        let flags = Tensor::f_stack(&flags, 0)?.f_to_device(tch::Device::Cpu)?;
+        let finite = Vec::<bool>::try_from(&flags)?;
+        Ok(finite.iter().position(|f| !f).map(|i| floating[i].name.as_str()))
+    }
+
     /// The parameters it updates, in its order (sharing their storage).
     pub fn parameters(&self) -> Vec<Tensor> {
         self.params.iter().map(|p| p.param.shallow_clone()).collect()
@@ -497,6 +520,27 @@ mod tests {
         );
         for ((name, x), (_, y)) in a.iter().zip(b) {
             assert!(x.equal(y), "{name} differs");
+        }
+    }
+
+    /// A NaN in one parameter's second moment reaches that parameter in the next update, and
+    /// `first_non_finite` names it then (and nothing before the step), with or without f32 masters.
+    #[test]
+    fn a_nan_in_the_moments_is_named_after_the_step() {
+        for fp32_master in [false, true] {
+            let cfg = OptimConfig {
+                lr: LR,
+                fp32_master,
+                ..OptimConfig::default()
+            };
+            let mut opt = AdamW::new(bf16_params(), &cfg).unwrap();
+            let state = opt.state();
+            let (_, v) = state.iter().find(|(n, _)| n == "exp_avg_sq/p2").unwrap();
+            let _ = v.shallow_clone().fill_(f64::NAN);
+            assert_eq!(opt.first_non_finite().unwrap(), None);
+            backward_of_step(&opt, 0);
+            assert!(matches!(opt.step(LR).unwrap(), StepOutcome::Applied { .. }));
+            assert_eq!(opt.first_non_finite().unwrap(), Some("p2"));
         }
     }
 

@@ -170,8 +170,8 @@ impl Trainer {
     /// contiguous run of whole batches ([`batch_share`]): every batch is the one a single process
     /// runs, and `answer` gets it with its number among all the batches (what seeds a batch's
     /// sampling), so the answers do not depend on the world size, and every rank computes the same
-    /// metrics from them (early stopping is decided alike everywhere). The samples skipped are
-    /// counted as one process counts them: every rank adds up all ranks' skips. Every rank gathers
+    /// metrics from them (early stopping is decided alike everywhere). The samples skipped travel
+    /// with the results, so that every rank counts them as one process does. Every rank gathers
     /// once, whatever its share.
     pub(super) fn answer_shared<R: Serialize + DeserializeOwned>(
         &mut self,
@@ -182,19 +182,19 @@ impl Trainer {
         let batch = self.cfg.rollout.prompts_per_step.max(1) as usize;
         let mine = batch_share(indices.len(), batch, self.rank(), self.world_size());
         let first = mine.start / batch;
-        let bad_before = self.state.bad_samples;
         let mut results = Vec::new();
         for (c, chunk) in indices[mine].chunks(batch).enumerate() {
             results.extend(answer(self, first + c, chunk)?);
         }
         let answered = results.len();
+        let skipped = self.take_unshared_skips();
         let Some(dp) = self.dp.as_mut() else {
             return Ok((results, answered));
         };
-        let skipped = self.state.bad_samples - bad_before;
         let all = dp.gather(what, &(results, skipped))?;
-        self.state.bad_samples = bad_before + all.iter().map(|(_, skipped)| skipped).sum::<u64>();
-        Ok((all.into_iter().flat_map(|(r, _)| r).collect(), answered))
+        let (results, skipped): (Vec<Vec<R>>, Vec<_>) = all.into_iter().unzip();
+        self.merge_skips(skipped);
+        Ok((results.into_iter().flatten().collect(), answered))
     }
 
     pub(super) fn track_best(&mut self, accuracy: f64, reward: f64) {

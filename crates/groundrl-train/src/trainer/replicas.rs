@@ -26,8 +26,6 @@ pub(super) struct StepSums {
     /// The sum of the rows' KL penalties (`loss.kl_in_reward`).
     pub(super) kl_penalty: f64,
     pub(super) rows: f64,
-    /// Samples skipped in the step's rollouts.
-    pub(super) bad_samples: f64,
 }
 
 impl StepSums {
@@ -43,7 +41,6 @@ impl StepSums {
             self.model_flops,
             self.kl_penalty,
             self.rows,
-            self.bad_samples,
         ]
     }
 
@@ -60,25 +57,28 @@ impl StepSums {
             model_flops: at(7),
             kl_penalty: at(8),
             rows: at(9),
-            bad_samples: at(10),
         }
     }
 }
 
 impl Trainer {
     /// The step's sums over the ranks, and its rollout records (each draw's, [`super::Rollouts`])
-    /// from every rank in one process's order: this rank's alone without ranks.
+    /// from every rank in one process's order: this rank's alone without ranks. The samples the
+    /// ranks skipped travel with the records, so that every rank counts them all.
     pub(super) fn gather_step(
         &mut self,
         local: StepSums,
         scored: Vec<Vec<CompletionRecord>>,
     ) -> Result<(StepSums, Vec<CompletionRecord>), TrainError> {
+        let skipped = self.take_unshared_skips();
         let Some(dp) = &mut self.dp else {
             return Ok((local, in_draw_order(vec![scored])));
         };
         let sums = StepSums::of(&dp.sum_f64(&local.to_vec())?);
-        let by_rank = dp.gather("rollout records", &scored)?;
-        Ok((sums, in_draw_order(by_rank)))
+        let by_rank = dp.gather("rollout records", &(scored, skipped))?;
+        let (scored, skipped): (Vec<_>, Vec<_>) = by_rank.into_iter().unzip();
+        self.merge_skips(skipped);
+        Ok((sums, in_draw_order(scored)))
     }
 
     /// Rows of this rank's share of a mini-batch (`trainer.mini_batch_size`), `rows` being its own
@@ -181,7 +181,6 @@ mod tests {
             model_flops: 8.0,
             kl_penalty: 9.0,
             rows: 10.0,
-            bad_samples: 11.0,
         };
         assert_eq!(StepSums::of(&sums.to_vec()), sums);
     }

@@ -8,7 +8,7 @@ use groundrl_core::rng::keyed;
 use groundrl_core::telemetry::CompletionRecord;
 use groundrl_tensor::rollout::Trajectory;
 
-use super::{TrainError, Trainer, setup};
+use super::{TrainError, Trainer, setup, skips};
 use crate::advantage::informative_groups;
 use crate::data_parallel::counts_over_ranks;
 use crate::dataset::epoch_order;
@@ -151,6 +151,8 @@ impl Trainer {
             Split::Test => &self.test,
         };
         let mut groups = Vec::new();
+        // (position in the split, sample id, why): skipped once the loops no longer borrow `data`.
+        let mut failed = Vec::new();
         let encode_start = Instant::now();
         for &index in indices {
             let sample = &data.samples[index];
@@ -159,14 +161,12 @@ impl Trainer {
                 .encode(&self.policy.processor, sample, &data.base, None)
             {
                 Ok(prompt) => groups.push(Group::new(index, first + groups.len(), prompt)),
-                Err(e) => {
-                    eprintln!("skipped sample {}: {e}", sample.id);
-                    self.state.bad_samples += 1;
-                }
+                Err(e) => failed.push((index, sample.id.clone(), e.to_string())),
             }
         }
         self.rollout_seconds.encode += encode_start.elapsed().as_secs_f64();
         if groups.is_empty() {
+            self.skip_samples(split, failed);
             return Ok(groups);
         }
         let generate_start = Instant::now();
@@ -180,18 +180,24 @@ impl Trainer {
         self.rollout_seconds.generate += generate_start.elapsed().as_secs_f64();
         let mut scored = Vec::with_capacity(groups.len());
         for (position, mut group) in groups.into_iter().enumerate() {
-            match self.score_group(&data.samples[group.index], &group, position) {
+            let sample = &data.samples[group.index];
+            match self.score_group(sample, &group, position) {
                 Ok(records) => {
                     group.records = records;
                     scored.push(group);
                 }
-                Err(e) => {
-                    eprintln!("skipped: {e}");
-                    self.state.bad_samples += 1;
-                }
+                Err(e) => failed.push((group.index, sample.id.clone(), e.to_string())),
             }
         }
+        self.skip_samples(split, failed);
         Ok(scored)
+    }
+
+    /// [`Self::skip_sample`] for each (position, id, why) of `split`.
+    fn skip_samples(&mut self, split: Split, failed: Vec<(usize, String, String)>) {
+        for (index, id, why) in failed {
+            self.skip_sample(skips::key(split.name(), index), &id, why);
+        }
     }
 }
 
@@ -201,6 +207,17 @@ pub(super) enum Split {
     Train,
     Val,
     Test,
+}
+
+impl Split {
+    /// Its name in the keys of skipped samples ([`skips::key`]).
+    fn name(self) -> &'static str {
+        match self {
+            Split::Train => "train",
+            Split::Val => "val",
+            Split::Test => "test",
+        }
+    }
 }
 
 /// A step's rollouts: the groups it trains on (this rank's), and the records of every group this

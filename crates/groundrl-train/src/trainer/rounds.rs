@@ -60,7 +60,7 @@ impl Trainer {
     /// The samples of ledger round `round`'s pool as rank 0 wrote them, for a resumed run (every
     /// rank reads it after rank 0 has tidied the run folder: `Trainer::resume_data_parallel`).
     pub(super) fn load_pool(&self, round: u32) -> Result<Dataset, TrainError> {
-        let pool = Dataset::load(&self.pool_path(round))?;
+        let pool = Dataset::load(format!("round {round}'s pool"), &self.pool_path(round))?;
         Ok(self.pool_dataset(pool.samples))
     }
 

@@ -125,6 +125,13 @@ impl Trainer {
     ) -> Result<Self, TrainError> {
         groundrl_tensor::attention::use_cudnn_attention(cfg.model.cudnn_attention);
         let shaping_keys = cfg.state_shaping_keys()?;
+        // The data before the model: a missing file is said before minutes of loading weights.
+        let DataSets {
+            train,
+            val,
+            test,
+            warm_up_data,
+        } = DataSets::load(&cfg)?;
         let mut policy = load_policy(&cfg, &run_dir)?;
         let reference = cfg
             .loss
@@ -156,25 +163,6 @@ impl Trainer {
         let mut inference = Inference::of_run(&cfg, &scorer.spec);
         inference.set_cache_columns(plan::row_tokens(&cfg, &policy.model.architecture()));
         let tools = ToolSetup::new(&cfg);
-        let train = Dataset::load(&cfg.data.train)?;
-        if train.is_empty() {
-            return Err(no_samples("data.train", &cfg.data.train));
-        }
-        let optional = |path: &Path| match path.as_os_str().is_empty() {
-            true => Ok(Dataset::empty()),
-            false => Dataset::load(path),
-        };
-        let (val, test) = (optional(&cfg.data.val)?, optional(&cfg.data.test)?);
-        let warm_up_data = match cfg.sft.data.as_os_str().is_empty() {
-            true => None,
-            false => Some(Dataset::load(&cfg.sft.data)?),
-        };
-        if warm_up_data
-            .as_ref()
-            .is_some_and(|d| d.is_empty() && cfg.sft.steps > 0)
-        {
-            return Err(no_samples("sft.data", &cfg.sft.data));
-        }
         let sets = [("data.train", &train), ("data.val", &val), ("data.test", &test)];
         check_answer_frames(
             sets.into_iter()
@@ -226,6 +214,7 @@ impl Trainer {
             saved_step: None,
             evaluations: Vec::new(),
             rollout_seconds: RolloutSeconds::default(),
+            unshared_skips: Vec::new(),
             bad_records,
             lock: None,
         })
@@ -384,6 +373,45 @@ fn truncate_log(path: &Path, step: u64) -> Result<(), TrainError> {
         eprintln!("{}: {cut} line(s) cut short by the stop dropped", path.display());
     }
     write_file(path, kept.as_bytes())
+}
+
+/// The sample files of a run's config.
+struct DataSets {
+    train: Dataset,
+    val: Dataset,
+    test: Dataset,
+    /// The warm-up's own samples (`sft.data`); `None`: it draws from the train set.
+    warm_up_data: Option<Dataset>,
+}
+
+impl DataSets {
+    /// Reads `data.train`, `data.val`, `data.test` and `sft.data` (those set), refusing an empty
+    /// train set, or an empty warm-up set when the warm-up has steps.
+    fn load(cfg: &TrainConfig) -> Result<Self, TrainError> {
+        let train = Dataset::load("data.train", &cfg.data.train)?;
+        if train.is_empty() {
+            return Err(no_samples("data.train", &cfg.data.train));
+        }
+        let optional = |key: &str, path: &Path| match path.as_os_str().is_empty() {
+            true => Ok(None),
+            false => Dataset::load(key, path).map(Some),
+        };
+        let val = optional("data.val", &cfg.data.val)?.unwrap_or_else(Dataset::empty);
+        let test = optional("data.test", &cfg.data.test)?.unwrap_or_else(Dataset::empty);
+        let warm_up_data = optional("sft.data", &cfg.sft.data)?;
+        if warm_up_data
+            .as_ref()
+            .is_some_and(|d| d.is_empty() && cfg.sft.steps > 0)
+        {
+            return Err(no_samples("sft.data", &cfg.sft.data));
+        }
+        Ok(Self {
+            train,
+            val,
+            test,
+            warm_up_data,
+        })
+    }
 }
 
 fn no_samples(key: &'static str, path: &Path) -> TrainError {

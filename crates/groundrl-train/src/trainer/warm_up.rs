@@ -10,7 +10,7 @@ use groundrl_tensor::processor::Encoded;
 use serde::{Deserialize, Serialize};
 
 use super::start::{Place, new_optimizer};
-use super::{TrainError, Trainer, setup};
+use super::{TrainError, Trainer, setup, skips};
 use crate::data_parallel::counts_over_ranks;
 use crate::dataset::{Dataset, epoch_order};
 use crate::fault;
@@ -80,20 +80,19 @@ impl Trainer {
             .as_ref()
             .map_or(0..indices.len(), |dp| dp.share(indices.len()));
         let mut examples: Vec<(Encoded, Encoded, Vec<bool>)> = Vec::new();
-        let mut skipped = 0;
+        let mut failed = Vec::new();
         for &index in &indices[mine] {
             let sample = &self.warm_up_set().samples[index];
             match self.reference_example(sample) {
                 Ok(example) => examples.push(example),
-                Err(e) => {
-                    eprintln!("skipped sample {} in the warm-up: {e}", sample.id);
-                    skipped += 1;
-                }
+                Err(e) => failed.push((index, sample.id.clone(), e)),
             }
         }
-        let [examples_in_all, skipped] =
-            counts_over_ranks(self.dp.as_mut(), [examples.len() as u64, skipped])?;
-        self.state.bad_samples += skipped;
+        for (index, id, e) in failed {
+            self.skip_sample(skips::key("warm-up", index), &id, format!("in the warm-up: {e}"));
+        }
+        self.share_skips()?;
+        let [examples_in_all] = counts_over_ranks(self.dp.as_mut(), [examples.len() as u64])?;
         if examples_in_all == 0 {
             return Err(setup(format!(
                 "warm-up step {}: none of its samples has a reference answer (see above)",

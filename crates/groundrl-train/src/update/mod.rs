@@ -31,4 +31,9 @@ pub enum UpdateError {
     Optimizer(#[from] OptimError),
     #[error("data-parallel update: {0}")]
     Collective(#[from] DataParallelError),
+    #[error(
+        "parameter `{name}` holds NaN or infinity after an optimizer step: the run stops there, \
+         unsaved, so its checkpoints keep the last good weights"
+    )]
+    NonFiniteWeights { name: String },
 }

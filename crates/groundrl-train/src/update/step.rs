@@ -7,7 +7,7 @@ use tch::Tensor;
 
 use super::UpdateError;
 use crate::data_parallel::DataParallel;
-use crate::optim::{AdamW, StepOutcome};
+use crate::optim::{AdamW, OptimError, StepOutcome};
 
 /// The backward pass of one micro-batch of an accumulation, adding its gradients to the earlier
 /// ones'. Before the `last` one, a rank arms the overlap of its gradient sum with the pass
@@ -30,8 +30,10 @@ pub(super) fn accumulate(
 /// gradients of `params` (the optimizer's parameters, in its order) are first summed over the ranks,
 /// so that every rank steps with the global gradient (and clips by its norm); under ZeRO stage 1 each
 /// rank then broadcasts the parameters it updated, so that all hold the same weights again. The
-/// gradients are zeroed for the next accumulation. One function for the policy update and the
-/// warm-up, so that both keep the ranks in step the same way.
+/// gradients are zeroed for the next accumulation. An applied step whose weights hold NaN or
+/// infinity ends the run with an error (every rank holds the same weights then, so all end alike)
+/// before anything saves them. One function for the policy update and the warm-up, so that both
+/// keep the ranks in step the same way.
 pub(super) fn apply_step(
     optimizer: &mut AdamW,
     mut dp: Option<&mut DataParallel>,
@@ -46,5 +48,12 @@ pub(super) fn apply_step(
         dp.share_updates(params, &shard.partition)?;
     }
     optimizer.zero_grad();
+    if let StepOutcome::Applied { .. } = outcome
+        && let Some(name) = optimizer.first_non_finite().map_err(OptimError::from)?
+    {
+        return Err(UpdateError::NonFiniteWeights {
+            name: name.to_owned(),
+        });
+    }
     Ok(outcome)
 }

@@ -223,7 +223,7 @@ fn sample_prompts(
 ) -> anyhow::Result<(Processor, Vec<Encoded>)> {
     let mut processor = Processor::from_folder(dir).with_context(|| format!("--model {}", dir.display()))?;
     processor.image.max_pixels = max_pixels.unwrap_or(processor.image.max_pixels);
-    let dataset = Dataset::load(data).map_err(anyhow::Error::msg)?;
+    let dataset = Dataset::load("--data", data).map_err(anyhow::Error::msg)?;
     if dataset.samples.len() < count {
         bail!(
             "--data {}: {} samples, --prompts asks for {count}",
