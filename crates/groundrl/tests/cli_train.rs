@@ -275,6 +275,33 @@ fn resume(run: &Path) -> Command {
     cmd
 }
 
+/// One writer across processes: while this test's process holds a run folder's lock, `train
+/// --resume` in another process is refused at once, naming this process, and changes nothing; once
+/// the lock is released the same resume runs.
+#[test]
+fn a_resume_in_another_process_is_refused_while_the_run_is_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = setup(dir.path());
+    let run = dir.path().join("run");
+    let out = train(&config, &run).arg("trainer.max_steps=1").output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let before = std::fs::read(run.join("metrics.jsonl")).unwrap();
+
+    let lock = groundrl_core::run_lock::RunLock::take(&run).unwrap();
+    let out = resume(&run).output().unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("is in use: another process trains this run")
+            && stderr.contains(&format!("pid {}", std::process::id())),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(run.join("metrics.jsonl")).unwrap(), before);
+    drop(lock);
+    let out = resume(&run).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
 /// `config.toml` holds absolute paths, so a run started with paths relative to one folder resumes
 /// from another.
 #[test]
