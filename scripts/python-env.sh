@@ -5,35 +5,31 @@
 # from PyPI, in the project's git-ignored cache. Prints the interpreter path. The environment is
 # rebuilt when the package list below changes.
 #
-# `scripts/python-env.sh trl` makes (once) the environment of the TRL tests instead: torch 2.11.0's
-# CPU-only build (from PyTorch's CPU index: no NVIDIA libraries, a few hundred MB instead of the PyPI
-# wheel's 5 GB), then transformers, TRL, accelerate and datasets, numpy and pytest from PyPI. It exits
-# non-zero, leaving nothing half-made, when an install fails (no network).
+# `scripts/python-env.sh trl` makes (once) the environment of the TRL tests instead: torch 2.11.0,
+# transformers, TRL, accelerate and datasets, numpy and pytest, all from PyPI (the only package index
+# CI can reach: PyPI's torch brings its NVIDIA libraries, about 2.4 GB to download and 5 GB installed,
+# though the tests run on the CPU). It exits non-zero, leaving nothing half-made, when an install fails
+# (no network).
 #
 # Usage: py=$(scripts/python-env.sh) && "$py" script.py
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# Installed first, from their own index: (index URL, packages), empty for the reference environment.
-first_index=""
-first=()
 if [ "${1:-}" = trl ]; then
-  venv=${GROUNDRL_CACHE:-$root/.cache}/venv-trl-cpu
-  first_index=https://download.pytorch.org/whl/cpu
-  first=("torch==2.11.0")
-  packages=("transformers==5.17.0" "trl==1.16.0" "accelerate==1.15.0" "datasets==5.2.0" numpy "pytest==9.2.0")
+  venv=${GROUNDRL_CACHE:-$root/.cache}/venv-trl
+  packages=("torch==2.11.0" "transformers==5.17.0" "trl==1.16.0" "accelerate==1.15.0" "datasets==5.2.0" numpy "pytest==9.2.0")
 else
   venv=${GROUNDRL_CACHE:-$root/.cache}/venv-reference
   packages=("pycocotools==2.0.11" numpy "maturin==1.16.0" "pytest==9.2.0" "hydra-core==1.3.2")
 fi
 stamp=$venv/.groundrl-complete
-wanted="${first[*]}${first[*]:+ }${packages[*]}"
-pip=(--quiet --disable-pip-version-check)
+wanted="${packages[*]}"
+# No pip cache: the wheels would take as much disk again (2.4 GB for torch's).
+pip=(--quiet --disable-pip-version-check --no-cache-dir)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
   echo "python-env: creating $venv ($wanted)" >&2
   rm -rf "$venv"
   python3 -m venv "$venv" >&2
-  if ! { [ ${#first[@]} -eq 0 ] || "$venv/bin/python" -m pip install "${pip[@]}" --index-url "$first_index" "${first[@]}" >&2; } ||
-    ! "$venv/bin/python" -m pip install "${pip[@]}" "${packages[@]}" >&2; then
+  if ! "$venv/bin/python" -m pip install "${pip[@]}" "${packages[@]}" >&2; then
     rm -rf "$venv"
     echo "python-env: could not install $wanted" >&2
     exit 1

@@ -3,12 +3,11 @@
 # its size and platform tag, installs it (the wheel, not a development install) into the reference
 # environment of scripts/python-env.sh (pycocotools 2.0.11, numpy, maturin, pytest, hydra-core),
 # downloads verl's wheels for the verl config test, and runs crates/groundrl-py/tests with pytest from
-# the tests folder, so that `import groundrl` is the installed wheel. With GROUNDRL_TRL=1, then the TRL
-# tests (crates/groundrl-py/tests/trl: TRL's GRPOTrainer for two steps on the CPU) in the environment
-# of `scripts/python-env.sh trl` (CPU-only torch, transformers, TRL; made once), printing how long the
-# TRL part took, environment included. They are not run by default, so not by CI (scripts/test.sh):
-# the time to make that environment on a fresh machine is not known to fit CI's budget. Prints the
-# script's own time. Exits non-zero when a test fails.
+# the tests folder, so that `import groundrl` is the installed wheel. With GROUNDRL_TRL=1 (as
+# scripts/test.sh and so CI run it), then the TRL tests (crates/groundrl-py/tests/trl: TRL's
+# GRPOTrainer for two steps on the CPU) in the environment of `scripts/python-env.sh trl` (torch,
+# transformers, TRL; made once), printing how long the TRL part took, environment included. Prints
+# the script's own time. Exits non-zero when a test fails or an environment cannot be made.
 #
 # Env: CARGO_TARGET_DIR (where cargo builds; default target/), GROUNDRL_CACHE (the environments' folder),
 # GROUNDRL_TRL=1 (also run the TRL tests).
@@ -41,7 +40,8 @@ trl_start=$SECONDS
 if [ "${GROUNDRL_TRL:-0}" != 1 ]; then
   echo "python-test: TRL tests not run (GROUNDRL_TRL=1 runs them)"
 elif ! trl_py=$(scripts/python-env.sh trl); then
-  echo "python-test: SKIPPED the TRL tests: the TRL environment could not be installed (see above)"
+  echo "python-test: the TRL environment could not be installed (see above); GROUNDRL_TRL=0 leaves its tests out" >&2
+  exit 1
 else
   echo "python-test: TRL environment ready after $((SECONDS - trl_start)) s"
   "$trl_py" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps "$wheel"

@@ -3,11 +3,25 @@
 # the reference Python environment on first use, installs Chromium for the report's browser test, checks
 # formatting and lints, runs every Rust test, then every parity script against the reference
 # implementations (scripts/parity/*.sh), and finally builds the Python wheel and runs its pytest suite
-# (scripts/python-test.sh).
+# with TRL's (scripts/python-test.sh).
+#
+# The two Python environments (scripts/python-env.sh: the reference one, and TRL's with torch, about
+# 2 minutes to download and install on a fresh machine) are made in the background while the Rust
+# tests build, so that their download does not add to the suite's time.
+#
+# Env: GROUNDRL_TRL=0 leaves out the TRL tests and their environment (5 GB installed).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 eval "$(scripts/setup-libtorch.sh)"
+
+export GROUNDRL_TRL=${GROUNDRL_TRL:-1}
+envs_log=$(mktemp)
+(
+  scripts/python-env.sh >/dev/null
+  if [ "$GROUNDRL_TRL" = 1 ]; then scripts/python-env.sh trl >/dev/null; fi
+) >"$envs_log" 2>&1 &
+envs=$!
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
@@ -44,6 +58,14 @@ if [ ${#parity[@]} -gt 0 ]; then
     bash "$script"
   done
 fi
+
+echo "== Python environments (made in the background)"
+envs_start=$SECONDS
+# A failure here is not fatal: python-test.sh tries again and says what failed.
+wait "$envs" || true
+cat "$envs_log"
+rm -f "$envs_log"
+echo "Python environments ready after $((SECONDS - envs_start)) s more"
 
 echo "== scripts/python-test.sh"
 scripts/python-test.sh
