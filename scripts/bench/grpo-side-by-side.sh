@@ -49,7 +49,7 @@ device=cpu memory=()
 if command -v nvidia-smi > /dev/null; then
   device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
   gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1 | awk '{printf "%d", $1/1024}')
-  memory=(--gpu-memory-gib "$gib")
+  memory=(--gpu-memory "${gib}GiB")
 fi
 echo "device: $device"
 "$bin" synth --out "$work/data" --n 20 --seed 0 --difficulty medium --prompt instruct --size 1280x720 || exit 1

@@ -11,7 +11,7 @@ plan_check() {
     trainer.save_freq=0 trainer.test_freq=0 rounds.final_ledger=false "$@")
   local planned
   planned=$(cd "$root" && "$bin" plan "$config" "${o[@]}" --gpu-memory "${gpu_gib}GiB" | awk '/^peak/ {print $NF}')
-  if ! (cd "$root" && "$bin" train "$config" "${o[@]}" --gpu-memory-gib "$gpu_gib") > "$dir/$name.log" 2>&1; then
+  if ! (cd "$root" && "$bin" train "$config" "${o[@]}" --gpu-memory "${gpu_gib}GiB") > "$dir/$name.log" 2>&1; then
     tail -5 "$dir/$name.log" >&2
     return 1
   fi

@@ -30,7 +30,7 @@ for keep in true false; do
   model=(); [ "$keep" = false ] && model=(model.preset=none model.path="$work/true/initial-model")
   (cd "$root" && timeout 240 "$bin" train configs/3b-1gpu.toml data.train="$data" 'data.val=""' \
     trainer.run_dir="$work/$keep" trainer.max_steps=5 trainer.save_freq=0 trainer.test_freq=0 \
-    model.max_pixels=$max_pixels rollout.keep_engine=$keep "${model[@]}" --gpu-memory-gib "$gpu_gib") \
+    model.max_pixels=$max_pixels rollout.keep_engine=$keep "${model[@]}" --gpu-memory "${gpu_gib}GiB") \
     > "$work/train-$keep.log" 2>&1 || { tail -20 "$work/train-$keep.log"; exit 1; }
   cp "$work/$keep/metrics.jsonl" "$out/metrics-keep-$keep.jsonl"
 done

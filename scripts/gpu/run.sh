@@ -70,7 +70,7 @@ rm -rf "$grpo" && mkdir -p "$grpo"
 overrides=(data.train="$grpo/data/samples.jsonl" 'data.val=""' trainer.run_dir="$grpo/run" trainer.max_steps=3
   trainer.save_freq=0 trainer.test_freq=0)
 (cd "$root" && "$bin" plan configs/3b-1gpu.toml "${overrides[@]}" --gpu-memory "${gpu_gib}GiB") | tee "$out/plan_3b.txt"
-(cd "$root" && "$bin" train configs/3b-1gpu.toml "${overrides[@]}" --gpu-memory-gib "$gpu_gib") 2>&1 | tail -5
+(cd "$root" && "$bin" train configs/3b-1gpu.toml "${overrides[@]}" --gpu-memory "${gpu_gib}GiB") 2>&1 | tail -5
 cp "$grpo/run/metrics.jsonl" "$out/grpo_3b_metrics.jsonl"
 $py - "$grpo/run/metrics.jsonl" <<'PY'
 import json, sys
@@ -113,7 +113,7 @@ for cudnn in false true; do
   model=(); [ "$cudnn" = true ] && model=(model.preset=none model.path="$grpo/false/initial-model")
   (cd "$root" && "$bin" train configs/3b-1gpu.toml data.train="$grpo/data/samples.jsonl" 'data.val=""' \
     trainer.run_dir="$grpo/$cudnn" trainer.max_steps=4 trainer.save_freq=0 trainer.test_freq=0 \
-    model.cudnn_attention=$cudnn "${model[@]}" --gpu-memory-gib "$gpu_gib") > /dev/null 2>&1
+    model.cudnn_attention=$cudnn "${model[@]}" --gpu-memory "${gpu_gib}GiB") > /dev/null 2>&1
   cp "$grpo/$cudnn/metrics.jsonl" "$out/grpo_cudnn_$cudnn.jsonl"
   $py - "$grpo/$cudnn/metrics.jsonl" "$cudnn" <<'PY'
 import json, sys

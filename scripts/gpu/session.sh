@@ -4,7 +4,7 @@
 # output folders ($WORK, default /tmp/groundrl-gpu; $OUT, default $WORK/out), the GPU's name and memory
 # printed, `want PART` (whether PART was asked for), $bw (the GPU's memory bandwidth in GB/s for the
 # rollout roofline: 3,350 on an H100 SXM, else the H200's 4,800) and $gpu_gib (its memory in whole GiB,
-# for `groundrl plan` and `train --gpu-memory-gib`).
+# for `groundrl plan` and `train --gpu-memory`).
 py=${PYTHON:-/opt/torch/.venv/bin/python}
 PYTHON=$py
 source "$root/scripts/gpu/env.sh"

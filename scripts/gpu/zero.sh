@@ -84,7 +84,7 @@ train() {
   sample "$name"
   local s; s=$(date +%s)
   timeout "$limit" "$bin" train configs/3b-1gpu.toml "${common[@]}" "$@" "${extra[@]}" trainer.run_dir="$work/$name" \
-    --nproc-per-node "$nproc" --gpu-memory-gib "$gpu_gib" > "$work/$name.log" 2>&1
+    --nproc-per-node "$nproc" --gpu-memory "${gpu_gib}GiB" > "$work/$name.log" 2>&1
   echo "$name: exit $? in $(( $(date +%s) - s )) s"
   peak "$name"
   steps "$name"

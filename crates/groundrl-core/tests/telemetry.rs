@@ -314,6 +314,7 @@ fn step_record(step: u64, rollout: RolloutStats) -> StepRecord {
         epoch: 0,
         rollout,
         train: Scalars::default(),
+        alarms: Vec::new(),
     }
 }
 

@@ -123,6 +123,40 @@ fn same_path(a: &Path, b: &Path) -> bool {
     canonical(a) == canonical(b)
 }
 
+/// The file of an HF folder that holds its generation defaults (transformers' `GenerationConfig`).
+pub const GENERATION_CONFIG_FILE: &str = "generation_config.json";
+
+/// The `max_new_tokens` of `dir`'s generation config: `None` when the file or the key is absent (or
+/// null); an error naming the file when it is not a JSON object or the value is not an integer >= 1.
+/// `groundrl export` writes its run's token limit there, so that a model asked from the exported
+/// folder stops where the run's answers stopped.
+pub fn generation_max_new_tokens(dir: &Path) -> Result<Option<usize>, FolderError> {
+    let path = dir.join(GENERATION_CONFIG_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io(&path, e)),
+    };
+    let bad = |problem: String| FolderError::Inconsistent {
+        dir: path.display().to_string(),
+        problem,
+    };
+    let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
+    let value = json
+        .as_object()
+        .ok_or_else(|| bad("not a JSON object".into()))?
+        .get("max_new_tokens");
+    match value {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(v) => match v.as_u64().filter(|&n| n >= 1) {
+            Some(n) => Ok(Some(usize::try_from(n).unwrap_or(usize::MAX))),
+            None => Err(bad(format!(
+                "max_new_tokens: expected an integer >= 1, found {v}"
+            ))),
+        },
+    }
+}
+
 /// Image budget of the tiny preset: up to 256 merged image tokens per image (448x448 pixels), so a
 /// CPU can train on screenshots.
 pub const TINY_MAX_PIXELS: u64 = 448 * 448;
@@ -375,6 +409,34 @@ pub fn write_weights(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A generation config's `max_new_tokens`: absent or null is `None`; anything but an integer
+    /// >= 1, or a file that is not a JSON object, is an error naming the file.
+    #[test]
+    fn the_generation_configs_token_limit_is_read_or_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(generation_max_new_tokens(dir.path()).unwrap(), None);
+        let path = dir.path().join(GENERATION_CONFIG_FILE);
+        let read = |text: &str| {
+            std::fs::write(&path, text).unwrap();
+            generation_max_new_tokens(dir.path()).map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            read(r#"{"max_new_tokens": 32, "do_sample": false}"#),
+            Ok(Some(32))
+        );
+        assert_eq!(read(r#"{"max_new_tokens": null}"#), Ok(None));
+        assert_eq!(read(r#"{"temperature": 0.7}"#), Ok(None));
+        for bad in [
+            r#"{"max_new_tokens": 0}"#,
+            r#"{"max_new_tokens": 2.5}"#,
+            "[1]",
+            "{",
+        ] {
+            let err = read(bad).unwrap_err();
+            assert!(err.starts_with(&path.display().to_string()), "{err}");
+        }
+    }
 
     #[test]
     fn every_preset_name_names_its_folder_and_an_unknown_one_lists_them() {

@@ -92,7 +92,7 @@ pub fn export(run_dir: &Path, step: Option<u64>, out: &Path) -> Result<Exported,
         path: run_dir.to_path_buf(),
     })?;
     let merged_layers = loaded.hf.model.merge_lora()?;
-    write_folder(&loaded, out)?;
+    write_folder(&loaded, run.config.rollout.max_new_tokens as usize, out)?;
     Ok(Exported {
         step: run.step,
         checkpoint: run.dir,
@@ -150,8 +150,8 @@ fn check_out(out: &Path) -> Result<(), ExportError> {
 }
 
 /// Writes the folder into its temporary sibling and renames it to `out`; on failure the temporary
-/// folder is removed.
-fn write_folder(loaded: &LoadedModel, out: &Path) -> Result<(), ExportError> {
+/// folder is removed. `max_new_tokens`: the run's token limit, for the generation config.
+fn write_folder(loaded: &LoadedModel, max_new_tokens: usize, out: &Path) -> Result<(), ExportError> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |source| ExportError::Io { path, source }
@@ -167,11 +167,39 @@ fn write_folder(loaded: &LoadedModel, out: &Path) -> Result<(), ExportError> {
     let written = hf_folder::save(loaded.hf.model.as_ref(), &loaded.base, &tmp)
         .map_err(ExportError::from)
         .and_then(|()| write_preprocessor_config(loaded, &tmp))
+        .and_then(|()| write_generation_config(max_new_tokens, &tmp))
         .and_then(|()| publish_dir(&tmp, out).map_err(io(out)));
     if written.is_err() {
         let _ = std::fs::remove_dir_all(&tmp);
     }
     written
+}
+
+/// The run's token limit (`rollout.max_new_tokens`, what its held-out answers were allowed) as the
+/// folder's generation default, over the initial model's generation config (its other keys kept):
+/// `groundrl predict` and `eval model` on the folder, and transformers' `generate`, stop there.
+fn write_generation_config(max_new_tokens: usize, dir: &Path) -> Result<(), ExportError> {
+    let path = dir.join(hf_folder::GENERATION_CONFIG_FILE);
+    let io = |source| ExportError::Io {
+        path: path.clone(),
+        source,
+    };
+    let mut config = match std::fs::read_to_string(&path) {
+        Ok(text) => match serde_json::from_str::<serde_json::Value>(&text) {
+            Ok(serde_json::Value::Object(map)) => map,
+            _ => {
+                return Err(ExportError::from(FolderError::Inconsistent {
+                    dir: path.display().to_string(),
+                    problem: "the initial model's generation config is not a JSON object".into(),
+                }));
+            }
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => serde_json::Map::new(),
+        Err(e) => return Err(io(e)),
+    };
+    config.insert("max_new_tokens".into(), max_new_tokens.into());
+    let text = serde_json::to_string_pretty(&config).map_err(|e| io(std::io::Error::other(e)))?;
+    std::fs::write(&path, text + "\n").map_err(io)
 }
 
 /// The run's image processor as transformers saves it, over the initial model's copy.

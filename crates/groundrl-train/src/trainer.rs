@@ -51,6 +51,7 @@ mod evaluation;
 mod policy_update;
 mod replicas;
 mod resume;
+pub use resume::RESUMABLE_KEYS;
 mod rollouts;
 mod rounds;
 mod saving;
@@ -377,17 +378,23 @@ impl Trainer {
         if let Some(bytes) = groundrl_tensor::bench::cuda_memory_in_use() {
             train.insert("peak_memory_bytes", bytes as f64)?;
         }
-        let record = StepRecord {
+        let mut record = StepRecord {
             step: self.state.step,
             epoch: self.state.epoch,
             rollout: RolloutStats::compute(&scored, &self.scorer.component_names())?,
             train,
+            alarms: Vec::new(),
         };
-        let alarms = self.health.observe(&record);
+        record.alarms = self
+            .health
+            .observe(&record)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         if let Some(logs) = &mut self.logs {
             logs.log.append(&record)?;
             logs.events.add_scalars(record.step, &record.scalars())?;
-            for alarm in alarms {
+            for alarm in &record.alarms {
                 eprintln!("step {}: run-health alarm: {alarm}", record.step);
             }
         }

@@ -113,6 +113,39 @@ fn next_writes_the_pool_and_reports_per_source() {
     assert_eq!(report["by_source"]["a"]["unsolved_rate"], 0.25);
 }
 
+/// Every sample solved by all its rollouts: the pool is empty, written, and warned about.
+#[test]
+fn next_warns_of_an_empty_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = write_lines(
+        &dir.path().join("data.jsonl"),
+        &[sample("s1", "a"), sample("s2", "a")],
+    );
+    let ledger = write_lines(
+        &dir.path().join("ledger.jsonl"),
+        &[entry("s1", "a", 1, 8, 8), entry("s2", "a", 1, 8, 8)],
+    );
+    let out = dir.path().join("next.jsonl");
+    let output = groundrl(&[
+        "curate",
+        "next",
+        "--ledger",
+        &path(&ledger),
+        "--data",
+        &path(&data),
+        "--out",
+        &path(&out),
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("warning: the pool is empty, nothing to train on next"),
+        "{stderr}"
+    );
+    assert!(String::from_utf8_lossy(&output.stdout).contains("0 of 2 samples written to"));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "");
+}
+
 #[test]
 fn next_skips_and_names_a_bad_ledger_line() {
     let dir = tempfile::tempdir().unwrap();
@@ -356,7 +389,7 @@ fn rollout_appends_one_ledger_entry_per_sample() {
     assert_eq!(lines, 2 * sample_ids.len());
 
     // The ledger is what `curate next` reads: round 1 has every sample at k = 0, so no partial sample
-    // is kept and the 20% share of nothing is nothing.
+    // is kept and the 20% share of nothing is nothing: the pool is empty, and said.
     let out = d.join("next.jsonl");
     let output = curate_next(&ledger, &data, &out, &["--json"]);
     let report: Value = serde_json::from_slice(&output.stdout).unwrap();
@@ -365,6 +398,7 @@ fn rollout_appends_one_ledger_entry_per_sample() {
         Some(sample_ids.len() as u64)
     );
     assert_eq!(ids(&out).len(), 0);
+    assert!(String::from_utf8_lossy(&output.stderr).contains("warning: the pool is empty"));
 
     // A line logged twice by another writer (a copy) is counted once, and said.
     let mut text = std::fs::read_to_string(&ledger).unwrap();

@@ -143,6 +143,7 @@ fn an_export_gives_the_trained_models_logits_bit_for_bit() {
     let files = [
         "chat_template.jinja",
         "config.json",
+        "generation_config.json",
         "model.safetensors",
         "preprocessor_config.json",
         "tokenizer.json",
@@ -151,6 +152,11 @@ fn an_export_gives_the_trained_models_logits_bit_for_bit() {
     assert_eq!(entries(&latest), files.iter().map(|f| f.to_string()).collect());
     let initial = run.join("initial-model");
     assert_eq!(tensor_names(&latest), tensor_names(&initial));
+    // The run's answer limit (`rollout.max_new_tokens = 8`), where predict and transformers read it.
+    let generation: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(latest.join("generation_config.json")).unwrap())
+            .unwrap();
+    assert_eq!(generation, serde_json::json!({"max_new_tokens": 8}));
 
     let trained = library_logits(&run, &inputs);
     let exported = cli_logits(&latest, &inputs);

@@ -131,6 +131,9 @@ fn predict_answers_as_the_runs_evaluation_did_from_the_run_its_checkpoint_and_it
         distinct.len() > 1,
         "the model answers every sample alike: {distinct:?}"
     );
+    // The run exported: its folder's generation config carries the run's answer limit (8 tokens).
+    let exported = dir.path().join("exported");
+    ok(groundrl(&["export", &path(run), "--out", &path(&exported)]));
     // One sample of each task and the first of another screenshot.
     let picked: Vec<usize> = [0, 1, after.len() - 1].into();
     for &i in &picked {
@@ -148,6 +151,8 @@ fn predict_answers_as_the_runs_evaluation_did_from_the_run_its_checkpoint_and_it
         );
         let from_checkpoint = predict(&run.join("checkpoints/step-2"), a, &samples, &[]);
         assert_eq!(from_checkpoint["completion"], a["completion"]);
+        let from_export = predict(&exported, a, &samples, &[]);
+        assert_eq!(from_export["completion"], a["completion"], "sample {}", a["id"]);
         // The initial model as an HF folder: the run's answer limit is not in the folder.
         let initial = predict(
             &run.join("initial-model"),

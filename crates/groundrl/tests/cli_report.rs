@@ -40,6 +40,7 @@ fn step(step: u64, reward: f64) -> StepRecord {
         rollout: RolloutStats::compute(&[completion(1.0), completion(reward)], &["click".to_string()])
             .unwrap(),
         train,
+        alarms: Vec::new(),
     }
 }
 
@@ -239,9 +240,21 @@ fn a_missing_run_folder_is_an_error() {
         .unwrap();
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr, format!("error: {}: no such folder\n", missing.display()));
+    // A file where the run folder should be.
+    let file = dir.path().join("metrics.jsonl");
+    fs::write(&file, "").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_groundrl"))
+        .args(["report", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
     assert_eq!(
-        stderr,
-        format!("error: {}: not a run folder\n", missing.display())
+        String::from_utf8_lossy(&output.stderr),
+        format!(
+            "error: {}: a file, not a folder: give the run's folder (its trainer.run_dir)\n",
+            file.display()
+        )
     );
 }
 

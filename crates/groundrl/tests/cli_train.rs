@@ -302,6 +302,40 @@ fn a_resume_in_another_process_is_refused_while_the_run_is_held() {
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
 
+/// A finished run is extended by a resume with `trainer.max_steps`, recorded in its config.toml for
+/// the next resume; a key that shapes the run (`rollout.n`) is refused naming it, changing nothing.
+#[test]
+fn a_finished_run_is_extended_on_resume_and_other_keys_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = setup(dir.path());
+    let run = dir.path().join("run");
+    let out = train(&config, &run).arg("trainer.max_steps=1").output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let saved = std::fs::read_to_string(run.join("config.toml")).unwrap();
+
+    let out = resume(&run).arg("rollout.n=2").output().unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "`rollout.n=2`: `rollout.n` cannot change on resume; a resume may change trainer.max_steps"
+        ),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(run.join("config.toml")).unwrap(), saved);
+    assert_eq!(metrics(&run).len(), 1);
+
+    let out = resume(&run).arg("trainer.max_steps=2").output().unwrap();
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(metrics(&run).len(), 2);
+    // Its stderr is a pipe here, not a terminal: the step is said in a line of its own.
+    assert!(stderr.contains("\nstep 2 epoch "), "{stderr}");
+    let now = std::fs::read_to_string(run.join("config.toml")).unwrap();
+    assert_eq!(now, saved.replace("max_steps = 1\n", "max_steps = 2\n"));
+    assert_ne!(now, saved);
+}
+
 /// `config.toml` holds absolute paths, so a run started with paths relative to one folder resumes
 /// from another.
 #[test]

@@ -75,14 +75,15 @@ pub fn render(run: &Run) -> String {
 /// the curriculum's only when it wrote figures).
 fn sections(run: &Run) -> Vec<Section> {
     let timeline = Timeline::new(&run.steps);
-    let mut parts = vec![
-        sections::headline(run),
+    let mut parts = vec![sections::headline(run)];
+    parts.extend(sections::alarms(&run.steps));
+    parts.extend([
         sections::training(&timeline),
         sections::lengths(&timeline),
         sections::components(&timeline),
         sections::sources(&run.evals),
         sections::calibration(&run.evals),
-    ];
+    ]);
     if tools::used_tools(run) {
         parts.push(tools::section(run, &timeline));
     }

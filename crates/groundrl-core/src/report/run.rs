@@ -108,8 +108,14 @@ impl Run {
     /// Reads the run in `dir`; relative image paths of the evaluation records are read from `images`.
     pub fn load(dir: &Path, images: &Path) -> Result<Self, ReportError> {
         if !dir.is_dir() {
-            let missing = std::io::Error::new(ErrorKind::NotFound, "not a run folder");
-            return Err(ReportError::io(dir, missing));
+            let error = match dir.exists() {
+                true => std::io::Error::new(
+                    ErrorKind::NotADirectory,
+                    "a file, not a folder: give the run's folder (its trainer.run_dir)",
+                ),
+                false => std::io::Error::new(ErrorKind::NotFound, "no such folder"),
+            };
+            return Err(ReportError::io(dir, error));
         }
         let mut notes = Vec::new();
         let steps = read_records(&dir.join(METRICS_FILE), &mut notes)?.unwrap_or_else(|| {

@@ -1,4 +1,4 @@
-//! The report's sections, each built from the [`Run`]: headline accuracy, training curves, response
+//! The report's sections, each built from the [`Run`]: headline accuracy, run-health alarms, training curves, response
 //! lengths, reward components, accuracy by source, calibration, curriculum figures, sample answers
 //! and the config; and what every section draws with: its charts side by side, notes, percentages and
 //! the step scalars as series. A section without data says why instead of drawing empty charts. The
@@ -182,6 +182,24 @@ fn change(evals: &[EvalSet]) -> String {
 fn pass_at_k(set: &EvalSet) -> String {
     SampledSummary::of(&set.records).map_or("–".to_string(), |s| {
         format!("{} (k = {})", percent(s.pass_rate()), s.k)
+    })
+}
+
+/// The run-health alarms the trainer raised, by step (the step records' `alarms`); `None` for a run
+/// that raised none, so that a clean run's page does not carry an empty section.
+pub(super) fn alarms(steps: &[StepRecord]) -> Option<Section> {
+    let rows: String = steps
+        .iter()
+        .flat_map(|s| s.alarms.iter().map(move |a| (s.step, a)))
+        .map(|(step, alarm)| format!("<tr><td>{step}</td><td>{}</td></tr>", escape(alarm)))
+        .collect();
+    (!rows.is_empty()).then(|| Section {
+        id: "alarms",
+        title: "Run-health alarms",
+        body: format!(
+            "<p>Raised while training, each when its condition started to hold (the thresholds are \
+             the config's <code>[health]</code>).</p>\n<table><tr><th>step</th><th>alarm</th></tr>{rows}</table>"
+        ),
     })
 }
 

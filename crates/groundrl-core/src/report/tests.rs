@@ -36,6 +36,7 @@ fn step(step: u64, rewards: [f64; 2], val_accuracy: Option<f64>) -> StepRecord {
         epoch: 0,
         rollout: RolloutStats::compute(&records, &["click".to_string()]).unwrap(),
         train,
+        alarms: Vec::new(),
     }
 }
 
@@ -72,11 +73,13 @@ fn write_jsonl<T: serde::Serialize>(path: &Path, records: &[T]) {
 /// before: 1 of 4 right (web 1/2, mobile 0/2); after: 3 of 4 (web 2/2, mobile 1/2), with stated
 /// confidences; three steps; a config with markup in it; one curriculum figure.
 fn fixture(dir: &Path) {
+    let mut alarmed = step(2, [1.0, 0.5], Some(0.5));
+    alarmed.alarms = vec!["step 2: 75.0% of completions truncated (max 20.0%) <b>".into()];
     write_jsonl(
         &dir.join(METRICS_FILE),
         &[
             step(1, [1.0, 0.0], None),
-            step(2, [1.0, 0.5], Some(0.5)),
+            alarmed,
             step(3, [1.0, 1.0], Some(0.75)),
         ],
     );
@@ -132,6 +135,7 @@ fn a_full_run_has_every_section_and_the_hand_computed_numbers() {
 
     for id in [
         "headline",
+        "alarms",
         "training",
         "lengths",
         "components",
@@ -143,6 +147,13 @@ fn a_full_run_has_every_section_and_the_hand_computed_numbers() {
     ] {
         assert_eq!(page.matches(&format!("<section id=\"{id}\">")).count(), 1, "{id}");
     }
+    let alarms = between(&page, "<section id=\"alarms\">", "</section>");
+    assert!(
+        alarms.contains(
+            "<tr><td>2</td><td>step 2: 75.0% of completions truncated (max 20.0%) &lt;b&gt;</td></tr>"
+        ),
+        "{alarms}"
+    );
     // Headline: before 1/4 = 25.0%, mean reward 0.25; after 3/4 = 75.0%, mean reward 0.75. Wilson's
     // interval of 1/4: centre (0.25 + z^2/8) / (1 + z^2/4) = 0.3725, half-width 0.3269 -> 4.6-69.9%;
     // 3/4 mirrors it. No sampled answers: no pass@k.
@@ -216,6 +227,10 @@ fn the_headline_pairs_the_evaluations_and_shows_pass_at_k() {
     write_jsonl(&dir.path().join("eval/before.jsonl"), &before);
     write_jsonl(&dir.path().join("eval/after.jsonl"), &after);
     let page = render(&Run::load(dir.path(), dir.path()).unwrap());
+    assert!(
+        !page.contains("<section id=\"alarms\">"),
+        "a run without alarms has no such section"
+    );
     let headline = between(&page, "<section id=\"headline\">", "</section>");
     assert!(headline.contains("<td>75.0% (k = 8)</td>"), "{headline}");
     // Gain 0.5, sd of (0, 0, 1, 1) = sqrt(1/3), half-width 1.96 * 0.5774 / 2 = 0.5658.
@@ -256,6 +271,7 @@ fn tool_step(step: u64) -> StepRecord {
         )
         .unwrap(),
         train: Scalars::default(),
+        alarms: Vec::new(),
     }
 }
 

@@ -76,6 +76,10 @@ pub struct StepRecord {
     pub epoch: u64,
     pub rollout: RolloutStats,
     pub train: Scalars,
+    /// The run-health alarms whose episode started at this step ([`super::HealthMonitor`]), in
+    /// words; absent from the log when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alarms: Vec<String>,
 }
 
 impl StepRecord {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use groundrl_train::config::TrainConfig;
+use groundrl_train::config::{DeviceKind, TrainConfig};
 use groundrl_train::plan::{self, MemoryPlan, PlanExtras};
 
 #[derive(clap::Args)]
@@ -71,7 +71,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         };
         println!("one GPU of {world}: 1/{world} of each step's prompts and {optimizer}");
     }
-    print!("{}", table(&plan, args.gpu_memory));
+    let on_gpu = cfg.model.device == DeviceKind::Cuda;
+    print!("{}", table(&plan, on_gpu.then_some(args.gpu_memory)));
+    if !on_gpu {
+        println!(
+            "the config trains on the {}: no GPU memory to check (--gpu-memory applies to CUDA configs)",
+            cfg.model.device.name()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     if let Some(micro) = fitted {
         println!(
             "trainer.micro_batch_size = {micro} is the largest that fits (the config has {}): \
@@ -88,8 +96,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// The parts, the peak and the headroom, in GiB with three decimals.
-fn table(plan: &MemoryPlan, gpu_bytes: u64) -> String {
+/// The parts, the peak and, with the GPU's memory (`gpu_bytes`), the headroom, in GiB with three
+/// decimals.
+fn table(plan: &MemoryPlan, gpu_bytes: Option<u64>) -> String {
     let gib = |bytes: f64| format!("{:>9.3}", bytes / (1u64 << 30) as f64);
     let mut out = format!("{:<30}{:<10}{:>9}\n", "part", "phase", "GiB");
     for part in &plan.parts {
@@ -103,8 +112,10 @@ fn table(plan: &MemoryPlan, gpu_bytes: u64) -> String {
     let peak = format!("peak (resident + {})", plan.peak_phase().name());
     let total = plan.total();
     out += &format!("{peak:<40}{}\n", gib(total as f64));
-    out += &format!("{:<40}{}\n", "GPU", gib(gpu_bytes as f64));
-    out += &format!("{:<40}{}\n", "free", gib(gpu_bytes as f64 - total as f64));
+    if let Some(gpu_bytes) = gpu_bytes {
+        out += &format!("{:<40}{}\n", "GPU", gib(gpu_bytes as f64));
+        out += &format!("{:<40}{}\n", "free", gib(gpu_bytes as f64 - total as f64));
+    }
     out
 }
 
@@ -118,8 +129,8 @@ fn count(n: u64) -> String {
 }
 
 /// `80GiB`, `141GB`, `512 MiB`, `85899345920`: a size in bytes. The error is clap's message for
-/// `--gpu-memory` (a `value_parser` returns it as text, and clap prints it).
-fn parse_size(text: &str) -> Result<u64, String> {
+/// `--gpu-memory` of `plan` and `train` (a `value_parser` returns it as text, and clap prints it).
+pub fn parse_size(text: &str) -> Result<u64, String> {
     let text = text.trim();
     let unit_at = text.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(text.len());
     let (number, unit) = text.split_at(unit_at);

@@ -16,6 +16,7 @@ use groundrl_core::data::image_file::{self, DEFAULT_MAX_IMAGE_PIXELS, ImageLimit
 use groundrl_core::prompt::{Preset, PromptStyle};
 use groundrl_score::data::{ImageRef, Sample, Task};
 use groundrl_score::frame::{Frame, FrameChoice};
+use groundrl_tensor::hf_folder;
 use groundrl_tensor::rollout::Trajectory;
 use groundrl_tensor::tch::Kind;
 use groundrl_train::inference::{Inference, PixelAnswer, Prompt, finish_name, generated_tokens};
@@ -25,8 +26,8 @@ use serde::Serialize;
 use crate::commands::model::{parse_device, parse_dtype};
 use crate::commands::synth::{PromptModel, PromptReasoning, prompt_style};
 
-/// Most tokens an HF folder's answer may take unless `--max-new-tokens` says otherwise (a run's
-/// answers take its `rollout.max_new_tokens`).
+/// Most tokens an HF folder's answer may take unless `--max-new-tokens` or the folder's
+/// generation config says otherwise (a run's answers take its `rollout.max_new_tokens`).
 const DEFAULT_MAX_NEW_TOKENS: usize = 256;
 
 /// The model and where it runs: shared by every command that asks a model (`predict`, `eval model`,
@@ -63,7 +64,8 @@ impl ModelArgs {
 pub struct AskArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Most tokens the model writes in a turn (default: a run's `rollout.max_new_tokens`, else 256).
+    /// Most tokens the model writes in a turn (default: a run's `rollout.max_new_tokens`, an HF
+    /// folder's generation_config.json `max_new_tokens` (an export writes its run's there), else 256).
     #[arg(long)]
     max_new_tokens: Option<usize>,
     /// Smallest resized image area in pixels (default: a run's `model.min_pixels`, else the
@@ -130,7 +132,9 @@ impl AskArgs {
                 // New attention shapes come with every prompt length and image size: see
                 // `attention::use_cudnn_attention`.
                 groundrl_tensor::attention::use_cudnn_attention(false);
-                Inference::plain(DEFAULT_MAX_NEW_TOKENS, loaded.answer_frame()?, false)
+                let max_new_tokens =
+                    hf_folder::generation_max_new_tokens(&loaded.base)?.unwrap_or(DEFAULT_MAX_NEW_TOKENS);
+                Inference::plain(max_new_tokens, loaded.answer_frame()?, false)
             }
         };
         if let Some(max) = self.max_new_tokens {

@@ -218,12 +218,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 fn print_summary(args: &Args, counts: &Counts, rolled: usize, failed: usize, bad: usize) {
+    let listed = |n: usize| if n > 0 { " (listed above)" } else { "" };
     eprintln!(
-        "{} completions of {rolled} samples written to {}; {failed} sample(s) skipped (listed above), {bad} bad record(s) in the data",
+        "{} completions of {rolled} samples written to {}; {failed} sample(s) skipped{}, {bad} bad \
+         record(s) in the data{}",
         counts.written,
         args.out.display(),
+        listed(failed),
+        listed(bad),
     );
-    if args.reward.is_some() {
+    if counts.unscored > 0 {
         eprintln!("{} sample(s) could not be scored (listed above)", counts.unscored);
     }
     if let (Some(path), Some(round)) = (&args.ledger, args.round) {

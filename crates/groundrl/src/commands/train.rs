@@ -7,6 +7,7 @@
 //! launcher, by torchrun or by a Slurm script on several machines) joins their process group and
 //! trains as one rank (docs/distributed.md).
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -25,19 +26,23 @@ use super::launch;
 pub struct Args {
     /// Training config (TOML); see configs/.
     config: Option<PathBuf>,
-    /// Config keys to override, `dotted.key=value`, e.g. `rollout.n=8 optim.lr=1e-6`.
+    /// Config keys to override, `dotted.key=value`, e.g. `rollout.n=8 optim.lr=1e-6`. With --resume
+    /// only how long the run goes on, how often it validates and saves, and how many checkpoints it
+    /// keeps may change (e.g. `trainer.max_steps=600` extends a finished run).
     overrides: Vec<String>,
-    /// Continue the run in this folder from its latest checkpoint (its own config.toml is used).
-    #[arg(long, conflicts_with = "config")]
+    /// Continue the run in this folder from its latest checkpoint (its own config.toml is used,
+    /// with the overrides given).
+    #[arg(long)]
     resume: Option<PathBuf>,
     /// With --resume: when the latest checkpoint does not match its manifest (a file damaged or
     /// missing), resume from the newest that does; the ones passed over are renamed
     /// `damaged-step-N` and named. Without it such a resume is refused.
     #[arg(long, requires = "resume")]
     fall_back: bool,
-    /// GPU memory for the pre-flight check (GiB); the run is refused when the plan does not fit.
-    #[arg(long, default_value_t = 80.0)]
-    gpu_memory_gib: f64,
+    /// GPU memory for the pre-flight check of a CUDA config, as `groundrl plan` takes it (80GiB,
+    /// 141GB, ...); the run is refused when the plan does not fit.
+    #[arg(long, default_value = "80GiB", value_parser = super::plan::parse_size)]
+    gpu_memory: u64,
     /// Data-parallel workers to start on this machine, each with torchrun's variables (1: this
     /// process trains alone, or as the rank its environment names).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
@@ -52,11 +57,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return launch::launch(args.nproc_per_node as usize);
     }
     let mut trainer = match (&args.resume, &args.config) {
-        (Some(dir), _) => {
+        (Some(dir), config) => {
+            // With --resume every positional argument is an override: the first lands in `config`.
+            let overrides: Vec<String> = config
+                .iter()
+                .map(|c| c.to_string_lossy().into_owned())
+                .chain(args.overrides.iter().cloned())
+                .collect();
             let cfg = TrainConfig::load(&dir.join(CONFIG_FILE), &[])
                 .with_context(|| format!("resuming {}", dir.display()))?;
             let dp = join_group(&cfg)?;
-            Trainer::resume_data_parallel(dir, dp, args.fall_back)
+            Trainer::resume_data_parallel(dir, dp, args.fall_back, &overrides)
                 .with_context(|| format!("resuming {}", dir.display()))?
         }
         (None, Some(path)) => {
@@ -64,7 +75,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("config {}", path.display()))?;
             cfg.validate()
                 .with_context(|| format!("config {}", path.display()))?;
-            preflight(&cfg, args.gpu_memory_gib)?;
+            preflight(&cfg, args.gpu_memory)?;
             let dp = join_group(&cfg)?;
             Trainer::new_data_parallel(cfg, dp)?
         }
@@ -173,16 +184,19 @@ pub fn train_with_progress(trainer: &mut Trainer) -> anyhow::Result<Ending> {
     train_with_bar(trainer, &progress_bar())
 }
 
-/// Runs the trainer (warm-up included), showing each step on `bar`.
+/// Runs the trainer (warm-up included), showing each step on `bar`; when stderr is not a terminal
+/// (a log file, a pipe: the spinner is not drawn there) each step is said in a line of its own.
 pub fn train_with_bar(trainer: &mut Trainer, bar: &ProgressBar) -> anyhow::Result<Ending> {
-    trainer.warm_up(|r| {
-        bar.set_message(format!("warm-up step {}: loss {:.3}", r.step, r.loss));
-        bar.tick();
-    })?;
-    let ending = trainer.run(|record| {
-        bar.set_message(step_line(record));
-        bar.tick();
-    })?;
+    let lines = !std::io::stderr().is_terminal();
+    let show = |message: String| match lines {
+        true => eprintln!("{message}"),
+        false => {
+            bar.set_message(message);
+            bar.tick();
+        }
+    };
+    trainer.warm_up(|r| show(format!("warm-up step {}: loss {:.3}", r.step, r.loss)))?;
+    let ending = trainer.run(|record| show(step_line(record)))?;
     bar.finish_and_clear();
     Ok(ending)
 }
@@ -227,7 +241,7 @@ pub fn report_ending(trainer: &Trainer, ending: Ending) -> ExitCode {
 }
 
 /// Refuses a CUDA config whose memory plan does not fit, naming the knob to turn.
-fn preflight(cfg: &TrainConfig, gpu_memory_gib: f64) -> anyhow::Result<()> {
+fn preflight(cfg: &TrainConfig, gpu_bytes: u64) -> anyhow::Result<()> {
     if cfg.model.device != DeviceKind::Cuda {
         return Ok(());
     }
@@ -238,7 +252,6 @@ fn preflight(cfg: &TrainConfig, gpu_memory_gib: f64) -> anyhow::Result<()> {
         .and_then(|w| w.trim().parse::<u64>().ok())
         .unwrap_or(1);
     let extras = PlanExtras::of(cfg, world);
-    let gpu_bytes = (gpu_memory_gib * (1u64 << 30) as f64) as u64;
     plan::estimate(cfg, &model, extras)
         .check(gpu_bytes)
         .context("memory pre-flight (groundrl plan shows the whole estimate)")

@@ -7,7 +7,12 @@
 //! - `{"id": "...", "point": [x, y], "frame": "pixel"}`: an already-parsed click;
 //! - `{"id": "...", "box": [x1, y1, x2, y2], "frame": "pixel"}`: an already-parsed box, which clicks its
 //!   centre;
-//! - `{"id": "...", "refusal": true}`: an explicit refusal ("the element is not there").
+//! - `{"id": "...", "refusal": true}`: an explicit refusal ("the element is not there");
+//! - a held-out evaluation record, as `groundrl eval model --items` and a run's `eval/*.jsonl` write
+//!   them: `completion` beside `point` (and `pred_box`) in original pixels, without `frame`. It is
+//!   read by its answer in pixels (`pred_box` when there is one, else `point`), the answer its
+//!   evaluation scored (after a tool call's zoom too, where the completion's numbers are about the
+//!   zoomed view); by its completion when `point` is null (a refusal or a parse failure).
 //!
 //! `frame` is required with `point` and `box` (`pixel`, `resized`, `normalized`, `qwen1000`): a number
 //! crossing a file boundary always says its frame. Other fields (prompt, scores, ...) are ignored, so
@@ -68,6 +73,9 @@ fn read_line(text: &str, line: usize) -> Result<PredictionLine, GroundingError> 
 
 /// The answer fields of one line; `Err((field, problem))`.
 fn read_answer(obj: &Map<String, Value>) -> Result<RawAnswer, (&'static str, String)> {
+    if obj.contains_key("completion") && obj.contains_key("point") && !obj.contains_key("frame") {
+        return evaluation_record(obj);
+    }
     const KINDS: [&str; 4] = ["completion", "point", "box", "refusal"];
     let present: Vec<&str> = KINDS.into_iter().filter(|k| obj.contains_key(*k)).collect();
     let kind = match present[..] {
@@ -107,6 +115,25 @@ fn read_answer(obj: &Map<String, Value>) -> Result<RawAnswer, (&'static str, Str
             Value::Bool(true) => Ok(RawAnswer::Refusal),
             other => Err(("refusal", format!("expected true, got {other}"))),
         },
+    }
+}
+
+/// The answer of a held-out evaluation record (see the module doc): its box or point in original
+/// pixels, or its completion when it has neither.
+fn evaluation_record(obj: &Map<String, Value>) -> Result<RawAnswer, (&'static str, String)> {
+    match (obj.get("pred_box"), &obj["point"]) {
+        (Some(b), _) if !b.is_null() => Ok(RawAnswer::Box {
+            xyxy: numbers(b).map_err(|p| ("pred_box", p))?,
+            frame: Frame::Pixel,
+        }),
+        (_, Value::Null) => match &obj["completion"] {
+            Value::String(s) => Ok(RawAnswer::Completion(s.clone())),
+            other => Err(("completion", format!("expected a string, got {other}"))),
+        },
+        (_, point) => Ok(RawAnswer::Point {
+            xy: numbers(point).map_err(|p| ("point", p))?,
+            frame: Frame::Pixel,
+        }),
     }
 }
 
@@ -163,6 +190,34 @@ mod tests {
         assert_eq!((lines[3].line, &lines[3].answer), (5, &RawAnswer::Refusal));
     }
 
+    /// Evaluation records (`eval model --items`, `eval/after.jsonl`): read by their answer in pixels,
+    /// or by their completion when they have none.
+    #[test]
+    fn reads_evaluation_records_by_their_answer_in_pixels() {
+        let text = r#"{"id": "a", "completion": "(3, 4)", "point": [30.5, 40], "pred_box": null, "correct": true}
+{"id": "b", "completion": "[1, 2, 5, 6]", "point": [3, 4], "pred_box": [10, 20, 50, 60]}
+{"id": "c", "completion": "None", "point": null, "pred_box": null}"#;
+        let answers: Vec<RawAnswer> = read_predictions(text)
+            .unwrap()
+            .into_iter()
+            .map(|l| l.answer)
+            .collect();
+        assert_eq!(
+            answers,
+            [
+                RawAnswer::Point {
+                    xy: [30.5, 40.0],
+                    frame: Frame::Pixel
+                },
+                RawAnswer::Box {
+                    xyxy: [10.0, 20.0, 50.0, 60.0],
+                    frame: Frame::Pixel
+                },
+                RawAnswer::Completion("None".into()),
+            ]
+        );
+    }
+
     fn error(text: &str) -> (usize, String, String) {
         match read_predictions(text).unwrap_err() {
             GroundingError::Prediction { line, field, problem } => (line, field, problem),
@@ -178,9 +233,14 @@ mod tests {
         assert_eq!(error(r#"{"completion": "x"}"#).1, "id");
         assert_eq!(error(r#"{"id": 7, "completion": "x"}"#).1, "id");
         assert_eq!(error(r#"{"id": "a"}"#).1, "(line)");
-        let (_, field, problem) = error(r#"{"id": "a", "completion": "x", "point": [1, 2]}"#);
+        let (_, field, problem) =
+            error(r#"{"id": "a", "completion": "x", "point": [1, 2], "frame": "pixel"}"#);
         assert_eq!(field, "(line)");
         assert!(problem.contains("completion, point"), "{problem}");
+        assert_eq!(
+            error(r#"{"id": "a", "completion": "x", "point": [1, "2"]}"#).1,
+            "point"
+        );
         assert_eq!(error(r#"{"id": "a", "point": [1, 2]}"#).1, "frame");
         assert!(
             error(r#"{"id": "a", "point": [1, 2], "frame": "pixels"}"#)

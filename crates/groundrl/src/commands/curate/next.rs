@@ -52,6 +52,7 @@ pub struct Args {
 }
 
 /// Writes the pool and prints the report; exit code 1 when ledger lines or data records were skipped.
+/// An empty pool is written and warned about: a next round would have nothing to train on.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (summary, bad_lines) = read_round(&args.ledger, args.round)?;
     let loaded = read_samples(&args.data)?;
@@ -72,6 +73,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string(&pool.report)?);
     } else {
         print!("{}", report_text(&pool.report, &args));
+    }
+    if pool.samples.is_empty() {
+        eprintln!(
+            "warning: the pool is empty, nothing to train on next (the report above counts the \
+             samples by outcome; a round's data needs samples with 0 < k < n, or unseen ones kept)"
+        );
     }
     if bad_lines + loaded.skipped.len() > 0 {
         eprintln!(

@@ -14,10 +14,12 @@ pub struct Args {
     #[arg(long)]
     dt: PathBuf,
     /// Print only one JSON object with the 12 stats (AP, AP50, AP75, APs, APm, APl, AR1, AR10, AR100,
-    /// ARs, ARm, ARl), at full precision; -1 where pycocotools has -1.
+    /// ARs, ARm, ARl), at full precision; -1 where pycocotools has -1. With --per-category the
+    /// object is `{"stats": {...}, "per_category": [...]}`.
     #[arg(long)]
     json: bool,
-    /// Also print a table of AP, AP50, precision and recall at IoU 0.5 for each category.
+    /// Also print a table of AP, AP50, precision and recall at IoU 0.5 for each category (null or
+    /// "-" where undefined).
     #[arg(long)]
     per_category: bool,
     /// Print on stderr the seconds spent loading the JSON files and evaluating.
@@ -42,7 +44,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     if args.json {
-        println!("{}", serde_json::to_string(&eval.stats)?);
+        let json = match args.per_category {
+            true => serde_json::json!({"stats": eval.stats, "per_category": per_category_json(&eval)}),
+            false => serde_json::to_value(eval.stats)?,
+        };
+        println!("{json}");
         return Ok(ExitCode::SUCCESS);
     }
     print!("{}", eval.stats);
@@ -90,6 +96,25 @@ pub(super) fn print_per_category(eval: &CocoEval) {
             dets
         );
     }
+}
+
+/// The per-category table's rows as JSON objects, at full precision (null where undefined).
+fn per_category_json(eval: &CocoEval) -> Vec<serde_json::Value> {
+    eval.per_category
+        .iter()
+        .map(|c| {
+            serde_json::json!({
+                "category_id": c.category_id,
+                "name": c.name,
+                "ap": c.ap,
+                "ap50": c.ap50,
+                "precision_at50": c.at50.precision(),
+                "recall_at50": c.at50.recall(),
+                "ground_truths": c.at50.ground_truths,
+                "detections": c.at50.true_positives + c.at50.false_positives,
+            })
+        })
+        .collect()
 }
 
 /// Three decimals, or "-" where the value is undefined.

@@ -40,7 +40,8 @@ pub struct Args {
     #[arg(long)]
     images: Option<PathBuf>,
     /// One JSON object a line: `{"id", "completion"}` (raw model text), `{"id", "point": [x, y],
-    /// "frame"}`, `{"id", "box": [x1, y1, x2, y2], "frame"}` or `{"id", "refusal": true}`.
+    /// "frame"}`, `{"id", "box": [x1, y1, x2, y2], "frame"}` or `{"id", "refusal": true}`; or the
+    /// lines `eval model --items` and a run's `eval/*.jsonl` write, read by their answer in pixels.
     #[arg(long)]
     predictions: PathBuf,
     /// Frame of the numbers in completions: `auto`, the frame of --model's family (resized for

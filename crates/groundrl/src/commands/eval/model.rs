@@ -58,7 +58,8 @@ pub struct Args {
     #[arg(long, default_value_t = 8)]
     batch: usize,
     /// Write one JSON line per evaluated sample: its answer in original pixels, the verdict and
-    /// what the report counts it under (see `Item`).
+    /// what the report counts it under (see `Item`). Its grounding lines are a predictions file
+    /// for `eval grounding`, which reads them by their answer in pixels.
     #[arg(long)]
     items: Option<PathBuf>,
     /// Also print AP, AP50, precision and recall at IoU 0.5 per category of the detection samples.
