@@ -7,7 +7,8 @@
 #
 # The two Python environments (scripts/python-env.sh: the reference one, and TRL's with torch, about
 # 2 minutes to download and install on a fresh machine) are made in the background while the Rust
-# tests build, so that their download does not add to the suite's time.
+# tests build, at the lowest CPU and I/O priority and without compiling their bytecode up front, so
+# that their download adds little to the suite's time and takes little from the build.
 #
 # Env: GROUNDRL_TRL=0 leaves out the TRL tests and their environment (5 GB installed).
 set -euo pipefail
@@ -18,8 +19,8 @@ eval "$(scripts/setup-libtorch.sh)"
 export GROUNDRL_TRL=${GROUNDRL_TRL:-1}
 envs_log=$(mktemp)
 (
-  scripts/python-env.sh >/dev/null
-  if [ "$GROUNDRL_TRL" = 1 ]; then scripts/python-env.sh trl >/dev/null; fi
+  nice -n 19 ionice -c 3 scripts/python-env.sh >/dev/null
+  if [ "$GROUNDRL_TRL" = 1 ]; then nice -n 19 ionice -c 3 scripts/python-env.sh trl >/dev/null; fi
 ) >"$envs_log" 2>&1 &
 envs=$!
 
@@ -47,6 +48,15 @@ lint=(env RUSTC_WORKSPACE_WRAPPER="$clippy_driver" RUSTFLAGS="${RUSTFLAGS:-} -D 
 echo "== cargo test"
 "${lint[@]}" cargo test --workspace
 
+echo "== Python environments (made in the background)"
+envs_start=$SECONDS
+# A failure here is not fatal: python-test.sh tries again and says what failed.
+wait "$envs" || true
+cat "$envs_log"
+rm -f "$envs_log"
+# The parity scripts and the Python tests use them.
+echo "Python environments ready after $((SECONDS - envs_start)) s more"
+
 shopt -s nullglob
 parity=(scripts/parity/*.sh)
 if [ ${#parity[@]} -gt 0 ]; then
@@ -58,14 +68,6 @@ if [ ${#parity[@]} -gt 0 ]; then
     bash "$script"
   done
 fi
-
-echo "== Python environments (made in the background)"
-envs_start=$SECONDS
-# A failure here is not fatal: python-test.sh tries again and says what failed.
-wait "$envs" || true
-cat "$envs_log"
-rm -f "$envs_log"
-echo "Python environments ready after $((SECONDS - envs_start)) s more"
 
 echo "== scripts/python-test.sh"
 scripts/python-test.sh

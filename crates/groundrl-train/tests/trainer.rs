@@ -25,7 +25,9 @@ fn synthetic_data(dir: &Path) -> PathBuf {
 }
 
 /// The tiny preset on the CPU with `configs/rewards/length-only.toml`, a reward a random-init model
-/// can climb from its first steps (a completion of L tokens earns 0.5 (1 + cos(pi L / 17))).
+/// can climb from its first steps (a completion of L tokens earns 0.5 (1 + cos(pi L / 17))). No
+/// end-of-run ledger (a rollout of the whole train set, which would cost more than the few steps the
+/// tests take): the tests of rounds and ledgers ask for it.
 fn config(dir: &Path, data: &Path, overrides: &[&str]) -> TrainConfig {
     let text = format!(
         r#"
@@ -59,6 +61,9 @@ mini_batch_size = 32
 micro_batch_size = 8
 save_freq = 0
 test_freq = 0
+
+[rounds]
+final_ledger = false
 "#,
         data = data.display(),
         run = dir.join("run").display(),
@@ -806,6 +811,7 @@ fn two_curriculum_rounds_train_on_the_pool_the_ledger_selects() {
         &[
             "trainer.max_steps=2",
             "rounds.count=2",
+            "rounds.final_ledger=true",
             "rounds.ledger_n=4",
             "rounds.zero_share=0.2",
             "rounds.temperatures=[0.5, 1.0]",

@@ -89,35 +89,25 @@ fn the_report_is_eval_groundings_of_the_same_completions_and_the_items_count_it(
         .collect();
     let predictions_path = d.join("predictions.jsonl");
     std::fs::write(&predictions_path, lines(&predictions.iter().collect::<Vec<_>>())).unwrap();
-    let out = ok(groundrl(&[
-        "eval",
-        "grounding",
-        "--data",
-        &path(&grounding_data),
-        "--predictions",
-        &path(&predictions_path),
-        "--max-pixels",
-        "200704",
-        "--json",
-    ]));
-    let from_grounding: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(&from_grounding, report);
+    let eval_grounding = |predictions: &Path| -> Value {
+        let out = ok(groundrl(&[
+            "eval",
+            "grounding",
+            "--data",
+            &path(&grounding_data),
+            "--predictions",
+            &path(predictions),
+            "--max-pixels",
+            "200704",
+            "--json",
+        ]));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    assert_eq!(&eval_grounding(&predictions_path), report);
     // The items' own lines are a predictions file too (each read by its answer in pixels).
     let items_of_grounding = d.join("grounding-items.jsonl");
     std::fs::write(&items_of_grounding, lines(&grounding)).unwrap();
-    let out = ok(groundrl(&[
-        "eval",
-        "grounding",
-        "--data",
-        &path(&grounding_data),
-        "--predictions",
-        &path(&items_of_grounding),
-        "--max-pixels",
-        "200704",
-        "--json",
-    ]));
-    let from_items: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(&from_items, report);
+    assert_eq!(&eval_grounding(&items_of_grounding), report);
     // Detection samples: COCO over one image each, every answered box listed in its item.
     assert_eq!(summary["coco"]["images"], detection);
     assert!(summary["coco"]["stats"]["AP"].is_number(), "{summary}");

@@ -275,16 +275,22 @@ fn resume(run: &Path) -> Command {
     cmd
 }
 
+/// The run folder `dir/run` of [`setup`]'s config stopped after one step.
+fn one_step_run(dir: &Path) -> PathBuf {
+    let config = setup(dir);
+    let run = dir.join("run");
+    let out = train(&config, &run).arg("trainer.max_steps=1").output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    run
+}
+
 /// One writer across processes: while this test's process holds a run folder's lock, `train
 /// --resume` in another process is refused at once, naming this process, and changes nothing; once
 /// the lock is released the same resume runs.
 #[test]
 fn a_resume_in_another_process_is_refused_while_the_run_is_held() {
     let dir = tempfile::tempdir().unwrap();
-    let config = setup(dir.path());
-    let run = dir.path().join("run");
-    let out = train(&config, &run).arg("trainer.max_steps=1").output().unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    let run = one_step_run(dir.path());
     let before = std::fs::read(run.join("metrics.jsonl")).unwrap();
 
     let lock = groundrl_core::run_lock::RunLock::take(&run).unwrap();
@@ -307,10 +313,7 @@ fn a_resume_in_another_process_is_refused_while_the_run_is_held() {
 #[test]
 fn a_finished_run_is_extended_on_resume_and_other_keys_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let config = setup(dir.path());
-    let run = dir.path().join("run");
-    let out = train(&config, &run).arg("trainer.max_steps=1").output().unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    let run = one_step_run(dir.path());
     let saved = std::fs::read_to_string(run.join("config.toml")).unwrap();
 
     let out = resume(&run).arg("rollout.n=2").output().unwrap();
