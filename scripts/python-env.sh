@@ -23,9 +23,8 @@ else
 fi
 stamp=$venv/.groundrl-complete
 wanted="${packages[*]}"
-# No pip cache: the wheels would take as much disk again (2.4 GB for torch's). No bytecode compiled at
-# install (thousands of torch's modules): Python compiles what a test imports, when it imports it.
-pip=(--quiet --disable-pip-version-check --no-cache-dir --no-compile)
+# No pip cache: the wheels would take as much disk again (2.4 GB for torch's).
+pip=(--quiet --disable-pip-version-check --no-cache-dir)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
   echo "python-env: creating $venv ($wanted)" >&2
   rm -rf "$venv"

@@ -7,8 +7,8 @@
 #
 # The two Python environments (scripts/python-env.sh: the reference one, and TRL's with torch, about
 # 2 minutes to download and install on a fresh machine) are made in the background while the Rust
-# tests build, at the lowest CPU and I/O priority and without compiling their bytecode up front, so
-# that their download adds little to the suite's time and takes little from the build.
+# tests build, at the lowest CPU and I/O priority, so that their download adds little to the suite's
+# time and takes little from the build.
 #
 # Env: GROUNDRL_TRL=0 leaves out the TRL tests and their environment (5 GB installed).
 set -euo pipefail
@@ -61,8 +61,9 @@ shopt -s nullglob
 parity=(scripts/parity/*.sh)
 if [ ${#parity[@]} -gt 0 ]; then
   # `cargo test` built the binary for the CLI tests; a separate `cargo build` could resolve other
-  # features and rebuild the dependency tree.
-  export GROUNDRL_BIN=$PWD/target/debug/groundrl
+  # features and rebuild the dependency tree. COCO's live parity runs 30 generated cases here (60 by
+  # default): the Python tests check 30 more against pycocotools, and the Rust tests the fixture.
+  export GROUNDRL_BIN=$PWD/target/debug/groundrl COCO_PARITY_CASES=${COCO_PARITY_CASES:-30}
   for script in "${parity[@]}"; do
     echo "== $script"
     bash "$script"
