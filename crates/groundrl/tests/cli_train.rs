@@ -183,6 +183,7 @@ fn killed_at_seeded_points_and_resumed_equals_uninterrupted() {
         "sft.steps=3".to_string(),
         "sft.batch_size=4".to_string(),
         format!("data.test=\"{}\"", data.with_file_name("test.jsonl").display()),
+        "rounds.final_ledger=true".to_string(),
     ];
     let start = |run: &Path| {
         let mut cmd = train(&config, run);

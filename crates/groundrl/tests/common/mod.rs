@@ -94,9 +94,15 @@ pub fn synth(out: &Path, args: &[&str]) -> PathBuf {
 /// A config training the tiny preset on the CPU (f32) on the samples `data` with the reward
 /// `configs/rewards/length-only.toml`, which a random model's completions differ on, so the weights
 /// move: 4 prompts x 4 samples a step in one mini-batch of all 16 completions (8 a micro-batch), a
-/// checkpoint after every step, all kept, no validation. `lr` and `max_steps` are the tests' own;
-/// `extra` is TOML appended after it (more sections).
+/// checkpoint after every step, all kept, no validation, no end-of-run ledger (a rollout of the whole
+/// train set, which most tests never read; a test that does asks for it with
+/// `rounds.final_ledger=true`). `lr` and `max_steps` are the tests' own; `extra` is TOML appended
+/// after it (more sections; one with a `[rounds]` table of its own sets `final_ledger` there).
 pub fn tiny_training_config(data: &Path, lr: f64, max_steps: u32, extra: &str) -> String {
+    let rounds = match extra.contains("[rounds]") {
+        true => "",
+        false => "[rounds]\nfinal_ledger = false\n",
+    };
     format!(
         r#"
 [model]
@@ -124,7 +130,7 @@ micro_batch_size = 8
 save_freq = 1
 keep_checkpoints = 0
 test_freq = 0
-{extra}"#,
+{rounds}{extra}"#,
         data = data.display(),
         spec = repo_root().join("configs/rewards/length-only.toml").display()
     )
