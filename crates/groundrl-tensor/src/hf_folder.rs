@@ -351,8 +351,35 @@ pub fn write_random(
     kind: Kind,
     device: Device,
 ) -> Result<(), FolderError> {
+    create_random(dir, which, seed, kind, device).map(drop)
+}
+
+/// [`write_random`], returning the folder's model and processor as [`load`] would read them back:
+/// the model is the one drawn (its weights are what was written, in `kind`), so a 3B shape is not
+/// read from disk again.
+pub fn create_random(
+    dir: &Path,
+    which: RandomFolder,
+    seed: i64,
+    kind: Kind,
+    device: Device,
+) -> Result<HfModel, FolderError> {
     write_tiny_tokenizer(dir).map_err(ProcessorError::from)?;
-    which.config().model(device, kind, seed)?.save(dir)?;
+    let model = which.config().model(device, kind, seed)?;
+    model.save(dir)?;
+    write_processor_files(dir, which)?;
+    let processor = Processor::from_folder(dir)?;
+    check_ids(
+        dir,
+        model.as_ref(),
+        &processor.tokenizer.special_ids(),
+        processor.tokenizer.vocab_size(),
+    )?;
+    Ok(HfModel { model, processor })
+}
+
+/// The preprocessor config and chat template of a random folder (the tokenizer is written apart).
+fn write_processor_files(dir: &Path, which: RandomFolder) -> Result<(), FolderError> {
     let image = which.image_processor();
     let path = dir.join(PREPROCESSOR_CONFIG_FILE);
     let json = image.to_json().map_err(ProcessorError::from)?;
@@ -408,6 +435,8 @@ pub fn write_weights(
 
 #[cfg(test)]
 mod tests {
+    use tch::Tensor;
+
     use super::*;
 
     /// A generation config's `max_new_tokens`: absent or null is `None`; anything but an integer
@@ -478,5 +507,34 @@ mod tests {
             (TINY_MAX_PIXELS, 16, [0.5; 3])
         );
         assert_eq!(small.min_pixels, ImageProcessor::default().min_pixels);
+    }
+
+    /// The model [`create_random`] returns is the folder it wrote, as [`load`] reads it back: every
+    /// variable bit for bit (both families, bf16 as the GPU runs use it), and the same processor.
+    #[test]
+    fn a_created_folders_model_is_the_one_a_load_reads() {
+        for which in [RandomFolder::Tiny, RandomFolder::Qwen3Tiny] {
+            let dir = tempfile::tempdir().unwrap();
+            let created = create_random(dir.path(), which, 3, Kind::BFloat16, Device::Cpu).unwrap();
+            let loaded = load(dir.path(), Device::Cpu, Kind::BFloat16).unwrap();
+            let variables = |m: &HfModel| {
+                let mut v: Vec<(String, Tensor)> = m.model.var_store().variables().into_iter().collect();
+                v.sort_by(|a, b| a.0.cmp(&b.0));
+                v
+            };
+            let (a, b) = (variables(&created), variables(&loaded));
+            assert_eq!(a.len(), b.len(), "{which:?}");
+            assert!(a.len() > 20, "{which:?}: {}", a.len());
+            for ((name, x), (other, y)) in a.iter().zip(&b) {
+                assert_eq!(name, other);
+                assert_eq!(x.kind(), Kind::BFloat16, "{name}");
+                assert!(x.equal(y), "{which:?} {name}");
+            }
+            assert_eq!(created.processor.image, loaded.processor.image, "{which:?}");
+            assert_eq!(
+                created.processor.tokenizer.special_ids(),
+                loaded.processor.tokenizer.special_ids()
+            );
+        }
     }
 }

@@ -58,6 +58,7 @@ mod saving;
 mod scoring;
 mod skips;
 mod start;
+mod start_clock;
 mod tools;
 mod warm_up;
 pub use evaluation::Evaluation;
@@ -65,6 +66,7 @@ use policy_update::Updated;
 use replicas::StepSums;
 use rollouts::Rollouts;
 pub use saving::EventsPosition;
+use start_clock::StartClock;
 use tools::ToolSetup;
 pub use warm_up::SftRecord;
 
@@ -242,6 +244,8 @@ pub struct Trainer {
     /// The run folder's lock, held by the one process that writes the run (`None` on the other
     /// ranks): a second writer is refused (`groundrl_core::run_lock`).
     lock: Option<RunLock>,
+    /// How long the run took to reach its first step, said when it begins.
+    clock: StartClock,
 }
 
 /// The run's logs, written by one process only: the metrics, the pass-rate ledger and TensorBoard.
@@ -311,6 +315,11 @@ impl Trainer {
 
     /// One GRPO step.
     pub fn step(&mut self) -> Result<StepRecord, TrainError> {
+        if let Some(line) = self.clock.first_step_line()
+            && self.writes()
+        {
+            eprintln!("{line}");
+        }
         let start = Instant::now();
         self.rollout_seconds = RolloutSeconds::default();
         let sessions_before = self.inference.sessions_made();

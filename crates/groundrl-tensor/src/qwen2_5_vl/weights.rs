@@ -83,7 +83,7 @@ pub fn load_matching_into(
     let mut pending: HashMap<String, Tensor> = vs.variables();
     let mut unused: Vec<String> = Vec::new();
     for file in checkpoint_files(dir)? {
-        let bytes = std::fs::read(&file).map_err(|e| ModelError::io(&file, e))?;
+        let bytes = map_file(&file)?;
         let tensors = SafeTensors::deserialize(&bytes).map_err(|e| ModelError::file(&file, e))?;
         for (name, view) in tensors.tensors() {
             let canonical = canonical_name(&name);
@@ -110,6 +110,16 @@ pub fn load_matching_into(
         });
     }
     Ok(())
+}
+
+/// The file's bytes, mapped read-only: a shard of several GB is not held in memory twice, and only
+/// the pages of the tensors copied are read.
+fn map_file(path: &Path) -> Result<memmap2::Mmap, ModelError> {
+    let file = std::fs::File::open(path).map_err(|e| ModelError::io(path, e))?;
+    // SAFETY: the map is read-only and dropped before this load returns; a model folder is not
+    // written while a model loads from it (a writer that truncated the file meanwhile would make
+    // reads of the cut pages fault, as with any mapped file).
+    unsafe { memmap2::Mmap::map(&file) }.map_err(|e| ModelError::io(path, e))
 }
 
 fn copy_into(var: &mut Tensor, name: &str, view: &TensorView, file: &Path) -> Result<(), ModelError> {

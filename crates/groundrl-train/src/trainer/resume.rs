@@ -3,6 +3,7 @@
 //! and [`RunState`] restored.
 
 use std::path::Path;
+use std::time::Instant;
 
 use groundrl_core::atomic::remove_temporaries;
 use groundrl_core::telemetry::StepRecord;
@@ -41,6 +42,7 @@ impl Trainer {
         fall_back: bool,
         overrides: &[String],
     ) -> Result<Self, TrainError> {
+        let began = Instant::now();
         let place = Place::of(dp.as_ref());
         if let (false, Some(group)) = (place.writes(), dp.as_mut()) {
             group.barrier()?;
@@ -50,6 +52,7 @@ impl Trainer {
             group.barrier()?;
         }
         trainer.dp = dp;
+        trainer.clock.began_at(began);
         trainer.announce_shard();
         Ok(trainer)
     }

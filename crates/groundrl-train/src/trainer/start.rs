@@ -3,6 +3,7 @@
 //! leaves the folder free for the next one.
 
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use groundrl_core::atomic::{publish_dir, remove_temporaries, temporary_path};
 use groundrl_core::curriculum::ledger::{LedgerWriter, drop_after_step};
@@ -11,8 +12,9 @@ use groundrl_core::telemetry::{EventWriter, HealthMonitor, JsonlLog};
 use groundrl_score::frame::{Frame, FrameChoice};
 use groundrl_tensor::hf_folder::{self, HfModel, RandomFolder};
 use groundrl_tensor::profiler;
-use tch::{Device, Tensor};
+use tch::Tensor;
 
+use super::start_clock::StartClock;
 use super::tools::ToolSetup;
 use super::{RolloutSeconds, RunLogs, RunState, TRAINING_ROUND, TrainError, Trainer, io, setup, write_file};
 use crate::config::TrainConfig;
@@ -48,6 +50,7 @@ impl Trainer {
     /// the run folder, its config and initial model; the other ranks wait for it, then load the same
     /// model without writing anything.
     pub fn new_data_parallel(cfg: TrainConfig, mut dp: Option<DataParallel>) -> Result<Self, TrainError> {
+        let began = Instant::now();
         cfg.validate()?;
         let place = Place::of(dp.as_ref());
         place.check(&cfg)?;
@@ -67,6 +70,7 @@ impl Trainer {
             }
         };
         trainer.dp = dp;
+        trainer.clock.began_at(began);
         trainer.announce_shard();
         Ok(trainer)
     }
@@ -123,6 +127,7 @@ impl Trainer {
         start: Start<'_>,
         place: Place,
     ) -> Result<Self, TrainError> {
+        let mut clock = StartClock::new(Instant::now());
         groundrl_tensor::attention::use_cudnn_attention(cfg.model.cudnn_attention);
         let shaping_keys = cfg.state_shaping_keys()?;
         // The data before the model: a missing file is said before minutes of loading weights.
@@ -131,13 +136,14 @@ impl Trainer {
             val,
             test,
             warm_up_data,
-        } = DataSets::load(&cfg)?;
-        let mut policy = load_policy(&cfg, &run_dir)?;
-        let reference = cfg
-            .loss
-            .needs_reference()
-            .then(|| load_policy(&cfg, &run_dir).map(|m| m.model))
-            .transpose()?;
+        } = clock.time("data", || DataSets::load(&cfg))?;
+        let mut policy = clock.time("model", || load_policy(&cfg, &run_dir))?;
+        let reference = clock.time("reference model", || {
+            cfg.loss
+                .needs_reference()
+                .then(|| load_policy(&cfg, &run_dir).map(|m| m.model))
+                .transpose()
+        })?;
         if let Some(r) = &reference {
             r.set_vision_trainable(false);
             for (_, mut v) in r.var_store().variables() {
@@ -158,7 +164,7 @@ impl Trainer {
         policy.processor.image.max_pixels = cfg.model.max_pixels;
         policy.processor.files = cfg.data.image_limits();
         let optimizer_parameters = trainable.iter().map(|(_, t)| t.numel() as i64).sum();
-        let optimizer = new_optimizer(&trainable, &cfg, place)?;
+        let optimizer = clock.time("optimizer", || new_optimizer(&trainable, &cfg, place))?;
         let scorer = Scorer::new(cfg.reward.spec_for(&cfg.model)?, &cfg.reward)?;
         let mut inference = Inference::of_run(&cfg, &scorer.spec);
         inference.set_cache_columns(plan::row_tokens(&cfg, &policy.model.architecture()));
@@ -217,6 +223,7 @@ impl Trainer {
             unshared_skips: Vec::new(),
             bad_records,
             lock: None,
+            clock,
         })
     }
 }
@@ -436,12 +443,10 @@ fn load_policy(cfg: &TrainConfig, run_dir: &Path) -> Result<HfModel, TrainError>
     let m = &cfg.model;
     let kind = m.dtype.kind();
     let dir = initial_model_dir(m, run_dir);
-    if let Some(folder) = m.preset.folder()
-        && !dir.is_dir()
-    {
-        write_preset(&dir, folder, m)?;
-    }
-    let mut policy = hf_folder::load(&dir, m.device.device(), kind)?;
+    let mut policy = match m.preset.folder() {
+        Some(folder) if !dir.is_dir() => write_preset(&dir, folder, m)?,
+        _ => hf_folder::load(&dir, m.device.device(), kind)?,
+    };
     if m.freeze_vision {
         policy.model.set_vision_trainable(false);
     }
@@ -452,15 +457,20 @@ fn load_policy(cfg: &TrainConfig, run_dir: &Path) -> Result<HfModel, TrainError>
 }
 
 /// Writes the preset's folder whole: into a temporary folder, published by a rename once every file
-/// is written and synced, so the folder exists only complete. The weights are drawn on the CPU
-/// whatever `model.device`, so that a seed gives the same initial model on every machine.
-fn write_preset(dir: &Path, folder: RandomFolder, m: &crate::config::ModelConfig) -> Result<(), TrainError> {
+/// is written and synced, so the folder exists only complete. Returns the model drawn, which is what
+/// the folder holds, so its weights are not read back. The weights are drawn on `model.device`: a GPU
+/// draws a 3B shape in a fraction of a second where the CPU takes minutes, so a seed's initial model
+/// is one on the CPU and another on a GPU (the folder keeps the one a run started from).
+fn write_preset(
+    dir: &Path,
+    folder: RandomFolder,
+    m: &crate::config::ModelConfig,
+) -> Result<HfModel, TrainError> {
     let tmp = temporary_path(dir);
     remove_dir_if_any(&tmp)?;
-    let kind = m.dtype.kind();
-    let written = hf_folder::write_random(&tmp, folder, m.seed, kind, Device::Cpu);
-    written?;
-    publish_dir(&tmp, dir).map_err(|e| io(dir, e))
+    let policy = hf_folder::create_random(&tmp, folder, m.seed, m.dtype.kind(), m.device.device())?;
+    publish_dir(&tmp, dir).map_err(|e| io(dir, e))?;
+    Ok(policy)
 }
 
 /// The config with every path made absolute against the current folder, so that the run folder's
