@@ -14,6 +14,7 @@
 # the rollout rows. Random weights: every reward is 0, so the updates have zero advantages (the same
 # matmuls; nothing is learnt). The time limits (LIMIT_S, default 170 s a training run, and
 # BENCH_LIMIT_S, default 70 s a bench) add up to 9 minutes 10 s, under the GPU machine's 10 a command.
+# The memory pre-flight plans for GPU_GIB GiB (default 139, an H200's).
 #
 # Usage on the GPU machine (binary at .device/groundrl, scripts/gpu/build.sh):
 #   bash scripts/gpu/step-profile.sh
@@ -52,7 +53,7 @@ s=$(date +%s)
 "$bin" model init --preset "${PRESET:-3b}" --tiny-tokenizer --dtype "$dtype" --device "$device" --out "$work/model" || exit 1
 echo "model init: $(( $(date +%s) - s )) s"
 "$bin" synth --out "$work/data" --n 40 --seed 0 --difficulty medium --prompt instruct > /dev/null || exit 1
-common=(data.train="$work/data/samples.jsonl" 'data.val=""' trainer.test_freq=0 trainer.save_freq=0
+common=(data.train="$work/data/samples.jsonl" 'data.val=""' trainer.test_freq=0 trainer.save_freq=0 rounds.final_ledger=false
         trainer.max_steps="$steps" model.preset=none model.path="$work/model" model.device="$device"
         model.dtype="$dtype")
 profile=(trainer.profile_step="$profile_step")
@@ -79,7 +80,7 @@ run_train() {
   local name=$1; shift
   rm -rf "${work:?}/$name"
   timeout "${LIMIT_S:-170}" "$bin" train configs/3b-1gpu.toml "${common[@]}" "$@" "${extra[@]}" "${profile[@]}" \
-    trainer.run_dir="$work/$name" > "$work/$name.log" 2>&1
+    trainer.run_dir="$work/$name" --gpu-memory "${GPU_GIB:-139}GiB" > "$work/$name.log" 2>&1
 }
 # The kernel tables of run `$1`'s traces, and the traces gzipped for $OUT when small enough.
 tables() {

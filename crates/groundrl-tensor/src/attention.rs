@@ -230,9 +230,7 @@ fn group_order(segment_lengths: &[i64], groups: &[Group]) -> Vec<i64> {
 }
 
 fn index_tensor(values: &[i64], device: Device) -> Result<Tensor, ModelError> {
-    Ok(Tensor::f_from_slice(values)?
-        .f_to_device(device)?
-        .f_to_kind(Kind::Int64)?)
+    Ok(crate::upload::upload(values, device)?)
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use tch::{Kind, Tensor};
 use crate::fused;
 use crate::layers::{Linear, RmsNorm};
 use crate::model_error::ModelError;
+use crate::packed_attention::Packed;
 
 /// Which keys each query may attend to.
 #[derive(Debug)]
@@ -15,6 +16,10 @@ pub enum AttentionMask {
     Causal,
     /// An explicit boolean mask (B, 1, Lq, Lk), true where attention is allowed.
     Allowed(Tensor),
+    /// Causal attention within packed sequences, on the flash kernels
+    /// ([`crate::packed_attention`]): what a mask of such sequences allows, without computing what
+    /// it hides.
+    Packed(Packed),
 }
 
 impl AttentionMask {
@@ -34,14 +39,18 @@ impl AttentionMask {
 /// Scaled dot-product attention with grouped KV heads repeated to the query heads.
 pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, mask: &AttentionMask) -> Tensor {
     let groups = q.size()[1] / k.size()[1];
-    let (k, v) = (repeat_kv(k, groups), repeat_kv(v, groups));
+    let repeated = || (repeat_kv(k, groups), repeat_kv(v, groups));
     match mask {
         AttentionMask::Causal => {
+            let (k, v) = repeated();
             Tensor::scaled_dot_product_attention(q, &k, &v, None::<Tensor>, 0.0, true, None, false)
         }
         AttentionMask::Allowed(m) => {
+            let (k, v) = repeated();
             Tensor::scaled_dot_product_attention(q, &k, &v, Some(m), 0.0, false, None, false)
         }
+        // Shapes were checked when the batch was prepared: a failure here is a bug of ours.
+        AttentionMask::Packed(packed) => packed.attend(q, k, v).unwrap_or_else(|e| panic!("{e}")),
     }
 }
 

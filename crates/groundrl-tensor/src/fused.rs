@@ -17,6 +17,9 @@
 //! - AdamW's update of one parameter in one pass ([`adamw`], `csrc/adamw.cu`) instead of about a
 //!   dozen passes over f32 tensors of its size.
 //!
+//! [`flash_varlen`] is not ours: it reaches libtorch's flash attention over packed sequences
+//! (`csrc/flash_varlen.cpp`), which tch does not bind (`crate::packed_attention` uses it).
+//!
 //! A kernel runs where it applies: a build with the `cuda` feature, CUDA tensors of the kernel's
 //! dtypes (bf16 activations; f32 also for the sampler's logits, the vision rotary's tables and
 //! AdamW's state), and, for the kernels without a backward, no gradient wanted. Elsewhere, and when
@@ -279,6 +282,19 @@ pub struct AdamwScalars {
     pub step_size: f32,
 }
 
+/// Causal attention within packed sequences on libtorch's flash kernels: `q` (total_q, heads, dim),
+/// `k` and `v` (total_k, heads, dim), bf16 or f16 CUDA tensors; `cu_q`, `cu_k` (sequences + 1,)
+/// int32, each sequence's first row and the total; a sequence with more keys than queries has its
+/// causal mask aligned at the bottom right (its queries are its last keys). Differentiable.
+pub(crate) fn flash_varlen(
+    qkv: (&Tensor, &Tensor, &Tensor),
+    cumulative: (&Tensor, &Tensor),
+    longest: (i64, i64),
+    scale: f64,
+) -> Result<Tensor, TchError> {
+    ffi::flash_varlen(qkv, cumulative, longest, scale)
+}
+
 /// One AdamW update of `param` from `grad` (its dtype, bf16 or f32) with the f32 moments `exp_avg`,
 /// `exp_avg_sq` and, when given, the f32 `master` copy the update applies to (the parameter then
 /// receives its rounded value), in one kernel: true when it ran, false where it does not apply
@@ -313,6 +329,17 @@ mod ffi {
     use tch::{TchError, Tensor};
 
     unsafe extern "C" {
+        fn groundrl_flash_varlen(
+            q: *mut c_void,
+            k: *mut c_void,
+            v: *mut c_void,
+            cu_q: *mut c_void,
+            cu_k: *mut c_void,
+            max_q: i64,
+            max_k: i64,
+            scale: f64,
+            out: *mut *mut c_void,
+        ) -> c_int;
         fn groundrl_rotary(
             x: *mut c_void,
             cos: *mut c_void,
@@ -421,6 +448,31 @@ mod ffi {
         })
     }
 
+    pub fn flash_varlen(
+        (q, k, v): (&Tensor, &Tensor, &Tensor),
+        (cu_q, cu_k): (&Tensor, &Tensor),
+        (max_q, max_k): (i64, i64),
+        scale: f64,
+    ) -> Result<Tensor, TchError> {
+        let mut out = std::ptr::null_mut();
+        // SAFETY: as in `rotary`, one new handle.
+        result("flash_varlen", unsafe {
+            groundrl_flash_varlen(
+                raw(q),
+                raw(k),
+                raw(v),
+                raw(cu_q),
+                raw(cu_k),
+                max_q,
+                max_k,
+                scale,
+                &mut out,
+            )
+        })?;
+        // SAFETY: the handle of the successful call, taken once.
+        Ok(unsafe { take(out) })
+    }
+
     pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor, TchError> {
         let mut out = std::ptr::null_mut();
         // SAFETY: as in `rotary`, one new handle.
@@ -526,6 +578,15 @@ mod ffi {
     }
 
     pub fn swiglu(_: &Tensor, _: &Tensor) -> Result<Tensor, TchError> {
+        unavailable()
+    }
+
+    pub fn flash_varlen(
+        _: (&Tensor, &Tensor, &Tensor),
+        _: (&Tensor, &Tensor),
+        _: (i64, i64),
+        _: f64,
+    ) -> Result<Tensor, TchError> {
         unavailable()
     }
 

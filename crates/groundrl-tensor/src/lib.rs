@@ -5,9 +5,10 @@
 //!   loaded from HF folders; [`family`] tells the two apart by a folder's `config.json`.
 //! - [`model`]: what a model family provides to generation (and training), as traits the engine
 //!   holds without naming a family.
-//! - [`model_error`], [`lora`], [`attention`], [`special_ids`]: what every model family shares: the
-//!   model error, LoRA adapters, segment attention, the special token ids a tokenizer and a model
-//!   agree on.
+//! - [`model_error`], [`lora`], [`attention`], [`packed_attention`], [`special_ids`], [`upload`]:
+//!   what every model family shares: the model error, LoRA adapters, segment attention, causal
+//!   attention within packed sequences, the special token ids a tokenizer and a model agree on, host
+//!   values uploaded without stopping the host.
 //! - [`processor`]: what turns a chat with images into model inputs exactly as HF's processor does
 //!   (image preprocessing, tokenizer, chat template).
 //! - [`rollout`]: batched generation with a KV cache, seeded sampling and the sampled tokens' log-probs.
@@ -26,6 +27,7 @@ pub(crate) mod layers;
 pub mod lora;
 pub mod model;
 pub mod model_error;
+pub mod packed_attention;
 pub mod processor;
 pub mod profiler;
 pub mod qwen2_5_vl;
@@ -36,6 +38,7 @@ pub mod scores;
 mod shim;
 pub mod special_ids;
 pub(crate) mod tied_head;
+pub mod upload;
 
 pub use tch;
 

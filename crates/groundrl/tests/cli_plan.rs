@@ -23,7 +23,8 @@ fn the_tiny_config_table() {
     let out = plan(&["configs/cpu-tiny.toml"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     // Bytes from plan.rs's tiny test (the engine kept through the update, so its KV caches and
-    // decoding weights are resident); peak 130,845,440 + 13,084,544 of slack.
+    // decoding weights are resident; a micro-batch is one shared-prefix row); peak 63,507,200 +
+    // 6,350,720 of slack.
     assert_eq!(
         text(&out.stdout),
         "\
@@ -36,11 +37,11 @@ reference model               resident      0.000
 KV cache                      resident      0.016
 decoding weights              resident      0.002
 prefill                       rollout       0.018
-activations                   update        0.072
+activations                   update        0.022
 log-prob chunk                update        0.001
-vision tower                  update        0.018
-context and allocator slack   resident      0.012
-peak (resident + update)                    0.134
+vision tower                  update        0.004
+context and allocator slack   resident      0.006
+peak (resident + update)                    0.065
 the config trains on the cpu: no GPU memory to check (--gpu-memory applies to CUDA configs)
 "
     );
@@ -53,7 +54,8 @@ fn the_3b_config_fits_80_gib() {
     // 7,509,245,952 B = 6.994 GiB of bf16 parameters; 3,085,938,688 text parameters train: 5.748 GiB
     // of gradients and 12 bytes each of AdamW state with f32 masters (34.488 GiB); the kept engine's
     // KV caches (120 rows: the step's 64 and the ledger's last batch of at most 56) and decoding weights
-    // are resident; peak, in the update, 76,664,044,339 B = 71.399 GiB (plan.rs's 3B test).
+    // are resident; a micro-batch is one prompt's 8 completions in one shared-prefix row; peak, in the
+    // update, 71,151,559,884 B = 66.265 GiB (plan.rs's 3B test).
     assert_eq!(
         text(&out.stdout),
         "\
@@ -66,20 +68,32 @@ reference model               resident      0.000
 KV cache                      resident      6.328
 decoding weights              resident      3.375
 prefill                       rollout       2.218
-activations                   update        3.399
+activations                   update        0.673
 log-prob chunk                update        1.449
-vision tower                  update        2.218
-context and allocator slack   resident      7.400
-peak (resident + update)                   71.399
+vision tower                  update        0.277
+context and allocator slack   resident      6.933
+peak (resident + update)                   66.265
 GPU                                        80.000
-free                                        8.601
+free                                       13.735
 "
     );
 }
 
+/// Without checkpointing the 3B config fits 80 GiB under the shared-prefix update (77.87 GiB,
+/// plan.rs) and not in the row layout, where the knob to turn is named.
 #[test]
 fn a_config_that_does_not_fit_exits_2_with_the_knob() {
     let out = plan(&["configs/3b-1gpu.toml", "model.gradient_checkpointing=false"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains(
+        "peak (resident + update)                   77.869
+"
+    ));
+    let out = plan(&[
+        "configs/3b-1gpu.toml",
+        "model.gradient_checkpointing=false",
+        "trainer.shared_prefix=false",
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stdout).contains("activations                   update       56.698\n"));
     assert_eq!(
@@ -91,7 +105,7 @@ fn a_config_that_does_not_fit_exits_2_with_the_knob() {
     // 50 GB = 46.566 GiB: the checkpointed config's largest shrinkable part is the optimizer state.
     let out = plan(&["configs/3b-1gpu.toml", "--gpu-memory", "50GB"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stdout).ends_with("GPU                                        46.566\nfree                                      -24.833\n"));
+    assert!(text(&out.stdout).ends_with("GPU                                        46.566\nfree                                      -19.699\n"));
     assert!(
         text(&out.stderr).contains("optimizer state (34.49 GiB): turn LoRA on (`model.lora_rank`, e.g. 16)"),
         "{}",
@@ -99,8 +113,9 @@ fn a_config_that_does_not_fit_exits_2_with_the_knob() {
     );
 }
 
-/// `--largest-micro-batch` plans the largest micro-batch that fits (plan.rs's test derives 16 for
-/// the 3B config on 80 GiB) and says so; where none fits, the config's own plan is refused as usual.
+/// `--largest-micro-batch` plans the largest micro-batch that fits (plan.rs's test derives 64 for
+/// the 3B config on 80 GiB: the step's 8 prompts in one micro-batch) and says so; where none fits,
+/// the config's own plan is refused as usual.
 #[test]
 fn the_largest_micro_batch_that_fits_is_planned_and_named() {
     let out = plan(&["configs/3b-1gpu.toml", "--largest-micro-batch"]);
@@ -108,14 +123,14 @@ fn the_largest_micro_batch_that_fits_is_planned_and_named() {
     let stdout = text(&out.stdout);
     assert!(
         stdout.ends_with(
-            "trainer.micro_batch_size = 16 is the largest that fits (the config has 8): override it \
-             with trainer.micro_batch_size=16\n"
+            "trainer.micro_batch_size = 64 is the largest that fits (the config has 8): override it \
+             with trainer.micro_batch_size=64\n"
         ),
         "{stdout}"
     );
-    // The table is the plan of 16, whose activations are twice those of 8 (6.798 GiB against 3.399).
+    // The table is the plan of 64: 8 rows of 1,408 + 8 x 128 tokens (5.382 GiB of activations).
     assert!(
-        stdout.contains("activations                   update        6.798\n"),
+        stdout.contains("activations                   update        5.382\n"),
         "{stdout}"
     );
     let out = plan(&[
@@ -127,7 +142,7 @@ fn the_largest_micro_batch_that_fits_is_planned_and_named() {
     assert_eq!(out.status.code(), Some(2));
     assert!(!text(&out.stdout).contains("is the largest that fits"));
     assert!(
-        text(&out.stderr).starts_with("error: the plan needs 71.40 GiB"),
+        text(&out.stderr).starts_with("error: the plan needs 66.27 GiB"),
         "{}",
         text(&out.stderr)
     );

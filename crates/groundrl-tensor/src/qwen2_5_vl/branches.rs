@@ -11,7 +11,9 @@
 use tch::{Device, Kind, Tensor};
 
 use super::rope_index::{Grid, RopeIndex, RopeSpec};
+use crate::decoder::AttentionMask;
 use crate::model_error::ModelError;
+use crate::packed_attention::{self, Packed, PackedSequence, dense_mask};
 
 /// The layout of one branched row: `prefix` prompt tokens, then each branch's tokens in order, then
 /// right padding up to the batch's length.
@@ -74,28 +76,51 @@ pub(crate) fn check(layout: &[BranchRow], rows: usize, len: usize) -> Result<(),
     Ok(())
 }
 
-/// Which keys each query may attend to, (B, 1, L, L) on `device`: the prompt causally; a branch's
-/// token the whole prompt and its own branch up to itself; a padding token itself alone (an empty
-/// softmax row would be NaN).
-pub(crate) fn mask(layout: &[BranchRow], len: usize, device: Device) -> Tensor {
-    let mut allowed = vec![false; layout.len() * len * len];
+/// The causal sequences of branched rows, in flat positions of the (B, `len`) batch: each prompt,
+/// and each branch with its prompt's positions as shared keys (`crate::packed_attention`).
+pub(crate) fn sequences(layout: &[BranchRow], len: usize) -> Vec<PackedSequence> {
+    let mut out = Vec::new();
     for (b, row) in layout.iter().enumerate() {
-        let at = |q: usize, k: usize| (b * len + q) * len + k;
-        for q in 0..row.prefix {
-            (0..=q).for_each(|k| allowed[at(q, k)] = true);
-        }
+        let first = b * len;
+        let prompt = first..first + row.prefix;
+        out.push(PackedSequence {
+            shared: first..first,
+            own: prompt.clone(),
+        });
         for (&start, &n) in row.starts().iter().zip(&row.branches) {
-            for q in start..start + n {
-                (0..row.prefix)
-                    .chain(start..=q)
-                    .for_each(|k| allowed[at(q, k)] = true);
-            }
+            out.push(PackedSequence {
+                shared: prompt.clone(),
+                own: first + start..first + start + n,
+            });
         }
-        (row.len()..len).for_each(|q| allowed[at(q, q)] = true);
     }
-    Tensor::from_slice(&allowed)
-        .view([layout.len() as i64, 1, len as i64, len as i64])
-        .to_device(device)
+    out
+}
+
+/// Which keys each query may attend to, as [`AttentionMask`] of `kind` activations on `device`:
+/// the prompt causally; a branch's token the whole prompt and its own branch up to itself; a padding
+/// token itself alone (an empty softmax row would be NaN). Packed sequences on the flash kernels
+/// where they run ([`packed_attention::applies`]), else a dense (B, 1, L, L) mask.
+pub(crate) fn attention(
+    layout: &[BranchRow],
+    len: usize,
+    device: Device,
+    kind: Kind,
+) -> Result<AttentionMask, ModelError> {
+    let sequences = sequences(layout, len);
+    if packed_attention::applies(device, kind) {
+        return Ok(AttentionMask::Packed(Packed::new(
+            &sequences,
+            layout.len() * len,
+            device,
+        )?));
+    }
+    Ok(AttentionMask::Allowed(dense_mask(
+        &sequences,
+        layout.len(),
+        len,
+        device,
+    )))
 }
 
 /// Positions of branched rows: the prompt's as [`RopeIndex`] numbers a row of the prompt alone, and
@@ -164,7 +189,10 @@ mod tests {
             (row.predictor(0, 0), row.predictor(0, 1), row.predictor(1, 0)),
             (1, 2, 1)
         );
-        let m = mask(&[row], 6, Device::Cpu).view([6, 6]);
+        let AttentionMask::Allowed(m) = attention(&[row], 6, Device::Cpu, Kind::Float).unwrap() else {
+            panic!("the CPU takes the dense mask");
+        };
+        let m = m.view([6, 6]);
         let rows: Vec<Vec<bool>> = (0..6).map(|q| Vec::<bool>::try_from(m.get(q)).unwrap()).collect();
         let t = true;
         let f = false;

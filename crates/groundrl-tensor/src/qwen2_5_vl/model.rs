@@ -13,7 +13,9 @@ use super::text::{AttentionMask, Rotary, TextModel};
 use super::vision::VisionTower;
 use super::{Qwen25VlConfig, weights};
 use crate::model_error::ModelError;
+use crate::packed_attention::{self, Packed};
 use crate::scores;
+use crate::upload::upload;
 
 /// A batch of token sequences of one length (left padding marked by the attention mask) with the
 /// images their placeholders stand for, in order of appearance.
@@ -231,7 +233,7 @@ impl Qwen25Vl {
         check_vocabulary(&batch.input_ids, self.config.text.vocab_size)?;
         let device = self.device();
         let flat: Vec<i64> = batch.input_ids.concat();
-        let ids = Tensor::from_slice(&flat).view([rows, len]).to_device(device);
+        let ids = upload(&flat, device)?.f_view([rows, len])?;
         let mut embeds = self.text.embed(&ids);
         if let Some(pixels) = &batch.pixel_values {
             let features = features(pixels, &batch.image_grids)?.to_kind(embeds.kind());
@@ -243,15 +245,13 @@ impl Qwen25Vl {
                 branches::check(layout, rows as usize, len as usize)?;
                 let rope =
                     branches::positions(&self.rope_spec(), &batch.input_ids, layout, &batch.image_grids)?;
-                let mask = AttentionMask::Allowed(branches::mask(layout, len as usize, device));
+                let mask = branches::attention(layout, len as usize, device, embeds.kind())?;
                 (rope, mask)
             }
-            None => rows_positions_and_mask(&self.rope_spec(), batch, device)?,
+            None => rows_positions_and_mask(&self.rope_spec(), batch, device, embeds.kind())?,
         };
         let positions: Vec<i64> = rope.positions.iter().flat_map(|c| c.concat()).collect();
-        let positions = Tensor::from_slice(&positions)
-            .view([3, rows, len])
-            .to_device(device);
+        let positions = upload(&positions, device)?.f_view([3, rows, len])?;
         let rotary = Rotary::new(&self.config.text, &positions, embeds.kind());
         Ok(Prepared {
             ids,
@@ -297,11 +297,14 @@ impl Qwen25Vl {
     }
 }
 
-/// Positions and attention mask of plain rows: causal, padded keys hidden where there is padding.
+/// Positions and attention mask of plain rows: causal, padded keys hidden where there is padding
+/// (packed sequences, one a row, where the flash kernels run for `kind` on `device` and each row's
+/// real tokens are contiguous; else a dense mask).
 pub(crate) fn rows_positions_and_mask(
     spec: &RopeSpec,
     batch: &Batch,
     device: Device,
+    kind: Kind,
 ) -> Result<(RopeIndex, AttentionMask), ModelError> {
     let rope = RopeIndex::new(
         spec,
@@ -314,6 +317,14 @@ pub(crate) fn rows_positions_and_mask(
     let mask = match &batch.attention_mask {
         Some(m) if m.iter().flatten().any(|&v| v == 0) => {
             let (rows, len) = (m.len() as i64, m.first().map_or(0, Vec::len) as i64);
+            if let Some(sequences) =
+                packed_attention::rows(m).filter(|_| packed_attention::applies(device, kind))
+            {
+                return Ok((
+                    rope,
+                    AttentionMask::Packed(Packed::new(&sequences, (rows * len) as usize, device)?),
+                ));
+            }
             let m = Tensor::from_slice(&m.concat())
                 .view([rows, len])
                 .to_device(device);
@@ -339,7 +350,7 @@ pub(crate) fn image_places(
         .filter(|&(_, &id)| id == image_token_id)
         .map(|(i, _)| i as i64)
         .collect();
-    Ok(Tensor::f_from_slice(&places)?.f_to_device(device)?)
+    Ok(upload(&places, device)?)
 }
 
 /// Writes image features (tokens, hidden) over the embeddings (B, L, hidden) at `places`

@@ -470,9 +470,7 @@ impl Rotary {
             .f_reciprocal()?
             .f_to_device(device)?;
         let flat: Vec<i64> = positions.iter().flatten().copied().collect();
-        let positions = Tensor::f_from_slice(&flat)?
-            .f_to_device(device)?
-            .f_to_kind(Kind::Float)?;
+        let positions = crate::upload::upload(&flat, device)?.f_to_kind(Kind::Float)?;
         let freqs = positions
             .f_reshape([rows, 2, 1])?
             .f_mul(&inv_freq)?
@@ -526,7 +524,7 @@ impl Rotary {
 }
 
 fn index_tensor(values: &[i64], device: Device) -> Result<Tensor, TchError> {
-    Tensor::f_from_slice(values)?.f_to_device(device)
+    crate::upload::upload(values, device)
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ use crate::qwen2_5_vl::model::{
 use crate::qwen2_5_vl::rope_index::{Grid, RopeIndex, RopeSpec};
 use crate::qwen2_5_vl::text::{AttentionMask, Rotary};
 use crate::qwen2_5_vl::{Batch, weights};
+use crate::upload::upload;
 
 /// A batch on the device, ready for the decoder layers.
 #[derive(Debug)]
@@ -199,9 +200,7 @@ impl Qwen3Vl {
         let (rows, len) = batch_shape(batch)?;
         check_vocabulary(&batch.input_ids, self.config.text.vocab_size)?;
         let device = self.device();
-        let ids = Tensor::f_from_slice(&batch.input_ids.concat())?
-            .f_view([rows, len])?
-            .f_to_device(device)?;
+        let ids = upload(&batch.input_ids.concat(), device)?.f_view([rows, len])?;
         let mut embeds = self.text.embed(&ids);
         let mut deepstack = None;
         if let Some(pixels) = &batch.pixel_values {
@@ -216,9 +215,7 @@ impl Qwen3Vl {
         }
         let (rope, mask) = self.positions_and_mask(batch, rows, len)?;
         let positions: Vec<i64> = rope.positions.iter().flat_map(|c| c.concat()).collect();
-        let positions = Tensor::f_from_slice(&positions)?
-            .f_view([3, rows, len])?
-            .f_to_device(device)?;
+        let positions = upload(&positions, device)?.f_view([3, rows, len])?;
         let rotary = text::rotary(&self.config.text, &positions, embeds.kind())?;
         Ok(Prepared {
             ids,
@@ -239,12 +236,12 @@ impl Qwen3Vl {
         len: i64,
     ) -> Result<(RopeIndex, AttentionMask), ModelError> {
         let Some(layout) = &batch.branches else {
-            return rows_positions_and_mask(&self.rope_spec(), batch, self.device());
+            return rows_positions_and_mask(&self.rope_spec(), batch, self.device(), self.kind());
         };
         branches::check(layout, rows as usize, len as usize)?;
         let rope = branches::positions(&self.rope_spec(), &batch.input_ids, layout, &batch.image_grids)?;
-        let mask = branches::mask(layout, len as usize, self.device());
-        Ok((rope, AttentionMask::Allowed(mask)))
+        let mask = branches::attention(layout, len as usize, self.device(), self.kind())?;
+        Ok((rope, mask))
     }
 
     /// Final normed hidden states (B, L, hidden).

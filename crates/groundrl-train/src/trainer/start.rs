@@ -138,12 +138,14 @@ impl Trainer {
             warm_up_data,
         } = clock.time("data", || DataSets::load(&cfg))?;
         let mut policy = clock.time("model", || load_policy(&cfg, &run_dir))?;
-        let reference = clock.time("reference model", || {
-            cfg.loss
-                .needs_reference()
-                .then(|| load_policy(&cfg, &run_dir).map(|m| m.model))
-                .transpose()
-        })?;
+        let reference = match cfg.loss.needs_reference() {
+            true => Some(
+                clock
+                    .time("reference model", || load_policy(&cfg, &run_dir))?
+                    .model,
+            ),
+            false => None,
+        };
         if let Some(r) = &reference {
             r.set_vision_trainable(false);
             for (_, mut v) in r.var_store().variables() {
