@@ -10,7 +10,7 @@
 //! memory-efficient kernel on the GPU), and scatters the results back. Windows come in at most four
 //! lengths (full, cut at the right edge, at the bottom, or both), so a block costs a handful of calls.
 
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Tensor};
 
 use crate::model_error::ModelError;
 
@@ -235,6 +235,8 @@ fn index_tensor(values: &[i64], device: Device) -> Result<Tensor, ModelError> {
 
 #[cfg(test)]
 mod tests {
+    use tch::Kind;
+
     use super::*;
 
     /// Softmax attention written out for one segment at a time, as the reference.
