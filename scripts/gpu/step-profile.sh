@@ -5,8 +5,10 @@
 #      run below loads;
 #   2. `groundrl train configs/3b-1gpu.toml` (8 prompts x 8 samples, medium synthetic screenshots)
 #      for STEPS steps with `trainer.profile_step` = PROFILE_STEP, vision frozen as shipped, then
-#      the same with `model.freeze_vision=false`; each profiled phase's Chrome trace summed by kernel
-#      (`scripts/bench/kernel_table.py`);
+#      the same with `model.freeze_vision=false` (RUNS: the runs to make, default "frozen trained");
+#      each profiled phase's Chrome trace summed by kernel (`scripts/bench/kernel_table.py`), and its
+#      idle gaps charged to the host operators that launched the kernels after them
+#      (`scripts/bench/gap_table.py`);
 #   3. `groundrl bench rollout` at PROMPTS prompts x 8 samples (1,262-token screenshot prompts, 128
 #      new tokens): generated tokens/s and the share of the memory-bandwidth roofline.
 # It prints each step's record, then a table: time per step, rollouts, update, MFU by model FLOPs and
@@ -90,6 +92,8 @@ tables() {
     echo "$1 $phase: trace of $(du -m "$trace" | cut -f1) MB"
     $py scripts/bench/kernel_table.py "$trace" --top 30 > "$out/kernels-$1-$phase.txt"
     head -12 "$out/kernels-$1-$phase.txt"
+    # Where the GPU waited, and for which host operator (appended to the kernel table).
+    $py scripts/bench/gap_table.py "$trace" >> "$out/kernels-$1-$phase.txt"
     mkdir -p "$work/traces"
     gzip -c "$trace" > "$work/traces/$1-$phase.json.gz"
     if [ "$(stat -c %s "$work/traces/$1-$phase.json.gz")" -gt $(( ${TRACE_MB:-3} * 1048576 )) ]; then
@@ -100,8 +104,9 @@ tables() {
 }
 
 echo "== 2. GRPO steps of configs/3b-1gpu.toml, $steps steps, step $profile_step profiled"
-train frozen
-train trained model.freeze_vision=false
+runs=" ${RUNS:-frozen trained} "
+[[ $runs == *" frozen "* ]] && train frozen
+[[ $runs == *" trained "* ]] && train trained model.freeze_vision=false
 
 echo "== 3. rollouts: prompts x 8 samples, roofline at $bandwidth GB/s"
 for p in $prompts; do

@@ -283,7 +283,7 @@ pub struct AdamwScalars {
 }
 
 /// Causal attention within packed sequences on libtorch's flash kernels: `q` (total_q, heads, dim),
-/// `k` and `v` (total_k, heads, dim), bf16 or f16 CUDA tensors; `cu_q`, `cu_k` (sequences + 1,)
+/// `k` and `v` (total_k, kv_heads, dim) with kv_heads dividing heads, bf16 or f16 CUDA tensors; `cu_q`, `cu_k` (sequences + 1,)
 /// int32, each sequence's first row and the total; a sequence with more keys than queries has its
 /// causal mask aligned at the bottom right (its queries are its last keys). Differentiable.
 pub(crate) fn flash_varlen(
@@ -293,6 +293,12 @@ pub(crate) fn flash_varlen(
     scale: f64,
 ) -> Result<Tensor, TchError> {
     ffi::flash_varlen(qkv, cumulative, longest, scale)
+}
+
+/// A page-locked copy of the CPU tensor `t`, for an upload queued without a stream sync
+/// (`crate::upload`); a `cuda` build only.
+pub(crate) fn pin_memory(t: &Tensor) -> Result<Tensor, TchError> {
+    ffi::pin_memory(t)
 }
 
 /// One AdamW update of `param` from `grad` (its dtype, bf16 or f32) with the f32 moments `exp_avg`,
@@ -329,6 +335,7 @@ mod ffi {
     use tch::{TchError, Tensor};
 
     unsafe extern "C" {
+        fn groundrl_pin_memory(t: *mut c_void, out: *mut *mut c_void) -> c_int;
         fn groundrl_flash_varlen(
             q: *mut c_void,
             k: *mut c_void,
@@ -446,6 +453,14 @@ mod ffi {
                 heads,
             )
         })
+    }
+
+    pub fn pin_memory(t: &Tensor) -> Result<Tensor, TchError> {
+        let mut out = std::ptr::null_mut();
+        // SAFETY: as in `rotary`, one new handle.
+        result("pin_memory", unsafe { groundrl_pin_memory(raw(t), &mut out) })?;
+        // SAFETY: the handle of the successful call, taken once.
+        Ok(unsafe { take(out) })
     }
 
     pub fn flash_varlen(
@@ -578,6 +593,10 @@ mod ffi {
     }
 
     pub fn swiglu(_: &Tensor, _: &Tensor) -> Result<Tensor, TchError> {
+        unavailable()
+    }
+
+    pub fn pin_memory(_: &Tensor) -> Result<Tensor, TchError> {
         unavailable()
     }
 

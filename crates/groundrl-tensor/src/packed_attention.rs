@@ -107,16 +107,8 @@ impl Packed {
         }
         // (B, H, L, hd) -> (B * L, H, hd): a view of the projections' (B, L, H, hd) layout.
         let flat = |t: &Tensor, h: i64| t.f_transpose(1, 2)?.f_reshape([b * l, h, hd]);
-        // Each KV head serves heads / kv_heads query heads: repeated after the gather, on the
-        // packed keys only.
-        let keys = |t: &Tensor| -> Result<Tensor, tch::TchError> {
-            let packed = flat(t, kv_heads)?.f_index_select(0, &self.keys)?;
-            let rows = packed.size()[0];
-            packed
-                .f_unsqueeze(2)?
-                .f_expand([rows, kv_heads, heads / kv_heads, hd], false)?
-                .f_reshape([rows, heads, hd])
-        };
+        // The flash kernels serve heads / kv_heads query heads from each KV head themselves.
+        let keys = |t: &Tensor| flat(t, kv_heads)?.f_index_select(0, &self.keys);
         let out = fused::flash_varlen(
             (
                 &flat(q, heads)?.f_index_select(0, &self.queries)?,

@@ -15,8 +15,7 @@ pub fn upload<T: Element>(values: &[T], device: Device) -> Result<Tensor, TchErr
     if !device.is_cuda() {
         return host.f_to_device(device);
     }
-    host.f_pin_memory(device)?
-        .f_to_device_(device, host.kind(), true, false)
+    crate::fused::pin_memory(&host)?.f_to_device_(device, host.kind(), true, false)
 }
 
 #[cfg(test)]
