@@ -8,6 +8,8 @@
 #               run folder), 2 steps: the start;
 #            c. a. with `model.freeze_vision=false`, STEPS steps;
 #            d. a. with `model.gradient_checkpointing=false` (no recompute in the backward), STEPS steps.
+#   micro:   a. with the whole step in one micro-batch of 64 (checkpointing on), and without
+#            checkpointing in micro-batches of 16, STEPS steps each: fewer, larger kernels;
 #   batches: 32 x 8 with the config's micro-batch (8) and with the one `plan --largest-micro-batch`
 #            picks, then 64 x 8 with the config's, BATCH_STEPS steps each.
 # Each run's log lines carry the seconds since its command started (the first-step line the trainer
@@ -16,11 +18,11 @@
 # memory of the step records against the plan's peak.
 #
 # Usage on the GPU machine (binary at .device/groundrl, scripts/gpu/build.sh):
-#   bash scripts/gpu/start-and-batches.sh start batches
+#   bash scripts/gpu/start-and-batches.sh start micro batches
 # On the CPU, to check that the commands parse (tiny model):
 #   BIN=target/release/groundrl DEVICE=cpu DTYPE=f32 PRESET=tiny STEPS=2 BATCH_STEPS=1 GPU_GIB=24 \
 #     EXTRA="rollout.max_new_tokens=4 model.max_pixels=200704 model.gradient_checkpointing=false" \
-#     bash scripts/gpu/start-and-batches.sh start batches
+#     bash scripts/gpu/start-and-batches.sh start micro batches
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -78,6 +80,11 @@ if want start; then
   train tower "$steps" "${folder[@]}" model.freeze_vision=false
   train nockpt "$steps" "${folder[@]}" model.gradient_checkpointing=false
 fi
+if want micro; then
+  echo "== micro: $steps steps in one micro-batch of 64, and without checkpointing in micro-batches of 16"
+  train m64 "$steps" "${folder[@]}" trainer.micro_batch_size=64
+  train nockpt-m16 "$steps" "${folder[@]}" model.gradient_checkpointing=false trainer.micro_batch_size=16
+fi
 if want batches; then
   echo "== batches: 32 x 8 and 64 x 8 prompts x samples, $batch_steps steps"
   b32=("${folder[@]}" rollout.prompts_per_step=32 trainer.mini_batch_size=256)
@@ -95,7 +102,7 @@ import json, os, re, statistics as st, sys
 work = sys.argv[1]
 print("| run | first step begins, s (trainer's line) | steps | step s (median of 2 on) | rollout s | update s | update MFU, model FLOPs | peak GiB | plan GiB |")
 print("|---|---|---|---|---|---|---|---|---|")
-for name in ["folder", "preset", "tower", "nockpt", "b32", "b32-largest", "b64"]:
+for name in ["folder", "preset", "tower", "nockpt", "m64", "nockpt-m16", "b32", "b32-largest", "b64"]:
     log = f"{work}/{name}.log"
     if not os.path.exists(log):
         continue
