@@ -23,8 +23,8 @@ fn the_tiny_config_table() {
     let out = plan(&["configs/cpu-tiny.toml"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     // Bytes from plan.rs's tiny test (the engine kept through the update, so its KV caches and
-    // decoding weights are resident; a micro-batch is one shared-prefix row); peak 63,507,200 +
-    // 6,350,720 of slack.
+    // decoding weights are resident; a micro-batch is one shared-prefix row); peak 69,282,560 +
+    // 6,928,256 of slack.
     assert_eq!(
         text(&out.stdout),
         "\
@@ -37,11 +37,11 @@ reference model               resident      0.000
 KV cache                      resident      0.016
 decoding weights              resident      0.002
 prefill                       rollout       0.018
-activations                   update        0.022
+activations                   update        0.027
 log-prob chunk                update        0.001
 vision tower                  update        0.004
 context and allocator slack   resident      0.006
-peak (resident + update)                    0.065
+peak (resident + update)                    0.071
 the config trains on the cpu: no GPU memory to check (--gpu-memory applies to CUDA configs)
 "
     );
@@ -55,7 +55,7 @@ fn the_3b_config_fits_80_gib() {
     // of gradients and 12 bytes each of AdamW state with f32 masters (34.488 GiB); the kept engine's
     // KV caches (120 rows: the step's 64 and the ledger's last batch of at most 56) and decoding weights
     // are resident; a micro-batch is one prompt's 8 completions in one shared-prefix row; peak, in the
-    // update, 71,151,559,884 B = 66.265 GiB (plan.rs's 3B test).
+    // update, 71,518,811,340 B = 66.607 GiB (plan.rs's 3B test).
     assert_eq!(
         text(&out.stdout),
         "\
@@ -68,44 +68,41 @@ reference model               resident      0.000
 KV cache                      resident      6.328
 decoding weights              resident      3.375
 prefill                       rollout       2.218
-activations                   update        0.673
+activations                   update        0.984
 log-prob chunk                update        1.449
 vision tower                  update        0.277
-context and allocator slack   resident      6.933
-peak (resident + update)                   66.265
+context and allocator slack   resident      6.964
+peak (resident + update)                   66.607
 GPU                                        80.000
-free                                       13.735
+free                                       13.393
 "
     );
 }
 
-/// Without checkpointing the 3B config fits 80 GiB under the shared-prefix update (77.87 GiB,
+/// Without checkpointing the 3B config fits 80 GiB under the shared-prefix update (78.21 GiB,
 /// plan.rs) and not in the row layout, where the knob to turn is named.
 #[test]
 fn a_config_that_does_not_fit_exits_2_with_the_knob() {
     let out = plan(&["configs/3b-1gpu.toml", "model.gradient_checkpointing=false"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains(
-        "peak (resident + update)                   77.869
-"
-    ));
+    assert!(text(&out.stdout).contains("peak (resident + update)                   78.211\n"));
     let out = plan(&[
         "configs/3b-1gpu.toml",
         "model.gradient_checkpointing=false",
         "trainer.shared_prefix=false",
     ]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stdout).contains("activations                   update       56.698\n"));
+    assert!(text(&out.stdout).contains("activations                   update       58.269\n"));
     assert_eq!(
         text(&out.stderr),
-        "error: the plan needs 130.03 GiB but the GPU has 80.00 GiB (50.03 GiB short); the largest part \
-         that can shrink is activations (56.70 GiB): set `model.gradient_checkpointing = true` \
-         (activations then 3.40 GiB)\n"
+        "error: the plan needs 131.76 GiB but the GPU has 80.00 GiB (51.76 GiB short); the largest part \
+         that can shrink is activations (58.27 GiB): set `model.gradient_checkpointing = true` \
+         (activations then 4.97 GiB)\n"
     );
     // 50 GB = 46.566 GiB: the checkpointed config's largest shrinkable part is the optimizer state.
     let out = plan(&["configs/3b-1gpu.toml", "--gpu-memory", "50GB"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stdout).ends_with("GPU                                        46.566\nfree                                      -19.699\n"));
+    assert!(text(&out.stdout).ends_with("GPU                                        46.566\nfree                                      -20.041\n"));
     assert!(
         text(&out.stderr).contains("optimizer state (34.49 GiB): turn LoRA on (`model.lora_rank`, e.g. 16)"),
         "{}",
@@ -113,9 +110,9 @@ fn a_config_that_does_not_fit_exits_2_with_the_knob() {
     );
 }
 
-/// `--largest-micro-batch` plans the largest micro-batch that fits (plan.rs's test derives 64 for
-/// the 3B config on 80 GiB: the step's 8 prompts in one micro-batch) and says so; where none fits,
-/// the config's own plan is refused as usual.
+/// `--largest-micro-batch` plans the largest micro-batch that fits (plan.rs's test derives 32 for
+/// the 3B config on 80 GiB: 4 of the step's 8 prompts in a micro-batch) and says so; where none
+/// fits, the config's own plan is refused as usual.
 #[test]
 fn the_largest_micro_batch_that_fits_is_planned_and_named() {
     let out = plan(&["configs/3b-1gpu.toml", "--largest-micro-batch"]);
@@ -123,14 +120,14 @@ fn the_largest_micro_batch_that_fits_is_planned_and_named() {
     let stdout = text(&out.stdout);
     assert!(
         stdout.ends_with(
-            "trainer.micro_batch_size = 64 is the largest that fits (the config has 8): override it \
-             with trainer.micro_batch_size=64\n"
+            "trainer.micro_batch_size = 32 is the largest that fits (the config has 8): override it \
+             with trainer.micro_batch_size=32\n"
         ),
         "{stdout}"
     );
-    // The table is the plan of 64: 8 rows of 1,408 + 8 x 128 tokens (5.382 GiB of activations).
+    // The table is the plan of 32: 4 rows of 1,408 + 8 x 128 tokens (3.935 GiB of activations).
     assert!(
-        stdout.contains("activations                   update        5.382\n"),
+        stdout.contains("activations                   update        3.935\n"),
         "{stdout}"
     );
     let out = plan(&[
@@ -142,7 +139,7 @@ fn the_largest_micro_batch_that_fits_is_planned_and_named() {
     assert_eq!(out.status.code(), Some(2));
     assert!(!text(&out.stdout).contains("is the largest that fits"));
     assert!(
-        text(&out.stderr).starts_with("error: the plan needs 66.27 GiB"),
+        text(&out.stderr).starts_with("error: the plan needs 66.61 GiB"),
         "{}",
         text(&out.stderr)
     );
