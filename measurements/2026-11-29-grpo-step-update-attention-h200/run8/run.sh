@@ -1,0 +1,3 @@
+# On the GPU machine after run7 (same model folder and data), binary of cf25feb at .device/groundrl.
+source scripts/gpu/env.sh; export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+for v in "ckpt model.gradient_checkpointing=true" "nockpt model.gradient_checkpointing=false"; do n=${v%% *}; o=${v#* }; rm -rf /tmp/r-$n; timeout 100 .device/groundrl train configs/3b-1gpu.toml data.train=/tmp/d/samples.jsonl 'data.val=""' trainer.test_freq=0 trainer.save_freq=0 rounds.final_ledger=false model.preset=none model.path=/tmp/m trainer.max_steps=10 trainer.run_dir=/tmp/r-$n $o --gpu-memory 139GiB > /tmp/es-$n.log 2>&1; cp /tmp/r-$n/metrics.jsonl $OUT/$n.metrics.jsonl; done
