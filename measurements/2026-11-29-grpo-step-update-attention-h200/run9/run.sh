@@ -1,0 +1,3 @@
+# On the GPU machine, binary of 30676c3 at .device/groundrl; PYTORCH_CUDA_ALLOC_CONF not set.
+source scripts/gpu/env.sh; unset PYTORCH_CUDA_ALLOC_CONF
+.device/groundrl model init --preset 3b --tiny-tokenizer --dtype bf16 --device cuda --out /tmp/m > /dev/null && .device/groundrl synth --out /tmp/d --n 200 --seed 0 --difficulty medium --prompt instruct > /dev/null && timeout 150 .device/groundrl train configs/3b-1gpu.toml data.train=/tmp/d/samples.jsonl 'data.val=""' trainer.test_freq=0 trainer.save_freq=0 rounds.final_ledger=false model.preset=none model.path=/tmp/m rollout.prompts_per_step=32 trainer.mini_batch_size=256 trainer.micro_batch_size=256 trainer.max_steps=3 trainer.run_dir=/tmp/r --gpu-memory 139GiB > $OUT/train.log 2>&1
