@@ -49,7 +49,12 @@ pub struct HfModel {
 /// model config names (a mismatch would put image features on the wrong tokens).
 pub fn load(dir: &Path, device: Device, kind: Kind) -> Result<HfModel, FolderError> {
     let processor = Processor::from_folder(dir)?;
-    let model = family::load(dir, device, kind)?;
+    with_processor(dir, family::load(dir, device, kind)?, processor)
+}
+
+/// `model` with `processor` (both of `dir`), once the tokenizer's special ids are checked against
+/// the model's.
+fn with_processor(dir: &Path, model: Box<dyn Model>, processor: Processor) -> Result<HfModel, FolderError> {
     check_ids(
         dir,
         model.as_ref(),
@@ -368,14 +373,7 @@ pub fn create_random(
     let model = which.config().model(device, kind, seed)?;
     model.save(dir)?;
     write_processor_files(dir, which)?;
-    let processor = Processor::from_folder(dir)?;
-    check_ids(
-        dir,
-        model.as_ref(),
-        &processor.tokenizer.special_ids(),
-        processor.tokenizer.vocab_size(),
-    )?;
-    Ok(HfModel { model, processor })
+    with_processor(dir, model, Processor::from_folder(dir)?)
 }
 
 /// The preprocessor config and chat template of a random folder (the tokenizer is written apart).
