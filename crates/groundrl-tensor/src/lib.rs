@@ -1,6 +1,7 @@
 //! groundrl-tensor: the tensor side of groundrl on tch 0.24.0 / libtorch 2.11.0.
 //!
 //! - [`qwen2_5_vl`]: the Qwen2.5-VL model (vision tower, M-RoPE decoder), loaded from and saved to HF folders.
+//! - [`qwen3_5`]: Qwen3.5's gated delta rule (the family is not loadable yet).
 //! - [`qwen3_vl`]: the Qwen3-VL (dense) model (DeepStack vision tower, interleaved M-RoPE Qwen3 decoder),
 //!   loaded from HF folders; [`family`] tells the two apart by a folder's `config.json`.
 //! - [`model`]: what a model family provides to generation (and training), as traits the engine
@@ -31,6 +32,7 @@ pub mod packed_attention;
 pub mod processor;
 pub mod profiler;
 pub mod qwen2_5_vl;
+pub mod qwen3_5;
 pub mod qwen3_vl;
 pub mod rollout;
 pub mod scores;

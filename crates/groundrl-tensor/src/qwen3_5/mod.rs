@@ -1,0 +1,10 @@
+//! Qwen3.5: a natively multimodal family whose decoder interleaves linear-attention layers (Gated
+//! DeltaNet) with full-attention layers, three to one (`layer_types` in its config), on a vision
+//! tower of Qwen3-VL's kind.
+//!
+//! The family is not loadable yet ([`crate::family::Family`] does not list it). What it has:
+//! [`gated_delta`], the gated delta rule of its linear-attention layers in the recurrent form that
+//! decoding steps with and the chunked form that prefill and training run, equal to each other and
+//! to transformers 5.17's reference functions (tests).
+
+pub mod gated_delta;
