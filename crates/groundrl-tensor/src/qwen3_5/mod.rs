@@ -5,6 +5,10 @@
 //! The family is not loadable yet ([`crate::family::Family`] does not list it). What it has:
 //! [`gated_delta`], the gated delta rule of its linear-attention layers in the recurrent form that
 //! decoding steps with and the chunked form that prefill and training run, equal to each other and
-//! to transformers 5.17's reference functions (tests).
+//! to transformers 5.17's reference functions; [`linear_attention`], the whole linear-attention layer
+//! over whole sequences, and [`full_attention`], the gated full-attention layer, each equal to
+//! transformers' (tests).
 
+pub mod full_attention;
 pub mod gated_delta;
+pub mod linear_attention;

@@ -1,0 +1,246 @@
+//! Qwen3.5's linear-attention layer (Gated DeltaNet) over whole sequences: the input projections, a
+//! short causal depthwise convolution over the queries, keys and values followed by SiLU, the gated
+//! delta rule over the value heads ([`super::gated_delta`], chunked), a gated RMSNorm of each head's
+//! output and the output projection. Parameters are named as transformers names them under a
+//! layer's `linear_attn`.
+
+use tch::{Kind, Tensor, nn};
+
+use super::gated_delta::{self, DeltaInputs};
+use crate::layers::{INIT_STD, Linear};
+use crate::model_error::ModelError;
+
+/// Tokens a chunk of the delta rule covers (as transformers' reference and the FLA kernels).
+const CHUNK: i64 = 64;
+
+/// The shape of a linear-attention layer (the `linear_*` keys of Qwen3.5's text config).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LinearAttentionConfig {
+    pub hidden_size: i64,
+    pub key_heads: i64,
+    pub value_heads: i64,
+    pub key_head_dim: i64,
+    pub value_head_dim: i64,
+    pub conv_kernel: i64,
+    pub rms_norm_eps: f64,
+}
+
+impl LinearAttentionConfig {
+    fn key_dim(&self) -> i64 {
+        self.key_heads * self.key_head_dim
+    }
+
+    fn value_dim(&self) -> i64 {
+        self.value_heads * self.value_head_dim
+    }
+
+    /// Channels of the convolution: queries, keys and values side by side.
+    fn conv_dim(&self) -> i64 {
+        2 * self.key_dim() + self.value_dim()
+    }
+}
+
+/// One linear-attention layer's parameters.
+#[derive(Debug)]
+pub struct GatedDeltaNet {
+    cfg: LinearAttentionConfig,
+    in_proj_qkv: Linear,
+    in_proj_z: Linear,
+    in_proj_b: Linear,
+    in_proj_a: Linear,
+    /// (conv_dim, 1, kernel): one filter per channel.
+    conv1d: Tensor,
+    /// (value heads,): the bias of each head's time step.
+    dt_bias: Tensor,
+    /// (value heads,): the log of each head's decay rate.
+    a_log: Tensor,
+    /// (value head dim,): the gated norm's weight.
+    norm: Tensor,
+    out_proj: Linear,
+}
+
+impl GatedDeltaNet {
+    /// A layer under `p` (`model.language_model.layers.N.linear_attn`), initialised as transformers
+    /// initialises one (decay rates drawn in [0.01, 16), time-step biases 1).
+    pub fn new(p: nn::Path, cfg: &LinearAttentionConfig) -> Self {
+        let linear =
+            |name: &str, outputs: i64| Linear::new(&p / name, cfg.hidden_size, outputs, false, INIT_STD);
+        let heads = cfg.value_heads;
+        let mut rates = p.var("A_log", &[heads], nn::Init::Uniform { lo: 0.01, up: 16.0 });
+        tch::no_grad(|| {
+            let _ = rates.log_();
+        });
+        Self {
+            in_proj_qkv: linear("in_proj_qkv", cfg.conv_dim()),
+            in_proj_z: linear("in_proj_z", cfg.value_dim()),
+            in_proj_b: linear("in_proj_b", heads),
+            in_proj_a: linear("in_proj_a", heads),
+            conv1d: (&p / "conv1d").var(
+                "weight",
+                &[cfg.conv_dim(), 1, cfg.conv_kernel],
+                nn::Init::Randn {
+                    mean: 0.0,
+                    stdev: INIT_STD,
+                },
+            ),
+            dt_bias: p.ones("dt_bias", &[heads]),
+            a_log: rates,
+            norm: (&p / "norm").ones("weight", &[cfg.value_head_dim]),
+            out_proj: Linear::new(&p / "out_proj", cfg.value_dim(), cfg.hidden_size, false, INIT_STD),
+            cfg: cfg.clone(),
+        }
+    }
+
+    /// The layer over whole sequences: `x` (B, L, hidden), `real` (B, L) 1 for a token and 0 for
+    /// padding (`None`: none). Padding is zeroed before the projections, as transformers does, so it
+    /// writes nothing into the state of the tokens after it.
+    pub fn forward(&self, x: &Tensor, real: Option<&Tensor>) -> Result<Tensor, ModelError> {
+        let c = &self.cfg;
+        let [b, l, _] = x.size()[..] else {
+            return Err(ModelError::Input(format!(
+                "linear attention wants (B, L, hidden), got {:?}",
+                x.size()
+            )));
+        };
+        let x = match real {
+            Some(m) => x.f_mul(&m.f_unsqueeze(-1)?.f_to_kind(x.kind())?)?,
+            None => x.shallow_clone(),
+        };
+        let mixed = self.in_proj_qkv.forward(&x).f_transpose(1, 2)?;
+        let mixed = causal_conv(&mixed, &self.conv1d)?.f_transpose(1, 2)?;
+        let parts = mixed.f_split_with_sizes([c.key_dim(), c.key_dim(), c.value_dim()], -1)?;
+        // Each key head serves value_heads / key_heads value heads, its copies side by side.
+        let repeat = c.value_heads / c.key_heads;
+        let keys = |t: &Tensor| -> Result<Tensor, tch::TchError> {
+            let t = t.f_reshape([b, l, c.key_heads, c.key_head_dim])?;
+            match repeat {
+                1 => Ok(t),
+                r => t.f_repeat_interleave_self_int(r, 2, None),
+            }
+        };
+        let (q, k) = (keys(&parts[0])?, keys(&parts[1])?);
+        let v = parts[2].f_reshape([b, l, c.value_heads, c.value_head_dim])?;
+        let beta = self.in_proj_b.forward(&x).f_sigmoid()?;
+        let rate = self.a_log.f_to_kind(Kind::Float)?.f_exp()?;
+        let steps = self
+            .in_proj_a
+            .forward(&x)
+            .f_to_kind(Kind::Float)?
+            .f_add(&self.dt_bias)?
+            .f_softplus()?;
+        let g = steps.f_mul(&rate)?.f_neg()?;
+        let rule = DeltaInputs {
+            q: &q,
+            k: &k,
+            v: &v,
+            g: &g,
+            beta: &beta,
+        };
+        let out = gated_delta::chunked(&rule, CHUNK, None)?.out;
+        let gate = self
+            .in_proj_z
+            .forward(&x)
+            .f_reshape([b, l, c.value_heads, c.value_head_dim])?;
+        let normed = gated_rms_norm(&out, &gate, &self.norm, c.rms_norm_eps)?;
+        Ok(self.out_proj.forward(&normed.f_reshape([b, l, c.value_dim()])?))
+    }
+}
+
+/// The depthwise causal convolution of `x` (B, channels, L) by `weight` (channels, 1, kernel): each
+/// position sees itself and the kernel - 1 before it (zeros before the start), then SiLU.
+fn causal_conv(x: &Tensor, weight: &Tensor) -> Result<Tensor, tch::TchError> {
+    let [channels, _, kernel] = weight.size()[..] else {
+        return Err(tch::TchError::Shape(format!("conv1d weight {:?}", weight.size())));
+    };
+    let len = x.size()[2];
+    x.f_to_kind(weight.kind())?
+        .f_conv1d(weight, None::<Tensor>, [1], [kernel - 1], [1], channels)?
+        .f_narrow(2, 0, len)?
+        .f_silu()?
+        .f_to_kind(x.kind())
+}
+
+/// RMSNorm of each head's output `x` (.., dv), then times SiLU of the gate: in f32, the weight applied
+/// in `x`'s dtype, as transformers' `Qwen3_5RMSNormGated` rounds.
+fn gated_rms_norm(x: &Tensor, gate: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor, tch::TchError> {
+    let kind = x.kind();
+    let xf = x.f_to_kind(Kind::Float)?;
+    let scale = xf
+        .f_square()?
+        .f_mean_dim(-1, true, Kind::Float)?
+        .f_add_scalar(eps)?
+        .f_rsqrt()?;
+    let normed = xf.f_mul(&scale)?.f_to_kind(kind)?.f_mul(weight)?;
+    normed
+        .f_mul(&gate.f_to_kind(Kind::Float)?.f_silu()?)?
+        .f_to_kind(kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use tch::Device;
+
+    use super::*;
+
+    /// transformers 5.17's `Qwen3_5GatedDeltaNet` with random parameters, 2 key heads over 4 value
+    /// heads, 70 tokens, one row left-padded (`scripts/goldens/qwen3_5_layers.py`): the
+    /// same output within 1e-5 of its largest value in f32.
+    #[test]
+    fn the_layer_equals_transformers_gated_delta_net() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/qwen3_5/linear_attention.safetensors");
+        let named: HashMap<String, Tensor> = Tensor::read_safetensors(&path).unwrap().into_iter().collect();
+        let cfg = LinearAttentionConfig {
+            hidden_size: 32,
+            key_heads: 2,
+            value_heads: 4,
+            key_head_dim: 8,
+            value_head_dim: 8,
+            conv_kernel: 4,
+            rms_norm_eps: 1e-6,
+        };
+        let vs = nn::VarStore::new(Device::Cpu);
+        let layer = GatedDeltaNet::new(vs.root() / "linear_attn", &cfg);
+        let variables = vs.variables();
+        assert_eq!(variables.len(), 9);
+        tch::no_grad(|| {
+            for (name, mut var) in variables {
+                let stored = &named[&name];
+                assert_eq!(var.size(), stored.size(), "{name}");
+                var.copy_(stored);
+            }
+        });
+        let got = tch::no_grad(|| layer.forward(&named["x"], Some(&named["mask"]))).unwrap();
+        let want = &named["out"];
+        let scale = want.abs().max().double_value(&[]);
+        // The padded positions' outputs are not compared (transformers' are the layer applied to zeros).
+        let real = named["mask"].unsqueeze(-1).to_kind(Kind::Float);
+        let diff = ((&got - want) * &real).abs().max().double_value(&[]);
+        assert!(diff <= 1e-5 * scale, "{diff:e} of {scale}");
+    }
+
+    #[test]
+    fn a_new_layer_starts_as_transformers_initialises_one() {
+        let cfg = LinearAttentionConfig {
+            hidden_size: 16,
+            key_heads: 1,
+            value_heads: 2,
+            key_head_dim: 4,
+            value_head_dim: 4,
+            conv_kernel: 4,
+            rms_norm_eps: 1e-6,
+        };
+        let vs = nn::VarStore::new(Device::Cpu);
+        let layer = GatedDeltaNet::new(vs.root() / "linear_attn", &cfg);
+        let rates = layer.a_log.exp();
+        assert!(rates.ge(0.01).all().int64_value(&[]) == 1 && rates.lt(16.0).all().int64_value(&[]) == 1);
+        assert_eq!(layer.dt_bias.sum(Kind::Float).double_value(&[]), 2.0);
+        assert_eq!(layer.conv1d.size(), [2 * 4 + 8, 1, 4]);
+        let out = layer
+            .forward(&Tensor::randn([2, 5, 16], (Kind::Float, Device::Cpu)), None)
+            .unwrap();
+        assert_eq!(out.size(), [2, 5, 16]);
+    }
+}
