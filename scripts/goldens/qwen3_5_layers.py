@@ -9,6 +9,10 @@ Writes under crates/groundrl-tensor/tests/fixtures/qwen3_5/:
   full_attention.safetensors    self_attn.* (parameters); x (2, 9, 32); cos, sin (2, 9, 4), the text rotary
                                 tables of positions 0..8 (head_dim 16, partial_rotary_factor 0.25); out
                                 (2, 9, 32) under a causal mask; 4 query heads over 2 KV heads, biases on
+  text_model.safetensors        the text decoder's parameters (transformers' names under
+                                `model.language_model`); ids (2, 70); hidden (2, 70, 32), the final normed
+                                hidden states: 4 layers (3 linear attention, then full attention), no cache,
+                                no padding, text positions
 
 Run: "$(scripts/hf-env.sh)" scripts/goldens/qwen3_5_layers.py
 """
@@ -28,9 +32,9 @@ def randomize(module):
     """Every parameter random, decay rates as transformers draws them, gains near 1."""
     with torch.no_grad():
         for name, p in module.named_parameters():
-            if name == "A_log":
+            if name.endswith("A_log"):
                 p.copy_(torch.empty_like(p).uniform_(0.01, 16).log())
-            elif name in ("dt_bias", "norm.weight"):
+            elif name.endswith(("dt_bias", "linear_attn.norm.weight")) or name in ("dt_bias", "norm.weight"):
                 p.copy_(1 + 0.1 * torch.randn_like(p))
             else:
                 p.copy_(0.2 * torch.randn_like(p))
@@ -78,8 +82,31 @@ def full_attention():
     save("full_attention.safetensors", "self_attn", layer, x=x, cos=cos, sin=sin, out=out)
 
 
+def text_model():
+    config = Qwen3_5TextConfig(hidden_size=32, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                               head_dim=16, intermediate_size=64, vocab_size=64, linear_num_key_heads=2,
+                               linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8,
+                               linear_conv_kernel_dim=4, rms_norm_eps=1e-6,
+                               layer_types=["linear_attention"] * 3 + ["full_attention"],
+                               rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                "partial_rotary_factor": 0.25, "mrope_section": [1, 1, 0],
+                                                "mrope_interleaved": True})
+    config._attn_implementation = "eager"
+    model = m.Qwen3_5TextModel(config).eval()
+    randomize(model)
+    ids = torch.randint(0, 64, (2, 70))
+    with torch.no_grad():
+        hidden = model(input_ids=ids, use_cache=False).last_hidden_state
+    out = {n: p.detach().contiguous() for n, p in model.named_parameters()}
+    out.update(ids=ids, hidden=hidden.contiguous())
+    save_file(out, str(FIXTURES / "text_model.safetensors"))
+    print(f"wrote text_model.safetensors: {len(out)} tensors")
+
+
 if __name__ == "__main__":
     torch.manual_seed(0)
     linear_attention()
     torch.manual_seed(1)
     full_attention()
+    torch.manual_seed(2)
+    text_model()

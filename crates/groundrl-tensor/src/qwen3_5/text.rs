@@ -1,0 +1,229 @@
+//! Qwen3.5's text decoder over whole sequences: the token embedding, decoder layers whose token mixer
+//! is linear attention or gated full attention as `layer_types` says (each followed by a SwiGLU MLP,
+//! both behind zero-centred RMSNorms with residuals), and the final norm. Positions are text
+//! positions (each token its index); the multimodal positions of image tokens come with the model.
+
+use tch::{Kind, Tensor, nn};
+
+use super::full_attention::{FullAttentionConfig, GatedAttention, PartialRotary, ZeroCenteredRmsNorm};
+use super::linear_attention::{GatedDeltaNet, LinearAttentionConfig};
+use crate::decoder::{AttentionMask, swiglu};
+use crate::layers::{INIT_STD, Linear};
+use crate::model_error::ModelError;
+
+/// Which token mixer a decoder layer has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayerType {
+    LinearAttention,
+    FullAttention,
+}
+
+/// The text decoder's shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TextConfig {
+    pub vocab_size: i64,
+    pub hidden_size: i64,
+    pub intermediate_size: i64,
+    pub layer_types: Vec<LayerType>,
+    pub attention: FullAttentionConfig,
+    pub linear: LinearAttentionConfig,
+    /// The share of each full-attention head's dims the rotation turns.
+    pub partial_rotary_factor: f64,
+    pub rope_theta: f64,
+    pub rms_norm_eps: f64,
+}
+
+impl TextConfig {
+    /// Dims of a head the rotation turns.
+    fn rotary_dims(&self) -> i64 {
+        (self.attention.head_dim as f64 * self.partial_rotary_factor) as i64
+    }
+}
+
+#[derive(Debug)]
+enum Mixer {
+    Linear(GatedDeltaNet),
+    Full(GatedAttention),
+}
+
+#[derive(Debug)]
+struct Mlp {
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
+}
+
+#[derive(Debug)]
+struct DecoderLayer {
+    input_layernorm: ZeroCenteredRmsNorm,
+    mixer: Mixer,
+    post_attention_layernorm: ZeroCenteredRmsNorm,
+    mlp: Mlp,
+}
+
+/// The decoder stack with its embedding and final norm, parameters named as transformers names them
+/// under `model.language_model`.
+#[derive(Debug)]
+pub struct TextModel {
+    config: TextConfig,
+    embed_tokens: Tensor,
+    layers: Vec<DecoderLayer>,
+    norm: ZeroCenteredRmsNorm,
+}
+
+impl TextModel {
+    pub fn new(p: nn::Path, cfg: &TextConfig) -> Self {
+        let h = cfg.hidden_size;
+        let layers = (cfg.layer_types.iter().enumerate())
+            .map(|(i, kind)| {
+                let l = &p / "layers" / i;
+                let linear = |name: &str, inputs: i64, outputs: i64| {
+                    Linear::new(&l / "mlp" / name, inputs, outputs, false, INIT_STD)
+                };
+                DecoderLayer {
+                    input_layernorm: ZeroCenteredRmsNorm::new(&l / "input_layernorm", h, cfg.rms_norm_eps),
+                    mixer: match kind {
+                        LayerType::LinearAttention => {
+                            Mixer::Linear(GatedDeltaNet::new(&l / "linear_attn", &cfg.linear))
+                        }
+                        LayerType::FullAttention => {
+                            Mixer::Full(GatedAttention::new(&l / "self_attn", &cfg.attention))
+                        }
+                    },
+                    post_attention_layernorm: ZeroCenteredRmsNorm::new(
+                        &l / "post_attention_layernorm",
+                        h,
+                        cfg.rms_norm_eps,
+                    ),
+                    mlp: Mlp {
+                        gate_proj: linear("gate_proj", h, cfg.intermediate_size),
+                        up_proj: linear("up_proj", h, cfg.intermediate_size),
+                        down_proj: linear("down_proj", cfg.intermediate_size, h),
+                    },
+                }
+            })
+            .collect();
+        Self {
+            embed_tokens: (&p / "embed_tokens").var(
+                "weight",
+                &[cfg.vocab_size, h],
+                nn::Init::Randn {
+                    mean: 0.0,
+                    stdev: INIT_STD,
+                },
+            ),
+            layers,
+            norm: ZeroCenteredRmsNorm::new(&p / "norm", h, cfg.rms_norm_eps),
+            config: cfg.clone(),
+        }
+    }
+
+    /// Final normed hidden states (B, L, hidden) of `ids` (B, L) int64, every token real, at text
+    /// positions 0..L.
+    pub fn forward(&self, ids: &Tensor) -> Result<Tensor, ModelError> {
+        let [b, l] = ids.size()[..] else {
+            return Err(ModelError::Input(format!(
+                "token ids must be (B, L), not {:?}",
+                ids.size()
+            )));
+        };
+        let mut x = Tensor::f_embedding(&self.embed_tokens, ids, -1, false, false)?;
+        let rotary = self.text_rotary(b, l, x.kind())?;
+        for layer in &self.layers {
+            let normed = layer.input_layernorm.forward(&x)?;
+            let mixed = match &layer.mixer {
+                Mixer::Linear(attn) => attn.forward(&normed, None)?,
+                Mixer::Full(attn) => attn.forward(&normed, &rotary, &AttentionMask::Causal)?,
+            };
+            x = x.f_add(&mixed)?;
+            let normed = layer.post_attention_layernorm.forward(&x)?;
+            let m = &layer.mlp;
+            let gated = swiglu(&m.gate_proj.forward(&normed), &m.up_proj.forward(&normed));
+            x = x.f_add(&m.down_proj.forward(&gated))?;
+        }
+        Ok(self.norm.forward(&x)?)
+    }
+
+    /// The rotation tables of text positions 0..L for every row: `theta^(-2i/d)` over the turned
+    /// dims `d`, each angle used twice (the two halves rotate together). With every M-RoPE
+    /// component at the same position, the interleaving of components changes nothing.
+    fn text_rotary(&self, rows: i64, len: i64, kind: Kind) -> Result<PartialRotary, tch::TchError> {
+        let dims = self.config.rotary_dims();
+        let device = self.embed_tokens.device();
+        let exponents =
+            Tensor::f_arange_start_step(0, dims, 2, (Kind::Float, device))?.f_div_scalar(dims as f64)?;
+        let inv_freq = Tensor::f_pow_scalar(self.config.rope_theta, &exponents)?.f_reciprocal()?;
+        let positions = Tensor::f_arange(len, (Kind::Float, device))?;
+        let angles = positions.f_unsqueeze(-1)?.f_mul(&inv_freq.f_unsqueeze(0)?)?;
+        let angles = Tensor::f_cat(&[&angles, &angles], -1)?.f_expand([rows, len, dims], false)?;
+        Ok(PartialRotary {
+            cos: angles.f_cos()?.f_to_kind(kind)?,
+            sin: angles.f_sin()?.f_to_kind(kind)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use tch::Device;
+
+    use super::*;
+
+    /// transformers 5.17's `Qwen3_5TextModel` with random parameters, three linear-attention layers
+    /// and a full-attention one, 70 tokens (`scripts/goldens/qwen3_5_layers.py`): the same final
+    /// hidden states within 1e-5 of their largest value in f32.
+    #[test]
+    fn the_decoder_equals_transformers_text_model() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/qwen3_5/text_model.safetensors");
+        let named: HashMap<String, Tensor> = Tensor::read_safetensors(&path).unwrap().into_iter().collect();
+        let cfg = TextConfig {
+            vocab_size: 64,
+            hidden_size: 32,
+            intermediate_size: 64,
+            layer_types: [
+                [LayerType::LinearAttention; 3].as_slice(),
+                &[LayerType::FullAttention],
+            ]
+            .concat(),
+            attention: FullAttentionConfig {
+                hidden_size: 32,
+                heads: 4,
+                kv_heads: 2,
+                head_dim: 16,
+                attention_bias: false,
+                rms_norm_eps: 1e-6,
+            },
+            linear: LinearAttentionConfig {
+                hidden_size: 32,
+                key_heads: 2,
+                value_heads: 4,
+                key_head_dim: 8,
+                value_head_dim: 8,
+                conv_kernel: 4,
+                rms_norm_eps: 1e-6,
+            },
+            partial_rotary_factor: 0.25,
+            rope_theta: 10000.0,
+            rms_norm_eps: 1e-6,
+        };
+        let vs = nn::VarStore::new(Device::Cpu);
+        let model = TextModel::new(vs.root(), &cfg);
+        let variables = vs.variables();
+        assert_eq!(variables.len(), named.len() - 2, "every parameter, no more");
+        tch::no_grad(|| {
+            for (name, mut var) in variables {
+                let stored = &named[&name];
+                assert_eq!(var.size(), stored.size(), "{name}");
+                var.copy_(stored);
+            }
+        });
+        let got = tch::no_grad(|| model.forward(&named["ids"])).unwrap();
+        let want = &named["hidden"];
+        let scale = want.abs().max().double_value(&[]);
+        let diff = (&got - want).abs().max().double_value(&[]);
+        assert!(diff <= 1e-5 * scale, "{diff:e} of {scale}");
+    }
+}
