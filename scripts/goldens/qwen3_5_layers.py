@@ -9,6 +9,7 @@ Writes under crates/groundrl-tensor/tests/fixtures/qwen3_5/:
   full_attention.safetensors    self_attn.* (parameters); x (2, 9, 32); cos, sin (2, 9, 4), the text rotary
                                 tables of positions 0..8 (head_dim 16, partial_rotary_factor 0.25); out
                                 (2, 9, 32) under a causal mask; 4 query heads over 2 KV heads, biases on
+  text_model.json               that decoder's config as transformers writes a `text_config`
   text_model.safetensors        the text decoder's parameters (transformers' names under
                                 `model.language_model`); ids (2, 70); hidden (2, 70, 32), the final normed
                                 hidden states: 4 layers (3 linear attention, then full attention), no cache,
@@ -17,6 +18,7 @@ Writes under crates/groundrl-tensor/tests/fixtures/qwen3_5/:
 Run: "$(scripts/hf-env.sh)" scripts/goldens/qwen3_5_layers.py
 """
 
+import json
 from pathlib import Path
 
 import torch
@@ -100,7 +102,8 @@ def text_model():
     out = {n: p.detach().contiguous() for n, p in model.named_parameters()}
     out.update(ids=ids, hidden=hidden.contiguous())
     save_file(out, str(FIXTURES / "text_model.safetensors"))
-    print(f"wrote text_model.safetensors: {len(out)} tensors")
+    (FIXTURES / "text_model.json").write_text(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n")
+    print(f"wrote text_model.safetensors: {len(out)} tensors, and its config text_model.json")
 
 
 if __name__ == "__main__":

@@ -8,9 +8,10 @@
 //! to transformers 5.17's reference functions; [`linear_attention`], the whole linear-attention layer
 //! over whole sequences, and [`full_attention`], the gated full-attention layer, each equal to
 //! transformers' (tests); [`text`], the text decoder over whole sequences at text positions, equal to
-//! transformers' `Qwen3_5TextModel` (test). Not yet: the vision tower, multimodal positions, padding
+//! transformers' `Qwen3_5TextModel` (test), with its `text_config` read by [`config`]. Not yet: the vision tower, multimodal positions, padding
 //! in the decoder, decoding with a cache, loading and saving a folder.
 
+pub mod config;
 pub mod full_attention;
 pub mod gated_delta;
 pub mod linear_attention;

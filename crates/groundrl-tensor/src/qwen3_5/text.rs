@@ -172,8 +172,9 @@ mod tests {
     use super::*;
 
     /// transformers 5.17's `Qwen3_5TextModel` with random parameters, three linear-attention layers
-    /// and a full-attention one, 70 tokens (`scripts/goldens/qwen3_5_layers.py`): the same final
-    /// hidden states within 1e-5 of their largest value in f32.
+    /// and a full-attention one, 70 tokens (`scripts/goldens/qwen3_5_layers.py`): its config as
+    /// transformers writes it reads as this decoder's, and the final hidden states are the same
+    /// within 1e-5 of their largest value in f32.
     #[test]
     fn the_decoder_equals_transformers_text_model() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -209,6 +210,12 @@ mod tests {
             rope_theta: 10000.0,
             rms_norm_eps: 1e-6,
         };
+        let written = std::fs::read_to_string(path.with_extension("json")).unwrap();
+        let read = super::super::config::text_config(&serde_json::from_str(&written).unwrap()).unwrap();
+        assert_eq!(
+            read, cfg,
+            "the config transformers wrote reads as the decoder built here"
+        );
         let vs = nn::VarStore::new(Device::Cpu);
         let model = TextModel::new(vs.root(), &cfg);
         let variables = vs.variables();

@@ -323,7 +323,7 @@ fn vision_config(f: Fields) -> Result<VisionConfig, String> {
 
 /// Refuses a string field other than the one value this model computes (an activation, a rotary
 /// type): another would silently compute something else. Absent takes transformers' default, `value`.
-fn require_str(f: Fields, key: &str, value: &str) -> Result<(), String> {
+pub(crate) fn require_str(f: Fields, key: &str, value: &str) -> Result<(), String> {
     match f.0.get(key) {
         None | Some(Value::Null) => Ok(()),
         Some(Value::String(s)) if s == value => Ok(()),

@@ -1,0 +1,217 @@
+//! Qwen3.5's `text_config`, read the way transformers 5.17 reads it: absent fields take its class
+//! defaults (the Qwen3.5-9B shape), the rotary settings sit in `rope_parameters` (the share of each
+//! head the rotation turns, `partial_rotary_factor`, there or beside it; 0.25 when absent), and
+//! `layer_types` lists each layer's token mixer, or, absent, every `full_attention_interval`-th layer
+//! (default 4) is full attention and the others linear attention. The legacy names `mamba` and
+//! `attention` mean linear and full attention, as transformers remaps them.
+
+use serde_json::Value;
+
+use super::full_attention::FullAttentionConfig;
+use super::linear_attention::LinearAttentionConfig;
+use super::text::{LayerType, TextConfig};
+use crate::qwen2_5_vl::config::Fields;
+use crate::qwen3_vl::config::require_str;
+
+/// Reads a `text_config` object and checks that its shapes fit together.
+pub fn text_config(value: &Value) -> Result<TextConfig, String> {
+    let f = Fields(value.as_object().ok_or("text_config is not a JSON object")?);
+    require_str(f, "hidden_act", "silu")?;
+    let rope = f.object("rope_parameters")?.map(Fields);
+    if let Some(r) = rope {
+        require_str(r, "rope_type", "default")?;
+    }
+    let in_rope = |key: &str| rope.map(|r| r.opt_float(key)).transpose().map(Option::flatten);
+    let partial_rotary_factor = match in_rope("partial_rotary_factor")? {
+        Some(p) => p,
+        None => f.float("partial_rotary_factor", 0.25)?,
+    };
+    let hidden_size = f.int("hidden_size", 4096)?;
+    let rms_norm_eps = f.float("rms_norm_eps", 1e-6)?;
+    let layers = f.int("num_hidden_layers", 32)?;
+    let config = TextConfig {
+        vocab_size: f.int("vocab_size", 248_320)?,
+        hidden_size,
+        intermediate_size: f.int("intermediate_size", 12_288)?,
+        layer_types: layer_types(f, layers)?,
+        attention: FullAttentionConfig {
+            hidden_size,
+            heads: f.int("num_attention_heads", 16)?,
+            kv_heads: f.int("num_key_value_heads", 4)?,
+            head_dim: f.int("head_dim", 256)?,
+            attention_bias: f.bool("attention_bias", false)?,
+            rms_norm_eps,
+        },
+        linear: LinearAttentionConfig {
+            hidden_size,
+            key_heads: f.int("linear_num_key_heads", 16)?,
+            value_heads: f.int("linear_num_value_heads", 32)?,
+            key_head_dim: f.int("linear_key_head_dim", 128)?,
+            value_head_dim: f.int("linear_value_head_dim", 128)?,
+            conv_kernel: f.int("linear_conv_kernel_dim", 4)?,
+            rms_norm_eps,
+        },
+        partial_rotary_factor,
+        rope_theta: in_rope("rope_theta")?.unwrap_or(10_000.0),
+        rms_norm_eps,
+    };
+    validate(&config)?;
+    Ok(config)
+}
+
+/// Each layer's token mixer: the config's list (as long as `layers`), or every `interval`-th full
+/// attention.
+fn layer_types(f: Fields, layers: i64) -> Result<Vec<LayerType>, String> {
+    let Some(listed) = f.0.get("layer_types").filter(|v| !v.is_null()) else {
+        let interval = f.int("full_attention_interval", 4)?;
+        if interval < 1 {
+            return Err(format!(
+                "full_attention_interval is {interval}; it must be at least 1"
+            ));
+        }
+        let kind = |i: i64| match (i + 1) % interval {
+            0 => LayerType::FullAttention,
+            _ => LayerType::LinearAttention,
+        };
+        return Ok((0..layers).map(kind).collect());
+    };
+    let names = listed.as_array().ok_or("`layer_types` is not a list")?;
+    let kinds = names
+        .iter()
+        .map(|v| match v.as_str() {
+            Some("linear_attention" | "mamba") => Ok(LayerType::LinearAttention),
+            Some("full_attention" | "attention") => Ok(LayerType::FullAttention),
+            _ => Err(format!(
+                "`layer_types` has {v}; a layer is \"linear_attention\" or \"full_attention\""
+            )),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if kinds.len() as i64 != layers {
+        return Err(format!(
+            "`layer_types` lists {} layers, num_hidden_layers is {layers}",
+            kinds.len()
+        ));
+    }
+    Ok(kinds)
+}
+
+/// The relations the layers rely on, so a bad config fails here and not inside a matmul.
+fn validate(c: &TextConfig) -> Result<(), String> {
+    let (a, l) = (&c.attention, &c.linear);
+    let positive = [
+        ("vocab_size", c.vocab_size),
+        ("hidden_size", c.hidden_size),
+        ("intermediate_size", c.intermediate_size),
+        ("num_attention_heads", a.heads),
+        ("num_key_value_heads", a.kv_heads),
+        ("head_dim", a.head_dim),
+        ("linear_num_key_heads", l.key_heads),
+        ("linear_num_value_heads", l.value_heads),
+        ("linear_key_head_dim", l.key_head_dim),
+        ("linear_value_head_dim", l.value_head_dim),
+        ("linear_conv_kernel_dim", l.conv_kernel),
+    ];
+    if let Some((key, value)) = positive.iter().find(|(_, v)| *v < 1) {
+        return Err(format!("{key} is {value}; it must be at least 1"));
+    }
+    if a.heads % a.kv_heads != 0 {
+        return Err(format!(
+            "num_attention_heads {} is not a multiple of num_key_value_heads {}",
+            a.heads, a.kv_heads
+        ));
+    }
+    if l.value_heads % l.key_heads != 0 {
+        return Err(format!(
+            "linear_num_value_heads {} is not a multiple of linear_num_key_heads {}",
+            l.value_heads, l.key_heads
+        ));
+    }
+    let turned = a.head_dim as f64 * c.partial_rotary_factor;
+    if !(c.partial_rotary_factor > 0.0 && c.partial_rotary_factor <= 1.0) || turned as i64 % 2 != 0 {
+        return Err(format!(
+            "partial_rotary_factor {} turns {turned} of head_dim {}; it must turn an even number of dims",
+            c.partial_rotary_factor, a.head_dim
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn absent_fields_take_transformers_defaults() {
+        let c = text_config(&json!({})).unwrap();
+        assert_eq!(
+            (c.vocab_size, c.hidden_size, c.intermediate_size),
+            (248_320, 4096, 12_288)
+        );
+        assert_eq!(c.layer_types.len(), 32);
+        let full: Vec<usize> = (c.layer_types.iter().enumerate())
+            .filter(|(_, t)| **t == LayerType::FullAttention)
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(full, [3, 7, 11, 15, 19, 23, 27, 31]);
+        assert_eq!(
+            (c.attention.heads, c.attention.kv_heads, c.attention.head_dim),
+            (16, 4, 256)
+        );
+        assert_eq!(
+            (c.linear.key_heads, c.linear.value_heads, c.linear.key_head_dim),
+            (16, 32, 128)
+        );
+        assert_eq!((c.partial_rotary_factor, c.rope_theta), (0.25, 10_000.0));
+    }
+
+    #[test]
+    fn listed_interval_and_legacy_layer_types_are_read() {
+        let listed = text_config(&json!({"num_hidden_layers": 3,
+            "layer_types": ["mamba", "attention", "linear_attention"]}))
+        .unwrap();
+        use LayerType::*;
+        assert_eq!(
+            listed.layer_types,
+            [LinearAttention, FullAttention, LinearAttention]
+        );
+        let every_other =
+            text_config(&json!({"num_hidden_layers": 4, "full_attention_interval": 2})).unwrap();
+        assert_eq!(
+            every_other.layer_types,
+            [LinearAttention, FullAttention, LinearAttention, FullAttention]
+        );
+        let rope = text_config(
+            &json!({"rope_parameters": {"rope_type": "default", "rope_theta": 1e7,
+            "partial_rotary_factor": 0.5}}),
+        )
+        .unwrap();
+        assert_eq!((rope.rope_theta, rope.partial_rotary_factor), (1e7, 0.5));
+    }
+
+    #[test]
+    fn configs_that_cannot_run_are_refused_by_name() {
+        let refused = |v: Value, needle: &str| {
+            let err = text_config(&v).unwrap_err();
+            assert!(err.contains(needle), "{err}");
+        };
+        refused(
+            json!({"num_hidden_layers": 2, "layer_types": ["full_attention"]}),
+            "lists 1 layers",
+        );
+        refused(
+            json!({"num_hidden_layers": 1, "layer_types": ["sliding"]}),
+            "\"sliding\"",
+        );
+        refused(
+            json!({"num_attention_heads": 6, "num_key_value_heads": 4}),
+            "not a multiple",
+        );
+        refused(json!({"linear_num_key_heads": 3}), "linear_num_value_heads 32");
+        refused(json!({"hidden_act": "gelu"}), "hidden_act");
+        refused(json!({"partial_rotary_factor": 0.0}), "partial_rotary_factor");
+        refused(json!({"full_attention_interval": 0}), "full_attention_interval");
+        refused(json!({"head_dim": 0}), "head_dim is 0");
+    }
+}
