@@ -112,6 +112,42 @@ impl GatedAttention {
         rotary: &PartialRotary,
         mask: &AttentionMask,
     ) -> Result<Tensor, ModelError> {
+        let (q, k, v, gate) = self.project(x, rotary)?;
+        self.finish(&attend(&q, &k, &v, mask), &gate)
+    }
+
+    /// The layer over `x` (B, L, hidden), rows without padding, after the keys and values of
+    /// `state` (`None`: the start of the sequences); `rotary` holds the new tokens' positions. Each
+    /// new token attends to every earlier one and itself. Returns the output and the keys and values
+    /// so far.
+    pub fn forward_with_state(
+        &self,
+        x: &Tensor,
+        rotary: &PartialRotary,
+        state: Option<&KvState>,
+    ) -> Result<(Tensor, KvState), ModelError> {
+        let (q, k, v, gate) = self.project(x, rotary)?;
+        let Some(before) = state else {
+            let out = self.finish(&attend(&q, &k, &v, &AttentionMask::Causal), &gate)?;
+            return Ok((out, KvState { keys: k, values: v }));
+        };
+        let keys = Tensor::f_cat(&[&before.keys, &k], 2)?;
+        let values = Tensor::f_cat(&[&before.values, &v], 2)?;
+        let (new, all) = (q.size()[2], keys.size()[2]);
+        // Query i of the new ones is token all - new + i: it sees every key up to itself.
+        let allowed = Tensor::f_ones([new, all], (Kind::Bool, q.device()))?.f_tril(all - new)?;
+        let mask = AttentionMask::Allowed(allowed.f_view([1, 1, new, all])?);
+        let out = self.finish(&attend(&q, &keys, &values, &mask), &gate)?;
+        Ok((out, KvState { keys, values }))
+    }
+
+    /// Queries (B, heads, L, hd) normed and turned, keys (B, kv_heads, L, hd) likewise, values, and
+    /// the gate (B, L, heads * hd).
+    fn project(
+        &self,
+        x: &Tensor,
+        rotary: &PartialRotary,
+    ) -> Result<(Tensor, Tensor, Tensor, Tensor), ModelError> {
         let c = &self.cfg;
         let [b, l, _] = x.size()[..] else {
             return Err(ModelError::Input(format!(
@@ -131,13 +167,27 @@ impl GatedAttention {
             .forward(&heads(self.k_proj.forward(x), c.kv_heads)?)?
             .f_transpose(1, 2)?;
         let v = heads(self.v_proj.forward(x), c.kv_heads)?.f_transpose(1, 2)?;
-        let (q, k) = (rotary.apply(&q)?, rotary.apply(&k)?);
-        let out = attend(&q, &k, &v, mask)
-            .f_transpose(1, 2)?
-            .f_reshape([b, l, c.heads * c.head_dim])?;
-        let gated = out.f_mul(&gate.f_reshape([b, l, c.heads * c.head_dim])?.f_sigmoid()?)?;
-        Ok(self.o_proj.forward(&gated))
+        let gate = gate.f_reshape([b, l, c.heads * c.head_dim])?;
+        Ok((rotary.apply(&q)?, rotary.apply(&k)?, v, gate))
     }
+
+    /// The attention output (B, heads, L, hd) gated and projected: (B, L, hidden).
+    fn finish(&self, out: &Tensor, gate: &Tensor) -> Result<Tensor, ModelError> {
+        let [b, _, l, _] = out.size()[..] else {
+            return Err(ModelError::Input(format!("attention output {:?}", out.size())));
+        };
+        let c = &self.cfg;
+        let out = out.f_transpose(1, 2)?.f_reshape([b, l, c.heads * c.head_dim])?;
+        Ok(self.o_proj.forward(&out.f_mul(&gate.f_sigmoid()?)?))
+    }
+}
+
+/// A full-attention layer's keys and values so far, (B, kv_heads, T, hd) each, turned by their
+/// positions.
+#[derive(Debug)]
+pub struct KvState {
+    pub keys: Tensor,
+    pub values: Tensor,
 }
 
 #[cfg(test)]

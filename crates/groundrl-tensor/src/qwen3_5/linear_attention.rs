@@ -95,6 +95,21 @@ impl GatedDeltaNet {
     /// padding (`None`: none). Padding is zeroed before the projections, as transformers does, so it
     /// writes nothing into the state of the tokens after it.
     pub fn forward(&self, x: &Tensor, real: Option<&Tensor>) -> Result<Tensor, ModelError> {
+        let x = match real {
+            Some(m) => x.f_mul(&m.f_unsqueeze(-1)?.f_to_kind(x.kind())?)?,
+            None => x.shallow_clone(),
+        };
+        Ok(self.forward_with_state(&x, None)?.0)
+    }
+
+    /// The layer over `x` (B, L, hidden), rows without padding, continuing from `state` (`None`: the
+    /// start of the sequences): the output and the state after the last token. One token continues a
+    /// decoding (the recurrent rule); more run the chunked rule from the carried state.
+    pub fn forward_with_state(
+        &self,
+        x: &Tensor,
+        state: Option<&LinearState>,
+    ) -> Result<(Tensor, LinearState), ModelError> {
         let c = &self.cfg;
         let [b, l, _] = x.size()[..] else {
             return Err(ModelError::Input(format!(
@@ -102,12 +117,9 @@ impl GatedDeltaNet {
                 x.size()
             )));
         };
-        let x = match real {
-            Some(m) => x.f_mul(&m.f_unsqueeze(-1)?.f_to_kind(x.kind())?)?,
-            None => x.shallow_clone(),
-        };
-        let mixed = self.in_proj_qkv.forward(&x).f_transpose(1, 2)?;
-        let mixed = causal_conv(&mixed, &self.conv1d)?.f_transpose(1, 2)?;
+        let mixed = self.in_proj_qkv.forward(x).f_transpose(1, 2)?;
+        let (mixed, conv) = causal_conv(&mixed, &self.conv1d, state.map(|s| &s.conv))?;
+        let mixed = mixed.f_transpose(1, 2)?;
         let parts = mixed.f_split_with_sizes([c.key_dim(), c.key_dim(), c.value_dim()], -1)?;
         // Each key head serves value_heads / key_heads value heads, its copies side by side.
         let repeat = c.value_heads / c.key_heads;
@@ -120,11 +132,11 @@ impl GatedDeltaNet {
         };
         let (q, k) = (keys(&parts[0])?, keys(&parts[1])?);
         let v = parts[2].f_reshape([b, l, c.value_heads, c.value_head_dim])?;
-        let beta = self.in_proj_b.forward(&x).f_sigmoid()?;
+        let beta = self.in_proj_b.forward(x).f_sigmoid()?;
         let rate = self.a_log.f_to_kind(Kind::Float)?.f_exp()?;
         let steps = self
             .in_proj_a
-            .forward(&x)
+            .forward(x)
             .f_to_kind(Kind::Float)?
             .f_add(&self.dt_bias)?
             .f_softplus()?;
@@ -136,28 +148,60 @@ impl GatedDeltaNet {
             g: &g,
             beta: &beta,
         };
-        let out = gated_delta::chunked(&rule, CHUNK, None)?.out;
+        let carried = state.map(|s| &s.recurrent);
+        let ruled = match l {
+            1 => gated_delta::recurrent(&rule, carried)?,
+            _ => gated_delta::chunked(&rule, CHUNK, carried)?,
+        };
         let gate = self
             .in_proj_z
-            .forward(&x)
+            .forward(x)
             .f_reshape([b, l, c.value_heads, c.value_head_dim])?;
-        let normed = gated_rms_norm(&out, &gate, &self.norm, c.rms_norm_eps)?;
-        Ok(self.out_proj.forward(&normed.f_reshape([b, l, c.value_dim()])?))
+        let normed = gated_rms_norm(&ruled.out, &gate, &self.norm, c.rms_norm_eps)?;
+        let out = self.out_proj.forward(&normed.f_reshape([b, l, c.value_dim()])?);
+        Ok((
+            out,
+            LinearState {
+                conv,
+                recurrent: ruled.state,
+            },
+        ))
     }
 }
 
-/// The depthwise causal convolution of `x` (B, channels, L) by `weight` (channels, 1, kernel): each
-/// position sees itself and the kernel - 1 before it (zeros before the start), then SiLU.
-fn causal_conv(x: &Tensor, weight: &Tensor) -> Result<Tensor, tch::TchError> {
+/// What a linear-attention layer carries from one call to the next: the convolution's last
+/// kernel - 1 inputs (B, conv channels, kernel - 1) and the delta rule's state (B, value heads, key
+/// head dim, value head dim).
+#[derive(Debug)]
+pub struct LinearState {
+    pub conv: Tensor,
+    pub recurrent: Tensor,
+}
+
+/// The depthwise causal convolution of `x` (B, channels, L) by `weight` (channels, 1, kernel), after
+/// the `previous` kernel - 1 inputs (`None`: zeros, the start of a sequence), then SiLU; and the last
+/// kernel - 1 inputs, for the next call.
+fn causal_conv(
+    x: &Tensor,
+    weight: &Tensor,
+    previous: Option<&Tensor>,
+) -> Result<(Tensor, Tensor), tch::TchError> {
     let [channels, _, kernel] = weight.size()[..] else {
         return Err(tch::TchError::Shape(format!("conv1d weight {:?}", weight.size())));
     };
-    let len = x.size()[2];
-    x.f_to_kind(weight.kind())?
-        .f_conv1d(weight, None::<Tensor>, [1], [kernel - 1], [1], channels)?
-        .f_narrow(2, 0, len)?
+    let kind = x.kind();
+    let x = x.f_to_kind(weight.kind())?;
+    let before = match previous {
+        Some(p) => p.f_to_kind(weight.kind())?,
+        None => Tensor::f_zeros([x.size()[0], channels, kernel - 1], (weight.kind(), x.device()))?,
+    };
+    let joined = Tensor::f_cat(&[&before, &x], 2)?;
+    let kept = joined.f_narrow(2, joined.size()[2] - (kernel - 1), kernel - 1)?;
+    let out = joined
+        .f_conv1d(weight, None::<Tensor>, [1], [0], [1], channels)?
         .f_silu()?
-        .f_to_kind(x.kind())
+        .f_to_kind(kind)?;
+    Ok((out, kept))
 }
 
 /// RMSNorm of each head's output `x` (.., dv), then times SiLU of the gate: in f32, the weight applied

@@ -5,8 +5,10 @@
 
 use tch::{Kind, Tensor, nn};
 
-use super::full_attention::{FullAttentionConfig, GatedAttention, PartialRotary, ZeroCenteredRmsNorm};
-use super::linear_attention::{GatedDeltaNet, LinearAttentionConfig};
+use super::full_attention::{
+    FullAttentionConfig, GatedAttention, KvState, PartialRotary, ZeroCenteredRmsNorm,
+};
+use super::linear_attention::{GatedDeltaNet, LinearAttentionConfig, LinearState};
 use crate::decoder::{AttentionMask, swiglu};
 use crate::layers::{INIT_STD, Linear};
 use crate::model_error::ModelError;
@@ -59,6 +61,74 @@ struct DecoderLayer {
     mixer: Mixer,
     post_attention_layernorm: ZeroCenteredRmsNorm,
     mlp: Mlp,
+}
+
+impl DecoderLayer {
+    /// The MLP half of the layer: `x` (the residual stream after the token mixer) plus the MLP of
+    /// its norm.
+    fn mlp_after(&self, x: Tensor) -> Result<Tensor, ModelError> {
+        let normed = self.post_attention_layernorm.forward(&x)?;
+        let m = &self.mlp;
+        let gated = swiglu(&m.gate_proj.forward(&normed), &m.up_proj.forward(&normed));
+        Ok(x.f_add(&m.down_proj.forward(&gated))?)
+    }
+
+    /// The token mixer over `normed` from the layer's carried state (`None`: the start), and its
+    /// state after; layer `index` names a state of the other layer type.
+    fn mix_with_state(
+        &self,
+        normed: &Tensor,
+        rotary: &PartialRotary,
+        before: Option<LayerState>,
+        index: usize,
+    ) -> Result<(Tensor, LayerState), ModelError> {
+        match (&self.mixer, before) {
+            (Mixer::Linear(attn), None) => {
+                let (out, s) = attn.forward_with_state(normed, None)?;
+                Ok((out, LayerState::Linear(s)))
+            }
+            (Mixer::Linear(attn), Some(LayerState::Linear(s))) => {
+                let (out, s) = attn.forward_with_state(normed, Some(&s))?;
+                Ok((out, LayerState::Linear(s)))
+            }
+            (Mixer::Full(attn), None) => {
+                let (out, s) = attn.forward_with_state(normed, rotary, None)?;
+                Ok((out, LayerState::Full(s)))
+            }
+            (Mixer::Full(attn), Some(LayerState::Full(s))) => {
+                let (out, s) = attn.forward_with_state(normed, rotary, Some(&s))?;
+                Ok((out, LayerState::Full(s)))
+            }
+            _ => Err(ModelError::Input(format!(
+                "the decode state of layer {index} is of the other layer type"
+            ))),
+        }
+    }
+}
+
+/// What one layer carries between calls.
+#[derive(Debug)]
+enum LayerState {
+    Linear(LinearState),
+    Full(KvState),
+}
+
+/// What the decoder carries between calls: each layer's state and the next token's position.
+#[derive(Debug)]
+pub struct DecodeState {
+    layers: Vec<LayerState>,
+    position: i64,
+}
+
+/// (B, L) of a batch of token ids.
+fn ids_shape(ids: &Tensor) -> Result<(i64, i64), ModelError> {
+    match ids.size()[..] {
+        [b, l] => Ok((b, l)),
+        _ => Err(ModelError::Input(format!(
+            "token ids must be (B, L), not {:?}",
+            ids.size()
+        ))),
+    }
 }
 
 /// The decoder stack with its embedding and final norm, parameters named as transformers names them
@@ -121,39 +191,68 @@ impl TextModel {
     /// Final normed hidden states (B, L, hidden) of `ids` (B, L) int64, every token real, at text
     /// positions 0..L.
     pub fn forward(&self, ids: &Tensor) -> Result<Tensor, ModelError> {
-        let [b, l] = ids.size()[..] else {
-            return Err(ModelError::Input(format!(
-                "token ids must be (B, L), not {:?}",
-                ids.size()
-            )));
-        };
+        let (b, l) = ids_shape(ids)?;
         let mut x = Tensor::f_embedding(&self.embed_tokens, ids, -1, false, false)?;
-        let rotary = self.text_rotary(b, l, x.kind())?;
+        let rotary = self.text_rotary(b, 0, l, x.kind())?;
         for layer in &self.layers {
             let normed = layer.input_layernorm.forward(&x)?;
             let mixed = match &layer.mixer {
                 Mixer::Linear(attn) => attn.forward(&normed, None)?,
                 Mixer::Full(attn) => attn.forward(&normed, &rotary, &AttentionMask::Causal)?,
             };
-            x = x.f_add(&mixed)?;
-            let normed = layer.post_attention_layernorm.forward(&x)?;
-            let m = &layer.mlp;
-            let gated = swiglu(&m.gate_proj.forward(&normed), &m.up_proj.forward(&normed));
-            x = x.f_add(&m.down_proj.forward(&gated))?;
+            x = layer.mlp_after(x.f_add(&mixed)?)?;
         }
         Ok(self.norm.forward(&x)?)
     }
 
-    /// The rotation tables of text positions 0..L for every row: `theta^(-2i/d)` over the turned
-    /// dims `d`, each angle used twice (the two halves rotate together). With every M-RoPE
-    /// component at the same position, the interleaving of components changes nothing.
-    fn text_rotary(&self, rows: i64, len: i64, kind: Kind) -> Result<PartialRotary, tch::TchError> {
+    /// [`Self::forward`] continuing from `state` (`None`: the start of the sequences): the new tokens
+    /// `ids` (B, L) at the positions after the state's, rows without padding; the hidden states and
+    /// the state after them. A prompt then one token at a time gives the hidden states of one
+    /// forward over the whole (test).
+    pub fn forward_with_state(
+        &self,
+        ids: &Tensor,
+        state: Option<DecodeState>,
+    ) -> Result<(Tensor, DecodeState), ModelError> {
+        let (b, l) = ids_shape(ids)?;
+        let mut x = Tensor::f_embedding(&self.embed_tokens, ids, -1, false, false)?;
+        let start = state.as_ref().map_or(0, |s| s.position);
+        let rotary = self.text_rotary(b, start, l, x.kind())?;
+        let mut carried: Vec<Option<LayerState>> = match state {
+            Some(s) => s.layers.into_iter().map(Some).collect(),
+            None => self.layers.iter().map(|_| None).collect(),
+        };
+        let mut after = Vec::with_capacity(self.layers.len());
+        for (i, layer) in self.layers.iter().enumerate() {
+            let normed = layer.input_layernorm.forward(&x)?;
+            let before = carried.get_mut(i).and_then(Option::take);
+            let (mixed, next) = layer.mix_with_state(&normed, &rotary, before, i)?;
+            after.push(next);
+            x = layer.mlp_after(x.f_add(&mixed)?)?;
+        }
+        let state = DecodeState {
+            layers: after,
+            position: start + l,
+        };
+        Ok((self.norm.forward(&x)?, state))
+    }
+
+    /// The rotation tables of text positions start..start + len for every row: `theta^(-2i/d)` over
+    /// the turned dims `d`, each angle used twice (the two halves rotate together). With every
+    /// M-RoPE component at the same position, the interleaving of components changes nothing.
+    fn text_rotary(
+        &self,
+        rows: i64,
+        start: i64,
+        len: i64,
+        kind: Kind,
+    ) -> Result<PartialRotary, tch::TchError> {
         let dims = self.config.rotary_dims();
         let device = self.embed_tokens.device();
         let exponents =
             Tensor::f_arange_start_step(0, dims, 2, (Kind::Float, device))?.f_div_scalar(dims as f64)?;
         let inv_freq = Tensor::f_pow_scalar(self.config.rope_theta, &exponents)?.f_reciprocal()?;
-        let positions = Tensor::f_arange(len, (Kind::Float, device))?;
+        let positions = Tensor::f_arange_start(start, start + len, (Kind::Float, device))?;
         let angles = positions.f_unsqueeze(-1)?.f_mul(&inv_freq.f_unsqueeze(0)?)?;
         let angles = Tensor::f_cat(&[&angles, &angles], -1)?.f_expand([rows, len, dims], false)?;
         Ok(PartialRotary {
@@ -232,5 +331,36 @@ mod tests {
         let scale = want.abs().max().double_value(&[]);
         let diff = (&got - want).abs().max().double_value(&[]);
         assert!(diff <= 1e-5 * scale, "{diff:e} of {scale}");
+    }
+
+    /// The same decoder in f64: a prompt of 40 tokens (a chunk of the delta rule and part of
+    /// another), 20 more at once, then the last 10 one at a time, each call from the state the one
+    /// before left, give the hidden states of one forward over all 70 to f64 rounding.
+    #[test]
+    fn a_prompt_then_steps_equal_one_forward() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qwen3_5/text_model.json");
+        let written = std::fs::read_to_string(path).unwrap();
+        let cfg = super::super::config::text_config(&serde_json::from_str(&written).unwrap()).unwrap();
+        tch::manual_seed(21);
+        let mut vs = nn::VarStore::new(Device::Cpu);
+        let model = TextModel::new(vs.root(), &cfg);
+        vs.double();
+        let ids = Tensor::randint(cfg.vocab_size, [2, 70], (Kind::Int64, Device::Cpu));
+        let whole = tch::no_grad(|| model.forward(&ids)).unwrap();
+        assert_eq!(whole.kind(), Kind::Double);
+        let (mut parts, mut state) = (Vec::new(), None);
+        let mut run = |start: i64, len: i64| {
+            let call = || model.forward_with_state(&ids.narrow(1, start, len), state.take());
+            let (hidden, next) = tch::no_grad(call).unwrap();
+            parts.push(hidden);
+            state = Some(next);
+        };
+        run(0, 40);
+        run(40, 20);
+        (60..70).for_each(|t| run(t, 1));
+        let stepped = Tensor::cat(&parts, 1);
+        let diff = (&stepped - &whole).abs().max().double_value(&[]);
+        assert!(diff < 1e-10, "{diff:e}");
     }
 }
