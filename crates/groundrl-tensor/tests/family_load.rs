@@ -2,7 +2,7 @@
 //! (the same logits, log-probs and gradients as the family's own type), its architecture numbers
 //! without loading weights, and an unsupported or mixture-of-experts folder is refused by name.
 
-mod qwen3_vl_fixtures;
+use crate::qwen3_vl_fixtures;
 
 use groundrl_tensor::family::{self, Family};
 use groundrl_tensor::hf_folder;

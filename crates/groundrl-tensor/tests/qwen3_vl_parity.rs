@@ -4,7 +4,7 @@
 //! processor with Qwen3-VL's settings on real-size images; and Qwen3-VL's chat template rendered,
 //! expanded and tokenized as HF's processor does.
 
-mod qwen3_vl_fixtures;
+use crate::qwen3_vl_fixtures;
 
 use groundrl_tensor::family::Family;
 use groundrl_tensor::processor::Processor;

@@ -4,7 +4,7 @@
 //! graph) against plain autograd, loss and every parameter's gradient; a frozen tower and given
 //! features; and branched rows (a prompt with its completions) against one row per completion.
 
-mod qwen3_vl_fixtures;
+use crate::qwen3_vl_fixtures;
 
 use std::collections::BTreeMap;
 

@@ -4,7 +4,7 @@
 //! are the only trained variables, keep their gradients through checkpointing (vision adapters too),
 //! and merge into the same function.
 
-mod qwen3_vl_fixtures;
+use crate::qwen3_vl_fixtures;
 
 use std::collections::BTreeMap;
 

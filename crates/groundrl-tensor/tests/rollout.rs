@@ -2,7 +2,7 @@
 //! shared prefill against separate runs, returned log-probs against a recomputation (also for a LoRA
 //! policy whose adapters change between calls), seeding, banned vision tokens and stop reasons.
 
-mod common;
+use crate::common;
 use common::tiny;
 
 use std::path::PathBuf;

@@ -7,7 +7,7 @@
 //! caps, some second turns): [`Scripted`] wraps the real engine and swaps the listed samples'
 //! completions for the tokens of a given call; every other turn is the engine's own.
 
-mod common;
+use crate::common;
 use common::tiny;
 
 use std::cell::Cell;

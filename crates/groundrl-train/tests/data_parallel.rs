@@ -215,6 +215,15 @@ fn train_once<R>(
     )
 }
 
+/// The name the test harness gives [`rank`]: its module path in the test binary (without the
+/// crate's name), then `rank`.
+fn rank_test() -> String {
+    match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::rank"),
+        None => "rank".to_string(),
+    }
+}
+
 fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap().port()
@@ -227,7 +236,7 @@ fn launch(scenario: &str, out: &Path) -> Vec<Output> {
     let children: Vec<_> = (0..WORLD)
         .map(|rank| {
             Command::new(&exe)
-                .args(["rank", "--exact", "--ignored", "--nocapture"])
+                .args([rank_test().as_str(), "--exact", "--ignored", "--nocapture"])
                 .env(SCENARIO, scenario)
                 .env(OUT, out)
                 .env("RANK", rank.to_string())

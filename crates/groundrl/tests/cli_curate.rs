@@ -1,7 +1,7 @@
 //! `groundrl curate next` and `curate compare` on small hand-written ledgers, and `groundrl rollout
 //! --reward --ledger` on the tiny model writing the ledger they read.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

@@ -1,6 +1,6 @@
 //! `groundrl data` end to end on the core crate's fixtures.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

@@ -3,7 +3,7 @@
 //! evaluated on one held-out set, and the summary holds each seed's gain and the mean; a second demo
 //! into the same folder is refused; seeds trained side by side match seeds trained in a row.
 
-mod common;
+use crate::common;
 
 use common::{command, json_lines};
 use serde_json::Value;

@@ -2,7 +2,7 @@
 //! expected_stats.json), and with `--per-category` the JSON keeps the per-category rows the text
 //! table prints.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

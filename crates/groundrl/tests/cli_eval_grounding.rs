@@ -1,6 +1,6 @@
 //! `groundrl eval grounding` end to end on the core crate's grounding fixtures.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

@@ -3,7 +3,7 @@
 //! sampled completions give pass@k; samples that cannot be asked (a missing image, a path out of
 //! the data folder, a bad record) are skipped, named and counted, with exit code 1 and no panic.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

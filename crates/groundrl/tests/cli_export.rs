@@ -2,7 +2,7 @@
 //! `groundrl model logits`, the logits of the trained model bit for bit; a LoRA run's export holds
 //! merged weights and no adapter tensors; bad run folders, steps and output folders are clear errors.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

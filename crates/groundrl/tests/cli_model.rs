@@ -1,7 +1,7 @@
 //! `groundrl model logits` on inputs a user wrote: ids outside the vocabulary and weights indexes
 //! that name files outside their folder are refused with an error, never a crash.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Output;

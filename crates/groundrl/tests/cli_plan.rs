@@ -2,7 +2,7 @@
 //! `groundrl-train/src/plan.rs`'s tests), exit code 2 with the knob when a config does not fit, and a
 //! clean error for unknown keys.
 
-mod common;
+use crate::common;
 
 use std::process::Output;
 

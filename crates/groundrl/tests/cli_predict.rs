@@ -3,7 +3,7 @@
 //! as the run's evaluation answered it (`eval/after.jsonl`, `eval/before.jsonl`); `--draw` writes a
 //! PNG of the screenshot's size; bad input is an error, not a panic.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -1,7 +1,7 @@
 //! Qwen3-VL end to end through the commands: a tiny random Qwen3-VL folder (`model init --preset
 //! qwen3-tiny`) trained for two GRPO steps, then asked by `predict` and `eval model` from the run.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

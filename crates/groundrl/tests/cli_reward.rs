@@ -1,6 +1,6 @@
 //! `groundrl reward` end to end: the shipped example, bad lines, exit codes.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

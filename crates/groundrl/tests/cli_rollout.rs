@@ -2,7 +2,7 @@
 //! sample with the documented fields, the same seed gives the same file, bad samples are skipped,
 //! listed and counted.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Output;

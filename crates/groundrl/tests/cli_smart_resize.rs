@@ -1,7 +1,7 @@
 //! `groundrl smart-resize`: the documented JSON on stdout, and exit code 2 with a message for sizes
 //! the processor refuses.
 
-mod common;
+use crate::common;
 
 use common::command;
 

@@ -2,7 +2,7 @@
 //! mid-step, mid-save) and continued with `--resume` each time ends exactly as an uninterrupted run
 //! (CPU, tiny preset); a run resumes from any folder; config errors are clean.
 
-mod common;
+use crate::common;
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};

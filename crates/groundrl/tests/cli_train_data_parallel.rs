@@ -12,7 +12,7 @@
 //! each, the summed gradient is one addition `g0 + g1`, the same as one process's accumulation of
 //! its two micro-batches (`0 + g0 + g1`, and `0 + g0` is exact): the weights are equal to the bit.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -2,9 +2,6 @@
 //! inputs they run it on (the tiny random model, synthetic screenshots, the repository's configs
 //! and the core crate's fixtures).
 
-// Every test file is a crate of its own that uses a part of these.
-#![allow(dead_code)]
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
