@@ -192,10 +192,9 @@ pub struct KvState {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-
     use tch::Device;
 
+    use super::super::golden;
     use super::*;
 
     /// transformers 5.17's `Qwen3_5Attention` (eager) with random parameters and biases, 4 query
@@ -204,9 +203,7 @@ mod tests {
     /// within 1e-5 of its largest value in f32.
     #[test]
     fn the_layer_equals_transformers_gated_attention() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/qwen3_5/full_attention.safetensors");
-        let named: HashMap<String, Tensor> = Tensor::read_safetensors(&path).unwrap().into_iter().collect();
+        let named = golden::read("full_attention.safetensors");
         let cfg = FullAttentionConfig {
             hidden_size: 32,
             heads: 4,
@@ -217,15 +214,7 @@ mod tests {
         };
         let vs = nn::VarStore::new(Device::Cpu);
         let layer = GatedAttention::new(vs.root() / "self_attn", &cfg);
-        let variables = vs.variables();
-        assert_eq!(variables.len(), 10);
-        tch::no_grad(|| {
-            for (name, mut var) in variables {
-                let stored = &named[&name];
-                assert_eq!(var.size(), stored.size(), "{name}");
-                var.copy_(stored);
-            }
-        });
+        assert_eq!(golden::assign(&vs, &named), 10);
         let rotary = PartialRotary {
             cos: named["cos"].shallow_clone(),
             sin: named["sin"].shallow_clone(),

@@ -304,10 +304,7 @@ mod tests {
     /// (`scripts/goldens/qwen3_5_gated_delta.py`): ours in f32 within 1e-5 of their largest value.
     #[test]
     fn both_forms_equal_transformers_reference_functions() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/qwen3_5/gated_delta.safetensors");
-        let named: std::collections::HashMap<String, Tensor> =
-            Tensor::read_safetensors(&path).unwrap().into_iter().collect();
+        let named = super::super::golden::read("gated_delta.safetensors");
         let t = |name: &str| named[name].shallow_clone();
         let data = [t("q"), t("k"), t("v"), t("g"), t("beta")];
         let state = t("state");

@@ -222,10 +222,9 @@ fn gated_rms_norm(x: &Tensor, gate: &Tensor, weight: &Tensor, eps: f64) -> Resul
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-
     use tch::Device;
 
+    use super::super::golden;
     use super::*;
 
     /// transformers 5.17's `Qwen3_5GatedDeltaNet` with random parameters, 2 key heads over 4 value
@@ -233,9 +232,7 @@ mod tests {
     /// same output within 1e-5 of its largest value in f32.
     #[test]
     fn the_layer_equals_transformers_gated_delta_net() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/qwen3_5/linear_attention.safetensors");
-        let named: HashMap<String, Tensor> = Tensor::read_safetensors(&path).unwrap().into_iter().collect();
+        let named = golden::read("linear_attention.safetensors");
         let cfg = LinearAttentionConfig {
             hidden_size: 32,
             key_heads: 2,
@@ -247,15 +244,7 @@ mod tests {
         };
         let vs = nn::VarStore::new(Device::Cpu);
         let layer = GatedDeltaNet::new(vs.root() / "linear_attn", &cfg);
-        let variables = vs.variables();
-        assert_eq!(variables.len(), 9);
-        tch::no_grad(|| {
-            for (name, mut var) in variables {
-                let stored = &named[&name];
-                assert_eq!(var.size(), stored.size(), "{name}");
-                var.copy_(stored);
-            }
-        });
+        assert_eq!(golden::assign(&vs, &named), 9);
         let got = tch::no_grad(|| layer.forward(&named["x"], Some(&named["mask"]))).unwrap();
         let want = &named["out"];
         let scale = want.abs().max().double_value(&[]);

@@ -20,3 +20,43 @@ pub mod full_attention;
 pub mod gated_delta;
 pub mod linear_attention;
 pub mod text;
+
+/// What the parity tests share: reading a golden of `tests/fixtures/qwen3_5` and giving a model's
+/// variables the golden's values by name.
+#[cfg(test)]
+mod golden {
+    use std::collections::HashMap;
+    use std::path::PathBuf;
+
+    use tch::{Tensor, nn};
+
+    /// The path of the fixture `file`.
+    pub fn path(file: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/qwen3_5")
+            .join(file)
+    }
+
+    /// The tensors of the fixture `file`, by name.
+    pub fn read(file: &str) -> HashMap<String, Tensor> {
+        Tensor::read_safetensors(path(file))
+            .unwrap()
+            .into_iter()
+            .collect()
+    }
+
+    /// Copies into every variable of `vs` the tensor of the same name in `named` (same shape);
+    /// returns how many there were.
+    pub fn assign(vs: &nn::VarStore, named: &HashMap<String, Tensor>) -> usize {
+        let variables = vs.variables();
+        let count = variables.len();
+        tch::no_grad(|| {
+            for (name, mut var) in variables {
+                let stored = &named[&name];
+                assert_eq!(var.size(), stored.size(), "{name}");
+                var.copy_(stored);
+            }
+        });
+        count
+    }
+}

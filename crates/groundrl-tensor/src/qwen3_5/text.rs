@@ -264,10 +264,9 @@ impl TextModel {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-
     use tch::Device;
 
+    use super::super::golden;
     use super::*;
 
     /// transformers 5.17's `Qwen3_5TextModel` with random parameters, three linear-attention layers
@@ -276,9 +275,7 @@ mod tests {
     /// within 1e-5 of their largest value in f32.
     #[test]
     fn the_decoder_equals_transformers_text_model() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/qwen3_5/text_model.safetensors");
-        let named: HashMap<String, Tensor> = Tensor::read_safetensors(&path).unwrap().into_iter().collect();
+        let named = golden::read("text_model.safetensors");
         let cfg = TextConfig {
             vocab_size: 64,
             hidden_size: 32,
@@ -309,7 +306,7 @@ mod tests {
             rope_theta: 10000.0,
             rms_norm_eps: 1e-6,
         };
-        let written = std::fs::read_to_string(path.with_extension("json")).unwrap();
+        let written = std::fs::read_to_string(golden::path("text_model.json")).unwrap();
         let read = super::super::config::text_config(&serde_json::from_str(&written).unwrap()).unwrap();
         assert_eq!(
             read, cfg,
@@ -317,15 +314,11 @@ mod tests {
         );
         let vs = nn::VarStore::new(Device::Cpu);
         let model = TextModel::new(vs.root(), &cfg);
-        let variables = vs.variables();
-        assert_eq!(variables.len(), named.len() - 2, "every parameter, no more");
-        tch::no_grad(|| {
-            for (name, mut var) in variables {
-                let stored = &named[&name];
-                assert_eq!(var.size(), stored.size(), "{name}");
-                var.copy_(stored);
-            }
-        });
+        assert_eq!(
+            golden::assign(&vs, &named),
+            named.len() - 2,
+            "every parameter, no more"
+        );
         let got = tch::no_grad(|| model.forward(&named["ids"])).unwrap();
         let want = &named["hidden"];
         let scale = want.abs().max().double_value(&[]);
