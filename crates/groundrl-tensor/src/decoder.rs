@@ -148,6 +148,34 @@ impl Rotary {
     }
 }
 
+/// A decoder layer's MLP, as every family here has it: `down(silu(gate(x)) * up(x))`, parameters
+/// named as transformers names them under a layer's `mlp`.
+#[derive(Debug)]
+pub(crate) struct Mlp {
+    pub gate_proj: Linear,
+    pub up_proj: Linear,
+    pub down_proj: Linear,
+}
+
+impl Mlp {
+    /// The projections under `p` (no biases), initialised with `init_std`.
+    pub fn new(p: &tch::nn::Path, hidden: i64, intermediate: i64, init_std: f64) -> Self {
+        let linear =
+            |name: &str, inputs: i64, outputs: i64| Linear::new(p / name, inputs, outputs, false, init_std);
+        Self {
+            gate_proj: linear("gate_proj", hidden, intermediate),
+            up_proj: linear("up_proj", hidden, intermediate),
+            down_proj: linear("down_proj", intermediate, hidden),
+        }
+    }
+
+    /// The MLP of `x` (.., hidden), SwiGLU on [`fused::swiglu`].
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor, tch::TchError> {
+        let gated = fused::swiglu(&self.gate_proj.forward(x), &self.up_proj.forward(x))?;
+        Ok(self.down_proj.forward(&gated))
+    }
+}
+
 /// SwiGLU's `silu(gate) * up` ([`fused::swiglu`]: one kernel on bf16 CUDA tensors, and one for its
 /// backward).
 pub(crate) fn swiglu(gate: &Tensor, up: &Tensor) -> Tensor {

@@ -16,7 +16,7 @@ use super::config::TextConfig;
 use super::layers::{INIT_STD, Linear, RmsNorm};
 pub(crate) use crate::decoder::FusedLayer;
 pub use crate::decoder::{AttentionMask, Rotary, attend, repeat_kv};
-use crate::decoder::{LayerProjections, swiglu};
+use crate::decoder::{LayerProjections, Mlp};
 use crate::model_error::ModelError;
 
 #[derive(Debug)]
@@ -25,13 +25,6 @@ struct Attention {
     k_proj: Linear,
     v_proj: Linear,
     o_proj: Linear,
-}
-
-#[derive(Debug)]
-struct Mlp {
-    gate_proj: Linear,
-    up_proj: Linear,
-    down_proj: Linear,
 }
 
 /// One decoder block: pre-norm attention and pre-norm SwiGLU MLP, each with a residual.
@@ -52,7 +45,6 @@ impl DecoderLayer {
         let (heads, kv_heads) = (cfg.num_attention_heads, cfg.num_key_value_heads);
         let attn = p.sub("self_attn");
         let mlp = p.sub("mlp");
-        let inter = cfg.intermediate_size;
         Self {
             input_layernorm: RmsNorm::new(p.sub("input_layernorm"), h, cfg.rms_norm_eps),
             self_attn: Attention {
@@ -62,11 +54,7 @@ impl DecoderLayer {
                 o_proj: Linear::new(attn.sub("o_proj"), heads * hd, h, false, init_std),
             },
             post_attention_layernorm: RmsNorm::new(p.sub("post_attention_layernorm"), h, cfg.rms_norm_eps),
-            mlp: Mlp {
-                gate_proj: Linear::new(mlp.sub("gate_proj"), h, inter, false, init_std),
-                up_proj: Linear::new(mlp.sub("up_proj"), h, inter, false, init_std),
-                down_proj: Linear::new(mlp.sub("down_proj"), inter, h, false, init_std),
-            },
+            mlp: Mlp::new(&mlp, h, cfg.intermediate_size, init_std),
             heads,
             kv_heads,
             head_dim: hd,
@@ -92,9 +80,8 @@ impl DecoderLayer {
         let attn = attn.transpose(1, 2).reshape([b, l, self.heads * self.head_dim]);
         let x = x + self.self_attn.o_proj.forward(&attn);
         let normed = self.post_attention_layernorm.forward(&x);
-        let mlp = &self.mlp;
-        let gated = swiglu(&mlp.gate_proj.forward(&normed), &mlp.up_proj.forward(&normed));
-        &x + mlp.down_proj.forward(&gated)
+        // A kernel's failure is a bug of ours (as in `decoder::swiglu`).
+        &x + self.mlp.forward(&normed).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// The projections decoding fuses ([`FusedLayer`]).

@@ -233,17 +233,8 @@ mod tests {
     #[test]
     fn the_layer_equals_transformers_gated_delta_net() {
         let named = golden::read("linear_attention.safetensors");
-        let cfg = LinearAttentionConfig {
-            hidden_size: 32,
-            key_heads: 2,
-            value_heads: 4,
-            key_head_dim: 8,
-            value_head_dim: 8,
-            conv_kernel: 4,
-            rms_norm_eps: 1e-6,
-        };
         let vs = nn::VarStore::new(Device::Cpu);
-        let layer = GatedDeltaNet::new(vs.root() / "linear_attn", &cfg);
+        let layer = GatedDeltaNet::new(vs.root() / "linear_attn", &golden::linear_attention());
         assert_eq!(golden::assign(&vs, &named), 9);
         let got = tch::no_grad(|| layer.forward(&named["x"], Some(&named["mask"]))).unwrap();
         let want = &named["out"];

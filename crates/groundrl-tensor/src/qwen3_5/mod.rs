@@ -30,6 +30,20 @@ mod golden {
 
     use tch::{Tensor, nn};
 
+    /// The linear-attention layers of `scripts/goldens/qwen3_5_layers.py` (the layer's golden and
+    /// the text decoder's): hidden 32, 2 key heads of 8 over 4 value heads of 8, kernel 4.
+    pub fn linear_attention() -> super::linear_attention::LinearAttentionConfig {
+        super::linear_attention::LinearAttentionConfig {
+            hidden_size: 32,
+            key_heads: 2,
+            value_heads: 4,
+            key_head_dim: 8,
+            value_head_dim: 8,
+            conv_kernel: 4,
+            rms_norm_eps: 1e-6,
+        }
+    }
+
     /// The path of the fixture `file`.
     pub fn path(file: &str) -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))

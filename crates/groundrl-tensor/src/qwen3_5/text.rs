@@ -9,8 +9,8 @@ use super::full_attention::{
     FullAttentionConfig, GatedAttention, KvState, PartialRotary, ZeroCenteredRmsNorm,
 };
 use super::linear_attention::{GatedDeltaNet, LinearAttentionConfig, LinearState};
-use crate::decoder::{AttentionMask, swiglu};
-use crate::layers::{INIT_STD, Linear};
+use crate::decoder::{AttentionMask, Mlp};
+use crate::layers::INIT_STD;
 use crate::model_error::ModelError;
 
 /// Which token mixer a decoder layer has.
@@ -49,13 +49,6 @@ enum Mixer {
 }
 
 #[derive(Debug)]
-struct Mlp {
-    gate_proj: Linear,
-    up_proj: Linear,
-    down_proj: Linear,
-}
-
-#[derive(Debug)]
 struct DecoderLayer {
     input_layernorm: ZeroCenteredRmsNorm,
     mixer: Mixer,
@@ -68,9 +61,7 @@ impl DecoderLayer {
     /// its norm.
     fn mlp_after(&self, x: Tensor) -> Result<Tensor, ModelError> {
         let normed = self.post_attention_layernorm.forward(&x)?;
-        let m = &self.mlp;
-        let gated = swiglu(&m.gate_proj.forward(&normed), &m.up_proj.forward(&normed));
-        Ok(x.f_add(&m.down_proj.forward(&gated))?)
+        Ok(x.f_add(&self.mlp.forward(&normed)?)?)
     }
 
     /// The token mixer over `normed` from the layer's carried state (`None`: the start), and its
@@ -147,9 +138,6 @@ impl TextModel {
         let layers = (cfg.layer_types.iter().enumerate())
             .map(|(i, kind)| {
                 let l = &p / "layers" / i;
-                let linear = |name: &str, inputs: i64, outputs: i64| {
-                    Linear::new(&l / "mlp" / name, inputs, outputs, false, INIT_STD)
-                };
                 DecoderLayer {
                     input_layernorm: ZeroCenteredRmsNorm::new(&l / "input_layernorm", h, cfg.rms_norm_eps),
                     mixer: match kind {
@@ -165,11 +153,7 @@ impl TextModel {
                         h,
                         cfg.rms_norm_eps,
                     ),
-                    mlp: Mlp {
-                        gate_proj: linear("gate_proj", h, cfg.intermediate_size),
-                        up_proj: linear("up_proj", h, cfg.intermediate_size),
-                        down_proj: linear("down_proj", cfg.intermediate_size, h),
-                    },
+                    mlp: Mlp::new(&(&l / "mlp"), h, cfg.intermediate_size, INIT_STD),
                 }
             })
             .collect();
@@ -293,15 +277,7 @@ mod tests {
                 attention_bias: false,
                 rms_norm_eps: 1e-6,
             },
-            linear: LinearAttentionConfig {
-                hidden_size: 32,
-                key_heads: 2,
-                value_heads: 4,
-                key_head_dim: 8,
-                value_head_dim: 8,
-                conv_kernel: 4,
-                rms_norm_eps: 1e-6,
-            },
+            linear: golden::linear_attention(),
             partial_rotary_factor: 0.25,
             rope_theta: 10000.0,
             rms_norm_eps: 1e-6,

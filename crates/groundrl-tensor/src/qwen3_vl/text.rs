@@ -16,8 +16,7 @@ use tch::{Device, Kind, Tensor, nn};
 
 use super::ModelError;
 use super::config::TextConfig;
-use crate::decoder::{FusedLayer, LayerProjections};
-use crate::fused;
+use crate::decoder::{FusedLayer, LayerProjections, Mlp};
 use crate::layers::{INIT_STD, Linear, RmsNorm};
 use crate::qwen2_5_vl::text::{AttentionMask, Rotary, attend};
 
@@ -89,13 +88,6 @@ struct Attention {
     k_norm: RmsNorm,
 }
 
-#[derive(Debug)]
-struct Mlp {
-    gate_proj: Linear,
-    up_proj: Linear,
-    down_proj: Linear,
-}
-
 /// One decoder block: pre-norm attention and pre-norm SwiGLU MLP, each with a residual.
 #[derive(Debug)]
 pub struct DecoderLayer {
@@ -126,11 +118,7 @@ impl DecoderLayer {
                 k_norm: RmsNorm::new(attn.sub("k_norm"), hd, cfg.rms_norm_eps),
             },
             post_attention_layernorm: RmsNorm::new(p.sub("post_attention_layernorm"), h, cfg.rms_norm_eps),
-            mlp: Mlp {
-                gate_proj: Linear::new(mlp.sub("gate_proj"), h, inter, false, INIT_STD),
-                up_proj: Linear::new(mlp.sub("up_proj"), h, inter, false, INIT_STD),
-                down_proj: Linear::new(mlp.sub("down_proj"), inter, h, false, INIT_STD),
-            },
+            mlp: Mlp::new(&mlp, h, inter, INIT_STD),
             heads,
             kv_heads,
             head_dim: hd,
@@ -164,9 +152,7 @@ impl DecoderLayer {
         let attn = attn.transpose(1, 2).reshape([b, l, self.heads * self.head_dim]);
         let x = x + self.self_attn.o_proj.forward(&attn);
         let normed = self.post_attention_layernorm.forward(&x);
-        let mlp = &self.mlp;
-        let gated = fused::swiglu(&mlp.gate_proj.forward(&normed), &mlp.up_proj.forward(&normed))?;
-        Ok(&x + mlp.down_proj.forward(&gated))
+        Ok(&x + self.mlp.forward(&normed)?)
     }
 
     /// The projections decoding fuses ([`FusedLayer`]).
