@@ -182,7 +182,7 @@ pub fn rollout_prompts(model: &dyn Model, shape: &StepShape, prompts: usize, see
 /// every row's filled cache, at `context` tokens per row.
 pub fn decode_step_bytes(shape: &Architecture, kind: Kind, rows: i64, context: i64) -> f64 {
     let weights = shape.text_parameters as f64;
-    let kv_per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim;
+    let kv_per_token = 2 * shape.kv_layers * shape.kv_heads * shape.head_dim;
     let element = kind.elt_size_in_bytes() as f64;
     (weights + (rows * context * kv_per_token) as f64) * element
 }

@@ -14,6 +14,7 @@ use tch::{Device, Kind};
 use crate::model::{Architecture, Model};
 use crate::model_error::ModelError;
 use crate::qwen2_5_vl::{Qwen25Vl, Qwen25VlConfig};
+use crate::qwen3_5::{Qwen35, Qwen35Config};
 use crate::qwen3_vl::{Qwen3Vl, Qwen3VlConfig};
 
 /// A model family groundrl can load.
@@ -23,6 +24,8 @@ pub enum Family {
     Qwen25Vl,
     /// [`crate::qwen3_vl::Qwen3Vl`] (the dense models; the MoE ones are `qwen3_vl_moe`).
     Qwen3Vl,
+    /// [`crate::qwen3_5::Qwen35`] (the dense models; the MoE ones are `qwen3_5_moe`).
+    Qwen35,
 }
 
 /// Why a folder's family is unknown.
@@ -46,28 +49,30 @@ pub enum FamilyError {
 fn unsupported_note(model_type: &str) -> &'static str {
     match model_type {
         "qwen3_vl_moe" => " (Qwen3-VL's mixture-of-experts models: MoE decoders are not supported)",
+        "qwen3_5_moe" => " (Qwen3.5's mixture-of-experts models: MoE decoders are not supported)",
         _ => "",
     }
 }
 
 impl Family {
-    pub const ALL: [Family; 2] = [Family::Qwen25Vl, Family::Qwen3Vl];
+    pub const ALL: [Family; 3] = [Family::Qwen25Vl, Family::Qwen3Vl, Family::Qwen35];
 
     /// The `model_type` of the family's `config.json`.
     pub fn model_type(self) -> &'static str {
         match self {
             Family::Qwen25Vl => "qwen2_5_vl",
             Family::Qwen3Vl => crate::qwen3_vl::MODEL_TYPE,
+            Family::Qwen35 => crate::qwen3_5::MODEL_TYPE,
         }
     }
 
     /// The frame the family's models write coordinates in, as they were trained to: Qwen2.5-VL in
-    /// absolute pixels of the image after `smart_resize`, Qwen3-VL on a 0-1000 grid over the image
+    /// absolute pixels of the image after `smart_resize`, Qwen3-VL and Qwen3.5 on a 0-1000 grid over the image
     /// (docs/design.md, "Coordinate frames are explicit"). A frame setting of `auto` is this frame.
     pub fn answer_frame(self) -> Frame {
         match self {
             Family::Qwen25Vl => Frame::Resized,
-            Family::Qwen3Vl => Frame::Qwen1000,
+            Family::Qwen3Vl | Family::Qwen35 => Frame::Qwen1000,
         }
     }
 
@@ -107,6 +112,7 @@ impl Family {
         Ok(match self {
             Family::Qwen25Vl => Box::new(Qwen25Vl::load(dir, device, kind)?),
             Family::Qwen3Vl => Box::new(Qwen3Vl::load(dir, device, kind)?),
+            Family::Qwen35 => Box::new(Qwen35::load(dir, device, kind)?),
         })
     }
 
@@ -115,6 +121,7 @@ impl Family {
         Ok(match self {
             Family::Qwen25Vl => Qwen25VlConfig::load(path)?.architecture(),
             Family::Qwen3Vl => Qwen3VlConfig::load(path)?.architecture(),
+            Family::Qwen35 => Qwen35Config::load(path)?.architecture(),
         })
     }
 
@@ -170,6 +177,7 @@ mod tests {
             ("qwen3_vl/tiny_a", Family::Qwen3Vl, Frame::Qwen1000),
             ("qwen3_vl/tiny_b", Family::Qwen3Vl, Frame::Qwen1000),
             ("qwen2_5_vl/tiny_a", Family::Qwen25Vl, Frame::Resized),
+            ("qwen3_5/tiny", Family::Qwen35, Frame::Qwen1000),
         ] {
             let found = Family::of_folder(&fixtures.join(folder)).unwrap();
             assert_eq!(found, family, "{folder}");
@@ -229,7 +237,7 @@ mod tests {
         let text = err.to_string();
         assert!(matches!(err, FamilyError::Unsupported { .. }), "{text}");
         assert!(
-            text.contains("`qwen3_vl_moe`") && text.contains("qwen2_5_vl, qwen3_vl"),
+            text.contains("`qwen3_vl_moe`") && text.contains("qwen2_5_vl, qwen3_vl, qwen3_5"),
             "{text}"
         );
         let err = Family::of_folder(folder(r#"{"hidden_size": 8}"#).path())

@@ -14,6 +14,7 @@ use crate::processor::image::ImageProcessor;
 use crate::processor::tiny_tokenizer::{self, write_tiny_tokenizer};
 use crate::processor::{PREPROCESSOR_CONFIG_FILE, Processor, ProcessorError};
 use crate::qwen2_5_vl::{self, Qwen25Vl, Qwen25VlConfig};
+use crate::qwen3_5::{self, Qwen35};
 use crate::qwen3_vl::{self, Qwen3Vl};
 use crate::special_ids::SpecialIds;
 
@@ -192,11 +193,19 @@ pub enum RandomFolder {
     Qwen3Vl4b,
     /// Qwen3-VL-8B-Instruct's shape, as [`Self::Qwen3Vl2b`].
     Qwen3Vl8b,
+    /// A small Qwen3.5 (linear and full attention three to one) of [`Self::Tiny`]'s size, with
+    /// Qwen3-VL's image settings.
+    Qwen35Tiny,
+    /// A Qwen3.5 of about 30M parameters with the tiny preset's pixel budget: the GPU demo's Qwen3.5.
+    Qwen35Small,
+    /// A dense Qwen3.5 shape near 4B ([`crate::qwen3_5::presets`]) with the tiny tokenizer's
+    /// special ids, for benchmarks.
+    Qwen35_4b,
 }
 
 /// Every random folder with the name `groundrl model init --preset`, `bench --preset` and
 /// `model.preset` know it by.
-const NAMES: [(&str, RandomFolder); 9] = [
+const NAMES: [(&str, RandomFolder); 12] = [
     ("tiny", RandomFolder::Tiny),
     ("small", RandomFolder::Small),
     ("3b", RandomFolder::Qwen3b),
@@ -206,6 +215,9 @@ const NAMES: [(&str, RandomFolder); 9] = [
     ("qwen3-2b", RandomFolder::Qwen3Vl2b),
     ("qwen3-4b", RandomFolder::Qwen3Vl4b),
     ("qwen3-8b", RandomFolder::Qwen3Vl8b),
+    ("qwen3.5-tiny", RandomFolder::Qwen35Tiny),
+    ("qwen3.5-small", RandomFolder::Qwen35Small),
+    ("qwen3.5-4b", RandomFolder::Qwen35_4b),
 ];
 
 /// Qwen3-VL's released processor settings: 16-pixel patches, mean and std 0.5, and its pixel
@@ -226,6 +238,7 @@ fn qwen3_vl_image_processor() -> ImageProcessor {
 enum FolderConfig {
     Qwen25Vl(Qwen25VlConfig),
     Qwen3Vl(qwen3_vl::Qwen3VlConfig),
+    Qwen35(qwen3_5::Qwen35Config),
 }
 
 impl RandomFolder {
@@ -251,7 +264,12 @@ impl RandomFolder {
     pub fn is_released_shape(self) -> bool {
         matches!(
             self,
-            Self::Qwen3b | Self::Qwen7b | Self::Qwen3Vl2b | Self::Qwen3Vl4b | Self::Qwen3Vl8b
+            Self::Qwen3b
+                | Self::Qwen7b
+                | Self::Qwen3Vl2b
+                | Self::Qwen3Vl4b
+                | Self::Qwen3Vl8b
+                | Self::Qwen35_4b
         )
     }
 
@@ -268,6 +286,9 @@ impl RandomFolder {
             Self::Qwen3Vl2b => FolderConfig::Qwen3Vl(qwen3_vl::presets::qwen3_vl_2b_with_ids(&tiny_ids())),
             Self::Qwen3Vl4b => FolderConfig::Qwen3Vl(qwen3_vl::presets::qwen3_vl_4b_with_ids(&tiny_ids())),
             Self::Qwen3Vl8b => FolderConfig::Qwen3Vl(qwen3_vl::presets::qwen3_vl_8b_with_ids(&tiny_ids())),
+            Self::Qwen35Tiny => FolderConfig::Qwen35(qwen3_5::presets::tiny(vocab, &tiny_ids())),
+            Self::Qwen35Small => FolderConfig::Qwen35(qwen3_5::presets::small(vocab, &tiny_ids())),
+            Self::Qwen35_4b => FolderConfig::Qwen35(qwen3_5::presets::qwen3_5_4b_with_ids(&tiny_ids())),
         }
     }
 
@@ -285,6 +306,14 @@ impl RandomFolder {
             Self::Qwen3Vl2b => FolderConfig::Qwen3Vl(qwen3_vl::presets::qwen3_vl_2b()),
             Self::Qwen3Vl4b => FolderConfig::Qwen3Vl(qwen3_vl::presets::qwen3_vl_4b()),
             Self::Qwen3Vl8b => FolderConfig::Qwen3Vl(qwen3_vl::presets::qwen3_vl_8b()),
+            Self::Qwen35Tiny | Self::Qwen35Small | Self::Qwen35_4b => {
+                use qwen3_5::presets::{QWEN3_5_IDS, QWEN3_5_VOCAB_SIZE};
+                FolderConfig::Qwen35(match self {
+                    Self::Qwen35Tiny => qwen3_5::presets::tiny(QWEN3_5_VOCAB_SIZE, &QWEN3_5_IDS),
+                    Self::Qwen35Small => qwen3_5::presets::small(QWEN3_5_VOCAB_SIZE, &QWEN3_5_IDS),
+                    _ => qwen3_5::presets::qwen3_5_4b_with_ids(&QWEN3_5_IDS),
+                })
+            }
         }
     }
 
@@ -298,6 +327,7 @@ impl RandomFolder {
         match self.config() {
             FolderConfig::Qwen25Vl(_) => Family::Qwen25Vl,
             FolderConfig::Qwen3Vl(_) => Family::Qwen3Vl,
+            FolderConfig::Qwen35(_) => Family::Qwen35,
         }
     }
 }
@@ -307,6 +337,7 @@ impl FolderConfig {
         match self {
             FolderConfig::Qwen25Vl(c) => c.architecture(),
             FolderConfig::Qwen3Vl(c) => c.architecture(),
+            FolderConfig::Qwen35(c) => c.architecture(),
         }
     }
 
@@ -315,6 +346,7 @@ impl FolderConfig {
         Ok(match self {
             FolderConfig::Qwen25Vl(c) => Box::new(Qwen25Vl::new(c, device, kind, seed)),
             FolderConfig::Qwen3Vl(c) => Box::new(Qwen3Vl::new(c, device, kind, seed)?),
+            FolderConfig::Qwen35(c) => Box::new(Qwen35::new(c, device, kind, seed)?),
         })
     }
 }
@@ -331,12 +363,14 @@ impl RandomFolder {
             },
             Self::Qwen3b | Self::Qwen7b => default,
             // The tiny budget keeps small images as they are (no 65,536-pixel floor).
-            Self::Qwen3Tiny | Self::Qwen3Small => ImageProcessor {
+            Self::Qwen3Tiny | Self::Qwen3Small | Self::Qwen35Tiny | Self::Qwen35Small => ImageProcessor {
                 min_pixels: default.min_pixels,
                 max_pixels: TINY_MAX_PIXELS,
                 ..qwen3_vl_image_processor()
             },
-            Self::Qwen3Vl2b | Self::Qwen3Vl4b | Self::Qwen3Vl8b => qwen3_vl_image_processor(),
+            Self::Qwen3Vl2b | Self::Qwen3Vl4b | Self::Qwen3Vl8b | Self::Qwen35_4b => {
+                qwen3_vl_image_processor()
+            }
         }
     }
 }

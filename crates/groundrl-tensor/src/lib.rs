@@ -19,6 +19,7 @@
 
 pub mod attention;
 pub mod bench;
+pub(crate) mod checkpoint;
 pub mod cuda_graph;
 pub(crate) mod decoder;
 pub mod family;

@@ -42,6 +42,15 @@ pub struct CacheLayout {
     pub head_dim: i64,
 }
 
+/// A per-row tensor a family carries through decoding besides keys and values (Qwen3.5's
+/// linear-attention layers: convolution inputs and delta-rule states), as [`Decoder::recurrent_states`]
+/// lists them: its shape without the rows, and its dtype.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StateShape {
+    pub dims: Vec<i64>,
+    pub kind: Kind,
+}
+
 /// The ids of a model's vision tokens, as its config names them: what the tokenizer must agree on
 /// and decoding never selects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,6 +129,12 @@ pub trait Decoder: fmt::Debug {
 
     fn cache_layout(&self) -> CacheLayout;
 
+    /// The per-row states decoding carries besides the KV cache, zeroed with it at every call and
+    /// written by the prefill; none for a family of attention layers only.
+    fn recurrent_states(&self) -> Vec<StateShape> {
+        Vec::new()
+    }
+
     /// The config's vision token ids.
     fn vision_ids(&self) -> VisionIds;
 
@@ -166,6 +181,9 @@ pub struct Architecture {
     pub hidden_size: i64,
     pub intermediate_size: i64,
     pub layers: i64,
+    /// Decoder layers that keep keys and values (all of them but in Qwen3.5, where only its
+    /// full-attention layers do): what a KV cache and a decoding step's reads count.
+    pub kv_layers: i64,
     pub heads: i64,
     pub kv_heads: i64,
     pub head_dim: i64,
@@ -280,4 +298,11 @@ pub trait Model: Decoder + ForwardFlops {
     /// [`crate::scores`] projects the scored hidden states with (a training pass's loss reads
     /// [`TrainingPass::head`] instead).
     fn output_weight(&self) -> &Tensor;
+
+    /// Whether a batch may hold branched rows (a prompt's completions as branches of one row,
+    /// [`crate::qwen2_5_vl::branches`]): not for a family whose layers cannot attend through a
+    /// branch mask (Qwen3.5's linear attention), whose trainer then runs plain rows.
+    fn takes_branches(&self) -> bool {
+        true
+    }
 }

@@ -11,6 +11,7 @@ mod image_processor;
 mod libtorch_smoke;
 mod lora;
 mod qwen2_5_vl_parity;
+mod qwen3_5_parity;
 mod qwen3_vl_parity;
 mod qwen3_vl_rollout;
 mod qwen3_vl_training;

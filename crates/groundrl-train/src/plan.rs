@@ -375,7 +375,7 @@ fn decoding_weights(cfg: &TrainConfig, model: &Architecture) -> Part {
 /// ([`other_shape_rows`]). The prefill's working set is [`prefill`]'s.
 fn kv_cache(cfg: &TrainConfig, model: &Architecture, tokens: &Tokens, world: u64) -> Part {
     let t = model;
-    let per_token = 2 * (t.layers * t.kv_heads * t.head_dim) as u64;
+    let per_token = 2 * (t.kv_layers * t.kv_heads * t.head_dim) as u64;
     let r = &cfg.rollout;
     let step_rows = r.completions_per_step().div_ceil(world.max(1));
     let rows = step_rows

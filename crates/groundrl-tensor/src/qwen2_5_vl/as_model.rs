@@ -24,6 +24,7 @@ impl Qwen25VlConfig {
             hidden_size: t.hidden_size,
             intermediate_size: t.intermediate_size,
             layers: t.num_hidden_layers,
+            kv_layers: t.num_hidden_layers,
             heads: t.num_attention_heads,
             kv_heads: t.num_key_value_heads,
             head_dim: t.head_dim(),

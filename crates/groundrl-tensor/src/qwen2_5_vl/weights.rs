@@ -29,6 +29,33 @@ pub fn canonical_name(name: &str) -> Cow<'_, str> {
     }
 }
 
+/// The name transformers 5.17 saves a Qwen3-VL or Qwen3.5 variable under: `visual.*` as
+/// `model.visual.*`, the decoder's `model.*` as `model.language_model.*`; `lm_head.weight` as it
+/// is. The inverse of [`canonical_name`], so that a saved folder loads back.
+pub fn transformers_name(name: &str) -> String {
+    if let Some(rest) = name.strip_prefix("visual.") {
+        format!("model.visual.{rest}")
+    } else if let Some(rest) = name.strip_prefix("model.") {
+        format!("model.language_model.{rest}")
+    } else {
+        name.to_owned()
+    }
+}
+
+/// A `VarStore` holding `vs`'s tensors (the same tensors, not copies) under [`transformers_name`]s.
+pub fn transformers_named(vs: &nn::VarStore) -> nn::VarStore {
+    let named = nn::VarStore::new(vs.device());
+    let mut vars = named
+        .variables_
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for (name, tensor) in vs.variables() {
+        vars.named_variables.insert(transformers_name(&name), tensor);
+    }
+    drop(vars);
+    named
+}
+
 /// The safetensors files of an HF folder: `model.safetensors`, or the shards its index lists. A
 /// shard name must stay inside the folder ([`confine`]): an index is data, and may come from
 /// anywhere.

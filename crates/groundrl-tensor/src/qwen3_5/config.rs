@@ -4,14 +4,168 @@
 //! `layer_types` lists each layer's token mixer, or, absent, every `full_attention_interval`-th layer
 //! (default 4) is full attention and the others linear attention. The legacy names `mamba` and
 //! `attention` mean linear and full attention, as transformers remaps them.
+//!
+//! The whole model's config ([`Qwen35Config`]) is Qwen3-VL's layout: that `text_config`, a
+//! `vision_config` of Qwen3-VL's tower without DeepStack, the vision token ids and whether the output
+//! head is the embedding.
 
-use serde_json::Value;
+use std::path::Path;
+
+use serde_json::{Map, Value, json};
+use tch::Kind;
 
 use super::full_attention::FullAttentionConfig;
 use super::linear_attention::LinearAttentionConfig;
 use super::text::{LayerType, TextConfig};
+use crate::model_error::ModelError;
 use crate::qwen2_5_vl::config::Fields;
-use crate::qwen3_vl::config::require_str;
+use crate::qwen3_vl::config::{
+    VisionConfig, dtype_name, eos_token_ids, require_str, sub_object, validate_vision, vision_config,
+    vision_json,
+};
+
+/// The `model_type` of Qwen3.5's (dense) `config.json`.
+pub const MODEL_TYPE: &str = "qwen3_5";
+
+/// A Qwen3.5 checkpoint's `config.json`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Qwen35Config {
+    pub text: TextConfig,
+    /// Qwen3-VL's tower; `deepstack_visual_indexes` is always empty (Qwen3.5 has no DeepStack).
+    pub vision: VisionConfig,
+    pub image_token_id: i64,
+    pub video_token_id: i64,
+    pub vision_start_token_id: i64,
+    pub vision_end_token_id: i64,
+    /// The output head is the token embedding (the top-level key, as transformers reads it).
+    pub tie_word_embeddings: bool,
+}
+
+impl Qwen35Config {
+    /// Reads `config.json` from a file.
+    pub fn load(path: &Path) -> Result<Self, ModelError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ModelError::io(path, e))?;
+        let value: Value = serde_json::from_str(&text).map_err(|e| ModelError::file(path, e))?;
+        Self::from_json(&value).map_err(|e| ModelError::file(path, e))
+    }
+
+    /// Reads a Qwen3.5 config, refusing another `model_type`, and checks that the shapes fit together.
+    pub fn from_json(value: &Value) -> Result<Self, String> {
+        let top = value.as_object().ok_or("config is not a JSON object")?;
+        match top.get("model_type").and_then(Value::as_str) {
+            Some(MODEL_TYPE) => {}
+            Some(other) => {
+                return Err(format!(
+                    "model_type is `{other}`, not `{MODEL_TYPE}`: this is not a Qwen3.5 (dense) checkpoint"
+                ));
+            }
+            None => return Err(format!("no `model_type` (a Qwen3.5 config says `{MODEL_TYPE}`)")),
+        }
+        let fields = Fields(top);
+        let empty = Map::new();
+        let text = text_config(&Value::Object(sub_object(top, "text_config", &empty)?.clone()))
+            .map_err(|e| format!("text_config: {e}"))?;
+        let mut vision = vision_config(Fields(sub_object(top, "vision_config", &empty)?))
+            .map_err(|e| format!("vision_config: {e}"))?;
+        vision.deepstack_visual_indexes.clear();
+        let config = Self {
+            text,
+            vision,
+            image_token_id: fields.int("image_token_id", 248_056)?,
+            video_token_id: fields.int("video_token_id", 248_057)?,
+            vision_start_token_id: fields.int("vision_start_token_id", 248_053)?,
+            vision_end_token_id: fields.int("vision_end_token_id", 248_054)?,
+            tie_word_embeddings: fields.bool("tie_word_embeddings", false)?,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks the relations the model relies on, so a bad config fails here and not inside a matmul.
+    pub fn validate(&self) -> Result<(), String> {
+        validate(&self.text).map_err(|e| format!("text_config: {e}"))?;
+        validate_vision(
+            &self.vision,
+            self.text.layer_types.len() as i64,
+            self.text.hidden_size,
+        )
+        .map_err(|e| format!("vision_config: {e}"))?;
+        let ids = [
+            self.image_token_id,
+            self.video_token_id,
+            self.vision_start_token_id,
+            self.vision_end_token_id,
+        ];
+        if let Some(id) = ids.iter().find(|&&id| id < 0 || id >= self.text.vocab_size) {
+            return Err(format!(
+                "special token id {id} is outside the vocabulary (size {})",
+                self.text.vocab_size
+            ));
+        }
+        Ok(())
+    }
+
+    /// The config as transformers 5.17's `save_pretrained` writes it, for parameters of `kind`. Reads
+    /// back as `self`.
+    pub fn to_json(&self, kind: Kind) -> Value {
+        let mut vision = vision_json(&self.vision);
+        if let Some(v) = vision.as_object_mut() {
+            v.remove("deepstack_visual_indexes");
+            v.insert("model_type".into(), json!("qwen3_5_vision"));
+        }
+        json!({
+            "architectures": ["Qwen3_5ForConditionalGeneration"],
+            "model_type": MODEL_TYPE,
+            "dtype": dtype_name(kind),
+            "image_token_id": self.image_token_id,
+            "video_token_id": self.video_token_id,
+            "vision_start_token_id": self.vision_start_token_id,
+            "vision_end_token_id": self.vision_end_token_id,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "text_config": text_json(&self.text, self.tie_word_embeddings),
+            "vision_config": vision,
+        })
+    }
+}
+
+/// A `text_config` as transformers writes it.
+fn text_json(t: &TextConfig, tied: bool) -> Value {
+    let (a, l) = (&t.attention, &t.linear);
+    let layer_types: Vec<&str> = (t.layer_types.iter())
+        .map(|kind| match kind {
+            LayerType::LinearAttention => "linear_attention",
+            LayerType::FullAttention => "full_attention",
+        })
+        .collect();
+    json!({
+        "model_type": "qwen3_5_text",
+        "vocab_size": t.vocab_size,
+        "hidden_size": t.hidden_size,
+        "intermediate_size": t.intermediate_size,
+        "num_hidden_layers": t.layer_types.len(),
+        "layer_types": layer_types,
+        "num_attention_heads": a.heads,
+        "num_key_value_heads": a.kv_heads,
+        "head_dim": a.head_dim,
+        "attention_bias": a.attention_bias,
+        "linear_num_key_heads": l.key_heads,
+        "linear_num_value_heads": l.value_heads,
+        "linear_key_head_dim": l.key_head_dim,
+        "linear_value_head_dim": l.value_head_dim,
+        "linear_conv_kernel_dim": l.conv_kernel,
+        "hidden_act": "silu",
+        "rms_norm_eps": t.rms_norm_eps,
+        "tie_word_embeddings": tied,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": t.rope_theta,
+            "partial_rotary_factor": t.partial_rotary_factor,
+            "mrope_section": t.mrope_section,
+            "mrope_interleaved": true,
+        },
+        "eos_token_id": t.eos_token_ids,
+    })
+}
 
 /// Reads a `text_config` object and checks that its shapes fit together.
 pub fn text_config(value: &Value) -> Result<TextConfig, String> {
@@ -53,10 +207,24 @@ pub fn text_config(value: &Value) -> Result<TextConfig, String> {
         },
         partial_rotary_factor,
         rope_theta: in_rope("rope_theta")?.unwrap_or(10_000.0),
+        mrope_section: mrope_section(rope)?,
         rms_norm_eps,
+        eos_token_ids: eos_token_ids(f, &[])?,
     };
     validate(&config)?;
     Ok(config)
+}
+
+/// The rotary frequencies each M-RoPE position component takes (interleaved, as Qwen3-VL's), from
+/// `rope_parameters` (transformers' default [11, 11, 10] when absent).
+fn mrope_section(rope: Option<Fields>) -> Result<[i64; 3], String> {
+    let listed = match rope {
+        Some(r) => r.int_list("mrope_section", &[11, 11, 10])?,
+        None => vec![11, 11, 10],
+    };
+    listed
+        .try_into()
+        .map_err(|s: Vec<i64>| format!("mrope_section {s:?} does not have 3 entries"))
 }
 
 /// Each layer's token mixer: the config's list (as long as `layers`), or every `interval`-th full

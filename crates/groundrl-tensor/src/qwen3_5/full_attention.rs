@@ -9,6 +9,7 @@ use tch::{Kind, Tensor, nn};
 use crate::decoder::{AttentionMask, attend};
 use crate::layers::{INIT_STD, Linear};
 use crate::model_error::ModelError;
+use crate::rollout::kv_cache::{KvCache, attend_step};
 
 /// The shape of a full-attention layer (Qwen3.5's text config).
 #[derive(Clone, Debug, PartialEq)]
@@ -58,6 +59,16 @@ pub struct PartialRotary {
 }
 
 impl PartialRotary {
+    /// The tables of rotation angles (B, L, rotary dims / 2) f32: each angle turns a pair of dims
+    /// half a rotated part apart, as transformers' `rotate_half` pairs them.
+    pub fn from_angles(angles: &Tensor, kind: Kind) -> Result<Self, tch::TchError> {
+        let both = Tensor::f_cat(&[angles, angles], -1)?;
+        Ok(Self {
+            cos: both.f_cos()?.f_to_kind(kind)?,
+            sin: both.f_sin()?.f_to_kind(kind)?,
+        })
+    }
+
     /// `x` (B, heads, L, hd) with its first dims turned: `x * cos + rotate_half(x) * sin` on them,
     /// `rotate_half([a, b]) = [-b, a]`, each product in `x`'s dtype.
     fn apply(&self, x: &Tensor) -> Result<Tensor, tch::TchError> {
@@ -112,8 +123,43 @@ impl GatedAttention {
         rotary: &PartialRotary,
         mask: &AttentionMask,
     ) -> Result<Tensor, ModelError> {
+        Ok(self.forward_keeping(x, rotary, mask)?.0)
+    }
+
+    /// [`Self::forward`], also returning the keys and values (what a prefill writes into a cache).
+    pub fn forward_keeping(
+        &self,
+        x: &Tensor,
+        rotary: &PartialRotary,
+        mask: &AttentionMask,
+    ) -> Result<(Tensor, KvState), ModelError> {
         let (q, k, v, gate) = self.project(x, rotary)?;
-        self.finish(&attend(&q, &k, &v, mask), &gate)
+        let out = self.finish(&attend(&q, &k, &v, mask), &gate)?;
+        Ok((out, KvState { keys: k, values: v }))
+    }
+
+    /// One decoding step: `x` (rows, 1, hidden) at the positions of `rotary`, its keys and values
+    /// written into the cache's layer `layer` at the column held by `column`, attending to the cache
+    /// through `mask` ([`KvCache::key_mask_through`]). Shapes are fixed by the cache and host values
+    /// are not read, so a CUDA graph can capture it.
+    pub fn decode_step(
+        &self,
+        x: &Tensor,
+        rotary: &PartialRotary,
+        cache: &mut KvCache,
+        layer: usize,
+        column: &Tensor,
+        mask: &Tensor,
+    ) -> Result<Tensor, ModelError> {
+        let c = &self.cfg;
+        let (q, k, v, gate) = self.project(x, rotary)?;
+        cache.write_column(layer, column, &k, &v);
+        let (keys, values) = cache.layer(layer);
+        let rows = x.size()[0];
+        // Query heads grouped under their KV head, as the cache's attention takes them.
+        let q = q.f_view([rows, c.kv_heads, c.heads / c.kv_heads, c.head_dim])?;
+        let out = attend_step(&q, keys, values, mask, column);
+        self.finish(&out.f_view([rows, c.heads, 1, c.head_dim])?, &gate)
     }
 
     /// The layer over `x` (B, L, hidden), rows without padding, after the keys and values of

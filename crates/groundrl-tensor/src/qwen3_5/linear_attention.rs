@@ -35,7 +35,7 @@ impl LinearAttentionConfig {
     }
 
     /// Channels of the convolution: queries, keys and values side by side.
-    fn conv_dim(&self) -> i64 {
+    pub(crate) fn conv_dim(&self) -> i64 {
         2 * self.key_dim() + self.value_dim()
     }
 }

@@ -2,24 +2,38 @@
 //! DeltaNet) with full-attention layers, three to one (`layer_types` in its config), on a vision
 //! tower of Qwen3-VL's kind.
 //!
-//! The family is not loadable yet ([`crate::family::Family`] does not list it). What it has, each
-//! part tested against transformers 5.17 on random weights in f32:
+//! Loaded from a folder whose `model_type` is `qwen3_5` ([`crate::family::Family::Qwen35`]); every
+//! part tested against transformers 5.17 on random weights:
 //! - [`gated_delta`]: the gated delta rule of the linear-attention layers, in the recurrent form that
 //!   decoding steps with and the chunked form that prefill and training run (equal to each other, in
 //!   outputs, states and gradients, and to transformers' reference functions);
 //! - [`linear_attention`] and [`full_attention`]: the two token mixers as layers;
-//! - [`text`]: the text decoder at text positions, over whole sequences or continuing from the state
-//!   a previous call left (convolution inputs, delta-rule states, keys and values), with its
-//!   `text_config` read by [`config`].
+//! - [`text`]: the decoder over whole sequences (padding zeroed before the linear-attention layers),
+//!   keeping each layer's state for a prefill, and its decoding step over the cache's keys, values
+//!   and per-row states;
+//! - [`model`]: the whole model, Qwen3-VL's tower without DeepStack and Qwen3-VL's M-RoPE positions
+//!   over partial rotary dims (logits within 2e-6 of transformers' in f32, bit-equal in bf16);
+//!   `decode.rs` its generation side (cached greedy decoding gives `generate`'s tokens);
+//! - [`training`]: the training forward and backward, checkpointed or not; [`presets`] its shapes.
 //!
-//! Not yet: the vision tower, multimodal positions, padding inside the decoder, the rollout engine's
-//! caches and graphs, training, loading and saving a folder, the MoE variant.
+//! Not yet: branched rows (the shared-prefix update; the trainer runs plain rows for this family),
+//! LoRA adapters, fused decoding kernels, the MoE variant (`qwen3_5_moe`, refused by name).
 
+mod as_model;
 pub mod config;
+mod decode;
+pub mod flops;
 pub mod full_attention;
 pub mod gated_delta;
 pub mod linear_attention;
+pub mod model;
+pub mod presets;
 pub mod text;
+pub mod training;
+
+pub use as_model::text_parameter_count;
+pub use config::{MODEL_TYPE, Qwen35Config};
+pub use model::Qwen35;
 
 /// What the parity tests share: reading a golden of `tests/fixtures/qwen3_5` and giving a model's
 /// variables the golden's values by name.

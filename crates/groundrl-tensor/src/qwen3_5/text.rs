@@ -11,7 +11,10 @@ use super::full_attention::{
 use super::linear_attention::{GatedDeltaNet, LinearAttentionConfig, LinearState};
 use crate::decoder::{AttentionMask, Mlp};
 use crate::layers::INIT_STD;
+use crate::model::StateShape;
 use crate::model_error::ModelError;
+use crate::qwen3_vl::text::mrope_angles;
+use crate::rollout::kv_cache::KvCache;
 
 /// Which token mixer a decoder layer has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,7 +35,11 @@ pub struct TextConfig {
     /// The share of each full-attention head's dims the rotation turns.
     pub partial_rotary_factor: f64,
     pub rope_theta: f64,
+    /// The rotary frequencies each position component (t, h, w) takes, interleaved as Qwen3-VL's.
+    pub mrope_section: [i64; 3],
     pub rms_norm_eps: f64,
+    /// The ids generation stops at (`eos_token_id`; none when absent, as transformers reads it).
+    pub eos_token_ids: Vec<i64>,
 }
 
 impl TextConfig {
@@ -97,9 +104,58 @@ impl DecoderLayer {
     }
 }
 
+/// What the layers of one forward over whole sequences read besides the hidden states.
+#[derive(Debug)]
+pub struct LayerInputs<'a> {
+    pub rotary: &'a PartialRotary,
+    /// The full-attention layers' mask.
+    pub mask: &'a AttentionMask,
+    /// (B, L) 1 for a token and 0 for padding, which the linear-attention layers zero so that it
+    /// writes nothing into their state (`None`: no padding).
+    pub real: Option<&'a Tensor>,
+}
+
+impl LayerInputs<'_> {
+    /// `normed` with its padded positions zeroed.
+    fn unpadded(&self, normed: &Tensor) -> Result<Tensor, tch::TchError> {
+        match self.real {
+            Some(m) => normed.f_mul(&m.f_unsqueeze(-1)?.f_to_kind(normed.kind())?),
+            None => Ok(normed.shallow_clone()),
+        }
+    }
+}
+
+impl DecoderLayer {
+    /// The layer over whole sequences from their start.
+    fn forward(&self, x: &Tensor, inputs: &LayerInputs) -> Result<Tensor, ModelError> {
+        let normed = self.input_layernorm.forward(x)?;
+        let mixed = match &self.mixer {
+            Mixer::Linear(attn) => attn.forward(&normed, inputs.real)?,
+            Mixer::Full(attn) => attn.forward(&normed, inputs.rotary, inputs.mask)?,
+        };
+        self.mlp_after(x.f_add(&mixed)?)
+    }
+
+    /// [`Self::forward`], also returning the layer's state after the sequences (a prefill's).
+    fn forward_keeping(&self, x: &Tensor, inputs: &LayerInputs) -> Result<(Tensor, LayerState), ModelError> {
+        let normed = self.input_layernorm.forward(x)?;
+        let (mixed, state) = match &self.mixer {
+            Mixer::Linear(attn) => {
+                let (out, s) = attn.forward_with_state(&inputs.unpadded(&normed)?, None)?;
+                (out, LayerState::Linear(s))
+            }
+            Mixer::Full(attn) => {
+                let (out, s) = attn.forward_keeping(&normed, inputs.rotary, inputs.mask)?;
+                (out, LayerState::Full(s))
+            }
+        };
+        Ok((self.mlp_after(x.f_add(&mixed)?)?, state))
+    }
+}
+
 /// What one layer carries between calls.
 #[derive(Debug)]
-enum LayerState {
+pub enum LayerState {
     Linear(LinearState),
     Full(KvState),
 }
@@ -176,17 +232,175 @@ impl TextModel {
     /// positions 0..L.
     pub fn forward(&self, ids: &Tensor) -> Result<Tensor, ModelError> {
         let (b, l) = ids_shape(ids)?;
-        let mut x = Tensor::f_embedding(&self.embed_tokens, ids, -1, false, false)?;
+        let x = self.embed(ids)?;
         let rotary = self.text_rotary(b, 0, l, x.kind())?;
+        let inputs = LayerInputs {
+            rotary: &rotary,
+            mask: &AttentionMask::Causal,
+            real: None,
+        };
+        self.forward_embeds(&x, &inputs)
+    }
+
+    /// The token embeddings of `ids`.
+    pub fn embed(&self, ids: &Tensor) -> Result<Tensor, tch::TchError> {
+        Tensor::f_embedding(&self.embed_tokens, ids, -1, false, false)
+    }
+
+    /// The embedding table (vocab, hidden).
+    pub fn embedding(&self) -> &Tensor {
+        &self.embed_tokens
+    }
+
+    /// Decoder layers.
+    pub fn depth(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// Decoder layer `i` over `x` (B, L, hidden), the sequences from their start.
+    pub fn block(&self, i: usize, x: &Tensor, inputs: &LayerInputs) -> Result<Tensor, ModelError> {
+        self.layers[i].forward(x, inputs)
+    }
+
+    /// Every decoder layer over `embeds` (B, L, hidden), then the final norm.
+    pub fn forward_embeds(&self, embeds: &Tensor, inputs: &LayerInputs) -> Result<Tensor, ModelError> {
+        let mut x = embeds.shallow_clone();
+        for layer in &self.layers {
+            x = layer.forward(&x, inputs)?;
+        }
+        Ok(self.norm.forward(&x)?)
+    }
+
+    /// [`Self::forward_embeds`], also returning each layer's state after the sequences (for a
+    /// prefill: left padding writes nothing into the linear-attention states, and the padded keys
+    /// of the full-attention layers are masked by whoever attends to them later).
+    pub fn forward_keeping(
+        &self,
+        embeds: &Tensor,
+        inputs: &LayerInputs,
+    ) -> Result<(Tensor, Vec<LayerState>), ModelError> {
+        let mut x = embeds.shallow_clone();
+        let mut states = Vec::with_capacity(self.layers.len());
+        for layer in &self.layers {
+            let (out, state) = layer.forward_keeping(&x, inputs)?;
+            states.push(state);
+            x = out;
+        }
+        Ok((self.norm.forward(&x)?, states))
+    }
+
+    /// The final norm.
+    pub fn final_norm(&self, x: &Tensor) -> Result<Tensor, ModelError> {
+        Ok(self.norm.forward(x)?)
+    }
+
+    /// The rotation tables of multimodal positions (3, B, L) int64: interleaved M-RoPE over the
+    /// turned dims of each head.
+    pub fn rotary(&self, positions: &Tensor, kind: Kind) -> Result<PartialRotary, ModelError> {
+        let c = &self.config;
+        let angles = mrope_angles(positions, c.rotary_dims(), c.rope_theta, c.mrope_section)?;
+        Ok(PartialRotary::from_angles(&angles, kind)?)
+    }
+
+    /// The rotation tables (rows, 1, turned dims) of one token per row at `position` (rows,) int64,
+    /// every M-RoPE component there (a generated token's), so the interleaving changes nothing.
+    pub fn token_rotary(&self, position: &Tensor, kind: Kind) -> Result<PartialRotary, ModelError> {
+        let angles = self.angles(&position.f_to_kind(Kind::Float)?.f_unsqueeze(-1)?)?;
+        Ok(PartialRotary::from_angles(&angles, kind)?)
+    }
+
+    /// The per-row state the linear-attention layers carry through decoding, in the order
+    /// [`Self::decode_step`] reads it: per linear-attention layer its convolution inputs (conv
+    /// channels, kernel - 1) in the parameters' dtype `kind`, then its delta-rule state (value heads,
+    /// key head dim, value head dim) in f32.
+    pub fn recurrent_states(&self, kind: Kind) -> Vec<StateShape> {
+        let l = &self.config.linear;
+        let linear_layers = (self.layers.iter()).filter(|layer| matches!(layer.mixer, Mixer::Linear(_)));
+        linear_layers
+            .flat_map(|_| {
+                [
+                    StateShape {
+                        dims: vec![l.conv_dim(), l.conv_kernel - 1],
+                        kind,
+                    },
+                    StateShape {
+                        dims: vec![l.value_heads, l.key_head_dim, l.value_head_dim],
+                        kind: Kind::Float,
+                    },
+                ]
+            })
+            .collect()
+    }
+
+    /// Writes the states a prefill left ([`Self::forward_keeping`]) into `cache`: the rows of
+    /// `expand` (each cache row's prompt), keys and values from column 0 of the full-attention
+    /// layers' cache layers, the linear-attention layers' states as [`Self::recurrent_states`] orders
+    /// them.
+    pub fn write_states(
+        &self,
+        states: &[LayerState],
+        cache: &mut KvCache,
+        expand: &Tensor,
+    ) -> Result<(), ModelError> {
+        let (mut full, mut linear) = (0, 0);
+        for state in states {
+            match state {
+                LayerState::Full(kv) => {
+                    cache.write(
+                        full,
+                        0,
+                        &kv.keys.f_index_select(0, expand)?,
+                        &kv.values.f_index_select(0, expand)?,
+                    );
+                    full += 1;
+                }
+                LayerState::Linear(s) => {
+                    cache.set_state(2 * linear, &s.conv.f_index_select(0, expand)?)?;
+                    cache.set_state(2 * linear + 1, &s.recurrent.f_index_select(0, expand)?)?;
+                    linear += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One decoding step of every layer: `x` (rows, 1, hidden) the new tokens' embeddings at the
+    /// rotation `rotary` ([`Self::token_rotary`]); the full-attention layers write their keys and
+    /// values at the column held by `column` and attend through `mask`, the linear-attention layers
+    /// advance their states in place. Returns the final normed hidden states (rows, 1, hidden).
+    /// Shapes are fixed by the cache and no host value is read: a CUDA graph can capture it.
+    pub fn decode_step(
+        &self,
+        x: Tensor,
+        rotary: &PartialRotary,
+        cache: &mut KvCache,
+        column: &Tensor,
+        mask: &Tensor,
+    ) -> Result<Tensor, ModelError> {
+        let (mut full, mut linear) = (0, 0);
+        let mut x = x;
         for layer in &self.layers {
             let normed = layer.input_layernorm.forward(&x)?;
             let mixed = match &layer.mixer {
-                Mixer::Linear(attn) => attn.forward(&normed, None)?,
-                Mixer::Full(attn) => attn.forward(&normed, &rotary, &AttentionMask::Causal)?,
+                Mixer::Full(attn) => {
+                    full += 1;
+                    attn.decode_step(&normed, rotary, cache, full - 1, column, mask)?
+                }
+                Mixer::Linear(attn) => {
+                    let before = LinearState {
+                        conv: cache.state(2 * linear).shallow_clone(),
+                        recurrent: cache.state(2 * linear + 1).shallow_clone(),
+                    };
+                    let (out, after) = attn.forward_with_state(&normed, Some(&before))?;
+                    cache.set_state(2 * linear, &after.conv)?;
+                    cache.set_state(2 * linear + 1, &after.recurrent)?;
+                    linear += 1;
+                    out
+                }
             };
             x = layer.mlp_after(x.f_add(&mixed)?)?;
         }
-        Ok(self.norm.forward(&x)?)
+        self.final_norm(&x)
     }
 
     /// [`Self::forward`] continuing from `state` (`None`: the start of the sequences): the new tokens
@@ -221,9 +435,8 @@ impl TextModel {
         Ok((self.norm.forward(&x)?, state))
     }
 
-    /// The rotation tables of text positions start..start + len for every row: `theta^(-2i/d)` over
-    /// the turned dims `d`, each angle used twice (the two halves rotate together). With every
-    /// M-RoPE component at the same position, the interleaving of components changes nothing.
+    /// The rotation tables of text positions start..start + len for every row. With every M-RoPE
+    /// component at the same position, the interleaving of components changes nothing.
     fn text_rotary(
         &self,
         rows: i64,
@@ -231,18 +444,20 @@ impl TextModel {
         len: i64,
         kind: Kind,
     ) -> Result<PartialRotary, tch::TchError> {
-        let dims = self.config.rotary_dims();
         let device = self.embed_tokens.device();
-        let exponents =
-            Tensor::f_arange_start_step(0, dims, 2, (Kind::Float, device))?.f_div_scalar(dims as f64)?;
-        let inv_freq = Tensor::f_pow_scalar(self.config.rope_theta, &exponents)?.f_reciprocal()?;
         let positions = Tensor::f_arange_start(start, start + len, (Kind::Float, device))?;
-        let angles = positions.f_unsqueeze(-1)?.f_mul(&inv_freq.f_unsqueeze(0)?)?;
-        let angles = Tensor::f_cat(&[&angles, &angles], -1)?.f_expand([rows, len, dims], false)?;
-        Ok(PartialRotary {
-            cos: angles.f_cos()?.f_to_kind(kind)?,
-            sin: angles.f_sin()?.f_to_kind(kind)?,
-        })
+        let angles = self.angles(&positions.f_unsqueeze(0)?.f_expand([rows, len], false)?)?;
+        PartialRotary::from_angles(&angles, kind)
+    }
+
+    /// The rotation angles (B, L, turned dims / 2) f32 of text positions (B, L) f32:
+    /// `theta^(-2i/d)` over the turned dims `d`.
+    fn angles(&self, positions: &Tensor) -> Result<Tensor, tch::TchError> {
+        let dims = self.config.rotary_dims();
+        let exponents = Tensor::f_arange_start_step(0, dims, 2, (Kind::Float, positions.device()))?
+            .f_div_scalar(dims as f64)?;
+        let inv_freq = Tensor::f_pow_scalar(self.config.rope_theta, &exponents)?.f_reciprocal()?;
+        positions.f_unsqueeze(-1)?.f_mul(&inv_freq)
     }
 }
 
@@ -280,7 +495,9 @@ mod tests {
             linear: golden::linear_attention(),
             partial_rotary_factor: 0.25,
             rope_theta: 10000.0,
+            mrope_section: [1, 1, 0],
             rms_norm_eps: 1e-6,
+            eos_token_ids: vec![],
         };
         let written = std::fs::read_to_string(golden::path("text_model.json")).unwrap();
         let read = super::super::config::text_config(&serde_json::from_str(&written).unwrap()).unwrap();

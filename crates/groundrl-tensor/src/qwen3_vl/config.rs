@@ -151,7 +151,7 @@ impl Qwen3VlConfig {
     /// Checks the relations the model relies on, so a bad config fails here and not inside a matmul.
     pub fn validate(&self) -> Result<(), String> {
         validate_text(&self.text)?;
-        validate_vision(&self.vision, &self.text)?;
+        validate_vision(&self.vision, self.text.num_hidden_layers, self.text.hidden_size)?;
         let ids = [
             self.image_token_id,
             self.video_token_id,
@@ -198,7 +198,7 @@ fn text_json(t: &TextConfig) -> Value {
     })
 }
 
-fn vision_json(v: &VisionConfig) -> Value {
+pub(crate) fn vision_json(v: &VisionConfig) -> Value {
     json!({
         "model_type": "qwen3_vl_vision",
         "depth": v.depth,
@@ -218,7 +218,7 @@ fn vision_json(v: &VisionConfig) -> Value {
 }
 
 /// transformers' name of a parameter dtype, as `config.json`'s `dtype` gives it.
-fn dtype_name(kind: Kind) -> &'static str {
+pub(crate) fn dtype_name(kind: Kind) -> &'static str {
     match kind {
         Kind::BFloat16 => "bfloat16",
         Kind::Half => "float16",
@@ -227,7 +227,7 @@ fn dtype_name(kind: Kind) -> &'static str {
 }
 
 /// `text_config` or `vision_config`: an object, or `empty` (transformers' defaults) when absent.
-fn sub_object<'a>(
+pub(crate) fn sub_object<'a>(
     top: &'a Map<String, Value>,
     key: &str,
     empty: &'a Map<String, Value>,
@@ -276,15 +276,16 @@ fn text_config(f: Fields) -> Result<TextConfig, String> {
         mrope_section,
         max_position_embeddings: f.int("max_position_embeddings", 128000)?,
         bos_token_id: f.opt_int("bos_token_id")?,
-        eos_token_ids: eos_token_ids(f)?,
+        // Absent: Qwen's `<|im_end|>`.
+        eos_token_ids: eos_token_ids(f, &[151645])?,
         pad_token_id: f.opt_int("pad_token_id")?,
     })
 }
 
-/// `eos_token_id` as one id or a list; absent means Qwen's `<|im_end|>`.
-fn eos_token_ids(f: Fields) -> Result<Vec<i64>, String> {
+/// `eos_token_id` as one id or a list; absent means `absent`.
+pub(crate) fn eos_token_ids(f: Fields, absent: &[i64]) -> Result<Vec<i64>, String> {
     match f.0.get("eos_token_id") {
-        None => Ok(vec![151645]),
+        None => Ok(absent.to_vec()),
         Some(Value::Null) => Ok(vec![]),
         Some(Value::Array(ids)) => ids
             .iter()
@@ -295,7 +296,7 @@ fn eos_token_ids(f: Fields) -> Result<Vec<i64>, String> {
     }
 }
 
-fn vision_config(f: Fields) -> Result<VisionConfig, String> {
+pub(crate) fn vision_config(f: Fields) -> Result<VisionConfig, String> {
     require_str(f, "hidden_act", "gelu_pytorch_tanh")?;
     let rope_theta = match f.object("rope_parameters")? {
         Some(r) => Fields(r).float("rope_theta", 10000.0)?,
@@ -364,7 +365,9 @@ fn validate_text(t: &TextConfig) -> Result<(), String> {
     Ok(())
 }
 
-fn validate_vision(v: &VisionConfig, t: &TextConfig) -> Result<(), String> {
+/// The vision config's own relations and its fit to a decoder of `layers` layers of `hidden` width
+/// (DeepStack levels are added to decoder layers; the merged features replace token embeddings).
+pub(crate) fn validate_vision(v: &VisionConfig, layers: i64, hidden: i64) -> Result<(), String> {
     positive(&[
         ("vision_config.depth", v.depth),
         ("vision_config.hidden_size", v.hidden_size),
@@ -401,17 +404,16 @@ fn validate_vision(v: &VisionConfig, t: &TextConfig) -> Result<(), String> {
             "vision deepstack_visual_indexes {levels:?} repeats a block"
         ));
     }
-    if levels.len() as i64 > t.num_hidden_layers {
+    if levels.len() as i64 > layers {
         return Err(format!(
-            "{} DeepStack levels but only {} decoder layers to add them to",
+            "{} DeepStack levels but only {layers} decoder layers to add them to",
             levels.len(),
-            t.num_hidden_layers
         ));
     }
-    if v.out_hidden_size != t.hidden_size {
+    if v.out_hidden_size != hidden {
         return Err(format!(
-            "vision out_hidden_size {} differs from the language model's hidden_size {}",
-            v.out_hidden_size, t.hidden_size
+            "vision out_hidden_size {} differs from the language model's hidden_size {hidden}",
+            v.out_hidden_size
         ));
     }
     Ok(())

@@ -8,7 +8,7 @@
 //! sets apart from the hidden size; and every vision block attends over a whole frame (no windows),
 //! the last block's output and each DeepStack block's going through a merger of the same shape.
 
-use super::Qwen3VlConfig;
+use super::{Qwen3VlConfig, VisionConfig};
 use crate::model_error::ModelError;
 use crate::qwen2_5_vl::flops::Sequence;
 use crate::qwen2_5_vl::rope_index::Grid;
@@ -42,7 +42,11 @@ pub fn text_forward_flops(config: &Qwen3VlConfig, sequence: &Sequence) -> f64 {
 /// The vision tower's forward FLOPs on one image of `grid`: patch embedding, blocks (attention over
 /// each whole frame), the merger and the DeepStack mergers on every merged token.
 pub fn vision_forward_flops(config: &Qwen3VlConfig, grid: Grid) -> Result<f64, ModelError> {
-    let v = &config.vision;
+    tower_forward_flops(&config.vision, grid)
+}
+
+/// [`vision_forward_flops`] of a tower of this kind, from its config alone (Qwen3.5's is one).
+pub fn tower_forward_flops(v: &VisionConfig, grid: Grid) -> Result<f64, ModelError> {
     let patches = patch_count(&[grid], v.spatial_merge_size)? as f64;
     let [frames, h, w] = grid;
     let frame = (h * w) as f64;

@@ -95,21 +95,7 @@ impl Qwen3Vl {
         let config = self.config.to_json(self.kind());
         let text = serde_json::to_string_pretty(&config).map_err(|e| ModelError::file(&path, e))?;
         std::fs::write(&path, text + "\n").map_err(|e| ModelError::io(&path, e))?;
-        weights::save_from(&self.transformers_named(), dir, self.kind())
-    }
-
-    /// A `VarStore` holding this model's tensors (the same tensors, not copies) under transformers' names.
-    fn transformers_named(&self) -> nn::VarStore {
-        let named = nn::VarStore::new(self.device());
-        let mut vars = named
-            .variables_
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        for (name, tensor) in self.vs.variables() {
-            vars.named_variables.insert(transformers_name(&name), tensor);
-        }
-        drop(vars);
-        named
+        weights::save_from(&weights::transformers_named(&self.vs), dir, self.kind())
     }
 
     pub fn var_store(&self) -> &nn::VarStore {
@@ -273,22 +259,10 @@ impl Qwen3Vl {
     }
 }
 
-/// The name transformers 5.17 saves a variable under: `visual.*` as `model.visual.*`, the decoder's
-/// `model.*` as `model.language_model.*`; `lm_head.weight` as it is. The inverse of
-/// [`weights::canonical_name`], so that a saved folder loads back.
-fn transformers_name(name: &str) -> String {
-    if let Some(rest) = name.strip_prefix("visual.") {
-        format!("model.visual.{rest}")
-    } else if let Some(rest) = name.strip_prefix("model.") {
-        format!("model.language_model.{rest}")
-    } else {
-        name.to_owned()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::qwen2_5_vl::weights::transformers_name;
 
     #[test]
     fn transformers_names_load_back_as_ours() {

@@ -23,19 +23,19 @@ use crate::special_ids::SpecialIds;
 type Decoder = [i64; 4];
 
 /// A vision tower's shape; the rest is Qwen3-VL's ([`vision`]).
-struct Tower {
-    depth: i64,
-    hidden_size: i64,
-    intermediate_size: i64,
-    num_heads: i64,
+pub(crate) struct Tower {
+    pub depth: i64,
+    pub hidden_size: i64,
+    pub intermediate_size: i64,
+    pub num_heads: i64,
     /// The learned position grid's entries (a square).
-    num_position_embeddings: i64,
+    pub num_position_embeddings: i64,
     /// The blocks DeepStack reads, one decoder layer each.
-    deepstack_visual_indexes: &'static [i64],
+    pub deepstack_visual_indexes: &'static [i64],
 }
 
 /// Qwen3-VL-2B and 4B's tower (their `vision_config`).
-const TOWER_24: Tower = Tower {
+pub(crate) const TOWER_24: Tower = Tower {
     depth: 24,
     hidden_size: 1024,
     intermediate_size: 4096,
@@ -102,7 +102,7 @@ fn released(ids: &SpecialIds, decoder: Decoder, tower: &Tower, tied: bool) -> Qw
 
 /// `tower` with Qwen3-VL's 16-pixel patches merged 2 x 2, two frames per temporal patch and 2D rotary
 /// theta 10,000, projecting to the decoder's width `out`.
-fn vision(tower: &Tower, out: i64) -> VisionConfig {
+pub(crate) fn vision(tower: &Tower, out: i64) -> VisionConfig {
     VisionConfig {
         depth: tower.depth,
         hidden_size: tower.hidden_size,
@@ -157,7 +157,7 @@ pub fn small(vocab_size: i64, ids: &SpecialIds) -> Qwen3VlConfig {
 }
 
 /// [`tiny`]'s tower: 4 blocks 64 wide.
-const TINY_TOWER: Tower = Tower {
+pub(crate) const TINY_TOWER: Tower = Tower {
     depth: 4,
     hidden_size: 64,
     intermediate_size: 128,
@@ -167,7 +167,7 @@ const TINY_TOWER: Tower = Tower {
 };
 
 /// [`small`]'s tower: 8 blocks 256 wide.
-const SMALL_TOWER: Tower = Tower {
+pub(crate) const SMALL_TOWER: Tower = Tower {
     depth: 8,
     hidden_size: 256,
     intermediate_size: 768,
@@ -216,7 +216,11 @@ pub fn text_parameter_count(c: &Qwen3VlConfig) -> i64 {
 
 /// Parameter count of a config, computed from the shapes (no model built).
 pub fn parameter_count(c: &Qwen3VlConfig) -> i64 {
-    let v = &c.vision;
+    text_parameter_count(c) + vision_parameter_count(&c.vision)
+}
+
+/// Parameters of a vision tower of this kind (blocks, patch and position embeddings, mergers).
+pub fn vision_parameter_count(v: &VisionConfig) -> i64 {
     let (w, inner) = (v.hidden_size, v.intermediate_size);
     // qkv and proj with biases; fc1 and fc2 with biases; two LayerNorms with biases.
     let block = 3 * w * w + 3 * w + w * w + w + 2 * w * inner + inner + w + 4 * w;
@@ -225,7 +229,7 @@ pub fn parameter_count(c: &Qwen3VlConfig) -> i64 {
     // The main merger norms each patch (w); DeepStack's norm the concatenated block (merged).
     let mergers = (2 * w + mlp) + v.deepstack_visual_indexes.len() as i64 * (2 * merged + mlp);
     let embed = v.patch_dim() * w + w + v.num_position_embeddings * w;
-    text_parameter_count(c) + v.depth * block + embed + mergers
+    v.depth * block + embed + mergers
 }
 
 #[cfg(test)]

@@ -33,24 +33,36 @@ pub fn frequency_components(head_dim: i64, mrope_section: [i64; 3]) -> Vec<i64> 
 
 /// The rotary tables of a batch's positions `positions` (3, B, L) int64, in `kind`.
 pub fn rotary(cfg: &TextConfig, positions: &Tensor, kind: Kind) -> Result<Rotary, ModelError> {
+    let angles = mrope_angles(positions, cfg.head_dim, cfg.rope_theta, cfg.mrope_section)?;
+    Ok(Rotary::from_angles(&angles, kind))
+}
+
+/// The interleaved M-RoPE angles (B, L, dims / 2) f32 of positions (3, B, L) over `dims` rotated
+/// dims (a whole head here, its first part in Qwen3.5): frequency k is `theta^(-2k/dims)` times the
+/// position component [`frequency_components`] assigns it.
+pub fn mrope_angles(
+    positions: &Tensor,
+    dims: i64,
+    theta: f64,
+    mrope_section: [i64; 3],
+) -> Result<Tensor, ModelError> {
     let device = positions.device();
-    let half = cfg.head_dim / 2;
-    let exponents = Tensor::f_arange_start_step(0, cfg.head_dim, 2, (Kind::Float, device))?
-        .f_div_scalar(cfg.head_dim as f64)?;
+    let half = dims / 2;
+    let exponents =
+        Tensor::f_arange_start_step(0, dims, 2, (Kind::Float, device))?.f_div_scalar(dims as f64)?;
     // theta ** exponents as transformers writes it (a scalar base), then its reciprocal.
-    let inv_freq = Tensor::f_pow_scalar(cfg.rope_theta, &exponents)?.f_reciprocal()?;
+    let inv_freq = Tensor::f_pow_scalar(theta, &exponents)?.f_reciprocal()?;
     // (3, B, L, half): every component's angle at every frequency, then each frequency's own component.
     let angles = positions
         .f_to_kind(Kind::Float)?
         .f_unsqueeze(-1)?
         .f_mul(&inv_freq.f_view([1, 1, 1, half])?)?;
     let (rows, len) = (positions.size()[1], positions.size()[2]);
-    let components = Tensor::f_from_slice(&frequency_components(cfg.head_dim, cfg.mrope_section))?
+    let components = Tensor::f_from_slice(&frequency_components(dims, mrope_section))?
         .f_to_device(device)?
         .f_view([1, 1, 1, half])?
         .f_expand([1, rows, len, half], false)?;
-    let angles = angles.f_gather(0, &components, false)?.f_squeeze_dim(0)?;
-    Ok(Rotary::from_angles(&angles, kind))
+    Ok(angles.f_gather(0, &components, false)?.f_squeeze_dim(0)?)
 }
 
 /// DeepStack's additions to one batch: per level, features (image tokens, hidden) added to the output of

@@ -8,6 +8,8 @@ use tch::{Device, Kind, Tensor};
 
 use crate::decoder::{Rotary, split_qkv};
 use crate::fused;
+use crate::model::StateShape;
+use crate::model_error::ModelError;
 
 #[derive(Debug)]
 pub struct KvCache {
@@ -15,6 +17,8 @@ pub struct KvCache {
     values: Vec<Tensor>,
     /// (rows, capacity) bool: false at padding columns.
     valid: Tensor,
+    /// The family's other per-row decoding states ([`Decoder::recurrent_states`]), (rows, ...) each.
+    states: Vec<Tensor>,
     /// The keys' and values' dtype.
     kind: Kind,
 }
@@ -38,15 +42,45 @@ impl KvCache {
             keys: (0..shape.layers).map(|_| zeros()).collect(),
             values: (0..shape.layers).map(|_| zeros()).collect(),
             valid: Tensor::ones([shape.rows, shape.capacity], (Kind::Bool, device)),
+            states: Vec::new(),
             kind,
         }
+    }
+
+    /// This cache with zeroed per-row `states` besides its keys and values.
+    pub fn with_states(mut self, states: &[StateShape]) -> Self {
+        let (rows, device) = (self.valid.size()[0], self.valid.device());
+        self.states = (states.iter())
+            .map(|s| Tensor::zeros([&[rows], s.dims.as_slice()].concat(), (s.kind, device)))
+            .collect();
+        self
+    }
+
+    /// Per-row state `i` ([`Self::with_states`]).
+    pub fn state(&self, i: usize) -> &Tensor {
+        &self.states[i]
+    }
+
+    /// Overwrites per-row state `i` with `value` in place (converted to the state's dtype), so that a
+    /// captured step keeps reading the same tensor.
+    pub fn set_state(&mut self, i: usize, value: &Tensor) -> Result<(), ModelError> {
+        let count = self.states.len();
+        let state = (self.states.get_mut(i))
+            .ok_or_else(|| ModelError::Input(format!("decoding state {i} of a cache with {count}")))?;
+        state.f_copy_(value)?;
+        Ok(())
     }
 
     /// Empties the cache for a new batch, in place: zero keys and values (a column a step does not
     /// attend to gets weight 0, and 0 × a stale NaN would still be NaN), and every column real except
     /// where `padding` (rows, columns), when given, is 0 in the first columns.
     pub fn reset(&mut self, padding: Option<&Tensor>) {
-        for t in self.keys.iter_mut().chain(&mut self.values) {
+        for t in self
+            .keys
+            .iter_mut()
+            .chain(&mut self.values)
+            .chain(&mut self.states)
+        {
             let _ = t.zero_();
         }
         let _ = self.valid.fill_(1);

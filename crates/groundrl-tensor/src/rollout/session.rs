@@ -244,7 +244,7 @@ impl Session {
         };
         Self {
             shape,
-            cache: KvCache::new(cache, model.kind(), model.device()),
+            cache: KvCache::new(cache, model.kind(), model.device()).with_states(&model.recurrent_states()),
             decoding,
             step: Step::new(shape.rows, model.vocab_size(), (model.kind(), model.device())),
             graph: None,

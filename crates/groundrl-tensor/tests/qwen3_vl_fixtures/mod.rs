@@ -1,8 +1,9 @@
 //! The Qwen3-VL fixtures the test files share (tests/fixtures/qwen3_vl, made by
-//! scripts/goldens/qwen3_vl.py): the two tiny models' folders and their golden batch.
+//! scripts/goldens/qwen3_vl.py): the two tiny models' folders and their golden batch; Qwen3.5's
+//! golden batch is written alike.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use groundrl_tensor::qwen3_vl::Batch;
 use tch::{Kind, Tensor};
@@ -26,7 +27,13 @@ pub fn rows(t: &Tensor) -> Vec<Vec<i64>> {
 /// The golden batch of model `name` (three left-padded rows: two images, one image, text only) and
 /// HF's outputs on it.
 pub fn golden(name: &str) -> (Batch, HashMap<String, Tensor>) {
-    let inputs = named(fixture(name).join("inputs.safetensors"));
+    golden_in(&fixture(name))
+}
+
+/// The golden batch and HF's outputs in the fixture folder `dir` (`inputs.safetensors`,
+/// `expected.safetensors`), as the Qwen3-VL and Qwen3.5 golden scripts write them.
+pub fn golden_in(dir: &Path) -> (Batch, HashMap<String, Tensor>) {
+    let inputs = named(dir.join("inputs.safetensors"));
     let batch = Batch {
         input_ids: rows(&inputs["input_ids"]),
         attention_mask: Some(rows(&inputs["attention_mask"])),
@@ -37,5 +44,5 @@ pub fn golden(name: &str) -> (Batch, HashMap<String, Tensor>) {
             .collect(),
         branches: None,
     };
-    (batch, named(fixture(name).join("expected.safetensors")))
+    (batch, named(dir.join("expected.safetensors")))
 }

@@ -1,0 +1,131 @@
+//! Gradient checkpointing of a model's blocks, as the families' training forwards use it.
+//!
+//! With checkpointing, the forward runs the blocks without recording a graph and keeps only each
+//! block's input; the backward walks the blocks in reverse, recomputes one with a graph from its saved
+//! input, and back-propagates the incoming gradient through it (as the gradient of `sum(output *
+//! grad)`). A block's output may also be read elsewhere (the last decoder block's by the final norm,
+//! a DeepStack vision block's by its merger, the last vision block's by the merger): such an output is
+//! handed on as a leaf (a tap), and the gradient the rest of the graph leaves on it is added to what
+//! the next block sends back. libtorch's C++ autograd has no checkpoint function reachable from tch,
+//! so the recompute is driven from here; the results equal plain autograd (tested per family).
+
+use tch::{Kind, Tensor};
+
+use crate::model_error::ModelError;
+use crate::qwen2_5_vl::rope_index::Grid;
+use crate::qwen3_vl::vision::{VisionOutput, VisionRun, VisionTower};
+use crate::tied_head::{TiedHead, backward_together};
+
+/// Blocks run without a graph: their saved inputs, and leaves standing for the outputs read elsewhere.
+#[derive(Debug)]
+pub(crate) struct Blocks {
+    pub inputs: Vec<Tensor>,
+    /// Per block, its output as a leaf where the rest of the graph reads it.
+    pub taps: Vec<Option<Tensor>>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Checkpoint {
+    pub decoder: Blocks,
+    /// The output head the loss reads when it is the trained embedding.
+    pub head: Option<TiedHead>,
+    /// The vision tower's part, when it is trained.
+    pub vision: Option<(VisionRun, Blocks)>,
+}
+
+impl Blocks {
+    /// Runs `count` blocks from `input` without a graph, keeping each block's input, and making a
+    /// leaf of the output of each block `tapped` names.
+    pub fn run(
+        count: usize,
+        input: &Tensor,
+        tapped: impl Fn(usize) -> bool,
+        block: impl Fn(usize, &Tensor) -> Result<Tensor, ModelError>,
+    ) -> Result<Self, ModelError> {
+        let mut inputs = Vec::with_capacity(count);
+        let mut taps = Vec::with_capacity(count);
+        let mut x = input.detach();
+        for i in 0..count {
+            let out = tch::no_grad(|| block(i, &x))?;
+            taps.push(tapped(i).then(|| out.detach().set_requires_grad(true)));
+            inputs.push(std::mem::replace(&mut x, out));
+        }
+        Ok(Self { inputs, taps })
+    }
+
+    /// Back-propagates through the blocks in reverse, recomputing each from its saved input: a block's
+    /// output gradient is what the next block sends back plus its tap's. Returns the gradient of the
+    /// first block's input, `None` when no gradient reached the blocks.
+    ///
+    /// A tapped output's two gradients are added as plain autograd adds them: the tap's first (the
+    /// merger that reads it ran after every block, so its backward comes first), then the next
+    /// block's parts in that block's order. So the tap's term joins the next block's recompute, made
+    /// after the block's graph, rather than being added to its result.
+    pub fn backward(
+        &self,
+        block: impl Fn(usize, &Tensor) -> Result<Tensor, ModelError>,
+    ) -> Result<Option<Tensor>, ModelError> {
+        let tap_grad = |i: usize| self.taps[i].as_ref().map(Tensor::grad).filter(Tensor::defined);
+        let mut grad = self.inputs.len().checked_sub(1).and_then(tap_grad);
+        for (i, input) in self.inputs.iter().enumerate().rev() {
+            // The tap on this block's input (the previous block's output).
+            let below = i.checked_sub(1).and_then(tap_grad);
+            let Some(g) = &grad else {
+                grad = below;
+                continue;
+            };
+            let input = input.detach().set_requires_grad(true);
+            // Only the gradient of these sums matters; f32 keeps the unused value finite.
+            let through = (block(i, &input)? * g).sum(Kind::Float);
+            let tapped = below.as_ref().map(|t| (&input * t).sum(Kind::Float));
+            backward_together(std::iter::once(through).chain(tapped));
+            grad = Some(input.grad()).filter(Tensor::defined);
+        }
+        Ok(grad)
+    }
+}
+
+/// The trained tower's blocks without a graph, its mergers with one (from the taps); returns the
+/// features and what the backward needs.
+pub(crate) fn vision_forward(
+    tower: &VisionTower,
+    pixels: &Tensor,
+    grids: &[Grid],
+) -> Result<(VisionOutput, (VisionRun, Blocks)), ModelError> {
+    let run = tower.start(pixels, grids)?;
+    let blocks = Blocks::run(
+        tower.depth(),
+        &run.input,
+        |i| tower.feeds_merger(i),
+        |i, x| tower.run_block(i, x, &run),
+    )?;
+    let features = tower.finish(&blocks.taps)?;
+    Ok((features, (run, blocks)))
+}
+
+impl Checkpoint {
+    /// The backward's second part, after `loss.backward()` reached the taps: the decoder's blocks
+    /// recomputed in reverse (`decoder_block`), their gradient into the embeddings `embeds` (and the
+    /// tied head's into the embedding with it, in one call), then the trained tower's blocks.
+    pub fn backward(
+        self,
+        embeds: &Tensor,
+        tower: &VisionTower,
+        decoder_block: impl Fn(usize, &Tensor) -> Result<Tensor, ModelError>,
+    ) -> Result<(), ModelError> {
+        let grad = self.decoder.backward(decoder_block)?;
+        let lookup = grad
+            .filter(|_| embeds.requires_grad())
+            .map(|grad| (embeds * grad).sum(Kind::Float));
+        let head = self.head.as_ref().and_then(TiedHead::gradient_term);
+        backward_together(lookup.into_iter().chain(head));
+        if let Some((run, blocks)) = self.vision {
+            let grad = blocks.backward(|i, x| tower.run_block(i, x, &run))?;
+            // A frozen patch embedding (LoRA adapts the blocks only) has no graph to extend.
+            if let (Some(grad), true) = (grad, run.input.requires_grad()) {
+                (&run.input * grad).sum(Kind::Float).backward();
+            }
+        }
+        Ok(())
+    }
+}
