@@ -13,23 +13,13 @@ use groundrl_tensor::qwen2_5_vl::branches::scored_pairs;
 use groundrl_tensor::qwen2_5_vl::model::ImageFeatures;
 use groundrl_tensor::qwen3_vl::{Batch, BranchRow, Qwen3Vl};
 use groundrl_tensor::scores;
-use qwen3_vl_fixtures::{fixture, golden};
+use qwen3_vl_fixtures::{
+    fixture, golden, last_columns, loss_and_gradients, max_diff, nonzero, worst_relative,
+};
 use tch::{Device, Kind, Tensor};
 
 fn model(name: &str) -> Qwen3Vl {
     Qwen3Vl::load(&fixture(name), Device::Cpu, Kind::Float).unwrap()
-}
-
-fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
-    (a - b).abs().max().double_value(&[])
-}
-
-/// The last `n` columns of every row: real tokens in a left-padded batch.
-fn last_columns(batch: &Batch, n: i64) -> Tensor {
-    let (rows, len) = (batch.input_ids.len() as i64, batch.input_ids[0].len() as i64);
-    let scored = Tensor::zeros([rows, len], (Kind::Bool, Device::Cpu));
-    let _ = scored.narrow(1, len - n, n).fill_(1);
-    scored
 }
 
 /// The scored tokens' log-probs, chunked over 2 positions at a time, equal the log-softmax of the full
@@ -57,49 +47,6 @@ fn token_logprobs_equal_the_full_logits_log_softmax() {
     assert!(ours.abs().sum(Kind::Float).double_value(&[]) > 1.0);
     let err = model.token_logprobs(&batch, &last_columns(&batch, 1).logical_not(), 2);
     assert!(err.unwrap_err().to_string().contains("first token"));
-}
-
-/// A log-prob and entropy loss on the batch's last 5 columns: its value and the gradient of every
-/// parameter that gets one, after one training forward and backward.
-fn loss_and_gradients(
-    model: &Qwen3Vl,
-    batch: &Batch,
-    source: ImageFeatures,
-    checkpoint: bool,
-) -> (f64, BTreeMap<String, Tensor>) {
-    let vs = model.var_store();
-    for mut var in vs.trainable_variables() {
-        var.zero_grad();
-    }
-    let run = model.training_forward_from(batch, source, checkpoint).unwrap();
-    let scored = last_columns(batch, 5);
-    let scores =
-        scores::logprobs_and_entropy_at(run.head(), &run.hidden, &run.prepared.ids, &scored, 4).unwrap();
-    let loss = -scores.logprobs.sum(Kind::Float) / 15.0 - scores.entropy.sum(Kind::Float) * 0.01;
-    let value = loss.double_value(&[]);
-    run.backward(&loss).unwrap();
-    let grads = vs
-        .variables()
-        .into_iter()
-        .filter(|(_, v)| v.grad().defined())
-        .map(|(n, v)| (n, v.grad().copy()))
-        .collect();
-    (value, grads)
-}
-
-/// The largest relative difference between two sets of gradients, which must name the same parameters.
-fn worst_relative(a: &BTreeMap<String, Tensor>, b: &BTreeMap<String, Tensor>) -> (f64, String) {
-    assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
-    a.iter()
-        .map(|(name, g)| {
-            let scale = g.abs().max().double_value(&[]).max(1e-12);
-            (max_diff(g, &b[name]) / scale, name.clone())
-        })
-        .fold((0.0, String::new()), |x, y| if y.0 > x.0 { y } else { x })
-}
-
-fn nonzero(grads: &BTreeMap<String, Tensor>, name: &str) -> bool {
-    grads[name].abs().sum(Kind::Float).double_value(&[]) > 0.0
 }
 
 /// Both fixtures: tiny_a (DeepStack from blocks 0 and 2 of 4) and tiny_b (from blocks 2 and 0 of 3,

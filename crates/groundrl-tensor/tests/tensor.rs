@@ -12,6 +12,7 @@ mod libtorch_smoke;
 mod lora;
 mod qwen2_5_vl_parity;
 mod qwen3_5_parity;
+mod qwen3_5_training;
 mod qwen3_vl_parity;
 mod qwen3_vl_rollout;
 mod qwen3_vl_training;

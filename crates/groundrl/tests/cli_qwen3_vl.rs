@@ -1,5 +1,6 @@
-//! Qwen3-VL end to end through the commands: a tiny random Qwen3-VL folder (`model init --preset
-//! qwen3-tiny`) trained for two GRPO steps, then asked by `predict` and `eval model` from the run.
+//! Qwen3-VL and Qwen3.5 end to end through the commands: a tiny random folder of each (`model init
+//! --preset qwen3-tiny`, `qwen3.5-tiny`) trained for two GRPO steps, then asked by `predict` and
+//! `eval model` from the run.
 
 use crate::common;
 
@@ -23,16 +24,16 @@ fn screenshots(d: &Path, name: &str, seed: &str) -> std::path::PathBuf {
     synth(&d.join(name), &args)
 }
 
-/// The Qwen3-VL folder `d/qwen3` and a 2-step GRPO run of it on `train` (`d/run`), a checkpoint a
+/// The folder `d/model` of `preset` and a 2-step GRPO run of it on `train` (`d/run`), a checkpoint a
 /// step; the reward prefers completions of few words, which a random model's differ on (their
 /// token counts do not: it almost never samples the end token), so the weights move.
-fn train_run(d: &Path, train: &Path) {
-    let model = d.join("qwen3");
+fn train_run(d: &Path, train: &Path, preset: &str) {
+    let model = d.join("model");
     ok(groundrl(&[
         "model",
         "init",
         "--preset",
-        "qwen3-tiny",
+        preset,
         "--seed",
         "3",
         "--out",
@@ -78,10 +79,21 @@ test_freq = 0
 
 #[test]
 fn a_qwen3_vl_folder_trains_two_steps_and_answers_through_predict_and_eval_model() {
+    trains_two_steps_and_answers("qwen3-tiny");
+}
+
+/// Qwen3.5 (linear and full attention) through the same commands: its update runs plain rows
+/// (`trainer.shared_prefix` is on by default and does not apply to it).
+#[test]
+fn a_qwen3_5_folder_trains_two_steps_and_answers_through_predict_and_eval_model() {
+    trains_two_steps_and_answers("qwen3.5-tiny");
+}
+
+fn trains_two_steps_and_answers(preset: &str) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let train = screenshots(d, "train", "1");
-    train_run(d, &train);
+    train_run(d, &train, preset);
     let run = d.join("run");
 
     let metrics = json_lines(&run.join("metrics.jsonl"));

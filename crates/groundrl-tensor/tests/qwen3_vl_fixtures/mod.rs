@@ -1,12 +1,14 @@
 //! The Qwen3-VL fixtures the test files share (tests/fixtures/qwen3_vl, made by
 //! scripts/goldens/qwen3_vl.py): the two tiny models' folders and their golden batch; Qwen3.5's
-//! golden batch is written alike.
+//! golden batch is written alike; and what the training tests of both compare gradients with.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
+use groundrl_tensor::model::{ImageFeatures, Model};
 use groundrl_tensor::qwen3_vl::Batch;
-use tch::{Kind, Tensor};
+use groundrl_tensor::scores;
+use tch::{Device, Kind, Tensor};
 
 pub fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
@@ -45,4 +47,58 @@ pub fn golden_in(dir: &Path) -> (Batch, HashMap<String, Tensor>) {
         branches: None,
     };
     (batch, named(dir.join("expected.safetensors")))
+}
+
+pub fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+    (a - b).abs().max().double_value(&[])
+}
+
+/// The last `n` columns of every row: real tokens in a left-padded batch.
+pub fn last_columns(batch: &Batch, n: i64) -> Tensor {
+    let (rows, len) = (batch.input_ids.len() as i64, batch.input_ids[0].len() as i64);
+    let scored = Tensor::zeros([rows, len], (Kind::Bool, Device::Cpu));
+    let _ = scored.narrow(1, len - n, n).fill_(1);
+    scored
+}
+
+/// A log-prob and entropy loss on the batch's last 5 columns: its value and the gradient of every
+/// parameter that gets one, after one training forward and backward.
+pub fn loss_and_gradients(
+    model: &dyn Model,
+    batch: &Batch,
+    source: ImageFeatures,
+    checkpoint: bool,
+) -> (f64, BTreeMap<String, Tensor>) {
+    let vs = model.var_store();
+    for mut var in vs.trainable_variables() {
+        var.zero_grad();
+    }
+    let run = model.training_forward(batch, source, checkpoint).unwrap();
+    let scored = last_columns(batch, 5);
+    let scores = scores::logprobs_and_entropy_at(run.head(), run.hidden(), run.ids(), &scored, 4).unwrap();
+    let loss = -scores.logprobs.sum(Kind::Float) / 15.0 - scores.entropy.sum(Kind::Float) * 0.01;
+    let value = loss.double_value(&[]);
+    run.backward(&loss).unwrap();
+    let grads = vs
+        .variables()
+        .into_iter()
+        .filter(|(_, v)| v.grad().defined())
+        .map(|(n, v)| (n, v.grad().copy()))
+        .collect();
+    (value, grads)
+}
+
+/// The largest relative difference between two sets of gradients, which must name the same parameters.
+pub fn worst_relative(a: &BTreeMap<String, Tensor>, b: &BTreeMap<String, Tensor>) -> (f64, String) {
+    assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+    a.iter()
+        .map(|(name, g)| {
+            let scale = g.abs().max().double_value(&[]).max(1e-12);
+            (max_diff(g, &b[name]) / scale, name.clone())
+        })
+        .fold((0.0, String::new()), |x, y| if y.0 > x.0 { y } else { x })
+}
+
+pub fn nonzero(grads: &BTreeMap<String, Tensor>, name: &str) -> bool {
+    grads[name].abs().sum(Kind::Float).double_value(&[]) > 0.0
 }

@@ -89,7 +89,7 @@ pub struct ModelArgs {
     #[arg(long)]
     model: Option<PathBuf>,
     /// Built-in shape for a random-init model with Qwen's vocabulary (`groundrl model init`'s
-    /// presets): `3b` (Qwen2.5-VL-3B), `qwen3-4b` (Qwen3-VL-4B), `tiny`, `qwen3-tiny`, ...
+    /// presets): `3b` (Qwen2.5-VL-3B), `qwen3-4b` (Qwen3-VL-4B), `qwen3.5-4b`, `tiny`, `qwen3-tiny`, ...
     #[arg(long, default_value = "3b")]
     preset: String,
     #[arg(long, default_value = "bf16")]

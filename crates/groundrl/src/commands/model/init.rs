@@ -7,9 +7,10 @@ use groundrl_tensor::hf_folder::{self, RandomFolder};
 pub struct Args {
     /// `tiny`: a small model with our tokenizer, chat template and a CPU-sized pixel budget (complete
     /// folder); `small`: the same with about 30M parameters; `qwen3-tiny`, `qwen3-small`: Qwen3-VL
-    /// models of those sizes (complete folders); `3b`, `7b`: Qwen2.5-VL-3B's or 7B's shape, and
-    /// `qwen3-2b`, `qwen3-4b`, `qwen3-8b`: Qwen3-VL's (config and weights only: Qwen's tokenizer
-    /// cannot be shipped; see `--tiny-tokenizer`).
+    /// models of those sizes, `qwen3.5-tiny`, `qwen3.5-small`: Qwen3.5's (complete folders); `3b`,
+    /// `7b`: Qwen2.5-VL-3B's or 7B's shape, `qwen3-2b`, `qwen3-4b`, `qwen3-8b`: Qwen3-VL's, and
+    /// `qwen3.5-4b`: a dense Qwen3.5 near 4B (config and weights only: Qwen's tokenizer cannot be
+    /// shipped; see `--tiny-tokenizer`).
     #[arg(long)]
     preset: String,
     /// Folder to write (created if missing).
