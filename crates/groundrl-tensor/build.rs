@@ -40,6 +40,7 @@ fn main() {
     println!("cargo:rerun-if-changed=csrc/decode_attention.cu");
     println!("cargo:rerun-if-changed=csrc/sampling.cu");
     println!("cargo:rerun-if-changed=csrc/adamw.cu");
+    println!("cargo:rerun-if-changed=csrc/gated_delta.cu");
     println!("cargo:rerun-if-env-changed=NVCC");
     let mut args = vec!["-Wl,--disable-new-dtags".to_owned()];
     for var in ["LIBTORCH", "GROUNDRL_CUDA_RUNTIME"] {
@@ -117,6 +118,7 @@ fn compile_cuda_kernels(args: &mut Vec<String>) {
         .file("csrc/decode_attention.cu")
         .file("csrc/sampling.cu")
         .file("csrc/adamw.cu")
+        .file("csrc/gated_delta.cu")
         // The release profile keeps debug info, for which cc would pass nvcc `-G` (device code
         // unoptimized: measured 2x slower decoding steps).
         .debug(false)

@@ -1,4 +1,5 @@
-// A C ABI over the CUDA kernels of kernels.cu, decode_attention.cu, sampling.cu and adamw.cu, for
+// A C ABI over the CUDA kernels of kernels.cu, decode_attention.cu, sampling.cu, adamw.cu and
+// gated_delta.cu, for
 // tensors (autograd.cpp wraps the kernels that training differentiates):
 // checks devices, dtypes and layouts (a C++ exception, turned into an error message, rather than a
 // kernel reading out of bounds) and launches on libtorch's current stream, so the kernels join
@@ -38,6 +39,10 @@ int groundrl_launch_decode_attention(const void* q, const void* keys, const void
                                      const void* mask, const int64_t* column, void* out,
                                      float* part_o, float* part_ml, int64_t rows, int64_t kv_heads,
                                      int64_t capacity, int64_t splits, float scale, void* stream);
+int groundrl_launch_gated_delta_step(const void* q, const void* k, const void* v, const float* g,
+                                     const void* beta, float* state, float* out, int64_t rows,
+                                     int64_t key_heads, int64_t value_heads, int64_t dk, int64_t dv,
+                                     int bf16, float eps, void* stream);
 }
 
 namespace {
@@ -226,6 +231,46 @@ int groundrl_decode_attention(void* q_, void* keys_, void* values_, void* mask_,
         column.data_ptr<int64_t>(), out.data_ptr(), part_o.data_ptr<float>(),
         part_ml.data_ptr<float>(), rows, kv_heads, capacity, splits, 1.0f / std::sqrt(128.0f),
         stream_of(q)));
+  });
+}
+
+// One decoding step of the gated delta rule (see gated_delta.cu): q, k (rows, key_heads, dk), v
+// (rows, value_heads, dv) and beta (rows, value_heads), contiguous, all bf16 or all f32; g (rows,
+// value_heads) f32; state (rows, value_heads, dk, dv) contiguous f32, updated in place; out (rows,
+// value_heads, dv) contiguous f32. dk 32, 64 or 128, dv at most 1024.
+int groundrl_gated_delta_step(void* q_, void* k_, void* v_, void* g_, void* beta_, void* state_,
+                              void* out_, double eps) {
+  return guarded([&] {
+    const auto &q = tensor(q_), &k = tensor(k_), &v = tensor(v_), &g = tensor(g_);
+    const auto &beta = tensor(beta_), &state = tensor(state_), &out = tensor(out_);
+    const auto dtype = q.scalar_type();
+    require(dtype == at::kBFloat16 || dtype == at::kFloat, "q must be bf16 or f32");
+    for (auto [t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}, {&beta, "beta"}}) {
+      check(*t, dtype, name);
+      require(t->is_contiguous(), std::string(name) + " must be contiguous");
+    }
+    for (auto [t, name] : {std::pair{&g, "g"}, {&state, "state"}, {&out, "out"}}) {
+      check(*t, at::kFloat, name);
+      require(t->is_contiguous(), std::string(name) + " must be contiguous");
+    }
+    require(q.dim() == 3 && k.sizes() == q.sizes(), "q and k must be (rows, key_heads, dk)");
+    const int64_t rows = q.size(0), key_heads = q.size(1), dk = q.size(2);
+    require(dk == 32 || dk == 64 || dk == 128, "the key dim must be 32, 64 or 128");
+    require(v.dim() == 3 && v.size(0) == rows, "v must be (rows, value_heads, dv)");
+    const int64_t value_heads = v.size(1), dv = v.size(2);
+    require(dv >= 1 && dv <= 1024, "the value dim must be 1 to 1024");
+    require(key_heads > 0 && value_heads % key_heads == 0,
+            "value_heads must be a multiple of key_heads");
+    require(g.sizes() == at::IntArrayRef({rows, value_heads}) && beta.sizes() == g.sizes(),
+            "g and beta must be (rows, value_heads)");
+    require(state.sizes() == at::IntArrayRef({rows, value_heads, dk, dv}),
+            "state must be (rows, value_heads, dk, dv)");
+    require(out.sizes() == v.sizes(), "out must be shaped like v");
+    c10::cuda::CUDAGuard guard(q.device());
+    launched(groundrl_launch_gated_delta_step(
+        q.data_ptr(), k.data_ptr(), v.data_ptr(), g.data_ptr<float>(), beta.data_ptr(),
+        state.data_ptr<float>(), out.data_ptr<float>(), rows, key_heads, value_heads, dk, dv,
+        dtype == at::kBFloat16 ? 1 : 0, (float)eps, stream_of(q)));
   });
 }
 

@@ -15,7 +15,10 @@
 //!   one kernel instead of about 25. These sum in their own order, so they match libtorch to rounding
 //!   (tests against f32 attention, libtorch's norm and the sampler's composition);
 //! - AdamW's update of one parameter in one pass ([`adamw`], `csrc/adamw.cu`) instead of about a
-//!   dozen passes over f32 tensors of its size.
+//!   dozen passes over f32 tensors of its size;
+//! - a decoding step of Qwen3.5's gated delta rule ([`gated_delta_step`], `csrc/gated_delta.cu`),
+//!   each head's f32 state read and written once instead of about a dozen kernels' passes; it sums
+//!   in its own order (a test against the composition).
 //!
 //! [`flash_varlen`] is not ours: it reaches libtorch's flash attention over packed sequences
 //! (`csrc/flash_varlen.cpp`), which tch does not bind (`crate::packed_attention` uses it).
@@ -142,6 +145,33 @@ pub(crate) fn decode_rotary_write(
     let q = Tensor::f_empty([size[0], heads, size[2]], (qkv.kind(), qkv.device()))?;
     ffi::decode_rotary_write(qkv, (cos, signed_sin), (&q, keys, values), column, heads)?;
     Ok(Some(q))
+}
+
+/// One decoding step of the gated delta rule (`crate::qwen3_5::gated_delta`'s recurrent form for one
+/// token) with `state` (rows, value_heads, dk, dv) f32 updated in place: `q`, `k` (rows, key_heads, dk)
+/// before their L2 normalisation (of epsilon `eps`), `v` (rows, value_heads, dv), `beta` (rows,
+/// value_heads) in one dtype (bf16 or f32), the log-decay `g` (rows, value_heads) f32. Returns the
+/// output (rows, value_heads, dv) f32; None where the kernel does not apply (besides the module's
+/// conditions: key dim 32, 64 or 128, value dim up to 1,024, a contiguous f32 state), for the
+/// caller's composition.
+pub fn gated_delta_step(
+    (q, k, v): (&Tensor, &Tensor, &Tensor),
+    (g, beta): (&Tensor, &Tensor),
+    state: &Tensor,
+    eps: f64,
+) -> Result<Option<Tensor>, TchError> {
+    let kinds = q.kind() == k.kind() && q.kind() == v.kind() && q.kind() == beta.kind();
+    let dtype = matches!(q.kind(), Kind::BFloat16 | Kind::Float);
+    let dims = matches!(q.size().last(), Some(32 | 64 | 128)) && v.size().last().is_some_and(|&d| d <= 1024);
+    let f32_state = g.kind() == Kind::Float && state.kind() == Kind::Float && state.is_contiguous();
+    if !applies(&[q, k, v, g, beta, state]) || !kinds || !dtype || !dims || !f32_state {
+        return Ok(None);
+    }
+    let (q, k, v) = (q.f_contiguous()?, k.f_contiguous()?, v.f_contiguous()?);
+    let (g, beta) = (g.f_contiguous()?, beta.f_contiguous()?);
+    let out = Tensor::f_empty(v.size(), (Kind::Float, v.device()))?;
+    ffi::gated_delta_step((&q, &k, &v), (&g, &beta), state, &out, eps)?;
+    Ok(Some(out))
 }
 
 /// Attention of one new token per row: `q` (rows, kv_heads, 8, 128) over `keys` and `values` (rows,
@@ -393,6 +423,16 @@ mod ffi {
             out: *mut c_void,
             splits: i64,
         ) -> c_int;
+        fn groundrl_gated_delta_step(
+            q: *mut c_void,
+            k: *mut c_void,
+            v: *mut c_void,
+            g: *mut c_void,
+            beta: *mut c_void,
+            state: *mut c_void,
+            out: *mut c_void,
+            eps: f64,
+        ) -> c_int;
     }
 
     /// The shim's `at::Tensor*` of a tch tensor (the shim only reads the handle; outputs are written
@@ -552,6 +592,20 @@ mod ffi {
         })
     }
 
+    pub fn gated_delta_step(
+        (q, k, v): (&Tensor, &Tensor, &Tensor),
+        (g, beta): (&Tensor, &Tensor),
+        state: &Tensor,
+        out: &Tensor,
+        eps: f64,
+    ) -> Result<(), TchError> {
+        // SAFETY: as in `rotary`.
+        result("gated_delta_step", unsafe {
+            let (q, k, v, g, beta) = (raw(q), raw(k), raw(v), raw(g), raw(beta));
+            groundrl_gated_delta_step(q, k, v, g, beta, raw(state), raw(out), eps)
+        })
+    }
+
     pub fn decode_attention(
         q: &Tensor,
         (keys, values): (&Tensor, &Tensor),
@@ -643,6 +697,16 @@ mod ffi {
         _: (&Tensor, &Tensor),
         _: &Tensor,
         _: i64,
+    ) -> Result<(), TchError> {
+        unavailable()
+    }
+
+    pub fn gated_delta_step(
+        _: (&Tensor, &Tensor, &Tensor),
+        _: (&Tensor, &Tensor),
+        _: &Tensor,
+        _: &Tensor,
+        _: f64,
     ) -> Result<(), TchError> {
         unavailable()
     }

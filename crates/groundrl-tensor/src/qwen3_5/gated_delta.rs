@@ -30,7 +30,7 @@ use tch::{Kind, Tensor};
 use crate::model_error::ModelError;
 
 /// The epsilon of the L2 normalisation of queries and keys (as the FLA library's kernels use it).
-const L2_EPS: f64 = 1e-6;
+pub(crate) const L2_EPS: f64 = 1e-6;
 
 /// One layer's inputs, every query and key head already repeated to the value heads: `q`, `k`
 /// (B, L, H, dk), `v` (B, L, H, dv), the log-decay `g` and the write strength `beta` (B, L, H).

@@ -7,6 +7,7 @@
 use tch::{Kind, Tensor, nn};
 
 use super::gated_delta::{self, DeltaInputs};
+use crate::fused;
 use crate::layers::{INIT_STD, Linear};
 use crate::model_error::ModelError;
 
@@ -110,6 +111,64 @@ impl GatedDeltaNet {
         x: &Tensor,
         state: Option<&LinearState>,
     ) -> Result<(Tensor, LinearState), ModelError> {
+        let m = self.mix(x, state.map(|s| &s.conv))?;
+        let (q, k) = (self.repeated(&m.q)?, self.repeated(&m.k)?);
+        let rule = DeltaInputs {
+            q: &q,
+            k: &k,
+            v: &m.v,
+            g: &m.g,
+            beta: &m.beta,
+        };
+        let carried = state.map(|s| &s.recurrent);
+        let ruled = match x.size()[1] {
+            1 => gated_delta::recurrent(&rule, carried)?,
+            _ => gated_delta::chunked(&rule, CHUNK, carried)?,
+        };
+        let out = self.finish(&ruled.out, &m.gate)?;
+        let state = LinearState {
+            conv: m.conv,
+            recurrent: ruled.state,
+        };
+        Ok((out, state))
+    }
+
+    /// One decoding step, the state carried in place: `x` (rows, 1, hidden) and `state` the state
+    /// before the token, overwritten with the state after it, so that a captured CUDA graph keeps
+    /// reading the same tensors. The delta rule runs as one kernel where it applies
+    /// ([`fused::gated_delta_step`], the recurrent state f32), else as [`Self::forward_with_state`]
+    /// does.
+    pub fn step_in_place(&self, x: &Tensor, state: &mut LinearState) -> Result<Tensor, ModelError> {
+        let m = self.mix(x, Some(&state.conv))?;
+        state.conv.f_copy_(&m.conv)?;
+        let squeeze = |t: &Tensor| t.f_squeeze_dim(1);
+        let inputs = (&squeeze(&m.q)?, &squeeze(&m.k)?, &squeeze(&m.v)?);
+        let (g, beta) = (squeeze(&m.g)?, squeeze(&m.beta)?);
+        let fused = fused::gated_delta_step(inputs, (&g, &beta), &state.recurrent, gated_delta::L2_EPS)?;
+        let out = match fused {
+            Some(out) => out.f_unsqueeze(1)?.f_to_kind(m.v.kind())?,
+            None => {
+                let (q, k) = (self.repeated(&m.q)?, self.repeated(&m.k)?);
+                let rule = DeltaInputs {
+                    q: &q,
+                    k: &k,
+                    v: &m.v,
+                    g: &m.g,
+                    beta: &m.beta,
+                };
+                let ruled = gated_delta::recurrent(&rule, Some(&state.recurrent))?;
+                state.recurrent.f_copy_(&ruled.state)?;
+                ruled.out
+            }
+        };
+        self.finish(&out, &m.gate)
+    }
+
+    /// Everything before the delta rule: the projections, the convolution after `conv` (the previous
+    /// kernel - 1 inputs; `None`: zeros) and SiLU, split into queries and keys (B, L, key heads, dk)
+    /// and values (B, L, value heads, dv); the log-decay and write strength (B, L, value heads); the
+    /// output gate; the convolution's last inputs.
+    fn mix(&self, x: &Tensor, conv: Option<&Tensor>) -> Result<Mixed, ModelError> {
         let c = &self.cfg;
         let [b, l, _] = x.size()[..] else {
             return Err(ModelError::Input(format!(
@@ -118,21 +177,10 @@ impl GatedDeltaNet {
             )));
         };
         let mixed = self.in_proj_qkv.forward(x).f_transpose(1, 2)?;
-        let (mixed, conv) = causal_conv(&mixed, &self.conv1d, state.map(|s| &s.conv))?;
+        let (mixed, conv) = causal_conv(&mixed, &self.conv1d, conv)?;
         let mixed = mixed.f_transpose(1, 2)?;
         let parts = mixed.f_split_with_sizes([c.key_dim(), c.key_dim(), c.value_dim()], -1)?;
-        // Each key head serves value_heads / key_heads value heads, its copies side by side.
-        let repeat = c.value_heads / c.key_heads;
-        let keys = |t: &Tensor| -> Result<Tensor, tch::TchError> {
-            let t = t.f_reshape([b, l, c.key_heads, c.key_head_dim])?;
-            match repeat {
-                1 => Ok(t),
-                r => t.f_repeat_interleave_self_int(r, 2, None),
-            }
-        };
-        let (q, k) = (keys(&parts[0])?, keys(&parts[1])?);
-        let v = parts[2].f_reshape([b, l, c.value_heads, c.value_head_dim])?;
-        let beta = self.in_proj_b.forward(x).f_sigmoid()?;
+        let heads = |t: &Tensor, n: i64, d: i64| t.f_reshape([b, l, n, d]);
         let rate = self.a_log.f_to_kind(Kind::Float)?.f_exp()?;
         let steps = self
             .in_proj_a
@@ -140,33 +188,47 @@ impl GatedDeltaNet {
             .f_to_kind(Kind::Float)?
             .f_add(&self.dt_bias)?
             .f_softplus()?;
-        let g = steps.f_mul(&rate)?.f_neg()?;
-        let rule = DeltaInputs {
-            q: &q,
-            k: &k,
-            v: &v,
-            g: &g,
-            beta: &beta,
-        };
-        let carried = state.map(|s| &s.recurrent);
-        let ruled = match l {
-            1 => gated_delta::recurrent(&rule, carried)?,
-            _ => gated_delta::chunked(&rule, CHUNK, carried)?,
-        };
-        let gate = self
-            .in_proj_z
-            .forward(x)
-            .f_reshape([b, l, c.value_heads, c.value_head_dim])?;
-        let normed = gated_rms_norm(&ruled.out, &gate, &self.norm, c.rms_norm_eps)?;
-        let out = self.out_proj.forward(&normed.f_reshape([b, l, c.value_dim()])?);
-        Ok((
-            out,
-            LinearState {
-                conv,
-                recurrent: ruled.state,
-            },
-        ))
+        Ok(Mixed {
+            q: heads(&parts[0], c.key_heads, c.key_head_dim)?,
+            k: heads(&parts[1], c.key_heads, c.key_head_dim)?,
+            v: heads(&parts[2], c.value_heads, c.value_head_dim)?,
+            g: steps.f_mul(&rate)?.f_neg()?,
+            beta: self.in_proj_b.forward(x).f_sigmoid()?,
+            gate: heads(&self.in_proj_z.forward(x), c.value_heads, c.value_head_dim)?,
+            conv,
+        })
     }
+
+    /// Queries or keys (B, L, key heads, d) repeated to the value heads, each key head's copies side
+    /// by side (as transformers' `repeat_interleave`).
+    fn repeated(&self, t: &Tensor) -> Result<Tensor, tch::TchError> {
+        match self.cfg.value_heads / self.cfg.key_heads {
+            1 => Ok(t.shallow_clone()),
+            r => t.f_repeat_interleave_self_int(r, 2, None),
+        }
+    }
+
+    /// The rule's output (B, L, value heads, dv) through the gated norm and the output projection.
+    fn finish(&self, ruled: &Tensor, gate: &Tensor) -> Result<Tensor, ModelError> {
+        let [b, l, _, _] = ruled.size()[..] else {
+            return Err(ModelError::Input(format!("delta rule output {:?}", ruled.size())));
+        };
+        let normed = gated_rms_norm(ruled, gate, &self.norm, self.cfg.rms_norm_eps)?;
+        Ok(self
+            .out_proj
+            .forward(&normed.f_reshape([b, l, self.cfg.value_dim()])?))
+    }
+}
+
+/// What [`GatedDeltaNet::mix`] makes of a layer's input.
+struct Mixed {
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    gate: Tensor,
+    conv: Tensor,
 }
 
 /// What a linear-attention layer carries from one call to the next: the convolution's last
@@ -266,5 +328,61 @@ mod tests {
             .forward(&Tensor::randn([2, 5, 16], (Kind::Float, Device::Cpu)), None)
             .unwrap();
         assert_eq!(out.size(), [2, 5, 16]);
+    }
+
+    /// A decoding step in place (on the GPU machine: the fused kernel) gives the output and the
+    /// states of the composed recurrent step, in f32 and bf16, for key dims 128 and 64 (one with
+    /// fewer value dims than key dims) and two value heads per key head; elsewhere it is that
+    /// composition, and equal to it.
+    #[test]
+    fn a_step_in_place_equals_the_composed_step() {
+        let device = crate::fused::cuda_for_tests().unwrap_or(Device::Cpu);
+        for (dk, dv, kind, tolerance) in [
+            (128, 128, Kind::Float, 1e-5),
+            (64, 32, Kind::Float, 1e-5),
+            (128, 128, Kind::BFloat16, 2e-2),
+        ] {
+            let cfg = LinearAttentionConfig {
+                hidden_size: 64,
+                key_heads: 2,
+                value_heads: 4,
+                key_head_dim: dk,
+                value_head_dim: dv,
+                conv_kernel: 4,
+                rms_norm_eps: 1e-6,
+            };
+            tch::manual_seed(5);
+            let mut vs = nn::VarStore::new(device);
+            let layer = GatedDeltaNet::new(vs.root() / "linear_attn", &cfg);
+            vs.set_kind(kind);
+            let rows = 3;
+            let x = Tensor::randn([rows, 1, 64], (kind, device));
+            let before = LinearState {
+                conv: Tensor::randn([rows, cfg.conv_dim(), 3], (kind, device)),
+                recurrent: Tensor::randn([rows, 4, dk, dv], (Kind::Float, device)) * 0.1,
+            };
+            let (want, after) = tch::no_grad(|| layer.forward_with_state(&x, Some(&before))).unwrap();
+            let mut state = LinearState {
+                conv: before.conv.copy(),
+                recurrent: before.recurrent.copy(),
+            };
+            let got = tch::no_grad(|| layer.step_in_place(&x, &mut state)).unwrap();
+            let relative = |a: &Tensor, b: &Tensor| {
+                let scale = b.abs().max().double_value(&[]).max(1e-12);
+                (a.to_kind(Kind::Float) - b.to_kind(Kind::Float))
+                    .abs()
+                    .max()
+                    .double_value(&[])
+                    / scale
+            };
+            let (out, recurrent) = (
+                relative(&got, &want),
+                relative(&state.recurrent, &after.recurrent),
+            );
+            println!("dk {dk} dv {dv} {kind:?}: output {out:.2e}, state {recurrent:.2e} relative");
+            assert!(out <= tolerance, "output {out}");
+            assert!(recurrent <= 1e-5, "state {recurrent}");
+            assert!(state.conv.equal(&after.conv.to_kind(kind)));
+        }
     }
 }

@@ -387,15 +387,13 @@ impl TextModel {
                     attn.decode_step(&normed, rotary, cache, full - 1, column, mask)?
                 }
                 Mixer::Linear(attn) => {
-                    let before = LinearState {
+                    // Handles of the cache's own tensors: the step writes them in place.
+                    let mut state = LinearState {
                         conv: cache.state(2 * linear).shallow_clone(),
                         recurrent: cache.state(2 * linear + 1).shallow_clone(),
                     };
-                    let (out, after) = attn.forward_with_state(&normed, Some(&before))?;
-                    cache.set_state(2 * linear, &after.conv)?;
-                    cache.set_state(2 * linear + 1, &after.recurrent)?;
                     linear += 1;
-                    out
+                    attn.step_in_place(&normed, &mut state)?
                 }
             };
             x = layer.mlp_after(x.f_add(&mixed)?)?;
