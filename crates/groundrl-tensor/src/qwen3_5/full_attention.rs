@@ -157,9 +157,10 @@ impl GatedAttention {
         let (keys, values) = cache.layer(layer);
         let rows = x.size()[0];
         // Query heads grouped under their KV head, as the cache's attention takes them.
-        let q = q.f_view([rows, c.kv_heads, c.heads / c.kv_heads, c.head_dim])?;
+        let q = q.f_reshape([rows, c.kv_heads, c.heads / c.kv_heads, c.head_dim])?;
         let out = attend_step(&q, keys, values, mask, column);
-        self.finish(&out.f_view([rows, c.heads, 1, c.head_dim])?, &gate)
+        // SDPA may return another layout than its query's on CUDA: reshape, not view.
+        self.finish(&out.f_reshape([rows, c.heads, 1, c.head_dim])?, &gate)
     }
 
     /// The layer over `x` (B, L, hidden), rows without padding, after the keys and values of
