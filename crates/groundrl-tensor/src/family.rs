@@ -240,6 +240,8 @@ mod tests {
             text.contains("`qwen3_vl_moe`") && text.contains("qwen2_5_vl, qwen3_vl, qwen3_5"),
             "{text}"
         );
+        let err = Family::of_folder(folder(r#"{"model_type": "qwen3_5_moe"}"#).path()).unwrap_err();
+        assert!(err.to_string().contains("Qwen3.5's mixture-of-experts"), "{err}");
         let err = Family::of_folder(folder(r#"{"hidden_size": 8}"#).path())
             .unwrap_err()
             .to_string();

@@ -4,7 +4,7 @@
 //! images per row and a text-only row longer than a chunk of the delta rule; and the rollout
 //! engine's cached decoding against transformers' `generate`.
 
-use crate::qwen3_vl_fixtures::{fixtures, golden_in};
+use crate::qwen3_vl_fixtures::{fixtures, golden_in, relative_error, unpadded};
 
 use groundrl_tensor::family::Family;
 use groundrl_tensor::hf_folder;
@@ -15,22 +15,6 @@ use tch::{Device, Kind, Tensor};
 
 fn tiny() -> std::path::PathBuf {
     fixtures().join("qwen3_5/tiny")
-}
-
-/// max |a - b| / max |b|.
-fn relative_error(ours: &Tensor, hf: &Tensor) -> f64 {
-    let diff = (ours.to_kind(Kind::Float) - hf).abs().max().double_value(&[]);
-    diff / hf.abs().max().double_value(&[])
-}
-
-/// The rows of (B, L, V) logits at unpadded positions, (positions, V).
-fn unpadded(logits: &Tensor, mask: &[Vec<i64>]) -> Tensor {
-    let keep = Tensor::from_slice(&mask.concat())
-        .to_kind(Kind::Bool)
-        .nonzero()
-        .squeeze_dim(1);
-    let v = logits.size()[2];
-    logits.to_kind(Kind::Float).view([-1, v]).index_select(0, &keep)
 }
 
 #[test]

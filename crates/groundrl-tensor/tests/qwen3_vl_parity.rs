@@ -12,7 +12,7 @@ use groundrl_tensor::processor::chat_template::RenderOptions;
 use groundrl_tensor::processor::image::ImageProcessor;
 use groundrl_tensor::qwen3_vl::{Qwen3Vl, VisionOutput};
 use image::DynamicImage;
-use qwen3_vl_fixtures::{fixture, fixtures, golden, named};
+use qwen3_vl_fixtures::{fixture, fixtures, golden, named, relative_error, unpadded};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tch::{Device, Kind, Tensor};
@@ -24,22 +24,6 @@ fn json(path: std::path::PathBuf) -> Value {
 fn grids_of(value: &Value) -> Vec<[i64; 3]> {
     let rows: Vec<Vec<i64>> = serde_json::from_value(value.clone()).unwrap();
     rows.into_iter().map(|g| [g[0], g[1], g[2]]).collect()
-}
-
-/// max |a - b| / max |b|.
-fn relative_error(ours: &Tensor, hf: &Tensor) -> f64 {
-    let diff = (ours.to_kind(Kind::Float) - hf).abs().max().double_value(&[]);
-    diff / hf.abs().max().double_value(&[])
-}
-
-/// The rows of (B, L, V) logits at unpadded positions, (positions, V).
-fn unpadded(logits: &Tensor, mask: &[Vec<i64>]) -> Tensor {
-    let keep = Tensor::from_slice(&mask.concat())
-        .to_kind(Kind::Bool)
-        .nonzero()
-        .squeeze_dim(1);
-    let v = logits.size()[2];
-    logits.to_kind(Kind::Float).view([-1, v]).index_select(0, &keep)
 }
 
 #[test]

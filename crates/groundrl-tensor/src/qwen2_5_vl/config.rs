@@ -85,9 +85,7 @@ pub struct Qwen25VlConfig {
 impl Qwen25VlConfig {
     /// Reads `config.json` from a file.
     pub fn load(path: &Path) -> Result<Self, ModelError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ModelError::io(path, e))?;
-        let value: Value = serde_json::from_str(&text).map_err(|e| ModelError::file(path, e))?;
-        Self::from_json(&value).map_err(|e| ModelError::file(path, e))
+        read_config(path, Self::from_json)
     }
 
     /// Reads either config layout (see the module docs) and checks that the shapes fit together.
@@ -327,6 +325,17 @@ fn vision_config(f: Fields) -> Result<VisionConfig, String> {
 }
 
 /// Typed reads of a JSON object's fields with defaults; errors name the field.
+/// A family's `config.json` at `path` read by `parse` (its `from_json`), whose message naming the
+/// field at fault is filed under the file's path.
+pub(crate) fn read_config<T>(
+    path: &Path,
+    parse: impl FnOnce(&Value) -> Result<T, String>,
+) -> Result<T, ModelError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ModelError::io(path, e))?;
+    let value: Value = serde_json::from_str(&text).map_err(|e| ModelError::file(path, e))?;
+    parse(&value).map_err(|e| ModelError::file(path, e))
+}
+
 #[derive(Clone, Copy)]
 pub(crate) struct Fields<'a>(pub(crate) &'a Map<String, Value>);
 

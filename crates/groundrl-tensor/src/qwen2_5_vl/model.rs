@@ -184,19 +184,12 @@ impl Qwen25Vl {
     /// Stops (or restarts) training of the vision tower: its parameters stop requiring gradients and
     /// its forward runs without recording a graph.
     pub fn set_vision_trainable(&self, trainable: bool) {
-        for (name, var) in self.vs.variables() {
-            if name.starts_with("visual.") {
-                let _ = var.set_requires_grad(trainable);
-            }
-        }
+        crate::layers::set_tower_trainable(&self.vs, trainable)
     }
 
     /// Whether some vision-tower variable takes gradients (a trained tower, or adapters on it).
     pub fn vision_trainable(&self) -> bool {
-        self.vs
-            .variables()
-            .iter()
-            .any(|(name, var)| name.starts_with("visual.") && var.requires_grad())
+        crate::layers::tower_trainable(&self.vs)
     }
 
     fn rope_spec(&self) -> RopeSpec {

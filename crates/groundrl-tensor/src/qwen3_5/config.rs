@@ -20,8 +20,8 @@ use super::text::{LayerType, TextConfig};
 use crate::model_error::ModelError;
 use crate::qwen2_5_vl::config::Fields;
 use crate::qwen3_vl::config::{
-    VisionConfig, dtype_name, eos_token_ids, require_str, sub_object, validate_vision, vision_config,
-    vision_json,
+    VisionConfig, dtype_name, eos_token_ids, require_model_type, require_str, sub_object, validate_vision,
+    vision_config, vision_json,
 };
 
 /// The `model_type` of Qwen3.5's (dense) `config.json`.
@@ -44,23 +44,13 @@ pub struct Qwen35Config {
 impl Qwen35Config {
     /// Reads `config.json` from a file.
     pub fn load(path: &Path) -> Result<Self, ModelError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ModelError::io(path, e))?;
-        let value: Value = serde_json::from_str(&text).map_err(|e| ModelError::file(path, e))?;
-        Self::from_json(&value).map_err(|e| ModelError::file(path, e))
+        crate::qwen2_5_vl::config::read_config(path, Self::from_json)
     }
 
     /// Reads a Qwen3.5 config, refusing another `model_type`, and checks that the shapes fit together.
     pub fn from_json(value: &Value) -> Result<Self, String> {
         let top = value.as_object().ok_or("config is not a JSON object")?;
-        match top.get("model_type").and_then(Value::as_str) {
-            Some(MODEL_TYPE) => {}
-            Some(other) => {
-                return Err(format!(
-                    "model_type is `{other}`, not `{MODEL_TYPE}`: this is not a Qwen3.5 (dense) checkpoint"
-                ));
-            }
-            None => return Err(format!("no `model_type` (a Qwen3.5 config says `{MODEL_TYPE}`)")),
-        }
+        require_model_type(top, MODEL_TYPE, "Qwen3.5 (dense)")?;
         let fields = Fields(top);
         let empty = Map::new();
         let text = text_config(&Value::Object(sub_object(top, "text_config", &empty)?.clone()))
@@ -356,6 +346,34 @@ mod tests {
         )
         .unwrap();
         assert_eq!((rope.rope_theta, rope.partial_rotary_factor), (1e7, 0.5));
+    }
+
+    /// The tiny fixture's config as transformers wrote it reads back from what `to_json` writes, and
+    /// another family's config is refused by its `model_type`.
+    #[test]
+    fn the_whole_config_round_trips_and_other_families_are_refused() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qwen3_5/tiny/config.json");
+        let config = Qwen35Config::load(&path).unwrap();
+        assert_eq!(
+            (config.text.partial_rotary_factor, config.text.mrope_section),
+            (0.5, [2, 1, 1])
+        );
+        assert_eq!(
+            (config.image_token_id, config.text.eos_token_ids.as_slice()),
+            (652, &[661][..])
+        );
+        assert!(config.vision.deepstack_visual_indexes.is_empty());
+        assert_eq!(
+            Qwen35Config::from_json(&config.to_json(Kind::BFloat16)).unwrap(),
+            config
+        );
+        let err = Qwen35Config::from_json(&json!({"model_type": "qwen3_vl"})).unwrap_err();
+        assert!(err.contains("`qwen3_vl`") && err.contains("Qwen3.5"), "{err}");
+        let err = Qwen35Config::from_json(&json!({"model_type": "qwen3_5", "image_token_id": 300000,
+            "vision_config": {"out_hidden_size": 4096}}))
+        .unwrap_err();
+        assert!(err.contains("special token id 300000"), "{err}");
     }
 
     #[test]

@@ -112,19 +112,7 @@ impl GatedDeltaNet {
         state: Option<&LinearState>,
     ) -> Result<(Tensor, LinearState), ModelError> {
         let m = self.mix(x, state.map(|s| &s.conv))?;
-        let (q, k) = (self.repeated(&m.q)?, self.repeated(&m.k)?);
-        let rule = DeltaInputs {
-            q: &q,
-            k: &k,
-            v: &m.v,
-            g: &m.g,
-            beta: &m.beta,
-        };
-        let carried = state.map(|s| &s.recurrent);
-        let ruled = match x.size()[1] {
-            1 => gated_delta::recurrent(&rule, carried)?,
-            _ => gated_delta::chunked(&rule, CHUNK, carried)?,
-        };
+        let ruled = self.rule(&m, state.map(|s| &s.recurrent))?;
         let out = self.finish(&ruled.out, &m.gate)?;
         let state = LinearState {
             conv: m.conv,
@@ -148,15 +136,7 @@ impl GatedDeltaNet {
         let out = match fused {
             Some(out) => out.f_unsqueeze(1)?.f_to_kind(m.v.kind())?,
             None => {
-                let (q, k) = (self.repeated(&m.q)?, self.repeated(&m.k)?);
-                let rule = DeltaInputs {
-                    q: &q,
-                    k: &k,
-                    v: &m.v,
-                    g: &m.g,
-                    beta: &m.beta,
-                };
-                let ruled = gated_delta::recurrent(&rule, Some(&state.recurrent))?;
+                let ruled = self.rule(&m, Some(&state.recurrent))?;
                 state.recurrent.f_copy_(&ruled.state)?;
                 ruled.out
             }
@@ -197,6 +177,24 @@ impl GatedDeltaNet {
             gate: heads(&self.in_proj_z.forward(x), c.value_heads, c.value_head_dim)?,
             conv,
         })
+    }
+
+    /// The delta rule over `m`'s tokens from `state` (`None`: zeros) as libtorch operations, the
+    /// queries and keys repeated to the value heads: one token by the recurrent rule (a decoding
+    /// step), more by the chunked one.
+    fn rule(&self, m: &Mixed, state: Option<&Tensor>) -> Result<gated_delta::DeltaOutput, ModelError> {
+        let (q, k) = (self.repeated(&m.q)?, self.repeated(&m.k)?);
+        let rule = DeltaInputs {
+            q: &q,
+            k: &k,
+            v: &m.v,
+            g: &m.g,
+            beta: &m.beta,
+        };
+        match m.v.size()[1] {
+            1 => gated_delta::recurrent(&rule, state),
+            _ => gated_delta::chunked(&rule, CHUNK, state),
+        }
     }
 
     /// Queries or keys (B, L, key heads, d) repeated to the value heads, each key head's copies side

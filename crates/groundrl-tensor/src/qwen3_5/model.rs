@@ -130,19 +130,12 @@ impl Qwen35 {
 
     /// Stops (or restarts) training of the vision tower.
     pub fn set_vision_trainable(&self, trainable: bool) {
-        for (name, var) in self.vs.variables() {
-            if name.starts_with("visual.") {
-                let _ = var.set_requires_grad(trainable);
-            }
-        }
+        crate::layers::set_tower_trainable(&self.vs, trainable)
     }
 
     /// Whether some vision-tower variable takes gradients.
     pub fn vision_trainable(&self) -> bool {
-        self.vs
-            .variables()
-            .iter()
-            .any(|(name, var)| name.starts_with("visual.") && var.requires_grad())
+        crate::layers::tower_trainable(&self.vs)
     }
 
     /// The output projection's weight (vocab, hidden): `lm_head`, or the embedding when tied.

@@ -97,23 +97,13 @@ pub struct Qwen3VlConfig {
 impl Qwen3VlConfig {
     /// Reads `config.json` from a file.
     pub fn load(path: &Path) -> Result<Self, ModelError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ModelError::io(path, e))?;
-        let value: Value = serde_json::from_str(&text).map_err(|e| ModelError::file(path, e))?;
-        Self::from_json(&value).map_err(|e| ModelError::file(path, e))
+        crate::qwen2_5_vl::config::read_config(path, Self::from_json)
     }
 
     /// Reads a Qwen3-VL config, refusing another `model_type`, and checks that the shapes fit together.
     pub fn from_json(value: &Value) -> Result<Self, String> {
         let top = value.as_object().ok_or("config is not a JSON object")?;
-        match top.get("model_type").and_then(Value::as_str) {
-            Some(MODEL_TYPE) => {}
-            Some(other) => {
-                return Err(format!(
-                    "model_type is `{other}`, not `{MODEL_TYPE}`: this is not a Qwen3-VL (dense) checkpoint"
-                ));
-            }
-            None => return Err(format!("no `model_type` (a Qwen3-VL config says `{MODEL_TYPE}`)")),
-        }
+        require_model_type(top, MODEL_TYPE, "Qwen3-VL (dense)")?;
         let fields = Fields(top);
         let empty = Map::new();
         let config = Self {
@@ -320,6 +310,21 @@ pub(crate) fn vision_config(f: Fields) -> Result<VisionConfig, String> {
         deepstack_visual_indexes: f.int_list("deepstack_visual_indexes", &[8, 16, 24])?,
         rope_theta,
     })
+}
+
+/// Refuses a config whose `model_type` is not `model_type`, naming the family it was asked of.
+pub(crate) fn require_model_type(
+    top: &Map<String, Value>,
+    model_type: &str,
+    family: &str,
+) -> Result<(), String> {
+    match top.get("model_type").and_then(Value::as_str) {
+        Some(found) if found == model_type => Ok(()),
+        Some(other) => Err(format!(
+            "model_type is `{other}`, not `{model_type}`: this is not a {family} checkpoint"
+        )),
+        None => Err(format!("no `model_type` (a {family} config says `{model_type}`)")),
+    }
 }
 
 /// Refuses a string field other than the one value this model computes (an activation, a rotary

@@ -102,3 +102,19 @@ pub fn worst_relative(a: &BTreeMap<String, Tensor>, b: &BTreeMap<String, Tensor>
 pub fn nonzero(grads: &BTreeMap<String, Tensor>, name: &str) -> bool {
     grads[name].abs().sum(Kind::Float).double_value(&[]) > 0.0
 }
+
+/// max |a - b| / max |b|.
+pub fn relative_error(ours: &Tensor, hf: &Tensor) -> f64 {
+    let diff = (ours.to_kind(Kind::Float) - hf).abs().max().double_value(&[]);
+    diff / hf.abs().max().double_value(&[])
+}
+
+/// The rows of (B, L, V) logits at unpadded positions, (positions, V).
+pub fn unpadded(logits: &Tensor, mask: &[Vec<i64>]) -> Tensor {
+    let keep = Tensor::from_slice(&mask.concat())
+        .to_kind(Kind::Bool)
+        .nonzero()
+        .squeeze_dim(1);
+    let v = logits.size()[2];
+    logits.to_kind(Kind::Float).view([-1, v]).index_select(0, &keep)
+}
