@@ -95,6 +95,23 @@ impl RmsNorm {
     }
 }
 
+/// Stops (or restarts) training of a model's vision tower: the variables every family names
+/// `visual.*` stop requiring gradients (and so its forward runs without recording a graph).
+pub(crate) fn set_tower_trainable(vs: &nn::VarStore, trainable: bool) {
+    for (name, var) in vs.variables() {
+        if name.starts_with("visual.") {
+            let _ = var.set_requires_grad(trainable);
+        }
+    }
+}
+
+/// Whether some vision-tower variable (`visual.*`) takes gradients: a trained tower, or adapters on it.
+pub(crate) fn tower_trainable(vs: &nn::VarStore) -> bool {
+    vs.variables()
+        .iter()
+        .any(|(name, var)| name.starts_with("visual.") && var.requires_grad())
+}
+
 #[cfg(test)]
 mod tests {
     use tch::{Device, Kind};
@@ -154,21 +171,4 @@ mod tests {
         let error = |t: &Tensor| (t - &exact).abs().sum(Kind::Float).double_value(&[]);
         assert!(error(&fused) < error(&reference));
     }
-}
-
-/// Stops (or restarts) training of a model's vision tower: the variables every family names
-/// `visual.*` stop requiring gradients (and so its forward runs without recording a graph).
-pub(crate) fn set_tower_trainable(vs: &nn::VarStore, trainable: bool) {
-    for (name, var) in vs.variables() {
-        if name.starts_with("visual.") {
-            let _ = var.set_requires_grad(trainable);
-        }
-    }
-}
-
-/// Whether some vision-tower variable (`visual.*`) takes gradients: a trained tower, or adapters on it.
-pub(crate) fn tower_trainable(vs: &nn::VarStore) -> bool {
-    vs.variables()
-        .iter()
-        .any(|(name, var)| name.starts_with("visual.") && var.requires_grad())
 }

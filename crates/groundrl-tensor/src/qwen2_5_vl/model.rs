@@ -159,13 +159,9 @@ impl Qwen25Vl {
 
     /// Writes `config.json` and the weights (in the parameters' dtype) into `dir`, as transformers does.
     pub fn save(&self, dir: &Path) -> Result<(), ModelError> {
-        std::fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
-        let path = dir.join("config.json");
         let mut config = self.config.to_json();
         config["dtype"] = serde_json::json!(dtype_name(self.kind()));
-        let text = serde_json::to_string_pretty(&config).map_err(|e| ModelError::file(&path, e))?;
-        std::fs::write(&path, text + "\n").map_err(|e| ModelError::io(&path, e))?;
-        weights::save_from(&self.vs, dir, self.kind())
+        weights::save_folder(dir, &config, &self.vs, self.kind())
     }
 
     pub fn var_store(&self) -> &nn::VarStore {

@@ -56,6 +56,21 @@ pub fn transformers_named(vs: &nn::VarStore) -> nn::VarStore {
     named
 }
 
+/// Writes an HF folder: `config` as `config.json` (pretty, a newline at the end) and the variables of
+/// `named` (under the names they are to be saved with) as safetensors in `kind`.
+pub fn save_folder(
+    dir: &Path,
+    config: &serde_json::Value,
+    named: &nn::VarStore,
+    kind: Kind,
+) -> Result<(), ModelError> {
+    std::fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
+    let path = dir.join("config.json");
+    let text = serde_json::to_string_pretty(config).map_err(|e| ModelError::file(&path, e))?;
+    std::fs::write(&path, text + "\n").map_err(|e| ModelError::io(&path, e))?;
+    save_from(named, dir, kind)
+}
+
 /// The safetensors files of an HF folder: `model.safetensors`, or the shards its index lists. A
 /// shard name must stay inside the folder ([`confine`]): an index is data, and may come from
 /// anywhere.

@@ -111,12 +111,8 @@ impl Qwen35 {
     /// Writes `config.json` and the weights (in the parameters' dtype) into `dir` as transformers 5.17
     /// writes a Qwen3.5; a model with unmerged LoRA adapters is refused.
     pub fn save(&self, dir: &Path) -> Result<(), ModelError> {
-        std::fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
-        let path = dir.join("config.json");
-        let config = self.config.to_json(self.kind());
-        let text = serde_json::to_string_pretty(&config).map_err(|e| ModelError::file(&path, e))?;
-        std::fs::write(&path, text + "\n").map_err(|e| ModelError::io(&path, e))?;
-        weights::save_from(&weights::transformers_named(&self.vs), dir, self.kind())
+        let named = weights::transformers_named(&self.vs);
+        weights::save_folder(dir, &self.config.to_json(self.kind()), &named, self.kind())
     }
 
     pub fn device(&self) -> Device {

@@ -90,12 +90,8 @@ impl Qwen3Vl {
     /// (`model.language_model.*`, `model.visual.*`, `lm_head.weight` unless tied). A model with unmerged
     /// LoRA adapters is refused (the folder has no place for them).
     pub fn save(&self, dir: &Path) -> Result<(), ModelError> {
-        std::fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
-        let path = dir.join("config.json");
-        let config = self.config.to_json(self.kind());
-        let text = serde_json::to_string_pretty(&config).map_err(|e| ModelError::file(&path, e))?;
-        std::fs::write(&path, text + "\n").map_err(|e| ModelError::io(&path, e))?;
-        weights::save_from(&weights::transformers_named(&self.vs), dir, self.kind())
+        let named = weights::transformers_named(&self.vs);
+        weights::save_folder(dir, &self.config.to_json(self.kind()), &named, self.kind())
     }
 
     pub fn var_store(&self) -> &nn::VarStore {
