@@ -95,6 +95,16 @@ impl RmsNorm {
     }
 }
 
+/// Runs `init` (a model's random initialisation) with libtorch's one global generator seeded by
+/// `seed` and held for the whole of it: the same seed gives the same weights whichever family's
+/// model other threads initialise meanwhile (one lock for every family).
+pub(crate) fn seeded<T>(seed: i64, init: impl FnOnce() -> T) -> T {
+    static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = INIT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    tch::manual_seed(seed);
+    init()
+}
+
 /// Stops (or restarts) training of a model's vision tower: the variables every family names
 /// `visual.*` stop requiring gradients (and so its forward runs without recording a graph).
 pub(crate) fn set_tower_trainable(vs: &nn::VarStore, trainable: bool) {

@@ -10,10 +10,16 @@
 //! and do not depend on which other layers are adapted.
 //!
 //! A model family attaches adapters to its layers and merges them back (`qwen2_5_vl::lora` for
-//! Qwen2.5-VL); what an adapter is and computes, and which layers a spec names, are the same for all.
+//! Qwen2.5-VL; Qwen3-VL and Qwen3.5 through [`attach`] and [`merge`] here, over the layers they
+//! hand in); what an adapter is and computes, and which layers a spec names, are the same for all.
+
+use std::sync::PoisonError;
 
 use groundrl_core::rng::{SplitMix64, keyed};
 use tch::{Device, Kind, TchError, Tensor, nn};
+
+use crate::layers::Linear;
+use crate::model_error::ModelError;
 
 /// The language model's projections an adapter can target (the layers' names in every decoder
 /// layer, as PEFT's `target_modules` names them); all seven are the usual choice.
@@ -169,6 +175,79 @@ impl Adapter {
 pub fn is_adapter_name(name: &str) -> bool {
     let matrix = name.strip_suffix(".weight").and_then(|n| n.rsplit('.').next());
     matrix.is_some_and(|m| m == A || m == B)
+}
+
+/// The adapters' variables of `vs` by name, sorted.
+pub(crate) fn adapter_variables(vs: &nn::VarStore) -> Vec<(String, Tensor)> {
+    let mut vars: Vec<(String, Tensor)> = vs
+        .variables()
+        .into_iter()
+        .filter(|(name, _)| is_adapter_name(name))
+        .collect();
+    vars.sort_by(|x, y| x.0.cmp(&y.0));
+    vars
+}
+
+/// Gives each of `linears` (layers of the model whose variables `vs` holds) a fresh adapter in `vs`'s
+/// dtype and device, then makes the adapters the only trainable variables. Every adapter is made
+/// before any is attached, so that an error attaches none.
+pub(crate) fn attach<'a>(
+    vs: &nn::VarStore,
+    linears: impl Iterator<Item = &'a mut Linear>,
+    spec: &LoraSpec,
+) -> Result<usize, ModelError> {
+    spec.check()?;
+    if let Some((name, _)) = adapter_variables(vs).first() {
+        return Err(LoraError::AlreadyAttached(name.clone()).into());
+    }
+    let linears: Vec<&mut Linear> = linears.collect();
+    let adapters = linears
+        .iter()
+        .map(|l| {
+            let shape = l.weight.size2()?;
+            let place = (vs.kind(), vs.device());
+            Ok(Adapter::fresh(vs.root(), &l.path, shape, spec, place)?)
+        })
+        .collect::<Result<Vec<_>, ModelError>>()?;
+    let count = adapters.len();
+    for (linear, adapter) in linears.into_iter().zip(adapters) {
+        linear.lora = Some(adapter);
+    }
+    for (name, var) in vs.variables() {
+        let _ = var.set_requires_grad(is_adapter_name(&name));
+    }
+    Ok(count)
+}
+
+/// Folds the adapter of each of `linears` into its weight and removes the adapters' variables from
+/// `vs`, also after an error, so that the store never holds an adapter its layer has dropped.
+pub(crate) fn merge<'a>(
+    vs: &nn::VarStore,
+    linears: impl Iterator<Item = &'a mut Linear>,
+) -> Result<usize, ModelError> {
+    let mut merged = Vec::new();
+    let folded = fold(linears, &mut merged);
+    let holds = |t: &Tensor| merged.iter().any(|a: &Adapter| a.holds(t));
+    let mut vars = vs.variables_.lock().unwrap_or_else(PoisonError::into_inner);
+    vars.named_variables.retain(|_, t| !holds(t));
+    vars.trainable_variables.retain(|v| !holds(&v.tensor));
+    folded.map(|()| merged.len())
+}
+
+/// Merges the adapters layer by layer, moving each merged one into `merged`.
+fn fold<'a>(
+    linears: impl Iterator<Item = &'a mut Linear>,
+    merged: &mut Vec<Adapter>,
+) -> Result<(), ModelError> {
+    for linear in linears {
+        let Some(adapter) = &linear.lora else {
+            continue;
+        };
+        let sum = adapter.merged_with(&linear.weight)?;
+        tch::no_grad(|| linear.weight.f_copy_(&sum))?;
+        merged.extend(linear.lora.take());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -298,11 +298,4 @@ pub trait Model: Decoder + ForwardFlops {
     /// [`crate::scores`] projects the scored hidden states with (a training pass's loss reads
     /// [`TrainingPass::head`] instead).
     fn output_weight(&self) -> &Tensor;
-
-    /// Whether a batch may hold branched rows (a prompt's completions as branches of one row,
-    /// [`crate::qwen2_5_vl::branches`]): not for a family whose layers cannot attend through a
-    /// branch mask (Qwen3.5's linear attention), whose trainer then runs plain rows.
-    fn takes_branches(&self) -> bool {
-        true
-    }
 }

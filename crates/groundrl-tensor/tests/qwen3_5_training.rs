@@ -1,13 +1,16 @@
 //! What a training step asks of Qwen3.5, on the tiny fixture model (tests/fixtures/qwen3_5/tiny) and
 //! its golden batch: gradient checkpointing (decoder layers of both kinds, and the vision tower's
 //! blocks when it trains) against plain autograd, loss and every parameter's gradient; a frozen
-//! tower; and a branched batch refused by name.
+//! tower; LoRA; and branched rows (the shared-prefix update) against one row per completion.
 
-use crate::qwen3_vl_fixtures::{fixtures, golden_in, loss_and_gradients, nonzero, worst_relative};
+use crate::qwen3_vl_fixtures::{
+    branched_against_rows, fixtures, golden_in, loss_and_gradients, max_diff, nonzero, worst_relative,
+};
 
-use groundrl_tensor::model::{BranchRow, ImageFeatures, Model};
+use groundrl_tensor::lora::{LLM_TARGETS, LoraSpec};
+use groundrl_tensor::model::{ImageFeatures, Model};
 use groundrl_tensor::qwen3_5::Qwen35;
-use tch::{Device, Kind};
+use tch::{Device, Kind, Tensor};
 
 fn model() -> Qwen35 {
     Qwen35::load(&fixtures().join("qwen3_5/tiny"), Device::Cpu, Kind::Float).unwrap()
@@ -60,18 +63,75 @@ fn a_frozen_tower_takes_no_gradient_and_its_given_features_equal_its_own() {
     assert!((loss - given_loss).abs() < 1e-6, "{loss} vs {given_loss}");
 }
 
+/// A prompt with two images and two completions: one row per completion against the branched row
+/// (the prompt run once per layer, the completions from its state), log-probs, entropies and every
+/// gradient.
 #[test]
-fn branched_rows_are_refused_by_name() {
+fn branched_rows_score_and_train_as_one_row_per_completion() {
     let model = model();
-    let (mut batch, _) = golden_in(&fixtures().join("qwen3_5/tiny"));
-    batch.branches = Some(vec![
-        BranchRow {
-            prefix: 10,
-            branches: vec![]
-        };
-        3
-    ]);
-    let err = model.logits(&batch).unwrap_err().to_string();
-    assert!(err.contains("trainer.shared_prefix = false"), "{err}");
-    assert!(!model.takes_branches());
+    let (golden, _) = golden_in(&fixtures().join("qwen3_5/tiny"));
+    let mask = golden.attention_mask.as_ref().unwrap();
+    let prompt: Vec<i64> = (golden.input_ids[0].iter().zip(&mask[0]))
+        .filter(|(_, real)| **real == 1)
+        .map(|(id, _)| *id)
+        .collect();
+    assert_eq!(prompt.len(), 23);
+    let completions = [vec![11, 12, 13, 14, 15], vec![21, 22, 23]];
+    let (grads, worst) = branched_against_rows(&model, &golden, &prompt, &completions);
+    assert!(worst < 1e-4, "gradients differ by {worst}");
+    assert!(nonzero(&grads, "model.layers.0.linear_attn.A_log"));
+}
+
+/// LoRA on the standard targets: fresh adapters change no logit, only adapters get gradients
+/// (checkpointed), a full-attention layer and every MLP are adapted but no linear-attention
+/// projection, trained adapters merge into weights that give the adapted logits, and a model with
+/// unmerged adapters is not saved.
+#[test]
+fn lora_adapts_attention_and_mlps_and_merges_back() {
+    let mut model = model();
+    let (batch, _) = golden_in(&fixtures().join("qwen3_5/tiny"));
+    let plain = tch::no_grad(|| model.logits(&batch)).unwrap();
+    let spec = LoraSpec {
+        rank: 4,
+        alpha: 8.0,
+        targets: LLM_TARGETS.iter().map(|t| t.to_string()).collect(),
+        vision: false,
+        seed: 1,
+    };
+    // 2 full-attention layers x q/k/v/o + 4 layers x gate/up/down.
+    assert_eq!(Model::add_lora(&mut model, &spec).unwrap(), 2 * 4 + 4 * 3);
+    let names: Vec<String> = model.lora_variables().into_iter().map(|(n, _)| n).collect();
+    assert!(
+        names.contains(&"model.layers.1.self_attn.q_proj.lora_A.weight".to_string()),
+        "{names:?}"
+    );
+    assert!(!names.iter().any(|n| n.contains("linear_attn")), "{names:?}");
+    let fresh = tch::no_grad(|| model.logits(&batch)).unwrap();
+    assert!(fresh.equal(&plain), "a fresh adapter changed a logit");
+    let (_, grads) = loss_and_gradients(&model, &batch, ImageFeatures::Tower, true);
+    assert!(
+        !grads.is_empty() && grads.keys().all(|n| n.contains(".lora_")),
+        "{:?}",
+        grads.keys()
+    );
+    // Deterministic values, not libtorch's global generator (other tests seed it to build models).
+    tch::no_grad(|| {
+        for (i, (_, mut var)) in model.lora_variables().into_iter().enumerate() {
+            let values = Tensor::arange(var.numel() as i64, (Kind::Float, Device::Cpu));
+            let values = (values * (0.37 + i as f64)).sin() * 0.05;
+            var.copy_(&values.view(var.size().as_slice()));
+        }
+    });
+    let adapted = tch::no_grad(|| model.logits(&batch)).unwrap();
+    assert!(
+        max_diff(&adapted, &plain) > 1e-3,
+        "trained adapters change the logits"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    assert!(model.save(dir.path()).is_err(), "unmerged adapters are not saved");
+    assert_eq!(Model::merge_lora(&mut model).unwrap(), 2 * 4 + 4 * 3);
+    let merged = tch::no_grad(|| model.logits(&batch)).unwrap();
+    let diff = max_diff(&merged, &adapted);
+    assert!(diff < 1e-4, "{diff}");
+    model.save(dir.path()).unwrap();
 }

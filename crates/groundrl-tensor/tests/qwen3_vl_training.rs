@@ -9,12 +9,12 @@ use crate::qwen3_vl_fixtures;
 use std::collections::BTreeMap;
 
 use groundrl_tensor::model::Model;
-use groundrl_tensor::qwen2_5_vl::branches::scored_pairs;
 use groundrl_tensor::qwen2_5_vl::model::ImageFeatures;
-use groundrl_tensor::qwen3_vl::{Batch, BranchRow, Qwen3Vl};
+use groundrl_tensor::qwen3_vl::{Batch, Qwen3Vl};
 use groundrl_tensor::scores;
 use qwen3_vl_fixtures::{
-    fixture, golden, last_columns, loss_and_gradients, max_diff, nonzero, worst_relative,
+    branched_against_rows, fixture, golden, last_columns, loss_and_gradients, max_diff, nonzero,
+    worst_relative,
 };
 use tch::{Device, Kind, Tensor};
 
@@ -163,97 +163,14 @@ fn prompt_and_completions() -> (Batch, Vec<i64>, [Vec<i64>; 2]) {
     (batch, prompt, [vec![11, 12, 13, 14, 15], vec![21, 22, 23]])
 }
 
-/// One left-padded row per completion, each with the prompt's two images (28 patches).
-fn rows_layout(golden: &Batch, prompt: &[i64], completions: &[Vec<i64>; 2]) -> Batch {
-    let width = prompt.len() + completions[0].len();
-    let mut input_ids = Vec::new();
-    let mut attention_mask = Vec::new();
-    for completion in completions {
-        let pad = width - prompt.len() - completion.len();
-        input_ids.push([vec![0; pad], prompt.to_vec(), completion.clone()].concat());
-        attention_mask.push([vec![0; pad], vec![1; width - pad]].concat());
-    }
-    let pixels = golden.pixel_values.as_ref().unwrap().narrow(0, 0, 28);
-    Batch {
-        input_ids,
-        attention_mask: Some(attention_mask),
-        pixel_values: Some(Tensor::cat(&[&pixels, &pixels], 0)),
-        image_grids: [&golden.image_grids[..2], &golden.image_grids[..2]].concat(),
-        branches: None,
-    }
-}
-
-/// The prompt once, then both completions as branches, then two padding tokens.
-fn branched_layout(golden: &Batch, prompt: &[i64], completions: &[Vec<i64>; 2]) -> Batch {
-    let ids = [prompt.to_vec(), completions.concat(), vec![0, 0]].concat();
-    Batch {
-        input_ids: vec![ids],
-        attention_mask: None,
-        pixel_values: Some(golden.pixel_values.as_ref().unwrap().narrow(0, 0, 28)),
-        image_grids: golden.image_grids[..2].to_vec(),
-        branches: Some(vec![BranchRow {
-            prefix: prompt.len(),
-            branches: completions.iter().map(Vec::len).collect(),
-        }]),
-    }
-}
-
 /// Log-probs, entropies and every parameter's gradient of the completions' summed log-probs: one row
 /// per completion (plain autograd) against the branched row (checkpointed, the tower trained).
 #[test]
 fn branched_rows_score_and_train_as_one_row_per_completion() {
     let model = model("tiny_a");
     let (golden, prompt, completions) = prompt_and_completions();
-    let rows = rows_layout(&golden, &prompt, &completions);
-    let branched = branched_layout(&golden, &prompt, &completions);
-    let vs = model.var_store();
-    let grads = || -> BTreeMap<String, Tensor> {
-        let out = vs
-            .variables()
-            .into_iter()
-            .filter(|(_, v)| v.grad().defined())
-            .map(|(n, v)| (n, v.grad().copy()))
-            .collect();
-        for mut var in vs.trainable_variables() {
-            var.zero_grad();
-        }
-        out
-    };
-
-    let run = model.training_forward(&rows, false).unwrap();
-    let scored = Tensor::zeros([2, 28], (Kind::Bool, Device::Cpu));
-    for (row, completion) in completions.iter().enumerate() {
-        let n = completion.len() as i64;
-        let _ = scored.get(row as i64).narrow(0, 28 - n, n).fill_(1);
-    }
-    let by_row =
-        scores::logprobs_and_entropy_at(run.head(), &run.hidden, &run.prepared.ids, &scored, 3).unwrap();
-    let (row_lp, row_entropy) = (
-        by_row.logprobs.masked_select(&scored),
-        by_row.entropy.masked_select(&scored),
-    );
-    assert_eq!(row_lp.size(), [8]);
-    run.backward(&row_lp.sum(Kind::Float)).unwrap();
-    let row_grads = grads();
-
-    let run = model.training_forward(&branched, true).unwrap();
-    let (targets, predictors) =
-        scored_pairs(branched.branches.as_ref().unwrap(), 33, Device::Cpu, |_, _, _| {
-            true
-        });
-    let ids = &run.prepared.ids;
-    let flat = scores::logprobs_and_entropy_of_pairs(run.head(), &run.hidden, ids, &targets, &predictors, 3)
-        .unwrap();
-    run.backward(&flat.logprobs.sum(Kind::Float)).unwrap();
-    let branch_grads = grads();
-
-    let lp = max_diff(&row_lp, &flat.logprobs);
-    let entropy = max_diff(&row_entropy, &flat.entropy);
-    let (worst, at) = worst_relative(&row_grads, &branch_grads);
-    println!("branched vs rows: log-probs {lp:.3e}, entropies {entropy:.3e}, gradients {worst:.3e} ({at})");
-    assert!(lp < 1e-5 && entropy < 1e-5, "{lp} {entropy}");
-    assert!(worst < 1e-4, "{at} differs by {worst}");
-    assert!(row_lp.abs().sum(Kind::Float).double_value(&[]) > 1.0);
+    let (row_grads, worst) = branched_against_rows(&model, &golden, &prompt, &completions);
+    assert!(worst < 1e-4, "gradients differ by {worst}");
     assert!(
         row_grads["visual.deepstack_merger_list.1.linear_fc2.weight"]
             .abs()

@@ -127,25 +127,23 @@ pub struct Qwen25Vl {
 
 impl Qwen25Vl {
     /// A randomly initialised model (transformers' init) on `device` with parameters of `kind`; the
-    /// same seed gives the same weights (on one device kind), also when other threads draw random
-    /// numbers meanwhile through this constructor.
+    /// same seed gives the same weights (on one device kind), also when other threads initialise
+    /// models of any family meanwhile ([`crate::layers::seeded`]).
     pub fn new(config: &Qwen25VlConfig, device: Device, kind: Kind, seed: i64) -> Self {
-        // libtorch has one global generator: hold it for the whole initialisation.
-        static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        let _guard = INIT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        tch::manual_seed(seed);
-        let mut vs = nn::VarStore::new(device);
-        // Set before any variable exists, so parameters are created in `kind` (no f32 copy on the device).
-        vs.set_kind(kind);
-        let root = vs.root();
-        let vision = VisionTower::new(root.sub("visual"), &config.vision);
-        let text = TextModel::new(&root, &config.text, config.tie_word_embeddings);
-        Self {
-            config: config.clone(),
-            vs,
-            vision,
-            text,
-        }
+        crate::layers::seeded(seed, || {
+            let mut vs = nn::VarStore::new(device);
+            // Set before any variable exists, so parameters are created in `kind` (no f32 copy on the device).
+            vs.set_kind(kind);
+            let root = vs.root();
+            let vision = VisionTower::new(root.sub("visual"), &config.vision);
+            let text = TextModel::new(&root, &config.text, config.tie_word_embeddings);
+            Self {
+                config: config.clone(),
+                vs,
+                vision,
+                text,
+            }
+        })
     }
 
     /// Loads `config.json` and the safetensors checkpoint of an HF folder.

@@ -139,14 +139,12 @@ impl Model for Qwen35 {
         Qwen35::vision_trainable(self)
     }
 
-    fn add_lora(&mut self, _spec: &LoraSpec) -> Result<usize, ModelError> {
-        Err(ModelError::Input(
-            "LoRA adapters on Qwen3.5 are not supported yet: train it fully (no [lora] section)".into(),
-        ))
+    fn add_lora(&mut self, spec: &LoraSpec) -> Result<usize, ModelError> {
+        Qwen35::add_lora(self, spec)
     }
 
     fn merge_lora(&mut self) -> Result<usize, ModelError> {
-        Ok(0)
+        Qwen35::merge_lora(self)
     }
 
     fn eos_token_ids(&self) -> Vec<i64> {
@@ -180,9 +178,5 @@ impl Model for Qwen35 {
 
     fn output_weight(&self) -> &Tensor {
         Qwen35::output_weight(self)
-    }
-
-    fn takes_branches(&self) -> bool {
-        false
     }
 }

@@ -57,7 +57,7 @@ impl Decoder for Qwen35 {
     }
 
     fn lora_variables(&self) -> Vec<(String, Tensor)> {
-        Vec::new()
+        Qwen35::lora_variables(self)
     }
 
     fn fuse(&self) -> Result<Fused, ModelError> {

@@ -116,6 +116,16 @@ impl GatedAttention {
         }
     }
 
+    /// The layer's projections, for adapters such as LoRA.
+    pub(crate) fn linears_mut(&mut self) -> [&mut Linear; 4] {
+        [
+            &mut self.q_proj,
+            &mut self.k_proj,
+            &mut self.v_proj,
+            &mut self.o_proj,
+        ]
+    }
+
     /// The layer over whole sequences: `x` (B, L, hidden), the batch's rotation tables and mask.
     pub fn forward(
         &self,

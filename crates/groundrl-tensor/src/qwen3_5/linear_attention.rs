@@ -92,6 +92,18 @@ impl GatedDeltaNet {
         }
     }
 
+    /// The layer's projections, for adapters such as LoRA (none of them is a LoRA target yet:
+    /// [`crate::lora::LLM_TARGETS`] names attention's and the MLP's).
+    pub(crate) fn linears_mut(&mut self) -> [&mut Linear; 5] {
+        [
+            &mut self.in_proj_qkv,
+            &mut self.in_proj_z,
+            &mut self.in_proj_b,
+            &mut self.in_proj_a,
+            &mut self.out_proj,
+        ]
+    }
+
     /// The layer over whole sequences: `x` (B, L, hidden), `real` (B, L) 1 for a token and 0 for
     /// padding (`None`: none). Padding is zeroed before the projections, as transformers does, so it
     /// writes nothing into the state of the tokens after it.

@@ -16,16 +16,23 @@
 //!   `decode.rs` its generation side (cached greedy decoding gives `generate`'s tokens);
 //! - [`training`]: the training forward and backward, checkpointed or not; [`presets`] its shapes.
 //!
-//! Not yet: branched rows (the shared-prefix update; the trainer runs plain rows for this family),
-//! LoRA adapters, fused decoding kernels, the MoE variant (`qwen3_5_moe`, refused by name).
+//! - `lora.rs`: LoRA adapters on the standard targets (the linear-attention layers' own projections
+//!   are not targets), merged before saving.
+//!
+//! - [`branched`]: branched rows (a prompt and its completions) for the shared-prefix update, each
+//!   layer running the prompt once and the completions from its state.
+//!
+//! Not yet: the MoE variant (`qwen3_5_moe`, refused by name).
 
 mod as_model;
+pub mod branched;
 pub mod config;
 mod decode;
 pub mod flops;
 pub mod full_attention;
 pub mod gated_delta;
 pub mod linear_attention;
+mod lora;
 pub mod model;
 pub mod presets;
 pub mod text;

@@ -8,14 +8,14 @@
 //! both spellings are read, and [`Qwen35::save`] writes transformers'. The released checkpoints also
 //! hold multi-token-prediction weights (`mtp.*`), which transformers' model does not load either.
 //!
-//! Batches are plain rows: a prompt's completions as branches of one row attend to the prompt
-//! through a mask, which a linear-attention layer cannot take, so branched batches are refused
-//! ([`crate::model::Model::takes_branches`] says so to the trainer).
+//! Batches are plain rows or branched ones (a prompt followed by its completions); a branched batch
+//! runs each layer over the prompt once and the completions from its state ([`super::branched`]).
 
 use std::path::Path;
 
 use tch::{Device, Kind, Tensor, nn};
 
+use super::branched::BranchPlan;
 use super::config::Qwen35Config;
 use super::full_attention::PartialRotary;
 use super::text::{LayerInputs, TextModel};
@@ -27,7 +27,7 @@ use crate::qwen2_5_vl::model::{
     rows_positions_and_mask,
 };
 use crate::qwen2_5_vl::rope_index::{Grid, RopeIndex, RopeSpec};
-use crate::qwen2_5_vl::weights;
+use crate::qwen2_5_vl::{branches, weights};
 use crate::qwen3_vl::vision::{VisionOutput, VisionTower};
 use crate::upload::upload;
 
@@ -43,6 +43,8 @@ pub struct Prepared {
     /// (B, L) 1 for a token, 0 for padding; `None` without padding.
     pub real: Option<Tensor>,
     pub rope: RopeIndex,
+    /// How a branched batch's layers run; `None` for plain rows.
+    pub branches: Option<BranchPlan>,
 }
 
 impl Prepared {
@@ -72,31 +74,29 @@ impl Qwen35 {
     /// same weights (on one device kind). Refuses a config that fails [`Qwen35Config::validate`].
     pub fn new(config: &Qwen35Config, device: Device, kind: Kind, seed: i64) -> Result<Self, ModelError> {
         config.validate().map_err(ModelError::Input)?;
-        // libtorch has one global generator: hold it for the whole initialisation.
-        static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        let _guard = INIT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        tch::manual_seed(seed);
-        let mut vs = nn::VarStore::new(device);
-        // Set before any variable exists, so parameters are created in `kind`.
-        vs.set_kind(kind);
-        let root = vs.root();
-        let vision = VisionTower::new(root.sub("visual"), &config.vision);
-        let text = TextModel::new(root.sub("model"), &config.text);
-        let lm_head = (!config.tie_word_embeddings).then(|| {
-            let init = nn::Init::Randn {
-                mean: 0.0,
-                stdev: INIT_STD,
-            };
-            let shape = [config.text.vocab_size, config.text.hidden_size];
-            root.sub("lm_head").var("weight", &shape, init)
-        });
-        Ok(Self {
-            config: config.clone(),
-            vs,
-            vision,
-            text,
-            lm_head,
-        })
+        Ok(crate::layers::seeded(seed, || {
+            let mut vs = nn::VarStore::new(device);
+            // Set before any variable exists, so parameters are created in `kind`.
+            vs.set_kind(kind);
+            let root = vs.root();
+            let vision = VisionTower::new(root.sub("visual"), &config.vision);
+            let text = TextModel::new(root.sub("model"), &config.text);
+            let lm_head = (!config.tie_word_embeddings).then(|| {
+                let init = nn::Init::Randn {
+                    mean: 0.0,
+                    stdev: INIT_STD,
+                };
+                let shape = [config.text.vocab_size, config.text.hidden_size];
+                root.sub("lm_head").var("weight", &shape, init)
+            });
+            Self {
+                config: config.clone(),
+                vs,
+                vision,
+                text,
+                lm_head,
+            }
+        }))
     }
 
     /// Loads `config.json` (refusing any `model_type` but `qwen3_5`) and the safetensors checkpoint of
@@ -189,13 +189,6 @@ impl Qwen35 {
         batch: &Batch,
         features: impl FnOnce(&Tensor, &[Grid]) -> Result<Tensor, ModelError>,
     ) -> Result<Prepared, ModelError> {
-        if batch.branches.is_some() {
-            return Err(ModelError::Input(
-                "Qwen3.5 takes plain rows: its linear-attention layers cannot attend through a branch \
-                 mask (set trainer.shared_prefix = false)"
-                    .into(),
-            ));
-        }
         let (rows, len) = batch_shape(batch)?;
         check_vocabulary(&batch.input_ids, self.config.text.vocab_size)?;
         let device = self.device();
@@ -206,12 +199,23 @@ impl Qwen35 {
             let places = image_places(&batch.input_ids, self.config.image_token_id, device)?;
             embeds = place_features(embeds, &places, &merged)?;
         }
-        let (rope, mask) = rows_positions_and_mask(&self.rope_spec(), batch, device, self.kind())?;
+        let (rope, mask) = match &batch.branches {
+            None => rows_positions_and_mask(&self.rope_spec(), batch, device, self.kind())?,
+            Some(layout) => {
+                branches::check(layout, rows as usize, len as usize)?;
+                let rope =
+                    branches::positions(&self.rope_spec(), &batch.input_ids, layout, &batch.image_grids)?;
+                (rope, AttentionMask::Causal)
+            }
+        };
         let positions: Vec<i64> = rope.positions.iter().flat_map(|c| c.concat()).collect();
         let positions = upload(&positions, device)?.f_view([3, rows, len])?;
         let rotary = self.text.rotary(&positions, embeds.kind())?;
+        let branches = (batch.branches.as_deref())
+            .map(|layout| BranchPlan::new(layout, len, &rotary, device))
+            .transpose()?;
         let real = match &batch.attention_mask {
-            Some(m) if m.iter().flatten().any(|&v| v == 0) => {
+            Some(m) if batch.branches.is_none() && m.iter().flatten().any(|&v| v == 0) => {
                 Some(upload(&m.concat(), device)?.f_view([rows, len])?)
             }
             _ => None,
@@ -223,6 +227,7 @@ impl Qwen35 {
             mask,
             real,
             rope,
+            branches,
         })
     }
 
@@ -234,7 +239,24 @@ impl Qwen35 {
     /// [`Self::hidden_states`] with the image features from `source`.
     pub fn hidden_states_from(&self, batch: &Batch, source: ImageFeatures) -> Result<Tensor, ModelError> {
         let p = self.prepare_from(batch, source)?;
-        self.text.forward_embeds(&p.embeds, &p.inputs())
+        self.decode(&p)
+    }
+
+    /// Every decoder layer over `p`'s embeddings, then the final norm.
+    pub(super) fn decode(&self, p: &Prepared) -> Result<Tensor, ModelError> {
+        let mut x = p.embeds.shallow_clone();
+        for i in 0..self.text.depth() {
+            x = self.decoder_block(p, i, &x)?;
+        }
+        self.text.final_norm(&x)
+    }
+
+    /// Decoder layer `i` over `x` (B, L, hidden) of `p`'s batch: plain rows or branched ones.
+    pub(super) fn decoder_block(&self, p: &Prepared, i: usize, x: &Tensor) -> Result<Tensor, ModelError> {
+        match &p.branches {
+            Some(plan) => self.text.branched_block(i, x, plan),
+            None => self.text.block(i, x, &p.inputs()),
+        }
     }
 
     /// Vocabulary logits (B, L, vocab) at every position: for tests and evaluation.
@@ -246,7 +268,7 @@ impl Qwen35 {
     /// the position before it; 0 elsewhere; projected `chunk` rows at a time.
     pub fn token_logprobs(&self, batch: &Batch, scored: &Tensor, chunk: i64) -> Result<Tensor, ModelError> {
         let p = self.prepare(batch)?;
-        let hidden = self.text.forward_embeds(&p.embeds, &p.inputs())?;
+        let hidden = self.decode(&p)?;
         crate::scores::logprobs_at(self.output_weight(), &hidden, &p.ids, scored, chunk)
     }
 }

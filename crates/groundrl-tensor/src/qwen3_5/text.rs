@@ -5,12 +5,13 @@
 
 use tch::{Kind, Tensor, nn};
 
+use super::branched::{self, BranchPlan};
 use super::full_attention::{
     FullAttentionConfig, GatedAttention, KvState, PartialRotary, ZeroCenteredRmsNorm,
 };
 use super::linear_attention::{GatedDeltaNet, LinearAttentionConfig, LinearState};
 use crate::decoder::{AttentionMask, Mlp};
-use crate::layers::INIT_STD;
+use crate::layers::{INIT_STD, Linear};
 use crate::model::StateShape;
 use crate::model_error::ModelError;
 use crate::qwen3_vl::text::mrope_angles;
@@ -151,6 +152,20 @@ impl DecoderLayer {
         };
         Ok((self.mlp_after(x.f_add(&mixed)?)?, state))
     }
+
+    /// The layer over `x` (n, L, hidden), sequences continuing from `state` at the positions of
+    /// `rotary`; layer `index` names a state of the other layer type.
+    fn continue_from(
+        &self,
+        x: &Tensor,
+        rotary: &PartialRotary,
+        state: LayerState,
+        index: usize,
+    ) -> Result<Tensor, ModelError> {
+        let normed = self.input_layernorm.forward(x)?;
+        let (mixed, _) = self.mix_with_state(&normed, rotary, Some(state), index)?;
+        self.mlp_after(x.f_add(&mixed)?)
+    }
 }
 
 /// What one layer carries between calls.
@@ -158,6 +173,28 @@ impl DecoderLayer {
 pub enum LayerState {
     Linear(LinearState),
     Full(KvState),
+}
+
+impl LayerState {
+    /// The state of one sequence (its batch of one) repeated for `n` sequences continuing it (views,
+    /// no copies).
+    fn expand(&self, n: i64) -> Result<Self, tch::TchError> {
+        let rows = |t: &Tensor| -> Result<Tensor, tch::TchError> {
+            let mut shape = t.size();
+            shape[0] = n;
+            t.f_expand(shape.as_slice(), false)
+        };
+        Ok(match self {
+            LayerState::Linear(s) => LayerState::Linear(LinearState {
+                conv: rows(&s.conv)?,
+                recurrent: rows(&s.recurrent)?,
+            }),
+            LayerState::Full(s) => LayerState::Full(KvState {
+                keys: rows(&s.keys)?,
+                values: rows(&s.values)?,
+            }),
+        })
+    }
 }
 
 /// What the decoder carries between calls: each layer's state and the next token's position.
@@ -242,6 +279,20 @@ impl TextModel {
         self.forward_embeds(&x, &inputs)
     }
 
+    /// Every layer's linear projections (token mixer, then MLP), for adapters such as LoRA.
+    pub(crate) fn linears_mut(&mut self) -> impl Iterator<Item = &mut Linear> {
+        self.layers.iter_mut().flat_map(|layer| {
+            let mixer: Vec<&mut Linear> = match &mut layer.mixer {
+                Mixer::Linear(attn) => attn.linears_mut().into_iter().collect(),
+                Mixer::Full(attn) => attn.linears_mut().into_iter().collect(),
+            };
+            let mlp = &mut layer.mlp;
+            mixer
+                .into_iter()
+                .chain([&mut mlp.gate_proj, &mut mlp.up_proj, &mut mlp.down_proj])
+        })
+    }
+
     /// The token embeddings of `ids`.
     pub fn embed(&self, ids: &Tensor) -> Result<Tensor, tch::TchError> {
         Tensor::f_embedding(&self.embed_tokens, ids, -1, false, false)
@@ -260,6 +311,33 @@ impl TextModel {
     /// Decoder layer `i` over `x` (B, L, hidden), the sequences from their start.
     pub fn block(&self, i: usize, x: &Tensor, inputs: &LayerInputs) -> Result<Tensor, ModelError> {
         self.layers[i].forward(x, inputs)
+    }
+
+    /// Decoder layer `i` over a branched batch `x` (B, L, hidden) planned by `plan`: per row, the
+    /// prompt from the start, then its branches side by side from the prompt's state
+    /// ([`super::branched`]); padding comes out zero.
+    pub fn branched_block(&self, i: usize, x: &Tensor, plan: &BranchPlan) -> Result<Tensor, ModelError> {
+        let layer = &self.layers[i];
+        let hidden = x.size()[2];
+        let flat = x.f_reshape([-1, hidden])?;
+        let mut pieces = Vec::with_capacity(2 * plan.rows.len());
+        for row in &plan.rows {
+            let (prefix, branches) = branched::gather(&flat, row)?;
+            let rotary = plan.rotary_at(&row.prefix.f_unsqueeze(0)?)?;
+            let inputs = LayerInputs {
+                rotary: &rotary,
+                mask: &AttentionMask::Causal,
+                real: None,
+            };
+            let (out, state) = layer.forward_keeping(&prefix, &inputs)?;
+            pieces.push((out.f_squeeze_dim(0)?, row.prefix.shallow_clone()));
+            let state = state.expand(branches.size()[0])?;
+            let rotary = plan.rotary_at(&row.branches)?;
+            let out = layer.continue_from(&branches, &rotary, state, i)?;
+            pieces.push((branched::kept(&out, row)?, row.destinations.shallow_clone()));
+        }
+        let out = branched::assemble(pieces, plan.tokens, x)?;
+        Ok(out.f_reshape(x.size().as_slice())?)
     }
 
     /// Every decoder layer over `embeds` (B, L, hidden), then the final norm.

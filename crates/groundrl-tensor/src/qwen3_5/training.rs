@@ -33,7 +33,7 @@ impl Qwen35 {
     ) -> Result<TrainingForward<'_>, ModelError> {
         if !checkpoint {
             let prepared = self.prepare_from(batch, source)?;
-            let hidden = self.text.forward_embeds(&prepared.embeds, &prepared.inputs())?;
+            let hidden = self.decode(&prepared)?;
             return Ok(self.forward_result(hidden, prepared, None));
         }
         let mut vision = None;
@@ -47,12 +47,11 @@ impl Qwen35 {
             self.prepare_from(batch, source)?
         };
         let layers = self.text.depth();
-        let inputs = prepared.inputs();
         let decoder = Blocks::run(
             layers,
             &prepared.embeds,
             |i| i + 1 == layers,
-            |i, x| self.text.block(i, x, &inputs),
+            |i, x| self.decoder_block(&prepared, i, x),
         )?;
         let last = decoder.taps.last().and_then(Option::as_ref);
         let last = last.ok_or_else(|| ModelError::Input("a decoder without layers".into()))?;
@@ -95,8 +94,7 @@ impl TrainingForward<'_> {
         let Some(checkpoint) = self.checkpoint else {
             return Ok(());
         };
-        let (text, p) = (&self.model.text, &self.prepared);
-        let inputs = p.inputs();
-        checkpoint.backward(&p.embeds, &self.model.vision, |i, x| text.block(i, x, &inputs))
+        let (model, p) = (self.model, &self.prepared);
+        checkpoint.backward(&p.embeds, &model.vision, |i, x| model.decoder_block(p, i, x))
     }
 }

@@ -57,22 +57,20 @@ impl Qwen3Vl {
     /// [`Qwen3VlConfig::validate`].
     pub fn new(config: &Qwen3VlConfig, device: Device, kind: Kind, seed: i64) -> Result<Self, ModelError> {
         config.validate().map_err(ModelError::Input)?;
-        // libtorch has one global generator: hold it for the whole initialisation.
-        static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        let _guard = INIT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        tch::manual_seed(seed);
-        let mut vs = nn::VarStore::new(device);
-        // Set before any variable exists, so parameters are created in `kind` (no f32 copy on the device).
-        vs.set_kind(kind);
-        let root = vs.root();
-        let vision = VisionTower::new(root.sub("visual"), &config.vision);
-        let text = TextModel::new(&root, &config.text, config.tie_word_embeddings);
-        Ok(Self {
-            config: config.clone(),
-            vs,
-            vision,
-            text,
-        })
+        Ok(crate::layers::seeded(seed, || {
+            let mut vs = nn::VarStore::new(device);
+            // Set before any variable exists, so parameters are created in `kind` (no f32 copy on the device).
+            vs.set_kind(kind);
+            let root = vs.root();
+            let vision = VisionTower::new(root.sub("visual"), &config.vision);
+            let text = TextModel::new(&root, &config.text, config.tie_word_embeddings);
+            Self {
+                config: config.clone(),
+                vs,
+                vision,
+                text,
+            }
+        }))
     }
 
     /// Loads `config.json` (refusing any `model_type` but `qwen3_vl`) and the safetensors checkpoint of

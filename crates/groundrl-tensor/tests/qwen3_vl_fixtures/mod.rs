@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use groundrl_tensor::model::{ImageFeatures, Model};
+use groundrl_tensor::model::{BranchRow, ImageFeatures, Model, scored_pairs};
 use groundrl_tensor::qwen3_vl::Batch;
 use groundrl_tensor::scores;
 use tch::{Device, Kind, Tensor};
@@ -117,4 +117,107 @@ pub fn unpadded(logits: &Tensor, mask: &[Vec<i64>]) -> Tensor {
         .squeeze_dim(1);
     let v = logits.size()[2];
     logits.to_kind(Kind::Float).view([-1, v]).index_select(0, &keep)
+}
+
+/// One left-padded row per completion, each with the prompt's two images (the golden's first 28
+/// patches).
+fn rows_layout(golden: &Batch, prompt: &[i64], completions: &[Vec<i64>; 2]) -> Batch {
+    let width = prompt.len() + completions[0].len();
+    let mut input_ids = Vec::new();
+    let mut attention_mask = Vec::new();
+    for completion in completions {
+        let pad = width - prompt.len() - completion.len();
+        input_ids.push([vec![0; pad], prompt.to_vec(), completion.clone()].concat());
+        attention_mask.push([vec![0; pad], vec![1; width - pad]].concat());
+    }
+    let pixels = golden.pixel_values.as_ref().unwrap().narrow(0, 0, 28);
+    Batch {
+        input_ids,
+        attention_mask: Some(attention_mask),
+        pixel_values: Some(Tensor::cat(&[&pixels, &pixels], 0)),
+        image_grids: [&golden.image_grids[..2], &golden.image_grids[..2]].concat(),
+        branches: None,
+    }
+}
+
+/// The prompt once, then both completions as branches, then two padding tokens.
+fn branched_layout(golden: &Batch, prompt: &[i64], completions: &[Vec<i64>; 2]) -> Batch {
+    let ids = [prompt.to_vec(), completions.concat(), vec![0, 0]].concat();
+    Batch {
+        input_ids: vec![ids],
+        attention_mask: None,
+        pixel_values: Some(golden.pixel_values.as_ref().unwrap().narrow(0, 0, 28)),
+        image_grids: golden.image_grids[..2].to_vec(),
+        branches: Some(vec![BranchRow {
+            prefix: prompt.len(),
+            branches: completions.iter().map(Vec::len).collect(),
+        }]),
+    }
+}
+
+/// The completions' log-probs, entropies and gradients (of their summed log-probs) in one row per
+/// completion (plain autograd) against the branched row (checkpointed): log-probs and entropies
+/// asserted within 1e-5; returns the rows' gradients and the worst relative gradient difference.
+/// `prompt` is a prompt of the golden batch with its two first images (28 patches).
+pub fn branched_against_rows(
+    model: &dyn Model,
+    golden: &Batch,
+    prompt: &[i64],
+    completions: &[Vec<i64>; 2],
+) -> (BTreeMap<String, Tensor>, f64) {
+    let rows = rows_layout(golden, prompt, completions);
+    let branched = branched_layout(golden, prompt, completions);
+    let vs = model.var_store();
+    let grads = || -> BTreeMap<String, Tensor> {
+        let out = vs
+            .variables()
+            .into_iter()
+            .filter(|(_, v)| v.grad().defined())
+            .map(|(n, v)| (n, v.grad().copy()))
+            .collect();
+        for mut var in vs.trainable_variables() {
+            var.zero_grad();
+        }
+        out
+    };
+    let width = (prompt.len() + completions[0].len()) as i64;
+    let run = model
+        .training_forward(&rows, ImageFeatures::Tower, false)
+        .unwrap();
+    let scored = Tensor::zeros([2, width], (Kind::Bool, Device::Cpu));
+    for (row, completion) in completions.iter().enumerate() {
+        let n = completion.len() as i64;
+        let _ = scored.get(row as i64).narrow(0, width - n, n).fill_(1);
+    }
+    let by_row = scores::logprobs_and_entropy_at(run.head(), run.hidden(), run.ids(), &scored, 3).unwrap();
+    let (row_lp, row_entropy) = (
+        by_row.logprobs.masked_select(&scored),
+        by_row.entropy.masked_select(&scored),
+    );
+    run.backward(&row_lp.sum(Kind::Float)).unwrap();
+    let row_grads = grads();
+
+    let run = model
+        .training_forward(&branched, ImageFeatures::Tower, true)
+        .unwrap();
+    let len = branched.input_ids[0].len();
+    let (targets, predictors) = scored_pairs(
+        branched.branches.as_ref().unwrap(),
+        len,
+        Device::Cpu,
+        |_, _, _| true,
+    );
+    let flat =
+        scores::logprobs_and_entropy_of_pairs(run.head(), run.hidden(), run.ids(), &targets, &predictors, 3)
+            .unwrap();
+    run.backward(&flat.logprobs.sum(Kind::Float)).unwrap();
+    let branch_grads = grads();
+
+    let lp = max_diff(&row_lp, &flat.logprobs);
+    let entropy = max_diff(&row_entropy, &flat.entropy);
+    let (worst, at) = worst_relative(&row_grads, &branch_grads);
+    println!("branched vs rows: log-probs {lp:.3e}, entropies {entropy:.3e}, gradients {worst:.3e} ({at})");
+    assert!(lp < 1e-5 && entropy < 1e-5, "{lp} {entropy}");
+    assert!(row_lp.abs().sum(Kind::Float).double_value(&[]) > 1.0);
+    (row_grads, worst)
 }

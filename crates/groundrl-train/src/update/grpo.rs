@@ -127,8 +127,7 @@ pub fn update(
     let micro = |mini: &[Row]| -> Result<Vec<MicroBatch>, ModelError> {
         mini.chunks(s.micro_batch_size.max(1))
             .map(|rows| {
-                let branch = s.shared_prefix && model.takes_branches();
-                let mut mb = training_batch(processor, rows, device, branch)?;
+                let mut mb = training_batch(processor, rows, device, s.shared_prefix)?;
                 mb.features = frozen.of(&mb.sources);
                 mb.reference_features = frozen_reference.as_ref().and_then(|f| f.of(&mb.sources));
                 Ok(mb)
@@ -266,8 +265,7 @@ pub fn kl_penalties(
     flops.features(reference, &frozen_reference)?;
     let mut penalties = Vec::with_capacity(rows.len());
     for chunk in rows.chunks(s.micro_batch_size.max(1)) {
-        let branch = s.shared_prefix && model.takes_branches();
-        let mut mb = training_batch(processor, chunk, model.device(), branch)?;
+        let mut mb = training_batch(processor, chunk, model.device(), s.shared_prefix)?;
         mb.features = frozen.of(&mb.sources);
         mb.reference_features = frozen_reference.of(&mb.sources);
         let policy = scores_without_grad(model, &mb, mb.policy_features(), s, &mut flops)?;
