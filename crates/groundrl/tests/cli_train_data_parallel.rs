@@ -507,6 +507,33 @@ fn two_workers_with_zero_stage_1_checkpoint_what_stage_0_does() {
     assert_eq!(m(&whole), m(&sharded));
 }
 
+/// Qwen3.5 (`qwen3.5-tiny`: linear and full attention, the shared-prefix update) on two workers
+/// with ZeRO stage 1 trains as one process: the same weights after every step, bit for bit, and the
+/// same step records.
+#[test]
+fn a_qwen3_5_run_on_two_workers_with_zero_stage_1_trains_as_one_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = setup(dir.path(), 2);
+    let (one, two) = (dir.path().join("one"), dir.path().join("two"));
+    let preset = "model.preset=qwen3.5-tiny";
+    run_ok(train(&config, &one, 1).arg(preset));
+    let out = run_ok(train(&config, &two, 2).args([preset, "distributed.zero_stage=1"]));
+    assert!(
+        !kept_shares(&text(&out.stderr)).is_empty(),
+        "ZeRO-1 sharded the optimizer state"
+    );
+    for step in 1..=2 {
+        assert_same_weights(&one, &two, step);
+    }
+    let m = |run: &Path| {
+        json_lines(run, "metrics.jsonl")
+            .into_iter()
+            .map(untimed)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(m(&one), m(&two));
+}
+
 /// The re-sharding of docs/distributed.md, both ways: a stage-1 run of 2 workers killed in step 3
 /// resumes in one process, and a one-process run (started with `distributed.zero_stage = 1`, which
 /// one process ignores) killed in step 3 resumes on 2 workers that shard the state it saved whole;
