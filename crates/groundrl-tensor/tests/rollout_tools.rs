@@ -8,7 +8,7 @@
 //! completions for the tokens of a given call; every other turn is the engine's own.
 
 use crate::common;
-use common::tiny;
+use common::{tiny, tiny_of};
 
 use std::cell::Cell;
 
@@ -16,7 +16,7 @@ use groundrl_core::tool::{CallOutcome, ToolOutput, Toolbox, View, ZoomParams, Zo
 use groundrl_score::frame::{Frame, ImageFrames, Size};
 use groundrl_score::geometry::Point;
 use groundrl_score::resize::PixelBudget;
-use groundrl_tensor::hf_folder::HfModel;
+use groundrl_tensor::hf_folder::{HfModel, RandomFolder};
 use groundrl_tensor::processor::chat_template::{ChatTemplate, RenderOptions};
 use groundrl_tensor::processor::{Encoded, Processor};
 use groundrl_tensor::rollout::{
@@ -468,10 +468,18 @@ fn recomputed(hf: &HfModel, prompts: &[Encoded], t: &[Trajectory], compared: &[V
         .collect()
 }
 
+/// On the tiny Qwen2.5-VL and on the tiny Qwen3.5 (its recurrent states carried through each
+/// turn's decoding, every turn a new prefill of the whole conversation).
 #[test]
 fn log_probs_line_up_with_the_tokens_the_model_produced() {
-    let (_dir, hf) = tiny();
-    let t = mixed_batch(&hf);
+    for which in [RandomFolder::Tiny, RandomFolder::Qwen35Tiny] {
+        let (_dir, hf) = tiny_of(which);
+        log_probs_line_up(&hf);
+    }
+}
+
+fn log_probs_line_up(hf: &HfModel) {
+    let t = mixed_batch(hf);
     let toolbox = zoom_toolbox(&hf.processor);
     let prompts: Vec<Encoded> = t
         .iter()
@@ -493,7 +501,7 @@ fn log_probs_line_up_with_the_tokens_the_model_produced() {
         })
         .collect();
     assert_eq!(t.iter().filter(|t| scripted(t)).count(), 4);
-    let want = recomputed(&hf, &prompts, &t, &compared);
+    let want = recomputed(hf, &prompts, &t, &compared);
     let mut worst = 0.0f32;
     let mut positions = 0;
     for ((t, want), compared) in t.iter().zip(&want).zip(&compared) {
@@ -502,7 +510,8 @@ fn log_probs_line_up_with_the_tokens_the_model_produced() {
             positions += 1;
         }
     }
-    println!("{positions} generated positions: max |log-prob - recomputed| = {worst:.3e}");
+    let family = hf.model.family();
+    println!("{family}: {positions} generated positions: max |log-prob - recomputed| = {worst:.3e}");
     assert!(positions > 4);
     assert!(worst <= 1e-4, "{worst}");
 }
