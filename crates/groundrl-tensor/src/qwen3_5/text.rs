@@ -197,7 +197,9 @@ impl LayerState {
     }
 }
 
-/// What the decoder carries between calls: each layer's state and the next token's position.
+/// What the decoder carries between calls of [`TextModel::forward_with_state`]: each layer's state
+/// and the next token's position.
+#[cfg(test)]
 #[derive(Debug)]
 pub struct DecodeState {
     layers: Vec<LayerState>,
@@ -481,8 +483,9 @@ impl TextModel {
 
     /// [`Self::forward`] continuing from `state` (`None`: the start of the sequences): the new tokens
     /// `ids` (B, L) at the positions after the state's, rows without padding; the hidden states and
-    /// the state after them. A prompt then one token at a time gives the hidden states of one
-    /// forward over the whole (test).
+    /// the state after them. For the test that a prompt then one token at a time gives the hidden
+    /// states of one forward over the whole (generation carries its states in the KV cache instead).
+    #[cfg(test)]
     pub fn forward_with_state(
         &self,
         ids: &Tensor,
