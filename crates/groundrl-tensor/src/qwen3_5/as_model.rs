@@ -19,11 +19,7 @@ impl Qwen35Config {
     /// The shape's family-neutral numbers.
     pub fn architecture(&self) -> Architecture {
         let (t, v) = (&self.text, &self.vision);
-        let kv_layers = t
-            .layer_types
-            .iter()
-            .filter(|k| **k == LayerType::FullAttention)
-            .count();
+        let kv_layers = t.layers_of(LayerType::FullAttention);
         let text_parameters = text_parameter_count(self);
         Architecture {
             family: Family::Qwen35,

@@ -11,7 +11,7 @@
 use tch::{Device, Kind, Tensor};
 
 use super::Qwen35;
-use super::text::TextModel;
+use super::text::{LayerType, TextModel};
 use crate::model::{Batch, CacheLayout, DecodeStep, Decoder, Fused, Prefill, StateShape, VisionIds};
 use crate::model_error::ModelError;
 use crate::rollout::kv_cache::KvCache;
@@ -32,7 +32,7 @@ impl Decoder for Qwen35 {
     fn cache_layout(&self) -> CacheLayout {
         let a = &self.config.text.attention;
         CacheLayout {
-            layers: self.config.architecture().kv_layers as usize,
+            layers: self.config.text.layers_of(LayerType::FullAttention),
             kv_heads: a.kv_heads,
             head_dim: a.head_dim,
         }

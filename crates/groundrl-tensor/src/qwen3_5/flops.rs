@@ -34,12 +34,8 @@ pub fn text_forward_flops(config: &Qwen35Config, sequence: &Sequence) -> f64 {
         hidden * (2.0 * key_dim + 2.0 * value_dim + 2.0 * l.value_heads as f64) + value_dim * hidden;
     let rule = 3.0 * (l.value_heads * l.key_head_dim * l.value_head_dim) as f64;
     let mlp = 3.0 * hidden * t.intermediate_size as f64;
-    let full = t
-        .layer_types
-        .iter()
-        .filter(|k| **k == LayerType::FullAttention)
-        .count() as f64;
-    let linear = t.layer_types.len() as f64 - full;
+    let full = t.layers_of(LayerType::FullAttention) as f64;
+    let linear = t.layers_of(LayerType::LinearAttention) as f64;
     let causal = 2.0 * attention_width * tokens * tokens;
     let weights = full * full_weights + linear * (linear_weights + rule) + t.layer_types.len() as f64 * mlp;
     let head = 2.0 * (t.vocab_size as f64) * hidden * sequence.scored as f64;

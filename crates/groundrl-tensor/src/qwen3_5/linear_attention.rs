@@ -108,11 +108,21 @@ impl GatedDeltaNet {
     /// padding (`None`: none). Padding is zeroed before the projections, as transformers does, so it
     /// writes nothing into the state of the tokens after it.
     pub fn forward(&self, x: &Tensor, real: Option<&Tensor>) -> Result<Tensor, ModelError> {
+        Ok(self.forward_keeping(x, real)?.0)
+    }
+
+    /// [`Self::forward`], also returning the state after the sequences (a prefill's: left padding,
+    /// zeroed, leaves the state as the real tokens alone make it).
+    pub fn forward_keeping(
+        &self,
+        x: &Tensor,
+        real: Option<&Tensor>,
+    ) -> Result<(Tensor, LinearState), ModelError> {
         let x = match real {
             Some(m) => x.f_mul(&m.f_unsqueeze(-1)?.f_to_kind(x.kind())?)?,
             None => x.shallow_clone(),
         };
-        Ok(self.forward_with_state(&x, None)?.0)
+        self.forward_with_state(&x, None)
     }
 
     /// The layer over `x` (B, L, hidden), rows without padding, continuing from `state` (`None`: the

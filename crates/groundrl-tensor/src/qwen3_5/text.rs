@@ -44,6 +44,11 @@ pub struct TextConfig {
 }
 
 impl TextConfig {
+    /// How many decoder layers have token mixers of `kind`.
+    pub fn layers_of(&self, kind: LayerType) -> usize {
+        self.layer_types.iter().filter(|k| **k == kind).count()
+    }
+
     /// Dims of a head the rotation turns.
     fn rotary_dims(&self) -> i64 {
         (self.attention.head_dim as f64 * self.partial_rotary_factor) as i64
@@ -116,16 +121,6 @@ pub struct LayerInputs<'a> {
     pub real: Option<&'a Tensor>,
 }
 
-impl LayerInputs<'_> {
-    /// `normed` with its padded positions zeroed.
-    fn unpadded(&self, normed: &Tensor) -> Result<Tensor, tch::TchError> {
-        match self.real {
-            Some(m) => normed.f_mul(&m.f_unsqueeze(-1)?.f_to_kind(normed.kind())?),
-            None => Ok(normed.shallow_clone()),
-        }
-    }
-}
-
 impl DecoderLayer {
     /// The layer over whole sequences from their start.
     fn forward(&self, x: &Tensor, inputs: &LayerInputs) -> Result<Tensor, ModelError> {
@@ -142,7 +137,7 @@ impl DecoderLayer {
         let normed = self.input_layernorm.forward(x)?;
         let (mixed, state) = match &self.mixer {
             Mixer::Linear(attn) => {
-                let (out, s) = attn.forward_with_state(&inputs.unpadded(&normed)?, None)?;
+                let (out, s) = attn.forward_keeping(&normed, inputs.real)?;
                 (out, LayerState::Linear(s))
             }
             Mixer::Full(attn) => {
@@ -395,8 +390,7 @@ impl TextModel {
     /// key head dim, value head dim) in f32.
     pub fn recurrent_states(&self, kind: Kind) -> Vec<StateShape> {
         let l = &self.config.linear;
-        let linear_layers = (self.layers.iter()).filter(|layer| matches!(layer.mixer, Mixer::Linear(_)));
-        linear_layers
+        (0..self.config.layers_of(LayerType::LinearAttention))
             .flat_map(|_| {
                 [
                     StateShape {
