@@ -104,6 +104,39 @@ pub(crate) fn vision_forward(
 }
 
 impl Checkpoint {
+    /// A checkpointed decoder: its `layers` blocks (`block`) run from `embeds` without a graph, the
+    /// last one's output tapped; the output head `head` (an alias when `tied` and trained, see
+    /// [`TiedHead`]); and the trained tower's `vision` tape, if any. Returns the checkpoint and the
+    /// last block's output, the leaf the final norm reads.
+    pub fn of_decoder(
+        layers: usize,
+        embeds: &Tensor,
+        block: impl Fn(usize, &Tensor) -> Result<Tensor, ModelError>,
+        (head, tied): (&Tensor, bool),
+        vision: Option<(VisionRun, Blocks)>,
+    ) -> Result<(Self, Tensor), ModelError> {
+        let decoder = Blocks::run(layers, embeds, |i| i + 1 == layers, block)?;
+        let last = decoder.taps.last().and_then(Option::as_ref);
+        let last = last.ok_or_else(|| ModelError::Input("a decoder without layers".into()))?;
+        let last = last.shallow_clone();
+        let head = TiedHead::of(head, tied);
+        Ok((
+            Self {
+                decoder,
+                head,
+                vision,
+            },
+            last,
+        ))
+    }
+
+    /// The output head (vocab, hidden) a training pass's loss must read: `weight`, or under
+    /// `checkpoint` with a tied, trained head its alias ([`TiedHead`]).
+    pub fn head<'a>(checkpoint: Option<&'a Self>, weight: &'a Tensor) -> &'a Tensor {
+        let tied = checkpoint.and_then(|c| c.head.as_ref());
+        tied.map_or(weight, TiedHead::alias)
+    }
+
     /// The backward's second part, after `loss.backward()` reached the taps: the decoder's blocks
     /// recomputed in reverse (`decoder_block`), their gradient into the embeddings `embeds` (and the
     /// tied head's into the embedding with it, in one call), then the trained tower's blocks.

@@ -5,10 +5,9 @@
 use tch::Tensor;
 
 use super::model::{Prepared, Qwen35};
-use crate::checkpoint::{Blocks, Checkpoint, vision_forward};
+use crate::checkpoint::{Checkpoint, vision_forward};
 use crate::model::{Batch, ImageFeatures};
 use crate::model_error::ModelError;
-use crate::tied_head::TiedHead;
 
 /// A forward pass whose output can be back-propagated into the model's parameters.
 #[derive(Debug)]
@@ -46,22 +45,14 @@ impl Qwen35 {
         } else {
             self.prepare_from(batch, source)?
         };
-        let layers = self.text.depth();
-        let decoder = Blocks::run(
-            layers,
+        let (checkpoint, last) = Checkpoint::of_decoder(
+            self.text.depth(),
             &prepared.embeds,
-            |i| i + 1 == layers,
             |i, x| self.decoder_block(&prepared, i, x),
-        )?;
-        let last = decoder.taps.last().and_then(Option::as_ref);
-        let last = last.ok_or_else(|| ModelError::Input("a decoder without layers".into()))?;
-        let hidden = self.text.final_norm(last)?;
-        let head = TiedHead::of(self.output_weight(), self.config.tie_word_embeddings);
-        let checkpoint = Checkpoint {
-            decoder,
-            head,
+            (self.output_weight(), self.config.tie_word_embeddings),
             vision,
-        };
+        )?;
+        let hidden = self.text.final_norm(&last)?;
         Ok(self.forward_result(hidden, prepared, Some(checkpoint)))
     }
 
@@ -82,10 +73,9 @@ impl Qwen35 {
 
 impl TrainingForward<'_> {
     /// The output head (vocab, hidden) the loss must read: the model's, or under checkpointing with
-    /// a tied, trained head its alias ([`TiedHead`]).
+    /// a tied, trained head its alias ([`Checkpoint::head`]).
     pub fn head(&self) -> &Tensor {
-        let tied = self.checkpoint.as_ref().and_then(|c| c.head.as_ref());
-        tied.map_or_else(|| self.model.output_weight(), TiedHead::alias)
+        Checkpoint::head(self.checkpoint.as_ref(), self.model.output_weight())
     }
 
     /// Back-propagates `loss` (a scalar computed from [`Self::hidden`]) into the parameters' gradients.

@@ -14,9 +14,8 @@ use tch::Tensor;
 use super::model::{Prepared, Qwen3Vl};
 use super::text::TextModel;
 use super::{Batch, ModelError};
-use crate::checkpoint::{Blocks, Checkpoint, vision_forward};
+use crate::checkpoint::{Checkpoint, vision_forward};
 use crate::qwen2_5_vl::model::ImageFeatures;
-use crate::tied_head::TiedHead;
 
 /// A forward pass whose output can be back-propagated into the model's parameters.
 #[derive(Debug)]
@@ -75,22 +74,14 @@ impl Qwen3Vl {
         } else {
             self.prepare_from(batch, source)?
         };
-        let layers = self.text.layers.len();
-        let decoder = Blocks::run(
-            layers,
+        let (checkpoint, last) = Checkpoint::of_decoder(
+            self.text.layers.len(),
             &prepared.embeds,
-            |i| i + 1 == layers,
             |i, x| decoder_block(&self.text, &prepared, i, x),
-        )?;
-        let last = decoder.taps.last().and_then(Option::as_ref);
-        let last = last.ok_or_else(|| ModelError::Input("a decoder without layers".into()))?;
-        let hidden = self.text.final_norm(last);
-        let head = TiedHead::of(self.text.output_weight(), self.config.tie_word_embeddings);
-        let checkpoint = Checkpoint {
-            decoder,
-            head,
+            (self.text.output_weight(), self.config.tie_word_embeddings),
             vision,
-        };
+        )?;
+        let hidden = self.text.final_norm(&last);
         Ok(self.forward_result(hidden, prepared, Some(checkpoint)))
     }
 
@@ -111,10 +102,9 @@ impl Qwen3Vl {
 
 impl TrainingForward<'_> {
     /// The output head (vocab, hidden) the loss must read: the model's, or under checkpointing with
-    /// a tied, trained head its alias ([`TiedHead`]).
+    /// a tied, trained head its alias ([`Checkpoint::head`]).
     pub fn head(&self) -> &Tensor {
-        let tied = self.checkpoint.as_ref().and_then(|c| c.head.as_ref());
-        tied.map_or_else(|| self.model.text.output_weight(), TiedHead::alias)
+        Checkpoint::head(self.checkpoint.as_ref(), self.model.text.output_weight())
     }
 
     /// Back-propagates `loss` (a scalar computed from [`Self::hidden`]) into the parameters' gradients.
