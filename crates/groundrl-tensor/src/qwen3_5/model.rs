@@ -205,6 +205,7 @@ impl Qwen35 {
                 branches::check(layout, rows as usize, len as usize)?;
                 let rope =
                     branches::positions(&self.rope_spec(), &batch.input_ids, layout, &batch.image_grids)?;
+                // Not read: a branched batch's layers run by its plan, each piece causally.
                 (rope, AttentionMask::Causal)
             }
         };
