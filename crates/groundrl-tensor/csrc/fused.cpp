@@ -39,10 +39,13 @@ int groundrl_launch_decode_attention(const void* q, const void* keys, const void
                                      const void* mask, const int64_t* column, void* out,
                                      float* part_o, float* part_ml, int64_t rows, int64_t kv_heads,
                                      int64_t capacity, int64_t splits, float scale, void* stream);
-int groundrl_launch_gated_delta_step(const void* q, const void* k, const void* v, const float* g,
-                                     const void* beta, float* state, float* out, int64_t rows,
-                                     int64_t key_heads, int64_t value_heads, int64_t dk, int64_t dv,
-                                     int bf16, float eps, void* stream);
+int groundrl_launch_linear_attention_step(const void* qkv_proj, void* conv_state,
+                                          const void* conv_weight, void* qkv, int64_t kernel,
+                                          const void* z, const void* a, const void* b,
+                                          const void* a_log, const void* dt_bias, const void* norm,
+                                          float* state, void* out, int64_t rows, int64_t key_heads,
+                                          int64_t value_heads, int64_t dk, int64_t dv, int bf16,
+                                          float l2_eps, float norm_eps, void* stream);
 }
 
 namespace {
@@ -234,43 +237,63 @@ int groundrl_decode_attention(void* q_, void* keys_, void* values_, void* mask_,
   });
 }
 
-// One decoding step of the gated delta rule (see gated_delta.cu): q, k (rows, key_heads, dk), v
-// (rows, value_heads, dv) and beta (rows, value_heads), contiguous, all bf16 or all f32; g (rows,
-// value_heads) f32; state (rows, value_heads, dk, dv) contiguous f32, updated in place; out (rows,
-// value_heads, dv) contiguous f32. dk 32, 64 or 128, dv at most 1024.
-int groundrl_gated_delta_step(void* q_, void* k_, void* v_, void* g_, void* beta_, void* state_,
-                              void* out_, double eps) {
+// One decoding step of Qwen3.5's linear-attention layer between its projections (see gated_delta.cu),
+// the convolution's and the rule's states updated in place. All of one dtype, bf16 or f32, but the
+// rule's state (f32): qkv_proj (rows, channels) the input projection's output; conv_state (rows,
+// channels, kernel - 1); conv_weight (channels, 1, kernel); z (rows, value_heads dv); a, b (rows,
+// value_heads); a_log, dt_bias (value_heads); norm (dv); state (rows, value_heads, dk, dv). qkv (rows,
+// channels) receives the convolution's output, out (rows, value_heads dv) the step's. All contiguous.
+int groundrl_linear_attention_step(void* qkv_proj_, void* conv_state_, void* conv_weight_, void* z_,
+                                   void* a_, void* b_, void* a_log_, void* dt_bias_, void* norm_,
+                                   void* state_, void* qkv_, void* out_, int64_t key_heads,
+                                   double l2_eps, double norm_eps) {
   return guarded([&] {
-    const auto &q = tensor(q_), &k = tensor(k_), &v = tensor(v_), &g = tensor(g_);
-    const auto &beta = tensor(beta_), &state = tensor(state_), &out = tensor(out_);
-    const auto dtype = q.scalar_type();
-    require(dtype == at::kBFloat16 || dtype == at::kFloat, "q must be bf16 or f32");
-    for (auto [t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}, {&beta, "beta"}}) {
+    const auto &qkv_proj = tensor(qkv_proj_), &conv_state = tensor(conv_state_);
+    const auto &conv_weight = tensor(conv_weight_), &z = tensor(z_), &a = tensor(a_), &b = tensor(b_);
+    const auto &a_log = tensor(a_log_), &dt_bias = tensor(dt_bias_), &norm = tensor(norm_);
+    const auto &state = tensor(state_), &qkv = tensor(qkv_), &out = tensor(out_);
+    const auto dtype = qkv_proj.scalar_type();
+    require(dtype == at::kBFloat16 || dtype == at::kFloat, "qkv_proj must be bf16 or f32");
+    for (auto [t, name] : {std::pair{&qkv_proj, "qkv_proj"}, {&conv_state, "conv_state"},
+                           {&conv_weight, "conv_weight"}, {&z, "z"}, {&a, "a"}, {&b, "b"},
+                           {&a_log, "a_log"}, {&dt_bias, "dt_bias"}, {&norm, "norm"}, {&qkv, "qkv"},
+                           {&out, "out"}}) {
       check(*t, dtype, name);
       require(t->is_contiguous(), std::string(name) + " must be contiguous");
     }
-    for (auto [t, name] : {std::pair{&g, "g"}, {&state, "state"}, {&out, "out"}}) {
-      check(*t, at::kFloat, name);
-      require(t->is_contiguous(), std::string(name) + " must be contiguous");
-    }
-    require(q.dim() == 3 && k.sizes() == q.sizes(), "q and k must be (rows, key_heads, dk)");
-    const int64_t rows = q.size(0), key_heads = q.size(1), dk = q.size(2);
+    check(state, at::kFloat, "state");
+    require(state.is_contiguous(), "state must be contiguous");
+    require(state.dim() == 4, "state must be (rows, value_heads, dk, dv)");
+    const int64_t rows = state.size(0), value_heads = state.size(1), dk = state.size(2),
+                  dv = state.size(3);
     require(dk == 32 || dk == 64 || dk == 128, "the key dim must be 32, 64 or 128");
-    require(v.dim() == 3 && v.size(0) == rows, "v must be (rows, value_heads, dv)");
-    const int64_t value_heads = v.size(1), dv = v.size(2);
-    require(dv >= 1 && dv <= 1024, "the value dim must be 1 to 1024");
+    require(dv >= 1 && dv * dk / 32 <= 512 && dv * dk / 32 % 32 == 0,
+            "the value dim times key dim / 32 must be a multiple of 32 up to 512");
     require(key_heads > 0 && value_heads % key_heads == 0,
             "value_heads must be a multiple of key_heads");
-    require(g.sizes() == at::IntArrayRef({rows, value_heads}) && beta.sizes() == g.sizes(),
-            "g and beta must be (rows, value_heads)");
-    require(state.sizes() == at::IntArrayRef({rows, value_heads, dk, dv}),
-            "state must be (rows, value_heads, dk, dv)");
-    require(out.sizes() == v.sizes(), "out must be shaped like v");
-    c10::cuda::CUDAGuard guard(q.device());
-    launched(groundrl_launch_gated_delta_step(
-        q.data_ptr(), k.data_ptr(), v.data_ptr(), g.data_ptr<float>(), beta.data_ptr(),
-        state.data_ptr<float>(), out.data_ptr<float>(), rows, key_heads, value_heads, dk, dv,
-        dtype == at::kBFloat16 ? 1 : 0, (float)eps, stream_of(q)));
+    const int64_t channels = 2 * key_heads * dk + value_heads * dv;
+    require(qkv_proj.sizes() == at::IntArrayRef({rows, channels}) && qkv.sizes() == qkv_proj.sizes(),
+            "qkv_proj and qkv must be (rows, 2 key_heads dk + value_heads dv)");
+    require(conv_weight.dim() == 3 && conv_weight.size(0) == channels && conv_weight.size(1) == 1 &&
+                conv_weight.size(2) >= 2,
+            "conv_weight must be (channels, 1, kernel >= 2)");
+    const int64_t kernel = conv_weight.size(2);
+    require(conv_state.sizes() == at::IntArrayRef({rows, channels, kernel - 1}),
+            "conv_state must be (rows, channels, kernel - 1)");
+    require(z.sizes() == at::IntArrayRef({rows, value_heads * dv}) && out.sizes() == z.sizes(),
+            "z and out must be (rows, value_heads dv)");
+    require(a.sizes() == at::IntArrayRef({rows, value_heads}) && b.sizes() == a.sizes(),
+            "a and b must be (rows, value_heads)");
+    require(a_log.sizes() == at::IntArrayRef({value_heads}) && dt_bias.sizes() == a_log.sizes(),
+            "a_log and dt_bias must be (value_heads)");
+    require(norm.sizes() == at::IntArrayRef({dv}), "norm must be (dv)");
+    require_threads(rows * channels);
+    c10::cuda::CUDAGuard guard(state.device());
+    launched(groundrl_launch_linear_attention_step(
+        qkv_proj.data_ptr(), conv_state.data_ptr(), conv_weight.data_ptr(), qkv.data_ptr(), kernel,
+        z.data_ptr(), a.data_ptr(), b.data_ptr(), a_log.data_ptr(), dt_bias.data_ptr(),
+        norm.data_ptr(), state.data_ptr<float>(), out.data_ptr(), rows, key_heads, value_heads, dk, dv,
+        dtype == at::kBFloat16 ? 1 : 0, (float)l2_eps, (float)norm_eps, stream_of(state)));
   });
 }
 

@@ -16,9 +16,10 @@
 //!   (tests against f32 attention, libtorch's norm and the sampler's composition);
 //! - AdamW's update of one parameter in one pass ([`adamw`], `csrc/adamw.cu`) instead of about a
 //!   dozen passes over f32 tensors of its size;
-//! - a decoding step of Qwen3.5's gated delta rule ([`gated_delta_step`], `csrc/gated_delta.cu`),
-//!   each head's f32 state read and written once instead of about a dozen kernels' passes; it sums
-//!   in its own order (a test against the composition).
+//! - a decoding step of Qwen3.5's linear-attention layer between its projections
+//!   ([`linear_attention_step`], `csrc/gated_delta.cu`): the convolution's step, the gated delta
+//!   rule with each head's f32 state read and written once, and the gated norm, in two kernels
+//!   instead of about forty; it sums in its own order (a test against the composition).
 //!
 //! [`flash_varlen`] is not ours: it reaches libtorch's flash attention over packed sequences
 //! (`csrc/flash_varlen.cpp`), which tch does not bind (`crate::packed_attention` uses it).
@@ -147,30 +148,63 @@ pub(crate) fn decode_rotary_write(
     Ok(Some(q))
 }
 
-/// One decoding step of the gated delta rule (`crate::qwen3_5::gated_delta`'s recurrent form for one
-/// token) with `state` (rows, value_heads, dk, dv) f32 updated in place: `q`, `k` (rows, key_heads, dk)
-/// before their L2 normalisation (of epsilon `eps`), `v` (rows, value_heads, dv), `beta` (rows,
-/// value_heads) in one dtype (bf16 or f32), the log-decay `g` (rows, value_heads) f32. Returns the
-/// output (rows, value_heads, dv) f32; None where the kernel does not apply (besides the module's
-/// conditions: key dim 32, 64 or 128, value dim up to 1,024, a contiguous f32 state), for the
-/// caller's composition.
-pub fn gated_delta_step(
-    (q, k, v): (&Tensor, &Tensor, &Tensor),
-    (g, beta): (&Tensor, &Tensor),
-    state: &Tensor,
-    eps: f64,
+/// What a decoding step of a linear-attention layer reads besides its states (one row a sequence):
+/// the input projections' outputs `qkv_proj` (rows, channels: queries, keys and values side by side),
+/// `z` (rows, value heads x dv), `a` and `b` (rows, value heads), and the layer's parameters.
+pub struct LinearAttentionStep<'a> {
+    pub qkv_proj: &'a Tensor,
+    pub z: &'a Tensor,
+    pub a: &'a Tensor,
+    pub b: &'a Tensor,
+    /// (channels, 1, kernel)
+    pub conv_weight: &'a Tensor,
+    pub a_log: &'a Tensor,
+    pub dt_bias: &'a Tensor,
+    /// The gated norm's weight (dv)
+    pub norm: &'a Tensor,
+    pub key_heads: i64,
+    pub l2_eps: f64,
+    pub norm_eps: f64,
+}
+
+/// One decoding step of Qwen3.5's linear-attention layer from its projections to the input of its
+/// output projection (`crate::qwen3_5::linear_attention`'s composition): the convolution's step and
+/// SiLU, the gated delta rule's recurrent step and the gated RMSNorm; `conv` (rows, channels,
+/// kernel - 1) and `recurrent` (rows, value heads, dk, dv) f32 updated in place. Returns (rows, value
+/// heads x dv) in the activations' dtype; None where the kernels do not apply (besides the module's
+/// conditions: every tensor but `recurrent` of one dtype, bf16 or f32; key dim 32, 64 or 128; value
+/// dim x key dim / 32 a multiple of 32 up to 512; contiguous states), for the caller's composition.
+pub fn linear_attention_step(
+    x: &LinearAttentionStep,
+    (conv, recurrent): (&Tensor, &Tensor),
 ) -> Result<Option<Tensor>, TchError> {
-    let kinds = q.kind() == k.kind() && q.kind() == v.kind() && q.kind() == beta.kind();
-    let dtype = matches!(q.kind(), Kind::BFloat16 | Kind::Float);
-    let dims = matches!(q.size().last(), Some(32 | 64 | 128)) && v.size().last().is_some_and(|&d| d <= 1024);
-    let f32_state = g.kind() == Kind::Float && state.kind() == Kind::Float && state.is_contiguous();
-    if !applies(&[q, k, v, g, beta, state]) || !kinds || !dtype || !dims || !f32_state {
+    let kind = x.qkv_proj.kind();
+    let ours = [x.qkv_proj, x.z, x.a, x.b, x.conv_weight, x.a_log, x.dt_bias, x.norm, conv];
+    let kinds = matches!(kind, Kind::BFloat16 | Kind::Float) && ours.iter().all(|t| t.kind() == kind);
+    let [_, _, dk, dv] = recurrent.size()[..] else {
+        return Ok(None);
+    };
+    let threads = dv * dk / 32;
+    let dims = matches!(dk, 32 | 64 | 128) && threads % 32 == 0 && (32..=512).contains(&threads);
+    let states = recurrent.kind() == Kind::Float && recurrent.is_contiguous() && conv.is_contiguous();
+    let mut all = ours.to_vec();
+    all.push(recurrent);
+    if !applies(&all) || !kinds || !dims || !states {
         return Ok(None);
     }
-    let (q, k, v) = (q.f_contiguous()?, k.f_contiguous()?, v.f_contiguous()?);
-    let (g, beta) = (g.f_contiguous()?, beta.f_contiguous()?);
-    let out = Tensor::f_empty(v.size(), (Kind::Float, v.device()))?;
-    ffi::gated_delta_step((&q, &k, &v), (&g, &beta), state, &out, eps)?;
+    let contiguous = |t: &Tensor| t.f_contiguous();
+    let (qkv_proj, z) = (contiguous(x.qkv_proj)?, contiguous(x.z)?);
+    let (a, b) = (contiguous(x.a)?, contiguous(x.b)?);
+    let qkv = qkv_proj.f_empty_like()?;
+    let out = z.f_empty_like()?;
+    let inputs = LinearAttentionStep {
+        qkv_proj: &qkv_proj,
+        z: &z,
+        a: &a,
+        b: &b,
+        ..*x
+    };
+    ffi::linear_attention_step(&inputs, (conv, recurrent), (&qkv, &out))?;
     Ok(Some(out))
 }
 
@@ -423,15 +457,22 @@ mod ffi {
             out: *mut c_void,
             splits: i64,
         ) -> c_int;
-        fn groundrl_gated_delta_step(
-            q: *mut c_void,
-            k: *mut c_void,
-            v: *mut c_void,
-            g: *mut c_void,
-            beta: *mut c_void,
+        fn groundrl_linear_attention_step(
+            qkv_proj: *mut c_void,
+            conv_state: *mut c_void,
+            conv_weight: *mut c_void,
+            z: *mut c_void,
+            a: *mut c_void,
+            b: *mut c_void,
+            a_log: *mut c_void,
+            dt_bias: *mut c_void,
+            norm: *mut c_void,
             state: *mut c_void,
+            qkv: *mut c_void,
             out: *mut c_void,
-            eps: f64,
+            key_heads: i64,
+            l2_eps: f64,
+            norm_eps: f64,
         ) -> c_int;
     }
 
@@ -592,17 +633,32 @@ mod ffi {
         })
     }
 
-    pub fn gated_delta_step(
-        (q, k, v): (&Tensor, &Tensor, &Tensor),
-        (g, beta): (&Tensor, &Tensor),
-        state: &Tensor,
-        out: &Tensor,
-        eps: f64,
+    pub fn linear_attention_step(
+        x: &super::LinearAttentionStep,
+        (conv, recurrent): (&Tensor, &Tensor),
+        (qkv, out): (&Tensor, &Tensor),
     ) -> Result<(), TchError> {
         // SAFETY: as in `rotary`.
-        result("gated_delta_step", unsafe {
-            let (q, k, v, g, beta) = (raw(q), raw(k), raw(v), raw(g), raw(beta));
-            groundrl_gated_delta_step(q, k, v, g, beta, raw(state), raw(out), eps)
+        result("linear_attention_step", unsafe {
+            let (inputs, gates) = ((raw(x.qkv_proj), raw(x.z)), (raw(x.a), raw(x.b)));
+            let parameters = (raw(x.conv_weight), raw(x.a_log), raw(x.dt_bias), raw(x.norm));
+            groundrl_linear_attention_step(
+                inputs.0,
+                raw(conv),
+                parameters.0,
+                inputs.1,
+                gates.0,
+                gates.1,
+                parameters.1,
+                parameters.2,
+                parameters.3,
+                raw(recurrent),
+                raw(qkv),
+                raw(out),
+                x.key_heads,
+                x.l2_eps,
+                x.norm_eps,
+            )
         })
     }
 
@@ -701,12 +757,10 @@ mod ffi {
         unavailable()
     }
 
-    pub fn gated_delta_step(
-        _: (&Tensor, &Tensor, &Tensor),
+    pub fn linear_attention_step(
+        _: &super::LinearAttentionStep,
         _: (&Tensor, &Tensor),
-        _: &Tensor,
-        _: &Tensor,
-        _: f64,
+        _: (&Tensor, &Tensor),
     ) -> Result<(), TchError> {
         unavailable()
     }

@@ -145,25 +145,43 @@ impl GatedDeltaNet {
 
     /// One decoding step, the state carried in place: `x` (rows, 1, hidden) and `state` the state
     /// before the token, overwritten with the state after it, so that a captured CUDA graph keeps
-    /// reading the same tensors. The delta rule runs as one kernel where it applies
-    /// ([`fused::gated_delta_step`], the recurrent state f32), else as [`Self::forward_with_state`]
-    /// does.
+    /// reading the same tensors. Between the projections, two kernels where they apply
+    /// ([`fused::linear_attention_step`], the recurrent state f32), else as
+    /// [`Self::forward_with_state`] does.
     pub fn step_in_place(&self, x: &Tensor, state: &mut LinearState) -> Result<Tensor, ModelError> {
+        if let Some(out) = self.fused_step(x, state)? {
+            return Ok(self.out_proj.forward(&out.f_unsqueeze(1)?));
+        }
         let m = self.mix(x, Some(&state.conv))?;
         state.conv.f_copy_(&m.conv)?;
-        let squeeze = |t: &Tensor| t.f_squeeze_dim(1);
-        let inputs = (&squeeze(&m.q)?, &squeeze(&m.k)?, &squeeze(&m.v)?);
-        let (g, beta) = (squeeze(&m.g)?, squeeze(&m.beta)?);
-        let fused = fused::gated_delta_step(inputs, (&g, &beta), &state.recurrent, gated_delta::L2_EPS)?;
-        let out = match fused {
-            Some(out) => out.f_unsqueeze(1)?.f_to_kind(m.v.kind())?,
-            None => {
-                let ruled = self.rule(&m, Some(&state.recurrent))?;
-                state.recurrent.f_copy_(&ruled.state)?;
-                ruled.out
-            }
+        let ruled = self.rule(&m, Some(&state.recurrent))?;
+        state.recurrent.f_copy_(&ruled.state)?;
+        self.finish(&ruled.out, &m.gate)
+    }
+
+    /// [`Self::step_in_place`]'s projections and kernels on a device where the fused kernels run
+    /// (None elsewhere, before any projection; on such a device, also where the kernels do not take
+    /// the layer's shapes or dtypes, the projections then run twice).
+    fn fused_step(&self, x: &Tensor, state: &LinearState) -> Result<Option<Tensor>, ModelError> {
+        if !fused::active(x.device()) {
+            return Ok(None);
+        }
+        let rows = x.size()[0];
+        let flat = |t: Tensor| t.f_reshape([rows, -1]);
+        let step = fused::LinearAttentionStep {
+            qkv_proj: &flat(self.in_proj_qkv.forward(x))?,
+            z: &flat(self.in_proj_z.forward(x))?,
+            a: &flat(self.in_proj_a.forward(x))?,
+            b: &flat(self.in_proj_b.forward(x))?,
+            conv_weight: &self.conv1d,
+            a_log: &self.a_log,
+            dt_bias: &self.dt_bias,
+            norm: &self.norm,
+            key_heads: self.cfg.key_heads,
+            l2_eps: gated_delta::L2_EPS,
+            norm_eps: self.cfg.rms_norm_eps,
         };
-        self.finish(&out, &m.gate)
+        Ok(fused::linear_attention_step(&step, (&state.conv, &state.recurrent))?)
     }
 
     /// Everything before the delta rule: the projections, the convolution after `conv` (the previous
@@ -350,7 +368,7 @@ mod tests {
         assert_eq!(out.size(), [2, 5, 16]);
     }
 
-    /// A decoding step in place (on the GPU machine: the fused kernel) gives the output and the
+    /// A decoding step in place (on the GPU machine: the fused kernels) gives the output and the
     /// states of the composed recurrent step, in f32 and bf16, for key dims 128 and 64 (one with
     /// fewer value dims than key dims) and two value heads per key head; elsewhere it is that
     /// composition, and equal to it.
