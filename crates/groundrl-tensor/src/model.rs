@@ -184,6 +184,11 @@ pub struct Architecture {
     /// Decoder layers that keep keys and values (all of them but in Qwen3.5, where only its
     /// full-attention layers do): what a KV cache and a decoding step's reads count.
     pub kv_layers: i64,
+    /// What each decoding row carries besides its KV cache.
+    pub row_state: RowState,
+    /// Whether the rollout engine keeps fused copies of the decoder layers' weights (q/k/v and
+    /// gate/up stacked: Qwen2.5-VL and Qwen3-VL; Qwen3.5 decodes with the parameters themselves).
+    pub fused_decoding_weights: bool,
     pub heads: i64,
     pub kv_heads: i64,
     pub head_dim: i64,
@@ -202,6 +207,15 @@ pub struct Architecture {
     /// norm, untied head).
     pub parameters: i64,
     pub text_parameters: i64,
+}
+
+/// The values a decoding row carries besides its KV cache: Qwen3.5's linear-attention layers keep
+/// the delta rule's state (f32) and the convolution's last inputs (the model's dtype); the other
+/// families nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RowState {
+    pub f32_values: i64,
+    pub values: i64,
 }
 
 /// The arithmetic of a family's forwards, as model FLOPs utilisation counts it (recomputation not

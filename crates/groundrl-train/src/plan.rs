@@ -346,7 +346,8 @@ fn optimizer_bytes(trainable: u64, dtype: Dtype, fp32_master: bool) -> u64 {
 
 /// The rollout engine's fused copies of each decoder layer's weights (resident with
 /// `rollout.keep_engine`, else alive while it generates): q/k/v stacked with their biases `h (h + 2 kv d) + h + 2 kv d` and gate/up `2 h I`; o `h h`
-/// and down `h I` only when LoRA adapts them (otherwise the parameter itself serves).
+/// and down `h I` only when LoRA adapts them (otherwise the parameter itself serves). None for a
+/// family that decodes with its parameters (Qwen3.5).
 fn decoding_weights(cfg: &TrainConfig, model: &Architecture) -> Part {
     let t = model;
     let (h, i, kv) = (
@@ -359,23 +360,28 @@ fn decoding_weights(cfg: &TrainConfig, model: &Architecture) -> Part {
     let o = if adapted("o_proj") { h * h } else { 0 };
     let down = if adapted("down_proj") { h * i } else { 0 };
     let per_layer = h * (h + 2 * kv) + h + 2 * kv + o + 2 * h * i + down;
+    let copies = if t.fused_decoding_weights { t.layers as u64 } else { 0 };
     Part {
         name: "decoding weights",
         phase: engine_phase(cfg),
-        bytes: t.layers as u64 * per_layer * m.dtype.bytes(),
+        bytes: copies * per_layer * m.dtype.bytes(),
         advice: None,
     }
 }
 
 /// The rollout's static KV caches: `rows = prompts_per_step * n / world` rows (a rank's share of
 /// the step; the prompt's keys are copied to each of its n samples), `capacity = prompt +
-/// max_new_tokens` columns, and per column `2 (key, value) * L * kv * d * b` bytes. With
+/// max_new_tokens` columns, and per column `2 (key, value) * L * kv * d * b` bytes, and each row's
+/// state besides (Qwen3.5's linear-attention layers: the delta rule's f32 state and the convolution's
+/// inputs). With
 /// `rollout.keep_engine` the engine keeps two call shapes' caches (`crate::inference::KEPT_SHAPES`)
 /// through the update: the step's and the largest other one the run decodes
 /// ([`other_shape_rows`]). The prefill's working set is [`prefill`]'s.
 fn kv_cache(cfg: &TrainConfig, model: &Architecture, tokens: &Tokens, world: u64) -> Part {
     let t = model;
     let per_token = 2 * (t.kv_layers * t.kv_heads * t.head_dim) as u64;
+    let b = cfg.model.dtype.bytes();
+    let per_row = tokens.row * per_token * b + t.row_state.f32_values as u64 * 4 + t.row_state.values as u64 * b;
     let r = &cfg.rollout;
     let step_rows = r.completions_per_step().div_ceil(world.max(1));
     let rows = step_rows
@@ -387,7 +393,7 @@ fn kv_cache(cfg: &TrainConfig, model: &Architecture, tokens: &Tokens, world: u64
     Part {
         name: "KV cache",
         phase: engine_phase(cfg),
-        bytes: rows * tokens.row * per_token * cfg.model.dtype.bytes(),
+        bytes: rows * per_row,
         advice: Some(format!(
             "lower `rollout.n` ({}) or `rollout.prompts_per_step` ({}); the caches hold {rows} rows of {} \
              tokens{}",
@@ -861,6 +867,22 @@ mod tests {
     /// without validation, held-out tasks or a ledger; a validation batch (8 rows); held-out
     /// sampling (8 prompts x 4); the ledger's last batch on one rank (7 prompts x 8), or its whole
     /// batches of 8 x 8 over 2 ranks, whose step shape is 32 rows.
+    /// Qwen3.5's 4B shape with 3b-1gpu.toml's settings: its KV cache holds the 8 full-attention
+    /// layers' keys and values (2 x 8 x 4 x 256 values a token) and each row's states besides (24
+    /// linear-attention layers of 32 x 128 x 128 f32 values and 8,192 x 3 bf16 convolution inputs);
+    /// no fused decoding weights.
+    #[test]
+    fn qwen3_5_counts_each_rows_states_and_no_decoding_copies() {
+        let quiet = ["model.preset=qwen3.5-4b", "rounds.final_ledger=false", "trainer.test_freq=0"];
+        let (cfg, model) = shipped("3b-1gpu.toml", &quiet);
+        let plan = estimate(&cfg, &model, NO_REFERENCE);
+        let tokens = Tokens::of(&cfg, &model);
+        let state = 24 * (32 * 128 * 128 * 4 + 8_192 * 3 * 2);
+        let row = tokens.row * 2 * 8 * 4 * 256 * 2 + state;
+        assert_eq!(plan.part("KV cache").unwrap().bytes, 64 * row);
+        assert_eq!(plan.part("decoding weights").unwrap().bytes, 0);
+    }
+
     #[test]
     fn the_kept_engine_counts_the_largest_other_shape_the_run_decodes() {
         let kv_row = 1_536 * 18_432 * 2;

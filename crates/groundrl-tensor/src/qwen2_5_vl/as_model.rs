@@ -11,7 +11,7 @@ use super::training::TrainingForward;
 use super::{Qwen25Vl, flops, presets};
 use crate::family::Family;
 use crate::lora::LoraSpec;
-use crate::model::{Architecture, ForwardFlops, Grid, Model, Sequence, TrainingPass};
+use crate::model::{Architecture, RowState, ForwardFlops, Grid, Model, Sequence, TrainingPass};
 use crate::model_error::ModelError;
 
 impl Qwen25VlConfig {
@@ -25,6 +25,8 @@ impl Qwen25VlConfig {
             intermediate_size: t.intermediate_size,
             layers: t.num_hidden_layers,
             kv_layers: t.num_hidden_layers,
+            row_state: RowState::default(),
+            fused_decoding_weights: true,
             heads: t.num_attention_heads,
             kv_heads: t.num_key_value_heads,
             head_dim: t.head_dim(),

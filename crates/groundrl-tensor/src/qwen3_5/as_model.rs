@@ -11,7 +11,7 @@ use super::training::TrainingForward;
 use super::{Qwen35, flops};
 use crate::family::Family;
 use crate::lora::LoraSpec;
-use crate::model::{Architecture, Batch, ForwardFlops, Grid, ImageFeatures, Model, Sequence, TrainingPass};
+use crate::model::{Architecture, RowState, Batch, ForwardFlops, Grid, ImageFeatures, Model, Sequence, TrainingPass};
 use crate::model_error::ModelError;
 use crate::qwen3_vl::presets::vision_parameter_count;
 
@@ -20,6 +20,7 @@ impl Qwen35Config {
     pub fn architecture(&self) -> Architecture {
         let (t, v) = (&self.text, &self.vision);
         let kv_layers = t.layers_of(LayerType::FullAttention);
+        let (l, linear_layers) = (&t.linear, t.layers_of(LayerType::LinearAttention) as i64);
         let text_parameters = text_parameter_count(self);
         Architecture {
             family: Family::Qwen35,
@@ -28,6 +29,12 @@ impl Qwen35Config {
             intermediate_size: t.intermediate_size,
             layers: t.layer_types.len() as i64,
             kv_layers: kv_layers as i64,
+            // As `TextModel::recurrent_states` lays them out.
+            row_state: RowState {
+                f32_values: linear_layers * l.value_heads * l.key_head_dim * l.value_head_dim,
+                values: linear_layers * l.conv_dim() * (l.conv_kernel - 1),
+            },
+            fused_decoding_weights: false,
             heads: t.attention.heads,
             kv_heads: t.attention.kv_heads,
             head_dim: t.attention.head_dim,

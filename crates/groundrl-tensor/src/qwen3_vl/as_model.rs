@@ -10,7 +10,7 @@ use super::training::TrainingForward;
 use super::{Batch, Qwen3Vl, flops, presets};
 use crate::family::Family;
 use crate::lora::LoraSpec;
-use crate::model::{Architecture, ForwardFlops, Grid, Model, Sequence, TrainingPass};
+use crate::model::{Architecture, RowState, ForwardFlops, Grid, Model, Sequence, TrainingPass};
 use crate::model_error::ModelError;
 use crate::qwen2_5_vl::model::ImageFeatures;
 
@@ -25,6 +25,8 @@ impl Qwen3VlConfig {
             intermediate_size: t.intermediate_size,
             layers: t.num_hidden_layers,
             kv_layers: t.num_hidden_layers,
+            row_state: RowState::default(),
+            fused_decoding_weights: true,
             heads: t.num_attention_heads,
             kv_heads: t.num_key_value_heads,
             head_dim: t.head_dim,
