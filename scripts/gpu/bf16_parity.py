@@ -1,6 +1,6 @@
 """bf16 parity of groundrl's model with HF transformers on a released shape (random init), GPU.
 
-Either family (the folder's `model_type` decides: Qwen2.5-VL or Qwen3-VL). Steps (scripts/gpu/run.sh
+Any family (the folder's `model_type` decides: Qwen2.5-VL, Qwen3-VL or Qwen3.5). Steps (scripts/gpu/run.sh
 `parity` and `parity3` run them on the GPU machine):
   1. `groundrl model init --preset 3b` (or `qwen3-4b`, `qwen3-8b`) has written a random-init folder
      (our save path).
@@ -29,7 +29,9 @@ def make_inputs(config, grid, work):
     merge = vision.spatial_merge_size
     tokens = grid[0] * grid[1] * grid[2] // (merge * merge)
     patch_dim = vision.in_channels * vision.temporal_patch_size * vision.patch_size ** 2
-    text = lambda n: torch.randint(0, 151000, (n,), generator=gen).tolist()
+    # Ordinary text ids, within a small vocabulary's range too (the demo presets' tiny tokenizer).
+    vocab = getattr(config, "text_config", config).vocab_size
+    text = lambda n: torch.randint(0, min(151000, vocab), (n,), generator=gen).tolist()
     ids = text(20) + [config.vision_start_token_id] + [config.image_token_id] * tokens + \
         [config.vision_end_token_id] + text(18)
     input_ids = torch.tensor([ids])

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # The GPU machine's measurements of Qwen3.5, each part within ten minutes:
-#   parity  bf16 logits of the dense 4B shape (`qwen3.5-4b`, random init) beside transformers' in bf16 and
-#           f32, on one 1280x720 screenshot prompt (grid 1x46x80: 920 image tokens, 960 tokens in all);
+#   parity  bf16 logits of the demo's small preset and of the dense 4B shape (`qwen3.5-small`,
+#           `qwen3.5-4b`, random init; $PARITY_PRESETS to choose) beside transformers' in bf16 and f32,
+#           on one 1280x720 screenshot prompt (grid 1x46x80: 920 image tokens, 960 tokens in all);
 #   rollout that shape's rollouts, 8 prompts x 1 and x 8 samples of that screenshot, 128 new tokens,
 #           beside transformers' `generate` on the same shapes (transformers' own torch implementation
 #           of the delta rule and the convolution: flash-linear-attention and causal-conv1d are not
 #           installed on the machine);
 #   train   that shape's full fine-tuning step (8 rows, the vision tower trained, and frozen) beside
 #           transformers' training step on the same rows;
+#   plan    `groundrl plan` against the measured peak of two GRPO steps of configs/3b-1gpu.toml with the
+#           4B shape (and with LoRA), on hard screenshots;
 #   demo    `groundrl demo --gpu` with the `qwen3.5-small` preset and the overrides in $DEMO_OVERRIDES:
 #           3 seeds, 1,000 held-out tasks.
 # It expects the GPU build at .device/groundrl (scripts/gpu/build.sh). Usage on the GPU machine:
-# bash scripts/gpu/qwen3_5.sh [parity] [rollout] [train] [demo] (parity, rollout and train when none is
+# bash scripts/gpu/qwen3_5.sh [parity] [rollout] [train] [plan] [demo] (parity, rollout and train when none is
 # named). Output: JSON lines under $OUT (default /tmp/groundrl-gpu/out).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -27,12 +30,16 @@ folder() {
 }
 
 if want parity; then
-echo "== parity: bf16 logits beside transformers, $preset, grid $grid"
-dir=$(folder $preset)
-$py "$root/scripts/gpu/bf16_parity.py" --model "$dir" --work "$work" --grid $grid || exit 1
-"$bin" model logits --model "$dir" --inputs "$work/inputs.safetensors" --out "$work/ours_logits.safetensors" \
-  --dtype bf16 --device cuda || exit 1
-$py "$root/scripts/gpu/bf16_parity.py" --model "$dir" --work "$work" --grid $grid --compare | tee "$out/parity_$preset.json"
+for shape in ${PARITY_PRESETS:-qwen3.5-small $preset}; do
+echo "== parity: bf16 logits beside transformers, $shape, grid $grid"
+dir=$(folder $shape)
+mkdir -p "$work/parity-$shape"
+$py "$root/scripts/gpu/bf16_parity.py" --model "$dir" --work "$work/parity-$shape" --grid $grid || exit 1
+"$bin" model logits --model "$dir" --inputs "$work/parity-$shape/inputs.safetensors" \
+  --out "$work/parity-$shape/ours_logits.safetensors" --dtype bf16 --device cuda || exit 1
+$py "$root/scripts/gpu/bf16_parity.py" --model "$dir" --work "$work/parity-$shape" --grid $grid --compare |
+  tee "$out/parity_$shape.json"
+done
 fi
 
 if want rollout; then
@@ -52,6 +59,21 @@ echo "== train: $preset full fine-tuning step, 8 rows of grid $grid + 128 comple
   tee -a "$out/train_$preset.jsonl"
 $py "$root/scripts/bench/train_hf.py" --model "$(folder $preset)" --grid $grid --rows 8 2>&1 | grep '^{' |
   tee -a "$out/train_$preset.jsonl"
+fi
+
+if want plan; then
+echo "== plan: memory plan vs measured peak, $preset, configs/3b-1gpu.toml (two steps each)"
+grpo=$work/grpo-plan
+rm -rf "$grpo" && mkdir -p "$grpo"
+"$bin" synth --out "$grpo/data" --n 30 --seed 0 --difficulty hard --prompt instruct --answer-frame qwen1000 > /dev/null
+source "$root/scripts/gpu/plan-check.sh"
+# The folder the trainer's preset writes into its run folder (the tiny tokenizer beside the weights),
+# drawn once on the GPU rather than in every run on the CPU.
+model=$work/$preset-train
+"$bin" model init --preset $preset --tiny-tokenizer --out "$model" --dtype bf16 --device cuda > /dev/null || exit 1
+variant() { plan_check configs/3b-1gpu.toml "$grpo" "$@" model.preset=none model.path="$model"; }
+variant $preset | tee -a "$out/plan_check_$preset.jsonl"
+variant $preset-lora16 model.lora_rank=16 model.lora_alpha=32 | tee -a "$out/plan_check_$preset.jsonl"
 fi
 
 if want demo; then
