@@ -141,8 +141,11 @@ pub fn recurrent(x: &DeltaInputs, state: Option<&Tensor>) -> Result<DeltaOutput,
     finish(x, Tensor::f_stack(&outs, 2)?, s)
 }
 
-/// The rule in chunks of `chunk` tokens (the last one shorter), from `state` (B, H, dk, dv; `None`:
-/// zeros): the module doc's solve per chunk, the state carried from one chunk to the next.
+/// The rule in chunks of `chunk` tokens, from `state` (B, H, dk, dv; `None`: zeros): the module doc's
+/// solve. What a chunk computes from its own tokens (decays, the triangular solves, the scores) runs
+/// for all chunks at once; only the state's hand-over runs chunk by chunk (two matmuls each), and
+/// the outputs from the states before each chunk at once again. The last chunk is filled up with
+/// zeros (no decay, no write: the state passes them unchanged) whose outputs are dropped.
 pub fn chunked(x: &DeltaInputs, chunk: i64, state: Option<&Tensor>) -> Result<DeltaOutput, ModelError> {
     if chunk < 1 {
         return Err(ModelError::Input(format!("gated delta chunk of {chunk} tokens")));
@@ -150,51 +153,81 @@ pub fn chunked(x: &DeltaInputs, chunk: i64, state: Option<&Tensor>) -> Result<De
     let p = Prepared::of(x)?;
     let mut s = p.initial(state)?;
     let len = p.q.size()[2];
-    let mut outs = Vec::new();
-    for start in (0..len).step_by(chunk as usize) {
-        let n = chunk.min(len - start);
-        let part = |x: &Tensor| x.f_narrow(2, start, n);
-        let (out, next) = chunk_step(
-            (&part(&p.q)?, &part(&p.k)?, &part(&p.v)?),
-            (&part(&p.g)?, &part(&p.beta)?),
-            &s,
-        )?;
-        outs.push(out);
-        s = next;
+    let chunks = (len + chunk - 1) / chunk;
+    // (B, H, L, ...) -> (B, H, chunks, chunk, ...), zeros after the last token.
+    let split = |t: &Tensor| -> Result<Tensor, tch::TchError> {
+        let size = t.size();
+        let mut pad = vec![0; 2 * (size.len() - 3)];
+        pad.extend([0, chunks * chunk - len]);
+        let mut shape = size[..2].to_vec();
+        shape.extend([chunks, chunk]);
+        shape.extend(&size[3..]);
+        t.f_constant_pad_nd(pad.as_slice())?.f_reshape(shape.as_slice())
+    };
+    let (q, k, v) = (split(&p.q)?, split(&p.k)?, split(&p.v)?);
+    let (g, beta) = (split(&p.g)?, split(&p.beta)?);
+    let local = Chunks::of((&q, &k, &v), (&g, &beta))?;
+    let at = |t: &Tensor, c: i64| t.f_select(2, c);
+    let (mut before, mut writes) = (Vec::new(), Vec::new());
+    for c in 0..chunks {
+        let w = at(&local.fresh, c)?.f_sub(&at(&local.from_state, c)?.f_matmul(&s)?)?;
+        let next = s
+            .f_mul(&at(&local.carry, c)?)?
+            .f_add(&at(&local.faded, c)?.f_transpose(-1, -2)?.f_matmul(&w)?)?;
+        before.push(std::mem::replace(&mut s, next));
+        writes.push(w);
     }
-    finish(x, Tensor::f_cat(&outs, 2)?, s)
+    let (before, writes) = (Tensor::f_stack(&before, 2)?, Tensor::f_stack(&writes, 2)?);
+    let out = local
+        .grown_q
+        .f_matmul(&before)?
+        .f_add(&local.scores.f_matmul(&writes)?)?;
+    let size = out.size();
+    let out = out
+        .f_reshape([size[0], size[1], chunks * chunk, size[4]])?
+        .f_narrow(2, 0, len)?;
+    finish(x, out, s)
 }
 
-/// One chunk: q, k (B, H, n, dk), v (B, H, n, dv), g and beta (B, H, n), the state before it `s0`
-/// (B, H, dk, dv); the chunk's output (B, H, n, dv) and the state after it.
-fn chunk_step(
-    (q, k, v): (&Tensor, &Tensor, &Tensor),
-    (g, beta): (&Tensor, &Tensor),
-    s0: &Tensor,
-) -> Result<(Tensor, Tensor), ModelError> {
-    let n = q.size()[2];
-    let sums = g.f_cumsum(-1, g.kind())?;
-    // exp(G_i - G_j) where j <= i, 0 above the diagonal (masked before the exp, which would overflow).
-    let above = Tensor::f_ones([n, n], (Kind::Bool, q.device()))?.f_triu(1)?;
-    let decay = sums
-        .f_unsqueeze(-1)?
-        .f_sub(&sums.f_unsqueeze(-2)?)?
-        .f_masked_fill(&above, f64::NEG_INFINITY)?
-        .f_exp()?;
-    let beta = beta.f_unsqueeze(-1)?;
-    let grown = sums.f_exp()?.f_unsqueeze(-1)?;
-    // The system's strictly lower part: beta_i exp(G_i - G_j) k_i . k_j (its diagonal is taken as 1).
-    let system = k.f_mul(&beta)?.f_matmul(&k.f_transpose(-1, -2)?)?.f_mul(&decay)?;
-    let solve = |rhs: &Tensor| system.f_linalg_solve_triangular(rhs, false, true, true);
-    let writes = solve(&v.f_mul(&beta)?)?.f_sub(&solve(&k.f_mul(&beta)?.f_mul(&grown)?)?.f_matmul(s0)?)?;
-    let scores = q.f_matmul(&k.f_transpose(-1, -2)?)?.f_mul(&decay)?;
-    let out = q.f_mul(&grown)?.f_matmul(s0)?.f_add(&scores.f_matmul(&writes)?)?;
-    let total = sums.f_narrow(-1, n - 1, 1)?;
-    let faded = k.f_mul(&total.f_sub(&sums)?.f_exp()?.f_unsqueeze(-1)?)?;
-    let next = s0
-        .f_mul(&total.f_exp()?.f_unsqueeze(-1)?)?
-        .f_add(&faded.f_transpose(-1, -2)?.f_matmul(&writes)?)?;
-    Ok((out, next))
+/// What each chunk computes from its own tokens, for all chunks at once: with q, k (B, H, C, n, dk),
+/// v (B, H, C, n, dv), g and beta (B, H, C, n), and the state `S0` before a chunk, its writes are
+/// `fresh - from_state S0`, its output `grown_q S0 + scores writes` and the state after it `carry S0 +
+/// faded^T writes`.
+struct Chunks {
+    fresh: Tensor,
+    from_state: Tensor,
+    grown_q: Tensor,
+    scores: Tensor,
+    faded: Tensor,
+    carry: Tensor,
+}
+
+impl Chunks {
+    fn of((q, k, v): (&Tensor, &Tensor, &Tensor), (g, beta): (&Tensor, &Tensor)) -> Result<Self, ModelError> {
+        let n = q.size()[3];
+        let sums = g.f_cumsum(-1, g.kind())?;
+        // exp(G_i - G_j) where j <= i, 0 above the diagonal (masked before the exp, which would overflow).
+        let above = Tensor::f_ones([n, n], (Kind::Bool, q.device()))?.f_triu(1)?;
+        let decay = sums
+            .f_unsqueeze(-1)?
+            .f_sub(&sums.f_unsqueeze(-2)?)?
+            .f_masked_fill(&above, f64::NEG_INFINITY)?
+            .f_exp()?;
+        let beta = beta.f_unsqueeze(-1)?;
+        let grown = sums.f_exp()?.f_unsqueeze(-1)?;
+        // The system's strictly lower part: beta_i exp(G_i - G_j) k_i . k_j (its diagonal is taken as 1).
+        let system = k.f_mul(&beta)?.f_matmul(&k.f_transpose(-1, -2)?)?.f_mul(&decay)?;
+        let solve = |rhs: &Tensor| system.f_linalg_solve_triangular(rhs, false, true, true);
+        let total = sums.f_narrow(-1, n - 1, 1)?;
+        Ok(Self {
+            fresh: solve(&v.f_mul(&beta)?)?,
+            from_state: solve(&k.f_mul(&beta)?.f_mul(&grown)?)?,
+            grown_q: q.f_mul(&grown)?,
+            scores: q.f_matmul(&k.f_transpose(-1, -2)?)?.f_mul(&decay)?,
+            faded: k.f_mul(&total.f_sub(&sums)?.f_exp()?.f_unsqueeze(-1)?)?,
+            carry: total.f_exp()?.f_unsqueeze(-1)?,
+        })
+    }
 }
 
 /// The output back in the inputs' layout (B, L, H, dv) and the value's dtype.
