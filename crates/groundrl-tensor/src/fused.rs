@@ -179,7 +179,17 @@ pub fn linear_attention_step(
     (conv, recurrent): (&Tensor, &Tensor),
 ) -> Result<Option<Tensor>, TchError> {
     let kind = x.qkv_proj.kind();
-    let ours = [x.qkv_proj, x.z, x.a, x.b, x.conv_weight, x.a_log, x.dt_bias, x.norm, conv];
+    let ours = [
+        x.qkv_proj,
+        x.z,
+        x.a,
+        x.b,
+        x.conv_weight,
+        x.a_log,
+        x.dt_bias,
+        x.norm,
+        conv,
+    ];
     let kinds = matches!(kind, Kind::BFloat16 | Kind::Float) && ours.iter().all(|t| t.kind() == kind);
     let [_, _, dk, dv] = recurrent.size()[..] else {
         return Ok(None);

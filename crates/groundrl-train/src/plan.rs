@@ -360,7 +360,11 @@ fn decoding_weights(cfg: &TrainConfig, model: &Architecture) -> Part {
     let o = if adapted("o_proj") { h * h } else { 0 };
     let down = if adapted("down_proj") { h * i } else { 0 };
     let per_layer = h * (h + 2 * kv) + h + 2 * kv + o + 2 * h * i + down;
-    let copies = if t.fused_decoding_weights { t.layers as u64 } else { 0 };
+    let copies = if t.fused_decoding_weights {
+        t.layers as u64
+    } else {
+        0
+    };
     Part {
         name: "decoding weights",
         phase: engine_phase(cfg),
@@ -381,7 +385,8 @@ fn kv_cache(cfg: &TrainConfig, model: &Architecture, tokens: &Tokens, world: u64
     let t = model;
     let per_token = 2 * (t.kv_layers * t.kv_heads * t.head_dim) as u64;
     let b = cfg.model.dtype.bytes();
-    let per_row = tokens.row * per_token * b + t.row_state.f32_values as u64 * 4 + t.row_state.values as u64 * b;
+    let per_row =
+        tokens.row * per_token * b + t.row_state.f32_values as u64 * 4 + t.row_state.values as u64 * b;
     let r = &cfg.rollout;
     let step_rows = r.completions_per_step().div_ceil(world.max(1));
     let rows = step_rows
@@ -873,7 +878,11 @@ mod tests {
     /// no fused decoding weights.
     #[test]
     fn qwen3_5_counts_each_rows_states_and_no_decoding_copies() {
-        let quiet = ["model.preset=qwen3.5-4b", "rounds.final_ledger=false", "trainer.test_freq=0"];
+        let quiet = [
+            "model.preset=qwen3.5-4b",
+            "rounds.final_ledger=false",
+            "trainer.test_freq=0",
+        ];
         let (cfg, model) = shipped("3b-1gpu.toml", &quiet);
         let plan = estimate(&cfg, &model, NO_REFERENCE);
         let tokens = Tokens::of(&cfg, &model);

@@ -11,7 +11,7 @@ use super::training::TrainingForward;
 use super::{Qwen25Vl, flops, presets};
 use crate::family::Family;
 use crate::lora::LoraSpec;
-use crate::model::{Architecture, RowState, ForwardFlops, Grid, Model, Sequence, TrainingPass};
+use crate::model::{Architecture, ForwardFlops, Grid, Model, RowState, Sequence, TrainingPass};
 use crate::model_error::ModelError;
 
 impl Qwen25VlConfig {

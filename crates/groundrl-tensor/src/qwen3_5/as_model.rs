@@ -11,7 +11,9 @@ use super::training::TrainingForward;
 use super::{Qwen35, flops};
 use crate::family::Family;
 use crate::lora::LoraSpec;
-use crate::model::{Architecture, RowState, Batch, ForwardFlops, Grid, ImageFeatures, Model, Sequence, TrainingPass};
+use crate::model::{
+    Architecture, Batch, ForwardFlops, Grid, ImageFeatures, Model, RowState, Sequence, TrainingPass,
+};
 use crate::model_error::ModelError;
 use crate::qwen3_vl::presets::vision_parameter_count;
 

@@ -181,7 +181,10 @@ impl GatedDeltaNet {
             l2_eps: gated_delta::L2_EPS,
             norm_eps: self.cfg.rms_norm_eps,
         };
-        Ok(fused::linear_attention_step(&step, (&state.conv, &state.recurrent))?)
+        Ok(fused::linear_attention_step(
+            &step,
+            (&state.conv, &state.recurrent),
+        )?)
     }
 
     /// Everything before the delta rule: the projections, the convolution after `conv` (the previous

@@ -10,7 +10,7 @@ use super::training::TrainingForward;
 use super::{Batch, Qwen3Vl, flops, presets};
 use crate::family::Family;
 use crate::lora::LoraSpec;
-use crate::model::{Architecture, RowState, ForwardFlops, Grid, Model, Sequence, TrainingPass};
+use crate::model::{Architecture, ForwardFlops, Grid, Model, RowState, Sequence, TrainingPass};
 use crate::model_error::ModelError;
 use crate::qwen2_5_vl::model::ImageFeatures;
 
