@@ -8,7 +8,7 @@ use crate::qwen3_vl_fixtures::{
 };
 
 use groundrl_tensor::lora::{LLM_TARGETS, LoraSpec};
-use groundrl_tensor::model::{ImageFeatures, Model};
+use groundrl_tensor::model::{Batch, BranchRow, ImageFeatures, Model};
 use groundrl_tensor::qwen3_5::Qwen35;
 use tch::{Device, Kind, Tensor};
 
@@ -80,6 +80,66 @@ fn branched_rows_score_and_train_as_one_row_per_completion() {
     let (grads, worst) = branched_against_rows(&model, &golden, &prompt, &completions);
     assert!(worst < 1e-4, "gradients differ by {worst}");
     assert!(nonzero(&grads, "model.layers.0.linear_attn.A_log"));
+}
+
+/// Two branched rows side by side, a prompt with two images and a shorter text-only one, each with
+/// its own branches: every real token's hidden state as when its row runs alone (the prompts run
+/// left-padded together, the branches together from their own prompts' states).
+#[test]
+fn branched_rows_of_different_prompts_run_side_by_side_as_alone() {
+    let model = model();
+    let (golden, _) = golden_in(&fixtures().join("qwen3_5/tiny"));
+    let mask = golden.attention_mask.as_ref().unwrap();
+    let prompt: Vec<i64> = (golden.input_ids[0].iter().zip(&mask[0]))
+        .filter(|(_, real)| **real == 1)
+        .map(|(id, _)| *id)
+        .collect();
+    let with_images = [prompt.clone(), vec![11, 12, 13, 14, 15], vec![21, 22, 23]].concat();
+    let text_only = vec![11, 12, 13, 14, 15, 16, 31, 32, 41, 42, 43, 44];
+    let rows = [
+        BranchRow {
+            prefix: prompt.len(),
+            branches: vec![5, 3],
+        },
+        BranchRow {
+            prefix: 6,
+            branches: vec![2, 4],
+        },
+    ];
+    let pixels = golden.pixel_values.as_ref().unwrap().narrow(0, 0, 28);
+    let batch = |ids: Vec<Vec<i64>>, layout: Vec<BranchRow>, images: bool| Batch {
+        input_ids: ids,
+        attention_mask: None,
+        pixel_values: images.then(|| pixels.shallow_clone()),
+        image_grids: if images {
+            golden.image_grids[..2].to_vec()
+        } else {
+            vec![]
+        },
+        branches: Some(layout),
+    };
+    let width = with_images.len() + 2;
+    let padded = |ids: &[i64]| [ids.to_vec(), vec![0; width - ids.len()]].concat();
+    let both = batch(
+        vec![padded(&with_images), padded(&text_only)],
+        rows.to_vec(),
+        true,
+    );
+    let hidden = |b: &Batch| tch::no_grad(|| model.hidden_states(b)).unwrap();
+    let together = hidden(&both);
+    let first = hidden(&batch(vec![with_images.clone()], vec![rows[0].clone()], true));
+    let second = hidden(&batch(vec![text_only.clone()], vec![rows[1].clone()], false));
+    let a = max_diff(
+        &together.get(0).narrow(0, 0, with_images.len() as i64),
+        &first.get(0),
+    );
+    let b = max_diff(
+        &together.get(1).narrow(0, 0, text_only.len() as i64),
+        &second.get(0),
+    );
+    println!("side by side vs alone: {a:.3e}, {b:.3e}");
+    assert!(a < 1e-5 && b < 1e-5, "{a} {b}");
+    assert!(first.abs().max().double_value(&[]) > 0.1 && second.abs().max().double_value(&[]) > 0.1);
 }
 
 /// LoRA on the standard targets: fresh adapters change no logit, only adapters get gradients

@@ -3,43 +3,73 @@
 //!
 //! The other families run such a row in one pass under a mask that lets each branch see the prompt
 //! and itself. A linear-attention layer has no mask to take: it carries a state from token to token.
-//! So each decoder layer runs a row's prompt once from the start, keeping its state after the prompt
-//! (convolution inputs and delta-rule state, or keys and values), and then the row's branches side by
-//! side as sequences of their own, each continuing from that state, as each completion would continue
-//! its prompt in a row of its own. A branch's tokens thus see the prompt and themselves at the
-//! positions they have in the branched layout's M-RoPE numbering; its outputs are those of the
-//! row-per-completion layout up to the order of floating-point sums (tested, gradients too).
+//! So each decoder layer runs the batch's prompts from their start, side by side (left-padded to the
+//! longest; padding writes nothing into a linear-attention state, and full attention hides padded
+//! keys), keeping each prompt's state after it (convolution inputs and delta-rule state, or keys and
+//! values), and then every branch of the batch side by side as a sequence of its own, continuing from
+//! its prompt's state, as each completion would continue its prompt in a row of its own. A branch's
+//! tokens thus see the prompt and themselves at the positions they have in the branched layout's
+//! M-RoPE numbering; its outputs are those of the row-per-completion layout up to the order of
+//! floating-point sums (tested, gradients too). A layer is two passes whatever the number of rows.
 //!
 //! A layer is a function of the whole (B, L, hidden) batch, as gradient checkpointing wants a block:
-//! it gathers each row's prompt and branches from it and puts their outputs back where they were
-//! (padding stays zero).
+//! it gathers the prompts and branches from it and puts their outputs back where they were (padding
+//! stays zero).
 
-use tch::{Device, Tensor};
+use tch::{Device, Kind, Tensor};
 
 use super::full_attention::PartialRotary;
+use crate::decoder::AttentionMask;
 use crate::model::BranchRow;
 use crate::model_error::ModelError;
 
-/// One branched row's tokens, as indices into the batch's (B x L) flattened tokens.
+/// Sequences gathered from the batch's (B x L) flattened tokens, side by side.
 #[derive(Debug)]
-pub(super) struct RowPlan {
-    /// The prompt's tokens, in order.
-    pub prefix: Tensor,
-    /// (branches, width): each branch's tokens, padded at its end by its last token again (padded
-    /// places' outputs are not kept).
-    pub branches: Tensor,
-    /// The real places of `branches` as indices into its flattened (branches x width) outputs, and
-    /// the batch's tokens they belong to.
+pub(super) struct Gathered {
+    /// (sequences, width): each sequence's tokens as indices into the flattened batch; padded places
+    /// repeat a token of the sequence (their outputs are not kept).
+    pub places: Tensor,
+    /// The rotation tables of `places` (sequences, width, turned dims).
+    pub rotary: PartialRotary,
+    /// The real places as indices into the flattened (sequences x width) outputs, and the batch's
+    /// tokens they belong to.
     pub kept: Tensor,
     pub destinations: Tensor,
 }
 
-/// A branched batch as the decoder layers run it: each row's plan and the rotation tables of every
-/// token, flattened (B x L, turned dims).
+impl Gathered {
+    /// The sequences' inputs (sequences, width, hidden) from the flattened batch `flat` (B x L,
+    /// hidden).
+    pub(super) fn take(&self, flat: &Tensor) -> Result<Tensor, tch::TchError> {
+        let (shape, hidden) = (self.places.size(), flat.size()[1]);
+        flat.f_index_select(0, &self.places.f_reshape([-1])?)?
+            .f_reshape([shape[0], shape[1], hidden])
+    }
+
+    /// The kept places' outputs of `out` (sequences, width, hidden), flattened, with their
+    /// destinations in the batch.
+    pub(super) fn kept(&self, out: &Tensor) -> Result<(Tensor, Tensor), tch::TchError> {
+        let hidden = out.size()[2];
+        let values = out.f_reshape([-1, hidden])?.f_index_select(0, &self.kept)?;
+        Ok((values, self.destinations.shallow_clone()))
+    }
+}
+
+/// A branched batch as the decoder layers run it.
 #[derive(Debug)]
 pub struct BranchPlan {
-    pub(super) rows: Vec<RowPlan>,
-    pub(super) rotary: PartialRotary,
+    /// Each row's prompt, left-padded to the longest.
+    pub(super) prompts: Gathered,
+    /// (rows, longest prompt) 1 for a prompt's token, 0 for padding, and the mask of the prompts'
+    /// full attention (causal, padded keys hidden).
+    pub(super) real: Tensor,
+    pub(super) prompt_mask: AttentionMask,
+    /// Every row's branches, each padded at its end by its last token again.
+    pub(super) branches: Gathered,
+    /// (branches,): the row whose prompt each branch continues.
+    pub(super) owners: Tensor,
+    /// (branches, longest prompt) true where a branch may attend to its prompt's keys.
+    pub(super) prompt_keys: Tensor,
     /// B x L.
     pub(super) tokens: i64,
 }
@@ -53,73 +83,147 @@ impl BranchPlan {
         rotary: &PartialRotary,
         device: Device,
     ) -> Result<Self, ModelError> {
-        let rows = layout
+        if let Some(row) = layout
             .iter()
-            .enumerate()
-            .map(|(r, row)| row_plan(row, r as i64 * len, device))
-            .collect::<Result<Vec<_>, ModelError>>()?;
+            .find(|row| row.prefix == 0 || row.branches.is_empty() || row.branches.contains(&0))
+        {
+            return Err(ModelError::Input(format!(
+                "a branched row needs a prompt and branches of at least one token each, not {row:?}"
+            )));
+        }
         let flat = |t: &Tensor| -> Result<Tensor, tch::TchError> {
             let dims = t.size()[2];
             t.f_reshape([-1, dims])
         };
+        let tables = PartialRotary {
+            cos: flat(&rotary.cos)?,
+            sin: flat(&rotary.sin)?,
+        };
+        let tensor = |v: &[i64]| Tensor::f_from_slice(v).and_then(|t| t.f_to_device(device));
+        let prompts = prompt_places(layout, len);
+        let branches = branch_places(layout, len);
+        let real = tensor(&prompts.real)?.f_view([layout.len() as i64, prompts.width])?;
+        let owners = tensor(&branches.owners)?;
         Ok(Self {
-            rows,
-            rotary: PartialRotary {
-                cos: flat(&rotary.cos)?,
-                sin: flat(&rotary.sin)?,
-            },
+            prompts: prompts.places.gathered(&tables, &tensor)?,
+            prompt_mask: AttentionMask::causal_with_padding(&real),
+            prompt_keys: real.f_index_select(0, &owners)?.f_to_kind(Kind::Bool)?,
+            real,
+            branches: branches.places.gathered(&tables, &tensor)?,
+            owners,
             tokens: layout.len() as i64 * len,
         })
     }
+}
 
-    /// The rotation tables of the tokens `places` (any shape) of the flattened batch, shaped (places
-    /// ..., turned dims).
-    pub(super) fn rotary_at(&self, places: &Tensor) -> Result<PartialRotary, tch::TchError> {
+/// Places of sequences side by side before they become tensors.
+struct Places {
+    width: i64,
+    places: Vec<i64>,
+    kept: Vec<i64>,
+    destinations: Vec<i64>,
+}
+
+impl Places {
+    fn new(width: usize) -> Self {
+        Self {
+            width: width as i64,
+            places: Vec::new(),
+            kept: Vec::new(),
+            destinations: Vec::new(),
+        }
+    }
+
+    /// The next place of the current sequence: the batch's token `place`, kept when `real`.
+    fn push(&mut self, place: i64, real: bool) {
+        if real {
+            self.kept.push(self.places.len() as i64);
+            self.destinations.push(place);
+        }
+        self.places.push(place);
+    }
+
+    fn gathered(
+        self,
+        tables: &PartialRotary,
+        tensor: &dyn Fn(&[i64]) -> Result<Tensor, tch::TchError>,
+    ) -> Result<Gathered, tch::TchError> {
+        let places = tensor(&self.places)?.f_view([-1, self.width])?;
         let take = |t: &Tensor| -> Result<Tensor, tch::TchError> {
-            let mut shape = places.size();
-            shape.push(t.size()[1]);
-            t.f_index_select(0, &places.f_reshape([-1])?)?
-                .f_reshape(shape.as_slice())
+            t.f_index_select(0, &places.f_reshape([-1])?)?.f_reshape([
+                places.size()[0],
+                self.width,
+                t.size()[1],
+            ])
         };
-        Ok(PartialRotary {
-            cos: take(&self.rotary.cos)?,
-            sin: take(&self.rotary.sin)?,
+        Ok(Gathered {
+            rotary: PartialRotary {
+                cos: take(&tables.cos)?,
+                sin: take(&tables.sin)?,
+            },
+            places,
+            kept: tensor(&self.kept)?,
+            destinations: tensor(&self.destinations)?,
         })
     }
 }
 
-/// The plan of one row whose first token is the flattened batch's token `base`.
-fn row_plan(row: &BranchRow, base: i64, device: Device) -> Result<RowPlan, ModelError> {
-    if row.prefix == 0 || row.branches.is_empty() || row.branches.contains(&0) {
-        return Err(ModelError::Input(format!(
-            "a branched row needs a prompt and branches of at least one token each, not {row:?}"
-        )));
-    }
-    let width = *row.branches.iter().max().unwrap_or(&1);
-    let mut branches = Vec::with_capacity(row.branches.len() * width);
-    let (mut kept, mut destinations) = (Vec::new(), Vec::new());
-    for (b, start) in row.starts().into_iter().enumerate() {
-        let count = row.branches[b];
+/// Each row's prompt left-padded to the longest (padded places repeat the prompt's first token), and
+/// which places are real.
+struct PromptPlaces {
+    places: Places,
+    width: i64,
+    real: Vec<i64>,
+}
+
+fn prompt_places(layout: &[BranchRow], len: i64) -> PromptPlaces {
+    let width = layout.iter().map(|row| row.prefix).max().unwrap_or(1);
+    let mut places = Places::new(width);
+    let mut real = Vec::with_capacity(layout.len() * width);
+    for (r, row) in layout.iter().enumerate() {
+        let base = r as i64 * len;
+        let pad = width - row.prefix;
         for t in 0..width {
-            let place = base + (start + t.min(count - 1)) as i64;
-            branches.push(place);
-            if t < count {
-                kept.push((b * width + t) as i64);
-                destinations.push(place);
+            let token = t >= pad;
+            places.push(base + t.saturating_sub(pad) as i64, token);
+            real.push(i64::from(token));
+        }
+    }
+    PromptPlaces {
+        places,
+        width: width as i64,
+        real,
+    }
+}
+
+/// Every row's branches, each padded at its end to the longest by its last token again, and the row
+/// each continues.
+struct BranchPlaces {
+    places: Places,
+    owners: Vec<i64>,
+}
+
+fn branch_places(layout: &[BranchRow], len: i64) -> BranchPlaces {
+    let width = layout
+        .iter()
+        .flat_map(|row| row.branches.iter().copied())
+        .max()
+        .unwrap_or(1);
+    let mut places = Places::new(width);
+    let mut owners = Vec::new();
+    for (r, row) in layout.iter().enumerate() {
+        let base = r as i64 * len;
+        for (start, &count) in row.starts().into_iter().zip(&row.branches) {
+            owners.push(r as i64);
+            for t in 0..width {
+                places.push(base + (start + t.min(count - 1)) as i64, t < count);
             }
         }
     }
-    let tensor = |v: &[i64]| Tensor::f_from_slice(v).and_then(|t| t.f_to_device(device));
-    let prefix: Vec<i64> = (0..row.prefix as i64).map(|t| base + t).collect();
-    Ok(RowPlan {
-        prefix: tensor(&prefix)?,
-        branches: tensor(&branches)?.f_view([row.branches.len() as i64, width as i64])?,
-        kept: tensor(&kept)?,
-        destinations: tensor(&destinations)?,
-    })
+    BranchPlaces { places, owners }
 }
 
-/// The (B x L, hidden) outputs of a layer from each row's pieces: `pieces` of (values (n, hidden),
+/// The (B x L, hidden) outputs of a layer from its pieces: `pieces` of (values (n, hidden),
 /// destinations (n,)), zeros elsewhere; differentiable in the values.
 pub(super) fn assemble(
     pieces: Vec<(Tensor, Tensor)>,
@@ -134,20 +238,33 @@ pub(super) fn assemble(
     Ok(zeros.f_index_copy(0, &places, &values.f_to_kind(like.kind())?)?)
 }
 
-/// A row's prompt and branches taken from the flattened batch `flat` (B x L, hidden): (1, prefix,
-/// hidden) and (branches, width, hidden).
-pub(super) fn gather(flat: &Tensor, row: &RowPlan) -> Result<(Tensor, Tensor), ModelError> {
-    let hidden = flat.size()[1];
-    let prefix = flat.f_index_select(0, &row.prefix)?.f_unsqueeze(0)?;
-    let shape = row.branches.size();
-    let branches = flat
-        .f_index_select(0, &row.branches.f_reshape([-1])?)?
-        .f_reshape([shape[0], shape[1], hidden])?;
-    Ok((prefix, branches))
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// The kept places' outputs of a row's branches `out` (branches, width, hidden), flattened.
-pub(super) fn kept(out: &Tensor, row: &RowPlan) -> Result<Tensor, ModelError> {
-    let hidden = out.size()[2];
-    Ok(out.f_reshape([-1, hidden])?.f_index_select(0, &row.kept)?)
+    /// Two rows of a 9-column batch: prompts of 3 and 2 tokens (the second left-padded by one), the
+    /// first row with branches of 2 and 1 tokens, the second with one of 3.
+    #[test]
+    fn places_pad_prompts_on_the_left_and_branches_on_the_right() {
+        let layout = [
+            BranchRow {
+                prefix: 3,
+                branches: vec![2, 1],
+            },
+            BranchRow {
+                prefix: 2,
+                branches: vec![3],
+            },
+        ];
+        let prompts = prompt_places(&layout, 9);
+        assert_eq!(prompts.places.places, [0, 1, 2, 9, 9, 10]);
+        assert_eq!(prompts.real, [1, 1, 1, 0, 1, 1]);
+        assert_eq!(prompts.places.kept, [0, 1, 2, 4, 5]);
+        assert_eq!(prompts.places.destinations, [0, 1, 2, 9, 10]);
+        let branches = branch_places(&layout, 9);
+        assert_eq!(branches.places.places, [3, 4, 4, 5, 5, 5, 11, 12, 13]);
+        assert_eq!(branches.places.kept, [0, 1, 3, 6, 7, 8]);
+        assert_eq!(branches.places.destinations, [3, 4, 5, 11, 12, 13]);
+        assert_eq!(branches.owners, [0, 0, 1]);
+    }
 }

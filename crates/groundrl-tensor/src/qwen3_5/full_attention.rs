@@ -175,13 +175,15 @@ impl GatedAttention {
 
     /// The layer over `x` (B, L, hidden), rows without padding, after the keys and values of
     /// `state` (`None`: the start of the sequences); `rotary` holds the new tokens' positions. Each
-    /// new token attends to every earlier one and itself. Returns the output and the keys and values
-    /// so far.
+    /// new token attends to every earlier one that `earlier_keys` (B, earlier tokens; `None`: all)
+    /// allows, every new one before it and itself. Returns the output and the keys and values so
+    /// far.
     pub fn forward_with_state(
         &self,
         x: &Tensor,
         rotary: &PartialRotary,
         state: Option<&KvState>,
+        earlier_keys: Option<&Tensor>,
     ) -> Result<(Tensor, KvState), ModelError> {
         let (q, k, v, gate) = self.project(x, rotary)?;
         let Some(before) = state else {
@@ -192,9 +194,19 @@ impl GatedAttention {
         let values = Tensor::f_cat(&[&before.values, &v], 2)?;
         let (new, all) = (q.size()[2], keys.size()[2]);
         // Query i of the new ones is token all - new + i: it sees every key up to itself.
-        let allowed = Tensor::f_ones([new, all], (Kind::Bool, q.device()))?.f_tril(all - new)?;
-        let mask = AttentionMask::Allowed(allowed.f_view([1, 1, new, all])?);
-        let out = self.finish(&attend(&q, &keys, &values, &mask), &gate)?;
+        let mut allowed = Tensor::f_ones([new, all], (Kind::Bool, q.device()))?
+            .f_tril(all - new)?
+            .f_view([1, 1, new, all])?;
+        if let Some(earlier) = earlier_keys {
+            let rows = earlier.size()[0];
+            let mine = Tensor::f_ones([rows, new], (Kind::Bool, q.device()))?;
+            let keys = Tensor::f_cat(&[&earlier.f_to_kind(Kind::Bool)?, &mine], 1)?;
+            allowed = allowed.f_logical_and(&keys.f_view([rows, 1, 1, all])?)?;
+        }
+        let out = self.finish(
+            &attend(&q, &keys, &values, &AttentionMask::Allowed(allowed)),
+            &gate,
+        )?;
         Ok((out, KvState { keys, values }))
     }
 

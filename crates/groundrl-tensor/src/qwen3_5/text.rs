@@ -78,12 +78,14 @@ impl DecoderLayer {
     }
 
     /// The token mixer over `normed` from the layer's carried state (`None`: the start), and its
-    /// state after; layer `index` names a state of the other layer type.
+    /// state after; `earlier_keys` (n, earlier tokens), where given, says which of a carried KV
+    /// state's keys each sequence may attend to (all where not); layer `index` names a state of the
+    /// other layer type.
     fn mix_with_state(
         &self,
         normed: &Tensor,
         rotary: &PartialRotary,
-        before: Option<LayerState>,
+        (before, earlier_keys): (Option<LayerState>, Option<&Tensor>),
         index: usize,
     ) -> Result<(Tensor, LayerState), ModelError> {
         match (&self.mixer, before) {
@@ -96,11 +98,11 @@ impl DecoderLayer {
                 Ok((out, LayerState::Linear(s)))
             }
             (Mixer::Full(attn), None) => {
-                let (out, s) = attn.forward_with_state(normed, rotary, None)?;
+                let (out, s) = attn.forward_with_state(normed, rotary, None, None)?;
                 Ok((out, LayerState::Full(s)))
             }
             (Mixer::Full(attn), Some(LayerState::Full(s))) => {
-                let (out, s) = attn.forward_with_state(normed, rotary, Some(&s))?;
+                let (out, s) = attn.forward_with_state(normed, rotary, Some(&s), earlier_keys)?;
                 Ok((out, LayerState::Full(s)))
             }
             _ => Err(ModelError::Input(format!(
@@ -149,16 +151,18 @@ impl DecoderLayer {
     }
 
     /// The layer over `x` (n, L, hidden), sequences continuing from `state` at the positions of
-    /// `rotary`; layer `index` names a state of the other layer type.
+    /// `rotary`, attending to the earlier keys `earlier_keys` (n, earlier tokens) allows; layer
+    /// `index` names a state of the other layer type.
     fn continue_from(
         &self,
         x: &Tensor,
         rotary: &PartialRotary,
         state: LayerState,
+        earlier_keys: &Tensor,
         index: usize,
     ) -> Result<Tensor, ModelError> {
         let normed = self.input_layernorm.forward(x)?;
-        let (mixed, _) = self.mix_with_state(&normed, rotary, Some(state), index)?;
+        let (mixed, _) = self.mix_with_state(&normed, rotary, (Some(state), Some(earlier_keys)), index)?;
         self.mlp_after(x.f_add(&mixed)?)
     }
 }
@@ -171,22 +175,18 @@ pub enum LayerState {
 }
 
 impl LayerState {
-    /// The state of one sequence (its batch of one) repeated for `n` sequences continuing it (views,
-    /// no copies).
-    fn expand(&self, n: i64) -> Result<Self, tch::TchError> {
-        let rows = |t: &Tensor| -> Result<Tensor, tch::TchError> {
-            let mut shape = t.size();
-            shape[0] = n;
-            t.f_expand(shape.as_slice(), false)
-        };
+    /// The states of the sequences `rows` (an index into this batch, a sequence more than once when
+    /// several continue it).
+    fn rows(&self, rows: &Tensor) -> Result<Self, tch::TchError> {
+        let take = |t: &Tensor| t.f_index_select(0, rows);
         Ok(match self {
             LayerState::Linear(s) => LayerState::Linear(LinearState {
-                conv: rows(&s.conv)?,
-                recurrent: rows(&s.recurrent)?,
+                conv: take(&s.conv)?,
+                recurrent: take(&s.recurrent)?,
             }),
             LayerState::Full(s) => LayerState::Full(KvState {
-                keys: rows(&s.keys)?,
-                values: rows(&s.values)?,
+                keys: take(&s.keys)?,
+                values: take(&s.values)?,
             }),
         })
     }
@@ -310,29 +310,28 @@ impl TextModel {
         self.layers[i].forward(x, inputs)
     }
 
-    /// Decoder layer `i` over a branched batch `x` (B, L, hidden) planned by `plan`: per row, the
-    /// prompt from the start, then its branches side by side from the prompt's state
+    /// Decoder layer `i` over a branched batch `x` (B, L, hidden) planned by `plan`: the prompts side
+    /// by side from the start, then every branch side by side from its prompt's state
     /// ([`super::branched`]); padding comes out zero.
     pub fn branched_block(&self, i: usize, x: &Tensor, plan: &BranchPlan) -> Result<Tensor, ModelError> {
         let layer = &self.layers[i];
-        let hidden = x.size()[2];
-        let flat = x.f_reshape([-1, hidden])?;
-        let mut pieces = Vec::with_capacity(2 * plan.rows.len());
-        for row in &plan.rows {
-            let (prefix, branches) = branched::gather(&flat, row)?;
-            let rotary = plan.rotary_at(&row.prefix.f_unsqueeze(0)?)?;
-            let inputs = LayerInputs {
-                rotary: &rotary,
-                mask: &AttentionMask::Causal,
-                real: None,
-            };
-            let (out, state) = layer.forward_keeping(&prefix, &inputs)?;
-            pieces.push((out.f_squeeze_dim(0)?, row.prefix.shallow_clone()));
-            let state = state.expand(branches.size()[0])?;
-            let rotary = plan.rotary_at(&row.branches)?;
-            let out = layer.continue_from(&branches, &rotary, state, i)?;
-            pieces.push((branched::kept(&out, row)?, row.destinations.shallow_clone()));
-        }
+        let flat = x.f_reshape([-1, x.size()[2]])?;
+        let inputs = LayerInputs {
+            rotary: &plan.prompts.rotary,
+            mask: &plan.prompt_mask,
+            real: Some(&plan.real),
+        };
+        let (prompts, state) = layer.forward_keeping(&plan.prompts.take(&flat)?, &inputs)?;
+        let state = state.rows(&plan.owners)?;
+        let branches = &plan.branches;
+        let continued = layer.continue_from(
+            &branches.take(&flat)?,
+            &branches.rotary,
+            state,
+            &plan.prompt_keys,
+            i,
+        )?;
+        let pieces = vec![plan.prompts.kept(&prompts)?, branches.kept(&continued)?];
         let out = branched::assemble(pieces, plan.tokens, x)?;
         Ok(out.f_reshape(x.size().as_slice())?)
     }
@@ -497,7 +496,7 @@ impl TextModel {
         for (i, layer) in self.layers.iter().enumerate() {
             let normed = layer.input_layernorm.forward(&x)?;
             let before = carried.get_mut(i).and_then(Option::take);
-            let (mixed, next) = layer.mix_with_state(&normed, &rotary, before, i)?;
+            let (mixed, next) = layer.mix_with_state(&normed, &rotary, (before, None), i)?;
             after.push(next);
             x = layer.mlp_after(x.f_add(&mixed)?)?;
         }
