@@ -11,7 +11,8 @@
 #           transformers' training step on the same rows;
 #   plan    `groundrl plan` against the measured peak of two GRPO steps of configs/3b-1gpu.toml with the
 #           4B shape (and with LoRA), on hard screenshots;
-#   demo    `groundrl demo --gpu` with the `qwen3.5-small` preset and the overrides in $DEMO_OVERRIDES:
+#   demo    `groundrl demo --gpu` with the `qwen3.5-small` preset and the overrides in $DEMO_OVERRIDES
+#           (default: the schedule docs/learning.md reports, `sft.steps=50 optim.lr=5e-5 trainer.max_steps=80`):
 #           3 seeds, 1,000 held-out tasks.
 # It expects the GPU build at .device/groundrl (scripts/gpu/build.sh). Usage on the GPU machine:
 # bash scripts/gpu/qwen3_5.sh [parity] [rollout] [train] [plan] [demo] (parity, rollout and train when none is
@@ -77,6 +78,7 @@ variant $preset-lora16 model.lora_rank=16 model.lora_alpha=32 | tee -a "$out/pla
 fi
 
 if want demo; then
+DEMO_OVERRIDES=${DEMO_OVERRIDES-sft.steps=50 optim.lr=5e-5 trainer.max_steps=80}
 echo "== demo: groundrl demo --gpu, preset qwen3.5-small ${DEMO_OVERRIDES:-}, 3 seeds, 1,000 held-out tasks"
 demo=$work/demo-qwen3_5
 rm -rf "$demo"

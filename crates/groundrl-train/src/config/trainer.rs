@@ -63,10 +63,7 @@ pub struct TrainerConfig {
     /// (`update/shared_prefix.rs`): the same gradient up to float summation order, a prompt's tokens
     /// and image run once instead of `rollout.n` times. Applies where no response holds an image
     /// (tool turns' zoomed views take the row-per-completion layout); step records say whether it
-    /// ran (`update/shared_prefix`). Default true. Qwen3.5 runs branched rows prompt by prompt (its
-    /// linear-attention layers take no mask; `qwen3_5/branched.rs`), which on its GPU demo made the
-    /// update about three times slower than one row per completion: set false for Qwen3.5
-    /// (docs/learning.md, "The GPU demo with Qwen3.5").
+    /// ran (`update/shared_prefix`). Default true.
     pub shared_prefix: bool,
     /// Record this step (1-based, as the step records count) with libtorch's profiler: Chrome traces
     /// of its rollout phase and of its update phase, `profile/step-N-rollout.json` and
