@@ -82,8 +82,8 @@ fn a_qwen3_vl_folder_trains_two_steps_and_answers_through_predict_and_eval_model
     trains_two_steps_and_answers("qwen3-tiny");
 }
 
-/// Qwen3.5 (linear and full attention) through the same commands: its update runs plain rows
-/// (`trainer.shared_prefix` is on by default and does not apply to it).
+/// Qwen3.5 (linear and full attention) through the same commands, its update in the shared-prefix
+/// layout (on by default) as the other families'.
 #[test]
 fn a_qwen3_5_folder_trains_two_steps_and_answers_through_predict_and_eval_model() {
     trains_two_steps_and_answers("qwen3.5-tiny");
@@ -107,6 +107,7 @@ fn trains_two_steps_and_answers(preset: &str) {
             "{m}"
         );
         assert!(train["update/model_flops"].as_f64().unwrap() > 0.0, "{m}");
+        assert_eq!(train["update/shared_prefix"].as_f64(), Some(1.0), "{m}");
     }
     assert!(run.join("checkpoints/step-2").is_dir());
 
