@@ -4,7 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use groundrl_core::raster::draw::Rect;
+use groundrl_core::synth::layout::Family;
 use groundrl_core::synth::tasks::{TaskKind, describe};
+use groundrl_core::synth::variety::{Variety, Wording};
 use groundrl_core::synth::widgets::{Element, Kind};
 use groundrl_core::synth::{Difficulty, Screenshot, SynthConfig, generate, render_screenshot, samples_of};
 use groundrl_score::data::{Sample, Shape, Task};
@@ -295,4 +297,44 @@ fn a_fixed_size_is_honoured_up_to_4k() {
     let mut cfg = config(Difficulty::Hard, 1, 0);
     cfg.size = Some((3840, 2160));
     assert_eq!(render_screenshot(&cfg, 0).image.dimensions(), (3840, 2160));
+}
+
+/// A held-out variety (the dialog layout alone, the ocean theme, paraphrased instructions) draws only
+/// what it names, and paraphrasing changes the words alone: the same elements, tasks and targets as
+/// the click wording, each instruction the click one with another verb.
+#[test]
+fn a_variety_draws_only_what_it_names_and_paraphrases_the_same_tasks() {
+    let mut held_out = config(Difficulty::Medium, 7, 40);
+    held_out.knobs.variety = Variety {
+        layouts: vec![Family::Dialog],
+        themes: Variety::parse_themes("ocean").unwrap(),
+        wording: Wording::Paraphrased,
+    };
+    let mut clicks = held_out.clone();
+    clicks.knobs.variety.wording = Wording::Click;
+    let dialog = [Kind::Label, Kind::TextField, Kind::Checkbox, Kind::Button];
+    let mut seen = std::collections::BTreeSet::new();
+    for i in 0..40 {
+        let (shot, click) = (render_screenshot(&held_out, i), render_screenshot(&clicks, i));
+        assert_eq!((shot.family, shot.theme.name), (Family::Dialog, "ocean"));
+        assert!(shot.elements.iter().all(|el| dialog.contains(&el.kind)));
+        let rects = |s: &Screenshot| s.elements.iter().map(|el| el.rect).collect::<Vec<_>>();
+        assert_eq!(rects(&shot), rects(&click));
+        assert_eq!(shot.tasks.len(), click.tasks.len());
+        for (task, plain) in shot.tasks.iter().zip(&click.tasks) {
+            assert_eq!((task.kind, &task.targets), (plain.kind, &plain.targets));
+            let verb = if task.kind == TaskKind::Detection {
+                "Find "
+            } else {
+                "Click "
+            };
+            let rest = plain.instruction.strip_prefix(verb).unwrap();
+            assert!(
+                task.instruction.ends_with(rest) && !task.instruction.starts_with(verb),
+                "{task:?}"
+            );
+            seen.insert(task.instruction.split(' ').next().unwrap().to_string());
+        }
+    }
+    assert!(seen.len() >= 4, "{seen:?}");
 }

@@ -507,3 +507,49 @@ fn convert_screenspot_decodes_images_whole_so_truncated_files_are_caught() {
     );
     assert_eq!(ids(&root.join("raw/ss.jsonl")), ["screenspot/mobile/0"]);
 }
+
+/// `groundrl synth` draws a held-out variety: the dialog layout alone in the ocean theme, worded
+/// without "Click" or "Find"; an unknown layout is refused with the ones it takes.
+#[test]
+fn synth_draws_the_layouts_themes_and_wording_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let held_out = dir.path().join("held-out");
+    let args = [
+        "--n",
+        "6",
+        "--difficulty",
+        "easy",
+        "--layouts",
+        "dialog",
+        "--themes",
+        "ocean",
+        "--wording",
+        "paraphrased",
+    ];
+    let samples = json_lines(&common::synth(&held_out, &args));
+    assert!(samples.len() >= 6);
+    for s in &samples {
+        assert_eq!(s["source"], "synth/dialog", "{s}");
+        assert_eq!(s["metadata"]["theme"], "ocean", "{s}");
+        let instruction = s["instruction"].as_str().unwrap();
+        assert!(
+            !instruction.starts_with("Click") && !instruction.starts_with("Find"),
+            "{s}"
+        );
+    }
+    let bad = groundrl(&[
+        "synth",
+        "--out",
+        &common::path(&dir.path().join("bad")),
+        "--n",
+        "1",
+        "--layouts",
+        "form",
+    ]);
+    assert!(!bad.status.success());
+    let stderr = text(&bad.stderr);
+    assert!(
+        stderr.contains("--layouts: unknown layout \"form\"; expected one of toolbar, dialog, list"),
+        "{stderr}"
+    );
+}

@@ -96,6 +96,8 @@ fn the_commands_section_runs_as_written() {
         assert!(d.join(file).is_file(), "{file} was not written:\n{stderr}");
     }
     assert_eq!(json_lines(&d.join("items.jsonl")).len(), 8);
+    let unseen = json_lines(&d.join("synth-unseen/samples.jsonl"));
+    assert!(!unseen.is_empty() && unseen.iter().all(|s| s["source"] == "synth/dialog"));
     let samples = json_lines(&d.join("synth/samples.jsonl")).len();
     assert_eq!(json_lines(&d.join("rollouts.jsonl")).len(), samples * 8);
     let steps = |run: &str| json_lines(&d.join(run).join("metrics.jsonl")).len();

@@ -23,6 +23,15 @@ pub enum Family {
 impl Family {
     pub const ALL: [Family; 3] = [Family::Toolbar, Family::Dialog, Family::List];
 
+    /// The name `synth --layouts` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Toolbar => "toolbar",
+            Family::Dialog => "dialog",
+            Family::List => "list",
+        }
+    }
+
     /// The sample `source`, e.g. `synth/toolbar`.
     pub fn source(self) -> &'static str {
         match self {

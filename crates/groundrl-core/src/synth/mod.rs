@@ -17,6 +17,7 @@ pub mod layout;
 mod random;
 pub mod tasks;
 pub mod theme;
+pub mod variety;
 pub mod vocab;
 pub mod widgets;
 
@@ -34,7 +35,8 @@ use image::RgbImage;
 use self::layout::{Family, LayoutInput, layout};
 use self::random::Draws;
 use self::tasks::{SynthTask, make_tasks};
-use self::theme::{THEMES, Theme};
+use self::theme::Theme;
+use self::variety::Variety;
 use self::vocab::TextPicker;
 use self::widgets::{Element, Style, draw_element};
 
@@ -70,6 +72,7 @@ impl Difficulty {
                 max_elements: 6,
                 distractor_rate: 0.0,
                 tasks_per_screenshot: 3,
+                variety: Variety::default(),
             },
             Difficulty::Medium => Knobs {
                 difficulty: self,
@@ -85,6 +88,7 @@ impl Difficulty {
                 max_elements: 20,
                 distractor_rate: 0.3,
                 tasks_per_screenshot: 4,
+                variety: Variety::default(),
             },
             Difficulty::Hard => Knobs {
                 difficulty: self,
@@ -93,6 +97,7 @@ impl Difficulty {
                 max_elements: 60,
                 distractor_rate: 0.7,
                 tasks_per_screenshot: 5,
+                variety: Variety::default(),
             },
         }
     }
@@ -111,7 +116,8 @@ impl FromStr for Difficulty {
     }
 }
 
-/// What makes a screenshot hard: element size, clutter and look-alike distractors.
+/// What makes a screenshot hard (element size, clutter and look-alike distractors), and what it and
+/// its tasks are drawn from.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Knobs {
     /// The preset these knobs started from (recorded in sample metadata).
@@ -125,6 +131,7 @@ pub struct Knobs {
     /// Chance that a new label or icon is a look-alike of one already on screen.
     pub distractor_rate: f64,
     pub tasks_per_screenshot: usize,
+    pub variety: Variety,
 }
 
 /// What `generate` makes.
@@ -160,8 +167,9 @@ pub fn render_screenshot(config: &SynthConfig, index: u64) -> Screenshot {
     let (width, height) = config
         .size
         .unwrap_or_else(|| *rng.pick(&knobs.sizes).expect("knobs list at least one size"));
-    let family = Family::ALL[rng.between(0, Family::ALL.len() - 1)];
-    let theme = &THEMES[rng.between(0, THEMES.len() - 1)];
+    let variety = &knobs.variety;
+    let family = variety.layouts[rng.between(0, variety.layouts.len().saturating_sub(1))];
+    let theme = variety.themes[rng.between(0, variety.themes.len().saturating_sub(1))];
     let (lo, hi) = knobs.text_height;
     let font_px = (height as f32 * rng.uniform(lo, hi)).max(MIN_TEXT_PX);
     let style = Style {
@@ -183,7 +191,7 @@ pub fn render_screenshot(config: &SynthConfig, index: u64) -> Screenshot {
     for el in &elements {
         draw_element(&mut image, el, theme, &style);
     }
-    let tasks = make_tasks(&elements, &mut rng, knobs.tasks_per_screenshot);
+    let tasks = make_tasks(&elements, &mut rng, knobs.tasks_per_screenshot, variety.wording);
     Screenshot {
         image,
         family,

@@ -5,6 +5,7 @@
 use crate::raster::draw::Rect;
 use crate::rng::SplitMix64;
 
+use super::variety::Wording;
 use super::widgets::{Element, Kind};
 
 /// How a task names its target; stored in sample metadata as `task_kind`.
@@ -67,17 +68,23 @@ impl Direction {
 }
 
 /// Up to `count` tasks: one detection task, then click tasks taking turns between text, icon and
-/// relative ones, each on a different target element.
-pub fn make_tasks(elements: &[Element], rng: &mut SplitMix64, count: usize) -> Vec<SynthTask> {
+/// relative ones, each on a different target element; worded as `wording` says (which draws nothing,
+/// so the tasks and targets are the same in every wording).
+pub fn make_tasks(
+    elements: &[Element],
+    rng: &mut SplitMix64,
+    count: usize,
+    wording: Wording,
+) -> Vec<SynthTask> {
     let mut pools = [
-        text_tasks(elements),
-        icon_tasks(elements),
-        relative_tasks(elements),
+        text_tasks(elements, wording),
+        icon_tasks(elements, wording),
+        relative_tasks(elements, wording),
     ];
     for pool in &mut pools {
         rng.shuffle(pool);
     }
-    let mut detection = detection_tasks(elements);
+    let mut detection = detection_tasks(elements, wording);
     rng.shuffle(&mut detection);
     let mut tasks: Vec<SynthTask> = detection.into_iter().take(1.min(count)).collect();
     let mut used_targets: Vec<usize> = Vec::new();
@@ -112,32 +119,32 @@ fn is_target(el: &Element) -> bool {
     el.kind != Kind::Label
 }
 
-fn click(kind: TaskKind, what: String, target: usize) -> SynthTask {
+fn click(kind: TaskKind, what: String, target: usize, wording: Wording) -> SynthTask {
     SynthTask {
         kind,
-        instruction: format!("Click {what}."),
+        instruction: wording.click(&what, target),
         targets: vec![target],
     }
 }
 
-fn text_tasks(elements: &[Element]) -> Vec<SynthTask> {
+fn text_tasks(elements: &[Element], wording: Wording) -> Vec<SynthTask> {
     let named = elements
         .iter()
         .enumerate()
         .filter(|(_, el)| is_target(el) && el.text.is_some());
     named
-        .filter_map(|(i, el)| Some(click(TaskKind::Text, describe(el)?, i)))
+        .filter_map(|(i, el)| Some(click(TaskKind::Text, describe(el)?, i, wording)))
         .collect()
 }
 
-fn icon_tasks(elements: &[Element]) -> Vec<SynthTask> {
+fn icon_tasks(elements: &[Element], wording: Wording) -> Vec<SynthTask> {
     let icons = elements.iter().enumerate().filter(|(_, el)| el.icon.is_some());
     icons
-        .filter_map(|(i, el)| Some(click(TaskKind::Icon, describe(el)?, i)))
+        .filter_map(|(i, el)| Some(click(TaskKind::Icon, describe(el)?, i, wording)))
         .collect()
 }
 
-fn relative_tasks(elements: &[Element]) -> Vec<SynthTask> {
+fn relative_tasks(elements: &[Element], wording: Wording) -> Vec<SynthTask> {
     let mut tasks = Vec::new();
     for (a, anchor) in elements.iter().enumerate() {
         let Some(anchor_words) = describe(anchor) else {
@@ -152,13 +159,13 @@ fn relative_tasks(elements: &[Element]) -> Vec<SynthTask> {
             }
             let noun = elements[n].kind.noun();
             let what = format!("the {noun} {} {anchor_words}", dir.phrase());
-            tasks.push(click(TaskKind::Relative, what, n));
+            tasks.push(click(TaskKind::Relative, what, n, wording));
         }
     }
     tasks
 }
 
-fn detection_tasks(elements: &[Element]) -> Vec<SynthTask> {
+fn detection_tasks(elements: &[Element], wording: Wording) -> Vec<SynthTask> {
     let kinds = [
         Kind::Button,
         Kind::IconButton,
@@ -170,13 +177,14 @@ fn detection_tasks(elements: &[Element]) -> Vec<SynthTask> {
     ];
     kinds
         .into_iter()
-        .filter_map(|kind| {
+        .enumerate()
+        .filter_map(|(nth, kind)| {
             let targets: Vec<usize> = (0..elements.len())
                 .filter(|&i| elements[i].kind == kind)
                 .collect();
             (!targets.is_empty()).then(|| SynthTask {
                 kind: TaskKind::Detection,
-                instruction: format!("Find all {}.", kind.plural()),
+                instruction: wording.find(kind.plural(), nth),
                 targets,
             })
         })

@@ -2,8 +2,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::{Context, bail};
+use anyhow::{Context, anyhow, bail};
 use groundrl_core::prompt::{ModelKind, Preset, PromptStyle, Reasoning};
+use groundrl_core::synth::variety::{Variety, Wording};
 use groundrl_core::synth::{Difficulty, SynthConfig, generate};
 use groundrl_score::frame::Frame;
 
@@ -12,6 +13,8 @@ use groundrl_score::frame::Frame;
 ///   medium  640x400 to 1920x1080, text 1.6-2.6%, at most 20 elements, 30% look-alikes, 4 tasks
 ///   hard    1280x800 to 3840x2160, text 0.6-1.2% (at least 10 px), at most 60 elements, 70% look-alikes, 5 tasks
 /// `--max-elements` and `--distractor-rate` override the preset's clutter and look-alike knobs.
+/// `--layouts`, `--themes` and `--wording` choose what screenshots and instructions are drawn from
+/// (all layouts and themes, click wording by default): a test set of what training never drew.
 #[derive(clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
@@ -35,6 +38,17 @@ pub struct Args {
     /// Chance, 0 to 1, that a new label or icon is a look-alike of one already on screen.
     #[arg(long)]
     distractor_rate: Option<f64>,
+    /// Window layouts to draw, comma-separated: toolbar (icons, tabs, buttons), dialog (text fields,
+    /// checkboxes, buttons), list (menu items, list items, buttons). Default: all.
+    #[arg(long)]
+    layouts: Option<String>,
+    /// Colour themes to draw, comma-separated: light, dark, ocean. Default: all.
+    #[arg(long)]
+    themes: Option<String>,
+    /// Instruction wording: click ("Click the ...", "Find all ...") or paraphrased ("Select the
+    /// ...", "Locate all ..."), the same tasks and targets.
+    #[arg(long, default_value = "click")]
+    wording: Wording,
     /// Attach a chat prompt to every sample, worded for this kind of model (format instructions in
     /// the user turn for instruct models, in a system prompt for base models), in each task's format:
     /// a click point, or the OVD JSON list for detection. Without it samples carry no prompt.
@@ -115,6 +129,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         knobs.distractor_rate = rate;
     }
+    if let Some(names) = &args.layouts {
+        knobs.variety.layouts = Variety::parse_layouts(names).map_err(|e| anyhow!("--layouts: {e}"))?;
+    }
+    if let Some(names) = &args.themes {
+        knobs.variety.themes = Variety::parse_themes(names).map_err(|e| anyhow!("--themes: {e}"))?;
+    }
+    knobs.variety.wording = args.wording;
     let config = SynthConfig {
         prompt: args.prompt_style(),
         screenshots: args.n,
