@@ -63,6 +63,15 @@ fn a_frozen_tower_takes_no_gradient_and_its_given_features_equal_its_own() {
     assert!((loss - given_loss).abs() < 1e-6, "{loss} vs {given_loss}");
 }
 
+/// The golden batch's first prompt without its padding: 23 tokens with two images.
+fn first_prompt(golden: &Batch) -> Vec<i64> {
+    let mask = golden.attention_mask.as_ref().unwrap();
+    (golden.input_ids[0].iter().zip(&mask[0]))
+        .filter(|(_, real)| **real == 1)
+        .map(|(id, _)| *id)
+        .collect()
+}
+
 /// A prompt with two images and two completions: one row per completion against the branched row
 /// (the prompt run once per layer, the completions from its state), log-probs, entropies and every
 /// gradient.
@@ -70,11 +79,7 @@ fn a_frozen_tower_takes_no_gradient_and_its_given_features_equal_its_own() {
 fn branched_rows_score_and_train_as_one_row_per_completion() {
     let model = model();
     let (golden, _) = golden_in(&fixtures().join("qwen3_5/tiny"));
-    let mask = golden.attention_mask.as_ref().unwrap();
-    let prompt: Vec<i64> = (golden.input_ids[0].iter().zip(&mask[0]))
-        .filter(|(_, real)| **real == 1)
-        .map(|(id, _)| *id)
-        .collect();
+    let prompt = first_prompt(&golden);
     assert_eq!(prompt.len(), 23);
     let completions = [vec![11, 12, 13, 14, 15], vec![21, 22, 23]];
     let (grads, worst) = branched_against_rows(&model, &golden, &prompt, &completions);
@@ -89,11 +94,7 @@ fn branched_rows_score_and_train_as_one_row_per_completion() {
 fn branched_rows_of_different_prompts_run_side_by_side_as_alone() {
     let model = model();
     let (golden, _) = golden_in(&fixtures().join("qwen3_5/tiny"));
-    let mask = golden.attention_mask.as_ref().unwrap();
-    let prompt: Vec<i64> = (golden.input_ids[0].iter().zip(&mask[0]))
-        .filter(|(_, real)| **real == 1)
-        .map(|(id, _)| *id)
-        .collect();
+    let prompt = first_prompt(&golden);
     let with_images = [prompt.clone(), vec![11, 12, 13, 14, 15], vec![21, 22, 23]].concat();
     let text_only = vec![11, 12, 13, 14, 15, 16, 31, 32, 41, 42, 43, 44];
     let rows = [
