@@ -288,6 +288,7 @@ int groundrl_linear_attention_step(void* qkv_proj_, void* conv_state_, void* con
             "a_log and dt_bias must be (value_heads)");
     require(norm.sizes() == at::IntArrayRef({dv}), "norm must be (dv)");
     require_threads(rows * channels);
+    require(rows <= 65535, "at most 65,535 rows (a block per value head and row)");
     c10::cuda::CUDAGuard guard(state.device());
     launched(groundrl_launch_linear_attention_step(
         qkv_proj.data_ptr(), conv_state.data_ptr(), conv_weight.data_ptr(), qkv.data_ptr(), kernel,

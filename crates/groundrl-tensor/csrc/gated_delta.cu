@@ -217,7 +217,8 @@ extern "C" {
 // convolution's output, written; z (rows, value_heads dv); a, b (rows, value_heads); a_log, dt_bias
 // (value_heads); norm (dv); state (rows, value_heads, dk, dv) f32, updated in place; out (rows,
 // value_heads dv), written. All contiguous. dk is 32, 64 or 128, dv x dk / 32 (a block's threads) a
-// multiple of 32 and at most 1024, kernel at least 2, value_heads a multiple of key_heads.
+// multiple of 32 and at most 512, kernel at least 2, value_heads a multiple of key_heads, rows at
+// most 65,535.
 int groundrl_launch_linear_attention_step(const void* qkv_proj, void* conv_state,
                                           const void* conv_weight, void* qkv, int64_t kernel,
                                           const void* z, const void* a, const void* b,

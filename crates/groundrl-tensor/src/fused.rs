@@ -173,7 +173,8 @@ pub struct LinearAttentionStep<'a> {
 /// kernel - 1) and `recurrent` (rows, value heads, dk, dv) f32 updated in place. Returns (rows, value
 /// heads x dv) in the activations' dtype; None where the kernels do not apply (besides the module's
 /// conditions: every tensor but `recurrent` of one dtype, bf16 or f32; key dim 32, 64 or 128; value
-/// dim x key dim / 32 a multiple of 32 up to 512; contiguous states), for the caller's composition.
+/// dim x key dim / 32 a multiple of 32 up to 512; value heads a multiple of key heads; a kernel of at
+/// least 2; at most 65,535 rows; contiguous states), for the caller's composition.
 pub fn linear_attention_step(
     x: &LinearAttentionStep,
     (conv, recurrent): (&Tensor, &Tensor),
@@ -191,11 +192,19 @@ pub fn linear_attention_step(
         conv,
     ];
     let kinds = matches!(kind, Kind::BFloat16 | Kind::Float) && ours.iter().all(|t| t.kind() == kind);
-    let [_, _, dk, dv] = recurrent.size()[..] else {
+    let [rows, value_heads, dk, dv] = recurrent.size()[..] else {
         return Ok(None);
     };
     let threads = dv * dk / 32;
-    let dims = matches!(dk, 32 | 64 | 128) && threads % 32 == 0 && (32..=512).contains(&threads);
+    let kernel = x.conv_weight.size().last().copied().unwrap_or(0);
+    // A block per (value head, row): rows on the grid's y dimension, at most 65,535.
+    let dims = matches!(dk, 32 | 64 | 128)
+        && threads % 32 == 0
+        && (32..=512).contains(&threads)
+        && x.key_heads > 0
+        && value_heads % x.key_heads == 0
+        && kernel >= 2
+        && rows <= 65_535;
     let states = recurrent.kind() == Kind::Float && recurrent.is_contiguous() && conv.is_contiguous();
     let mut all = ours.to_vec();
     all.push(recurrent);
@@ -205,6 +214,8 @@ pub fn linear_attention_step(
     let contiguous = |t: &Tensor| t.f_contiguous();
     let (qkv_proj, z) = (contiguous(x.qkv_proj)?, contiguous(x.z)?);
     let (a, b) = (contiguous(x.a)?, contiguous(x.b)?);
+    let (conv_weight, a_log) = (contiguous(x.conv_weight)?, contiguous(x.a_log)?);
+    let (dt_bias, norm) = (contiguous(x.dt_bias)?, contiguous(x.norm)?);
     let qkv = qkv_proj.f_empty_like()?;
     let out = z.f_empty_like()?;
     let inputs = LinearAttentionStep {
@@ -212,6 +223,10 @@ pub fn linear_attention_step(
         z: &z,
         a: &a,
         b: &b,
+        conv_weight: &conv_weight,
+        a_log: &a_log,
+        dt_bias: &dt_bias,
+        norm: &norm,
         ..*x
     };
     ffi::linear_attention_step(&inputs, (conv, recurrent), (&qkv, &out))?;

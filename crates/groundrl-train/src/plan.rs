@@ -868,10 +868,6 @@ mod tests {
         assert_eq!(fresh.total(), 67_449_840_025); // 62.82 GiB
     }
 
-    /// The kept engine holds the step's KV cache and the largest other shape the run decodes: none
-    /// without validation, held-out tasks or a ledger; a validation batch (8 rows); held-out
-    /// sampling (8 prompts x 4); the ledger's last batch on one rank (7 prompts x 8), or its whole
-    /// batches of 8 x 8 over 2 ranks, whose step shape is 32 rows.
     /// Qwen3.5's 4B shape with 3b-1gpu.toml's settings: its KV cache holds the 8 full-attention
     /// layers' keys and values (2 x 8 x 4 x 256 values a token) and each row's states besides (24
     /// linear-attention layers of 32 x 128 x 128 f32 values and 8,192 x 3 bf16 convolution inputs);
@@ -892,6 +888,10 @@ mod tests {
         assert_eq!(plan.part("decoding weights").unwrap().bytes, 0);
     }
 
+    /// The kept engine holds the step's KV cache and the largest other shape the run decodes: none
+    /// without validation, held-out tasks or a ledger; a validation batch (8 rows); held-out
+    /// sampling (8 prompts x 4); the ledger's last batch on one rank (7 prompts x 8), or its whole
+    /// batches of 8 x 8 over 2 ranks, whose step shape is 32 rows.
     #[test]
     fn the_kept_engine_counts_the_largest_other_shape_the_run_decodes() {
         let kv_row = 1_536 * 18_432 * 2;

@@ -168,8 +168,12 @@ pub fn render_screenshot(config: &SynthConfig, index: u64) -> Screenshot {
         .size
         .unwrap_or_else(|| *rng.pick(&knobs.sizes).expect("knobs list at least one size"));
     let variety = &knobs.variety;
-    let family = variety.layouts[rng.between(0, variety.layouts.len().saturating_sub(1))];
-    let theme = variety.themes[rng.between(0, variety.themes.len().saturating_sub(1))];
+    let family = *rng
+        .pick(&variety.layouts)
+        .expect("a variety lists at least one layout");
+    let theme = *rng
+        .pick(&variety.themes)
+        .expect("a variety lists at least one theme");
     let (lo, hi) = knobs.text_height;
     let font_px = (height as f32 * rng.uniform(lo, hi)).max(MIN_TEXT_PX);
     let style = Style {
