@@ -149,30 +149,28 @@ impl GatedDeltaNet {
     /// ([`fused::linear_attention_step`], the recurrent state f32), else as
     /// [`Self::forward_with_state`] does.
     pub fn step_in_place(&self, x: &Tensor, state: &mut LinearState) -> Result<Tensor, ModelError> {
-        if let Some(out) = self.fused_step(x, state)? {
+        let projected = self.project(x)?;
+        if let Some(out) = self.fused_step(&projected, state)? {
             return Ok(self.out_proj.forward(&out.f_unsqueeze(1)?));
         }
-        let m = self.mix(x, Some(&state.conv))?;
+        let m = self.mix_projected(&projected, Some(&state.conv))?;
         state.conv.f_copy_(&m.conv)?;
         let ruled = self.rule(&m, Some(&state.recurrent))?;
         state.recurrent.f_copy_(&ruled.state)?;
         self.finish(&ruled.out, &m.gate)
     }
 
-    /// [`Self::step_in_place`]'s projections and kernels on a device where the fused kernels run
-    /// (None elsewhere, before any projection; on such a device, also where the kernels do not take
-    /// the layer's shapes or dtypes, the projections then run twice).
-    fn fused_step(&self, x: &Tensor, state: &LinearState) -> Result<Option<Tensor>, ModelError> {
-        if !fused::active(x.device()) {
-            return Ok(None);
-        }
-        let rows = x.size()[0];
-        let flat = |t: Tensor| t.f_reshape([rows, -1]);
+    /// [`Self::step_in_place`] from the projections of its token, as
+    /// [`fused::linear_attention_step`]'s kernels where they apply (None elsewhere, the states
+    /// untouched).
+    fn fused_step(&self, p: &Projected, state: &LinearState) -> Result<Option<Tensor>, ModelError> {
+        let rows = p.qkv.size()[0];
+        let flat = |t: &Tensor| t.f_reshape([rows, -1]);
         let step = fused::LinearAttentionStep {
-            qkv_proj: &flat(self.in_proj_qkv.forward(x))?,
-            z: &flat(self.in_proj_z.forward(x))?,
-            a: &flat(self.in_proj_a.forward(x))?,
-            b: &flat(self.in_proj_b.forward(x))?,
+            qkv_proj: &flat(&p.qkv)?,
+            z: &flat(&p.z)?,
+            a: &flat(&p.a)?,
+            b: &flat(&p.b)?,
             conv_weight: &self.conv1d,
             a_log: &self.a_log,
             dt_bias: &self.dt_bias,
@@ -187,37 +185,49 @@ impl GatedDeltaNet {
         )?)
     }
 
+    /// The four input projections of `x` (B, L, hidden).
+    fn project(&self, x: &Tensor) -> Result<Projected, ModelError> {
+        if x.dim() != 3 {
+            return Err(ModelError::Input(format!(
+                "linear attention wants (B, L, hidden), got {:?}",
+                x.size()
+            )));
+        }
+        Ok(Projected {
+            qkv: self.in_proj_qkv.forward(x),
+            z: self.in_proj_z.forward(x),
+            a: self.in_proj_a.forward(x),
+            b: self.in_proj_b.forward(x),
+        })
+    }
+
     /// Everything before the delta rule: the projections, the convolution after `conv` (the previous
     /// kernel - 1 inputs; `None`: zeros) and SiLU, split into queries and keys (B, L, key heads, dk)
     /// and values (B, L, value heads, dv); the log-decay and write strength (B, L, value heads); the
     /// output gate; the convolution's last inputs.
     fn mix(&self, x: &Tensor, conv: Option<&Tensor>) -> Result<Mixed, ModelError> {
+        self.mix_projected(&self.project(x)?, conv)
+    }
+
+    /// [`Self::mix`] from the projections.
+    fn mix_projected(&self, p: &Projected, conv: Option<&Tensor>) -> Result<Mixed, ModelError> {
         let c = &self.cfg;
-        let [b, l, _] = x.size()[..] else {
-            return Err(ModelError::Input(format!(
-                "linear attention wants (B, L, hidden), got {:?}",
-                x.size()
-            )));
+        let [b, l, _] = p.qkv.size()[..] else {
+            return Err(ModelError::Input(format!("projections {:?}", p.qkv.size())));
         };
-        let mixed = self.in_proj_qkv.forward(x).f_transpose(1, 2)?;
-        let (mixed, conv) = causal_conv(&mixed, &self.conv1d, conv)?;
+        let (mixed, conv) = causal_conv(&p.qkv.f_transpose(1, 2)?, &self.conv1d, conv)?;
         let mixed = mixed.f_transpose(1, 2)?;
         let parts = mixed.f_split_with_sizes([c.key_dim(), c.key_dim(), c.value_dim()], -1)?;
         let heads = |t: &Tensor, n: i64, d: i64| t.f_reshape([b, l, n, d]);
         let rate = self.a_log.f_to_kind(Kind::Float)?.f_exp()?;
-        let steps = self
-            .in_proj_a
-            .forward(x)
-            .f_to_kind(Kind::Float)?
-            .f_add(&self.dt_bias)?
-            .f_softplus()?;
+        let steps = p.a.f_to_kind(Kind::Float)?.f_add(&self.dt_bias)?.f_softplus()?;
         Ok(Mixed {
             q: heads(&parts[0], c.key_heads, c.key_head_dim)?,
             k: heads(&parts[1], c.key_heads, c.key_head_dim)?,
             v: heads(&parts[2], c.value_heads, c.value_head_dim)?,
             g: steps.f_mul(&rate)?.f_neg()?,
-            beta: self.in_proj_b.forward(x).f_sigmoid()?,
-            gate: heads(&self.in_proj_z.forward(x), c.value_heads, c.value_head_dim)?,
+            beta: p.b.f_sigmoid()?,
+            gate: heads(&p.z, c.value_heads, c.value_head_dim)?,
             conv,
         })
     }
@@ -259,6 +269,16 @@ impl GatedDeltaNet {
             .out_proj
             .forward(&normed.f_reshape([b, l, self.cfg.value_dim()])?))
     }
+}
+
+/// A layer's input projections: queries, keys and values side by side (B, L, conv channels), the
+/// output gate (B, L, value dim), and `a` and `b` (B, L, value heads), whence each head's decay and
+/// write strength.
+struct Projected {
+    qkv: Tensor,
+    z: Tensor,
+    a: Tensor,
+    b: Tensor,
 }
 
 /// What [`GatedDeltaNet::mix`] makes of a layer's input.
