@@ -218,6 +218,26 @@ pub struct RowState {
     pub values: i64,
 }
 
+impl RowState {
+    /// The values of a decoder's per-row `shapes` ([`Decoder::recurrent_states`]): those in f32, and
+    /// the others (the model's dtype).
+    pub fn of(shapes: &[StateShape]) -> Self {
+        shapes.iter().fold(Self::default(), |sum, s| {
+            let n: i64 = s.dims.iter().product();
+            match s.kind {
+                Kind::Float => Self {
+                    f32_values: sum.f32_values + n,
+                    ..sum
+                },
+                _ => Self {
+                    values: sum.values + n,
+                    ..sum
+                },
+            }
+        })
+    }
+}
+
 /// The arithmetic of a family's forwards, as model FLOPs utilisation counts it (recomputation not
 /// counted): implemented by each family's config, so that a shape is counted without a model, and
 /// by its model.

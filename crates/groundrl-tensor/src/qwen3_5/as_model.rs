@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use tch::{Tensor, nn};
+use tch::{Kind, Tensor, nn};
 
 use super::config::Qwen35Config;
 use super::text::LayerType;
@@ -22,7 +22,6 @@ impl Qwen35Config {
     pub fn architecture(&self) -> Architecture {
         let (t, v) = (&self.text, &self.vision);
         let kv_layers = t.layers_of(LayerType::FullAttention);
-        let (l, linear_layers) = (&t.linear, t.layers_of(LayerType::LinearAttention) as i64);
         let text_parameters = text_parameter_count(self);
         Architecture {
             family: Family::Qwen35,
@@ -31,11 +30,8 @@ impl Qwen35Config {
             intermediate_size: t.intermediate_size,
             layers: t.layer_types.len() as i64,
             kv_layers: kv_layers as i64,
-            // As `TextModel::recurrent_states` lays them out.
-            row_state: RowState {
-                f32_values: linear_layers * l.value_heads * l.key_head_dim * l.value_head_dim,
-                values: linear_layers * l.conv_dim() * (l.conv_kernel - 1),
-            },
+            // The convolution inputs in the parameters' dtype (any but f32 here), the rule's states in f32.
+            row_state: RowState::of(&t.recurrent_states(Kind::BFloat16)),
             fused_decoding_weights: false,
             heads: t.attention.heads,
             kv_heads: t.attention.kv_heads,

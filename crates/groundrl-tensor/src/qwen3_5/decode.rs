@@ -39,7 +39,7 @@ impl Decoder for Qwen35 {
     }
 
     fn recurrent_states(&self) -> Vec<StateShape> {
-        self.text.recurrent_states(self.kind())
+        self.config.text.recurrent_states(self.kind())
     }
 
     fn vision_ids(&self) -> VisionIds {

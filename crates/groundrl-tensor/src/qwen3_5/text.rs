@@ -49,6 +49,28 @@ impl TextConfig {
         self.layer_types.iter().filter(|k| **k == kind).count()
     }
 
+    /// The per-row state the linear-attention layers carry through decoding, in the order
+    /// [`TextModel::decode_step`] reads it: per linear-attention layer its convolution inputs (conv
+    /// channels, kernel - 1) in the parameters' dtype `kind`, then its delta-rule state (value heads,
+    /// key head dim, value head dim) in f32.
+    pub fn recurrent_states(&self, kind: Kind) -> Vec<StateShape> {
+        let l = &self.linear;
+        (0..self.layers_of(LayerType::LinearAttention))
+            .flat_map(|_| {
+                [
+                    StateShape {
+                        dims: vec![l.conv_dim(), l.conv_kernel - 1],
+                        kind,
+                    },
+                    StateShape {
+                        dims: vec![l.value_heads, l.key_head_dim, l.value_head_dim],
+                        kind: Kind::Float,
+                    },
+                ]
+            })
+            .collect()
+    }
+
     /// Dims of a head the rotation turns.
     fn rotary_dims(&self) -> i64 {
         (self.attention.head_dim as f64 * self.partial_rotary_factor) as i64
@@ -383,31 +405,9 @@ impl TextModel {
         Ok(PartialRotary::from_angles(&angles, kind)?)
     }
 
-    /// The per-row state the linear-attention layers carry through decoding, in the order
-    /// [`Self::decode_step`] reads it: per linear-attention layer its convolution inputs (conv
-    /// channels, kernel - 1) in the parameters' dtype `kind`, then its delta-rule state (value heads,
-    /// key head dim, value head dim) in f32.
-    pub fn recurrent_states(&self, kind: Kind) -> Vec<StateShape> {
-        let l = &self.config.linear;
-        (0..self.config.layers_of(LayerType::LinearAttention))
-            .flat_map(|_| {
-                [
-                    StateShape {
-                        dims: vec![l.conv_dim(), l.conv_kernel - 1],
-                        kind,
-                    },
-                    StateShape {
-                        dims: vec![l.value_heads, l.key_head_dim, l.value_head_dim],
-                        kind: Kind::Float,
-                    },
-                ]
-            })
-            .collect()
-    }
-
     /// Writes the states a prefill left ([`Self::forward_keeping`]) into `cache`: the rows of
     /// `expand` (each cache row's prompt), keys and values from column 0 of the full-attention
-    /// layers' cache layers, the linear-attention layers' states as [`Self::recurrent_states`] orders
+    /// layers' cache layers, the linear-attention layers' states as [`TextConfig::recurrent_states`] orders
     /// them.
     pub fn write_states(
         &self,
