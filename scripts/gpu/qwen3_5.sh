@@ -64,17 +64,10 @@ fi
 
 if want plan; then
 echo "== plan: memory plan vs measured peak, $preset, configs/3b-1gpu.toml (two steps each)"
-grpo=$work/grpo-plan
-rm -rf "$grpo" && mkdir -p "$grpo"
-"$bin" synth --out "$grpo/data" --n 30 --seed 0 --difficulty hard --prompt instruct --answer-frame qwen1000 > /dev/null
 source "$root/scripts/gpu/plan-check.sh"
-# The folder the trainer's preset writes into its run folder (the tiny tokenizer beside the weights),
-# drawn once on the GPU rather than in every run on the CPU.
-model=$work/$preset-train
-"$bin" model init --preset $preset --tiny-tokenizer --out "$model" --dtype bf16 --device cuda > /dev/null || exit 1
-variant() { plan_check configs/3b-1gpu.toml "$grpo" "$@" model.preset=none model.path="$model"; }
-variant $preset | tee -a "$out/plan_check_$preset.jsonl"
-variant $preset-lora16 model.lora_rank=16 model.lora_alpha=32 | tee -a "$out/plan_check_$preset.jsonl"
+plan_on_preset $preset || exit 1
+plan_variant $preset | tee -a "$out/plan_check_$preset.jsonl"
+plan_variant $preset-lora16 model.lora_rank=16 model.lora_alpha=32 | tee -a "$out/plan_check_$preset.jsonl"
 fi
 
 if want demo; then

@@ -60,18 +60,11 @@ fi
 
 if want plan; then
 echo "== plan: memory plan vs measured peak, 4B shape, configs/3b-1gpu.toml (two steps each)"
-grpo=$work/grpo-plan
-rm -rf "$grpo" && mkdir -p "$grpo"
-"$bin" synth --out "$grpo/data" --n 30 --seed 0 --difficulty hard --prompt instruct --answer-frame qwen1000 > /dev/null
 source "$root/scripts/gpu/plan-check.sh"
-# The folder the trainer's `qwen3-4b` preset writes into its run folder (the tiny tokenizer beside the
-# weights), drawn once on the GPU rather than in every run on the CPU.
-model=$work/qwen3-4b-train
-"$bin" model init --preset qwen3-4b --tiny-tokenizer --out "$model" --dtype bf16 --device cuda > /dev/null || exit 1
-variant() { plan_check configs/3b-1gpu.toml "$grpo" "$@" model.preset=none model.path="$model"; }
-variant qwen3-4b | tee -a "$out/plan_check_qwen3-4b.jsonl"
-variant qwen3-4b-lora16 model.lora_rank=16 model.lora_alpha=32 | tee -a "$out/plan_check_qwen3-4b.jsonl"
-variant qwen3-4b-vision model.freeze_vision=false | tee -a "$out/plan_check_qwen3-4b.jsonl"
+plan_on_preset qwen3-4b || exit 1
+plan_variant qwen3-4b | tee -a "$out/plan_check_qwen3-4b.jsonl"
+plan_variant qwen3-4b-lora16 model.lora_rank=16 model.lora_alpha=32 | tee -a "$out/plan_check_qwen3-4b.jsonl"
+plan_variant qwen3-4b-vision model.freeze_vision=false | tee -a "$out/plan_check_qwen3-4b.jsonl"
 fi
 
 if want demo; then
