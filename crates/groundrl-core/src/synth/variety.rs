@@ -35,11 +35,10 @@ impl Default for Variety {
 impl Variety {
     /// The layouts named in `names` (comma-separated: toolbar, dialog, list).
     pub fn parse_layouts(names: &str) -> Result<Vec<Family>, String> {
-        let layouts = names
+        names
             .split(',')
             .map(|name| parse_name(name.trim(), "layout", &Family::ALL, Family::name))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(layouts)
+            .collect()
     }
 
     /// The themes named in `names` (comma-separated: light, dark, ocean).
