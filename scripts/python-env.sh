@@ -9,7 +9,9 @@
 # transformers, TRL, accelerate and datasets, numpy and pytest, all from PyPI (the only package index
 # CI can reach: PyPI's torch brings its NVIDIA libraries, about 2.4 GB to download and 5 GB installed,
 # though the tests run on the CPU). It exits non-zero, leaving nothing half-made, when an install fails
-# (no network).
+# (no network), and with status 3, before downloading anything, when the disk has no room for it:
+# about 8 GB at its peak (the wheels staged, 2.7 GB, then 5.1 GB installed; measured 2026-11-29),
+# plus $GROUNDRL_ENV_SPARE_GB (default 0) left for whatever runs beside it.
 #
 # Usage: py=$(scripts/python-env.sh) && "$py" script.py
 set -euo pipefail
@@ -26,6 +28,16 @@ wanted="${packages[*]}"
 # No pip cache: the wheels would take as much disk again (2.4 GB for torch's).
 pip=(--quiet --disable-pip-version-check --no-cache-dir)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
+  if [ "${1:-}" = trl ]; then
+    mkdir -p "$(dirname "$venv")"
+    # pip stages the wheels in $TMPDIR; the smaller of the two file systems' room is what counts.
+    free_gb=$(df -P -BG "$(dirname "$venv")" "${TMPDIR:-/tmp}" | awk 'NR > 1 { gsub("G", "", $4); print $4 }' | sort -n | head -1)
+    need_gb=$((8 + ${GROUNDRL_ENV_SPARE_GB:-0}))
+    if [ "$free_gb" -lt "$need_gb" ]; then
+      echo "python-env: $free_gb GB of disk free; the TRL environment needs $need_gb GB (torch with its CUDA libraries from PyPI): not made" >&2
+      exit 3
+    fi
+  fi
   echo "python-env: creating $venv ($wanted)" >&2
   rm -rf "$venv"
   python3 -m venv "$venv" >&2
