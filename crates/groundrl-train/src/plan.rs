@@ -416,7 +416,8 @@ fn kv_cache(cfg: &TrainConfig, model: &Architecture, tokens: &Tokens, world: u64
 /// Rows of the largest call shape other than a training step's that the run decodes, 0 when it
 /// decodes none; the kept engine holds its KV cache beside the step's. Batches of these calls take
 /// `prompts_per_step` samples and are not sharded over ranks:
-/// - greedy validation (`trainer.test_freq > 0` with `data.val`) and held-out answers (`data.test`):
+/// - greedy validation (`trainer.test_freq > 0` or `sft.val_freq > 0`, with `data.val`) and held-out
+///   answers (`data.test`, `data.held_out`):
 ///   `prompts_per_step` rows; held-out sampling (`trainer.eval_samples = k > 0`): `k` times that;
 /// - a round's ledger and temperature sweep (`rounds.final_ledger`, or more than one round):
 ///   `ledger_n` samples a prompt. On one rank with `ledger_n = n` its full batches are the step's
@@ -424,8 +425,8 @@ fn kv_cache(cfg: &TrainConfig, model: &Architecture, tokens: &Tokens, world: u64
 fn other_shape_rows(cfg: &TrainConfig, world: u64) -> u64 {
     let prompts = u64::from(cfg.rollout.prompts_per_step);
     let (t, d) = (&cfg.trainer, &cfg.data);
-    let validation = t.test_freq > 0 && !d.val.as_os_str().is_empty();
-    let held_out = !d.test.as_os_str().is_empty();
+    let validation = (t.test_freq > 0 || cfg.sft.val_freq > 0) && !d.val.as_os_str().is_empty();
+    let held_out = !d.test.as_os_str().is_empty() || !d.held_out.is_empty();
     let evaluation = match (validation, held_out) {
         (_, true) => prompts * u64::from(t.eval_samples.max(1)),
         (true, false) => prompts,

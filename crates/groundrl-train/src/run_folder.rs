@@ -10,7 +10,8 @@
 //!   metrics.jsonl                  the GRPO log, one record per step
 //!   ledger.jsonl                   the pass-rate ledger, one entry per sample drawn, per step
 //!   tensorboard/                   TensorBoard event files
-//!   eval/before.jsonl, after.jsonl the held-out evaluations
+//!   eval/before.jsonl, after.jsonl the held-out evaluations (of data.test)
+//!   eval/NAME/before.jsonl, ...     those of the held-out set NAME (data.held_out)
 //!   profile/step-N-PHASE.json      profiler traces (`trainer.profile_step`)
 //!   checkpoints/latest             the name of the newest complete checkpoint
 //!   checkpoints/step-N/            weights.safetensors, optimizer.safetensors, state.json, manifest.json
@@ -69,8 +70,12 @@ pub fn parse_step_name(name: &str) -> Option<u64> {
 }
 
 /// The held-out evaluation labelled `label` (`before`, `after`).
-pub fn eval_file(run_dir: &Path, label: &str) -> PathBuf {
-    run_dir.join(EVAL_DIR).join(format!("{label}.jsonl"))
+/// The evaluation `label` of a held-out set: `eval/<label>.jsonl` for `data.test` (`set` `None`),
+/// `eval/<set>/<label>.jsonl` for a set of `data.held_out`.
+pub fn eval_file(run_dir: &Path, set: Option<&str>, label: &str) -> PathBuf {
+    let dir = run_dir.join(EVAL_DIR);
+    let dir = set.map_or_else(|| dir.clone(), |set| dir.join(set));
+    dir.join(format!("{label}.jsonl"))
 }
 
 /// The profiler trace of `phase` of step `step`.

@@ -62,13 +62,14 @@ mod start_clock;
 mod tools;
 mod warm_up;
 pub use evaluation::Evaluation;
+use evaluation::HeldOutSet;
 use policy_update::Updated;
 use replicas::StepSums;
 use rollouts::Rollouts;
 pub use saving::EventsPosition;
 use start_clock::StartClock;
 use tools::ToolSetup;
-pub use warm_up::SftRecord;
+pub use warm_up::{SftBest, SftRecord};
 
 /// The curriculum round a single training run logs its ledger entries as (round 0 is, by the
 /// ledger's convention, the model before RL).
@@ -99,6 +100,14 @@ pub struct RunState {
     /// Warm-up steps done.
     #[serde(default)]
     pub sft_step: u32,
+    /// The warm-up's best validation (`sft.val_freq`), its validations since, and whether it
+    /// stopped early (`sft.patience`): a resumed run does not warm up again.
+    #[serde(default)]
+    pub sft_best: Option<SftBest>,
+    #[serde(default)]
+    pub sft_validations_without_gain: u32,
+    #[serde(default)]
+    pub sft_stopped: bool,
     /// Labels of the held-out evaluations done (`before`, `after`).
     #[serde(default)]
     pub evaluations: Vec<String>,
@@ -163,7 +172,7 @@ pub enum TrainError {
          to {asked}, or write the samples' prompts in {read}"
     )]
     AnswerFrame {
-        key: &'static str,
+        key: String,
         sample: String,
         asked: String,
         read: Frame,
@@ -222,7 +231,8 @@ pub struct Trainer {
     /// The warm-up's own samples (`sft.data`); `None`: it warms up on `train`.
     warm_up_data: Option<Dataset>,
     val: Dataset,
-    test: Dataset,
+    /// The held-out sets: `data.test` (when set), then those of `data.held_out`.
+    held_out: Vec<HeldOutSet>,
     pub state: RunState,
     /// The logs the run writes as it goes; `None` on every rank of a data-parallel run but rank 0.
     logs: Option<RunLogs>,
@@ -279,6 +289,7 @@ impl Trainer {
             }
             let record = self.step()?;
             on_step(&record);
+            self.evaluate_curve_point("grpo", self.state.step)?;
             let limit = self.cfg.trainer.max_nonfinite_steps;
             if limit > 0 && self.state.nonfinite_in_a_row >= limit {
                 break Ending::NonFinite {

@@ -1039,3 +1039,120 @@ fn a_tool_using_run_zooms_and_logs_its_tool_use() {
         assert!(correct * 4 > n, "{label}: {correct}/{n} correct");
     }
 }
+
+/// A warm-up validated every step stops after `sft.patience` validations without a better accuracy
+/// and ends on its best validation's weights: bit for bit the weights of a warm-up of just that many
+/// steps. Its log carries each validation, and a resumed run does not warm up again.
+#[test]
+fn an_early_stopped_warm_up_ends_on_its_best_validations_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synthetic_data(dir.path());
+    let val = format!("data.val=\"{}\"", data.display());
+    let warm_up = |name: &str, overrides: &[&str]| {
+        let run = dir.path().join(name);
+        let base = [
+            "sft.batch_size=8",
+            "sft.lr=3e-3",
+            "trainer.save_freq=5",
+            "trainer.val_samples=8",
+        ];
+        let all: Vec<&str> = base.iter().chain(overrides).copied().collect();
+        let mut trainer = Trainer::new(config(&run, &data, &all)).unwrap();
+        trainer.warm_up(|_| {}).unwrap();
+        (trainer.state.clone(), run.join("run"))
+    };
+    let (state, stopped) = warm_up(
+        "stopped",
+        &["sft.steps=40", "sft.val_freq=1", "sft.patience=2", &val],
+    );
+    let best = state.sft_best.unwrap();
+    println!("warm-up: {} steps, best validation {best:?}", state.sft_step);
+    assert!(state.sft_stopped);
+    assert_eq!(state.sft_validations_without_gain, 2);
+    assert!(state.sft_step < 40);
+    assert_eq!(
+        best.step + 2,
+        state.sft_step,
+        "the two validations after the best stopped it"
+    );
+    let log: Vec<Value> = std::fs::read_to_string(stopped.join(SFT_FILE))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(log.len(), state.sft_step as usize);
+    let accuracies: Vec<f64> = log.iter().map(|r| r["val_accuracy"].as_f64().unwrap()).collect();
+    let highest = accuracies.iter().copied().fold(f64::MIN, f64::max);
+    assert_eq!(
+        (accuracies[best.step as usize - 1], highest),
+        (best.accuracy, best.accuracy)
+    );
+    let steps = format!("sft.steps={}", best.step);
+    let (_, plain) = warm_up("plain", &[&steps]);
+    let weights = |run: &Path| std::fs::read(run.join("checkpoints/step-0/weights.safetensors")).unwrap();
+    assert!(
+        weights(&stopped) == weights(&plain),
+        "the stopped warm-up's weights are not its best step's"
+    );
+    // Resumed, the run goes on to GRPO without warming up again.
+    let mut resumed = Trainer::resume(&stopped).unwrap();
+    let mut steps_again = 0;
+    resumed.warm_up(|_| steps_again += 1).unwrap();
+    assert_eq!(steps_again, 0);
+}
+
+/// Held-out sets besides `data.test` are answered before and after GRPO into their own folders, and
+/// with `trainer.held_out_freq` every set is answered along the way: the curves of both phases.
+#[test]
+fn every_held_out_set_is_answered_before_after_and_along_the_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synthetic_data(dir.path());
+    let set = |key: &str| format!("{key}=\"{}\"", data.display());
+    let cfg = config(
+        dir.path(),
+        &data,
+        &[
+            "sft.steps=2",
+            "sft.batch_size=4",
+            "trainer.max_steps=2",
+            "trainer.held_out_freq=1",
+            &set("data.test"),
+            &set("data.held_out.other-name"),
+        ],
+    );
+    let run = cfg.trainer.run_dir.clone();
+    let mut trainer = Trainer::new(cfg).unwrap();
+    assert_eq!(trainer.run(|_| {}).unwrap(), Ending::Finished);
+    let labels = [
+        "sft-step-000001",
+        "sft-step-000002",
+        "before",
+        "grpo-step-000001",
+        "grpo-step-000002",
+        "after",
+    ];
+    let evaluated: Vec<(&str, &str)> = (trainer.evaluations().iter())
+        .map(|e| (e.set.as_str(), e.label.as_str()))
+        .collect();
+    let expected: Vec<(&str, &str)> = labels
+        .iter()
+        .flat_map(|&l| [("test", l), ("other-name", l)])
+        .collect();
+    assert_eq!(evaluated, expected);
+    let samples = std::fs::read_to_string(&data).unwrap().lines().count();
+    for label in labels {
+        for folder in ["eval", "eval/other-name"] {
+            let path = run.join(folder).join(format!("{label}.jsonl"));
+            let lines = std::fs::read_to_string(&path).unwrap().lines().count();
+            assert_eq!(lines, samples, "{}", path.display());
+        }
+    }
+    // Same samples, same model, greedy: each set's answers are the same.
+    let first = trainer.evaluations();
+    for pair in first.chunks(2) {
+        assert_eq!(
+            (pair[0].samples, pair[0].correct),
+            (pair[1].samples, pair[1].correct)
+        );
+    }
+}

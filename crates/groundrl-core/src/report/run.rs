@@ -183,6 +183,17 @@ fn read_records<T: DeserializeOwned>(
     Ok(Some(records))
 }
 
+impl EvalSet {
+    /// The evaluations of one held-out set's folder (`eval/`, or `eval/<name>/` for a set of
+    /// `data.held_out`), in report order (`before` first, `after` last); with what was missing or
+    /// skipped.
+    pub fn read_folder(dir: &Path) -> Result<(Vec<EvalSet>, Vec<String>), ReportError> {
+        let mut notes = Vec::new();
+        let sets = read_evals(dir, &mut notes)?;
+        Ok((sets, notes))
+    }
+}
+
 /// Every `*.jsonl` of the eval folder, in report order.
 fn read_evals(dir: &Path, notes: &mut Vec<String>) -> Result<Vec<EvalSet>, ReportError> {
     let entries = match fs::read_dir(dir) {

@@ -1,5 +1,6 @@
 //! `[data]`: the training and validation samples and how prompts are worded.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use groundrl_core::data::confine::PathPolicy;
@@ -21,6 +22,11 @@ pub struct DataConfig {
     /// warm-up) and after the last: `eval/before.jsonl` and `eval/after.jsonl` in the run folder
     /// hold each answer, and the run's summary the accuracy change. `""` for none. Default `""`.
     pub test: PathBuf,
+    /// More held-out sets, by name (`[data.held_out]`, `medium = "hard/samples.jsonl"`, or the
+    /// override `data.held_out.medium=...`): each answered as `data.test` is, into
+    /// `eval/<name>/<label>.jsonl`, so that one run measures tasks unlike its training ones (harder
+    /// screenshots, unseen layouts, other wording) beside its own test set. Default none.
+    pub held_out: BTreeMap<String, PathBuf>,
     /// Seed of the epoch shuffles. Default 0.
     pub seed: u64,
     /// Read image paths that leave their sample file's folder (absolute, `..`, symlinks out), as
@@ -38,6 +44,7 @@ impl Default for DataConfig {
             train: PathBuf::new(),
             val: PathBuf::new(),
             test: PathBuf::new(),
+            held_out: BTreeMap::new(),
             seed: 0,
             allow_outside_paths: false,
             max_image_pixels: DEFAULT_MAX_IMAGE_PIXELS,
@@ -60,10 +67,30 @@ impl DataConfig {
             "data.train",
             "is required: the training samples (JSONL or Parquet)",
         )?;
+        for name in self.held_out.keys() {
+            ensure(
+                is_set_name(name),
+                "data.held_out",
+                format!(
+                    "`{name}` is not a set name: letters, digits, `-` and `_` only (it names a \
+                     folder of eval/), and not `test` (data.test's)"
+                ),
+            )?;
+        }
         ensure(
             self.max_image_pixels > 0,
             "data.max_image_pixels",
             "must be at least 1 (the largest image decoded, in pixels)",
         )
     }
+}
+
+/// Whether `name` can name a held-out set: a plain folder name, not `test` (the name `data.test`'s
+/// evaluations go by).
+fn is_set_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "test"
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }

@@ -241,6 +241,13 @@ impl TrainConfig {
                 "is required for early stopping (it watches validation metrics)",
             )?;
         }
+        if self.sft.val_freq > 0 {
+            ensure(
+                !self.data.val.as_os_str().is_empty(),
+                "data.val",
+                "is required for the warm-up's validations (sft.val_freq)",
+            )?;
+        }
         Ok(())
     }
 }

@@ -4,6 +4,12 @@
 //! GRPO group is flat and teaches nothing (a randomly initialised model is the extreme case). A few
 //! steps of cross-entropy on the answer format (`groundrl_core::prompt::answer`) give RL something
 //! to sharpen; the warm-up runs in the same trainer, with its own AdamW state, before the first step.
+//!
+//! With `val_freq` the warm-up is also a converged supervised baseline: it answers the validation
+//! samples (`data.val`) greedily every `val_freq` steps, stops after `patience` validations without
+//! a better accuracy, and ends on the weights of its best validation, so that what GRPO adds is
+//! measured against supervised fine-tuning run until it stopped improving, not against a warm-up cut
+//! at a fixed step.
 
 use std::path::PathBuf;
 
@@ -26,6 +32,13 @@ pub struct SftConfig {
     pub lr: f64,
     /// Linear learning-rate ramp at the start of the warm-up. Default 0.
     pub warmup_steps: u32,
+    /// Validate every this many warm-up steps: greedy accuracy on `trainer.val_samples` of
+    /// `data.val`, logged as `val_accuracy` in `sft.jsonl`; the warm-up ends on the weights of its
+    /// best validation. 0: never. Default 0.
+    pub val_freq: u32,
+    /// Stop the warm-up after this many validations in a row without a better accuracy (early
+    /// stopping; `steps` is then a cap). 0: run every step. Needs `val_freq`. Default 0.
+    pub patience: u32,
 }
 
 impl Default for SftConfig {
@@ -36,6 +49,8 @@ impl Default for SftConfig {
             batch_size: 16,
             lr: 1e-4,
             warmup_steps: 0,
+            val_freq: 0,
+            patience: 0,
         }
     }
 }
@@ -51,7 +66,17 @@ impl SftConfig {
             self.lr.is_finite() && self.lr > 0.0,
             "sft.lr",
             format!("must be a positive number, found {}", self.lr),
+        )?;
+        ensure(
+            self.patience == 0 || self.val_freq > 0,
+            "sft.patience",
+            "needs sft.val_freq > 0 (early stopping watches the warm-up's validations)",
         )
+    }
+
+    /// Whether the warm-up validates after step `step` (1-based).
+    pub fn validates_after(&self, step: u32) -> bool {
+        self.val_freq > 0 && step.is_multiple_of(self.val_freq)
     }
 
     /// The learning rate of warm-up step `step` (0-based).

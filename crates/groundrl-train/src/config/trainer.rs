@@ -33,6 +33,11 @@ pub struct TrainerConfig {
     pub logprob_chunk: u32,
     /// Validate every this many steps; 0 never. Default 10.
     pub test_freq: u32,
+    /// Answer every held-out set (`data.test`, `data.held_out`) every this many warm-up steps and
+    /// GRPO steps, besides before and after GRPO: the curves of held-out accuracy against steps
+    /// (`eval/sft-step-NNNNNN.jsonl`, `eval/grpo-step-NNNNNN.jsonl`). 0: before and after only.
+    /// Default 0.
+    pub held_out_freq: u32,
     /// Save a checkpoint every this many steps and after the last; 0: never (measurement runs,
     /// where a 3B checkpoint with its optimizer state would be ~50 GB). Default 50.
     pub save_freq: u32,
@@ -86,6 +91,7 @@ impl Default for TrainerConfig {
             micro_batch_size: 4,
             logprob_chunk: 1024,
             test_freq: 10,
+            held_out_freq: 0,
             save_freq: 50,
             keep_checkpoints: 2,
             val_samples: 256,

@@ -1,5 +1,6 @@
-//! Held-out evaluation (`eval/before.jsonl`, `eval/after.jsonl` on `data.test`) and validation
-//! every `trainer.test_freq` steps on `data.val`, with early stopping on its metric.
+//! Held-out evaluation (`eval/before.jsonl`, `eval/after.jsonl` on `data.test`, and
+//! `eval/<name>/...` on each set of `data.held_out`) and validation every `trainer.test_freq` steps
+//! on `data.val`, with early stopping on its metric.
 
 use groundrl_core::rng::keyed;
 use groundrl_core::telemetry::{EvalRecord, SampledAnswers, SampledSummary};
@@ -10,13 +11,56 @@ use super::rollouts::{Group, Split};
 use super::{Ending, TrainError, Trainer, io, setup, write_file};
 use crate::config::EarlyStoppingMode;
 use crate::data_parallel::batch_share;
-use crate::dataset::fixed_subsample;
+use crate::dataset::{Dataset, fixed_subsample};
 use crate::fault;
 use crate::run_folder::eval_file;
+
+/// A held-out set of a run: `data.test`, or a named set of `data.held_out`.
+pub(super) struct HeldOutSet {
+    /// `None` for `data.test`, whose evaluations are `eval/<label>.jsonl`.
+    pub(super) name: Option<String>,
+    /// Its config key (`data.test`, `data.held_out.<name>`), for errors.
+    pub(super) config_key: String,
+    /// Its name in the keys of skipped samples.
+    skip_key: String,
+    pub(super) data: Dataset,
+}
+
+impl HeldOutSet {
+    pub(super) fn test(data: Dataset) -> Self {
+        Self {
+            name: None,
+            config_key: "data.test".into(),
+            skip_key: "test".into(),
+            data,
+        }
+    }
+
+    pub(super) fn named(name: &str, data: Dataset) -> Self {
+        Self {
+            name: Some(name.to_string()),
+            config_key: format!("data.held_out.{name}"),
+            skip_key: format!("held_out.{name}"),
+            data,
+        }
+    }
+
+    /// Its name in the keys of skipped samples (`skips::key`).
+    pub(super) fn key(&self) -> &str {
+        &self.skip_key
+    }
+
+    /// Its name in logs and summaries: `test` for `data.test`.
+    pub fn display_name(&self) -> &str {
+        self.name.as_deref().unwrap_or("test")
+    }
+}
 
 /// The accuracy of one held-out evaluation.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Evaluation {
+    /// The held-out set: `test` for `data.test`, else its name in `data.held_out`.
+    pub set: String,
     pub label: String,
     pub samples: usize,
     /// Samples whose greedy answer was correct.
@@ -31,8 +75,9 @@ impl Evaluation {
         self.correct as f64 / self.samples.max(1) as f64
     }
 
-    fn of(label: &str, records: &[EvalRecord]) -> Self {
+    fn of(set: &str, label: &str, records: &[EvalRecord]) -> Self {
         Self {
+            set: set.to_string(),
             label: label.to_string(),
             samples: records.len(),
             correct: records.iter().filter(|r| r.correct).count(),
@@ -42,46 +87,64 @@ impl Evaluation {
 }
 
 impl Trainer {
-    /// Answers every held-out test sample greedily once per `label` (unless done already): writes
-    /// `eval/<label>.jsonl` and logs the accuracy. Nothing to do without `data.test`. In a
-    /// data-parallel run each rank answers its share ([`Trainer::answer_shared`]).
-    pub fn evaluate_once(&mut self, label: &str) -> Result<Option<Evaluation>, TrainError> {
-        if self.test.is_empty() || self.state.evaluations.iter().any(|l| l == label) {
-            return Ok(None);
+    /// Answers every sample of every held-out set greedily once per `label` (unless done already):
+    /// writes `eval/<label>.jsonl` (`data.test`) and `eval/<name>/<label>.jsonl` (`data.held_out`)
+    /// and logs each accuracy. Nothing to do without held-out sets. In a data-parallel run each
+    /// rank answers its share ([`Trainer::answer_shared`]).
+    pub fn evaluate_once(&mut self, label: &str) -> Result<Vec<Evaluation>, TrainError> {
+        let sets: Vec<usize> = (0..self.held_out.len())
+            .filter(|&set| !self.held_out[set].data.is_empty())
+            .collect();
+        if sets.is_empty() || self.state.evaluations.iter().any(|l| l == label) {
+            return Ok(Vec::new());
         }
-        let indices: Vec<usize> = (0..self.test.len()).collect();
+        let mut evaluations = Vec::with_capacity(sets.len());
+        for set in sets {
+            evaluations.push(self.evaluate_set(set, label)?);
+        }
+        self.state.evaluations.push(label.to_string());
+        Ok(evaluations)
+    }
+
+    /// [`Self::evaluate_once`] on the held-out set at `set`.
+    fn evaluate_set(&mut self, set: usize, label: &str) -> Result<Evaluation, TrainError> {
+        let indices: Vec<usize> = (0..self.held_out[set].data.len()).collect();
         let (records, answered) = self.answer_shared("held-out answers", &indices, |t, _, chunk| {
-            t.eval_chunk(label, chunk)
+            t.eval_chunk(set, label, chunk)
         })?;
+        let name = self.held_out[set].display_name().to_string();
         if self.world_size() > 1 {
             eprintln!(
-                "rank {} of {}: answered {answered} of {} held-out samples ({label})",
+                "rank {} of {}: answered {answered} of {} held-out samples ({name}, {label})",
                 self.rank(),
                 self.world_size(),
                 records.len()
             );
         }
-        let evaluation = Evaluation::of(label, &records);
-        self.state.evaluations.push(label.to_string());
+        let evaluation = Evaluation::of(&name, label, &records);
         self.evaluations.push(evaluation.clone());
         if !self.writes() {
             // Every rank holds every answer; rank 0 writes them.
-            return Ok(Some(evaluation));
+            return Ok(evaluation);
         }
-        let path = eval_file(&self.run_dir, label);
+        let path = eval_file(&self.run_dir, self.held_out[set].name.as_deref(), label);
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
         }
         write_file(&path, &jsonl_bytes(&records)?)?;
+        let set_name = match self.held_out.len() {
+            1 => String::new(),
+            _ => format!(" ({name})"),
+        };
         eprintln!(
-            "held-out {label}: {}/{} correct ({:.1}%)",
+            "held-out {label}{set_name}: {}/{} correct ({:.1}%)",
             evaluation.correct,
             evaluation.samples,
             100.0 * evaluation.accuracy()
         );
         if let Some(s) = evaluation.sampled {
             eprintln!(
-                "held-out {label}, {} samples each at temperature {}: pass@{} {}/{} ({:.1}%), {:.1}% of all sampled correct",
+                "held-out {label}{set_name}, {} samples each at temperature {}: pass@{} {}/{} ({:.1}%), {:.1}% of all sampled correct",
                 s.k,
                 self.temperature(),
                 s.k,
@@ -91,20 +154,32 @@ impl Trainer {
                 100.0 * s.correct as f64 / s.completions.max(1) as f64
             );
         }
-        Ok(Some(evaluation))
+        Ok(evaluation)
+    }
+
+    /// The curve point of `phase` (`sft` or `grpo`) after its step `step`, when
+    /// `trainer.held_out_freq` asks for one there: every held-out set answered, labelled
+    /// `<phase>-step-NNNNNN`.
+    pub(super) fn evaluate_curve_point(&mut self, phase: &str, step: u64) -> Result<(), TrainError> {
+        let every = u64::from(self.cfg.trainer.held_out_freq);
+        if every > 0 && step.is_multiple_of(every) {
+            self.evaluate_once(&format!("{phase}-step-{step:06}"))?;
+        }
+        Ok(())
     }
 
     /// The evaluation record of a test sample's greedy answer: the answer placed in original pixels
     /// the way the reward spec reads it, scored as training scores it.
-    fn eval_record(&self, group: &Group) -> Result<EvalRecord, TrainError> {
-        let sample = &self.test.samples[group.index];
+    fn eval_record(&self, set: usize, group: &Group) -> Result<EvalRecord, TrainError> {
+        let data = &self.held_out[set].data;
+        let sample = &data.samples[group.index];
         let (trajectory, scored) = match (group.completions.first(), group.records.first()) {
             (Some(c), Some(r)) => (c, r),
             _ => return Err(setup(format!("sample {}: no answer to evaluate", sample.id))),
         };
         let record = self
             .inference
-            .eval_record(sample, &self.test.base, &group.prompt, trajectory);
+            .eval_record(sample, &data.base, &group.prompt, trajectory);
         Ok(EvalRecord {
             target_size: scored.target_size,
             correct: scored.correct == Some(true),
@@ -118,21 +193,27 @@ impl Trainer {
 
     /// The records of one batch of test samples: the greedy answers and, with
     /// `trainer.eval_samples`, how many of k sampled answers were correct.
-    fn eval_chunk(&mut self, label: &str, chunk: &[usize]) -> Result<Vec<EvalRecord>, TrainError> {
-        let greedy = self.sample_groups(chunk, 0, Split::Test)?;
+    fn eval_chunk(
+        &mut self,
+        set: usize,
+        label: &str,
+        chunk: &[usize],
+    ) -> Result<Vec<EvalRecord>, TrainError> {
+        let split = Split::HeldOut(set);
+        let greedy = self.sample_groups(chunk, 0, split)?;
         let k = self.cfg.trainer.eval_samples as usize;
         let mut sampled = match k {
             0 => Vec::new(),
             _ => {
-                let seed = keyed(self.cfg.trainer.seed, &format!("eval {label} {}", chunk[0]));
-                self.sample_groups_with(chunk, seed, Split::Test, k, self.temperature(), 0)?
+                let seed = keyed(self.cfg.trainer.seed, &self.sampling_key(set, label, chunk[0]));
+                self.sample_groups_with(chunk, seed, split, k, self.temperature(), 0)?
             }
         }
         .into_iter()
         .peekable();
         let mut records = Vec::with_capacity(greedy.len());
         for group in greedy {
-            let mut record = self.eval_record(&group)?;
+            let mut record = self.eval_record(set, &group)?;
             // Both lists follow `chunk`'s order and skip the same unreadable samples.
             if let Some(s) = sampled.next_if(|s| s.index == group.index) {
                 record.sampled = Some(SampledAnswers {
@@ -144,6 +225,15 @@ impl Trainer {
         }
         fault::point(fault::EVAL);
         Ok(records)
+    }
+
+    /// The key of the sampling seed of a held-out chunk starting at sample `first`: `data.test`'s as
+    /// before there were other sets, so its pass@k answers stay the same.
+    fn sampling_key(&self, set: usize, label: &str, first: usize) -> String {
+        match &self.held_out[set].name {
+            None => format!("eval {label} {first}"),
+            Some(name) => format!("eval {name} {label} {first}"),
+        }
     }
 
     /// Greedy accuracy and mean reward on the fixed validation subsample, answered in shares.

@@ -148,7 +148,7 @@ impl Trainer {
         let data = match split {
             Split::Train => &self.train,
             Split::Val => &self.val,
-            Split::Test => &self.test,
+            Split::HeldOut(set) => &self.held_out[set].data,
         };
         let mut groups = Vec::new();
         // (position in the split, sample id, why): skipped once the loops no longer borrow `data`.
@@ -195,8 +195,14 @@ impl Trainer {
 
     /// [`Self::skip_sample`] for each (position, id, why) of `split`.
     fn skip_samples(&mut self, split: Split, failed: Vec<(usize, String, String)>) {
+        let set = match split {
+            Split::Train => "train",
+            Split::Val => "val",
+            Split::HeldOut(set) => self.held_out[set].key(),
+        }
+        .to_string();
         for (index, id, why) in failed {
-            self.skip_sample(skips::key(split.name(), index), &id, why);
+            self.skip_sample(skips::key(&set, index), &id, why);
         }
     }
 }
@@ -206,18 +212,8 @@ impl Trainer {
 pub(super) enum Split {
     Train,
     Val,
-    Test,
-}
-
-impl Split {
-    /// Its name in the keys of skipped samples ([`skips::key`]).
-    fn name(self) -> &'static str {
-        match self {
-            Split::Train => "train",
-            Split::Val => "val",
-            Split::Test => "test",
-        }
-    }
+    /// A held-out set, by its position in [`Trainer::held_out`] (`data.test` first when set).
+    HeldOut(usize),
 }
 
 /// A step's rollouts: the groups it trains on (this rank's), and the records of every group this

@@ -14,6 +14,7 @@ use groundrl_tensor::hf_folder::{self, HfModel, RandomFolder};
 use groundrl_tensor::profiler;
 use tch::Tensor;
 
+use super::evaluation::HeldOutSet;
 use super::start_clock::StartClock;
 use super::tools::ToolSetup;
 use super::{RolloutSeconds, RunLogs, RunState, TRAINING_ROUND, TrainError, Trainer, io, setup, write_file};
@@ -134,7 +135,7 @@ impl Trainer {
         let DataSets {
             train,
             val,
-            test,
+            held_out,
             warm_up_data,
         } = clock.time("data", || DataSets::load(&cfg))?;
         let mut policy = clock.time("model", || load_policy(&cfg, &run_dir))?;
@@ -171,20 +172,22 @@ impl Trainer {
         let mut inference = Inference::of_run(&cfg, &scorer.spec);
         inference.set_cache_columns(plan::row_tokens(&cfg, &policy.model.architecture()));
         let tools = ToolSetup::new(&cfg);
-        let sets = [("data.train", &train), ("data.val", &val), ("data.test", &test)];
+        let sets = [("data.train", &train), ("data.val", &val)];
         check_answer_frames(
             sets.into_iter()
-                .chain(warm_up_data.iter().map(|d| ("sft.data", d))),
+                .chain(warm_up_data.iter().map(|d| ("sft.data", d)))
+                .chain(held_out.iter().map(|set| (set.config_key.as_str(), &set.data))),
             inference.model_frame,
         )?;
         let warm_up_skipped = warm_up_data.iter().flat_map(|d| &d.skipped);
+        let held_out_skipped = held_out.iter().flat_map(|set| &set.data.skipped);
         let mut bad_records = 0;
         for line in train
             .skipped
             .iter()
             .chain(warm_up_skipped)
             .chain(&val.skipped)
-            .chain(&test.skipped)
+            .chain(held_out_skipped)
         {
             eprintln!("skipped: {line}");
             bad_records += 1;
@@ -211,7 +214,7 @@ impl Trainer {
             train,
             warm_up_data,
             val,
-            test,
+            held_out,
             state: RunState {
                 shaping_keys,
                 ..RunState::default()
@@ -233,13 +236,13 @@ impl Trainer {
 /// Refuses a data set (named by its key) holding a sample whose own prompt asks for answers in
 /// another frame than `frame`, the one the run reads them in.
 fn check_answer_frames<'a>(
-    sets: impl Iterator<Item = (&'static str, &'a Dataset)>,
+    sets: impl Iterator<Item = (&'a str, &'a Dataset)>,
     frame: Frame,
 ) -> Result<(), TrainError> {
     for (key, set) in sets {
         if let Some((sample, asked)) = set.asking_in_another_frame(frame) {
             return Err(TrainError::AnswerFrame {
-                key,
+                key: key.to_string(),
                 sample: sample.id.clone(),
                 asked: asked.to_string(),
                 read: frame,
@@ -388,14 +391,15 @@ fn truncate_log(path: &Path, step: u64) -> Result<(), TrainError> {
 struct DataSets {
     train: Dataset,
     val: Dataset,
-    test: Dataset,
+    /// `data.test` (when set), then the sets of `data.held_out`.
+    held_out: Vec<HeldOutSet>,
     /// The warm-up's own samples (`sft.data`); `None`: it draws from the train set.
     warm_up_data: Option<Dataset>,
 }
 
 impl DataSets {
-    /// Reads `data.train`, `data.val`, `data.test` and `sft.data` (those set), refusing an empty
-    /// train set, or an empty warm-up set when the warm-up has steps.
+    /// Reads `data.train`, `data.val`, `data.test`, `data.held_out` and `sft.data` (those set),
+    /// refusing an empty train set, or an empty warm-up set when the warm-up has steps.
     fn load(cfg: &TrainConfig) -> Result<Self, TrainError> {
         let train = Dataset::load("data.train", &cfg.data.train)?;
         if train.is_empty() {
@@ -406,7 +410,15 @@ impl DataSets {
             false => Dataset::load(key, path).map(Some),
         };
         let val = optional("data.val", &cfg.data.val)?.unwrap_or_else(Dataset::empty);
-        let test = optional("data.test", &cfg.data.test)?.unwrap_or_else(Dataset::empty);
+        let mut held_out = Vec::new();
+        if let Some(test) = optional("data.test", &cfg.data.test)? {
+            held_out.push(HeldOutSet::test(test));
+        }
+        for (name, path) in &cfg.data.held_out {
+            let key = format!("data.held_out.{name}");
+            let data = Dataset::load(&key, path)?;
+            held_out.push(HeldOutSet::named(name, data));
+        }
         let warm_up_data = optional("sft.data", &cfg.sft.data)?;
         if warm_up_data
             .as_ref()
@@ -417,7 +429,7 @@ impl DataSets {
         Ok(Self {
             train,
             val,
-            test,
+            held_out,
             warm_up_data,
         })
     }
@@ -487,7 +499,7 @@ fn with_absolute_paths(mut cfg: TrainConfig) -> Result<TrainConfig, TrainError> 
         &mut cfg.reward.spec,
         &mut cfg.trainer.run_dir,
     ];
-    for path in paths {
+    for path in paths.into_iter().chain(cfg.data.held_out.values_mut()) {
         if !path.as_os_str().is_empty() {
             *path = std::path::absolute(&*path).map_err(|e| io(path, e))?;
         }

@@ -1,5 +1,6 @@
 //! The supervised warm-up (`[sft]`): cross-entropy on reference answers before GRPO, so that the
-//! policy's first rollouts already have the answer's format.
+//! policy's first rollouts already have the answer's format; with `sft.val_freq`, validated as it
+//! goes, stopped early (`sft.patience`) and ended on its best validation's weights.
 
 use std::time::Instant;
 
@@ -8,6 +9,7 @@ use groundrl_core::telemetry::JsonlLog;
 use groundrl_score::data::Sample;
 use groundrl_tensor::processor::Encoded;
 use serde::{Deserialize, Serialize};
+use tch::{Device, Tensor};
 
 use super::start::{Place, new_optimizer};
 use super::{TrainError, Trainer, setup, skips};
@@ -32,6 +34,50 @@ pub struct SftRecord {
     /// Prompt and answer tokens through the model per second (every rank's, in a data-parallel run).
     pub tokens_per_s: f64,
     pub seconds: f64,
+    /// Greedy accuracy on the validation samples after this step, on the steps `sft.val_freq`
+    /// names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub val_accuracy: Option<f64>,
+}
+
+/// The warm-up's best validation so far: saved in checkpoints (in [`super::RunState`]).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SftBest {
+    /// The warm-up step (1-based) whose weights validated best.
+    pub step: u32,
+    pub accuracy: f64,
+}
+
+/// The weights of the warm-up's best validation, kept on the CPU (so the GPU holds no second copy
+/// of the trained tensors), in the order of the trainer's trainable tensors.
+#[derive(Default)]
+struct BestWeights(Vec<Tensor>);
+
+impl BestWeights {
+    fn keep(&mut self, trainable: &[(String, Tensor)]) {
+        self.0 = trainable
+            .iter()
+            .map(|(_, t)| match t.device() {
+                // `to_device` hands back the tensor itself when it is on the CPU already.
+                Device::Cpu => t.detach().copy(),
+                _ => t.detach().to_device(Device::Cpu),
+            })
+            .collect();
+    }
+
+    /// Copies the kept weights back into `trainable`; false when none were kept.
+    fn restore(&self, trainable: &[(String, Tensor)]) -> bool {
+        if self.0.len() != trainable.len() {
+            return false;
+        }
+        tch::no_grad(|| {
+            for ((_, t), best) in trainable.iter().zip(&self.0) {
+                let mut t = t.shallow_clone();
+                t.copy_(best);
+            }
+        });
+        true
+    }
 }
 
 impl Trainer {
@@ -40,31 +86,86 @@ impl Trainer {
     /// `trainer.save_freq` is 0) so that a resumed run never repeats the warm-up.
     pub fn warm_up(&mut self, mut on_step: impl FnMut(&SftRecord)) -> Result<(), TrainError> {
         let steps = self.cfg.sft.steps;
-        if self.state.sft_step >= steps {
+        if self.state.sft_step >= steps || self.state.sft_stopped {
             return Ok(());
         }
         let path = self.run_dir.join(SFT_FILE);
         let mut log = self.writes().then(|| JsonlLog::open(path)).transpose()?;
-        while self.state.sft_step < steps {
-            let record = self.warm_up_step()?;
+        let mut best = BestWeights::default();
+        while self.state.sft_step < steps && !self.state.sft_stopped {
+            let mut record = self.warm_up_step()?;
+            if self.cfg.sft.validates_after(record.step) {
+                let (accuracy, _) = self.validate()?;
+                record.val_accuracy = Some(accuracy);
+                self.track_warm_up_best(&mut best, record.step, accuracy);
+            }
             if let Some(log) = &mut log {
                 log.append(&record)?;
             }
             let scalars = [
                 ("sft/loss".to_string(), record.loss),
                 ("sft/lr".to_string(), record.lr),
-            ];
+            ]
+            .into_iter()
+            .chain(record.val_accuracy.map(|a| ("sft/val_accuracy".to_string(), a)));
             if let Some(logs) = &mut self.logs {
-                logs.events.add_scalars(u64::from(record.step), &scalars)?;
+                logs.events
+                    .add_scalars(u64::from(record.step), &scalars.collect::<Vec<_>>())?;
             }
             on_step(&record);
+            self.evaluate_curve_point("sft", u64::from(record.step))?;
             fault::point(fault::WARM_UP);
         }
+        self.end_on_best_weights(&best);
         self.optimizer = new_optimizer(&self.trainable, &self.cfg, Place::of(self.dp.as_ref()))?;
         if self.cfg.trainer.save_freq > 0 {
             self.save()?;
         }
         Ok(())
+    }
+
+    /// Keeps the weights of a better validation, or counts one more without gain and stops the
+    /// warm-up after `sft.patience` of them. Every rank validates alike, so all decide alike.
+    fn track_warm_up_best(&mut self, best: &mut BestWeights, step: u32, accuracy: f64) {
+        if self.state.sft_best.is_none_or(|b| accuracy > b.accuracy) {
+            self.state.sft_best = Some(SftBest { step, accuracy });
+            self.state.sft_validations_without_gain = 0;
+            best.keep(&self.trainable);
+            return;
+        }
+        self.state.sft_validations_without_gain += 1;
+        let patience = self.cfg.sft.patience;
+        if patience > 0 && self.state.sft_validations_without_gain >= patience {
+            self.state.sft_stopped = true;
+        }
+    }
+
+    /// Puts back the weights of the best validation when a later step's are in the model, and says
+    /// where the warm-up ended.
+    fn end_on_best_weights(&mut self, best: &BestWeights) {
+        let Some(b) = self.state.sft_best else {
+            return;
+        };
+        let last = self.state.sft_step;
+        let restored = b.step != last && best.restore(&self.trainable);
+        if !self.writes() {
+            return;
+        }
+        let why = match self.state.sft_stopped {
+            true => format!(
+                "stopped early after step {last} ({} validations without a better accuracy)",
+                self.state.sft_validations_without_gain
+            ),
+            false => format!("ended at step {last}"),
+        };
+        let weights = match restored {
+            true => format!("back on step {}'s weights", b.step),
+            false => format!("on step {}'s weights", b.step),
+        };
+        eprintln!(
+            "warm-up {why}; {weights}, validation accuracy {:.1}%",
+            100.0 * b.accuracy
+        );
     }
 
     /// One warm-up step: the reference answers of the next `sft.batch_size` training samples (in
@@ -135,6 +236,7 @@ impl Trainer {
             answer_tokens: report.answer_tokens,
             tokens_per_s: report.tokens as f64 / seconds.max(1e-9),
             seconds,
+            val_accuracy: None,
         })
     }
 
