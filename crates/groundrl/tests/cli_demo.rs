@@ -102,6 +102,103 @@ fn a_toy_demo_writes_evaluations_and_a_report() {
     assert!(String::from_utf8_lossy(&again.stderr).contains("already holds a demo"));
 }
 
+/// `--study` at a toy size: the warm-up trains on the GRPO tasks themselves, validates on its own
+/// set and stops early on its best weights; both arms are answered on the test set and the six
+/// out-of-distribution sets, along the way too; the summary holds each set over the seeds.
+#[test]
+fn a_toy_study_measures_every_held_out_set_against_the_supervised_baseline() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("study");
+    let run = command()
+        .arg("demo")
+        .arg("--study")
+        .arg("--out")
+        .arg(&out)
+        .args([
+            "--seeds=2",
+            "--test-tasks=4",
+            "--set-tasks=3",
+            "sft.steps=6",
+            "sft.batch_size=4",
+            "sft.val_freq=2",
+            "sft.patience=1",
+            "trainer.max_steps=2",
+            "trainer.held_out_freq=2",
+            "rollout.n=2",
+            "rollout.prompts_per_step=2",
+            "trainer.mini_batch_size=4",
+            "trainer.micro_batch_size=2",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let sets = [
+        "medium",
+        "hard",
+        "larger",
+        "unseen-layout",
+        "unseen-theme",
+        "paraphrased",
+    ];
+    for set in sets.iter().chain(&["val"]) {
+        assert_eq!(
+            json_lines(&out.join(format!("data/{set}/clicks.jsonl"))).len(),
+            3,
+            "{set}"
+        );
+    }
+    // The larger set's screenshots have twice the side; the others the training size.
+    let width = |set: &str| {
+        json_lines(&out.join(format!("data/{set}/clicks.jsonl")))[0]["images"][0]["width"].clone()
+    };
+    assert_eq!((width("larger"), width("medium")), (448.into(), 224.into()));
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    for seed in 0..2 {
+        let run = out.join(format!("seed-{seed}"));
+        // No warm-up set of its own: the warm-up draws from the GRPO tasks.
+        assert!(!run.join("data/warm-up").exists());
+        let log = json_lines(&run.join("sft.jsonl"));
+        let validated: Vec<u64> = (log.iter())
+            .filter(|r| r["val_accuracy"].is_number())
+            .map(|r| r["step"].as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            validated,
+            (1..=log.len() as u64 / 2).map(|v| 2 * v).collect::<Vec<_>>()
+        );
+        let study = &summary["seeds"][seed]["study"];
+        assert_eq!(study["sft_steps"], log.len());
+        assert_eq!(study["grpo_prompts"], 4);
+        let names: Vec<&str> = (study["sets"].as_array().unwrap().iter())
+            .map(|s| s["set"].as_str().unwrap())
+            .collect();
+        assert_eq!(names[0], "test");
+        let mut sorted = sets.to_vec();
+        sorted.sort();
+        assert_eq!(names[1..], sorted[..]);
+        for s in study["sets"].as_array().unwrap() {
+            let tasks = if s["set"] == "test" { 4 } else { 3 };
+            assert_eq!(s["tasks"], tasks);
+            let curve = s["curve"].as_array().unwrap();
+            let phases: Vec<(&str, u64)> = (curve.iter())
+                .map(|p| (p[0].as_str().unwrap(), p[1].as_u64().unwrap()))
+                .collect();
+            let sft_points = (1..=log.len() as u64 / 2).map(|v| ("sft", 2 * v));
+            let expected: Vec<(&str, u64)> = sft_points.chain([("grpo", 2)]).collect();
+            assert_eq!(phases, expected, "{}", s["set"]);
+        }
+    }
+    let table: Vec<&str> = stdout.lines().filter(|l| l.starts_with("| ")).collect();
+    assert_eq!(table.len(), 1 + 7, "{stdout}");
+    assert_eq!(summary["sets"].as_array().unwrap().len(), 7);
+}
+
 /// Seeds trained side by side (the CPU default), or side by side in processes of their own (the
 /// GPU demo's way), give what they give one after another: each seed's sampling draws from its own
 /// keyed streams and the model's initialisation holds libtorch's global generator, so threads do

@@ -10,7 +10,9 @@
 //! into the binary so the demo runs from any folder; the demo fills in the data, reward spec, run
 //! folder and seeds, and dotted overrides change anything else. `--tools` runs the zoom-tool demo
 //! instead (`configs/demo-tools-cpu.toml` / `demo-tools-gpu.toml`): larger screenshots seen at a
-//! quarter of their size, the `zoom` tool offered, and the confidence-gated reward.
+//! quarter of their size, the `zoom` tool offered, and the confidence-gated reward. `--study`
+//! measures what GRPO adds beyond supervised fine-tuning run until it stops improving, on held-out
+//! sets like and unlike the training tasks (`study`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -20,18 +22,21 @@ use anyhow::{Context, bail};
 use groundrl_core::data::jsonl::{read_jsonl, write_jsonl};
 use groundrl_core::prompt::{ModelKind, Preset, PromptStyle, Reasoning};
 use groundrl_core::report::{EvalSet, Run, write_report};
-use groundrl_core::synth::{Difficulty, SynthConfig, generate};
+use groundrl_core::synth::{Knobs, SynthConfig, generate};
 use groundrl_core::telemetry::{CurveCheck, SampledSummary, check_curve};
 use groundrl_score::data::{Sample, Task};
 use groundrl_score::frame::Frame;
 use groundrl_score::metrics::gain::{Interval, mean_over_seeds};
 use groundrl_train::config::TrainConfig;
-use groundrl_train::run_folder::CONFIG_FILE;
-use groundrl_train::trainer::Trainer;
+use groundrl_train::run_folder::{CONFIG_FILE, SFT_FILE};
+use groundrl_train::trainer::{SftRecord, Trainer};
 use indicatif::{MultiProgress, ProgressBar};
 use serde::Serialize;
 
 use crate::commands::train::{progress_bar, report_ending, train_with_bar};
+
+mod study;
+use study::{Look, SetResult, SetSummary, accuracy};
 
 const CPU_CONFIG: &str = include_str!("../../../../configs/demo-cpu.toml");
 const GPU_CONFIG: &str = include_str!("../../../../configs/demo-gpu.toml");
@@ -91,7 +96,8 @@ pub struct Args {
     /// prompts) took 7.2 minutes together; at 64 prompts a step and 100 steps, 4.7 where one alone
     /// took about 3. On the GPU each seed runs
     /// in a process of its own (log in `<out>/seed-N.log`): the rollout engine captures CUDA graphs,
-    /// and a capture fails when another thread of the same process uses the device meanwhile.
+    /// and a capture fails when another thread of the same process uses the device meanwhile. With
+    /// several GPUs visible, the processes go round them, one GPU each in turn.
     #[arg(long)]
     jobs: Option<u64>,
     /// Train the seeds of a wave in processes of their own rather than threads of this one (the
@@ -103,6 +109,17 @@ pub struct Args {
     /// so that the accuracy on small targets with the tool can be set beside the accuracy without it.
     #[arg(long, requires = "tools")]
     without_tool: bool,
+    /// What GRPO adds beyond supervised fine-tuning: the warm-up runs on the training tasks until
+    /// its validation accuracy stops improving and ends on its best weights (the supervised
+    /// baseline), GRPO then trains on the same tasks (the RL arm), and both are measured on the
+    /// test set and on six sets unlike the training tasks (harder, larger, an unseen layout, an
+    /// unseen theme, other wording), with curves against steps.
+    #[arg(long, conflicts_with = "tools")]
+    study: bool,
+    /// With --study: tasks of the validation set and of each out-of-distribution set, each drawn
+    /// from its own generator seed. Default 500.
+    #[arg(long, requires = "study")]
+    set_tasks: Option<usize>,
     /// Set by the demo itself when it trains seeds in processes of their own (`--jobs` on the
     /// GPU): train seed `--first-seed` alone on the held-out data the parent process drew.
     #[arg(long, hide = true)]
@@ -127,7 +144,23 @@ struct SeedResult {
     reward_curve: Option<CurveCheck>,
     /// Zoom-tool demos: the accuracy on small targets.
     small_targets: Option<SmallTargets>,
+    /// Studies: where the supervised baseline stopped, and every held-out set's result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    study: Option<SeedStudy>,
     minutes: f64,
+}
+
+/// A study seed's supervised baseline and held-out sets.
+#[derive(Clone, Debug, Serialize)]
+struct SeedStudy {
+    /// Warm-up steps run, and the step whose weights (best validation) the baseline kept.
+    sft_steps: u32,
+    sft_best_step: u32,
+    sft_best_validation: f64,
+    /// Reference answers the warm-up trained on, and the GRPO prompts after it (the same tasks).
+    sft_answers: u64,
+    grpo_prompts: u64,
+    sets: Vec<SetResult>,
 }
 
 /// Held-out accuracy on small targets (under [`SMALL_TARGET`] of the image side), before and after
@@ -168,6 +201,9 @@ struct Summary {
     every_gain_above_zero: bool,
     /// The mean over seeds of the accuracy on small targets after GRPO (zoom-tool demos).
     mean_small_target_accuracy: Option<Interval>,
+    /// Studies: each held-out set over the seeds.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    sets: Vec<SetSummary>,
 }
 
 impl Summary {
@@ -177,10 +213,14 @@ impl Summary {
             .iter()
             .map(|r| r.small_targets.as_ref().map(|s| s.after))
             .collect();
+        let studies: Vec<&[SetResult]> = (seeds.iter())
+            .filter_map(|r| r.study.as_ref().map(|s| s.sets.as_slice()))
+            .collect();
         Self {
             mean_gain: mean_over_seeds(&gains),
             every_gain_above_zero: gains.iter().all(|&g| g > 0.0),
             mean_small_target_accuracy: small.as_deref().and_then(mean_over_seeds),
+            sets: SetSummary::of(&studies),
             seeds,
         }
     }
@@ -228,9 +268,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         &out.join("data/test"),
         TEST_SYNTH_SEED,
         test_tasks,
-        demo.size,
+        &demo.look(),
         frame,
     )?;
+    if args.study {
+        let tasks = args.set_tasks.unwrap_or(study::SET_TASKS);
+        draw_study_sets(out, tasks, demo.size, frame)?;
+    }
     let seeds: Vec<u64> = (args.first_seed..args.first_seed + args.seeds).collect();
     let bars = MultiProgress::new();
     let mut results = Vec::new();
@@ -272,9 +316,12 @@ fn test_data(out: &Path) -> PathBuf {
 /// `--seed-process`), and reads each seed's result from its run folder once its process ended.
 fn run_processes(args: &Args, wave: &[u64], jobs: u64) -> Vec<anyhow::Result<(SeedResult, ExitCode)>> {
     let start = Instant::now();
-    let children: Vec<_> = wave
-        .iter()
-        .map(|&seed| (seed, spawn_seed(args, seed, jobs)))
+    let gpus = visible_gpus(args);
+    let children: Vec<_> = (wave.iter().enumerate())
+        .map(|(i, &seed)| {
+            let gpu = (!gpus.is_empty()).then(|| gpus[i % gpus.len()].as_str());
+            (seed, spawn_seed(args, seed, jobs, gpu))
+        })
         .collect();
     children
         .into_iter()
@@ -294,7 +341,7 @@ fn run_processes(args: &Args, wave: &[u64], jobs: u64) -> Vec<anyhow::Result<(Se
             let dir = args.out.join(format!("seed-{seed}"));
             let run = Run::load(&dir, &dir).with_context(|| format!("reading seed {seed}'s run"))?;
             let minutes = start.elapsed().as_secs_f64() / 60.0;
-            let result = seed_result(seed, &run, minutes, args.tools).with_context(|| {
+            let result = seed_result(seed, &run, minutes, args).with_context(|| {
                 format!(
                     "seed {seed}: no held-out evaluation before and after GRPO; log {}",
                     log.display()
@@ -310,8 +357,26 @@ fn seed_log(out: &Path, seed: u64) -> PathBuf {
     out.join(format!("seed-{seed}.log"))
 }
 
-/// Starts this binary on seed `seed` alone, with the demo's own arguments.
-fn spawn_seed(args: &Args, seed: u64, jobs: u64) -> anyhow::Result<std::process::Child> {
+/// The GPUs a GPU demo's seeds go round, when more than one is visible (`CUDA_VISIBLE_DEVICES`'s
+/// entries, else every device's number): three seeds on two GPUs then share one GPU between two of
+/// them instead of all three sharing one. Empty otherwise: each process sees what this one sees.
+fn visible_gpus(args: &Args) -> Vec<String> {
+    let count = match args.gpu {
+        true => groundrl_tensor::tch::Cuda::device_count().max(0) as usize,
+        false => 0,
+    };
+    if count < 2 {
+        return Vec::new();
+    }
+    match std::env::var("CUDA_VISIBLE_DEVICES") {
+        Ok(list) if !list.trim().is_empty() => list.split(',').map(|d| d.trim().to_string()).collect(),
+        _ => (0..count).map(|d| d.to_string()).collect(),
+    }
+}
+
+/// Starts this binary on seed `seed` alone, with the demo's own arguments, on GPU `gpu` when given
+/// (its `CUDA_VISIBLE_DEVICES`).
+fn spawn_seed(args: &Args, seed: u64, jobs: u64, gpu: Option<&str>) -> anyhow::Result<std::process::Child> {
     let exe = std::env::current_exe().context("locating the groundrl binary")?;
     let path = seed_log(&args.out, seed);
     let log = std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
@@ -333,6 +398,7 @@ fn spawn_seed(args: &Args, seed: u64, jobs: u64) -> anyhow::Result<std::process:
         (args.gpu, "--gpu"),
         (args.tools, "--tools"),
         (args.without_tool, "--without-tool"),
+        (args.study, "--study"),
     ] {
         if on {
             command.arg(flag);
@@ -340,8 +406,15 @@ fn spawn_seed(args: &Args, seed: u64, jobs: u64) -> anyhow::Result<std::process:
     }
     command.arg("--").args(&args.overrides);
     command.stdout(log.try_clone()?).stderr(log);
+    let on = match gpu {
+        Some(gpu) => {
+            command.env("CUDA_VISIBLE_DEVICES", gpu);
+            format!(" on GPU {gpu}")
+        }
+        None => String::new(),
+    };
     eprintln!(
-        "seed {seed}: training in a process of its own; log {}",
+        "seed {seed}: training in a process of its own{on}; log {}",
         path.display()
     );
     command
@@ -393,11 +466,16 @@ fn run_seed(
     }
     let warm_up_tasks = cfg.sft.steps as usize * cfg.sft.batch_size as usize;
     let data = dir.join("data");
-    if warm_up_tasks > 0 {
-        cfg.sft.data = draw(&data.join("warm-up"), 2 * seed, warm_up_tasks, demo.size, frame)?;
+    let look = demo.look();
+    // A study's warm-up trains on the GRPO tasks themselves (the arms see the same tasks).
+    if warm_up_tasks > 0 && !args.study {
+        cfg.sft.data = draw(&data.join("warm-up"), 2 * seed, warm_up_tasks, &look, frame)?;
     }
-    cfg.data.train = draw(&data.join("train"), 2 * seed + 1, grpo_tasks, demo.size, frame)?;
+    cfg.data.train = draw(&data.join("train"), 2 * seed + 1, grpo_tasks, &look, frame)?;
     cfg.data.test = test.to_path_buf();
+    if args.study {
+        study_data(&mut cfg, &args.out);
+    }
     // The demo's reward spec unless an override names another.
     if cfg.reward.spec.as_os_str().is_empty() && cfg.reward.inline.is_empty() {
         let spec = dir.join("reward.toml");
@@ -416,14 +494,30 @@ fn run_seed(
     for note in &run.notes {
         eprintln!("report: {note}");
     }
-    let result = seed_result(seed, &run, start.elapsed().as_secs_f64() / 60.0, args.tools)
+    let result = seed_result(seed, &run, start.elapsed().as_secs_f64() / 60.0, args)
         .with_context(|| format!("seed {seed}: no held-out evaluation before and after GRPO"))?;
     Ok((result, code))
 }
 
 /// The seed's held-out result from its run folder: the first and last evaluations, paired by task.
-fn seed_result(seed: u64, run: &Run, minutes: f64, tools: bool) -> Option<SeedResult> {
-    let (first, last) = (run.evals.first()?, run.evals.last()?);
+fn seed_result(seed: u64, run: &Run, minutes: f64, args: &Args) -> anyhow::Result<SeedResult> {
+    let study = match args.study {
+        true => Some(seed_study(run)?),
+        false => None,
+    };
+    test_result(seed, run, minutes, args.tools, study).context("no held-out evaluation before and after GRPO")
+}
+
+/// [`seed_result`] of the demo's test set (`data.test`).
+fn test_result(
+    seed: u64,
+    run: &Run,
+    minutes: f64,
+    tools: bool,
+    study: Option<SeedStudy>,
+) -> Option<SeedResult> {
+    let find = |label: &str| run.evals.iter().find(|e| e.label == label);
+    let (first, last) = (find("before")?, find("after")?);
     let gain = last.gain_over(first)?;
     let pass_at_k_before = SampledSummary::of(&first.records).map(|s| (s.k, s.pass_rate()));
     let rewards: Vec<f64> = run.steps.iter().map(|s| s.rollout.reward.mean).collect();
@@ -441,17 +535,65 @@ fn seed_result(seed: u64, run: &Run, minutes: f64, tools: bool) -> Option<SeedRe
         } else {
             None
         },
+        study,
         minutes,
     })
 }
 
-/// The share of right answers of an evaluation.
-fn accuracy(set: &EvalSet) -> f64 {
-    let (right, n) = set.correct_of(|_| true);
-    right as f64 / n.max(1) as f64
+/// A study seed's baseline (from its warm-up log) and its held-out sets, the test set first.
+fn seed_study(run: &Run) -> anyhow::Result<SeedStudy> {
+    let records = read_warm_up_log(&run.dir)?;
+    let best = (records.iter())
+        .filter_map(|r| r.val_accuracy.map(|a| (r.step, a)))
+        .fold(None, |best: Option<(u32, f64)>, (step, a)| match best {
+            Some((_, b)) if b >= a => best,
+            _ => Some((step, a)),
+        });
+    let (sft_best_step, sft_best_validation) = best.context("the warm-up logged no validation")?;
+    let cfg = TrainConfig::load(&run.dir.join(CONFIG_FILE), &[])?;
+    let sft_steps = records.last().map_or(0, |r| r.step);
+    let mut sets = Vec::new();
+    for name in std::iter::once("test").chain(cfg.data.held_out.keys().map(String::as_str)) {
+        sets.push(SetResult::read(&run.dir, name)?.with_context(|| format!("held-out set {name}"))?);
+    }
+    Ok(SeedStudy {
+        sft_steps,
+        sft_best_step,
+        sft_best_validation,
+        sft_answers: u64::from(sft_steps) * u64::from(cfg.sft.batch_size),
+        grpo_prompts: cfg.trainer.max_steps * u64::from(cfg.rollout.prompts_per_step),
+        sets,
+    })
+}
+
+/// The warm-up's records (`sft.jsonl`) of the run in `dir`.
+fn read_warm_up_log(dir: &Path) -> anyhow::Result<Vec<SftRecord>> {
+    let path = dir.join(SFT_FILE);
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(|(i, line)| {
+            serde_json::from_str(line).with_context(|| format!("{} line {}", path.display(), i + 1))
+        })
+        .collect()
 }
 
 fn print_seed(r: &SeedResult) {
+    if let Some(study) = &r.study {
+        println!(
+            "seed {}: the supervised baseline stopped after {} warm-up steps ({} reference answers) \
+             on step {}'s weights (validation {:.1}%); GRPO then ran {} prompts of the same tasks",
+            r.seed,
+            study.sft_steps,
+            study.sft_answers,
+            study.sft_best_step,
+            100.0 * study.sft_best_validation,
+            study.grpo_prompts
+        );
+        study::print_sets(r.seed, &study.sets);
+        return;
+    }
     let pass = r
         .pass_at_k_before
         .map(|(k, p)| format!(", pass@{k} {:.1}%", 100.0 * p))
@@ -492,6 +634,10 @@ fn print_seed(r: &SeedResult) {
 }
 
 fn print_summary(s: &Summary) {
+    if !s.sets.is_empty() {
+        study::print_summary(&s.sets, s.seeds.len());
+        return;
+    }
     let Some(mean) = s.mean_gain else { return };
     if s.seeds.len() < 2 {
         return;
@@ -521,6 +667,9 @@ struct Demo {
     overrides: &'static [&'static str],
     reward_spec: &'static str,
     size: (u32, u32),
+    /// `--study`: training drawn from fewer layouts and themes, so that held-out sets can hold the
+    /// others.
+    study: bool,
 }
 
 /// The zoom-tool demo's baseline: no tool offered, so no reference trajectory zooms either.
@@ -548,33 +697,66 @@ impl Demo {
             (true, false) => (TOOLS_CPU_CONFIG, TOOLS_REWARD_SPEC, (448, 448)),
             (true, true) => (TOOLS_GPU_CONFIG, TOOLS_REWARD_SPEC, (896, 896)),
         };
-        if args.without_tool {
-            return Self {
-                config,
-                overrides: &WITHOUT_TOOL,
-                reward_spec: SHAPED_CLICK_REWARD_SPEC,
-                size,
+        let (overrides, reward_spec): (&'static [&'static str], _) =
+            match (args.without_tool, args.study, args.gpu) {
+                (true, _, _) => (&WITHOUT_TOOL, SHAPED_CLICK_REWARD_SPEC),
+                (false, true, true) => (study::GPU_OVERRIDES, reward_spec),
+                (false, true, false) => (study::CPU_OVERRIDES, reward_spec),
+                (false, false, _) => (&[], reward_spec),
             };
-        }
         Self {
             config,
-            overrides: &[],
+            overrides,
             reward_spec,
             size,
+            study: args.study,
+        }
+    }
+
+    /// The screenshots the runs train on and the test set is drawn from.
+    fn look(&self) -> Look {
+        match self.study {
+            true => study::training_look(self.size),
+            false => Look::easy(self.size),
         }
     }
 }
 
-/// Draws easy synthetic screenshots of `size` into `dir` with generator seed `seed` and instruct
+/// Draws a study's validation tasks and its out-of-distribution sets into `out/data`.
+fn draw_study_sets(out: &Path, tasks: usize, size: (u32, u32), frame: Frame) -> anyhow::Result<()> {
+    let val = study::training_look(size);
+    draw(
+        &study::set_dir(out, "val"),
+        study::VAL_SYNTH_SEED,
+        tasks,
+        &val,
+        frame,
+    )?;
+    for (i, (name, look)) in study::held_out_sets(size).iter().enumerate() {
+        draw(&study::set_dir(out, name), study::set_seed(i), tasks, look, frame)?;
+    }
+    Ok(())
+}
+
+/// Points a study seed's config at the validation and out-of-distribution sets the parent drew.
+fn study_data(cfg: &mut TrainConfig, out: &Path) {
+    cfg.data.val = study::set_dir(out, "val").join(CLICKS_FILE);
+    for (name, _) in study::held_out_sets((1, 1)) {
+        let path = study::set_dir(out, name).join(CLICKS_FILE);
+        cfg.data.held_out.insert(name.to_string(), path);
+    }
+}
+
+/// Draws synthetic screenshots of `look` into `dir` with generator seed `seed` and instruct
 /// prompts (click points in `frame`, the model's) until `tasks` click tasks are drawn, and keeps the first
 /// `tasks` of them (the generator's "find all" detection tasks ask for a JSON list, a second format
 /// the tiny model would have to learn too); returns the samples file. The generator is
 /// prefix-stable, so the same seed and count always give the same tasks.
-fn draw(dir: &Path, seed: u64, tasks: usize, size: (u32, u32), frame: Frame) -> anyhow::Result<PathBuf> {
+fn draw(dir: &Path, seed: u64, tasks: usize, look: &Look, frame: Frame) -> anyhow::Result<PathBuf> {
     // Easy screenshots hold about 1.8 click tasks each; ask for a few more than needed.
     let mut screenshots = (tasks as u64).div_ceil(3) * 2 + 8;
     loop {
-        let clicks = draw_screenshots(dir, seed, screenshots, size, frame)?;
+        let clicks = draw_screenshots(dir, seed, screenshots, look, frame)?;
         if clicks.len() >= tasks {
             let kept = dir.join(CLICKS_FILE);
             write_jsonl(&kept, &clicks[..tasks])?;
@@ -589,19 +771,22 @@ fn draw(dir: &Path, seed: u64, tasks: usize, size: (u32, u32), frame: Frame) -> 
     }
 }
 
-/// The click tasks of `screenshots` easy screenshots drawn into `dir`.
+/// The click tasks of `screenshots` screenshots of `look` drawn into `dir`.
 fn draw_screenshots(
     dir: &Path,
     seed: u64,
     screenshots: u64,
-    size: (u32, u32),
+    look: &Look,
     frame: Frame,
 ) -> anyhow::Result<Vec<Sample>> {
     let config = SynthConfig {
         screenshots,
         seed,
-        size: Some(size),
-        knobs: Difficulty::Easy.knobs(),
+        size: Some(look.size),
+        knobs: Knobs {
+            variety: look.variety.clone(),
+            ..look.difficulty.knobs()
+        },
         prompt: Some(PromptStyle {
             preset: Preset::Point,
             reasoning: Reasoning::None,
