@@ -8,6 +8,25 @@ use crate::common;
 use common::{command, json_lines};
 use serde_json::Value;
 
+/// GRPO at its smallest: 2 prompts of 2 samples a step, one optimizer step of 4 completions.
+const TOY_GRPO: [&str; 4] = [
+    "rollout.n=2",
+    "rollout.prompts_per_step=2",
+    "trainer.mini_batch_size=4",
+    "trainer.micro_batch_size=2",
+];
+
+/// The standard output of a demo that must have succeeded (else the test fails showing both outputs).
+fn stdout_of_success(run: &std::process::Output) -> String {
+    let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    stdout
+}
+
 #[test]
 fn a_toy_demo_writes_evaluations_and_a_report() {
     let dir = tempfile::tempdir().unwrap();
@@ -19,10 +38,6 @@ fn a_toy_demo_writes_evaluations_and_a_report() {
         "sft.batch_size=4",
         "trainer.max_steps=2",
         "trainer.eval_samples=2",
-        "rollout.n=2",
-        "rollout.prompts_per_step=2",
-        "trainer.mini_batch_size=4",
-        "trainer.micro_batch_size=2",
     ];
     let demo = || {
         command()
@@ -30,16 +45,11 @@ fn a_toy_demo_writes_evaluations_and_a_report() {
             .arg("--out")
             .arg(&out)
             .args(toy)
+            .args(TOY_GRPO)
             .output()
             .unwrap()
     };
-    let run = demo();
-    let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
-    assert!(
-        run.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let stdout = stdout_of_success(&demo());
     let test = json_lines(&out.join("data/test/clicks.jsonl"));
     assert_eq!(test.len(), 6);
     let mut seen = std::collections::HashSet::new();
@@ -124,19 +134,11 @@ fn a_toy_study_measures_every_held_out_set_against_the_supervised_baseline() {
             "sft.patience=1",
             "trainer.max_steps=2",
             "trainer.held_out_freq=2",
-            "rollout.n=2",
-            "rollout.prompts_per_step=2",
-            "trainer.mini_batch_size=4",
-            "trainer.micro_batch_size=2",
         ])
+        .args(TOY_GRPO)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
-    assert!(
-        run.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let stdout = stdout_of_success(&run);
     let sets = [
         "medium",
         "hard",
@@ -290,23 +292,11 @@ fn the_zoom_demo_without_the_tool_is_its_baseline() {
         .args(["demo", "--tools", "--without-tool", "--seeds=1", "--test-tasks=4"])
         .arg("--out")
         .arg(&out)
-        .args([
-            "sft.steps=2",
-            "sft.batch_size=2",
-            "trainer.max_steps=1",
-            "rollout.n=2",
-            "rollout.prompts_per_step=2",
-            "trainer.mini_batch_size=4",
-            "trainer.micro_batch_size=2",
-        ])
+        .args(["sft.steps=2", "sft.batch_size=2", "trainer.max_steps=1"])
+        .args(TOY_GRPO)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
-    assert!(
-        run.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let stdout = stdout_of_success(&run);
     let config = std::fs::read_to_string(out.join("seed-0/config.toml")).unwrap();
     let tools = &config[config.find("[tools]").unwrap()..];
     assert!(tools.contains("\nenabled = []\n"), "{tools}");

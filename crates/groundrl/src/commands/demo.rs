@@ -620,15 +620,12 @@ fn print_seed(r: &SeedResult) {
         )
     });
     println!(
-        "seed {}: held-out accuracy {:.1}% -> {:.1}% on {} tasks, gain {:+.1} points (95% interval \
-         {:+.1} to {:+.1}){pass}{curve}{small}; {:.1} min",
+        "seed {}: held-out accuracy {:.1}% -> {:.1}% on {} tasks, gain {}{pass}{curve}{small}; {:.1} min",
         r.seed,
         100.0 * r.before,
         100.0 * r.after,
         r.test_tasks,
-        100.0 * r.gain.value,
-        100.0 * r.gain.low,
-        100.0 * r.gain.high,
+        study::gain_in_points(&r.gain),
         r.minutes
     );
 }

@@ -223,17 +223,24 @@ impl SetSummary {
 pub(super) fn print_sets(seed: u64, sets: &[SetResult]) {
     for r in sets {
         println!(
-            "seed {seed}, {}: supervised {:.1}% -> RL {:.1}% on {} tasks, gain {:+.1} points (95% \
-             interval {:+.1} to {:+.1})",
+            "seed {seed}, {}: supervised {:.1}% -> RL {:.1}% on {} tasks, gain {}",
             r.set,
             100.0 * r.sft,
             100.0 * r.rl,
             r.tasks,
-            100.0 * r.gain.value,
-            100.0 * r.gain.low,
-            100.0 * r.gain.high
+            gain_in_points(&r.gain)
         );
     }
+}
+
+/// A gain in points with its 95% interval: `+3.2 points (95% interval +1.0 to +5.4)`.
+pub(super) fn gain_in_points(gain: &Interval) -> String {
+    format!(
+        "{:+.1} points (95% interval {:+.1} to {:+.1})",
+        100.0 * gain.value,
+        100.0 * gain.low,
+        100.0 * gain.high
+    )
 }
 
 /// Prints the sets over the seeds as a table.
