@@ -113,9 +113,14 @@ impl Trainer {
             t.eval_chunk(set, label, chunk)
         })?;
         let name = self.held_out[set].display_name().to_string();
+        // The set is named where the run has more than one.
+        let set_name = match self.held_out.len() {
+            1 => String::new(),
+            _ => format!(" ({name})"),
+        };
         if self.world_size() > 1 {
             eprintln!(
-                "rank {} of {}: answered {answered} of {} held-out samples ({name}, {label})",
+                "rank {} of {}: answered {answered} of {} held-out samples ({label}){set_name}",
                 self.rank(),
                 self.world_size(),
                 records.len()
@@ -132,10 +137,6 @@ impl Trainer {
             std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
         }
         write_file(&path, &jsonl_bytes(&records)?)?;
-        let set_name = match self.held_out.len() {
-            1 => String::new(),
-            _ => format!(" ({name})"),
-        };
         eprintln!(
             "held-out {label}{set_name}: {}/{} correct ({:.1}%)",
             evaluation.correct,
