@@ -29,9 +29,12 @@ wanted="${packages[*]}"
 pip=(--quiet --disable-pip-version-check --no-cache-dir)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
   if [ "${1:-}" = trl ]; then
-    mkdir -p "$(dirname "$venv")"
+    # An outdated environment goes first: its room counts.
+    rm -rf "$venv"
+    mkdir -p "$(dirname "$venv")" "${TMPDIR:-/tmp}"
     # pip stages the wheels in $TMPDIR; the smaller of the two file systems' room is what counts.
-    free_gb=$(df -P -BG "$(dirname "$venv")" "${TMPDIR:-/tmp}" | awk 'NR > 1 { gsub("G", "", $4); print $4 }' | sort -n | head -1)
+    free_mb=$(df -P -BM "$(dirname "$venv")" "${TMPDIR:-/tmp}" | awk 'NR > 1 { gsub("M", "", $4); print $4 }' | sort -n | head -1)
+    free_gb=$((free_mb / 1024))
     need_gb=$((8 + ${GROUNDRL_ENV_SPARE_GB:-0}))
     if [ "$free_gb" -lt "$need_gb" ]; then
       echo "python-env: $free_gb GB of disk free; the TRL environment needs $need_gb GB (torch with its CUDA libraries from PyPI): not made" >&2
