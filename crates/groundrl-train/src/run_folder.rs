@@ -69,7 +69,6 @@ pub fn parse_step_name(name: &str) -> Option<u64> {
     (step_name(step) == name).then_some(step)
 }
 
-/// The held-out evaluation labelled `label` (`before`, `after`).
 /// The evaluation `label` of a held-out set: `eval/<label>.jsonl` for `data.test` (`set` `None`),
 /// `eval/<set>/<label>.jsonl` for a set of `data.held_out`.
 pub fn eval_file(run_dir: &Path, set: Option<&str>, label: &str) -> PathBuf {

@@ -108,7 +108,7 @@ pub struct RunState {
     pub sft_validations_without_gain: u32,
     #[serde(default)]
     pub sft_stopped: bool,
-    /// Labels of the held-out evaluations done (`before`, `after`).
+    /// Labels of the held-out evaluations done (`before`, `after`, the curve points).
     #[serde(default)]
     pub evaluations: Vec<String>,
     /// Curriculum rounds finished (`[rounds]`); the current round's epochs and `trainer.max_steps`
@@ -289,7 +289,10 @@ impl Trainer {
             }
             let record = self.step()?;
             on_step(&record);
-            self.evaluate_curve_point("grpo", self.state.step)?;
+            // The last step's point would be `after` again.
+            if self.finished().is_none() {
+                self.evaluate_curve_point("grpo", self.state.step)?;
+            }
             let limit = self.cfg.trainer.max_nonfinite_steps;
             if limit > 0 && self.state.nonfinite_in_a_row >= limit {
                 break Ending::NonFinite {
@@ -535,7 +538,8 @@ impl Trainer {
         self.dp.as_ref().map_or(1, DataParallel::world_size)
     }
 
-    /// The held-out evaluations this process ran (`before`, `after`), in order.
+    /// The held-out evaluations this process ran (`before`, `after`, the curve points), in order,
+    /// each label's sets in the order of [`Trainer::held_out`].
     pub fn evaluations(&self) -> &[Evaluation] {
         &self.evaluations
     }

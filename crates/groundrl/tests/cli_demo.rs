@@ -133,7 +133,7 @@ fn a_toy_study_measures_every_held_out_set_against_the_supervised_baseline() {
             "sft.val_freq=2",
             "sft.patience=1",
             "trainer.max_steps=2",
-            "trainer.held_out_freq=2",
+            "trainer.held_out_freq=1",
         ])
         .args(TOY_GRPO)
         .output()
@@ -191,8 +191,9 @@ fn a_toy_study_measures_every_held_out_set_against_the_supervised_baseline() {
             let phases: Vec<(&str, u64)> = (curve.iter())
                 .map(|p| (p[0].as_str().unwrap(), p[1].as_u64().unwrap()))
                 .collect();
-            let sft_points = (1..=log.len() as u64 / 2).map(|v| ("sft", 2 * v));
-            let expected: Vec<(&str, u64)> = sft_points.chain([("grpo", 2)]).collect();
+            // Every step of both phases but the last GRPO step, whose point is `after` itself.
+            let sft_points = (1..=log.len() as u64).map(|step| ("sft", step));
+            let expected: Vec<(&str, u64)> = sft_points.chain([("grpo", 1)]).collect();
             assert_eq!(phases, expected, "{}", s["set"]);
         }
     }

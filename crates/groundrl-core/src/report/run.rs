@@ -93,7 +93,8 @@ pub struct Figure {
 pub struct Run {
     pub dir: PathBuf,
     pub steps: Vec<StepRecord>,
-    /// Evaluations in report order: `before` first, `after` last, other labels alphabetically between.
+    /// Evaluations in report order: `before` first, `after` last, the curve points and other labels
+    /// between (`report_order`).
     pub evals: Vec<EvalSet>,
     pub config: Option<String>,
     /// The curriculum's figures, by path.
@@ -227,12 +228,15 @@ fn read_evals(dir: &Path, notes: &mut Vec<String>) -> Result<Vec<EvalSet>, Repor
     Ok(sets)
 }
 
-/// `before` first, `after` last, other labels alphabetically between.
+/// `before` first, `after` last, between them the warm-up's curve points, then GRPO's (their steps
+/// zero-padded, so in step order), then other labels, each group alphabetically.
 fn report_order(a: &str, b: &str) -> Ordering {
     let rank = |label: &str| match label {
         "before" => 0,
-        "after" => 2,
-        _ => 1,
+        "after" => 4,
+        _ if label.starts_with("sft-step-") => 1,
+        _ if label.starts_with("grpo-step-") => 2,
+        _ => 3,
     };
     rank(a).cmp(&rank(b)).then_with(|| a.cmp(b))
 }
@@ -287,6 +291,28 @@ mod tests {
         let mut labels = vec!["after", "round-2", "before", "round-1"];
         labels.sort_by(|a, b| report_order(a, b));
         assert_eq!(labels, ["before", "round-1", "round-2", "after"]);
+        let mut curve = vec![
+            "after",
+            "grpo-step-000010",
+            "round-1",
+            "sft-step-000100",
+            "before",
+            "grpo-step-000005",
+            "sft-step-000050",
+        ];
+        curve.sort_by(|a, b| report_order(a, b));
+        assert_eq!(
+            curve,
+            [
+                "before",
+                "sft-step-000050",
+                "sft-step-000100",
+                "grpo-step-000005",
+                "grpo-step-000010",
+                "round-1",
+                "after"
+            ]
+        );
     }
 
     #[test]

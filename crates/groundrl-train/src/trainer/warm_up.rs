@@ -158,9 +158,14 @@ impl Trainer {
             ),
             false => format!("ended at step {last}"),
         };
-        let weights = match restored {
-            true => format!("back on step {}'s weights", b.step),
-            false => format!("on step {}'s weights", b.step),
+        let weights = match (b.step == last, restored) {
+            (true, _) => format!("on step {last}'s weights"),
+            (false, true) => format!("back on step {}'s weights", b.step),
+            // A resumed warm-up does not have the best weights of before its checkpoint.
+            (false, false) => format!(
+                "on step {last}'s weights (step {}'s, validated best, were not kept across the resume)",
+                b.step
+            ),
         };
         eprintln!(
             "warm-up {why}; {weights}, validation accuracy {:.1}%",

@@ -341,12 +341,8 @@ fn run_processes(args: &Args, wave: &[u64], jobs: u64) -> Vec<anyhow::Result<(Se
             let dir = args.out.join(format!("seed-{seed}"));
             let run = Run::load(&dir, &dir).with_context(|| format!("reading seed {seed}'s run"))?;
             let minutes = start.elapsed().as_secs_f64() / 60.0;
-            let result = seed_result(seed, &run, minutes, args).with_context(|| {
-                format!(
-                    "seed {seed}: no held-out evaluation before and after GRPO; log {}",
-                    log.display()
-                )
-            })?;
+            let result = seed_result(seed, &run, minutes, args)
+                .with_context(|| format!("seed {seed}'s results; log {}", log.display()))?;
             Ok((result, code))
         })
         .collect()
@@ -368,10 +364,12 @@ fn visible_gpus(args: &Args) -> Vec<String> {
     if count < 2 {
         return Vec::new();
     }
-    match std::env::var("CUDA_VISIBLE_DEVICES") {
+    let listed: Vec<String> = match std::env::var("CUDA_VISIBLE_DEVICES") {
         Ok(list) if !list.trim().is_empty() => list.split(',').map(|d| d.trim().to_string()).collect(),
         _ => (0..count).map(|d| d.to_string()).collect(),
-    }
+    };
+    // CUDA stops at the first entry that names no device.
+    listed.into_iter().take(count).collect()
 }
 
 /// Starts this binary on seed `seed` alone, with the demo's own arguments, on GPU `gpu` when given
@@ -495,7 +493,7 @@ fn run_seed(
         eprintln!("report: {note}");
     }
     let result = seed_result(seed, &run, start.elapsed().as_secs_f64() / 60.0, args)
-        .with_context(|| format!("seed {seed}: no held-out evaluation before and after GRPO"))?;
+        .with_context(|| format!("seed {seed}'s results"))?;
     Ok((result, code))
 }
 
