@@ -227,25 +227,23 @@ impl TrainConfig {
                 self.trainer.profile_step, self.trainer.max_steps, self.rounds.count
             ),
         )?;
-        if !self.rounds.temperatures.is_empty() {
+        // What runs on the validation samples, and so needs them.
+        let uses_val = [
+            (
+                !self.rounds.temperatures.is_empty(),
+                "the temperature sweep of rounds.temperatures (it is run on data.val)",
+            ),
+            (
+                self.trainer.early_stopping_patience > 0,
+                "early stopping (it watches validation metrics)",
+            ),
+            (self.sft.val_freq > 0, "the warm-up's validations (sft.val_freq)"),
+        ];
+        for (_, what) in uses_val.into_iter().filter(|(used, _)| *used) {
             ensure(
                 !self.data.val.as_os_str().is_empty(),
                 "data.val",
-                "is required for the temperature sweep of rounds.temperatures (it is run on data.val)",
-            )?;
-        }
-        if self.trainer.early_stopping_patience > 0 {
-            ensure(
-                !self.data.val.as_os_str().is_empty(),
-                "data.val",
-                "is required for early stopping (it watches validation metrics)",
-            )?;
-        }
-        if self.sft.val_freq > 0 {
-            ensure(
-                !self.data.val.as_os_str().is_empty(),
-                "data.val",
-                "is required for the warm-up's validations (sft.val_freq)",
+                format!("is required for {what}"),
             )?;
         }
         Ok(())
