@@ -32,7 +32,7 @@ mod tools;
 use std::path::Path;
 
 pub use page::render;
-pub use run::{CONFIG_FILE, EVAL_DIR, EvalSet, Figure, METRICS_FILE, ROUNDS_DIR, ReportError, Run};
+pub use run::{CONFIG_FILE, EVAL_DIR, EvalSet, Figure, METRICS_FILE, ROUNDS_DIR, ReportError, Run, read_log};
 pub use samples::SampleView;
 
 /// The folder of the dataset the run evaluated on (`data.test` in its `config.toml`), if that

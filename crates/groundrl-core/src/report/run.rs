@@ -155,6 +155,14 @@ fn read_optional(path: &Path) -> Result<Option<String>, ReportError> {
     }
 }
 
+/// The records of a run's JSONL log (a warm-up's `sft.jsonl`, say), as the report reads its own: a
+/// last line still being written is left out, any other bad line is an error naming the file and the
+/// line; a missing file is an error too.
+pub fn read_log<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>, ReportError> {
+    let missing = || ReportError::io(path, std::io::Error::new(ErrorKind::NotFound, "no such file"));
+    read_records(path, &mut Vec::new())?.ok_or_else(missing)
+}
+
 /// The records of a JSONL file, `None` if it does not exist. A last line without its newline that
 /// does not parse is a record being written by a live run: it is skipped with a note. Any other bad
 /// line is an error naming the file and the line.

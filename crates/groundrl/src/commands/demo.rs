@@ -21,7 +21,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use groundrl_core::data::jsonl::{read_jsonl, write_jsonl};
 use groundrl_core::prompt::{ModelKind, Preset, PromptStyle, Reasoning};
-use groundrl_core::report::{EvalSet, Run, write_report};
+use groundrl_core::report::{EvalSet, Run, read_log, write_report};
 use groundrl_core::synth::{Knobs, SynthConfig, generate};
 use groundrl_core::telemetry::{CurveCheck, SampledSummary, check_curve};
 use groundrl_score::data::{Sample, Task};
@@ -540,7 +540,7 @@ fn test_result(
 
 /// A study seed's baseline (from its warm-up log) and its held-out sets, the test set first.
 fn seed_study(run: &Run) -> anyhow::Result<SeedStudy> {
-    let records = read_warm_up_log(&run.dir)?;
+    let records: Vec<SftRecord> = read_log(&run.dir.join(SFT_FILE))?;
     let best = (records.iter())
         .filter_map(|r| r.val_accuracy.map(|a| (r.step, a)))
         .fold(None, |best: Option<(u32, f64)>, (step, a)| match best {
@@ -562,19 +562,6 @@ fn seed_study(run: &Run) -> anyhow::Result<SeedStudy> {
         grpo_prompts: cfg.trainer.max_steps * u64::from(cfg.rollout.prompts_per_step),
         sets,
     })
-}
-
-/// The warm-up's records (`sft.jsonl`) of the run in `dir`.
-fn read_warm_up_log(dir: &Path) -> anyhow::Result<Vec<SftRecord>> {
-    let path = dir.join(SFT_FILE);
-    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    text.lines()
-        .enumerate()
-        .filter(|(_, line)| !line.trim().is_empty())
-        .map(|(i, line)| {
-            serde_json::from_str(line).with_context(|| format!("{} line {}", path.display(), i + 1))
-        })
-        .collect()
 }
 
 fn print_seed(r: &SeedResult) {
