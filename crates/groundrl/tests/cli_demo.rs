@@ -281,6 +281,70 @@ fn seeds_side_by_side_train_as_they_do_one_after_another() {
     }
 }
 
+/// A seed's run on two data-parallel workers (`--nproc-per-node 2`, Gloo on the CPU) is the run of
+/// one process: the same warm-up losses, training rewards and held-out answers (each rank's share
+/// is one of the process's micro-batches, so the gradients are summed alike); rank 0 alone draws
+/// the tasks and writes the run folder, and the summary reads it as any seed's.
+#[test]
+fn a_seed_on_two_data_parallel_workers_trains_as_in_one_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let toy = [
+        "--seeds=1",
+        "--first-seed=1",
+        "--test-tasks=8",
+        "sft.steps=6",
+        "sft.batch_size=8",
+        "trainer.max_steps=3",
+        "rollout.n=4",
+        "rollout.prompts_per_step=2",
+        "trainer.mini_batch_size=8",
+        "trainer.micro_batch_size=4",
+    ];
+    let run = |name: &str, extra: &[&str]| {
+        let out = dir.path().join(name);
+        let run = command()
+            .arg("demo")
+            .arg("--out")
+            .arg(&out)
+            .args(extra)
+            .args(toy)
+            .env("OMP_NUM_THREADS", "1")
+            .output()
+            .unwrap();
+        (
+            out,
+            stdout_of_success(&run),
+            String::from_utf8_lossy(&run.stderr).into_owned(),
+        )
+    };
+    let (one, _, _) = run("one-process", &[]);
+    let (two, stdout, stderr) = run("two-workers", &["--nproc-per-node", "2"]);
+    assert!(stderr.contains("[rank 1]"), "{stderr}");
+    assert!(stdout.contains("seed 1: held-out accuracy"), "{stdout}");
+    let logs = |out: &std::path::Path| {
+        let run = out.join("seed-1");
+        let rewards: Vec<Value> = (json_lines(&run.join("metrics.jsonl")).iter())
+            .map(|m| m["rollout"]["reward"]["mean"].clone())
+            .collect();
+        let losses: Vec<Value> = (json_lines(&run.join("sft.jsonl")).iter())
+            .map(|r| r["loss"].clone())
+            .collect();
+        let answers: Vec<Value> = (json_lines(&run.join("eval/after.jsonl")).iter())
+            .map(|r| r["completion"].clone())
+            .collect();
+        (rewards, losses, answers)
+    };
+    let (a, b) = (logs(&one), logs(&two));
+    assert_eq!((a.0.len(), a.1.len(), a.2.len()), (3, 6, 8));
+    assert_eq!(a.0, b.0, "training rewards");
+    assert_eq!(a.1, b.1, "warm-up losses");
+    assert_eq!(a.2, b.2, "held-out answers");
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(two.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["seeds"][0]["seed"], 1);
+    assert!(two.join("seed-1/report.html").exists());
+}
+
 /// The zoom-tool demo's baseline trains the same seeds without the tool: no tool in its resolved
 /// config, the plain click reward, and the accuracy on small targets in its summary (every target
 /// of the tools demo's screenshots is under a fifth of the side, so the small-target set is the

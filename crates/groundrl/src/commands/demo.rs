@@ -33,7 +33,8 @@ use groundrl_train::trainer::{SftRecord, Trainer};
 use indicatif::{MultiProgress, ProgressBar};
 use serde::Serialize;
 
-use crate::commands::train::{progress_bar, report_ending, train_with_bar};
+use crate::commands::launch;
+use crate::commands::train::{join_group, progress_bar, report_ending, train_with_bar, train_with_lines};
 
 mod study;
 use study::{Look, SetResult, SetSummary, accuracy};
@@ -120,6 +121,12 @@ pub struct Args {
     /// from its own generator seed. Default 500.
     #[arg(long, requires = "study")]
     set_tasks: Option<usize>,
+    /// Data-parallel workers for each seed's run on this machine (one GPU each with `--gpu`): the
+    /// seeds then run one after another, each on all the workers. A seed's run is the same
+    /// algorithm as one process's (each step's prompts shared out among the workers), so its gain
+    /// can be set beside a one-GPU demo's.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..), conflicts_with_all = ["jobs", "processes"])]
+    nproc_per_node: u32,
     /// Set by the demo itself when it trains seeds in processes of their own (`--jobs` on the
     /// GPU): train seed `--first-seed` alone on the held-out data the parent process drew.
     #[arg(long, hide = true)]
@@ -231,7 +238,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         bail!("--seeds must be at least 1");
     }
     let demo = Demo::of(&args);
-    let jobs = args.jobs.unwrap_or(args.seeds).max(1);
+    let jobs = match args.nproc_per_node {
+        1 => args.jobs.unwrap_or(args.seeds).max(1),
+        _ => 1,
+    };
     // A seed's process is one of `jobs` at once and takes its share of the cores.
     let at_once = if args.seed_process {
         jobs
@@ -244,8 +254,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     if args.seed_process {
         let bar = progress_bar().with_prefix(format!("seed {}", args.first_seed));
-        let (_, code) = run_seed(&args, &demo, args.first_seed, &test_data(&args.out), bar)?;
-        return Ok(code);
+        return train_seed(&args, &demo, args.first_seed, &test_data(&args.out), &bar);
     }
     let start = Instant::now();
     let out = &args.out;
@@ -280,7 +289,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut results = Vec::new();
     let mut code = ExitCode::SUCCESS;
     for wave in seeds.chunks(at_once as usize) {
-        let outcomes = if (args.gpu || args.processes) && wave.len() > 1 {
+        let outcomes = if args.nproc_per_node > 1 {
+            wave.iter().map(|&seed| run_data_parallel(&args, seed)).collect()
+        } else if (args.gpu || args.processes) && wave.len() > 1 {
             run_processes(&args, wave, jobs)
         } else {
             run_wave(&args, &demo, wave, &test, &bars)
@@ -338,14 +349,32 @@ fn run_processes(args: &Args, wave: &[u64], jobs: u64) -> Vec<anyhow::Result<(Se
                     log.display()
                 ),
             };
-            let dir = args.out.join(format!("seed-{seed}"));
-            let run = Run::load(&dir, &dir).with_context(|| format!("reading seed {seed}'s run"))?;
-            let minutes = start.elapsed().as_secs_f64() / 60.0;
-            let result = seed_result(seed, &run, minutes, args)
+            let result = read_seed(args, seed, start)
                 .with_context(|| format!("seed {seed}'s results; log {}", log.display()))?;
             Ok((result, code))
         })
         .collect()
+}
+
+/// Trains seed `seed` on `--nproc-per-node` workers (this binary with `--seed-process`, each with
+/// torchrun's variables; their output forwarded with their ranks) and reads its result from its
+/// run folder once they ended. A worker's failure stops the others and fails the seed.
+fn run_data_parallel(args: &Args, seed: u64) -> anyhow::Result<(SeedResult, ExitCode)> {
+    let start = Instant::now();
+    eprintln!(
+        "seed {seed}: training on {} data-parallel workers",
+        args.nproc_per_node
+    );
+    let code = launch::launch_with(seed_process_args(args, seed, 1), args.nproc_per_node as usize)
+        .with_context(|| format!("seed {seed}'s data-parallel run"))?;
+    Ok((read_seed(args, seed, start)?, code))
+}
+
+/// Seed `seed`'s result, read from the run folder its process wrote; `start`: when it started.
+fn read_seed(args: &Args, seed: u64, start: Instant) -> anyhow::Result<SeedResult> {
+    let dir = args.out.join(format!("seed-{seed}"));
+    let run = Run::load(&dir, &dir).with_context(|| format!("reading seed {seed}'s run"))?;
+    seed_result(seed, &run, start.elapsed().as_secs_f64() / 60.0, args)
 }
 
 /// Where the process of seed `seed` writes its output.
@@ -379,30 +408,7 @@ fn spawn_seed(args: &Args, seed: u64, jobs: u64, gpu: Option<&str>) -> anyhow::R
     let path = seed_log(&args.out, seed);
     let log = std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
     let mut command = std::process::Command::new(exe);
-    command
-        .arg("demo")
-        .arg("--seed-process")
-        .arg("--out")
-        .arg(&args.out);
-    command.args([
-        "--first-seed",
-        &seed.to_string(),
-        "--seeds",
-        "1",
-        "--jobs",
-        &jobs.to_string(),
-    ]);
-    for (on, flag) in [
-        (args.gpu, "--gpu"),
-        (args.tools, "--tools"),
-        (args.without_tool, "--without-tool"),
-        (args.study, "--study"),
-    ] {
-        if on {
-            command.arg(flag);
-        }
-    }
-    command.arg("--").args(&args.overrides);
+    command.args(seed_process_args(args, seed, jobs));
     command.stdout(log.try_clone()?).stderr(log);
     let on = match gpu {
         Some(gpu) => {
@@ -418,6 +424,36 @@ fn spawn_seed(args: &Args, seed: u64, jobs: u64, gpu: Option<&str>) -> anyhow::R
     command
         .spawn()
         .with_context(|| format!("starting seed {seed}'s process"))
+}
+
+/// The arguments that make this binary train seed `seed` alone (`--seed-process`), one of `jobs`
+/// processes at once, with the demo's own options and overrides.
+fn seed_process_args(args: &Args, seed: u64, jobs: u64) -> Vec<std::ffi::OsString> {
+    let mut out: Vec<std::ffi::OsString> = vec!["demo".into(), "--seed-process".into(), "--out".into()];
+    out.push(args.out.clone().into());
+    for arg in [
+        "--first-seed",
+        &seed.to_string(),
+        "--seeds",
+        "1",
+        "--jobs",
+        &jobs.to_string(),
+    ] {
+        out.push(arg.into());
+    }
+    for (on, flag) in [
+        (args.gpu, "--gpu"),
+        (args.tools, "--tools"),
+        (args.without_tool, "--without-tool"),
+        (args.study, "--study"),
+    ] {
+        if on {
+            out.push(flag.into());
+        }
+    }
+    out.push("--".into());
+    out.extend(args.overrides.iter().map(Into::into));
+    out
 }
 
 /// Runs the seeds of `wave` at the same time, one thread each; their outcomes in seed order.
@@ -446,7 +482,7 @@ fn run_wave(
     })
 }
 
-/// Trains and evaluates seed `seed` in `out/seed-<seed>`, and writes its report.
+/// Trains and evaluates seed `seed` in `out/seed-<seed>` ([`train_seed`]) and reads its result.
 fn run_seed(
     args: &Args,
     demo: &Demo,
@@ -455,8 +491,59 @@ fn run_seed(
     bar: ProgressBar,
 ) -> anyhow::Result<(SeedResult, ExitCode)> {
     let start = Instant::now();
+    let code = train_seed(args, demo, seed, test, &bar)?;
+    Ok((read_seed(args, seed, start)?, code))
+}
+
+/// Draws seed `seed`'s training tasks, trains and evaluates it in `out/seed-<seed>`, and writes its
+/// report. In a data-parallel group (torchrun's variables, `--nproc-per-node`) rank 0 draws the
+/// tasks and writes the report while the others wait, and every rank trains on the same files.
+fn train_seed(
+    args: &Args,
+    demo: &Demo,
+    seed: u64,
+    test: &Path,
+    bar: &ProgressBar,
+) -> anyhow::Result<ExitCode> {
     let dir = args.out.join(format!("seed-{seed}"));
     let mut cfg = demo.config(args, seed)?;
+    let mut dp = join_group(&cfg)?;
+    let first = dp.as_ref().is_none_or(|dp| dp.rank() == 0);
+    seed_data(args, demo, seed, &mut cfg, test, first)?;
+    if let Some(dp) = dp.as_mut() {
+        dp.barrier().context("waiting for rank 0's tasks")?;
+    }
+    cfg.validate().context("demo config")?;
+    if first {
+        eprintln!("seed {seed}: training in {}", dir.display());
+    }
+    let data_parallel = dp.is_some();
+    let mut trainer = Trainer::new_data_parallel(cfg, dp)?;
+    let ending = match data_parallel {
+        true => train_with_lines(&mut trainer)?,
+        false => train_with_bar(&mut trainer, bar)?,
+    };
+    let code = report_ending(&trainer, ending);
+    if trainer.writes() {
+        let run = write_report(&dir, &dir.join("report.html"), None).context("writing the report")?;
+        for note in &run.notes {
+            eprintln!("report: {note}");
+        }
+    }
+    Ok(code)
+}
+
+/// Points `cfg` at seed `seed`'s tasks (the GRPO pool, the warm-up's, the held-out sets) and its
+/// reward spec in its run folder; `draw_them`: draw and write them (else another process does).
+fn seed_data(
+    args: &Args,
+    demo: &Demo,
+    seed: u64,
+    cfg: &mut TrainConfig,
+    test: &Path,
+    draw_them: bool,
+) -> anyhow::Result<()> {
+    let dir = args.out.join(format!("seed-{seed}"));
     let frame = cfg.model.answer_frame().context("demo config")?;
     let grpo_tasks = cfg.trainer.max_steps as usize * cfg.rollout.prompts_per_step as usize;
     if grpo_tasks == 0 {
@@ -465,36 +552,30 @@ fn run_seed(
     let warm_up_tasks = cfg.sft.steps as usize * cfg.sft.batch_size as usize;
     let data = dir.join("data");
     let look = demo.look();
+    let tasks = |folder: &str, generator_seed: u64, n: usize| match draw_them {
+        true => draw(&data.join(folder), generator_seed, n, &look, frame),
+        false => Ok(data.join(folder).join(CLICKS_FILE)),
+    };
     // A study's warm-up trains on the GRPO tasks themselves (the arms see the same tasks).
     if warm_up_tasks > 0 && !args.study {
-        cfg.sft.data = draw(&data.join("warm-up"), 2 * seed, warm_up_tasks, &look, frame)?;
+        cfg.sft.data = tasks("warm-up", 2 * seed, warm_up_tasks)?;
     }
-    cfg.data.train = draw(&data.join("train"), 2 * seed + 1, grpo_tasks, &look, frame)?;
+    cfg.data.train = tasks("train", 2 * seed + 1, grpo_tasks)?;
     cfg.data.test = test.to_path_buf();
     if args.study {
-        study_data(&mut cfg, &args.out);
+        study_data(cfg, &args.out);
     }
     // The demo's reward spec unless an override names another.
     if cfg.reward.spec.as_os_str().is_empty() && cfg.reward.inline.is_empty() {
         let spec = dir.join("reward.toml");
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        std::fs::write(&spec, demo.reward_spec).with_context(|| format!("writing {}", spec.display()))?;
+        if draw_them {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            std::fs::write(&spec, demo.reward_spec).with_context(|| format!("writing {}", spec.display()))?;
+        }
         cfg.reward.spec = spec;
     }
-    cfg.trainer.run_dir = dir.clone();
-    cfg.validate().context("demo config")?;
-    eprintln!("seed {seed}: training in {}", dir.display());
-    let mut trainer = Trainer::new(cfg)?;
-    let ending = train_with_bar(&mut trainer, &bar)?;
-    let code = report_ending(&trainer, ending);
-    let report = dir.join("report.html");
-    let run = write_report(&dir, &report, None).context("writing the report")?;
-    for note in &run.notes {
-        eprintln!("report: {note}");
-    }
-    let result = seed_result(seed, &run, start.elapsed().as_secs_f64() / 60.0, args)
-        .with_context(|| format!("seed {seed}'s results"))?;
-    Ok((result, code))
+    cfg.trainer.run_dir = dir;
+    Ok(())
 }
 
 /// The seed's held-out result from its run folder: the first and last evaluations, paired by task.

@@ -24,7 +24,11 @@ const POLL: Duration = Duration::from_millis(50);
 
 /// Runs this program's command line (without [`FLAG`]) as `workers` ranks and waits for them.
 pub fn launch(workers: usize) -> anyhow::Result<ExitCode> {
-    let args = worker_args(std::env::args_os().skip(1));
+    launch_with(worker_args(std::env::args_os().skip(1)), workers)
+}
+
+/// Runs this program with `args` as `workers` ranks and waits for them.
+pub fn launch_with(args: Vec<OsString>, workers: usize) -> anyhow::Result<ExitCode> {
     let program = std::env::current_exe().context("finding this program to start its workers")?;
     let port = free_port()?;
     let mut children = Vec::with_capacity(workers);

@@ -89,7 +89,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// This process's rank in the group of torchrun's variables, when they name more than one process.
-fn join_group(cfg: &TrainConfig) -> anyhow::Result<Option<DataParallel>> {
+pub fn join_group(cfg: &TrainConfig) -> anyhow::Result<Option<DataParallel>> {
     if cfg.model.device == DeviceKind::Cuda {
         pin_local_gpu()?;
     }
@@ -152,7 +152,7 @@ fn local_gpu(
 
 /// Runs a data-parallel rank: rank 0 says each step in a line (its output is a launcher's, not a
 /// terminal's), the others train silently.
-fn train_with_lines(trainer: &mut Trainer) -> anyhow::Result<Ending> {
+pub fn train_with_lines(trainer: &mut Trainer) -> anyhow::Result<Ending> {
     let writes = trainer.writes();
     Ok(trainer.run(|record| {
         if writes {
