@@ -1101,6 +1101,46 @@ fn an_early_stopped_warm_up_ends_on_its_best_validations_weights() {
     assert_eq!(steps_again, 0);
 }
 
+/// With `sft.plateau_decay` every validation without a better accuracy halves the warm-up's rate for
+/// the rest of it (a better one does not raise it again): each step's logged rate is the base rate
+/// halved once per such validation before it.
+#[test]
+fn a_warm_up_lowers_its_rate_after_each_validation_without_gain() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synthetic_data(dir.path());
+    let val = format!("data.val=\"{}\"", data.display());
+    let run = dir.path().join("decayed");
+    let overrides = [
+        "sft.batch_size=8",
+        "sft.lr=3e-3",
+        "sft.steps=40",
+        "sft.val_freq=1",
+        "sft.patience=3",
+        "sft.plateau_decay=0.5",
+        "trainer.val_samples=8",
+        &val,
+    ];
+    let mut trainer = Trainer::new(config(&run, &data, &overrides)).unwrap();
+    trainer.warm_up(|_| {}).unwrap();
+    let log: Vec<Value> = std::fs::read_to_string(run.join("run").join(SFT_FILE))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let (mut best, mut plateaus) = (f64::MIN, 0);
+    for record in &log {
+        let expected = 3e-3 * 0.5f64.powi(plateaus);
+        assert_eq!(record["lr"].as_f64().unwrap(), expected, "{record}");
+        let accuracy = record["val_accuracy"].as_f64().unwrap();
+        match accuracy > best {
+            true => best = accuracy,
+            false => plateaus += 1,
+        }
+    }
+    assert!(plateaus >= 3, "stopped by patience 3 after {plateaus} plateaus");
+    assert_eq!(trainer.state.sft_plateaus, plateaus as u32);
+}
+
 /// Held-out sets besides `data.test` are answered before and after GRPO into their own folders, and
 /// with `trainer.held_out_freq` every set is answered along the way: the curves of both phases (the
 /// last GRPO step's point is `after` itself).

@@ -124,8 +124,9 @@ impl Trainer {
         Ok(())
     }
 
-    /// Keeps the weights of a better validation, or counts one more without gain and stops the
-    /// warm-up after `sft.patience` of them. Every rank validates alike, so all decide alike.
+    /// Keeps the weights of a better validation, or counts one more without gain (lowering the rate
+    /// by `sft.plateau_decay`) and stops the warm-up after `sft.patience` of them in a row. Every
+    /// rank validates alike, so all decide alike.
     fn track_warm_up_best(&mut self, best: &mut BestWeights, step: u32, accuracy: f64) {
         if self.state.sft_best.is_none_or(|b| accuracy > b.accuracy) {
             self.state.sft_best = Some(SftBest { step, accuracy });
@@ -134,6 +135,7 @@ impl Trainer {
             return;
         }
         self.state.sft_validations_without_gain += 1;
+        self.state.sft_plateaus += 1;
         let patience = self.cfg.sft.patience;
         if patience > 0 && self.state.sft_validations_without_gain >= patience {
             self.state.sft_stopped = true;
@@ -215,7 +217,7 @@ impl Trainer {
                 counts: true,
             })
             .collect();
-        let lr = self.cfg.sft.lr_at(step);
+        let lr = self.cfg.sft.lr_at(step, self.state.sft_plateaus);
         let settings = SftSettings {
             micro_batch_size: self.cfg.trainer.micro_batch_size as usize,
             checkpoint: self.cfg.model.gradient_checkpointing,
