@@ -243,41 +243,35 @@ fn seeds_side_by_side_train_as_they_do_one_after_another() {
     for seed in 0..2 {
         let log = std::fs::read_to_string(in_processes.join(format!("seed-{seed}.log"))).unwrap();
         assert!(log.contains("finished after 3 steps"), "seed {seed}'s log: {log}");
-        let logs = |out: &std::path::Path| {
-            let run = out.join(format!("seed-{seed}"));
-            let rewards: Vec<Value> = json_lines(&run.join("metrics.jsonl"))
-                .iter()
-                .map(|m| m["rollout"]["reward"]["mean"].clone())
-                .collect();
-            let losses: Vec<Value> = json_lines(&run.join("sft.jsonl"))
-                .iter()
-                .map(|r| r["loss"].clone())
-                .collect();
-            (rewards, losses, json_lines(&run.join("eval/after.jsonl")))
-        };
-        let (a, b, c) = (logs(&side_by_side), logs(&in_a_row), logs(&in_processes));
-        assert_eq!(a.0.len(), 3);
-        assert_eq!(a.1.len(), 12);
-        assert_eq!(a.0, b.0, "seed {seed}: training rewards");
-        assert_eq!(a.1, b.1, "seed {seed}: warm-up losses");
-        assert_eq!(a.0, c.0, "seed {seed}: training rewards in a process");
-        assert_eq!(a.1, c.1, "seed {seed}: warm-up losses in a process");
-        let completions = |records: &[Value]| {
-            records
-                .iter()
-                .map(|r| r["completion"].clone())
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(
-            completions(&a.2),
-            completions(&b.2),
-            "seed {seed}: held-out answers"
+        let (a, b, c) = (
+            seed_logs(&side_by_side, seed),
+            seed_logs(&in_a_row, seed),
+            seed_logs(&in_processes, seed),
         );
-        assert_eq!(
-            completions(&a.2),
-            completions(&c.2),
-            "seed {seed}: held-out answers in a process"
-        );
+        assert_eq!((a.rewards.len(), a.losses.len()), (3, 12));
+        assert_eq!(a, b, "seed {seed}: side by side against in a row");
+        assert_eq!(a, c, "seed {seed}: side by side against in processes");
+    }
+}
+
+/// What two runs of one seed must share to be the same run: its training rewards, warm-up losses
+/// and held-out answers after GRPO.
+#[derive(Debug, PartialEq)]
+struct SeedLogs {
+    rewards: Vec<Value>,
+    losses: Vec<Value>,
+    answers: Vec<Value>,
+}
+
+fn seed_logs(out: &std::path::Path, seed: u64) -> SeedLogs {
+    let run = out.join(format!("seed-{seed}"));
+    let field = |file: &str, pick: &dyn Fn(&Value) -> Value| -> Vec<Value> {
+        json_lines(&run.join(file)).iter().map(pick).collect()
+    };
+    SeedLogs {
+        rewards: field("metrics.jsonl", &|m| m["rollout"]["reward"]["mean"].clone()),
+        losses: field("sft.jsonl", &|r| r["loss"].clone()),
+        answers: field("eval/after.jsonl", &|r| r["completion"].clone()),
     }
 }
 
@@ -321,24 +315,9 @@ fn a_seed_on_two_data_parallel_workers_trains_as_in_one_process() {
     let (two, stdout, stderr) = run("two-workers", &["--nproc-per-node", "2"]);
     assert!(stderr.contains("[rank 1]"), "{stderr}");
     assert!(stdout.contains("seed 1: held-out accuracy"), "{stdout}");
-    let logs = |out: &std::path::Path| {
-        let run = out.join("seed-1");
-        let rewards: Vec<Value> = (json_lines(&run.join("metrics.jsonl")).iter())
-            .map(|m| m["rollout"]["reward"]["mean"].clone())
-            .collect();
-        let losses: Vec<Value> = (json_lines(&run.join("sft.jsonl")).iter())
-            .map(|r| r["loss"].clone())
-            .collect();
-        let answers: Vec<Value> = (json_lines(&run.join("eval/after.jsonl")).iter())
-            .map(|r| r["completion"].clone())
-            .collect();
-        (rewards, losses, answers)
-    };
-    let (a, b) = (logs(&one), logs(&two));
-    assert_eq!((a.0.len(), a.1.len(), a.2.len()), (3, 6, 8));
-    assert_eq!(a.0, b.0, "training rewards");
-    assert_eq!(a.1, b.1, "warm-up losses");
-    assert_eq!(a.2, b.2, "held-out answers");
+    let (a, b) = (seed_logs(&one, 1), seed_logs(&two, 1));
+    assert_eq!((a.rewards.len(), a.losses.len(), a.answers.len()), (3, 6, 8));
+    assert_eq!(a, b, "one process against two workers");
     let summary: Value =
         serde_json::from_str(&std::fs::read_to_string(two.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["seeds"][0]["seed"], 1);
