@@ -108,10 +108,9 @@ pub struct RunState {
     pub sft_validations_without_gain: u32,
     #[serde(default)]
     pub sft_stopped: bool,
-    /// The warm-up's validations without a better accuracy in all (not reset by a better one): each
-    /// multiplies its learning rate by `sft.plateau_decay`.
+    /// The warm-up's rate drops so far (`sft.rate_drops`), each a plateau that lowered its rate.
     #[serde(default)]
-    pub sft_plateaus: u32,
+    pub sft_rate_drops: u32,
     /// Labels of the held-out evaluations done (`before`, `after`, the curve points).
     #[serde(default)]
     pub evaluations: Vec<String>,

@@ -1101,22 +1101,23 @@ fn an_early_stopped_warm_up_ends_on_its_best_validations_weights() {
     assert_eq!(steps_again, 0);
 }
 
-/// With `sft.plateau_decay` every validation without a better accuracy halves the warm-up's rate for
-/// the rest of it (a better one does not raise it again): each step's logged rate is the base rate
-/// halved once per such validation before it.
+/// With `sft.rate_drops` a plateau (`sft.patience` validations without a better accuracy) drops the
+/// rate by `sft.rate_drop` and the warm-up goes on; the plateau after the last drop stops it. Each
+/// step's logged rate is the base rate times the drops before it.
 #[test]
-fn a_warm_up_lowers_its_rate_after_each_validation_without_gain() {
+fn a_warm_up_drops_its_rate_at_each_plateau_before_it_stops() {
     let dir = tempfile::tempdir().unwrap();
     let data = synthetic_data(dir.path());
     let val = format!("data.val=\"{}\"", data.display());
-    let run = dir.path().join("decayed");
+    let run = dir.path().join("dropped");
     let overrides = [
         "sft.batch_size=8",
         "sft.lr=3e-3",
-        "sft.steps=40",
+        "sft.steps=60",
         "sft.val_freq=1",
-        "sft.patience=3",
-        "sft.plateau_decay=0.5",
+        "sft.patience=2",
+        "sft.rate_drops=2",
+        "sft.rate_drop=0.5",
         "trainer.val_samples=8",
         &val,
     ];
@@ -1127,18 +1128,31 @@ fn a_warm_up_lowers_its_rate_after_each_validation_without_gain() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let (mut best, mut plateaus) = (f64::MIN, 0);
-    for record in &log {
-        let expected = 3e-3 * 0.5f64.powi(plateaus);
-        assert_eq!(record["lr"].as_f64().unwrap(), expected, "{record}");
+    let (mut best, mut without_gain, mut drops) = (f64::MIN, 0, 0);
+    for (i, record) in log.iter().enumerate() {
+        assert_eq!(
+            record["lr"].as_f64().unwrap(),
+            3e-3 * 0.5f64.powi(drops),
+            "{record}"
+        );
         let accuracy = record["val_accuracy"].as_f64().unwrap();
-        match accuracy > best {
-            true => best = accuracy,
-            false => plateaus += 1,
+        if accuracy > best {
+            (best, without_gain) = (accuracy, 0);
+            continue;
+        }
+        without_gain += 1;
+        if without_gain == 2 && drops < 2 {
+            (drops, without_gain) = (drops + 1, 0);
+        } else if without_gain == 2 {
+            assert_eq!(
+                i + 1,
+                log.len(),
+                "the plateau after the last drop stops the warm-up"
+            );
         }
     }
-    assert!(plateaus >= 3, "stopped by patience 3 after {plateaus} plateaus");
-    assert_eq!(trainer.state.sft_plateaus, plateaus as u32);
+    assert!(trainer.state.sft_stopped, "{} steps", log.len());
+    assert_eq!((trainer.state.sft_rate_drops, drops), (2, 2));
 }
 
 /// Held-out sets besides `data.test` are answered before and after GRPO into their own folders, and

@@ -11,8 +11,8 @@
 //! measured against supervised fine-tuning run until it stopped improving, not against a warm-up cut
 //! at a fixed step. At a constant rate the validation accuracy can swing by several points from one
 //! check to the next, and the best check is then a lucky point of an oscillating run; with
-//! `plateau_decay` the rate falls after each check without gain (PyTorch's `ReduceLROnPlateau`
-//! with patience 0), so the run settles before it stops.
+//! `rate_drops` a plateau lowers the rate (by `rate_drop`, as PyTorch's `ReduceLROnPlateau`) and
+//! the warm-up goes on, and only a plateau at the lowest rate stops it.
 
 use std::path::PathBuf;
 
@@ -31,7 +31,7 @@ pub struct SftConfig {
     /// Samples per warm-up step (in micro-batches of `trainer.micro_batch_size`). Default 16.
     pub batch_size: u32,
     /// Learning rate of the warm-up (after `warmup_steps` of linear ramp; constant unless
-    /// `plateau_decay` lowers it); GRPO then starts from a fresh optimizer at `optim.lr`. Default 1e-4.
+    /// `rate_drops` lowers it); GRPO then starts from a fresh optimizer at `optim.lr`. Default 1e-4.
     pub lr: f64,
     /// Linear learning-rate ramp at the start of the warm-up. Default 0.
     pub warmup_steps: u32,
@@ -42,9 +42,12 @@ pub struct SftConfig {
     /// Stop the warm-up after this many validations in a row without a better accuracy (early
     /// stopping; `steps` is then a cap). 0: run every step. Needs `val_freq`. Default 0.
     pub patience: u32,
-    /// Multiply the learning rate by this after each validation without a better accuracy, for the
-    /// rest of the warm-up; 1 keeps it constant. Below 1 needs `val_freq`. Default 1.
-    pub plateau_decay: f64,
+    /// Plateaus (`patience` validations in a row without a better accuracy) that lower the rate
+    /// and go on instead of stopping: the warm-up stops at the plateau after the last drop. Needs
+    /// `patience`. Default 0.
+    pub rate_drops: u32,
+    /// What each drop multiplies the rate by (PyTorch's `ReduceLROnPlateau` factor). Default 0.1.
+    pub rate_drop: f64,
 }
 
 impl Default for SftConfig {
@@ -57,7 +60,8 @@ impl Default for SftConfig {
             warmup_steps: 0,
             val_freq: 0,
             patience: 0,
-            plateau_decay: 1.0,
+            rate_drops: 0,
+            rate_drop: 0.1,
         }
     }
 }
@@ -80,14 +84,14 @@ impl SftConfig {
             "needs sft.val_freq > 0 (early stopping watches the warm-up's validations)",
         )?;
         ensure(
-            self.plateau_decay > 0.0 && self.plateau_decay <= 1.0,
-            "sft.plateau_decay",
-            format!("must be in (0, 1], found {}", self.plateau_decay),
+            self.rate_drop > 0.0 && self.rate_drop < 1.0,
+            "sft.rate_drop",
+            format!("must be in (0, 1), found {}", self.rate_drop),
         )?;
         ensure(
-            self.plateau_decay == 1.0 || self.val_freq > 0,
-            "sft.plateau_decay",
-            "needs sft.val_freq > 0 (the rate falls after validations without gain)",
+            self.rate_drops == 0 || self.patience > 0,
+            "sft.rate_drops",
+            "needs sft.patience > 0 (a drop comes where the warm-up would stop)",
         )
     }
 
@@ -96,10 +100,9 @@ impl SftConfig {
         self.val_freq > 0 && step.is_multiple_of(self.val_freq)
     }
 
-    /// The learning rate of warm-up step `step` (0-based) after `plateaus` validations without
-    /// gain.
-    pub fn lr_at(&self, step: u32, plateaus: u32) -> f64 {
-        let lr = self.lr * self.plateau_decay.powi(plateaus as i32);
+    /// The learning rate of warm-up step `step` (0-based) after `drops` of `rate_drops`.
+    pub fn lr_at(&self, step: u32, drops: u32) -> f64 {
+        let lr = self.lr * self.rate_drop.powi(drops as i32);
         if step < self.warmup_steps {
             lr * f64::from(step + 1) / f64::from(self.warmup_steps)
         } else {
@@ -113,34 +116,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_rate_ramps_then_falls_by_the_decay_after_each_plateau() {
+    fn the_rate_ramps_then_falls_by_the_drop_after_each_plateau() {
         let sft = SftConfig {
             lr: 1e-3,
             warmup_steps: 4,
-            val_freq: 5,
-            plateau_decay: 0.5,
+            rate_drop: 0.5,
             ..SftConfig::default()
         };
         assert_eq!(sft.lr_at(0, 0), 2.5e-4);
         assert_eq!(sft.lr_at(10, 0), 1e-3);
         assert_eq!(sft.lr_at(10, 3), 1.25e-4);
         assert_eq!(sft.lr_at(1, 1), 2.5e-4);
-        let constant = SftConfig::default();
-        assert_eq!(constant.lr_at(10, 7), constant.lr);
     }
 
     #[test]
-    fn a_decay_outside_zero_to_one_or_without_validations_is_refused() {
-        let with = |plateau_decay, val_freq| SftConfig {
-            plateau_decay,
-            val_freq,
+    fn a_drop_outside_zero_to_one_or_without_patience_is_refused() {
+        let with = |rate_drop, rate_drops, patience| SftConfig {
+            rate_drop,
+            rate_drops,
+            patience,
+            val_freq: 5,
             ..SftConfig::default()
         };
-        assert!(with(0.5, 5).validate().is_ok());
-        assert!(with(1.0, 0).validate().is_ok());
-        for (decay, val_freq) in [(0.0, 5), (1.5, 5), (f64::NAN, 5), (0.5, 0)] {
-            let e = with(decay, val_freq).validate().unwrap_err().to_string();
-            assert!(e.contains("sft.plateau_decay"), "{decay}, {val_freq}: {e}");
+        assert!(with(0.1, 2, 3).validate().is_ok());
+        assert!(with(0.1, 0, 0).validate().is_ok());
+        for (drop, drops, patience, key) in [
+            (0.0, 2, 3, "sft.rate_drop"),
+            (1.0, 2, 3, "sft.rate_drop"),
+            (f64::NAN, 2, 3, "sft.rate_drop"),
+            (0.1, 2, 0, "sft.rate_drops"),
+        ] {
+            let e = with(drop, drops, patience).validate().unwrap_err().to_string();
+            assert!(e.contains(key), "{drop}, {drops}, {patience}: {e}");
         }
     }
 }

@@ -124,9 +124,9 @@ impl Trainer {
         Ok(())
     }
 
-    /// Keeps the weights of a better validation, or counts one more without gain (lowering the rate
-    /// by `sft.plateau_decay`) and stops the warm-up after `sft.patience` of them in a row. Every
-    /// rank validates alike, so all decide alike.
+    /// Keeps the weights of a better validation, or counts one more without gain; after
+    /// `sft.patience` of them in a row the rate drops (`sft.rate_drops` times, the count starting
+    /// again) and then the warm-up stops. Every rank validates alike, so all decide alike.
     fn track_warm_up_best(&mut self, best: &mut BestWeights, step: u32, accuracy: f64) {
         if self.state.sft_best.is_none_or(|b| accuracy > b.accuracy) {
             self.state.sft_best = Some(SftBest { step, accuracy });
@@ -135,9 +135,14 @@ impl Trainer {
             return;
         }
         self.state.sft_validations_without_gain += 1;
-        self.state.sft_plateaus += 1;
         let patience = self.cfg.sft.patience;
-        if patience > 0 && self.state.sft_validations_without_gain >= patience {
+        if patience == 0 || self.state.sft_validations_without_gain < patience {
+            return;
+        }
+        if self.state.sft_rate_drops < self.cfg.sft.rate_drops {
+            self.state.sft_rate_drops += 1;
+            self.state.sft_validations_without_gain = 0;
+        } else {
             self.state.sft_stopped = true;
         }
     }
@@ -155,8 +160,12 @@ impl Trainer {
         }
         let why = match self.state.sft_stopped {
             true => format!(
-                "stopped early after step {last} ({} validations without a better accuracy)",
-                self.state.sft_validations_without_gain
+                "stopped early after step {last} ({} validations without a better accuracy{})",
+                self.state.sft_validations_without_gain,
+                match self.state.sft_rate_drops {
+                    0 => String::new(),
+                    drops => format!(" after {drops} rate drops"),
+                }
             ),
             false => format!("ended at step {last}"),
         };
@@ -217,7 +226,7 @@ impl Trainer {
                 counts: true,
             })
             .collect();
-        let lr = self.cfg.sft.lr_at(step, self.state.sft_plateaus);
+        let lr = self.cfg.sft.lr_at(step, self.state.sft_rate_drops);
         let settings = SftSettings {
             micro_batch_size: self.cfg.trainer.micro_batch_size as usize,
             checkpoint: self.cfg.model.gradient_checkpointing,
