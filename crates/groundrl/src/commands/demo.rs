@@ -894,4 +894,19 @@ mod tests {
         assert_eq!(cfg.advantage.overlong.reward_shaping(16, 16), -1.0);
         assert_eq!(cfg.advantage.overlong.reward_shaping(12, 16), 0.0);
     }
+
+    /// The study's baselines validate, stop on a plateau, and drop their rate tenfold at the first
+    /// two plateaus: each set of overrides applies to its config.
+    #[test]
+    fn the_study_baselines_drop_their_rate_twice_before_they_stop() {
+        for (config, overrides) in [
+            (CPU_CONFIG, study::CPU_OVERRIDES),
+            (GPU_CONFIG, study::GPU_OVERRIDES),
+        ] {
+            let owned: Vec<String> = overrides.iter().map(|o| o.to_string()).collect();
+            let cfg = TrainConfig::from_toml_str(config, &owned).unwrap();
+            assert!(cfg.sft.val_freq > 0 && cfg.sft.patience > 0);
+            assert_eq!((cfg.sft.rate_drops, cfg.sft.rate_drop), (2, 0.1));
+        }
+    }
 }

@@ -28,21 +28,24 @@ use serde::Serialize;
 
 /// What the study sets on top of the GPU demo's config: a cap of 1,600 warm-up steps (4 passes over
 /// the 25,600-task pool at 64 a step), validation every 25 steps on all 500 validation tasks,
-/// patience 4 (100 steps without gain), curves every 50 steps.
+/// patience 4 (100 steps without gain), two rate drops (the first two plateaus lower the rate
+/// tenfold instead of stopping), curves every 50 steps.
 pub(super) const GPU_OVERRIDES: &[&str] = &[
     "sft.steps=1600",
     "sft.val_freq=25",
     "sft.patience=4",
+    "sft.rate_drops=2",
     "trainer.val_samples=0",
     "trainer.held_out_freq=50",
 ];
 
 /// The CPU demo's: a cap of 1,200 warm-up steps (4 passes over the 4,800-task pool at 16 a step),
-/// validation every 50 steps, patience 3, curves every 100 steps.
+/// validation every 50 steps, patience 3, two rate drops, curves every 100 steps.
 pub(super) const CPU_OVERRIDES: &[&str] = &[
     "sft.steps=1200",
     "sft.val_freq=50",
     "sft.patience=3",
+    "sft.rate_drops=2",
     "trainer.val_samples=0",
     "trainer.held_out_freq=100",
 ];
