@@ -456,8 +456,8 @@ mod tests {
     /// Three clipped steps with weight decay of `kind` parameters (with or without f32 masters), the
     /// kernel on or off; the optimizer's state and the parameter after them.
     fn three_steps(kind: Kind, master: bool, kernels: bool, device: Device) -> Vec<(String, Tensor)> {
-        tch::manual_seed(5);
-        let p = Tensor::randn([1000, 37], (Kind::Float, device))
+        let p = noise(&[1000, 37], 5)
+            .to_device(device)
             .to_kind(kind)
             .set_requires_grad(true);
         let cfg = OptimConfig {
@@ -468,8 +468,8 @@ mod tests {
             ..OptimConfig::default()
         };
         let mut opt = AdamW::new(vec![("p".into(), p.shallow_clone())], &cfg).unwrap();
-        for _ in 0..3 {
-            let g = Tensor::randn([1000, 37], (Kind::Float, device)).to_kind(kind);
+        for step in 0..3 {
+            let g = noise(&[1000, 37], 6 + step).to_device(device).to_kind(kind);
             (&p * g).sum(Kind::Float).backward();
             fused::set_enabled(kernels);
             let outcome = opt.step(cfg.lr);
@@ -485,26 +485,42 @@ mod tests {
         state
     }
 
-    /// Four bf16 parameters (so with f32 masters), seeded; the same values on every call.
+    /// Values in [-1, 1) of `shape`, the same for the same `seed` (splitmix64). Drawn here rather
+    /// than by libtorch's one global generator, which the tests running meanwhile on other
+    /// threads seed and draw from: two optimizers compared to the bit must see the same values.
+    fn noise(shape: &[i64], seed: u64) -> Tensor {
+        let mut state = seed;
+        let values: Vec<f32> = (0..shape.iter().product::<i64>())
+            .map(|_| {
+                state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                let mut z = state;
+                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                z ^= z >> 31;
+                (z >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect();
+        Tensor::from_slice(&values).reshape(shape)
+    }
+
+    /// Four bf16 parameters (so with f32 masters); the same values on every call.
     fn bf16_params() -> Vec<(String, Tensor)> {
-        tch::manual_seed(11);
         [vec![7, 3], vec![5], vec![4, 4], vec![2]]
             .iter()
             .enumerate()
             .map(|(i, shape)| {
-                let p = Tensor::randn(shape.as_slice(), (Kind::Float, Device::Cpu)).to_kind(Kind::BFloat16);
+                let p = noise(shape, 11 + i as u64).to_kind(Kind::BFloat16);
                 (format!("p{i}"), p.set_requires_grad(true))
             })
             .collect()
     }
 
-    /// Gives each parameter of `opt` the gradient `g_i = (step + 1) * seeded noise`, the same on
-    /// every call with the same `step`, through a backward pass.
+    /// Gives each parameter of `opt` the gradient `g_i = (step + 1) * noise`, the same on every call
+    /// with the same `step`, through a backward pass.
     fn backward_of_step(opt: &AdamW, step: i64) {
-        tch::manual_seed(100 + step);
-        for p in opt.parameters() {
-            let g = Tensor::randn(p.size(), (Kind::Float, Device::Cpu)) * (step + 1) as f64;
-            (&p * g.to_kind(Kind::BFloat16)).sum(Kind::Float).backward();
+        for (i, p) in opt.parameters().iter().enumerate() {
+            let g = noise(&p.size(), 100 * (step as u64 + 1) + i as u64) * (step + 1) as f64;
+            (p * g.to_kind(Kind::BFloat16)).sum(Kind::Float).backward();
         }
     }
 
