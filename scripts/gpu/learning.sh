@@ -4,7 +4,7 @@
 #   study       `groundrl demo --gpu --study` on GPU 0: the supervised baseline run until its validation
 #               stops improving, then GRPO, on the test set and six out-of-distribution sets;
 #   plain       `groundrl demo --gpu` on GPU 1 (the shipped demo: the one-GPU arm of the next two);
-#   curriculum  then, on GPU 1, two rounds of 100 GRPO steps, the second on the pool the pass-rate
+#   curriculum  on GPU 0, two rounds of 100 GRPO steps, the second on the pool the pass-rate
 #               ledger selects (`rounds.count=2`), against the plain demo's 200 steps on fresh tasks;
 #   dp          `groundrl demo --gpu --nproc-per-node 2`: each seed on both GPUs, data-parallel (NCCL),
 #               the same algorithm as the plain demo's one GPU.
@@ -36,18 +36,24 @@ demo() {
 
 runs() {
   cd "$dir" || exit 1
-  # Each group of runs on its own half of the cores: libtorch's CPU threads of eight processes on
-  # every core left the GPUs idle (a load of 88 on 32 cores, warm-up steps about 20 times slower).
-  local half=$(($(nproc) / 2))
-  local first=0-$((half - 1)) second=$half-$((2 * half - 1))
+  # Each run on its own share of the cores: libtorch's CPU threads of eight processes on every core
+  # left the GPUs idle (a load of 88 on 32 cores, warm-up steps about 20 times slower).
+  local names=() name
+  for name in study plain curriculum dp; do [[ $runs == *" $name "* ]] && names+=("$name"); done
+  local share=$(($(nproc) / ${#names[@]})) i=0
+  declare -A cores
+  for name in "${names[@]}"; do
+    # (fewer cores than runs: all of them for each)
+    [ "$share" -gt 0 ] && cores[$name]=$((i * share))-$(((i + 1) * share - 1)) || cores[$name]=0-$(($(nproc) - 1))
+    i=$((i + 1))
+  done
   # shellcheck disable=SC2086 # the overrides are words
-  [[ $runs == *" study "* ]] && demo study $first --study trainer.held_out_freq=100 ${STUDY_OVERRIDES:-} &
-  (
-    [[ $runs == *" plain "* ]] && CUDA_VISIBLE_DEVICES=1 demo plain $first
-    [[ $runs == *" curriculum "* ]] && CUDA_VISIBLE_DEVICES=1 demo curriculum $first \
-      rounds.count=2 trainer.max_steps=100 trainer.total_epochs=2
-  ) &
-  [[ $runs == *" dp "* ]] && demo dp $second --nproc-per-node 2 &
+  [ -n "${cores[study]:-}" ] && CUDA_VISIBLE_DEVICES=0 demo study "${cores[study]}" --study \
+    trainer.held_out_freq=100 ${STUDY_OVERRIDES:-} &
+  [ -n "${cores[plain]:-}" ] && CUDA_VISIBLE_DEVICES=1 demo plain "${cores[plain]}" &
+  [ -n "${cores[curriculum]:-}" ] && CUDA_VISIBLE_DEVICES=0 demo curriculum "${cores[curriculum]}" \
+    rounds.count=2 trainer.max_steps=100 trainer.total_epochs=2 &
+  [ -n "${cores[dp]:-}" ] && demo dp "${cores[dp]}" --nproc-per-node 2 &
   wait
   echo "all ended" >> "$status"
 }
