@@ -360,3 +360,45 @@ fn the_zoom_demo_without_the_tool_is_its_baseline() {
         "{stdout}"
     );
 }
+
+/// A demo starts its later seeds' workers from the running program rather than from the file at its
+/// path: with the binary removed while seed 0 trains (as a rebuild or reinstall during a long run
+/// would), seed 1's two workers still start and the demo ends with both seeds.
+#[test]
+fn later_seeds_start_when_the_binary_was_removed_meanwhile() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("groundrl");
+    if std::fs::hard_link(env!("CARGO_BIN_EXE_groundrl"), &exe).is_err() {
+        std::fs::copy(env!("CARGO_BIN_EXE_groundrl"), &exe).unwrap();
+    }
+    let out = dir.path().join("demo");
+    let log = |name: &str| std::fs::File::create(dir.path().join(name)).unwrap();
+    let mut demo = std::process::Command::new(&exe)
+        .args(["demo", "--seeds=2", "--nproc-per-node=2", "--test-tasks=4"])
+        .args(["sft.steps=2", "sft.batch_size=4", "trainer.max_steps=1"])
+        .args(TOY_GRPO)
+        .arg("--out")
+        .arg(&out)
+        .env("OMP_NUM_THREADS", "1")
+        .env("OMP_WAIT_POLICY", "PASSIVE")
+        .stdout(log("stdout"))
+        .stderr(log("stderr"))
+        .spawn()
+        .unwrap();
+    // Rank 0 writes seed 0's config once its workers run: the binary goes then.
+    let config = out.join("seed-0/config.toml");
+    while !config.exists() {
+        assert!(
+            demo.try_wait().unwrap().is_none(),
+            "the demo ended before seed 0 started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::fs::remove_file(&exe).unwrap();
+    let status = demo.wait().unwrap();
+    let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
+    let stdout = read("stdout");
+    assert!(status.success(), "{stdout}\n{}", read("stderr"));
+    assert!(stdout.contains("seed 0: held-out accuracy"), "{stdout}");
+    assert!(stdout.contains("seed 1: held-out accuracy"), "{stdout}");
+}

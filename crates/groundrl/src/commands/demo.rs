@@ -404,10 +404,9 @@ fn visible_gpus(args: &Args) -> Vec<String> {
 /// Starts this binary on seed `seed` alone, with the demo's own arguments, on GPU `gpu` when given
 /// (its `CUDA_VISIBLE_DEVICES`).
 fn spawn_seed(args: &Args, seed: u64, jobs: u64, gpu: Option<&str>) -> anyhow::Result<std::process::Child> {
-    let exe = std::env::current_exe().context("locating the groundrl binary")?;
     let path = seed_log(&args.out, seed);
     let log = std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
-    let mut command = std::process::Command::new(exe);
+    let mut command = launch::this_program()?;
     command.args(seed_process_args(args, seed, jobs));
     command.stdout(log.try_clone()?).stderr(log);
     let on = match gpu {

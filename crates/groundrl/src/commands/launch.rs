@@ -29,12 +29,11 @@ pub fn launch(workers: usize) -> anyhow::Result<ExitCode> {
 
 /// Runs this program with `args` as `workers` ranks and waits for them.
 pub fn launch_with(args: Vec<OsString>, workers: usize) -> anyhow::Result<ExitCode> {
-    let program = std::env::current_exe().context("finding this program to start its workers")?;
     let port = free_port()?;
     let mut children = Vec::with_capacity(workers);
     let mut readers = Vec::new();
     for rank in 0..workers {
-        let mut child = Command::new(&program)
+        let mut child = this_program()?
             .args(&args)
             .envs(worker_env(rank, workers, port))
             .envs(threads(workers))
@@ -66,6 +65,23 @@ pub fn launch_with(args: Vec<OsString>, workers: usize) -> anyhow::Result<ExitCo
         failures.len(),
         said.join("; ")
     )
+}
+
+/// A command that starts this program again (a worker, a demo's seed process). On Linux it names
+/// the running executable itself (`/proc/self/exe`), which stays startable when the file at the
+/// program's path was replaced or removed meanwhile (a rebuild or reinstall during a long run: its
+/// later workers would otherwise fail to start, or start another build).
+pub fn this_program() -> anyhow::Result<Command> {
+    let running = std::path::Path::new("/proc/self/exe");
+    if running.exists() {
+        let mut command = Command::new(running);
+        if let Some(name) = std::env::args_os().next() {
+            std::os::unix::process::CommandExt::arg0(&mut command, name);
+        }
+        return Ok(command);
+    }
+    let path = std::env::current_exe().context("finding this program to start it again")?;
+    Ok(Command::new(path))
 }
 
 /// The command line without [`FLAG`] and its value (`--nproc-per-node N` or `--nproc-per-node=N`).
