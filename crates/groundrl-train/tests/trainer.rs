@@ -1155,6 +1155,71 @@ fn a_warm_up_drops_its_rate_at_each_plateau_before_it_stops() {
     assert_eq!((trainer.state.sft_rate_drops, drops), (2, 2));
 }
 
+/// A held-out set with a reward spec of its own (`data.held_out_rewards`) is scored by it: the same
+/// samples as `data.test`, answered alike, scored by the click spec (0 or 1, correct at 1) where the
+/// run's length spec gives the test set's answers their cosine values; a spec that cannot be read
+/// stops the start, naming the set's key.
+#[test]
+fn a_held_out_set_with_its_own_reward_spec_is_scored_by_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = synthetic_data(dir.path());
+    let set = |key: &str, path: &Path| format!("{key}=\"{}\"", path.display());
+    let click = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/rewards/synthetic-click-only.toml");
+    let overrides = |spec: &Path| {
+        vec![
+            "sft.steps=2".to_string(),
+            "sft.batch_size=4".to_string(),
+            "trainer.max_steps=1".to_string(),
+            set("data.test", &data),
+            set("data.held_out.clicks", &data),
+            set("data.held_out_rewards.clicks", spec),
+        ]
+    };
+    let with = |spec: &Path| {
+        let list = overrides(spec);
+        config(
+            dir.path(),
+            &data,
+            &list.iter().map(String::as_str).collect::<Vec<_>>(),
+        )
+    };
+    let missing = dir.path().join("no-such-spec.toml");
+    let err = Trainer::new(with(&missing))
+        .err()
+        .expect("a missing spec is refused");
+    assert!(
+        err.to_string()
+            .starts_with("`data.held_out_rewards.clicks`: cannot read reward spec"),
+        "{err}"
+    );
+    let cfg = with(&click);
+    let run = cfg.trainer.run_dir.clone();
+    let mut trainer = Trainer::new(cfg).unwrap();
+    assert_eq!(trainer.run(|_| {}).unwrap(), Ending::Finished);
+    let records = |folder: &str| -> Vec<Value> {
+        std::fs::read_to_string(run.join(folder).join("before.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let (test, clicks) = (records("eval"), records("eval/clicks"));
+    assert_eq!(test.len(), clicks.len());
+    let mut other_values = 0;
+    for (t, c) in test.iter().zip(&clicks) {
+        assert_eq!(t["completion"], c["completion"], "greedy answers of one model");
+        let reward = c["reward"].as_f64().unwrap();
+        assert!(reward == 0.0 || reward == 1.0, "{c}");
+        assert_eq!(c["correct"].as_bool().unwrap(), reward == 1.0, "{c}");
+        let length_reward = t["reward"].as_f64().unwrap();
+        other_values += usize::from(length_reward != 0.0 && length_reward != 1.0);
+    }
+    assert!(
+        other_values > 0,
+        "the test set is scored by the run's length spec"
+    );
+}
+
 /// Held-out sets besides `data.test` are answered before and after GRPO into their own folders, and
 /// with `trainer.held_out_freq` every set is answered along the way: the curves of both phases (the
 /// last GRPO step's point is `after` itself).

@@ -27,6 +27,12 @@ pub struct DataConfig {
     /// `eval/<name>/<label>.jsonl`, so that one run measures tasks unlike its training ones (harder
     /// screenshots, unseen layouts, other wording) beside its own test set. Default none.
     pub held_out: BTreeMap<String, PathBuf>,
+    /// A reward spec of its own for a set of `data.held_out`, by the set's name
+    /// (`[data.held_out_rewards]`, `boxes = "rewards/detection.toml"`): a set of another task kind
+    /// than training's (detection boxes when training clicks) is scored by the reward that reads its
+    /// answers, and a completion counts as correct when that spec's total reward reaches
+    /// `reward.correct_threshold`. Sets not named here are scored by `[reward]`. Default none.
+    pub held_out_rewards: BTreeMap<String, PathBuf>,
     /// Seed of the epoch shuffles. Default 0.
     pub seed: u64,
     /// Read image paths that leave their sample file's folder (absolute, `..`, symlinks out), as
@@ -45,6 +51,7 @@ impl Default for DataConfig {
             val: PathBuf::new(),
             test: PathBuf::new(),
             held_out: BTreeMap::new(),
+            held_out_rewards: BTreeMap::new(),
             seed: 0,
             allow_outside_paths: false,
             max_image_pixels: DEFAULT_MAX_IMAGE_PIXELS,
@@ -75,6 +82,13 @@ impl DataConfig {
                     "`{name}` is not a set name: letters, digits, `-` and `_` only (it names a \
                      folder of eval/), and not `test` (data.test's)"
                 ),
+            )?;
+        }
+        for name in self.held_out_rewards.keys() {
+            ensure(
+                self.held_out.contains_key(name),
+                "data.held_out_rewards",
+                format!("`{name}` names no set of data.held_out"),
             )?;
         }
         ensure(

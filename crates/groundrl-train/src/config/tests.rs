@@ -254,6 +254,10 @@ fn validation_names_the_key_to_change() {
             "`trainer.early_stopping_metric`: `accuracy` is not one of val/accuracy, val/reward",
         ),
         (
+            "data.held_out.hard=h.jsonl data.held_out_rewards.boxes=detection.toml",
+            "`data.held_out_rewards`: `boxes` names no set of data.held_out",
+        ),
+        (
             "distributed.zero_stage=2",
             "`distributed.zero_stage`: must be 0 (whole optimizer state on every rank) or 1 \
              (optimizer state sharded over the ranks), found 2; stage 2 (sharded gradients) does not \
@@ -266,6 +270,8 @@ fn validation_names_the_key_to_change() {
         assert_eq!(e.to_string(), message, "{changes:?}");
     }
     valid_with(&[
+        "data.held_out.boxes=b.jsonl",
+        "data.held_out_rewards.boxes=detection.toml",
         "model.lora_rank=8",
         "model.lora_vision=true",
         "rollout.temperature=0.01",

@@ -14,6 +14,7 @@ use crate::data_parallel::batch_share;
 use crate::dataset::{Dataset, fixed_subsample};
 use crate::fault;
 use crate::run_folder::eval_file;
+use crate::scorer::Scorer;
 
 /// A held-out set of a run: `data.test`, or a named set of `data.held_out`.
 pub(super) struct HeldOutSet {
@@ -24,6 +25,8 @@ pub(super) struct HeldOutSet {
     /// Its name in the keys of skipped samples.
     skip_key: String,
     pub(super) data: Dataset,
+    /// Its own scorer (`data.held_out_rewards`); `None`: the run's.
+    pub(super) scorer: Option<Scorer>,
 }
 
 impl HeldOutSet {
@@ -33,15 +36,18 @@ impl HeldOutSet {
             config_key: "data.test".into(),
             skip_key: "test".into(),
             data,
+            scorer: None,
         }
     }
 
-    pub(super) fn named(name: &str, data: Dataset) -> Self {
+    /// The set `name` of `data.held_out`, scored by `scorer` when it has a reward spec of its own.
+    pub(super) fn named(name: &str, data: Dataset, scorer: Option<Scorer>) -> Self {
         Self {
             name: Some(name.to_string()),
             config_key: format!("data.held_out.{name}"),
             skip_key: format!("held_out.{name}"),
             data,
+            scorer,
         }
     }
 

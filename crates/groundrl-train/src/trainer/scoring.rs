@@ -1,6 +1,6 @@
-//! The scoring phase of a step: a group's completions scored by the run's [`crate::scorer::Scorer`],
-//! and each group's pass rate (k of n) logged to the ledger that `groundrl curate next` and the
-//! curriculum rounds read.
+//! The scoring phase of a step: a group's completions scored by the run's [`Scorer`] (a held-out
+//! set's answers by the set's own, when it has one), and each group's pass rate (k of n) logged to
+//! the ledger that `groundrl curate next` and the curriculum rounds read.
 
 use groundrl_core::curriculum::ledger::{LedgerEntry, RolloutBatch, rule_text};
 use groundrl_core::telemetry::CompletionRecord;
@@ -11,7 +11,7 @@ use super::rollouts::{Group, draw_seed};
 use super::tools::{call_failures, sample_target_size, tool_use};
 use super::{TrainError, Trainer, setup};
 use crate::inference::{generated_tokens, resized_size};
-use crate::scorer::{ScoreError, Scoring, ToolScoring};
+use crate::scorer::{ScoreError, Scorer, Scoring, ToolScoring};
 
 impl Trainer {
     /// Appends each group's k-of-n to the ledger (dropped groups too: they were drawn and judged);
@@ -63,10 +63,11 @@ impl Trainer {
             .map_err(setup)
     }
 
-    /// The records of a group's trajectories, each scored on its final answer (about the view the
-    /// run reads answers in) with its tool use; an error when one cannot be scored.
+    /// The records of a group's trajectories, each scored by `scorer` on its final answer (about the
+    /// view the run reads answers in) with its tool use; an error when one cannot be scored.
     pub(super) fn score_group(
         &self,
+        scorer: &Scorer,
         sample: &Sample,
         group: &Group,
         position: usize,
@@ -94,7 +95,7 @@ impl Trainer {
                         full: &group.prompt.view,
                     }),
                 };
-                let mut record = self.scorer.score(&scoring)?;
+                let mut record = scorer.score(&scoring)?;
                 record.reward += self.cfg.advantage.overlong.reward_shaping(tokens, budget);
                 Ok(record)
             })

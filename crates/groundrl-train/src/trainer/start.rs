@@ -18,7 +18,7 @@ use super::evaluation::HeldOutSet;
 use super::start_clock::StartClock;
 use super::tools::ToolSetup;
 use super::{RolloutSeconds, RunLogs, RunState, TRAINING_ROUND, TrainError, Trainer, io, setup, write_file};
-use crate::config::TrainConfig;
+use crate::config::{ConfigError, RewardConfig, TrainConfig};
 use crate::data_parallel::DataParallel;
 use crate::dataset::Dataset;
 use crate::inference::Inference;
@@ -398,8 +398,8 @@ struct DataSets {
 }
 
 impl DataSets {
-    /// Reads `data.train`, `data.val`, `data.test`, `data.held_out` and `sft.data` (those set),
-    /// refusing an empty train set, or an empty warm-up set when the warm-up has steps.
+    /// Reads `data.train`, `data.val`, `data.test`, `data.held_out` (with the reward specs of
+    /// `data.held_out_rewards`) and `sft.data` (those set), refusing an empty train set, or an empty warm-up set when the warm-up has steps.
     fn load(cfg: &TrainConfig) -> Result<Self, TrainError> {
         let train = Dataset::load("data.train", &cfg.data.train)?;
         if train.is_empty() {
@@ -417,7 +417,7 @@ impl DataSets {
         for (name, path) in &cfg.data.held_out {
             let key = format!("data.held_out.{name}");
             let data = Dataset::load(&key, path)?;
-            held_out.push(HeldOutSet::named(name, data));
+            held_out.push(HeldOutSet::named(name, data, held_out_scorer(cfg, name)?));
         }
         let warm_up_data = optional("sft.data", &cfg.sft.data)?;
         if warm_up_data
@@ -433,6 +433,27 @@ impl DataSets {
             warm_up_data,
         })
     }
+}
+
+/// The scorer of a held-out set with a reward spec of its own (`data.held_out_rewards`): the spec
+/// read for the run's model, its total reward judged by `reward.correct_threshold`. An error names
+/// the set's key.
+fn held_out_scorer(cfg: &TrainConfig, name: &str) -> Result<Option<Scorer>, TrainError> {
+    let Some(path) = cfg.data.held_out_rewards.get(name) else {
+        return Ok(None);
+    };
+    let reward = RewardConfig {
+        spec: path.clone(),
+        correct_threshold: cfg.reward.correct_threshold,
+        ..RewardConfig::default()
+    };
+    let invalid = |problem: String| ConfigError::Invalid {
+        key: format!("data.held_out_rewards.{name}"),
+        problem,
+    };
+    let spec = reward.spec_for(&cfg.model).map_err(|e| invalid(e.to_string()))?;
+    let scorer = Scorer::new(spec, &reward).map_err(|e| invalid(e.to_string()))?;
+    Ok(Some(scorer))
 }
 
 fn no_samples(key: &'static str, path: &Path) -> TrainError {
@@ -499,7 +520,12 @@ fn with_absolute_paths(mut cfg: TrainConfig) -> Result<TrainConfig, TrainError> 
         &mut cfg.reward.spec,
         &mut cfg.trainer.run_dir,
     ];
-    for path in paths.into_iter().chain(cfg.data.held_out.values_mut()) {
+    let held_out = cfg
+        .data
+        .held_out
+        .values_mut()
+        .chain(cfg.data.held_out_rewards.values_mut());
+    for path in paths.into_iter().chain(held_out) {
         if !path.as_os_str().is_empty() {
             *path = std::path::absolute(&*path).map_err(|e| io(path, e))?;
         }
