@@ -113,8 +113,9 @@ fn a_toy_demo_writes_evaluations_and_a_report() {
 }
 
 /// `--study` at a toy size: the warm-up trains on the GRPO tasks themselves, validates on its own
-/// set and stops early on its best weights; both arms are answered on the test set and the six
-/// out-of-distribution sets, along the way too; the summary holds each set over the seeds.
+/// set and stops early on its best weights; both arms are answered on the test set and the seven
+/// out-of-distribution sets (six of clicks, one of detection tasks scored by its own AP spec),
+/// along the way too; the summary holds each set over the seeds.
 #[test]
 fn a_toy_study_measures_every_held_out_set_against_the_supervised_baseline() {
     let dir = tempfile::tempdir().unwrap();
@@ -154,6 +155,15 @@ fn a_toy_study_measures_every_held_out_set_against_the_supervised_baseline() {
             "{set}"
         );
     }
+    let detection = json_lines(&out.join("data/detection/detection.jsonl"));
+    assert_eq!(detection.len(), 3);
+    assert!(
+        detection.iter().all(|t| t["task"] == "detection"),
+        "{detection:?}"
+    );
+    let spec = std::fs::read_to_string(out.join("data/detection/reward.toml")).unwrap();
+    assert!(spec.contains("kind = \"ap\""), "{spec}");
+    let sets = [sets.as_slice(), &["detection"]].concat();
     // The larger set's screenshots have twice the side; the others the training size.
     let width = |set: &str| {
         json_lines(&out.join(format!("data/{set}/clicks.jsonl")))[0]["images"][0]["width"].clone()
@@ -165,6 +175,15 @@ fn a_toy_study_measures_every_held_out_set_against_the_supervised_baseline() {
         let run = out.join(format!("seed-{seed}"));
         // No warm-up set of its own: the warm-up draws from the GRPO tasks.
         assert!(!run.join("data/warm-up").exists());
+        let config = std::fs::read_to_string(run.join("config.toml")).unwrap();
+        let rewards = config.split("[data.held_out_rewards]").nth(1).unwrap_or_default();
+        let spec = out.join("data/detection/reward.toml");
+        assert!(
+            rewards
+                .trim_start()
+                .starts_with(&format!("detection = \"{}\"", spec.display())),
+            "{config}"
+        );
         let log = json_lines(&run.join("sft.jsonl"));
         let validated: Vec<u64> = (log.iter())
             .filter(|r| r["val_accuracy"].is_number())
@@ -198,8 +217,8 @@ fn a_toy_study_measures_every_held_out_set_against_the_supervised_baseline() {
         }
     }
     let table: Vec<&str> = stdout.lines().filter(|l| l.starts_with("| ")).collect();
-    assert_eq!(table.len(), 1 + 7, "{stdout}");
-    assert_eq!(summary["sets"].as_array().unwrap().len(), 7);
+    assert_eq!(table.len(), 1 + 8, "{stdout}");
+    assert_eq!(summary["sets"].as_array().unwrap().len(), 8);
 }
 
 /// Seeds trained side by side (the CPU default), or side by side in processes of their own (the

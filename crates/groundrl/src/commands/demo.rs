@@ -58,6 +58,10 @@ const TEST_SYNTH_SEED: u64 = 1_000_000;
 
 /// The click tasks kept of a set of drawn screenshots, in the set's folder.
 const CLICKS_FILE: &str = "clicks.jsonl";
+/// The detection tasks kept of a set (the study's detection set), in the set's folder.
+const DETECTIONS_FILE: &str = "detection.jsonl";
+/// A reward spec written by the demo: a seed's, in its run folder; a set's own, in the set's folder.
+const REWARD_SPEC_FILE: &str = "reward.toml";
 
 /// Targets whose smaller side is under this share of the image's are "small": the zoom tool's case
 /// (`telemetry::stats::target_size`).
@@ -113,8 +117,8 @@ pub struct Args {
     /// What GRPO adds beyond supervised fine-tuning: the warm-up runs on the training tasks until
     /// its validation accuracy stops improving and ends on its best weights (the supervised
     /// baseline), GRPO then trains on the same tasks (the RL arm), and both are measured on the
-    /// test set and on six sets unlike the training tasks (harder, larger, an unseen layout, an
-    /// unseen theme, other wording), with curves against steps.
+    /// test set and on seven sets unlike the training tasks (harder, larger, an unseen layout, an
+    /// unseen theme, other wording, detection tasks scored by AP), with curves against steps.
     #[arg(long, conflicts_with = "tools")]
     study: bool,
     /// With --study: tasks of the validation set and of each out-of-distribution set, each drawn
@@ -566,7 +570,7 @@ fn seed_data(
     }
     // The demo's reward spec unless an override names another.
     if cfg.reward.spec.as_os_str().is_empty() && cfg.reward.inline.is_empty() {
-        let spec = dir.join("reward.toml");
+        let spec = dir.join(REWARD_SPEC_FILE);
         if draw_them {
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
             std::fs::write(&spec, demo.reward_spec).with_context(|| format!("writing {}", spec.display()))?;
@@ -784,29 +788,44 @@ impl Demo {
     }
 }
 
-/// Draws a study's validation tasks and its out-of-distribution sets into `out/data`.
+/// Draws a study's validation tasks and its out-of-distribution sets into `out/data`, with the
+/// detection set's reward spec beside its tasks.
 fn draw_study_sets(out: &Path, tasks: usize, size: (u32, u32), frame: Frame) -> anyhow::Result<()> {
-    let val = study::training_look(size);
+    let seen = study::training_look(size);
     draw(
         &study::set_dir(out, "val"),
         study::VAL_SYNTH_SEED,
         tasks,
-        &val,
+        &seen,
         frame,
     )?;
-    for (i, (name, look)) in study::held_out_sets(size).iter().enumerate() {
+    let sets = study::held_out_sets(size);
+    for (i, (name, look)) in sets.iter().enumerate() {
         draw(&study::set_dir(out, name), study::set_seed(i), tasks, look, frame)?;
     }
-    Ok(())
+    let detection = study::set_dir(out, study::DETECTION_SET);
+    let seed = study::set_seed(sets.len());
+    draw_kind(&detection, seed, tasks, &seen, frame, Task::Detection)?;
+    let spec = detection.join(REWARD_SPEC_FILE);
+    std::fs::write(&spec, study::DETECTION_SPEC).with_context(|| format!("writing {}", spec.display()))
 }
 
-/// Points a study seed's config at the validation and out-of-distribution sets the parent drew.
+/// Points a study seed's config at the validation and out-of-distribution sets the parent drew, the
+/// detection set with its own reward spec.
 fn study_data(cfg: &mut TrainConfig, out: &Path) {
     cfg.data.val = study::set_dir(out, "val").join(CLICKS_FILE);
     for (name, _) in study::held_out_sets((1, 1)) {
         let path = study::set_dir(out, name).join(CLICKS_FILE);
         cfg.data.held_out.insert(name.to_string(), path);
     }
+    let detection = study::set_dir(out, study::DETECTION_SET);
+    let name = study::DETECTION_SET.to_string();
+    cfg.data
+        .held_out
+        .insert(name.clone(), detection.join(DETECTIONS_FILE));
+    cfg.data
+        .held_out_rewards
+        .insert(name, detection.join(REWARD_SPEC_FILE));
 }
 
 /// Draws synthetic screenshots of `look` into `dir` with generator seed `seed` and instruct
@@ -815,17 +834,37 @@ fn study_data(cfg: &mut TrainConfig, out: &Path) {
 /// the tiny model would have to learn too); returns the samples file. The generator is
 /// prefix-stable, so the same seed and count always give the same tasks.
 fn draw(dir: &Path, seed: u64, tasks: usize, look: &Look, frame: Frame) -> anyhow::Result<PathBuf> {
-    // Easy screenshots hold about 1.8 click tasks each; ask for a few more than needed.
-    let mut screenshots = (tasks as u64).div_ceil(3) * 2 + 8;
+    draw_kind(dir, seed, tasks, look, frame, Task::PointGrounding)
+}
+
+/// [`draw`] keeping tasks of `kind` (click or detection), in `clicks.jsonl` or `detection.jsonl`.
+fn draw_kind(
+    dir: &Path,
+    seed: u64,
+    tasks: usize,
+    look: &Look,
+    frame: Frame,
+    kind: Task,
+) -> anyhow::Result<PathBuf> {
+    // Easy screenshots hold about 1.8 click tasks and at most one detection task each; ask for a
+    // few more than needed.
+    let mut screenshots = match kind {
+        Task::Detection => tasks as u64 + 8,
+        _ => (tasks as u64).div_ceil(3) * 2 + 8,
+    };
+    let (file, what) = match kind {
+        Task::Detection => (DETECTIONS_FILE, "detection"),
+        _ => (CLICKS_FILE, "click"),
+    };
     loop {
-        let clicks = draw_screenshots(dir, seed, screenshots, look, frame)?;
-        if clicks.len() >= tasks {
-            let kept = dir.join(CLICKS_FILE);
-            write_jsonl(&kept, &clicks[..tasks])?;
+        let drawn = draw_screenshots(dir, seed, screenshots, look, frame, kind)?;
+        if drawn.len() >= tasks {
+            let kept = dir.join(file);
+            write_jsonl(&kept, &drawn[..tasks])?;
             eprintln!(
-                "drew {screenshots} screenshots into {} (generator seed {seed}): kept {tasks} of {} click tasks",
+                "drew {screenshots} screenshots into {} (generator seed {seed}): kept {tasks} of {} {what} tasks",
                 dir.display(),
-                clicks.len()
+                drawn.len()
             );
             return Ok(kept);
         }
@@ -833,13 +872,14 @@ fn draw(dir: &Path, seed: u64, tasks: usize, look: &Look, frame: Frame) -> anyho
     }
 }
 
-/// The click tasks of `screenshots` screenshots of `look` drawn into `dir`.
+/// The tasks of `kind` of `screenshots` screenshots of `look` drawn into `dir`.
 fn draw_screenshots(
     dir: &Path,
     seed: u64,
     screenshots: u64,
     look: &Look,
     frame: Frame,
+    kind: Task,
 ) -> anyhow::Result<Vec<Sample>> {
     let config = SynthConfig {
         screenshots,
@@ -860,7 +900,7 @@ fn draw_screenshots(
     Ok(read_jsonl(&dir.join("samples.jsonl"))?
         .strict()?
         .into_iter()
-        .filter(|s| s.task == Task::PointGrounding)
+        .filter(|s| s.task == kind)
         .collect())
 }
 

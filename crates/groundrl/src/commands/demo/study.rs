@@ -123,7 +123,25 @@ pub(super) fn held_out_sets(size: (u32, u32)) -> Vec<(&'static str, Look)> {
     ]
 }
 
-/// Generator seed of out-of-distribution set `i` of [`held_out_sets`].
+/// The out-of-distribution set of another task kind: "find all" detection tasks on the training
+/// look, answered as a JSON list of boxes (the prompt asks for it) and scored by [`DETECTION_SPEC`]
+/// where training scores one click.
+pub(super) const DETECTION_SET: &str = "detection";
+
+/// The detection set's reward: per-task COCO AP of the answer's boxes (VLM-R1's AP reward), a task
+/// correct when it reaches `reward.correct_threshold` (0.5). Read in the model's frame, as training's.
+pub(super) const DETECTION_SPEC: &str = "\
+# The study's detection set: per-task COCO AP of the answered boxes (groundrl demo --study).
+model_frame = \"auto\"
+detect_frame = true
+
+[components.ap]
+kind = \"ap\"
+weight = 1.0
+";
+
+/// Generator seed of out-of-distribution set `i` of [`held_out_sets`] (the detection set's is the
+/// one after theirs).
 pub(super) fn set_seed(i: usize) -> u64 {
     VAL_SYNTH_SEED + 1 + i as u64
 }
