@@ -16,6 +16,17 @@ const TOY_GRPO: [&str; 4] = [
     "trainer.micro_batch_size=2",
 ];
 
+/// Three GRPO steps of 2 prompts x 4 samples in micro-batches of 4, on 8 held-out tasks: a step that
+/// two seeds side by side, or two workers, each get a whole micro-batch of.
+const SPLIT_GRPO: [&str; 6] = [
+    "--test-tasks=8",
+    "trainer.max_steps=3",
+    "rollout.n=4",
+    "rollout.prompts_per_step=2",
+    "trainer.mini_batch_size=8",
+    "trainer.micro_batch_size=4",
+];
+
 /// The standard output of a demo that must have succeeded (else the test fails showing both outputs).
 fn stdout_of_success(run: &std::process::Output) -> String {
     let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
@@ -230,16 +241,10 @@ fn a_toy_study_measures_every_held_out_set_against_the_supervised_baseline() {
 fn seeds_side_by_side_train_as_they_do_one_after_another() {
     let dir = tempfile::tempdir().unwrap();
     let toy = [
-        "--seeds=2",
-        "--test-tasks=8",
-        "sft.steps=12",
-        "sft.batch_size=4",
-        "trainer.max_steps=3",
-        "rollout.n=4",
-        "rollout.prompts_per_step=2",
-        "trainer.mini_batch_size=8",
-        "trainer.micro_batch_size=4",
-    ];
+        ["--seeds=2", "sft.steps=12", "sft.batch_size=4"].as_slice(),
+        &SPLIT_GRPO,
+    ]
+    .concat();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads_each = (cores / 2).max(1).to_string();
     let run = |name: &str, extra: &[&str]| {
@@ -248,7 +253,7 @@ fn seeds_side_by_side_train_as_they_do_one_after_another() {
             .arg("demo")
             .arg("--out")
             .arg(&out)
-            .args(toy)
+            .args(&toy)
             .args(extra)
             .env("OMP_NUM_THREADS", &threads_each)
             .output()
@@ -302,17 +307,10 @@ fn seed_logs(out: &std::path::Path, seed: u64) -> SeedLogs {
 fn a_seed_on_two_data_parallel_workers_trains_as_in_one_process() {
     let dir = tempfile::tempdir().unwrap();
     let toy = [
-        "--seeds=1",
-        "--first-seed=1",
-        "--test-tasks=8",
-        "sft.steps=6",
-        "sft.batch_size=8",
-        "trainer.max_steps=3",
-        "rollout.n=4",
-        "rollout.prompts_per_step=2",
-        "trainer.mini_batch_size=8",
-        "trainer.micro_batch_size=4",
-    ];
+        ["--seeds=1", "--first-seed=1", "sft.steps=6", "sft.batch_size=8"].as_slice(),
+        &SPLIT_GRPO,
+    ]
+    .concat();
     let run = |name: &str, extra: &[&str]| {
         let out = dir.path().join(name);
         let run = command()
@@ -320,7 +318,7 @@ fn a_seed_on_two_data_parallel_workers_trains_as_in_one_process() {
             .arg("--out")
             .arg(&out)
             .args(extra)
-            .args(toy)
+            .args(&toy)
             .env("OMP_NUM_THREADS", "1")
             .output()
             .unwrap();
