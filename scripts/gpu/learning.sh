@@ -5,7 +5,9 @@
 #               stops improving, then GRPO, on the test set and six out-of-distribution sets;
 #   plain       `groundrl demo --gpu` on GPU 1 (the shipped demo: the one-GPU arm of the next two);
 #   curriculum  on GPU 0, two rounds of 100 GRPO steps, the second on the pool the pass-rate
-#               ledger selects (`rounds.count=2`), against the plain demo's 200 steps on fresh tasks;
+#               ledger selects (`rounds.count=2`), against the plain demo's 200 steps on fresh tasks
+#               (up to 10 passes over that pool: at 2, pools of 1,833-4,081 tasks ran out after
+#               29-64 steps, 2026-11-30);
 #   dp          `groundrl demo --gpu --nproc-per-node 2`: each seed on both GPUs, data-parallel (NCCL),
 #               the same algorithm as the plain demo's one GPU.
 # The small model leaves each GPU mostly idle, so these share the GPUs; the runs are measured for
@@ -52,7 +54,7 @@ runs() {
     trainer.held_out_freq=100 ${STUDY_OVERRIDES:-} &
   [ -n "${cores[plain]:-}" ] && CUDA_VISIBLE_DEVICES=1 demo plain "${cores[plain]}" &
   [ -n "${cores[curriculum]:-}" ] && CUDA_VISIBLE_DEVICES=0 demo curriculum "${cores[curriculum]}" \
-    rounds.count=2 trainer.max_steps=100 trainer.total_epochs=2 &
+    rounds.count=2 trainer.max_steps=100 trainer.total_epochs=10 &
   [ -n "${cores[dp]:-}" ] && demo dp "${cores[dp]}" --nproc-per-node 2 &
   wait
   echo "all ended" >> "$status"
