@@ -2,7 +2,7 @@
 # The learning runs of one two-GPU machine, side by side (docs/learning.md), each a demo of three
 # seeds on the GPU preset:
 #   study       `groundrl demo --gpu --study` on GPU 0: the supervised baseline run until its validation
-#               stops improving, then GRPO, on the test set and six out-of-distribution sets;
+#               stops improving, then GRPO, on the test set and seven out-of-distribution sets;
 #   plain       `groundrl demo --gpu` on GPU 1 (the shipped demo: the one-GPU arm of the next two);
 #   curriculum  on GPU 0, two rounds of 100 GRPO steps, the second on the pool the pass-rate
 #               ledger selects (`rounds.count=2`), against the plain demo's 200 steps on fresh tasks

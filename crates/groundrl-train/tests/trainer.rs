@@ -1155,44 +1155,49 @@ fn a_warm_up_drops_its_rate_at_each_plateau_before_it_stops() {
     assert_eq!((trainer.state.sft_rate_drops, drops), (2, 2));
 }
 
-/// A held-out set with a reward spec of its own (`data.held_out_rewards`) is scored by it: the same
-/// samples as `data.test`, answered alike, scored by the click spec (0 or 1, correct at 1) where the
-/// run's length spec gives the test set's answers their cosine values; a spec that cannot be read
-/// stops the start, naming the set's key.
+/// Held-out sets with a reward of their own (`data.held_out_rewards`) are scored and judged by it:
+/// the same samples as `data.test`, answered alike, get the click spec's 0 or 1 (correct at 1) in
+/// one set, and in the other the run's length values, all judged correct by that set's threshold of
+/// 0 where the run's rule (0.5) fails some; a spec that cannot be read stops the start, naming the
+/// set's key.
 #[test]
-fn a_held_out_set_with_its_own_reward_spec_is_scored_by_it() {
+fn held_out_sets_with_their_own_reward_are_scored_and_judged_by_it() {
     let dir = tempfile::tempdir().unwrap();
     let data = synthetic_data(dir.path());
-    let set = |key: &str, path: &Path| format!("{key}=\"{}\"", path.display());
-    let click = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/rewards/synthetic-click-only.toml");
-    let overrides = |spec: &Path| {
-        vec![
+    let path = |key: &str, path: &Path| format!("{key}=\"{}\"", path.display());
+    let rewards = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/rewards");
+    let with = |click_spec: &Path| {
+        let overrides = [
             "sft.steps=2".to_string(),
             "sft.batch_size=4".to_string(),
             "trainer.max_steps=1".to_string(),
-            set("data.test", &data),
-            set("data.held_out.clicks", &data),
-            set("data.held_out_rewards.clicks", spec),
-        ]
-    };
-    let with = |spec: &Path| {
-        let list = overrides(spec);
+            path("data.test", &data),
+            path("data.held_out.clicks", &data),
+            path("data.held_out.any-length", &data),
+            path("data.held_out_rewards.clicks.spec", click_spec),
+            path(
+                "data.held_out_rewards.any-length.spec",
+                &rewards.join("length-only.toml"),
+            ),
+            "data.held_out_rewards.any-length.correct_component=brevity".to_string(),
+            "data.held_out_rewards.any-length.correct_threshold=0.0".to_string(),
+        ];
         config(
             dir.path(),
             &data,
-            &list.iter().map(String::as_str).collect::<Vec<_>>(),
+            &overrides.iter().map(String::as_str).collect::<Vec<_>>(),
         )
     };
     let missing = dir.path().join("no-such-spec.toml");
     let err = Trainer::new(with(&missing))
         .err()
         .expect("a missing spec is refused");
+    let said = err.to_string();
     assert!(
-        err.to_string()
-            .starts_with("`data.held_out_rewards.clicks`: cannot read reward spec"),
-        "{err}"
+        said.starts_with("`data.held_out_rewards.clicks.spec`: cannot read reward spec"),
+        "{said}"
     );
-    let cfg = with(&click);
+    let cfg = with(&rewards.join("synthetic-click-only.toml"));
     let run = cfg.trainer.run_dir.clone();
     let mut trainer = Trainer::new(cfg).unwrap();
     assert_eq!(trainer.run(|_| {}).unwrap(), Ending::Finished);
@@ -1203,21 +1208,25 @@ fn a_held_out_set_with_its_own_reward_spec_is_scored_by_it() {
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()
     };
-    let (test, clicks) = (records("eval"), records("eval/clicks"));
-    assert_eq!(test.len(), clicks.len());
-    let mut other_values = 0;
-    for (t, c) in test.iter().zip(&clicks) {
-        assert_eq!(t["completion"], c["completion"], "greedy answers of one model");
-        let reward = c["reward"].as_f64().unwrap();
-        assert!(reward == 0.0 || reward == 1.0, "{c}");
-        assert_eq!(c["correct"].as_bool().unwrap(), reward == 1.0, "{c}");
-        let length_reward = t["reward"].as_f64().unwrap();
-        other_values += usize::from(length_reward != 0.0 && length_reward != 1.0);
-    }
-    assert!(
-        other_values > 0,
-        "the test set is scored by the run's length spec"
+    let (test, clicks, any_length) = (
+        records("eval"),
+        records("eval/clicks"),
+        records("eval/any-length"),
     );
+    assert_eq!((test.len(), clicks.len()), (any_length.len(), any_length.len()));
+    let mut failed_by_the_run_rule = 0;
+    for ((t, c), a) in test.iter().zip(&clicks).zip(&any_length) {
+        assert_eq!(t["completion"], c["completion"], "greedy answers of one model");
+        let click = c["reward"].as_f64().unwrap();
+        assert!(click == 0.0 || click == 1.0, "{c}");
+        assert_eq!(c["correct"].as_bool().unwrap(), click == 1.0, "{c}");
+        let length = t["reward"].as_f64().unwrap();
+        assert_eq!(a["reward"].as_f64().unwrap(), length, "{a}");
+        assert!(a["correct"].as_bool().unwrap(), "threshold 0: {a}");
+        assert_eq!(t["correct"].as_bool().unwrap(), length >= 0.5, "{t}");
+        failed_by_the_run_rule += usize::from(length < 0.5);
+    }
+    assert!(failed_by_the_run_rule > 0, "the run's rule fails some answers");
 }
 
 /// Held-out sets besides `data.test` are answered before and after GRPO into their own folders, and

@@ -6,6 +6,7 @@
 use crate::common;
 
 use common::{command, json_lines};
+use groundrl_train::config::TrainConfig;
 use serde_json::Value;
 
 /// GRPO at its smallest: 2 prompts of 2 samples a step, one optimizer step of 4 completions.
@@ -186,15 +187,20 @@ fn a_toy_study_measures_every_held_out_set_against_the_supervised_baseline() {
         let run = out.join(format!("seed-{seed}"));
         // No warm-up set of its own: the warm-up draws from the GRPO tasks.
         assert!(!run.join("data/warm-up").exists());
-        let config = std::fs::read_to_string(run.join("config.toml")).unwrap();
-        let rewards = config.split("[data.held_out_rewards]").nth(1).unwrap_or_default();
-        let spec = out.join("data/detection/reward.toml");
-        assert!(
-            rewards
-                .trim_start()
-                .starts_with(&format!("detection = \"{}\"", spec.display())),
-            "{config}"
+        let config = TrainConfig::load(&run.join("config.toml"), &[]).unwrap();
+        let detection = &config.data.held_out_rewards["detection"];
+        assert_eq!(
+            (detection.spec.clone(), detection.correct_threshold),
+            (out.join("data/detection/reward.toml"), 0.5)
         );
+        // Scored by AP: a reward in [0, 1] per task, correct from 0.5.
+        let answers = json_lines(&run.join("eval/detection/before.jsonl"));
+        assert_eq!(answers.len(), 3);
+        for a in &answers {
+            let reward = a["reward"].as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&reward), "{a}");
+            assert_eq!(a["correct"].as_bool().unwrap(), reward >= 0.5, "{a}");
+        }
         let log = json_lines(&run.join("sft.jsonl"));
         let validated: Vec<u64> = (log.iter())
             .filter(|r| r["val_accuracy"].is_number())
@@ -402,18 +408,24 @@ fn later_seeds_start_when_the_binary_was_removed_meanwhile() {
         .stderr(log("stderr"))
         .spawn()
         .unwrap();
-    // Rank 0 writes seed 0's config once its workers run: the binary goes then.
+    let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
+    // Rank 0 writes seed 0's config once its workers run: the binary goes then, before seed 1's
+    // workers start.
     let config = out.join("seed-0/config.toml");
+    let start = std::time::Instant::now();
     while !config.exists() {
-        assert!(
-            demo.try_wait().unwrap().is_none(),
-            "the demo ended before seed 0 started"
-        );
+        if demo.try_wait().unwrap().is_some() || start.elapsed().as_secs() > 300 {
+            let _ = demo.kill();
+            panic!("seed 0 did not start\n{}", read("stderr"));
+        }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     std::fs::remove_file(&exe).unwrap();
+    assert!(
+        !out.join("seed-1").exists(),
+        "seed 1 started before the binary was removed"
+    );
     let status = demo.wait().unwrap();
-    let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
     let stdout = read("stdout");
     assert!(status.success(), "{stdout}\n{}", read("stderr"));
     assert!(stdout.contains("seed 0: held-out accuracy"), "{stdout}");

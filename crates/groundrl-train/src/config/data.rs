@@ -7,7 +7,7 @@ use groundrl_core::data::confine::PathPolicy;
 use groundrl_core::data::image_file::{DEFAULT_MAX_IMAGE_PIXELS, ImageLimits};
 use serde::{Deserialize, Serialize};
 
-use super::{ConfigError, ensure};
+use super::{ConfigError, RewardConfig, ensure};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -27,12 +27,13 @@ pub struct DataConfig {
     /// `eval/<name>/<label>.jsonl`, so that one run measures tasks unlike its training ones (harder
     /// screenshots, unseen layouts, other wording) beside its own test set. Default none.
     pub held_out: BTreeMap<String, PathBuf>,
-    /// A reward spec of its own for a set of `data.held_out`, by the set's name
-    /// (`[data.held_out_rewards]`, `boxes = "rewards/detection.toml"`): a set of another task kind
-    /// than training's (detection boxes when training clicks) is scored by the reward that reads its
-    /// answers, and a completion counts as correct when that spec's total reward reaches
-    /// `reward.correct_threshold`. Sets not named here are scored by `[reward]`. Default none.
-    pub held_out_rewards: BTreeMap<String, PathBuf>,
+    /// A reward of its own for a set of `data.held_out`, by the set's name, with `[reward]`'s keys
+    /// (`[data.held_out_rewards.boxes]`, `spec = "rewards/detection.toml"`, `correct_threshold =
+    /// 0.5`): a set of another task kind than training's (detection boxes when training clicks) is
+    /// scored by the reward that reads its answers, and judged by a rule of its own, since the
+    /// run's pass/fail component may not exist in that spec. Sets not named here are scored by
+    /// `[reward]`. Default none.
+    pub held_out_rewards: BTreeMap<String, RewardConfig>,
     /// Seed of the epoch shuffles. Default 0.
     pub seed: u64,
     /// Read image paths that leave their sample file's folder (absolute, `..`, symlinks out), as
@@ -84,12 +85,13 @@ impl DataConfig {
                 ),
             )?;
         }
-        for name in self.held_out_rewards.keys() {
+        for (name, reward) in &self.held_out_rewards {
             ensure(
                 self.held_out.contains_key(name),
                 "data.held_out_rewards",
                 format!("`{name}` names no set of data.held_out"),
             )?;
+            reward.validate_in(&format!("data.held_out_rewards.{name}"))?;
         }
         ensure(
             self.max_image_pixels > 0,

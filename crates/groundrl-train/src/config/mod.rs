@@ -184,7 +184,7 @@ impl TrainConfig {
         self.model.validate()?;
         self.data.validate()?;
         self.rollout.validate()?;
-        self.reward.validate()?;
+        self.reward.validate_in("reward")?;
         self.advantage.validate().map_err(|e| match e {
             AdvantageError::Config { key, problem } => invalid(key, problem),
             other => invalid("advantage", other.to_string()),

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use groundrl_score::reward::RewardSpec;
+use groundrl_score::reward::{RewardSpec, SpecError};
 use serde::{Deserialize, Serialize};
 
 use super::{ConfigError, ModelConfig, ensure};
@@ -39,15 +39,29 @@ impl RewardConfig {
     /// Reads the spec (file or inline table) and checks that `correct_component` is one of its
     /// components.
     pub fn load_spec(&self) -> Result<RewardSpec, ConfigError> {
+        self.load_spec_in("reward")
+    }
+
+    /// [`Self::load_spec`] of the config at `section` (`reward`, or a held-out set's
+    /// `data.held_out_rewards.<name>`), which its errors name.
+    fn load_spec_in(&self, section: &str) -> Result<RewardSpec, ConfigError> {
+        // The spec's own errors say what is wrong in it; the key says which spec.
+        let named = |key: &str| {
+            let key = format!("{section}.{key}");
+            move |e: SpecError| ConfigError::Invalid {
+                key,
+                problem: e.to_string(),
+            }
+        };
         let spec = if self.inline.is_empty() {
-            RewardSpec::load(&self.spec)?
+            RewardSpec::load(&self.spec).map_err(named("spec"))?
         } else {
-            RewardSpec::from_toml(&toml::to_string(&self.inline)?)?
+            RewardSpec::from_toml(&toml::to_string(&self.inline)?).map_err(named("inline"))?
         };
         let names: Vec<&str> = spec.components().iter().map(|c| c.name.as_str()).collect();
         ensure(
             self.correct_component.is_empty() || names.contains(&self.correct_component.as_str()),
-            "reward.correct_component",
+            &format!("{section}.correct_component"),
             format!(
                 "{:?} is not a component of the reward spec ({})",
                 self.correct_component,
@@ -62,7 +76,12 @@ impl RewardConfig {
     /// names wins. Both naming different frames is refused: prompts would ask in one and rewards
     /// read in the other.
     pub fn spec_for(&self, model: &ModelConfig) -> Result<RewardSpec, ConfigError> {
-        let spec = self.load_spec()?;
+        self.spec_for_in(model, "reward")
+    }
+
+    /// [`Self::spec_for`] of the config at `section` ([`Self::load_spec_in`]).
+    pub fn spec_for_in(&self, model: &ModelConfig, section: &str) -> Result<RewardSpec, ConfigError> {
+        let spec = self.load_spec_in(section)?;
         if let (Some(spec_frame), Some(model_frame)) = (spec.frame_choice.named(), model.answer_frame.named())
         {
             ensure(
@@ -81,15 +100,18 @@ impl RewardConfig {
         Ok(spec.for_model(frame))
     }
 
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+    /// Checks the config at `section` (`reward`, or `data.held_out_rewards.<name>`).
+    pub(super) fn validate_in(&self, section: &str) -> Result<(), ConfigError> {
         ensure(
             self.spec.as_os_str().is_empty() != self.inline.is_empty(),
-            "reward.spec",
-            "give exactly one of `reward.spec` (a file) and `[reward.inline]` (the spec in place)",
+            &format!("{section}.spec"),
+            format!(
+                "give exactly one of `{section}.spec` (a file) and `[{section}.inline]` (the spec in place)"
+            ),
         )?;
         ensure(
             self.correct_threshold.is_finite(),
-            "reward.correct_threshold",
+            &format!("{section}.correct_threshold"),
             format!("must be a finite number, found {}", self.correct_threshold),
         )
     }

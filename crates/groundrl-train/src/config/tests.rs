@@ -72,6 +72,11 @@ weight = 1.0
 [trainer]
 early_stopping_mode = "min"
 seed = 18446744073709551
+[data.held_out]
+boxes = "boxes.jsonl"
+[data.held_out_rewards.boxes]
+spec = "detection.toml"
+correct_threshold = 0.5
 "#;
     let c = TrainConfig::from_toml_str(text, &overrides(&["rollout.n=3", "data.seed=7"])).unwrap();
     let written = c.to_toml().unwrap();
@@ -254,8 +259,13 @@ fn validation_names_the_key_to_change() {
             "`trainer.early_stopping_metric`: `accuracy` is not one of val/accuracy, val/reward",
         ),
         (
-            "data.held_out.hard=h.jsonl data.held_out_rewards.boxes=detection.toml",
+            "data.held_out.hard=h.jsonl data.held_out_rewards.boxes.spec=detection.toml",
             "`data.held_out_rewards`: `boxes` names no set of data.held_out",
+        ),
+        (
+            "data.held_out.boxes=b.jsonl data.held_out_rewards.boxes.correct_threshold=0.5",
+            "`data.held_out_rewards.boxes.spec`: give exactly one of `data.held_out_rewards.boxes.spec` \
+             (a file) and `[data.held_out_rewards.boxes.inline]` (the spec in place)",
         ),
         (
             "distributed.zero_stage=2",
@@ -271,7 +281,7 @@ fn validation_names_the_key_to_change() {
     }
     valid_with(&[
         "data.held_out.boxes=b.jsonl",
-        "data.held_out_rewards.boxes=detection.toml",
+        "data.held_out_rewards.boxes.spec=detection.toml",
         "model.lora_rank=8",
         "model.lora_vision=true",
         "rollout.temperature=0.01",

@@ -175,8 +175,9 @@ impl Trainer {
         Ok(())
     }
 
-    /// The evaluation record of a test sample's greedy answer: the answer placed in original pixels
-    /// the way the reward spec reads it, scored as training scores it.
+    /// The evaluation record of a held-out sample's greedy answer: the answer placed in original
+    /// pixels the way the run's reward spec reads it, scored by the set's scorer (its own reward, or
+    /// the run's).
     fn eval_record(&self, set: usize, group: &Group) -> Result<EvalRecord, TrainError> {
         let data = &self.held_out[set].data;
         let sample = &data.samples[group.index];

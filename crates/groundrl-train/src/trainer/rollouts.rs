@@ -13,7 +13,6 @@ use crate::advantage::informative_groups;
 use crate::data_parallel::counts_over_ranks;
 use crate::dataset::epoch_order;
 use crate::inference::Prompt;
-use crate::scorer::Scorer;
 
 impl Trainer {
     /// Samples `rollout.n` completions of the step's prompts and scores them. With dynamic sampling,
@@ -192,15 +191,6 @@ impl Trainer {
         }
         self.skip_samples(split, failed);
         Ok(scored)
-    }
-
-    /// The scorer of `split`'s answers: a held-out set's own (`data.held_out_rewards`), else the
-    /// run's.
-    fn scorer_of(&self, split: Split) -> &Scorer {
-        match split {
-            Split::HeldOut(set) => self.held_out[set].scorer.as_ref().unwrap_or(&self.scorer),
-            Split::Train | Split::Val => &self.scorer,
-        }
     }
 
     /// [`Self::skip_sample`] for each (position, id, why) of `split`.

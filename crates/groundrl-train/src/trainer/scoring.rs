@@ -7,7 +7,7 @@ use groundrl_core::telemetry::CompletionRecord;
 use groundrl_score::data::Sample;
 use groundrl_tensor::rollout::FinishReason;
 
-use super::rollouts::{Group, draw_seed};
+use super::rollouts::{Group, Split, draw_seed};
 use super::tools::{call_failures, sample_target_size, tool_use};
 use super::{TrainError, Trainer, setup};
 use crate::inference::{generated_tokens, resized_size};
@@ -100,6 +100,15 @@ impl Trainer {
                 Ok(record)
             })
             .collect()
+    }
+
+    /// The scorer of `split`'s answers: a held-out set's own (`data.held_out_rewards`), else the
+    /// run's.
+    pub(super) fn scorer_of(&self, split: Split) -> &Scorer {
+        match split {
+            Split::HeldOut(set) => self.held_out[set].scorer.as_ref().unwrap_or(&self.scorer),
+            Split::Train | Split::Val => &self.scorer,
+        }
     }
 
     /// Most tokens the model may generate in one sample: `rollout.max_new_tokens` per turn (the

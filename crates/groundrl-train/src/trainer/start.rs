@@ -18,7 +18,7 @@ use super::evaluation::HeldOutSet;
 use super::start_clock::StartClock;
 use super::tools::ToolSetup;
 use super::{RolloutSeconds, RunLogs, RunState, TRAINING_ROUND, TrainError, Trainer, io, setup, write_file};
-use crate::config::{ConfigError, RewardConfig, TrainConfig};
+use crate::config::TrainConfig;
 use crate::data_parallel::DataParallel;
 use crate::dataset::Dataset;
 use crate::inference::Inference;
@@ -398,8 +398,9 @@ struct DataSets {
 }
 
 impl DataSets {
-    /// Reads `data.train`, `data.val`, `data.test`, `data.held_out` (with the reward specs of
-    /// `data.held_out_rewards`) and `sft.data` (those set), refusing an empty train set, or an empty warm-up set when the warm-up has steps.
+    /// Reads `data.train`, `data.val`, `data.test`, `data.held_out` (with the rewards of
+    /// `data.held_out_rewards`) and `sft.data` (those set), refusing an empty train set, or an
+    /// empty warm-up set when the warm-up has steps.
     fn load(cfg: &TrainConfig) -> Result<Self, TrainError> {
         let train = Dataset::load("data.train", &cfg.data.train)?;
         if train.is_empty() {
@@ -435,25 +436,14 @@ impl DataSets {
     }
 }
 
-/// The scorer of a held-out set with a reward spec of its own (`data.held_out_rewards`): the spec
-/// read for the run's model, its total reward judged by `reward.correct_threshold`. An error names
-/// the set's key.
+/// The scorer of a held-out set with a reward of its own (`data.held_out_rewards`): its spec read
+/// for the run's model, judged by its own rule.
 fn held_out_scorer(cfg: &TrainConfig, name: &str) -> Result<Option<Scorer>, TrainError> {
-    let Some(path) = cfg.data.held_out_rewards.get(name) else {
+    let Some(reward) = cfg.data.held_out_rewards.get(name) else {
         return Ok(None);
     };
-    let reward = RewardConfig {
-        spec: path.clone(),
-        correct_threshold: cfg.reward.correct_threshold,
-        ..RewardConfig::default()
-    };
-    let invalid = |problem: String| ConfigError::Invalid {
-        key: format!("data.held_out_rewards.{name}"),
-        problem,
-    };
-    let spec = reward.spec_for(&cfg.model).map_err(|e| invalid(e.to_string()))?;
-    let scorer = Scorer::new(spec, &reward).map_err(|e| invalid(e.to_string()))?;
-    Ok(Some(scorer))
+    let spec = reward.spec_for_in(&cfg.model, &format!("data.held_out_rewards.{name}"))?;
+    Ok(Some(Scorer::new(spec, reward)?))
 }
 
 fn no_samples(key: &'static str, path: &Path) -> TrainError {
@@ -520,11 +510,8 @@ fn with_absolute_paths(mut cfg: TrainConfig) -> Result<TrainConfig, TrainError> 
         &mut cfg.reward.spec,
         &mut cfg.trainer.run_dir,
     ];
-    let held_out = cfg
-        .data
-        .held_out
-        .values_mut()
-        .chain(cfg.data.held_out_rewards.values_mut());
+    let held_out_specs = cfg.data.held_out_rewards.values_mut().map(|r| &mut r.spec);
+    let held_out = cfg.data.held_out.values_mut().chain(held_out_specs);
     for path in paths.into_iter().chain(held_out) {
         if !path.as_os_str().is_empty() {
             *path = std::path::absolute(&*path).map_err(|e| io(path, e))?;

@@ -27,7 +27,7 @@ use groundrl_core::telemetry::{CurveCheck, SampledSummary, check_curve};
 use groundrl_score::data::{Sample, Task};
 use groundrl_score::frame::Frame;
 use groundrl_score::metrics::gain::{Interval, mean_over_seeds};
-use groundrl_train::config::TrainConfig;
+use groundrl_train::config::{RewardConfig, TrainConfig};
 use groundrl_train::run_folder::{CONFIG_FILE, SFT_FILE};
 use groundrl_train::trainer::{SftRecord, Trainer};
 use indicatif::{MultiProgress, ProgressBar};
@@ -805,7 +805,7 @@ fn draw_study_sets(out: &Path, tasks: usize, size: (u32, u32), frame: Frame) -> 
     }
     let detection = study::set_dir(out, study::DETECTION_SET);
     let seed = study::set_seed(sets.len());
-    draw_kind(&detection, seed, tasks, &seen, frame, Task::Detection)?;
+    draw_kind(&detection, seed, tasks, &seen, frame, Kept::Detection)?;
     let spec = detection.join(REWARD_SPEC_FILE);
     std::fs::write(&spec, study::DETECTION_SPEC).with_context(|| format!("writing {}", spec.display()))
 }
@@ -820,12 +820,14 @@ fn study_data(cfg: &mut TrainConfig, out: &Path) {
     }
     let detection = study::set_dir(out, study::DETECTION_SET);
     let name = study::DETECTION_SET.to_string();
-    cfg.data
-        .held_out
-        .insert(name.clone(), detection.join(DETECTIONS_FILE));
-    cfg.data
-        .held_out_rewards
-        .insert(name, detection.join(REWARD_SPEC_FILE));
+    let tasks = detection.join(Kept::Detection.file());
+    cfg.data.held_out.insert(name.clone(), tasks);
+    let reward = RewardConfig {
+        spec: detection.join(REWARD_SPEC_FILE),
+        correct_threshold: study::DETECTION_CORRECT_AP,
+        ..RewardConfig::default()
+    };
+    cfg.data.held_out_rewards.insert(name, reward);
 }
 
 /// Draws synthetic screenshots of `look` into `dir` with generator seed `seed` and instruct
@@ -834,37 +836,70 @@ fn study_data(cfg: &mut TrainConfig, out: &Path) {
 /// the tiny model would have to learn too); returns the samples file. The generator is
 /// prefix-stable, so the same seed and count always give the same tasks.
 fn draw(dir: &Path, seed: u64, tasks: usize, look: &Look, frame: Frame) -> anyhow::Result<PathBuf> {
-    draw_kind(dir, seed, tasks, look, frame, Task::PointGrounding)
+    draw_kind(dir, seed, tasks, look, frame, Kept::Clicks)
 }
 
-/// [`draw`] keeping tasks of `kind` (click or detection), in `clicks.jsonl` or `detection.jsonl`.
+/// The tasks a demo keeps of the screenshots it draws.
+#[derive(Clone, Copy)]
+enum Kept {
+    Clicks,
+    /// The "find all" tasks, answered as a JSON list of boxes (the study's detection set).
+    Detection,
+}
+
+impl Kept {
+    fn task(self) -> Task {
+        match self {
+            Kept::Clicks => Task::PointGrounding,
+            Kept::Detection => Task::Detection,
+        }
+    }
+
+    /// The file of the kept tasks, in the set's folder.
+    fn file(self) -> &'static str {
+        match self {
+            Kept::Clicks => CLICKS_FILE,
+            Kept::Detection => DETECTIONS_FILE,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kept::Clicks => "click",
+            Kept::Detection => "detection",
+        }
+    }
+
+    /// Screenshots to draw first for `tasks` of these: easy screenshots hold about 1.8 click tasks
+    /// and at most one detection task each; a few more than needed.
+    fn screenshots_for(self, tasks: usize) -> u64 {
+        match self {
+            Kept::Clicks => (tasks as u64).div_ceil(3) * 2 + 8,
+            Kept::Detection => tasks as u64 + 8,
+        }
+    }
+}
+
+/// [`draw`] keeping tasks of `kind`, in its file.
 fn draw_kind(
     dir: &Path,
     seed: u64,
     tasks: usize,
     look: &Look,
     frame: Frame,
-    kind: Task,
+    kind: Kept,
 ) -> anyhow::Result<PathBuf> {
-    // Easy screenshots hold about 1.8 click tasks and at most one detection task each; ask for a
-    // few more than needed.
-    let mut screenshots = match kind {
-        Task::Detection => tasks as u64 + 8,
-        _ => (tasks as u64).div_ceil(3) * 2 + 8,
-    };
-    let (file, what) = match kind {
-        Task::Detection => (DETECTIONS_FILE, "detection"),
-        _ => (CLICKS_FILE, "click"),
-    };
+    let mut screenshots = kind.screenshots_for(tasks);
     loop {
-        let drawn = draw_screenshots(dir, seed, screenshots, look, frame, kind)?;
+        let drawn = draw_screenshots(dir, seed, screenshots, look, frame, kind.task())?;
         if drawn.len() >= tasks {
-            let kept = dir.join(file);
+            let kept = dir.join(kind.file());
             write_jsonl(&kept, &drawn[..tasks])?;
             eprintln!(
-                "drew {screenshots} screenshots into {} (generator seed {seed}): kept {tasks} of {} {what} tasks",
+                "drew {screenshots} screenshots into {} (generator seed {seed}): kept {tasks} of {} {} tasks",
                 dir.display(),
-                drawn.len()
+                drawn.len(),
+                kind.name()
             );
             return Ok(kept);
         }

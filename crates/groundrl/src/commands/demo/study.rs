@@ -128,8 +128,8 @@ pub(super) fn held_out_sets(size: (u32, u32)) -> Vec<(&'static str, Look)> {
 /// where training scores one click.
 pub(super) const DETECTION_SET: &str = "detection";
 
-/// The detection set's reward: per-task COCO AP of the answer's boxes (VLM-R1's AP reward), a task
-/// correct when it reaches `reward.correct_threshold` (0.5). Read in the model's frame, as training's.
+/// The detection set's reward: per-task COCO AP of the answer's boxes (VLM-R1's AP reward), read in
+/// the model's frame, as training's.
 pub(super) const DETECTION_SPEC: &str = "\
 # The study's detection set: per-task COCO AP of the answered boxes (groundrl demo --study).
 model_frame = \"auto\"
@@ -139,6 +139,10 @@ detect_frame = true
 kind = \"ap\"
 weight = 1.0
 ";
+
+/// A detection task is answered right when its AP (COCO's, averaged over IoU thresholds 0.50 to
+/// 0.95) reaches this; a click task when the click is inside the box.
+pub(super) const DETECTION_CORRECT_AP: f64 = 0.5;
 
 /// Generator seed of out-of-distribution set `i` of [`held_out_sets`] (the detection set's is the
 /// one after theirs).
