@@ -91,7 +91,7 @@ impl DataConfig {
                 "data.held_out_rewards",
                 format!("`{name}` names no set of data.held_out"),
             )?;
-            reward.validate_in(&format!("data.held_out_rewards.{name}"))?;
+            reward.validate_in(&held_out_reward_key(name))?;
         }
         ensure(
             self.max_image_pixels > 0,
@@ -99,6 +99,12 @@ impl DataConfig {
             "must be at least 1 (the largest image decoded, in pixels)",
         )
     }
+}
+
+/// The config key of held-out set `name`'s reward (`data.held_out_rewards.<name>`), which its
+/// errors name.
+pub(crate) fn held_out_reward_key(name: &str) -> String {
+    format!("data.held_out_rewards.{name}")
 }
 
 /// Whether `name` can name a held-out set: a plain folder name, not `test` (the name `data.test`'s

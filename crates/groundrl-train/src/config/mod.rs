@@ -51,6 +51,7 @@ use groundrl_tensor::model_error::ModelError;
 use serde::{Deserialize, Serialize};
 
 pub use data::DataConfig;
+pub(crate) use data::held_out_reward_key;
 pub use distributed::DistributedConfig;
 pub use model::{DeviceKind, Dtype, LORA_TEXT_TARGETS, ModelConfig, ModelPreset};
 pub use reward::RewardConfig;

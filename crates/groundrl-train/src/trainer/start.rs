@@ -18,7 +18,7 @@ use super::evaluation::HeldOutSet;
 use super::start_clock::StartClock;
 use super::tools::ToolSetup;
 use super::{RolloutSeconds, RunLogs, RunState, TRAINING_ROUND, TrainError, Trainer, io, setup, write_file};
-use crate::config::TrainConfig;
+use crate::config::{TrainConfig, held_out_reward_key};
 use crate::data_parallel::DataParallel;
 use crate::dataset::Dataset;
 use crate::inference::Inference;
@@ -442,7 +442,7 @@ fn held_out_scorer(cfg: &TrainConfig, name: &str) -> Result<Option<Scorer>, Trai
     let Some(reward) = cfg.data.held_out_rewards.get(name) else {
         return Ok(None);
     };
-    let spec = reward.spec_for_in(&cfg.model, &format!("data.held_out_rewards.{name}"))?;
+    let spec = reward.spec_for_in(&cfg.model, &held_out_reward_key(name))?;
     Ok(Some(Scorer::new(spec, reward)?))
 }
 
