@@ -3,6 +3,9 @@
 # seeds on the GPU preset:
 #   study       `groundrl demo --gpu --study` on GPU 0: the supervised baseline run until its validation
 #               stops improving, then GRPO, on the test set and seven out-of-distribution sets;
+#   moved       the same study on GPU 1 with `--window anywhere`: every set's window placed anywhere
+#               in the image, so that elements move between screenshots (the study's default
+#               window fills the image, and its models answer from places: docs/learning.md);
 #   plain       `groundrl demo --gpu` on GPU 1 (the shipped demo: the one-GPU arm of the next two);
 #   curriculum  on GPU 0, two rounds of 100 GRPO steps, the second on the pool the pass-rate
 #               ledger selects (`rounds.count=2`), against the plain demo's 200 steps on fresh tasks
@@ -18,12 +21,13 @@
 #   bash scripts/gpu/learning.sh wait 570  # a progress line a minute until they end or 570 s pass
 #   bash scripts/gpu/learning.sh collect   # stops what still runs; tables and files under $OUT
 # Expects the GPU build at .device/groundrl (scripts/gpu/build.sh). LEARNING_RUNS names the runs
-# (default "study plain curriculum dp"); STUDY_OVERRIDES are added to the study's command line.
+# (default "study moved plain curriculum dp"); STUDY_OVERRIDES are added to the study's command line.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 parts=learning
 source "$root/scripts/gpu/session.sh"
-runs=" ${LEARNING_RUNS:-study plain curriculum dp} "
+all="study moved plain curriculum dp"
+runs=" ${LEARNING_RUNS:-$all} "
 dir=$work/learning
 status=$dir/status
 
@@ -41,7 +45,7 @@ runs() {
   # Each run on its own share of the cores: libtorch's CPU threads of eight processes on every core
   # left the GPUs idle (a load of 88 on 32 cores, warm-up steps about 20 times slower).
   local names=() name
-  for name in study plain curriculum dp; do [[ $runs == *" $name "* ]] && names+=("$name"); done
+  for name in $all; do [[ $runs == *" $name "* ]] && names+=("$name"); done
   local share=$(($(nproc) / ${#names[@]})) i=0
   declare -A cores
   for name in "${names[@]}"; do
@@ -51,6 +55,9 @@ runs() {
   done
   # shellcheck disable=SC2086 # the overrides are words
   [ -n "${cores[study]:-}" ] && CUDA_VISIBLE_DEVICES=0 demo study "${cores[study]}" --study \
+    trainer.held_out_freq=100 ${STUDY_OVERRIDES:-} &
+  # shellcheck disable=SC2086 # the overrides are words
+  [ -n "${cores[moved]:-}" ] && CUDA_VISIBLE_DEVICES=1 demo moved "${cores[moved]}" --study --window anywhere \
     trainer.held_out_freq=100 ${STUDY_OVERRIDES:-} &
   [ -n "${cores[plain]:-}" ] && CUDA_VISIBLE_DEVICES=1 demo plain "${cores[plain]}" &
   [ -n "${cores[curriculum]:-}" ] && CUDA_VISIBLE_DEVICES=0 demo curriculum "${cores[curriculum]}" \
@@ -63,7 +70,7 @@ runs() {
 # One line of where the runs are: the status file, each demo's last seed line, the GPUs' use.
 progress() {
   local line="$(date +%T)"
-  for name in study plain curriculum dp; do
+  for name in $all; do
     [ -f "$dir/$name.txt" ] || continue
     line+=" | $name: $(grep -cE '^seed [0-9]+: held-out accuracy' "$dir/$name.txt") seeds done"
   done
@@ -90,10 +97,17 @@ case "${1:-}" in
   collect)
     pkill -f "learning.sh runs" ; pkill -f "groundrl demo" && echo "stopped the runs still going"
     cat "$status" 2> /dev/null
-    for name in study plain curriculum dp; do
+    for name in $all; do
       [ -f "$dir/$name.txt" ] || continue
       echo "== $name"
       grep -E '^(seed [0-9]+:|\||mean|every|demo)' "$dir/$name.txt"
+    done
+    # What the studies' models click (scripts/study/by_kind.py), on the test set and the unseen layout.
+    for name in study moved; do
+      for set in test unseen-layout; do
+        [ -d "$dir/$name/seed-0/eval" ] && "$py" "$root/scripts/study/by_kind.py" "$dir/$name" $set \
+          > "$out/by-kind-$name-$set.md" 2>&1
+      done
     done
     # Each demo's output, summary, and each seed's config, warm-up log, step records and curriculum
     # files; not the answers of every evaluation (the summary holds the study's curves).

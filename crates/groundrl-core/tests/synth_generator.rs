@@ -8,7 +8,9 @@ use groundrl_core::synth::layout::Family;
 use groundrl_core::synth::tasks::{TaskKind, describe};
 use groundrl_core::synth::variety::{Variety, Wording};
 use groundrl_core::synth::widgets::{Element, Kind};
-use groundrl_core::synth::{Difficulty, Screenshot, SynthConfig, generate, render_screenshot, samples_of};
+use groundrl_core::synth::{
+    Difficulty, Screenshot, SynthConfig, Window, generate, render_screenshot, samples_of,
+};
 use groundrl_score::data::{Sample, Shape, Task};
 use groundrl_score::frame::Frame;
 use image::RgbImage;
@@ -290,6 +292,39 @@ fn easy_screenshots_are_small_with_few_large_elements() {
         assert!(shot.elements.len() <= 6);
         assert!(shot.style.font_px >= 13.0);
     }
+}
+
+/// Easy screenshots of one size and layout put their first element within a few pixels of one
+/// place when the window fills the image (the text height alone moves it); a window placed anywhere
+/// moves it across the image, and every element stays inside the image.
+#[test]
+fn a_window_placed_anywhere_moves_the_elements() {
+    let mut cfg = config(Difficulty::Easy, 5, 0);
+    cfg.size = Some((224, 224));
+    cfg.knobs.variety.layouts = vec![Family::Toolbar];
+    // The largest distance, in pixels along x and along y, between the first elements of 40 screenshots.
+    let spread = |cfg: &SynthConfig| {
+        let firsts: Vec<Rect> = (0..40)
+            .map(|i| render_screenshot(cfg, i))
+            .inspect(|shot| {
+                let inside = |r: &Rect| r.right() <= 224 && r.bottom() <= 224;
+                assert!(shot.elements.iter().all(|el| inside(&el.rect)));
+            })
+            .map(|shot| shot.elements[0].rect)
+            .collect();
+        let range = |of: fn(&Rect) -> u32| {
+            let values = firsts.iter().map(of);
+            values.clone().max().unwrap() - values.min().unwrap()
+        };
+        (range(|r| r.x), range(|r| r.y))
+    };
+    assert_eq!(cfg.knobs.window, Window::Full);
+    let (x, y) = spread(&cfg);
+    assert!(x <= 4 && y <= 8, "{x}, {y}");
+    cfg.knobs.window = Window::Anywhere;
+    let (x, y) = spread(&cfg);
+    assert!(x >= 80 && y >= 80, "{x}, {y}");
+    assert_eq!("anywhere".parse(), Ok(Window::Anywhere));
 }
 
 #[test]

@@ -72,6 +72,7 @@ impl Difficulty {
                 max_elements: 6,
                 distractor_rate: 0.0,
                 tasks_per_screenshot: 3,
+                window: Window::Full,
                 variety: Variety::default(),
             },
             Difficulty::Medium => Knobs {
@@ -88,6 +89,7 @@ impl Difficulty {
                 max_elements: 20,
                 distractor_rate: 0.3,
                 tasks_per_screenshot: 4,
+                window: Window::Anywhere,
                 variety: Variety::default(),
             },
             Difficulty::Hard => Knobs {
@@ -97,6 +99,7 @@ impl Difficulty {
                 max_elements: 60,
                 distractor_rate: 0.7,
                 tasks_per_screenshot: 5,
+                window: Window::Anywhere,
                 variety: Variety::default(),
             },
         }
@@ -131,7 +134,39 @@ pub struct Knobs {
     /// Chance that a new label or icon is a look-alike of one already on screen.
     pub distractor_rate: f64,
     pub tasks_per_screenshot: usize,
+    /// Where the window goes: the whole image (easy) or anywhere (medium, hard).
+    pub window: Window,
     pub variety: Variety,
+}
+
+/// Where a screenshot's window goes, and with it every element.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Window {
+    /// The window fills the image: a layout puts its elements at nearly the same places in every
+    /// screenshot (only the texts' widths move them).
+    Full,
+    /// A random part of the image, at least half of each side: the elements move from screenshot
+    /// to screenshot, so a model cannot answer from places alone.
+    Anywhere,
+}
+
+impl Window {
+    pub const ALL: [Window; 2] = [Window::Full, Window::Anywhere];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Window::Full => "full",
+            Window::Anywhere => "anywhere",
+        }
+    }
+}
+
+impl FromStr for Window {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        parse_name(s, "window", &Window::ALL, Window::name)
+    }
 }
 
 /// What `generate` makes.
@@ -206,9 +241,9 @@ pub fn render_screenshot(config: &SynthConfig, index: u64) -> Screenshot {
     }
 }
 
-/// Where the window goes: the whole image when easy, else a random part of at least half of each side.
-fn window_rect((w, h): (u32, u32), rng: &mut SplitMix64, difficulty: Difficulty) -> Rect {
-    if difficulty == Difficulty::Easy {
+/// Where the window goes in a `w` x `h` image (see [`Window`]).
+fn window_rect((w, h): (u32, u32), rng: &mut SplitMix64, window: Window) -> Rect {
+    if window == Window::Full {
         return Rect::new(0, 0, w, h);
     }
     let between = |rng: &mut SplitMix64, lo: u32, hi: u32| rng.between(lo as usize, hi as usize) as u32;
@@ -225,7 +260,7 @@ fn draw_window(
     knobs: &Knobs,
     picker: &mut TextPicker,
 ) -> Rect {
-    let window = window_rect(image.dimensions(), rng, knobs.difficulty);
+    let window = window_rect(image.dimensions(), rng, knobs.window);
     framed_rect(image, window, theme.window, theme.window_border, style.border);
     let title_h = (style.font_px * 1.8) as u32;
     let bar = Rect::new(window.x, window.y, window.w, title_h).inset(style.border);

@@ -22,7 +22,7 @@ use anyhow::{Context, bail};
 use groundrl_core::data::jsonl::{read_jsonl, write_jsonl};
 use groundrl_core::prompt::{ModelKind, Preset, PromptStyle, Reasoning};
 use groundrl_core::report::{EvalSet, Run, read_log, write_report};
-use groundrl_core::synth::{Knobs, SynthConfig, generate};
+use groundrl_core::synth::{SynthConfig, Window, generate};
 use groundrl_core::telemetry::{CurveCheck, SampledSummary, check_curve};
 use groundrl_score::data::{Sample, Task};
 use groundrl_score::frame::Frame;
@@ -125,6 +125,13 @@ pub struct Args {
     /// from its own generator seed. Default 500.
     #[arg(long, requires = "study")]
     set_tasks: Option<usize>,
+    /// Where the window of the training and test screenshots goes (and of a study's other sets,
+    /// but for the medium and hard ones, which always move it): full (it fills the image, so a
+    /// layout's elements sit at nearly the same places in every screenshot; the default) or
+    /// anywhere (a random part of at least half of each side: the elements move, and a model cannot
+    /// answer from places alone).
+    #[arg(long)]
+    window: Option<Window>,
     /// Data-parallel workers for each seed's run on this machine (one GPU each with `--gpu`): the
     /// seeds then run one after another, each on all the workers. A seed's run is the same
     /// algorithm as one process's (each step's prompts shared out among the workers), so its gain
@@ -286,7 +293,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     )?;
     if args.study {
         let tasks = args.set_tasks.unwrap_or(study::SET_TASKS);
-        draw_study_sets(out, tasks, demo.size, frame)?;
+        draw_study_sets(out, tasks, &demo.look(), frame)?;
     }
     let seeds: Vec<u64> = (args.first_seed..args.first_seed + args.seeds).collect();
     let bars = MultiProgress::new();
@@ -453,6 +460,9 @@ fn seed_process_args(args: &Args, seed: u64, jobs: u64) -> Vec<std::ffi::OsStrin
         if on {
             out.push(flag.into());
         }
+    }
+    if let Some(window) = args.window {
+        out.extend(["--window".into(), window.name().into()]);
     }
     out.push("--".into());
     out.extend(args.overrides.iter().map(Into::into));
@@ -736,6 +746,8 @@ struct Demo {
     /// `--study`: training drawn from fewer layouts and themes, so that held-out sets can hold the
     /// others.
     study: bool,
+    /// `--window`.
+    window: Option<Window>,
 }
 
 /// The zoom-tool demo's baseline: no tool offered, so no reference trajectory zooms either.
@@ -776,36 +788,36 @@ impl Demo {
             reward_spec,
             size,
             study: args.study,
+            window: args.window,
         }
     }
 
     /// The screenshots the runs train on and the test set is drawn from.
     fn look(&self) -> Look {
         match self.study {
-            true => study::training_look(self.size),
-            false => Look::easy(self.size),
+            true => study::training_look(self.size, self.window),
+            false => Look::easy(self.size, self.window),
         }
     }
 }
 
 /// Draws a study's validation tasks and its out-of-distribution sets into `out/data`, with the
 /// detection set's reward spec beside its tasks.
-fn draw_study_sets(out: &Path, tasks: usize, size: (u32, u32), frame: Frame) -> anyhow::Result<()> {
-    let seen = study::training_look(size);
+fn draw_study_sets(out: &Path, tasks: usize, seen: &Look, frame: Frame) -> anyhow::Result<()> {
     draw(
         &study::set_dir(out, "val"),
         study::VAL_SYNTH_SEED,
         tasks,
-        &seen,
+        seen,
         frame,
     )?;
-    let sets = study::held_out_sets(size);
+    let sets = study::held_out_sets(seen);
     for (i, (name, look)) in sets.iter().enumerate() {
         draw(&study::set_dir(out, name), study::set_seed(i), tasks, look, frame)?;
     }
     let detection = study::set_dir(out, study::DETECTION_SET);
     let seed = study::set_seed(sets.len());
-    draw_kind(&detection, seed, tasks, &seen, frame, Kept::Detection)?;
+    draw_kind(&detection, seed, tasks, seen, frame, Kept::Detection)?;
     let spec = detection.join(REWARD_SPEC_FILE);
     std::fs::write(&spec, study::DETECTION_SPEC).with_context(|| format!("writing {}", spec.display()))
 }
@@ -814,7 +826,7 @@ fn draw_study_sets(out: &Path, tasks: usize, size: (u32, u32), frame: Frame) -> 
 /// detection set with its own reward spec.
 fn study_data(cfg: &mut TrainConfig, out: &Path) {
     cfg.data.val = study::set_dir(out, "val").join(CLICKS_FILE);
-    for (name, _) in study::held_out_sets((1, 1)) {
+    for (name, _) in study::held_out_sets(&Look::easy((1, 1), None)) {
         let path = study::set_dir(out, name).join(CLICKS_FILE);
         cfg.data.held_out.insert(name.to_string(), path);
     }
@@ -920,10 +932,7 @@ fn draw_screenshots(
         screenshots,
         seed,
         size: Some(look.size),
-        knobs: Knobs {
-            variety: look.variety.clone(),
-            ..look.difficulty.knobs()
-        },
+        knobs: look.knobs(),
         prompt: Some(PromptStyle {
             preset: Preset::Point,
             reasoning: Reasoning::None,
@@ -982,5 +991,39 @@ mod tests {
             assert!(cfg.sft.val_freq > 0 && cfg.sft.patience > 0);
             assert_eq!((cfg.sft.rate_drops, cfg.sft.rate_drop), (2, 0.1));
         }
+    }
+    /// A seed's process runs the demo its parent runs: the same options, window and overrides.
+    #[test]
+    fn a_seed_process_gets_the_demos_options() {
+        #[derive(clap::Parser)]
+        struct Demo {
+            #[command(subcommand)]
+            command: Command,
+        }
+        #[derive(clap::Subcommand)]
+        enum Command {
+            Demo(Args),
+        }
+        let parse = |words: Vec<std::ffi::OsString>| {
+            let words = std::iter::once("groundrl".into()).chain(words);
+            let Command::Demo(args) = <Demo as clap::Parser>::parse_from(words).command;
+            args
+        };
+        let words = [
+            "demo",
+            "--gpu",
+            "--study",
+            "--window",
+            "anywhere",
+            "--out",
+            "o",
+            "sft.steps=5",
+        ];
+        let parent = parse(words.iter().map(Into::into).collect());
+        let child = parse(seed_process_args(&parent, 2, 3));
+        assert!(child.seed_process && child.gpu && child.study && !child.tools);
+        assert_eq!((child.first_seed, child.seeds, child.jobs), (2, 1, Some(3)));
+        assert_eq!(child.window, Some(Window::Anywhere));
+        assert_eq!((child.out, child.overrides), (parent.out, parent.overrides));
     }
 }

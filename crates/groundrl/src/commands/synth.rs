@@ -5,14 +5,15 @@ use std::time::Instant;
 use anyhow::{Context, anyhow, bail};
 use groundrl_core::prompt::{ModelKind, Preset, PromptStyle, Reasoning};
 use groundrl_core::synth::variety::{Variety, Wording};
-use groundrl_core::synth::{Difficulty, SynthConfig, generate};
+use groundrl_core::synth::{Difficulty, SynthConfig, Window, generate};
 use groundrl_score::frame::Frame;
 
 /// Difficulty presets and their knobs:
 ///   easy    224x224 to 448x448, text 6-7.5% of the height, at most 6 elements, no look-alikes, 3 tasks
 ///   medium  640x400 to 1920x1080, text 1.6-2.6%, at most 20 elements, 30% look-alikes, 4 tasks
 ///   hard    1280x800 to 3840x2160, text 0.6-1.2% (at least 10 px), at most 60 elements, 70% look-alikes, 5 tasks
-/// `--max-elements` and `--distractor-rate` override the preset's clutter and look-alike knobs.
+/// `--max-elements` and `--distractor-rate` override the preset's clutter and look-alike knobs,
+/// `--window` where the window goes (easy: it fills the image; medium and hard: anywhere).
 /// `--layouts`, `--themes` and `--wording` choose what screenshots and instructions are drawn from
 /// (all layouts and themes, click wording by default): a test set of what training never drew.
 #[derive(clap::Args)]
@@ -38,6 +39,10 @@ pub struct Args {
     /// Chance, 0 to 1, that a new label or icon is a look-alike of one already on screen.
     #[arg(long)]
     distractor_rate: Option<f64>,
+    /// full (the window fills the image, so a layout's elements sit at nearly the same places in
+    /// every screenshot) or anywhere (a random part of at least half of each side: elements move).
+    #[arg(long)]
+    window: Option<Window>,
     /// Window layouts to draw, comma-separated: toolbar (icons, tabs, buttons), dialog (text fields,
     /// checkboxes, buttons), list (menu items, list items, buttons). Default: all.
     #[arg(long)]
@@ -128,6 +133,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             bail!("--distractor-rate must be between 0 and 1, got {rate}");
         }
         knobs.distractor_rate = rate;
+    }
+    if let Some(window) = args.window {
+        knobs.window = window;
     }
     if let Some(names) = &args.layouts {
         knobs.variety.layouts = Variety::parse_layouts(names).map_err(|e| anyhow!("--layouts: {e}"))?;

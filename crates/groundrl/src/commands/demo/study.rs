@@ -19,10 +19,10 @@
 use std::path::{Path, PathBuf};
 
 use groundrl_core::report::EvalSet;
-use groundrl_core::synth::Difficulty;
 use groundrl_core::synth::layout::Family;
 use groundrl_core::synth::theme::{THEMES, Theme};
 use groundrl_core::synth::variety::{Variety, Wording};
+use groundrl_core::synth::{Difficulty, Knobs, Window};
 use groundrl_score::metrics::gain::{Interval, mean_over_seeds};
 use serde::Serialize;
 
@@ -61,16 +61,30 @@ pub(super) const SET_TASKS: usize = 500;
 pub(crate) struct Look {
     pub difficulty: Difficulty,
     pub size: (u32, u32),
+    /// Where the window goes; `None`: the difficulty's own place (easy: the whole image).
+    pub window: Option<Window>,
     pub variety: Variety,
 }
 
 impl Look {
-    /// The demo's screenshots: easy, of one size, every layout and theme, click wording.
-    pub(crate) fn easy(size: (u32, u32)) -> Self {
+    /// The demo's screenshots: easy, of one size, every layout and theme, click wording, the window
+    /// where `window` says (`None`: filling the image).
+    pub(crate) fn easy(size: (u32, u32), window: Option<Window>) -> Self {
         Self {
             difficulty: Difficulty::Easy,
             size,
+            window,
             variety: Variety::default(),
+        }
+    }
+
+    /// The generator's knobs for this look: its difficulty's, with its variety and window.
+    pub(crate) fn knobs(&self) -> Knobs {
+        let preset = self.difficulty.knobs();
+        Knobs {
+            variety: self.variety.clone(),
+            window: self.window.unwrap_or(preset.window),
+            ..preset
         }
     }
 }
@@ -86,25 +100,24 @@ fn seen_themes() -> Vec<&'static Theme> {
 }
 
 /// The study's training, validation and in-distribution test screenshots: the demo's easy ones at
-/// `size`, of the seen layouts and themes, worded as clicks.
-pub(super) fn training_look(size: (u32, u32)) -> Look {
+/// `size` with their window where `window` says, of the seen layouts and themes, worded as clicks.
+pub(super) fn training_look(size: (u32, u32), window: Option<Window>) -> Look {
     Look {
-        difficulty: Difficulty::Easy,
-        size,
         variety: Variety {
             layouts: seen_layouts(),
             themes: seen_themes(),
             wording: Wording::Click,
         },
+        ..Look::easy(size, window)
     }
 }
 
-/// The out-of-distribution sets, by name, each unlike [`training_look`] in one way: harder
-/// screenshots of the training size (more elements, look-alikes, smaller text), larger screenshots
-/// (twice the side: four times the image tokens), a layout and its element kinds never drawn, a theme
-/// never drawn, instructions worded otherwise.
-pub(super) fn held_out_sets(size: (u32, u32)) -> Vec<(&'static str, Look)> {
-    let seen = training_look(size);
+/// The out-of-distribution sets, by name, each unlike `seen` (the [`training_look`]) in one way:
+/// harder screenshots of the training size (more elements, look-alikes, smaller text), larger
+/// screenshots (twice the side: four times the image tokens), a layout and its element kinds never
+/// drawn, a theme never drawn, instructions worded otherwise.
+pub(super) fn held_out_sets(seen: &Look) -> Vec<(&'static str, Look)> {
+    let size = seen.size;
     let with = |change: &dyn Fn(&mut Look)| {
         let mut look = seen.clone();
         change(&mut look);
@@ -298,11 +311,11 @@ mod tests {
     /// Every out-of-distribution set differs from the training look, each in its own way.
     #[test]
     fn each_held_out_set_changes_one_thing_training_never_drew() {
-        let seen = training_look((224, 224));
+        let seen = training_look((224, 224), None);
         assert_eq!(seen.variety.layouts, vec![Family::Toolbar, Family::Dialog]);
         let themes: Vec<&str> = seen.variety.themes.iter().map(|t| t.name).collect();
         assert_eq!(themes, ["light", "dark"]);
-        let sets = held_out_sets((224, 224));
+        let sets = held_out_sets(&seen);
         let names: Vec<&str> = sets.iter().map(|(n, _)| *n).collect();
         assert_eq!(
             names,
@@ -319,6 +332,7 @@ mod tests {
             [
                 look.difficulty != seen.difficulty,
                 look.size != seen.size,
+                look.window != seen.window,
                 look.variety.layouts != seen.variety.layouts,
                 look.variety.themes != seen.variety.themes,
                 look.variety.wording != seen.variety.wording,
@@ -334,5 +348,9 @@ mod tests {
         assert_eq!(sets[4].1.variety.themes[0].name, "ocean");
         assert_eq!(sets[5].1.variety.wording, Wording::Paraphrased);
         assert!((0..sets.len()).all(|i| set_seed(i) > VAL_SYNTH_SEED));
+        // Training with the window anywhere: every set keeps it there.
+        let moved = training_look((224, 224), Some(Window::Anywhere));
+        let sets = held_out_sets(&moved);
+        assert!(sets.iter().all(|(_, look)| look.window == Some(Window::Anywhere)));
     }
 }
