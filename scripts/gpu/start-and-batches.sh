@@ -7,7 +7,8 @@
 #            b. `train` with `model.preset = "3b"` (the weights drawn on the GPU and written into the
 #               run folder), 2 steps: the start;
 #            c. a. with `model.freeze_vision=false`, STEPS steps;
-#            d. a. with `model.gradient_checkpointing=false` (no recompute in the backward), STEPS steps.
+#            d. a. with `model.gradient_checkpointing=true` (recompute in the backward whatever the
+#               GPU; the config's "auto" turns it off where the plan leaves room), STEPS steps.
 #   micro:   a. with the whole step in one micro-batch of 64 (checkpointing on), and without
 #            checkpointing in micro-batches of 16, STEPS steps each: fewer, larger kernels;
 #   batches: 32 x 8 with the config's micro-batch (8) and with the one `plan --largest-micro-batch`
@@ -74,11 +75,11 @@ train() {
 }
 
 if want start; then
-  echo "== start: $steps steps from the folder, 2 from the preset, $steps with the tower trained, $steps without checkpointing"
+  echo "== start: $steps steps from the folder, 2 from the preset, $steps with the tower trained, $steps with checkpointing"
   train folder "$steps" "${folder[@]}"
   train preset 2 model.preset="$preset"
   train tower "$steps" "${folder[@]}" model.freeze_vision=false
-  train nockpt "$steps" "${folder[@]}" model.gradient_checkpointing=false
+  train ckpt "$steps" "${folder[@]}" model.gradient_checkpointing=true
 fi
 if want micro; then
   echo "== micro: $steps steps in one micro-batch of 64, and without checkpointing in micro-batches of 16"
@@ -102,7 +103,7 @@ import json, os, re, statistics as st, sys
 work = sys.argv[1]
 print("| run | first step begins, s (trainer's line) | steps | step s (median of 2 on) | rollout s | update s | update MFU, model FLOPs | peak GiB | plan GiB |")
 print("|---|---|---|---|---|---|---|---|---|")
-for name in ["folder", "preset", "tower", "nockpt", "m64", "nockpt-m16", "b32", "b32-largest", "b64"]:
+for name in ["folder", "preset", "tower", "ckpt", "m64", "nockpt-m16", "b32", "b32-largest", "b64"]:
     log = f"{work}/{name}.log"
     if not os.path.exists(log):
         continue

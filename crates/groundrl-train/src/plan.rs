@@ -18,7 +18,7 @@
 
 use groundrl_tensor::model::Architecture;
 
-use crate::config::{DeviceKind, Dtype, ModelConfig, TrainConfig};
+use crate::config::{Checkpointing, DeviceKind, Dtype, ModelConfig, TrainConfig};
 
 /// Text tokens of a prompt besides its image: system prompt, instruction and chat-template tokens.
 /// The grounding prompts take 38 tokens with Qwen's tokenizer (about 100 with reasoning
@@ -238,6 +238,70 @@ pub fn estimate(cfg: &TrainConfig, model: &Architecture, extras: PlanExtras) -> 
     ];
     parts.push(allowance(&MemoryPlan { parts: parts.clone() }, m.device));
     MemoryPlan { parts }
+}
+
+/// Above this share of the GPU the plan counts on every byte: the caching allocator's default
+/// blocks, which it cannot merge, held 13.7 GiB it could not use when a 32-prompt micro-batch of
+/// the 3B shape ran out of 139 GiB planned at 137.3 (2026-11-29, docs/performance.md); with
+/// expandable segments the run peaked at 129.8 GiB. `groundrl train` turns expandable segments on
+/// above it (below it the default blocks are kept: the 3B config's 8 x 8 step took about 8% longer
+/// with expandable segments on the same H200), and `gradient_checkpointing = "auto"` keeps
+/// checkpointing on above it.
+pub const CLOSE_FIT_PERCENT: u64 = 90;
+
+/// Whether a plan of `total` bytes leaves under `100 - CLOSE_FIT_PERCENT`% of `gpu_bytes` free.
+pub fn close_fit(total: u64, gpu_bytes: u64) -> bool {
+    u128::from(total) * 100 > u128::from(gpu_bytes) * u128::from(CLOSE_FIT_PERCENT)
+}
+
+/// What `model.gradient_checkpointing = "auto"` became on a GPU, and the plan that decided it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckpointingChoice {
+    pub on: bool,
+    /// The plan's peak without checkpointing, and the GPU's memory.
+    pub without: u64,
+    pub gpu_bytes: u64,
+}
+
+impl std::fmt::Display for CheckpointingChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let share = 100.0 * self.without as f64 / self.gpu_bytes as f64;
+        let reason = match self.on {
+            true => format!("over {CLOSE_FIT_PERCENT}%"),
+            false => "room for the activations".to_string(),
+        };
+        write!(
+            f,
+            "model.gradient_checkpointing = \"auto\": {} (the plan without it fills {share:.0}% of the \
+             GPU's {}: {reason})",
+            if self.on { "on" } else { "off" },
+            gib(self.gpu_bytes)
+        )
+    }
+}
+
+/// Decides `model.gradient_checkpointing = "auto"` for a GPU of `gpu_bytes`: off (no recompute in
+/// the backward: on one H200 the 3B config's step took 1.852 s without it against 2.122 s with it,
+/// docs/performance.md) when the plan without it is not a [`close_fit`], else on; writes the
+/// decision into `cfg`. `None`, and `cfg` unchanged, when the config says `true` or `false`.
+pub fn decide_checkpointing(
+    cfg: &mut TrainConfig,
+    model: &Architecture,
+    extras: PlanExtras,
+    gpu_bytes: u64,
+) -> Option<CheckpointingChoice> {
+    if cfg.model.gradient_checkpointing != Checkpointing::Auto {
+        return None;
+    }
+    cfg.model.gradient_checkpointing = Checkpointing::Off;
+    let without = estimate(cfg, model, extras).total();
+    let on = close_fit(without, gpu_bytes);
+    cfg.model.gradient_checkpointing = on.into();
+    Some(CheckpointingChoice {
+        on,
+        without,
+        gpu_bytes,
+    })
 }
 
 /// The largest `trainer.micro_batch_size` whose plan fits `gpu_bytes`, with that plan: larger
@@ -530,7 +594,7 @@ fn activations(cfg: &TrainConfig, model: &Architecture, tokens: &Tokens) -> Part
     let final_norm = (4 + b) * h;
     let full = row_tokens * ((layers + 1) * block + final_norm);
     let checkpointed = row_tokens * (layers * b * h + 2 * block + final_norm);
-    let (bytes, advice) = if m.gradient_checkpointing {
+    let (bytes, advice) = if m.gradient_checkpointing.enabled() {
         let advice = format!(
             "lower `trainer.micro_batch_size` ({}); activations scale with it",
             cfg.trainer.micro_batch_size
@@ -615,7 +679,7 @@ fn vision_tower(cfg: &TrainConfig, model: &Architecture, tokens: &Tokens) -> Par
     let depth = model.vision_depth as u64;
     let block = vision_block_bytes(model, b);
     let patches = UpdateRows::of(cfg, tokens).rows * tokens.patches;
-    let per_patch = match (m.vision_trained(), m.gradient_checkpointing) {
+    let per_patch = match (m.vision_trained(), m.gradient_checkpointing.enabled()) {
         (false, _) => block,
         (true, false) => depth * block,
         (true, true) => depth * b * vh + block,
@@ -1099,6 +1163,39 @@ mod tests {
              that can shrink is activations (58.27 GiB): set `model.gradient_checkpointing = true` \
              (activations then 4.97 GiB)"
         );
+    }
+
+    /// `gradient_checkpointing = "auto"` (the shipped 3B config's): off on a 139 GiB H200, where the
+    /// plan without it (78.21 GiB, above) fills 56%; on on 80 GiB, where it would fill 98%. An
+    /// explicit `true` or `false` is left as it is.
+    #[test]
+    fn auto_checkpointing_is_off_where_the_activations_have_room() {
+        let (mut cfg, model) = shipped("3b-1gpu.toml", &["model.gradient_checkpointing=auto"]);
+        let without = GIB + 75_367_632_896 * 11 / 10;
+        let mut on_80 = cfg.clone();
+        let choice = decide_checkpointing(&mut on_80, &model, NO_REFERENCE, 80 * GIB).unwrap();
+        assert_eq!((choice.on, choice.without), (true, without));
+        assert_eq!(on_80.model.gradient_checkpointing, Checkpointing::On);
+        assert_eq!(
+            choice.to_string(),
+            "model.gradient_checkpointing = \"auto\": on (the plan without it fills 98% of the GPU's \
+             80.00 GiB: over 90%)"
+        );
+        let choice = decide_checkpointing(&mut cfg, &model, NO_REFERENCE, 139 * GIB).unwrap();
+        assert_eq!((choice.on, choice.without), (false, without));
+        assert_eq!(cfg.model.gradient_checkpointing, Checkpointing::Off);
+        assert!(
+            choice
+                .to_string()
+                .contains(": off (the plan without it fills 56%"),
+            "{choice}"
+        );
+        let (mut explicit, model) = shipped("3b-1gpu.toml", &["model.gradient_checkpointing=true"]);
+        assert_eq!(
+            decide_checkpointing(&mut explicit, &model, NO_REFERENCE, 139 * GIB),
+            None
+        );
+        assert_eq!(explicit.model.gradient_checkpointing, Checkpointing::On);
     }
 
     #[test]

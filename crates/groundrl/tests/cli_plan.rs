@@ -60,6 +60,7 @@ fn the_3b_config_fits_80_gib() {
         text(&out.stdout),
         "\
 configs/3b-1gpu.toml: 3.75B parameters, 3.09B trainable, bf16 on cuda; no reference model, f32 master weights
+model.gradient_checkpointing = \"auto\": on (the plan without it fills 98% of the GPU's 80.00 GiB: over 90%)
 part                          phase           GiB
 parameters                    resident      6.994
 gradients                     resident      5.748
@@ -76,6 +77,26 @@ peak (resident + update)                   66.607
 GPU                                        80.000
 free                                       13.393
 "
+    );
+}
+
+/// On a 139 GiB H200 the shipped config's `gradient_checkpointing = "auto"` turns it off: the plan
+/// without it (78.21 GiB) fills 56%.
+#[test]
+fn auto_checkpointing_is_off_on_an_h200() {
+    let out = plan(&["configs/3b-1gpu.toml", "--gpu-memory", "139GiB"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(
+            "model.gradient_checkpointing = \"auto\": off (the plan without it fills 56% of the GPU's \
+             139.00 GiB: room for the activations)\n"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("peak (resident + update)                   78.211\n"),
+        "{stdout}"
     );
 }
 

@@ -53,7 +53,7 @@ use serde::{Deserialize, Serialize};
 pub use data::DataConfig;
 pub(crate) use data::held_out_reward_key;
 pub use distributed::DistributedConfig;
-pub use model::{DeviceKind, Dtype, LORA_TEXT_TARGETS, ModelConfig, ModelPreset};
+pub use model::{Checkpointing, DeviceKind, Dtype, LORA_TEXT_TARGETS, ModelConfig, ModelPreset};
 pub use reward::RewardConfig;
 pub use rollout::RolloutConfig;
 pub use rounds::RoundsConfig;

@@ -34,8 +34,10 @@ pub struct ModelConfig {
     /// gradients nor optimizer state. Default true.
     pub freeze_vision: bool,
     /// Recompute each block in the backward instead of keeping its activations: a little more
-    /// compute for much less memory. Default true.
-    pub gradient_checkpointing: bool,
+    /// compute for much less memory. `true`, `false`, or `"auto"`: off when the memory plan without
+    /// it leaves a tenth of the GPU free, else on (decided by `groundrl train` and `plan` from the
+    /// GPU's memory; the run folder's config records the decision). Default true.
+    pub gradient_checkpointing: Checkpointing,
     /// Smallest resized image area in pixels (the processor's `min_pixels`). Default 3136 (56 x 56).
     pub min_pixels: u64,
     /// Largest resized image area in pixels (the processor's `max_pixels`): bounds the image tokens
@@ -71,7 +73,7 @@ impl Default for ModelConfig {
             dtype: Dtype::F32,
             device: DeviceKind::Cpu,
             freeze_vision: true,
-            gradient_checkpointing: true,
+            gradient_checkpointing: Checkpointing::On,
             min_pixels: DEFAULT_MIN_PIXELS,
             max_pixels: DEFAULT_MAX_PIXELS,
             lora_rank: 0,
@@ -120,6 +122,56 @@ impl<'de> Deserialize<'de> for ModelPreset {
         RandomFolder::from_name(&name)
             .map(|folder| Self(Some(folder)))
             .map_err(|e| serde::de::Error::custom(format!("{e}, or none")))
+    }
+}
+
+/// Gradient checkpointing (`model.gradient_checkpointing`): `true`, `false` or `"auto"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Checkpointing {
+    On,
+    Off,
+    /// Off when the memory plan allows (`plan::decide_checkpointing`); on until decided, so that a
+    /// run that never saw a GPU plan keeps the memory-safe choice.
+    Auto,
+}
+
+impl Checkpointing {
+    /// Whether blocks recompute in the backward: `Auto` undecided counts as on.
+    pub fn enabled(self) -> bool {
+        self != Checkpointing::Off
+    }
+}
+
+impl From<bool> for Checkpointing {
+    fn from(on: bool) -> Self {
+        if on { Checkpointing::On } else { Checkpointing::Off }
+    }
+}
+
+impl Serialize for Checkpointing {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Checkpointing::Auto => serializer.serialize_str("auto"),
+            on_or_off => serializer.serialize_bool(on_or_off.enabled()),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Checkpointing {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Flag(bool),
+            Word(String),
+        }
+        match Written::deserialize(deserializer)? {
+            Written::Flag(on) => Ok(on.into()),
+            Written::Word(word) if word == "auto" => Ok(Checkpointing::Auto),
+            Written::Word(word) => Err(serde::de::Error::custom(format!(
+                "expected true, false or \"auto\", got \"{word}\""
+            ))),
+        }
     }
 }
 

@@ -29,7 +29,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let cfg = TrainConfig::load(&args.config, &args.overrides)
+    let mut cfg = TrainConfig::load(&args.config, &args.overrides)
         .with_context(|| format!("config {}", args.config.display()))?;
     cfg.validate()
         .with_context(|| format!("config {}", args.config.display()))?;
@@ -38,6 +38,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("config {}", args.config.display()))?;
     let model = cfg.model.architecture()?;
     let extras = PlanExtras::of(&cfg, u64::from(world));
+    let on_gpu = cfg.model.device == DeviceKind::Cuda;
+    let checkpointing = match on_gpu {
+        true => plan::decide_checkpointing(&mut cfg, &model, extras, args.gpu_memory),
+        false => None,
+    };
     let mut plan = plan::estimate(&cfg, &model, extras);
     let mut fitted = None;
     if args.largest_micro_batch
@@ -71,7 +76,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         };
         println!("one GPU of {world}: 1/{world} of each step's prompts and {optimizer}");
     }
-    let on_gpu = cfg.model.device == DeviceKind::Cuda;
+    if let Some(choice) = checkpointing {
+        println!("{choice}");
+    }
     print!("{}", table(&plan, on_gpu.then_some(args.gpu_memory)));
     if !on_gpu {
         println!(

@@ -71,11 +71,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("resuming {}", dir.display()))?
         }
         (None, Some(path)) => {
-            let cfg = TrainConfig::load(path, &args.overrides)
+            let mut cfg = TrainConfig::load(path, &args.overrides)
                 .with_context(|| format!("config {}", path.display()))?;
             cfg.validate()
                 .with_context(|| format!("config {}", path.display()))?;
-            preflight(&cfg, args.gpu_memory)?;
+            preflight(&mut cfg, args.gpu_memory)?;
             let dp = join_group(&cfg)?;
             Trainer::new_data_parallel(cfg, dp)?
         }
@@ -240,8 +240,9 @@ pub fn report_ending(trainer: &Trainer, ending: Ending) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Refuses a CUDA config whose memory plan does not fit, naming the knob to turn.
-fn preflight(cfg: &TrainConfig, gpu_bytes: u64) -> anyhow::Result<()> {
+/// Refuses a CUDA config whose memory plan does not fit, naming the knob to turn; decides
+/// `model.gradient_checkpointing = "auto"` from the plan (the config the run keeps says which).
+fn preflight(cfg: &mut TrainConfig, gpu_bytes: u64) -> anyhow::Result<()> {
     if cfg.model.device != DeviceKind::Cuda {
         return Ok(());
     }
@@ -252,16 +253,20 @@ fn preflight(cfg: &TrainConfig, gpu_bytes: u64) -> anyhow::Result<()> {
         .and_then(|w| w.trim().parse::<u64>().ok())
         .unwrap_or(1);
     let extras = PlanExtras::of(cfg, world);
+    if let Some(choice) = plan::decide_checkpointing(cfg, &model, extras, gpu_bytes) {
+        eprintln!("{choice}");
+    }
     let plan = plan::estimate(cfg, &model, extras);
     plan.check(gpu_bytes)
         .context("memory pre-flight (groundrl plan shows the whole estimate)")?;
-    if close_fit(plan.total(), gpu_bytes) && std::env::var_os(ALLOC_CONF).is_none() {
+    if plan::close_fit(plan.total(), gpu_bytes) && std::env::var_os(ALLOC_CONF).is_none() {
         // SAFETY: called before the trainer starts any thread or CUDA; no other thread reads the
         // environment meanwhile (as in `pin_local_gpu`).
         unsafe { std::env::set_var(ALLOC_CONF, EXPANDABLE) };
         eprintln!(
-            "the plan fills over {CLOSE_FIT_PERCENT}% of the GPU's memory: libtorch's allocator grows \
-             its blocks in place ({ALLOC_CONF}={EXPANDABLE}), so that memory it holds in pieces stays usable"
+            "the plan fills over {}% of the GPU's memory: libtorch's allocator grows \
+             its blocks in place ({ALLOC_CONF}={EXPANDABLE}), so that memory it holds in pieces stays usable",
+            plan::CLOSE_FIT_PERCENT
         );
     }
     Ok(())
@@ -270,30 +275,9 @@ fn preflight(cfg: &TrainConfig, gpu_bytes: u64) -> anyhow::Result<()> {
 /// libtorch's allocator settings, read when CUDA starts.
 const ALLOC_CONF: &str = "PYTORCH_CUDA_ALLOC_CONF";
 const EXPANDABLE: &str = "expandable_segments:True";
-/// Above this share of the GPU the plan counts on every byte: the caching allocator's default
-/// blocks, which it cannot merge, held 13.7 GiB it could not use when a 32-prompt micro-batch of
-/// the 3B shape ran out of 139 GiB planned at 137.3 (2026-11-29, docs/performance.md); with
-/// expandable segments the run peaked at 129.8 GiB. Below it the default blocks are kept: the 3B
-/// config's 8 x 8 step took about 8% longer with expandable segments on the same H200.
-const CLOSE_FIT_PERCENT: u64 = 90;
-
-/// Whether a plan of `total` bytes leaves under `100 - CLOSE_FIT_PERCENT`% of `gpu_bytes` free.
-fn close_fit(total: u64, gpu_bytes: u64) -> bool {
-    u128::from(total) * 100 > u128::from(gpu_bytes) * u128::from(CLOSE_FIT_PERCENT)
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{close_fit, local_gpu};
-
-    #[test]
-    fn a_plan_over_nine_tenths_of_the_gpu_is_a_close_fit() {
-        let gib = 1u64 << 30;
-        assert!(close_fit(137 * gib, 139 * gib));
-        assert!(!close_fit(66 * gib, 80 * gib));
-        assert!(close_fit(73 * gib, 80 * gib));
-        assert!(!close_fit(72 * gib, 80 * gib), "exactly nine tenths is not over");
-    }
+    use super::local_gpu;
 
     #[test]
     fn a_worker_sees_the_gpu_of_its_local_rank() {
