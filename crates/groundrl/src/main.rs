@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod commands;
+mod out_of_memory;
 
 /// Reinforcement learning of vision-language models on visual grounding and detection.
 #[derive(Parser)]
@@ -60,6 +61,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    out_of_memory::install();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::SmartResize(args) => commands::smart_resize::run(args),
