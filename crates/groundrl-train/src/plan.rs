@@ -308,7 +308,8 @@ pub fn decide_checkpointing(
 /// micro-batches give the GPU larger matmuls (a higher share of its peak) for more activation memory,
 /// so the largest that fits is the fastest the plan allows. The candidates divide one rank's share of
 /// a mini-batch (`mini_batch_size / world_size`), so that every micro-batch of an update is full.
-/// `None` when not even a micro-batch of 1 fits.
+/// With `gradient_checkpointing = "auto"` each candidate is planned as `train` would run it
+/// ([`decide_checkpointing`] at that micro-batch). `None` when not even a micro-batch of 1 fits.
 pub fn largest_micro_batch(
     cfg: &TrainConfig,
     model: &Architecture,
@@ -322,7 +323,9 @@ pub fn largest_micro_batch(
         .filter(|m| share.is_multiple_of(*m))
         .find_map(|m| {
             candidate.trainer.micro_batch_size = u32::try_from(m).ok()?;
-            let plan = estimate(&candidate, model, extras);
+            let mut decided = candidate.clone();
+            decide_checkpointing(&mut decided, model, extras, gpu_bytes);
+            let plan = estimate(&decided, model, extras);
             (plan.total() <= gpu_bytes).then_some((candidate.trainer.micro_batch_size, plan))
         })
 }
@@ -1029,6 +1032,26 @@ mod tests {
         assert_eq!(largest_micro_batch(&cfg, &model, four, 200 * GIB).unwrap().0, 16);
         // Not even one row fits 40 GiB (the resident parts alone are over 47 GiB).
         assert_eq!(largest_micro_batch(&cfg, &model, NO_REFERENCE, 40 * GIB), None);
+    }
+
+    /// 32 x 8 prompts x samples with `gradient_checkpointing = "auto"` on a 139 GiB H200: a
+    /// micro-batch of 128 fits only with checkpointing (without it the plan fills over 90%), and it
+    /// is planned so, as `train` then runs it; 256 does not fit; 8 is planned without.
+    #[test]
+    fn the_largest_micro_batch_is_planned_with_the_checkpointing_train_would_choose() {
+        let batch = ["rollout.prompts_per_step=32", "trainer.mini_batch_size=256"];
+        let (cfg, model) = shipped("3b-1gpu.toml", &batch);
+        let decided = |micro: u32| {
+            let mut c = cfg.clone();
+            c.trainer.micro_batch_size = micro;
+            let choice = decide_checkpointing(&mut c, &model, NO_REFERENCE, 139 * GIB).unwrap();
+            (choice.on, estimate(&c, &model, NO_REFERENCE).total())
+        };
+        let (micro, plan) = largest_micro_batch(&cfg, &model, NO_REFERENCE, 139 * GIB).unwrap();
+        assert_eq!(micro, 128);
+        assert_eq!((true, plan.total()), decided(128));
+        assert!(decided(256).1 > 139 * GIB);
+        assert!(!decided(8).0);
     }
 
     /// The parts of one GPU's plan that the world size and the ZeRO stage change.

@@ -39,18 +39,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let model = cfg.model.architecture()?;
     let extras = PlanExtras::of(&cfg, u64::from(world));
     let on_gpu = cfg.model.device == DeviceKind::Cuda;
+    let config_micro = cfg.trainer.micro_batch_size;
+    let mut fitted = None;
+    if args.largest_micro_batch
+        && let Some((micro, _)) = plan::largest_micro_batch(&cfg, &model, extras, args.gpu_memory)
+    {
+        cfg.trainer.micro_batch_size = micro;
+        fitted = Some(micro);
+    }
+    // Decided for the micro-batch planned, as `train` decides for the one it runs.
     let checkpointing = match on_gpu {
         true => plan::decide_checkpointing(&mut cfg, &model, extras, args.gpu_memory),
         false => None,
     };
-    let mut plan = plan::estimate(&cfg, &model, extras);
-    let mut fitted = None;
-    if args.largest_micro_batch
-        && let Some((micro, largest)) = plan::largest_micro_batch(&cfg, &model, extras, args.gpu_memory)
-    {
-        plan = largest;
-        fitted = Some(micro);
-    }
+    let plan = plan::estimate(&cfg, &model, extras);
     println!(
         "{}: {} parameters, {} trainable, {} on {}; {}, {}",
         args.config.display(),
@@ -89,9 +91,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     if let Some(micro) = fitted {
         println!(
-            "trainer.micro_batch_size = {micro} is the largest that fits (the config has {}): \
-             override it with trainer.micro_batch_size={micro}",
-            cfg.trainer.micro_batch_size
+            "trainer.micro_batch_size = {micro} is the largest that fits (the config has \
+             {config_micro}): override it with trainer.micro_batch_size={micro}"
         );
     }
     match plan.check(args.gpu_memory) {
