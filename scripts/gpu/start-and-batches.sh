@@ -9,8 +9,8 @@
 #            c. a. with `model.freeze_vision=false`, STEPS steps;
 #            d. a. with `model.gradient_checkpointing=true` (recompute in the backward whatever the
 #               GPU; the config's "auto" turns it off where the plan leaves room), STEPS steps.
-#   micro:   a. with the whole step in one micro-batch of 64 (checkpointing on), and without
-#            checkpointing in micro-batches of 16, STEPS steps each: fewer, larger kernels;
+#   micro:   a. and c. in micro-batches of 16, then a. in one micro-batch of 64, STEPS steps each:
+#            fewer, larger kernels (the config's "auto" checkpointing decides for each);
 #   batches: 32 x 8 with the config's micro-batch (8) and with the one `plan --largest-micro-batch`
 #            picks, then 64 x 8 with the config's, BATCH_STEPS steps each.
 # Each run's log lines carry the seconds since its command started (the first-step line the trainer
@@ -82,9 +82,10 @@ if want start; then
   train ckpt "$steps" "${folder[@]}" model.gradient_checkpointing=true
 fi
 if want micro; then
-  echo "== micro: $steps steps in one micro-batch of 64, and without checkpointing in micro-batches of 16"
+  echo "== micro: $steps steps in micro-batches of 16 (tower frozen, then trained), then in one of 64"
+  train m16 "$steps" "${folder[@]}" trainer.micro_batch_size=16
+  train tower-m16 "$steps" "${folder[@]}" model.freeze_vision=false trainer.micro_batch_size=16
   train m64 "$steps" "${folder[@]}" trainer.micro_batch_size=64
-  train nockpt-m16 "$steps" "${folder[@]}" model.gradient_checkpointing=false trainer.micro_batch_size=16
 fi
 if want batches; then
   echo "== batches: 32 x 8 and 64 x 8 prompts x samples, $batch_steps steps"
@@ -103,7 +104,7 @@ import json, os, re, statistics as st, sys
 work = sys.argv[1]
 print("| run | first step begins, s (trainer's line) | steps | step s (median of 2 on) | rollout s | update s | update MFU, model FLOPs | peak GiB | plan GiB |")
 print("|---|---|---|---|---|---|---|---|---|")
-for name in ["folder", "preset", "tower", "ckpt", "m64", "nockpt-m16", "b32", "b32-largest", "b64"]:
+for name in ["folder", "preset", "tower", "ckpt", "m16", "tower-m16", "m64", "b32", "b32-largest", "b64"]:
     log = f"{work}/{name}.log"
     if not os.path.exists(log):
         continue
