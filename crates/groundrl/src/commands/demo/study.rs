@@ -124,8 +124,15 @@ pub(super) fn held_out_sets(seen: &Look) -> Vec<(&'static str, Look)> {
         look
     };
     vec![
-        ("medium", with(&|l| l.difficulty = Difficulty::Medium)),
-        ("hard", with(&|l| l.difficulty = Difficulty::Hard)),
+        // Their presets' own window, placed anywhere, whatever the training look's.
+        (
+            "medium",
+            with(&|l| (l.difficulty, l.window) = (Difficulty::Medium, None)),
+        ),
+        (
+            "hard",
+            with(&|l| (l.difficulty, l.window) = (Difficulty::Hard, None)),
+        ),
         ("larger", with(&|l| l.size = (2 * size.0, 2 * size.1))),
         ("unseen-layout", with(&|l| l.variety.layouts = vec![Family::List])),
         (
@@ -348,9 +355,13 @@ mod tests {
         assert_eq!(sets[4].1.variety.themes[0].name, "ocean");
         assert_eq!(sets[5].1.variety.wording, Wording::Paraphrased);
         assert!((0..sets.len()).all(|i| set_seed(i) > VAL_SYNTH_SEED));
-        // Training with the window anywhere: every set keeps it there.
-        let moved = training_look((224, 224), Some(Window::Anywhere));
-        let sets = held_out_sets(&moved);
-        assert!(sets.iter().all(|(_, look)| look.window == Some(Window::Anywhere)));
+        // Training with the window anywhere: every set has it there; with it filling the image,
+        // every set but the medium and hard ones, whose presets place it anywhere.
+        for (window, moved) in [(Window::Anywhere, 6), (Window::Full, 2)] {
+            let sets = held_out_sets(&training_look((224, 224), Some(window)));
+            let anywhere = |look: &Look| look.knobs().window == Window::Anywhere;
+            assert_eq!(sets.iter().filter(|(_, look)| anywhere(look)).count(), moved);
+            assert!(anywhere(&sets[0].1) && anywhere(&sets[1].1));
+        }
     }
 }
