@@ -1188,6 +1188,14 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_plan_over_nine_tenths_of_the_gpu_is_a_close_fit() {
+        assert!(close_fit(137 * GIB, 139 * GIB));
+        assert!(!close_fit(66 * GIB, 80 * GIB));
+        assert!(close_fit(73 * GIB, 80 * GIB));
+        assert!(!close_fit(72 * GIB, 80 * GIB), "exactly nine tenths is not over");
+    }
+
     /// `gradient_checkpointing = "auto"` (the shipped 3B config's): off on a 139 GiB H200, where the
     /// plan without it (78.21 GiB, above) fills 56%; on on 80 GiB, where it would fill 98%. An
     /// explicit `true` or `false` is left as it is.

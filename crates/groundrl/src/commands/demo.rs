@@ -992,6 +992,7 @@ mod tests {
             assert_eq!((cfg.sft.rate_drops, cfg.sft.rate_drop), (2, 0.1));
         }
     }
+
     /// A seed's process runs the demo its parent runs: the same options, window and overrides.
     #[test]
     fn a_seed_process_gets_the_demos_options() {
