@@ -752,10 +752,11 @@ mod tests {
 
     /// Under the shared-prefix update a micro-batch of 8 completions of one prompt is one row of
     /// the prompt and 8 branches: 1,280 image + 128 text + 8 x 128 completion tokens, where the row
-    /// layout has 8 x 1,536; with tools the rows stay a completion each.
+    /// layout has 8 x 1,536; with tools the rows stay a completion each. The config's micro-batch
+    /// of 16 is two such rows.
     #[test]
     fn the_shared_prefix_update_counts_one_prompt_a_group() {
-        let (cfg, model) = shipped("3b-1gpu.toml", &[]);
+        let (cfg, model) = shipped("3b-1gpu.toml", &[ONE_PROMPT]);
         let tokens = Tokens::of(&cfg, &model);
         assert_eq!(tokens.row, 1280 + 128 + 128);
         let shared = UpdateRows::of(&cfg, &tokens);
@@ -766,7 +767,7 @@ mod tests {
                 tokens: 1280 + 128 + 8 * 128
             }
         );
-        let (rows, _) = shipped("3b-1gpu.toml", &["trainer.shared_prefix=false"]);
+        let (rows, _) = shipped("3b-1gpu.toml", &[ONE_PROMPT, "trainer.shared_prefix=false"]);
         assert_eq!(
             UpdateRows::of(&rows, &tokens),
             UpdateRows {
@@ -774,8 +775,56 @@ mod tests {
                 tokens: 8 * 1536
             }
         );
-        let (tools, _) = shipped("3b-1gpu.toml", &["tools.enabled=[\"zoom\"]"]);
+        let (tools, _) = shipped("3b-1gpu.toml", &[ONE_PROMPT, "tools.enabled=[\"zoom\"]"]);
         assert_eq!(UpdateRows::of(&tools, &tokens).rows, 8);
+        let (two, _) = shipped("3b-1gpu.toml", &[]);
+        assert_eq!(
+            UpdateRows::of(&two, &tokens),
+            UpdateRows {
+                rows: 2,
+                tokens: 2 * (1280 + 128 + 8 * 128)
+            }
+        );
+    }
+
+    /// The 3B config in micro-batches of one prompt's 8 completions (it ships 16), which the
+    /// hand-derived plans below count.
+    const ONE_PROMPT: &str = "trainer.micro_batch_size=8";
+
+    /// The config as shipped, micro-batches of two prompts' completions: twice the activations, the
+    /// log-prob rows and the vision tower's share of micro-batches of 8 (above, 1,056,227,328,
+    /// 1,555,824,640 and 297,697,280 B). On 80 GiB checkpointing stays on (without it the plan would
+    /// fill 115%) and the plan fits; on a 139 GiB H200 it turns off (66%).
+    #[test]
+    fn the_config_in_micro_batches_of_16() {
+        let (one, model) = shipped("3b-1gpu.toml", &[ONE_PROMPT]);
+        let (two, _) = shipped("3b-1gpu.toml", &[]);
+        let (one, two) = (
+            estimate(&one, &model, NO_REFERENCE),
+            estimate(&two, &model, NO_REFERENCE),
+        );
+        for part in ["activations", "vision tower"] {
+            assert_eq!(
+                two.part(part).unwrap().bytes,
+                2 * one.part(part).unwrap().bytes,
+                "{part}"
+            );
+        }
+        // 2,048 scored tokens * 151,936 * 4 + the same 1,024-token chunk * 151,936 * 6.
+        assert_eq!(
+            two.part("log-prob chunk").unwrap().bytes,
+            (2_048 * 4 + 1_024 * 6) * 151_936
+        );
+        assert_eq!(two.check(80 * GIB), Ok(()));
+        let (mut cfg, model) = shipped("3b-1gpu.toml", &[]);
+        let mut on_80 = cfg.clone();
+        let choice = decide_checkpointing(&mut on_80, &model, NO_REFERENCE, 80 * GIB).unwrap();
+        assert!(
+            choice.on && choice.to_string().contains("fills 115% of the GPU's 80.00 GiB"),
+            "{choice}"
+        );
+        let choice = decide_checkpointing(&mut cfg, &model, NO_REFERENCE, 139 * GIB).unwrap();
+        assert!(!choice.on && choice.to_string().contains("fills 66%"), "{choice}");
     }
 
     fn shipped(name: &str, overrides: &[&str]) -> (TrainConfig, Architecture) {
@@ -887,12 +936,13 @@ mod tests {
     }
 
     /// configs/3b-1gpu.toml: bf16, CUDA, frozen vision, checkpointing, 8 x 8, 128 new tokens,
-    /// max_pixels 1003520 (1,280 image tokens: rows of 1,536), micro-batch 8 (one prompt's
-    /// completions: one shared-prefix row of 1,408 + 8 x 128 tokens); fp32 master weights; the
-    /// rollout engine kept between steps, and without it (`rollout.keep_engine = false`).
+    /// max_pixels 1003520 (1,280 image tokens: rows of 1,536), in micro-batches of 8 (one prompt's
+    /// completions: one shared-prefix row of 1,408 + 8 x 128 tokens; the config's 16 are
+    /// `the_config_in_micro_batches_of_16`); fp32 master weights; the rollout engine kept between
+    /// steps, and without it (`rollout.keep_engine = false`).
     #[test]
     fn the_shipped_3b_config_fits_in_80_gib() {
-        let (cfg, model) = shipped("3b-1gpu.toml", &[]);
+        let (cfg, model) = shipped("3b-1gpu.toml", &[ONE_PROMPT]);
         let plan = estimate(&cfg, &model, NO_REFERENCE);
         let text = 3_085_938_688u64;
         assert_eq!(model.parameters, 3_754_622_976);
@@ -929,7 +979,7 @@ mod tests {
         // A new engine at every generation: one 64-row KV cache and the decoding weights in the
         // rollout phase only, which makes the peak: resident 50,712,387,584 + rollout 9,629,519,872
         // (> update 2,909,749,248); 1 GiB + 10% of 60,341,907,456.
-        let (cfg, model) = shipped("3b-1gpu.toml", &["rollout.keep_engine=false"]);
+        let (cfg, model) = shipped("3b-1gpu.toml", &[ONE_PROMPT, "rollout.keep_engine=false"]);
         let fresh = estimate(&cfg, &model, NO_REFERENCE);
         assert_eq!(fresh.part("KV cache").unwrap().bytes, 64 * 1_536 * 18_432 * 2);
         assert_eq!(fresh.peak_phase(), Phase::Rollout);
@@ -1153,24 +1203,19 @@ mod tests {
         }
     }
 
-    /// Without checkpointing, the 3B config in the row layout needs 58.27 GiB of activations and does
-    /// not fit 80 GiB; under the shared-prefix update (the default) it does: 2,432 tokens * (37 *
-    /// 137,280 + 12,288) = 12,382,887,936 of activations, an update of 14,236,409,856 over the
-    /// resident 61,131,223,040: 78.21 GiB with the allowance.
+    /// Without checkpointing, the 3B config in micro-batches of 8 in the row layout needs 58.27 GiB
+    /// of activations and does not fit 80 GiB; under the shared-prefix update (the default) it does:
+    /// 2,432 tokens * (37 * 137,280 + 12,288) = 12,382,887,936 of activations, an update of
+    /// 14,236,409,856 over the resident 61,131,223,040: 78.21 GiB with the allowance.
     #[test]
     fn without_checkpointing_the_3b_config_does_not_fit_and_names_the_knob() {
-        let (shared, model) = shipped("3b-1gpu.toml", &["model.gradient_checkpointing=false"]);
+        let off = "model.gradient_checkpointing=false";
+        let (shared, model) = shipped("3b-1gpu.toml", &[ONE_PROMPT, off]);
         let plan = estimate(&shared, &model, NO_REFERENCE);
         assert_eq!(plan.part("activations").unwrap().bytes, 12_382_887_936);
         assert_eq!(plan.total(), GIB + 75_367_632_896 * 11 / 10);
         assert_eq!(plan.check(80 * GIB), Ok(()));
-        let (cfg, model) = shipped(
-            "3b-1gpu.toml",
-            &[
-                "model.gradient_checkpointing=false",
-                "trainer.shared_prefix=false",
-            ],
-        );
+        let (cfg, model) = shipped("3b-1gpu.toml", &[ONE_PROMPT, off, "trainer.shared_prefix=false"]);
         let plan = estimate(&cfg, &model, NO_REFERENCE);
         // Activations 12,288 tokens * (37 * 137,280 + 12,288) = 62,566,170,624 (58.27 GiB), more
         // than the optimizer state (34.49 GiB).
@@ -1196,12 +1241,12 @@ mod tests {
         assert!(!close_fit(72 * GIB, 80 * GIB), "exactly nine tenths is not over");
     }
 
-    /// `gradient_checkpointing = "auto"` (the shipped 3B config's): off on a 139 GiB H200, where the
-    /// plan without it (78.21 GiB, above) fills 56%; on on 80 GiB, where it would fill 98%. An
-    /// explicit `true` or `false` is left as it is.
+    /// `gradient_checkpointing = "auto"` (the shipped 3B config's), in micro-batches of 8: off on a
+    /// 139 GiB H200, where the plan without it (78.21 GiB, above) fills 56%; on on 80 GiB, where it
+    /// would fill 98%. An explicit `true` or `false` is left as it is.
     #[test]
     fn auto_checkpointing_is_off_where_the_activations_have_room() {
-        let (mut cfg, model) = shipped("3b-1gpu.toml", &["model.gradient_checkpointing=auto"]);
+        let (mut cfg, model) = shipped("3b-1gpu.toml", &[ONE_PROMPT, "model.gradient_checkpointing=auto"]);
         let without = GIB + 75_367_632_896 * 11 / 10;
         let mut on_80 = cfg.clone();
         let choice = decide_checkpointing(&mut on_80, &model, NO_REFERENCE, 80 * GIB).unwrap();
