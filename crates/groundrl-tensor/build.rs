@@ -11,7 +11,8 @@
 //! - With the `cuda` feature, the C++ shims (`csrc/cuda_graph.cpp`, a C ABI over
 //!   `at::cuda::CUDAGraph`; `csrc/profiler.cpp`, over libtorch's Kineto profiler; `csrc/fused.cpp`,
 //!   over the kernels; `csrc/autograd.cpp`, kernels as autograd functions; `csrc/flash_varlen.cpp`,
-//!   over libtorch's varlen flash attention) are compiled against
+//!   over libtorch's varlen flash attention; `csrc/foreach.cpp`, over its multi-tensor operations)
+//!   are compiled against
 //!   libtorch's headers and the CUDA headers of `scripts/gpu/cuda-toolkit.sh`
 //!   (`GROUNDRL_CUDA_INCLUDE`), and linked with libtorch_cuda/libc10_cuda; the CUDA kernels
 //!   (`csrc/*.cu`) are compiled by that script's nvcc (`NVCC`) for sm_80 and sm_90 (PTX for later
@@ -35,6 +36,7 @@ fn main() {
     println!("cargo:rerun-if-changed=csrc/fused.cpp");
     println!("cargo:rerun-if-changed=csrc/autograd.cpp");
     println!("cargo:rerun-if-changed=csrc/flash_varlen.cpp");
+    println!("cargo:rerun-if-changed=csrc/foreach.cpp");
     println!("cargo:rerun-if-changed=csrc/tensor_args.h");
     println!("cargo:rerun-if-changed=csrc/kernels.cu");
     println!("cargo:rerun-if-changed=csrc/decode_attention.cu");
@@ -81,6 +83,7 @@ fn compile_cuda_shims() {
         .file("csrc/fused.cpp")
         .file("csrc/autograd.cpp")
         .file("csrc/flash_varlen.cpp")
+        .file("csrc/foreach.cpp")
         .file("csrc/guarded.cpp")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))

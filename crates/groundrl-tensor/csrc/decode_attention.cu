@@ -21,6 +21,13 @@
 //   A operand is built from two keys' values with byte permutes.
 // Sums run in f32 in their own order, so results differ from SDPA's in the last bits (the crate's CUDA
 // test compares both with f32 attention).
+//
+// Shared prompts: a GRPO rollout decodes n samples of each prompt, whose cache rows hold the same
+// prompt keys and values (one prefill per prompt, copied to each sample's row). Given each row's
+// `leader` (the first row of its prompt) and the number of prompt columns, a block reads the prompt
+// columns from its leader's row: the same values, so the same results to the bit, but the n rows'
+// blocks, which run side by side, read the same addresses, and all but the first find them in L2
+// instead of reading them from memory again.
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -91,21 +98,29 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&p);
 }
 
+// Where a block reads its keys and values: its own row's (rows, kv_heads) slice, and its leader's for
+// the `shared` prompt columns (the same slice when the row has no leader).
+struct Source {
+  const __nv_bfloat16 *keys, *values, *lead_keys, *lead_values;
+  int64_t shared;
+};
+
 // Starts copying the 16 keys from `first` into `st`: per instruction two keys' 256 bytes, lane l
 // taking chunk l % 16 of key l / 16. Keys at or past `end` are read at end - 1 (a real key, so no
 // stale value reaches the product) and masked by the caller; so is a mask half past the capacity
 // (read at `first` instead).
-__device__ __forceinline__ void issue(Stage& st, const __nv_bfloat16* keys, const __nv_bfloat16* values,
-                                      const __nv_bfloat16* mask, int64_t first, int64_t end,
-                                      int64_t capacity, int lane) {
+__device__ __forceinline__ void issue(Stage& st, const Source& src, const __nv_bfloat16* mask,
+                                      int64_t first, int64_t end, int64_t capacity, int lane) {
   const int chunk = lane % 16;
 #pragma unroll
   for (int m = 0; m < 8; ++m) {
     const int key = 2 * m + lane / 16;
-    const int64_t at = min(first + key, end - 1) * kDim + 8 * chunk;
+    const int64_t column = min(first + key, end - 1);
+    const bool lead = column < src.shared;
+    const int64_t at = column * kDim + 8 * chunk;
     const int slot = chunk ^ swizzle(key);
-    copy_async(&st.k[key][slot], keys + at);
-    copy_async(&st.v[key][slot], values + at);
+    copy_async(&st.k[key][slot], (lead ? src.lead_keys : src.keys) + at);
+    copy_async(&st.v[key][slot], (lead ? src.lead_values : src.values) + at);
   }
   if (lane < 2) {
     const int64_t from = first + 8 * lane < capacity ? first + 8 * lane : first;
@@ -212,7 +227,8 @@ constexpr int kSharedBytes = kWarps * sizeof(WarpSpace);
 __global__ void __launch_bounds__(kWarps * 32)
 decode_attention_split(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ keys,
                        const __nv_bfloat16* __restrict__ values, const __nv_bfloat16* __restrict__ mask,
-                       const int64_t* __restrict__ column, __nv_bfloat16* __restrict__ out,
+                       const int64_t* __restrict__ column, const int64_t* __restrict__ leader,
+                       const int64_t* __restrict__ prompt_columns, __nv_bfloat16* __restrict__ out,
                        float* __restrict__ part_o, float* __restrict__ part_ml, int64_t kv_heads,
                        int64_t capacity, float scale_log2) {
   extern __shared__ __align__(16) unsigned char shared[];
@@ -223,8 +239,10 @@ decode_attention_split(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16*
   const int64_t end = min(*column + 1, capacity);
   const int64_t per = ((end + splits - 1) / splits + kKeys - 1) / kKeys * kKeys;
   const int64_t first = split * per, last = min(first + per, end);
-  const __nv_bfloat16* k_rh = keys + rh * capacity * kDim;
-  const __nv_bfloat16* v_rh = values + rh * capacity * kDim;
+  const int64_t lead_rh = (leader ? leader[row] : row) * kv_heads + blockIdx.y;
+  const Source src{keys + rh * capacity * kDim, values + rh * capacity * kDim,
+                   keys + lead_rh * capacity * kDim, values + lead_rh * capacity * kDim,
+                   leader ? *prompt_columns : 0};
   const __nv_bfloat16* mask_row = mask + row * capacity;
 
   // The warp's steps: keys at + k * stride for k < steps; the first kStages - 1 set in flight.
@@ -234,7 +252,7 @@ decode_attention_split(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16*
   Stage* stages = space[warp].stages;
 #pragma unroll
   for (int k = 0; k < kStages - 1; ++k) {
-    if (k < steps) issue(stages[k], k_rh, v_rh, mask_row, at + k * kStride, end, capacity, lane);
+    if (k < steps) issue(stages[k], src, mask_row, at + k * kStride, end, capacity, lane);
     commit();
   }
 
@@ -257,7 +275,7 @@ decode_attention_split(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16*
     read(t, stages[k % kStages], lane);
     const int64_t ahead = k + kStages - 1;  // into the stage step k - 1 used
     if (ahead < steps) {
-      issue(stages[ahead % kStages], k_rh, v_rh, mask_row, at + ahead * kStride, end, capacity, lane);
+      issue(stages[ahead % kStages], src, mask_row, at + ahead * kStride, end, capacity, lane);
     }
     commit();
     attend(s, t, qa, at + k * kStride, last, scale_log2, lane);
@@ -360,9 +378,12 @@ int64_t groundrl_decode_attention_splits(int64_t rows, int64_t kv_heads, int64_t
 
 // q (rows, kv_heads, 8, 128), keys and values (rows, kv_heads, capacity, 128), mask (rows, capacity),
 // out like q: contiguous bf16; capacity a multiple of 8. part_o holds rows * kv_heads * 8 * splits *
-// 128 floats and part_ml rows * kv_heads * 8 * splits * 2 (unused with one split).
+// 128 floats and part_ml rows * kv_heads * 8 * splits * 2 (unused with one split). `leader` (rows)
+// and `prompt_columns` (one value), both null or both set: each row's leader row and the prompt columns
+// read from it (see the top of this file).
 int groundrl_launch_decode_attention(const void* q, const void* keys, const void* values,
-                                     const void* mask, const int64_t* column, void* out,
+                                     const void* mask, const int64_t* column, const int64_t* leader,
+                                     const int64_t* prompt_columns, void* out,
                                      float* part_o, float* part_ml, int64_t rows, int64_t kv_heads,
                                      int64_t capacity, int64_t splits, float scale, void* stream) {
   if (rows * kv_heads == 0) return 0;
@@ -374,7 +395,8 @@ int groundrl_launch_decode_attention(const void* q, const void* keys, const void
   dim3 grid((unsigned)splits, (unsigned)kv_heads, (unsigned)rows);
   decode_attention_split<<<grid, kWarps * 32, kSharedBytes, s>>>(
       (const __nv_bfloat16*)q, (const __nv_bfloat16*)keys, (const __nv_bfloat16*)values,
-      (const __nv_bfloat16*)mask, column, (__nv_bfloat16*)out, part_o, part_ml, kv_heads, capacity,
+      (const __nv_bfloat16*)mask, column, leader, prompt_columns, (__nv_bfloat16*)out, part_o, part_ml,
+      kv_heads, capacity,
       scale * kLog2e);
   if (splits > 1) {
     decode_attention_merge<<<(unsigned)(rows * kv_heads), kGroups * 32, 0, s>>>(

@@ -36,8 +36,9 @@ int groundrl_launch_sample(const void* logits, int bf16, int64_t rows, int64_t v
 int64_t groundrl_decode_attention_splits(int64_t rows, int64_t kv_heads, int64_t capacity,
                                          int device);
 int groundrl_launch_decode_attention(const void* q, const void* keys, const void* values,
-                                     const void* mask, const int64_t* column, void* out,
-                                     float* part_o, float* part_ml, int64_t rows, int64_t kv_heads,
+                                     const void* mask, const int64_t* column, const int64_t* leader,
+                                     const int64_t* shared, void* out, float* part_o,
+                                     float* part_ml, int64_t rows, int64_t kv_heads,
                                      int64_t capacity, int64_t splits, float scale, void* stream);
 int groundrl_launch_linear_attention_step(const void* qkv_proj, void* conv_state,
                                           const void* conv_weight, void* qkv, int64_t kernel,
@@ -197,9 +198,11 @@ void groundrl_set_cudnn_attention(int on) { at::globalContext().setSDPUseCuDNN(o
 // out (rows, kv_heads, 8, 128) = attention of q (rows, kv_heads, 8, 128) over keys and values
 // (rows, kv_heads, capacity, 128) with the additive mask (rows, 1, 1, capacity) through the column held
 // by `column` (a one-element int64 CUDA tensor); see decode_attention.cu. All contiguous bf16.
-// `splits` blocks per (row, KV head), or as many as fill the GPU when it is 0.
+// `splits` blocks per (row, KV head), or as many as fill the GPU when it is 0. `leader_` and
+// `shared_` (int64 CUDA tensors: one per row, and one value) are both null or both set: each row's
+// leader row and the prompt columns read from it.
 int groundrl_decode_attention(void* q_, void* keys_, void* values_, void* mask_, void* column_,
-                              void* out_, int64_t splits) {
+                              void* leader_, void* shared_, void* out_, int64_t splits) {
   return guarded([&] {
     const auto &q = tensor(q_), &keys = tensor(keys_), &values = tensor(values_);
     const auto &mask = tensor(mask_), &column = tensor(column_), &out = tensor(out_);
@@ -221,6 +224,16 @@ int groundrl_decode_attention(void* q_, void* keys_, void* values_, void* mask_,
             "the capacity must be a multiple of 8 (the mask is read 16 bytes at a time)");
     require(mask.numel() == rows * capacity, "mask must hold (rows, capacity) values");
     require(out.sizes() == q.sizes(), "out must be shaped like q");
+    require((leader_ == nullptr) == (shared_ == nullptr), "leader and shared go together");
+    const int64_t *leader = nullptr, *shared = nullptr;
+    if (leader_ != nullptr) {
+      check(tensor(leader_), at::kLong, "leader");
+      check(tensor(shared_), at::kLong, "shared");
+      require(tensor(leader_).numel() == rows, "leader must hold one row per row");
+      require(tensor(shared_).numel() == 1, "shared must hold one value");
+      leader = tensor(leader_).data_ptr<int64_t>();
+      shared = tensor(shared_).data_ptr<int64_t>();
+    }
     c10::cuda::CUDAGuard guard(q.device());
     require(splits >= 0, "splits must not be negative");
     if (splits == 0) {
@@ -231,7 +244,7 @@ int groundrl_decode_attention(void* q_, void* keys_, void* values_, void* mask_,
     auto part_ml = at::empty({parts * 2}, q.options().dtype(at::kFloat));
     launched(groundrl_launch_decode_attention(
         q.data_ptr(), keys.data_ptr(), values.data_ptr(), mask.data_ptr(),
-        column.data_ptr<int64_t>(), out.data_ptr(), part_o.data_ptr<float>(),
+        column.data_ptr<int64_t>(), leader, shared, out.data_ptr(), part_o.data_ptr<float>(),
         part_ml.data_ptr<float>(), rows, kv_heads, capacity, splits, 1.0f / std::sqrt(128.0f),
         stream_of(q)));
   });

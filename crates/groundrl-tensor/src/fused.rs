@@ -233,11 +233,23 @@ pub fn linear_attention_step(
     Ok(Some(out))
 }
 
+/// Rows of a decoding batch whose first cache columns hold the same prompt (a prompt's n samples):
+/// each row's `leader`, the first row of its prompt ((rows,) int64, values below the row count),
+/// and the number of prompt `columns` (a one-element int64 tensor), both on the cache's device and
+/// kept from call to call for a captured graph. [`decode_attention`] reads those columns from the
+/// leader's row: the same values, which the rows of one prompt then find in L2.
+#[derive(Clone, Copy)]
+pub struct SharedPrompts<'a> {
+    pub leader: &'a Tensor,
+    pub columns: &'a Tensor,
+}
+
 /// Attention of one new token per row: `q` (rows, kv_heads, 8, 128) over `keys` and `values` (rows,
 /// kv_heads, capacity, 128) with the additive `mask` (rows, 1, 1, capacity), through the column held
 /// by `column` (a one-element int64 tensor; keys past it are not read); shaped like `q`. Split over
 /// the keys in `splits` thread blocks per row and KV head (0: as many as fill the GPU), where cuDNN
-/// runs one block per row and KV head.
+/// runs one block per row and KV head. With `shared`, rows read their prompt's columns from their
+/// leader's row ([`SharedPrompts`]).
 /// None where the kernel does not apply (besides the module's conditions: bf16, head dim 128, eight
 /// query heads per KV head, a capacity that is a multiple of 8, as the engine's multiples of 64 are),
 /// for the caller's SDPA.
@@ -246,6 +258,7 @@ pub fn decode_attention(
     (keys, values): (&Tensor, &Tensor),
     mask: &Tensor,
     column: &Tensor,
+    shared: Option<SharedPrompts>,
     splits: i64,
 ) -> Result<Option<Tensor>, TchError> {
     let (q_size, cache) = (q.size(), keys.size());
@@ -259,7 +272,10 @@ pub fn decode_attention(
         _ => false,
     };
     let bf16 = [q, keys, values, mask].iter().all(|t| t.kind() == Kind::BFloat16);
-    if !applies(&[q, keys, values, mask, column]) || !shape_fits || !bf16 {
+    let leaders_fit = shared.is_none_or(|s| {
+        s.leader.size() == [q_size[0]] && s.leader.kind() == Kind::Int64 && s.columns.numel() == 1
+    });
+    if !applies(&[q, keys, values, mask, column]) || !shape_fits || !bf16 || !leaders_fit {
         return Ok(None);
     }
     let q = q.f_contiguous()?;
@@ -268,7 +284,7 @@ pub fn decode_attention(
         return Ok(None);
     }
     let out = Tensor::f_empty(q.size(), (q.kind(), q.device()))?;
-    ffi::decode_attention(&q, (keys, values), (mask, column), &out, splits)?;
+    ffi::decode_attention(&q, (keys, values), (mask, column), shared, &out, splits)?;
     Ok(Some(out))
 }
 
@@ -479,6 +495,8 @@ mod ffi {
             values: *mut c_void,
             mask: *mut c_void,
             column: *mut c_void,
+            leader: *mut c_void,
+            shared: *mut c_void,
             out: *mut c_void,
             splits: i64,
         ) -> c_int;
@@ -691,13 +709,18 @@ mod ffi {
         q: &Tensor,
         (keys, values): (&Tensor, &Tensor),
         (mask, column): (&Tensor, &Tensor),
+        shared: Option<super::SharedPrompts>,
         out: &Tensor,
         splits: i64,
     ) -> Result<(), TchError> {
+        let (leader, columns) = shared.map_or((std::ptr::null_mut(), std::ptr::null_mut()), |s| {
+            (raw(s.leader), raw(s.columns))
+        });
         // SAFETY: as in `rotary`.
         result("decode_attention", unsafe {
             let (q, keys, values) = (raw(q), raw(keys), raw(values));
-            groundrl_decode_attention(q, keys, values, raw(mask), raw(column), raw(out), splits)
+            let (mask, column, out) = (raw(mask), raw(column), raw(out));
+            groundrl_decode_attention(q, keys, values, mask, column, leader, columns, out, splits)
         })
     }
 }
@@ -776,6 +799,7 @@ mod ffi {
         _: &Tensor,
         _: (&Tensor, &Tensor),
         _: (&Tensor, &Tensor),
+        _: Option<super::SharedPrompts>,
         _: &Tensor,
         _: i64,
     ) -> Result<(), TchError> {
@@ -871,7 +895,7 @@ mod tests {
         assert_eq!(max_diff(&swiglu(&gate, &up).unwrap(), &(gate.silu() * &up)), 0.0);
         let (q, cache, mask) = (cpu(&[3, 2, 8, 128]), cpu(&[3, 2, 16, 128]), cpu(&[3, 1, 1, 16]));
         assert!(
-            decode_attention(&q, (&cache, &cache), &mask, &column, 0)
+            decode_attention(&q, (&cache, &cache), &mask, &column, None, 0)
                 .unwrap()
                 .is_none()
         );
@@ -947,7 +971,7 @@ mod tests {
             let sdpa = attend_cached(&q, &real(&keys), &real(&values), &mask.narrow(3, 0, column + 1));
             // As many splits as fill the GPU, one (no merge), and three (a merge of uneven splits).
             for splits in [0, 1, 3] {
-                let got = decode_attention(&q, (&keys, &values), &mask, &at, splits)
+                let got = decode_attention(&q, (&keys, &values), &mask, &at, None, splits)
                     .unwrap()
                     .expect("kernel applies");
                 // bf16 probabilities in the products and a bf16 output: about 2^-8 relative, as
@@ -961,6 +985,59 @@ mod tests {
                     "rows {rows}, column {column}, splits {splits}: kernel {diff:.2e}, SDPA {:.2e}",
                     max_diff(&sdpa, &want)
                 );
+            }
+        }
+    }
+
+    /// Rows of shared prompts (8 prompts x 8 samples, and 5 rows of prompts of 2 and 3 samples): read
+    /// through their leaders, the prompt columns of every other row may hold anything (NaN here),
+    /// and the output equals the plain kernel's on a cache whose rows hold their prompts, to the
+    /// bit, with 1, 3 and the automatic number of splits.
+    #[test]
+    fn decode_attention_reads_shared_prompts_from_the_leaders_rows() {
+        let Some(device) = cuda_for_tests() else { return };
+        tch::manual_seed(5);
+        let (kv_heads, capacity, prompt, column) = (2, 1400, 1262i64, 1300i64);
+        let groups: [Vec<i64>; 2] = [(0..64).map(|r| r - r % 8).collect(), vec![0, 0, 2, 2, 2]];
+        for leaders in groups {
+            let rows = leaders.len() as i64;
+            let leader = Tensor::from_slice(&leaders).to_device(device);
+            let q = random(&[rows, kv_heads, 8, 128], Kind::BFloat16, device);
+            let cache = |seed| {
+                tch::manual_seed(seed);
+                let t = random(&[rows, kv_heads, capacity, 128], Kind::BFloat16, device);
+                let own = t.narrow(2, 0, prompt).index_select(0, &leader);
+                t.narrow(2, 0, prompt).copy_(&own);
+                t
+            };
+            let (keys, values) = (cache(6), cache(7));
+            let mask = Tensor::zeros([rows, 1, 1, capacity], (Kind::BFloat16, device));
+            let at = Tensor::from_slice(&[column]).to_device(device);
+            let columns = Tensor::from_slice(&[prompt]).to_device(device);
+            let followers = Tensor::from_slice(&leaders)
+                .ne_tensor(&Tensor::arange(rows, (Kind::Int64, Device::Cpu)))
+                .nonzero()
+                .view([-1])
+                .to_device(device);
+            let garbled = |t: &Tensor| {
+                let g = t.copy();
+                let nan = g.index_select(0, &followers).narrow(2, 0, prompt).fill_(f64::NAN);
+                let _ = g.narrow(2, 0, prompt).index_copy_(0, &followers, &nan);
+                g
+            };
+            let (bad_keys, bad_values) = (garbled(&keys), garbled(&values));
+            let shared = SharedPrompts {
+                leader: &leader,
+                columns: &columns,
+            };
+            for splits in [0, 1, 3] {
+                let plain = decode_attention(&q, (&keys, &values), &mask, &at, None, splits)
+                    .unwrap()
+                    .expect("kernel applies");
+                let got = decode_attention(&q, (&bad_keys, &bad_values), &mask, &at, Some(shared), splits)
+                    .unwrap()
+                    .expect("kernel applies");
+                assert!(got.equal(&plain), "rows {rows}, splits {splits}");
             }
         }
     }

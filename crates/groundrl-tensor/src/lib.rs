@@ -23,6 +23,7 @@ pub(crate) mod checkpoint;
 pub mod cuda_graph;
 pub(crate) mod decoder;
 pub mod family;
+pub mod foreach;
 pub mod fused;
 pub mod hf_folder;
 pub(crate) mod layers;

@@ -163,10 +163,16 @@ pub trait Decoder: fmt::Debug {
     /// place: a captured step keeps reading the same tensors.
     fn refresh_fused(&self, fused: &mut Fused) -> Result<(), ModelError>;
 
-    /// Runs the prompts `batch` (left-padded) through the model once, vision tower included, and
-    /// writes every layer's keys and values into the cache rows of all the prompt's samples
-    /// (`expand` (rows,): each cache row's batch row) from column 0.
-    fn prefill(&self, batch: &Batch, cache: &mut KvCache, expand: &Tensor) -> Result<Prefill, ModelError>;
+    /// Runs the prompts `batch` (left-padded) through the model once, the images' features from
+    /// `source`, and writes every layer's keys and values into the cache rows of all the prompt's
+    /// samples (`expand` (rows,): each cache row's batch row) from column 0.
+    fn prefill(
+        &self,
+        batch: &Batch,
+        source: ImageFeatures,
+        cache: &mut KvCache,
+        expand: &Tensor,
+    ) -> Result<Prefill, ModelError>;
 
     /// The decoding step over `fused` (this model's [`Self::fuse`]).
     fn stepper<'a>(&'a self, fused: &'a Fused) -> Result<Box<dyn DecodeStep + 'a>, ModelError>;

@@ -139,6 +139,7 @@ fn cached_greedy_decoding_equals_transformers_generate() {
                 max_new_tokens: 6,
                 ..Default::default()
             },
+            features: None,
         })
         .collect();
     let engine = Engine::new(&model, &processor);

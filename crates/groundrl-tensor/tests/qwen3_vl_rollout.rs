@@ -73,6 +73,7 @@ fn request(processor: &Processor, which: usize, params: &SamplingParams) -> Gene
         n: 1,
         first_sample: 0,
         params: params.clone(),
+        features: None,
     }
 }
 

@@ -53,6 +53,7 @@ fn request(
         n,
         first_sample,
         params: params.clone(),
+        features: None,
     }
 }
 
@@ -196,6 +197,35 @@ fn shared_prefill_equals_separate_runs() {
         shared[0].tokens, shared[1].tokens,
         "samples of one prompt should differ"
     );
+}
+
+/// A prompt's image features given with its request (a frozen tower's, computed once by the
+/// trainer) are what the prefill places: the tower's own features give the same completions to
+/// the bit as the tower run in the prefill, and other features give other log-probs. A text
+/// prompt in the same batch needs none.
+#[test]
+fn given_image_features_replace_the_towers_run() {
+    let (_dir, hf) = tiny();
+    let engine = Engine::new(hf.model.as_ref(), &hf.processor);
+    let run = |features: Option<Tensor>| {
+        let mut image = request(&hf, 0, 3, 0, &sampled(7, 12));
+        image.features = features;
+        engine
+            .generate(&[image, request(&hf, 1, 2, 0, &sampled(9, 12))])
+            .unwrap()
+    };
+    let encoded = prompt(&hf, 0);
+    let pixels = encoded.pixel_values.as_ref().unwrap();
+    let features = tch::no_grad(|| hf.model.image_features(pixels, &encoded.image_grids)).unwrap();
+    let tower = run(None);
+    let given = run(Some(features.shallow_clone()));
+    for (a, b) in tower.iter().zip(&given) {
+        assert_eq!((&a.tokens, &a.logprobs), (&b.tokens, &b.logprobs));
+    }
+    let other = run(Some(features.zeros_like()));
+    assert!(max_abs_diff(&other[0].logprobs, &tower[0].logprobs) > 1e-4);
+    // The text prompt's rows do not see the image prompt's features.
+    assert_eq!(other[3].tokens, tower[3].tokens);
 }
 
 /// Log-probs of the completions' tokens under `log_softmax(logits / temperature)` of a full forward.
@@ -508,7 +538,7 @@ fn vision_tokens_are_never_selected() {
             top_p: if i % 2 == 0 { 1.0 } else { 0.5 },
         })
         .collect();
-    let sampler = Sampler::new(&rows, vocab, &banned, Device::Cpu);
+    let sampler = Sampler::new(&rows, vocab, &banned, Device::Cpu).unwrap();
     let uniforms = Tensor::arange(64, (Kind::Float, Device::Cpu)) / 64.0;
     let (tokens, logprobs) = sampler.sample(&logits, &uniforms);
     let tokens = Vec::<i64>::try_from(tokens).unwrap();

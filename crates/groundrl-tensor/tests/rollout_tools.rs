@@ -131,6 +131,7 @@ fn requests<'a>(
                 n,
                 first_sample: 0,
                 params: params(10 + i as u64, processor),
+                features: None,
             },
             image,
             view: full_view(),

@@ -22,12 +22,16 @@ use groundrl_score::parse::{self, parse_completion};
 use groundrl_score::resize::PixelBudget;
 use groundrl_score::reward::RewardSpec;
 use groundrl_tensor::hf_folder::HfModel;
+use groundrl_tensor::model::{Grid, Model};
+use groundrl_tensor::model_error::ModelError;
 use groundrl_tensor::processor::{Encoded, Processor, ProcessorError, ToolPrompt};
 use groundrl_tensor::rollout::{
     Engine, EngineCache, FinishReason, GenerationRequest, RolloutError, SamplingParams, ToolRequest,
     ToolRollout, Trajectory, TurnLimits,
 };
 use image::RgbImage;
+use rayon::prelude::*;
+use tch::Tensor;
 
 use crate::config::TrainConfig;
 
@@ -164,6 +168,25 @@ impl Inference {
         encode_prompt(processor, sample, base, style, self.tool_prompt.as_ref())
     }
 
+    /// [`Self::encode`] of each of `samples` (their task's default wording), in order, on the
+    /// CPU's cores: decoding and resizing a step's screenshots one after the other kept the GPU
+    /// idle for about 0.1 s a step (docs/performance.md).
+    pub fn encode_all(
+        &self,
+        processor: &Processor,
+        samples: &[&Sample],
+        base: &Path,
+    ) -> Vec<Result<Prompt, PromptError>> {
+        let (frame, tools) = (self.model_frame, self.tool_prompt.as_ref());
+        samples
+            .par_iter()
+            .map(|sample| {
+                let style = PromptStyle::unprompted(sample.task, frame);
+                encode_prompt(processor, sample, base, &style, tools)
+            })
+            .collect()
+    }
+
     /// `n` trajectories of each prompt at `temperature` (0: greedy), prompt `i` seeded by
     /// `prompts[i].1`, tools answered between turns. The engine starts from what the last call kept
     /// (see [`Self::keep_engine`]): its fused weights refreshed in place from `hf`'s current values,
@@ -193,6 +216,7 @@ impl Inference {
                         stop_token_ids: stops.clone(),
                         stop_strings: Vec::new(),
                     },
+                    features: prompt.features.as_ref().map(Tensor::shallow_clone),
                 },
                 image: &prompt.image,
                 view: prompt.view,
@@ -386,6 +410,51 @@ pub struct Prompt {
     pub image: RgbImage,
     /// That image as the prompt shows it.
     pub view: View,
+    /// Its images' features from a frozen vision tower when they were computed for a GRPO step
+    /// ([`compute_features`]): the rollout's prefill and the update both place these instead of
+    /// running the tower twice. `None`: each runs the tower itself.
+    pub features: Option<Tensor>,
+}
+
+/// Computes the [`Prompt::features`] of `prompts` under `model` when its vision tower is frozen: one
+/// tower call over all their images, in order, as the rollout's prefill makes it (a call per image
+/// launches the tower's kernels once per image and waits on each image's host values), split into
+/// each prompt's rows (merged image tokens). A trained tower leaves them `None`.
+pub fn compute_features(prompts: &mut [&mut Prompt], model: &dyn Model) -> Result<(), ModelError> {
+    if model.vision_trainable() {
+        return Ok(());
+    }
+    let with_images: Vec<&mut &mut Prompt> = prompts
+        .iter_mut()
+        .filter(|p| p.encoded.pixel_values.is_some())
+        .collect();
+    let pixels: Vec<&Tensor> = with_images
+        .iter()
+        .filter_map(|p| p.encoded.pixel_values.as_ref())
+        .collect();
+    if pixels.is_empty() {
+        return Ok(());
+    }
+    let grids: Vec<Grid> = with_images
+        .iter()
+        .flat_map(|p| p.encoded.image_grids.clone())
+        .collect();
+    let features = model.image_features(&Tensor::f_cat(&pixels, 0)?, &grids)?;
+    let merge = model.architecture().spatial_merge_size.pow(2);
+    let rows: Vec<i64> = (with_images.iter())
+        .map(|p| {
+            p.encoded
+                .image_grids
+                .iter()
+                .map(|[t, h, w]| t * h * w / merge)
+                .sum()
+        })
+        .collect();
+    let parts = features.f_split_with_sizes(&rows, 0)?;
+    for (prompt, part) in with_images.into_iter().zip(parts) {
+        prompt.features = Some(part);
+    }
+    Ok(())
 }
 
 /// `sample`'s prompt (see [`Inference::encode`]): its images read from `base` within the
@@ -416,6 +485,7 @@ pub fn encode_prompt(
         encoded,
         image,
         view: View::full(frames),
+        features: None,
     })
 }
 
@@ -495,5 +565,59 @@ pub fn eval_answer(text: &str, shown: &View, full: &View, model_frame: Frame) ->
         },
         (_, Some(&xy)) => RawAnswer::Point { xy, frame },
         _ => RawAnswer::Completion(text.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use groundrl_score::frame::{ImageFrames, Size};
+
+    use super::*;
+    use crate::update::fixtures::{PROMPT, ids, tiny, with_image};
+
+    fn prompt(encoded: Encoded) -> Prompt {
+        let frames = ImageFrames {
+            original: Size::new(28.0, 28.0),
+            resized: Size::new(28.0, 28.0),
+        };
+        Prompt {
+            encoded,
+            image: RgbImage::new(1, 1),
+            view: View::full(frames),
+            features: None,
+        }
+    }
+
+    /// Two screenshots of different sizes and a text prompt: one tower call gives each screenshot
+    /// prompt the rows of its own image (equal to the tower run on that image alone, to f32
+    /// rounding), the text prompt none; a trained tower gives none.
+    #[test]
+    fn features_of_a_steps_prompts_are_each_prompts_own() {
+        let (model, p) = tiny();
+        model.set_vision_trainable(false);
+        let first = with_image(&p, PROMPT, [1, 4, 4], 0.0);
+        let second = with_image(&p, PROMPT, [1, 4, 8], 3.0);
+        let text = Encoded {
+            input_ids: ids(&p, "Where is OK?"),
+            pixel_values: None,
+            image_grids: Vec::new(),
+        };
+        let mut prompts = [prompt(first.share()), prompt(text), prompt(second.share())];
+        let mut all: Vec<&mut Prompt> = prompts.iter_mut().collect();
+        compute_features(&mut all, &model).unwrap();
+        for (got, encoded) in [(&prompts[0], &first), (&prompts[2], &second)] {
+            let alone = model
+                .image_features(encoded.pixel_values.as_ref().unwrap(), &encoded.image_grids)
+                .unwrap();
+            let got = got.features.as_ref().unwrap();
+            assert_eq!(got.size(), alone.size());
+            let diff = (got - alone).abs().max().double_value(&[]);
+            assert!(diff < 1e-5, "features differ by {diff}");
+        }
+        assert!(prompts[1].features.is_none());
+        model.set_vision_trainable(true);
+        let mut fresh = prompt(first.share());
+        compute_features(&mut [&mut fresh], &model).unwrap();
+        assert!(fresh.features.is_none());
     }
 }

@@ -252,7 +252,21 @@ impl LossScale {
 pub struct PolicyLoss {
     /// Scalar f32 with a graph to the log-probabilities (and entropy); backward it as is.
     pub loss: Tensor,
-    pub stats: LossStats,
+    pub stats: PendingStats,
+}
+
+/// A micro-batch's [`LossStats`] still on the loss's device, as one (8,) f64 tensor in the order of
+/// [`LossStats::from_values`]. Reading a value waits for the device to finish everything queued
+/// before it; an update reads a mini-batch's statistics at once ([`LossStats::read`]) after queueing
+/// all its passes, so the device does not idle between each forward and its backward.
+#[derive(Debug)]
+pub struct PendingStats(Tensor);
+
+impl PendingStats {
+    /// This micro-batch's statistics alone.
+    pub fn read(&self) -> Result<LossStats, tch::TchError> {
+        LossStats::read(std::slice::from_ref(self))
+    }
 }
 
 /// Statistics over the counting tokens. Each field but `ratio_max` is the micro-batch's sum divided
@@ -293,6 +307,36 @@ impl LossStats {
         self.entropy += other.entropy;
         self.ratio_mean += other.ratio_mean;
         self.ratio_max = self.ratio_max.max(other.ratio_max);
+    }
+
+    /// The statistics of micro-batches of one mini-batch merged ([`LossStats::merge`]), with one read
+    /// from the device for all of them.
+    pub fn read(parts: &[PendingStats]) -> Result<LossStats, tch::TchError> {
+        let mut stats = LossStats::default();
+        if parts.is_empty() {
+            return Ok(stats);
+        }
+        let stacked = Tensor::f_stack(&parts.iter().map(|p| &p.0).collect::<Vec<_>>(), 0)?;
+        let values = Vec::<f64>::try_from(stacked.f_flatten(0, -1)?.f_to_device(Device::Cpu)?)?;
+        for part in values.chunks(STAT_COUNT) {
+            stats.merge(&LossStats::from_values(part));
+        }
+        Ok(stats)
+    }
+
+    /// The statistics from their values in [`StatTerms::values`]' order.
+    fn from_values(v: &[f64]) -> LossStats {
+        LossStats {
+            clip_fraction: v[0] + v[1],
+            clip_low_fraction: v[0],
+            clip_high_fraction: v[1],
+            dual_clip_fraction: v[2],
+            approx_kl: v[3],
+            ref_kl: v[4],
+            entropy: v[5],
+            ratio_mean: v[6],
+            ratio_max: v[7],
+        }
     }
 
     /// Every mean multiplied by `factor` (`ratio_max` kept): the mean over several mini-batches from
@@ -388,7 +432,7 @@ pub fn policy_loss(
             ref_kl: ref_kl.as_ref(),
             entropy: inputs.entropy.as_ref(),
         };
-        terms.stats(cfg, scale)
+        terms.values(cfg, scale)
     });
     Ok(PolicyLoss { loss, stats })
 }
@@ -453,6 +497,9 @@ fn aggregate(per_token: &Tensor, mask: &Tensor, aggregation: Aggregation, scale:
     }
 }
 
+/// How many values [`StatTerms::values`] stacks.
+const STAT_COUNT: usize = 8;
+
 /// What the statistics are computed from, all without a graph.
 struct StatTerms<'a> {
     counts: &'a Tensor,
@@ -466,7 +513,7 @@ struct StatTerms<'a> {
 }
 
 impl StatTerms<'_> {
-    fn stats(&self, cfg: &LossConfig, scale: &LossScale) -> LossStats {
+    fn values(&self, cfg: &LossConfig, scale: &LossScale) -> PendingStats {
         // Each value's sum over counting tokens / the mini-batch's token count.
         let share = |x: &Tensor| (x.to_kind(Kind::Float) * self.mask).sum(Kind::Float) / scale.tokens as f64;
         let zero = || Tensor::zeros([], (Kind::Float, self.mask.device()));
@@ -493,21 +540,8 @@ impl StatTerms<'_> {
                 self.ratio.where_scalarother(self.counts, 0.0).max(),
             ],
             0,
-        )
-        .to_kind(Kind::Double)
-        .to_device(Device::Cpu);
-        let at = |i: i64| values.double_value(&[i]);
-        LossStats {
-            clip_fraction: at(0) + at(1),
-            clip_low_fraction: at(0),
-            clip_high_fraction: at(1),
-            dual_clip_fraction: at(2),
-            approx_kl: at(3),
-            ref_kl: at(4),
-            entropy: at(5),
-            ratio_mean: at(6),
-            ratio_max: at(7),
-        }
+        );
+        PendingStats(values.to_kind(Kind::Double))
     }
 }
 
@@ -605,7 +639,7 @@ mod tests {
     ) -> (f64, Tensor, LossStats) {
         let out = policy_loss(inputs, cfg, scale).unwrap();
         let grad = Tensor::run_backward(&[&out.loss], &[leaf], false, false).remove(0);
-        (out.loss.double_value(&[]), grad, out.stats)
+        (out.loss.double_value(&[]), grad, out.stats.read().unwrap())
     }
 
     fn close(got: f64, want: f64, what: &str) {
@@ -919,13 +953,14 @@ mod tests {
                 }
             );
             let full = policy_loss(&whole, &cfg, &scale).unwrap();
+            let full_stats = full.stats.read().unwrap();
             let want_grads = Tensor::run_backward(&[&full.loss], &leaves, false, false);
-            let (mut loss, mut stats) = (0.0, LossStats::default());
+            let (mut loss, mut pending) = (0.0, Vec::new());
             let mut grads: Vec<Tensor> = leaves.iter().map(|leaf| leaf.zeros_like()).collect();
             for part in &micro {
                 let out = policy_loss(part, &cfg, &scale).unwrap();
                 loss += out.loss.double_value(&[]);
-                stats.merge(&out.stats);
+                pending.push(out.stats);
                 for (sum, g) in
                     grads
                         .iter_mut()
@@ -934,6 +969,8 @@ mod tests {
                     *sum += g;
                 }
             }
+            // The micro-batches' statistics read at once, as the update reads them.
+            let stats = LossStats::read(&pending).unwrap();
             close(
                 loss,
                 full.loss.double_value(&[]),
@@ -944,20 +981,20 @@ mod tests {
                 assert!(err < 1e-7, "{aggregation:?}: gradients differ by {err}");
             }
             let pairs = [
-                (stats.clip_fraction, full.stats.clip_fraction),
-                (stats.clip_low_fraction, full.stats.clip_low_fraction),
-                (stats.clip_high_fraction, full.stats.clip_high_fraction),
-                (stats.dual_clip_fraction, full.stats.dual_clip_fraction),
-                (stats.approx_kl, full.stats.approx_kl),
-                (stats.ref_kl, full.stats.ref_kl),
-                (stats.entropy, full.stats.entropy),
-                (stats.ratio_mean, full.stats.ratio_mean),
-                (stats.ratio_max, full.stats.ratio_max),
+                (stats.clip_fraction, full_stats.clip_fraction),
+                (stats.clip_low_fraction, full_stats.clip_low_fraction),
+                (stats.clip_high_fraction, full_stats.clip_high_fraction),
+                (stats.dual_clip_fraction, full_stats.dual_clip_fraction),
+                (stats.approx_kl, full_stats.approx_kl),
+                (stats.ref_kl, full_stats.ref_kl),
+                (stats.entropy, full_stats.entropy),
+                (stats.ratio_mean, full_stats.ratio_mean),
+                (stats.ratio_max, full_stats.ratio_max),
             ];
             for (i, (got, want)) in pairs.into_iter().enumerate() {
                 close(got, want, &format!("{aggregation:?} statistic {i}"));
             }
-            assert!(full.stats.clip_fraction > 0.0, "the batch has clipped tokens");
+            assert!(full_stats.clip_fraction > 0.0, "the batch has clipped tokens");
         }
     }
 

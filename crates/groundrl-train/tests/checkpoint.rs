@@ -318,7 +318,7 @@ fn shallow(named: &[(String, Tensor)]) -> Vec<(String, Tensor)> {
 
 fn train(params: &[(String, Tensor)], opt: &mut AdamW, steps: std::ops::Range<u64>) {
     for step in steps {
-        opt.zero_grad();
+        opt.zero_grad().unwrap();
         let loss = params
             .iter()
             .map(|(_, p)| {

@@ -117,6 +117,7 @@ fn rows(examples: &[(Encoded, Encoded, f64)]) -> Vec<Row<'_>> {
             generated: &[],
             advantage: *advantage,
             counts: true,
+            prompt_features: None,
         })
         .collect()
 }

@@ -109,9 +109,10 @@ fn the_policy_loss_backpropagates_into_the_model() {
     };
     let out = policy_loss(&inputs, &cfg, &scale).unwrap();
     // On-policy (ratio 1) nothing is clipped and the approximate KL is 0.
-    assert_eq!(out.stats.clip_fraction, 0.0);
-    assert!(out.stats.approx_kl.abs() < 1e-12);
-    assert!((out.stats.ratio_mean - 1.0).abs() < 1e-6);
+    let stats = out.stats.read().unwrap();
+    assert_eq!(stats.clip_fraction, 0.0);
+    assert!(stats.approx_kl.abs() < 1e-12);
+    assert!((stats.ratio_mean - 1.0).abs() < 1e-6);
     run.backward(&out.loss).unwrap();
     let vars = model.var_store().variables();
     let layer = vars

@@ -82,7 +82,7 @@ fn two_steps_match_the_hand_computed_update() {
     assert_close(&values(&state_of(&opt, "exp_avg/p")), &[0.05, -0.1]);
     assert_close(&values(&state_of(&opt, "exp_avg_sq/p")), &[0.00025, 0.001]);
 
-    opt.zero_grad();
+    opt.zero_grad().unwrap();
     give_grad(&p, &[-0.5, 2.0]);
     opt.step(0.1).unwrap();
     assert_close(&values(&p), &[0.9052631579, -1.9366103527]);
@@ -163,12 +163,12 @@ fn a_non_finite_gradient_skips_the_step_and_changes_nothing() {
     for (q, o) in [(&p, &mut opt), (&reference, &mut undisturbed)] {
         give_grad(q, &[0.5, -1.0]);
         o.step(0.1).unwrap();
-        o.zero_grad();
+        o.zero_grad().unwrap();
     }
     let (param_before, state_before) = (p.copy(), snapshot(&opt));
 
     for bad in [f32::NAN, f32::INFINITY] {
-        opt.zero_grad();
+        opt.zero_grad().unwrap();
         give_grad(&p, &[bad, 1.0]);
         match opt.step(0.1).unwrap() {
             StepOutcome::Skipped { grad_norm } => assert!(!grad_norm.is_finite(), "{grad_norm}"),
@@ -180,7 +180,7 @@ fn a_non_finite_gradient_skips_the_step_and_changes_nothing() {
 
     // The skipped steps left no trace: the next step is the undisturbed optimizer's second step.
     for (q, o) in [(&p, &mut opt), (&reference, &mut undisturbed)] {
-        o.zero_grad();
+        o.zero_grad().unwrap();
         give_grad(q, &[-0.5, 2.0]);
         o.step(0.1).unwrap();
     }
@@ -223,7 +223,7 @@ fn f32_master_weights_keep_updates_that_bf16_rounds_away() {
         };
         let mut opt = AdamW::new(vec![("p".into(), p.shallow_clone())], &cfg).unwrap();
         for _ in 0..10 {
-            opt.zero_grad();
+            opt.zero_grad().unwrap();
             give_grad(&p, &[1.0]);
             opt.step(1e-3).unwrap();
         }
@@ -255,7 +255,7 @@ fn grads_for(step: usize, len: i64) -> Vec<f32> {
 
 fn run_steps(params: &[Tensor], opt: &mut AdamW, steps: std::ops::Range<usize>) {
     for step in steps {
-        opt.zero_grad();
+        opt.zero_grad().unwrap();
         for p in params {
             give_grad(p, &grads_for(step, p.numel() as i64));
         }

@@ -8,12 +8,13 @@
 //! NVIDIA NeMo-RL's shared-prefix GRPO training and unsloth's PrefixGrouper, here with multimodal
 //! prompts (`groundrl_train::update (update/shared_prefix.rs)` builds the rows).
 
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Kind, TchError, Tensor};
 
 use super::rope_index::{Grid, RopeIndex, RopeSpec};
 use crate::decoder::AttentionMask;
 use crate::model_error::ModelError;
 use crate::packed_attention::{self, Packed, PackedSequence, dense_mask};
+use crate::upload::upload;
 
 /// The layout of one branched row: `prefix` prompt tokens, then each branch's tokens in order, then
 /// right padding up to the batch's length.
@@ -153,13 +154,14 @@ pub(crate) fn positions(
 }
 
 /// For scoring: the flat (row-major) index of every branch token to score and of the token that
-/// predicts it, for `scored(b, branch, t)`; int64 tensors on `device`.
+/// predicts it, for `scored(b, branch, t)`; int64 tensors on `device`, uploaded without waiting for
+/// the device ([`upload`]).
 pub fn scored_pairs(
     layout: &[BranchRow],
     len: usize,
     device: Device,
     mut scored: impl FnMut(usize, usize, usize) -> bool,
-) -> (Tensor, Tensor) {
+) -> Result<(Tensor, Tensor), TchError> {
     let (mut targets, mut predictors) = (Vec::new(), Vec::new());
     for (b, row) in layout.iter().enumerate() {
         for (branch, (&start, &n)) in row.starts().iter().zip(&row.branches).enumerate() {
@@ -169,8 +171,7 @@ pub fn scored_pairs(
             }
         }
     }
-    let tensor = |v: &[i64]| Tensor::from_slice(v).to_kind(Kind::Int64).to_device(device);
-    (tensor(&targets), tensor(&predictors))
+    Ok((upload(&targets, device)?, upload(&predictors, device)?))
 }
 
 #[cfg(test)]
@@ -230,7 +231,7 @@ mod tests {
         // The second branch restarts where the first did; padding at 0.
         assert_eq!(rope.positions[0][0][8], alone.positions[0][0][6]);
         assert_eq!(rope.positions[2][0][9], 0);
-        let (targets, predictors) = scored_pairs(&layout, 10, Device::Cpu, |_, _, _| true);
+        let (targets, predictors) = scored_pairs(&layout, 10, Device::Cpu, |_, _, _| true).unwrap();
         assert_eq!(Vec::<i64>::try_from(targets).unwrap(), [6, 7, 8]);
         assert_eq!(Vec::<i64>::try_from(predictors).unwrap(), [5, 6, 5]);
         assert!(check(&layout, 1, 8).is_err() && check(&layout, 1, 10).is_ok());

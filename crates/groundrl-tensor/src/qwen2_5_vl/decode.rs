@@ -6,7 +6,7 @@ use tch::{Device, Kind, Tensor};
 use super::Qwen25Vl;
 use super::model::Batch;
 use super::text::{FusedLayer, Rotary, attend};
-use crate::model::{CacheLayout, DecodeStep, Decoder, Fused, Prefill, VisionIds};
+use crate::model::{CacheLayout, DecodeStep, Decoder, Fused, ImageFeatures, Prefill, VisionIds};
 use crate::model_error::ModelError;
 use crate::rollout::kv_cache::KvCache;
 
@@ -58,8 +58,14 @@ impl Decoder for Qwen25Vl {
         self.text.refresh_fused(fused.get_mut::<Vec<FusedLayer>>()?)
     }
 
-    fn prefill(&self, batch: &Batch, cache: &mut KvCache, expand: &Tensor) -> Result<Prefill, ModelError> {
-        let p = self.prepare(batch)?;
+    fn prefill(
+        &self,
+        batch: &Batch,
+        source: ImageFeatures,
+        cache: &mut KvCache,
+        expand: &Tensor,
+    ) -> Result<Prefill, ModelError> {
+        let p = self.prepare_from(batch, source)?;
         let mut x = p.embeds.shallow_clone();
         for (i, layer) in self.text.layers.iter().enumerate() {
             let (q, k, v) = layer.project_qkv(&x, &p.rotary);

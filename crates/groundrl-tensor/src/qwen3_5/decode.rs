@@ -12,7 +12,9 @@ use tch::{Device, Kind, Tensor};
 
 use super::Qwen35;
 use super::text::{LayerType, TextModel};
-use crate::model::{Batch, CacheLayout, DecodeStep, Decoder, Fused, Prefill, StateShape, VisionIds};
+use crate::model::{
+    Batch, CacheLayout, DecodeStep, Decoder, Fused, ImageFeatures, Prefill, StateShape, VisionIds,
+};
 use crate::model_error::ModelError;
 use crate::rollout::kv_cache::KvCache;
 
@@ -68,8 +70,14 @@ impl Decoder for Qwen35 {
         Ok(())
     }
 
-    fn prefill(&self, batch: &Batch, cache: &mut KvCache, expand: &Tensor) -> Result<Prefill, ModelError> {
-        let p = self.prepare(batch)?;
+    fn prefill(
+        &self,
+        batch: &Batch,
+        source: ImageFeatures,
+        cache: &mut KvCache,
+        expand: &Tensor,
+    ) -> Result<Prefill, ModelError> {
+        let p = self.prepare_from(batch, source)?;
         let (hidden, states) = self.text.forward_keeping(&p.embeds, &p.inputs())?;
         self.text.write_states(&states, cache, expand)?;
         let last = hidden.f_select(1, hidden.size()[1] - 1)?;

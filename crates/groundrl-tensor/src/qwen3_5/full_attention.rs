@@ -9,7 +9,7 @@ use tch::{Kind, Tensor, nn};
 use crate::decoder::{AttentionMask, attend};
 use crate::layers::{INIT_STD, Linear};
 use crate::model_error::ModelError;
-use crate::rollout::kv_cache::{KvCache, attend_step};
+use crate::rollout::kv_cache::KvCache;
 
 /// The shape of a full-attention layer (Qwen3.5's text config).
 #[derive(Clone, Debug, PartialEq)]
@@ -164,11 +164,10 @@ impl GatedAttention {
         let c = &self.cfg;
         let (q, k, v, gate) = self.project(x, rotary)?;
         cache.write_column(layer, column, &k, &v);
-        let (keys, values) = cache.layer(layer);
         let rows = x.size()[0];
         // Query heads grouped under their KV head, as the cache's attention takes them.
         let q = q.f_reshape([rows, c.kv_heads, c.heads / c.kv_heads, c.head_dim])?;
-        let out = attend_step(&q, keys, values, mask, column);
+        let out = cache.attend(layer, &q, mask, column);
         // SDPA may return another layout than its query's on CUDA: reshape, not view.
         self.finish(&out.f_reshape([rows, c.heads, 1, c.head_dim])?, &gate)
     }

@@ -11,7 +11,7 @@ use tch::{Device, Kind, Tensor};
 
 use super::Qwen3Vl;
 use crate::decoder::{FusedLayer, Rotary, attend};
-use crate::model::{Batch, CacheLayout, DecodeStep, Decoder, Fused, Prefill, VisionIds};
+use crate::model::{Batch, CacheLayout, DecodeStep, Decoder, Fused, ImageFeatures, Prefill, VisionIds};
 use crate::model_error::ModelError;
 use crate::rollout::kv_cache::KvCache;
 
@@ -63,8 +63,14 @@ impl Decoder for Qwen3Vl {
         self.text.refresh_fused(fused.get_mut::<Vec<FusedLayer>>()?)
     }
 
-    fn prefill(&self, batch: &Batch, cache: &mut KvCache, expand: &Tensor) -> Result<Prefill, ModelError> {
-        let p = self.prepare(batch)?;
+    fn prefill(
+        &self,
+        batch: &Batch,
+        source: ImageFeatures,
+        cache: &mut KvCache,
+        expand: &Tensor,
+    ) -> Result<Prefill, ModelError> {
+        let p = self.prepare_from(batch, source)?;
         let mut x = p.embeds.shallow_clone();
         for (i, layer) in self.text.layers.iter().enumerate() {
             let (q, k, v) = layer.project_qkv(&x, &p.rotary);

@@ -24,15 +24,16 @@
 
 use std::cell::RefCell;
 
-use tch::{Device, Tensor};
+use tch::{Device, TchError, Tensor};
 
 use super::kv_cache::KvCache;
 use super::session::{DecodeShape, Decoding, EngineCache, Session, Step};
 use super::stop::RowEnd;
 use super::{Completion, GenerationRequest, RolloutError};
 use crate::cuda_graph::CudaGraph;
-use crate::model::{Batch, DecodeStep, Decoder, Prefill};
+use crate::model::{Batch, DecodeStep, Decoder, ImageFeatures, Prefill};
 use crate::processor::Processor;
+use crate::upload::upload;
 
 /// Generates completions with a model (of any family, [`Decoder`]) and the processor that encoded
 /// its prompts.
@@ -93,9 +94,9 @@ impl Rows {
     }
 
     /// Per row, the index of its prompt's batch row, as a device tensor for `index_select`.
-    fn expand(&self, device: Device) -> Tensor {
+    fn expand(&self, device: Device) -> Result<Tensor, TchError> {
         let prompt: Vec<i64> = self.prompt.iter().map(|&p| p as i64).collect();
-        Tensor::from_slice(&prompt).to_device(device)
+        upload(&prompt, device)
     }
 }
 
@@ -143,23 +144,29 @@ impl<'a> Engine<'a> {
         let device = self.model.device();
         let batch = self.batch(requests);
         let rows = Rows::new(requests);
-        let expand = rows.expand(device);
+        let expand = rows.expand(device)?;
         let prompt_len = batch.input_ids.first().map_or(0, Vec::len) as i64;
         let mut kept = self.kept.borrow_mut();
         let shape =
             DecodeShape::new(requests, prompt_len, self.model.vocab_size()).at_least(kept.min_columns());
         let pad = i64::from(self.processor.tokenizer.special_ids().pad);
-        let decoding = Decoding::new(self.model, requests, (&rows.prompt, &rows.sample), &shape, pad);
+        let decoding = Decoding::new(self.model, requests, (&rows.prompt, &rows.sample), &shape, pad)?;
         kept.refresh_fused(self.model)?;
         let mut session = kept.session(self.model, shape, decoding);
-        let padding = batch.attention_mask.as_ref().map(|mask| {
-            Tensor::from_slice2(mask)
-                .to_device(device)
-                .index_select(0, &expand)
-        });
+        let padding = (batch.attention_mask.as_ref())
+            .map(|mask| {
+                let flat: Vec<i64> = mask.concat();
+                upload(&flat, device)?
+                    .f_view([mask.len() as i64, -1])?
+                    .f_index_select(0, &expand)
+            })
+            .transpose()?;
         session.cache.reset(padding.as_ref());
-        let prefill = self.model.prefill(&batch, &mut session.cache, &expand)?;
-        let first_position = self.first_positions(requests, &prefill, &expand);
+        session.cache.share_prompts(&rows.prompt, prompt_len)?;
+        let given = given_features(requests);
+        let source = given.as_ref().map_or(ImageFeatures::Tower, ImageFeatures::Given);
+        let prefill = self.model.prefill(&batch, source, &mut session.cache, &expand)?;
+        let first_position = self.first_positions(requests, &prefill, &expand)?;
         session.step.start(&prefill.logits, prompt_len, &first_position);
         let mut ends = rows.ends(requests);
         let done = {
@@ -224,15 +231,18 @@ impl<'a> Engine<'a> {
     }
 
     /// Per row, the M-RoPE position of its first generated token: real prompt length + rope delta.
-    fn first_positions(&self, requests: &[GenerationRequest], p: &Prefill, expand: &Tensor) -> Tensor {
+    fn first_positions(
+        &self,
+        requests: &[GenerationRequest],
+        p: &Prefill,
+        expand: &Tensor,
+    ) -> Result<Tensor, TchError> {
         let per_prompt: Vec<i64> = requests
             .iter()
             .enumerate()
             .map(|(row, r)| p.rope.decode_position(row, r.prompt.input_ids.len() as i64))
             .collect();
-        Tensor::from_slice(&per_prompt)
-            .to_device(expand.device())
-            .index_select(0, expand)
+        upload(&per_prompt, expand.device())?.f_index_select(0, expand)
     }
 
     /// Reads the tokens of steps `from..to` to the host and updates every row's end; rows that ended
@@ -262,6 +272,14 @@ impl<'a> Engine<'a> {
 /// `step.logits`, run it through the model (`stepper`: cache column `first_column + index`, M-RoPE
 /// position `first_position + index`), store the next logits in `step.logits` and advance
 /// `step.index`.
+/// The requests' image features in batch order when every request with an image brings them
+/// ([`GenerationRequest::features`]); `None` (the tower runs) otherwise.
+fn given_features(requests: &[GenerationRequest]) -> Option<Tensor> {
+    let with_images = requests.iter().filter(|r| r.prompt.pixel_values.is_some());
+    let features: Option<Vec<&Tensor>> = with_images.map(|r| r.features.as_ref()).collect();
+    features.filter(|f| !f.is_empty()).map(|f| Tensor::cat(&f, 0))
+}
+
 fn iteration(stepper: &dyn DecodeStep, cache: &mut KvCache, state: &mut Decoding, step: &mut Step) {
     let token = state.select(step);
     let column = &step.index + &step.first_column;

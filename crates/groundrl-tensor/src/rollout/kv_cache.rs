@@ -4,12 +4,13 @@
 //! Rows are left-padded prompts followed by generated tokens, so every row writes its next token at
 //! the same column; the padding columns, and the columns not yet written, stay masked.
 
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Kind, TchError, Tensor};
 
 use crate::decoder::{Rotary, split_qkv};
 use crate::fused;
 use crate::model::StateShape;
 use crate::model_error::ModelError;
+use crate::upload::upload;
 
 #[derive(Debug)]
 pub struct KvCache {
@@ -17,6 +18,11 @@ pub struct KvCache {
     values: Vec<Tensor>,
     /// (rows, capacity) bool: false at padding columns.
     valid: Tensor,
+    /// (rows,) int64: each row's prompt's first row, whose cache holds the same `prompt_columns`
+    /// (one int64 value) as the row's own ([`Self::share_prompts`]); read by the decoding attention
+    /// ([`fused::SharedPrompts`]). Kept in place for a captured step.
+    leader: Tensor,
+    prompt_columns: Tensor,
     /// The family's other per-row decoding states ([`Decoder::recurrent_states`]), (rows, ...) each.
     states: Vec<Tensor>,
     /// The keys' and values' dtype.
@@ -42,6 +48,8 @@ impl KvCache {
             keys: (0..shape.layers).map(|_| zeros()).collect(),
             values: (0..shape.layers).map(|_| zeros()).collect(),
             valid: Tensor::ones([shape.rows, shape.capacity], (Kind::Bool, device)),
+            leader: Tensor::arange(shape.rows, (Kind::Int64, device)),
+            prompt_columns: Tensor::zeros([1], (Kind::Int64, device)),
             states: Vec::new(),
             kind,
         }
@@ -89,6 +97,18 @@ impl KvCache {
                 .narrow(1, 0, mask.size()[1])
                 .copy_(&mask.to_device(self.valid.device()).to_kind(Kind::Bool));
         }
+    }
+
+    /// Says which rows hold the same prompt in their first `columns` columns (the rows a prefill
+    /// wrote from one batch row): `prompt_of_row[r]` is row r's batch row. Each row's leader becomes
+    /// the first row of its prompt.
+    pub fn share_prompts(&mut self, prompt_of_row: &[usize], columns: i64) -> Result<(), TchError> {
+        let leaders: Vec<i64> = (prompt_of_row.iter())
+            .map(|p| prompt_of_row.iter().position(|q| q == p).unwrap_or(0) as i64)
+            .collect();
+        self.leader.f_copy_(&upload(&leaders, self.leader.device())?)?;
+        let _ = self.prompt_columns.f_fill_(columns)?;
+        Ok(())
     }
 
     /// Writes `k`, `v` (rows, kv_heads, L, head_dim) of layer `layer` at columns `column..column + L`.
@@ -146,8 +166,18 @@ impl KvCache {
         mask: &Tensor,
     ) -> Tensor {
         let q = self.write_step(layer, column, qkv, rotary);
+        self.attend(layer, &q, mask, column)
+    }
+
+    /// [`attend_step`] of the queries `q` (rows, kv_heads, groups, hd) over layer `layer`'s cache,
+    /// each row reading its prompt's columns from its leader's ([`Self::share_prompts`]).
+    pub fn attend(&self, layer: usize, q: &Tensor, mask: &Tensor, column: &Tensor) -> Tensor {
         let (keys, values) = self.layer(layer);
-        attend_step(&q, keys, values, mask, column)
+        let shared = fused::SharedPrompts {
+            leader: &self.leader,
+            columns: &self.prompt_columns,
+        };
+        attend_step(q, keys, values, mask, column, Some(shared))
     }
 
     /// All keys and values of layer `layer` (the whole capacity; see [`Self::key_mask_through`]).
@@ -182,10 +212,17 @@ pub fn attend_cached(q: &Tensor, keys: &Tensor, values: &Tensor, mask: &Tensor) 
 /// [`attend_cached`] for a decoding step through the column held by `column` (keys past it not yet
 /// written): the CUDA kernel where it applies ([`fused::decode_attention`], which reads only the keys
 /// up to the column, split over enough thread blocks to fill the GPU), else SDPA over the whole
-/// capacity.
-pub fn attend_step(q: &Tensor, keys: &Tensor, values: &Tensor, mask: &Tensor, column: &Tensor) -> Tensor {
+/// capacity. `shared`: rows of one prompt read its columns from one row ([`fused::SharedPrompts`]).
+pub fn attend_step(
+    q: &Tensor,
+    keys: &Tensor,
+    values: &Tensor,
+    mask: &Tensor,
+    column: &Tensor,
+    shared: Option<fused::SharedPrompts>,
+) -> Tensor {
     fused::or_compose(
-        fused::decode_attention(q, (keys, values), mask, column, 0),
+        fused::decode_attention(q, (keys, values), mask, column, shared, 0),
         || attend_cached(q, keys, values, mask),
     )
 }

@@ -14,6 +14,8 @@ mod session;
 mod stop;
 pub mod tools;
 
+use tch::Tensor;
+
 use crate::model_error::ModelError;
 use crate::processor::Encoded;
 use crate::processor::tokenizer::TokenizerError;
@@ -65,6 +67,11 @@ pub struct GenerationRequest {
     /// the same completions as in one call.
     pub first_sample: u64,
     pub params: SamplingParams,
+    /// The prompt's image features from [`Model::image_features`](crate::model::Model::image_features)
+    /// when the caller has them (a frozen tower's, computed once for the rollout and the update):
+    /// the prefill places them instead of running the tower. Used when every request with an image
+    /// brings them; `None`: the tower runs on the prompt's pixels.
+    pub features: Option<Tensor>,
 }
 
 /// Why a completion ended.

@@ -9,10 +9,11 @@
 //! rule is its own, so its completion still does not depend on its batch.
 
 use groundrl_core::rng::{SplitMix64, keyed};
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Kind, TchError, Tensor};
 
 use super::SamplingParams;
 use crate::fused;
+use crate::upload::upload;
 
 /// Per-row sampling settings as device tensors.
 #[derive(Debug)]
@@ -60,11 +61,12 @@ impl From<&SamplingParams> for RowSettings {
 }
 
 impl Sampler {
-    /// `banned` token ids must lie in `0..vocab`.
-    pub fn new(rows: &[RowSettings], vocab: i64, banned: &[i64], device: Device) -> Self {
+    /// `banned` token ids must lie in `0..vocab`. The settings are uploaded without waiting for the
+    /// device ([`upload`]).
+    pub fn new(rows: &[RowSettings], vocab: i64, banned: &[i64], device: Device) -> Result<Self, TchError> {
         let floats = |f: fn(&RowSettings) -> f64| {
             let v: Vec<f32> = rows.iter().map(|r| f(r) as f32).collect();
-            Tensor::from_slice(&v).to_device(device)
+            upload(&v, device)
         };
         let top_k: Vec<i64> = rows
             .iter()
@@ -73,16 +75,16 @@ impl Sampler {
         let greedy: Vec<bool> = rows.iter().map(|r| r.temperature == 0.0).collect();
         let filters: Vec<bool> = rows.iter().map(|r| r.filters(vocab)).collect();
         let ban = Tensor::zeros([vocab], (Kind::Bool, device));
-        let ban = ban.index_fill(0, &Tensor::from_slice(banned).to_device(device), 1);
-        Self {
-            temperature: floats(|r| if r.temperature == 0.0 { 1.0 } else { r.temperature }),
-            greedy: Tensor::from_slice(&greedy).to_device(device),
-            top_k: Tensor::from_slice(&top_k).to_device(device),
-            top_p: floats(|r| r.top_p),
+        let ban = ban.f_index_fill(0, &upload(banned, device)?, 1)?;
+        Ok(Self {
+            temperature: floats(|r| if r.temperature == 0.0 { 1.0 } else { r.temperature })?,
+            greedy: upload(&greedy, device)?,
+            top_k: upload(&top_k, device)?,
+            top_p: floats(|r| r.top_p)?,
             banned: ban,
             any_filters: filters.contains(&true),
-            filters: Tensor::from_slice(&filters).to_device(device),
-        }
+            filters: upload(&filters, device)?,
+        })
     }
 
     /// Takes `other`'s settings (for as many rows, with the same `any_filters`) into these tensors, in
@@ -217,16 +219,16 @@ fn first_above(cdf: &Tensor, target: &Tensor) -> Tensor {
         .sum_dim_intlist(-1, false, Kind::Int64)
 }
 
-/// (rows, steps) f32 uniforms in [0, 1): row r's step s is the s-th draw of the SplitMix64 stream
-/// keyed by `(seeds[r], samples[r])`.
-pub fn uniforms(seeds: &[u64], samples: &[u64], steps: usize) -> Tensor {
+/// (rows, steps) f32 uniforms in [0, 1) on `device`: row r's step s is the s-th draw of the
+/// SplitMix64 stream keyed by `(seeds[r], samples[r])`.
+pub fn uniforms(seeds: &[u64], samples: &[u64], steps: usize, device: Device) -> Result<Tensor, TchError> {
     let mut values = Vec::with_capacity(seeds.len() * steps);
     for (&seed, &sample) in seeds.iter().zip(samples) {
         let mut rng = SplitMix64::new(keyed(seed, &format!("rollout sample {sample}")));
         // 24 bits: exactly representable in f32, so never rounded up to 1.
         values.extend((0..steps).map(|_| (rng.next_u64() >> 40) as f32 / (1u32 << 24) as f32));
     }
-    Tensor::from_slice(&values).view([seeds.len() as i64, steps as i64])
+    upload(&values, device)?.f_view([seeds.len() as i64, steps as i64])
 }
 
 #[cfg(test)]
@@ -243,7 +245,7 @@ mod tests {
 
     /// Draws of one row whose probabilities are [0.1, 0.2, 0.3, 0.4], at each of `uniforms`.
     fn draws(row: RowSettings, banned: &[i64], uniforms: &[f32]) -> Vec<i64> {
-        let sampler = Sampler::new(&vec![row; uniforms.len()], 4, banned, Device::Cpu);
+        let sampler = Sampler::new(&vec![row; uniforms.len()], 4, banned, Device::Cpu).unwrap();
         let probs = Tensor::from_slice(&[0.1f32, 0.2, 0.3, 0.4]).log();
         let logits = probs.unsqueeze(0).expand([uniforms.len() as i64, 4], false);
         let (tokens, _) = sampler.sample(&logits, &Tensor::from_slice(uniforms));
@@ -326,7 +328,7 @@ mod tests {
                 top_p: 1.0,
             })
             .collect();
-        let sampler = Sampler::new(&settings, vocab, &banned, device);
+        let sampler = Sampler::new(&settings, vocab, &banned, device).unwrap();
         let f32_logits = Tensor::randn([rows, vocab], (Kind::Float, device)) * 3.0;
         // Row 0 (greedy) and row 1 put their largest logit on a banned token.
         let _ = f32_logits.get(0).get(7).fill_(40.0);
@@ -350,7 +352,7 @@ mod tests {
         // as before, bit for bit.
         let mut mixed = settings.clone();
         mixed[2].top_k = 50;
-        let mixed = Sampler::new(&mixed, vocab, &banned, device);
+        let mixed = Sampler::new(&mixed, vocab, &banned, device).unwrap();
         let (alone, alone_logprobs) = sampler.sample(&f32_logits, &uniforms);
         let (together, together_logprobs) = mixed.sample(&f32_logits, &uniforms);
         let others =

@@ -20,7 +20,7 @@
 //!   place. The fused weights are refreshed in place from the model at the start of every call, and
 //!   [`EngineCache::adopt`] empties a cache handed to an engine of another model.
 
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Kind, TchError, Tensor};
 
 use super::GenerationRequest;
 use super::kv_cache::{CacheShape, KvCache};
@@ -28,6 +28,7 @@ use super::sampling::{RowSettings, Sampler, uniforms};
 use crate::cuda_graph::CudaGraph;
 use crate::model::{Decoder, Fused};
 use crate::model_error::ModelError;
+use crate::upload::upload;
 
 /// Cache columns come in multiples of this many, so that calls whose prompts differ in length by less
 /// share a shape (and a captured step). The extra columns stay masked; a multiple of 16 also spares
@@ -307,14 +308,15 @@ pub(crate) struct Decoding {
 
 impl Decoding {
     /// The settings of `requests` (validated, of shape `shape`) for the rows `prompts` (each row's
-    /// request) and `samples` (each row's sample index), with `pad` for ended rows.
+    /// request) and `samples` (each row's sample index), with `pad` for ended rows; uploaded without
+    /// waiting for the device ([`upload`]).
     pub fn new(
         model: &dyn Decoder,
         requests: &[GenerationRequest],
         (prompts, samples): (&[usize], &[u64]),
         shape: &DecodeShape,
         pad: i64,
-    ) -> Self {
+    ) -> Result<Self, TchError> {
         let device = model.device();
         let params = |row: usize| &requests[prompts[row]].params;
         let count = prompts.len();
@@ -328,18 +330,16 @@ impl Decoding {
             stops[r * width..][..params(r).stop_token_ids.len()].copy_from_slice(&params(r).stop_token_ids);
         }
         let table = [count as i64, shape.steps];
-        Self {
-            sampler: Sampler::new(&settings, vocab, &model.banned_ids(), device),
-            uniforms: uniforms(&seeds, samples, shape.steps as usize).to_device(device),
-            stops: Tensor::from_slice(&stops)
-                .view([count as i64, shape.stop_ids])
-                .to_device(device),
-            limits: Tensor::from_slice(&limits).to_device(device),
+        Ok(Self {
+            sampler: Sampler::new(&settings, vocab, &model.banned_ids(), device)?,
+            uniforms: uniforms(&seeds, samples, shape.steps as usize, device)?,
+            stops: upload(&stops, device)?.f_view([count as i64, shape.stop_ids])?,
+            limits: upload(&limits, device)?,
             finished: Tensor::zeros([count as i64], (Kind::Bool, device)),
             pad,
             tokens: Tensor::full(table, -1, (Kind::Int64, device)),
             logprobs: Tensor::zeros(table, (Kind::Float, device)),
-        }
+        })
     }
 
     /// Takes the values of `fresh` (a later call's settings, of the same shape) into these tensors, in
@@ -403,6 +403,7 @@ mod tests {
             n,
             first_sample: 0,
             params,
+            features: None,
         }
     }
 

@@ -25,6 +25,7 @@ use groundrl_core::tool::{CallOutcome, Reply, ToolContext, ToolOutput, Toolbox, 
 use groundrl_score::frame::Frame;
 use groundrl_score::parse::tool_call_in;
 use image::RgbImage;
+use tch::Tensor;
 
 use super::{Completion, Engine, FinishReason, GenerationRequest, RolloutError};
 use crate::processor::{Encoded, Processor, ProcessorError};
@@ -238,6 +239,7 @@ impl ToolRollout<'_> {
             n: r.n,
             first_sample: r.first_sample,
             params,
+            features: r.features.as_ref().map(Tensor::shallow_clone),
         }
     }
 
@@ -252,11 +254,13 @@ impl ToolRollout<'_> {
         params.seed = keyed(params.seed, &format!("tool turn {turn}"));
         let left = self.limits.max_total_tokens - t.response.input_ids.len();
         params.max_new_tokens = params.max_new_tokens.min(left);
+        // The tool turns' images follow the prompt's: the tower runs on all of them.
         GenerationRequest {
             prompt,
             n: 1,
             first_sample: t.sample_index,
             params,
+            features: None,
         }
     }
 

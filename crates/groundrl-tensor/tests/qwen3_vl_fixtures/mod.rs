@@ -206,7 +206,8 @@ pub fn branched_against_rows(
         len,
         Device::Cpu,
         |_, _, _| true,
-    );
+    )
+    .unwrap();
     let flat =
         scores::logprobs_and_entropy_of_pairs(run.head(), run.hidden(), run.ids(), &targets, &predictors, 3)
             .unwrap();

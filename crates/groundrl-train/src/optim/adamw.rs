@@ -22,6 +22,7 @@
 
 use std::collections::HashSet;
 
+use groundrl_tensor::foreach;
 use groundrl_tensor::fused::{self, AdamwScalars};
 use tch::{Kind, TchError, Tensor};
 
@@ -178,6 +179,14 @@ impl AdamW {
         let Some(device) = floating.first().map(|p| p.param.device()) else {
             return Ok(None);
         };
+        // A norm is finite when every value is and no sum of squares overflows: one read decides the
+        // common case, and only a non-finite norm takes the per-parameter check that names it.
+        let params: Vec<Tensor> = floating.iter().map(|p| p.param.shallow_clone()).collect();
+        if let Some(norms) = foreach::norms(&params, 2.0)?
+            && norms.f_isfinite()?.f_all()?.f_int64_value(&[])? != 0
+        {
+            return Ok(None);
+        }
         let flags = floating
             .iter()
             .map(|p| p.param.f_isfinite()?.f_all()?.f_to_device(device))
@@ -214,13 +223,17 @@ impl AdamW {
     /// only, without tch's `zero_grad`'s in-place detach, which a view refuses: with
     /// `distributed.overlap_backward` a gradient is a view of its bucket's buffer. Gradients here never
     /// carry a graph of their own, so there is nothing to detach.
-    pub fn zero_grad(&mut self) {
-        for p in &self.params {
-            let mut grad = p.param.grad();
-            if grad.defined() {
-                let _ = grad.zero_();
+    pub fn zero_grad(&mut self) -> Result<(), TchError> {
+        let mut grads: Vec<Tensor> = (self.params.iter())
+            .map(|p| p.param.grad())
+            .filter(Tensor::defined)
+            .collect();
+        if !foreach::zero(&grads)? {
+            for grad in &mut grads {
+                let _ = grad.f_zero_()?;
             }
         }
+        Ok(())
     }
 
     /// The state to checkpoint, per parameter `NAME`: `exp_avg/NAME`, `exp_avg_sq/NAME` (f32),
@@ -431,7 +444,12 @@ impl Moments {
 /// The L2 norm of all gradients together (the norm of the per-tensor norms), in f32, on the first
 /// gradient's device; 0 when there are none. Reading it back is the step's one host synchronisation.
 fn global_norm<'a>(grads: impl Iterator<Item = &'a Tensor>) -> Result<f64, TchError> {
+    let grads: Vec<Tensor> = grads.map(Tensor::shallow_clone).collect();
+    if let Some(norms) = foreach::norms(&grads, 2.0)? {
+        return norms.f_norm()?.f_double_value(&[]);
+    }
     let norms = grads
+        .iter()
         .map(|grad| grad.f_norm_scalaropt_dtype(2.0, Kind::Float))
         .collect::<Result<Vec<_>, _>>()?;
     let Some(device) = norms.first().map(Tensor::device) else {
@@ -478,7 +496,7 @@ mod tests {
                 outcome.unwrap(),
                 StepOutcome::Applied { clipped: true, .. }
             ));
-            opt.zero_grad();
+            opt.zero_grad().unwrap();
         }
         let mut state: Vec<(String, Tensor)> = opt.state().into_iter().map(|(n, t)| (n, t.copy())).collect();
         state.push(("param".into(), p.detach()));
@@ -588,7 +606,7 @@ mod tests {
                     opt.step(LR).unwrap(),
                     StepOutcome::Applied { clipped: true, .. }
                 ));
-                opt.zero_grad();
+                opt.zero_grad().unwrap();
             }
             let params = halves.each_ref().map(|h| h.parameters());
             tch::no_grad(|| {

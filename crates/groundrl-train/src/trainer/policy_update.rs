@@ -105,6 +105,7 @@ impl Trainer {
                 generated: &c.generated,
                 advantage: 0.0,
                 counts: overlong.counts_in_loss(c.finish == FinishReason::Length),
+                prompt_features: g.prompt.features.as_ref(),
             })
             .collect()
     }

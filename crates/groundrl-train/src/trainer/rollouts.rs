@@ -6,13 +6,14 @@ use std::time::Instant;
 
 use groundrl_core::rng::keyed;
 use groundrl_core::telemetry::CompletionRecord;
+use groundrl_score::data::Sample;
 use groundrl_tensor::rollout::Trajectory;
 
 use super::{TrainError, Trainer, setup, skips};
 use crate::advantage::informative_groups;
 use crate::data_parallel::counts_over_ranks;
 use crate::dataset::epoch_order;
-use crate::inference::Prompt;
+use crate::inference::{Prompt, compute_features};
 
 impl Trainer {
     /// Samples `rollout.n` completions of the step's prompts and scores them. With dynamic sampling,
@@ -154,12 +155,12 @@ impl Trainer {
         // (position in the split, sample id, why): skipped once the loops no longer borrow `data`.
         let mut failed = Vec::new();
         let encode_start = Instant::now();
-        for &index in indices {
-            let sample = &data.samples[index];
-            match self
-                .inference
-                .encode(&self.policy.processor, sample, &data.base, None)
-            {
+        let samples: Vec<&Sample> = indices.iter().map(|&i| &data.samples[i]).collect();
+        let prompts = self
+            .inference
+            .encode_all(&self.policy.processor, &samples, &data.base);
+        for ((&index, sample), prompt) in indices.iter().zip(samples).zip(prompts) {
+            match prompt {
                 Ok(prompt) => groups.push(Group::new(index, first + groups.len(), prompt)),
                 Err(e) => failed.push((index, sample.id.clone(), e.to_string())),
             }
@@ -170,6 +171,14 @@ impl Trainer {
             return Ok(groups);
         }
         let generate_start = Instant::now();
+        if matches!(split, Split::Train) && self.reference.is_none() {
+            // A frozen tower's features of the step's prompts serve the rollouts' prefill and the
+            // update alike: computed once instead of in each. Not with a reference model, whose
+            // features the update computes per image: the policy's are then computed the same way,
+            // so that equal weights give equal log-probs to the last bit.
+            let mut prompts: Vec<&mut Prompt> = groups.iter_mut().map(|g| &mut g.prompt).collect();
+            compute_features(&mut prompts, self.policy.model.as_ref())?;
+        }
         let prompts: Vec<(&Prompt, u64)> = groups
             .iter()
             .map(|g| (&g.prompt, draw_seed(seed, g.position)))

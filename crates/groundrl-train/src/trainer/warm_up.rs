@@ -224,6 +224,7 @@ impl Trainer {
                 generated,
                 advantage: 0.0,
                 counts: true,
+                prompt_features: None,
             })
             .collect();
         let lr = self.cfg.sft.lr_at(step, self.state.sft_rate_drops);

@@ -10,6 +10,7 @@ use groundrl_tensor::model::{Batch, Model};
 use groundrl_tensor::model::{Grid, ImageFeatures, Sequence};
 use groundrl_tensor::model_error::ModelError;
 use groundrl_tensor::processor::{Encoded, Processor};
+use groundrl_tensor::upload::upload;
 use tch::{Device, Tensor};
 
 use super::shared_prefix;
@@ -29,6 +30,10 @@ pub struct Row<'a> {
     pub advantage: f64,
     /// False for a completion masked out of the loss (overlong filtering).
     pub counts: bool,
+    /// The prompt's image features from a frozen tower, when the rollouts computed them
+    /// ([`Model::image_features`], the call [`FrozenFeatures`] makes): the update places them
+    /// instead of running the tower again. `None`: the update computes them where it needs them.
+    pub prompt_features: Option<&'a Tensor>,
 }
 
 impl Row<'_> {
@@ -61,6 +66,10 @@ pub(super) struct MicroBatch {
     /// (B, L) f32: 1 at the model's response tokens of rows that count, 0 at prompts, tool turns and
     /// padding. The loss and its normalisers ([`LossScale`]) count only these tokens.
     pub mask: Tensor,
+    /// The counting tokens and sequences (rows with any) of `mask`, counted on the host from the
+    /// values it was made of, so that a mini-batch's loss scale ([`crate::loss::LossScale`]) needs
+    /// no read from the device.
+    pub totals: (i64, i64),
     /// (B,) f32.
     pub advantages: Tensor,
     /// The sequences the decoder runs, padding excluded: one per row (prompt, response and tool
@@ -93,7 +102,7 @@ pub(super) struct Branched {
 impl MicroBatch {
     /// `rows` as `batch` on `device`: `mask` is their (R, `width`) loss mask, row-major, and
     /// `sources` where the batch's images come from; image features are not computed yet, and no
-    /// tokens are branched.
+    /// tokens are branched. Uploads without waiting for the device ([`upload`]).
     pub(super) fn new(
         batch: Batch,
         rows: &[Row],
@@ -102,20 +111,21 @@ impl MicroBatch {
         sequences: Vec<Sequence>,
         sources: Vec<*const Encoded>,
         device: Device,
-    ) -> Self {
+    ) -> Result<Self, ModelError> {
         let advantages: Vec<f32> = rows.iter().map(|r| r.advantage as f32).collect();
-        Self {
+        let counting = |values: &[f32]| values.iter().filter(|&&m| m != 0.0).count() as i64;
+        let sequences_counting = mask.chunks(width.max(1)).filter(|row| counting(row) > 0).count();
+        Ok(Self {
             batch,
-            mask: Tensor::from_slice(mask)
-                .view([rows.len() as i64, width as i64])
-                .to_device(device),
-            advantages: Tensor::from_slice(&advantages).to_device(device),
+            totals: (counting(mask), sequences_counting as i64),
+            mask: upload(mask, device)?.f_view([rows.len() as i64, width as i64])?,
+            advantages: upload(&advantages, device)?,
             sequences,
             features: None,
             reference_features: None,
             sources,
             branched: None,
-        }
+        })
     }
 
     /// Tokens run through the model: prompts, responses and tool turns.
@@ -149,39 +159,55 @@ fn given_or_tower(features: &Option<Tensor>) -> ImageFeatures<'_> {
 /// A frozen vision tower's features of each distinct image set among an update's rows (a prompt's
 /// screenshot, which its n samples share; a tool-using response's zoomed views), computed once per
 /// update instead of once per row and pass: with 8 samples per prompt the tower otherwise runs 8
-/// times on each screenshot. Empty when the tower is trained (its features need their graph).
+/// times on each screenshot. A prompt whose row brings its features ([`Row::prompt_features`], the
+/// rollouts' own) is not run again. Empty when the tower is trained (its features need their graph).
 pub(super) struct FrozenFeatures {
     pub(super) by_source: HashMap<*const Encoded, Tensor>,
-    /// The grids of the images the tower ran on.
+    /// The grids of the images the tower ran on here (not those of features the rows brought).
     pub(super) grids: Vec<Grid>,
 }
 
 impl FrozenFeatures {
     pub(super) fn new(model: &dyn Model, rows: &[Row]) -> Result<Self, ModelError> {
-        Self::computed_if(!model.vision_trainable(), model, rows)
+        Self::computed_if(!model.vision_trainable(), model, rows, Brought::Taken)
     }
 
     /// The reference model's features, computed when the policy's were (`policy`), so that both
-    /// models take their features the same way (equal weights then give equal log-probs).
+    /// models take their features the same way (equal weights then give equal log-probs); the
+    /// features rows bring are the policy's, so the reference computes all of its own.
     pub(super) fn for_reference(
         policy: &Self,
         reference: &dyn Model,
         rows: &[Row],
     ) -> Result<Self, ModelError> {
-        Self::computed_if(!policy.by_source.is_empty(), reference, rows)
+        Self::computed_if(!policy.by_source.is_empty(), reference, rows, Brought::Ignored)
     }
 
-    fn computed_if(compute: bool, model: &dyn Model, rows: &[Row]) -> Result<Self, ModelError> {
+    fn computed_if(
+        compute: bool,
+        model: &dyn Model,
+        rows: &[Row],
+        brought: Brought,
+    ) -> Result<Self, ModelError> {
         let mut by_source = HashMap::new();
         let mut grids = Vec::new();
         if compute {
-            for encoded in rows.iter().flat_map(|r| [r.prompt, r.response]) {
-                if let (Some(pixels), Entry::Vacant(slot)) =
+            let parts = rows
+                .iter()
+                .flat_map(|r| [(r.prompt, brought.of(r)), (r.response, None)]);
+            for (encoded, given) in parts {
+                let (Some(pixels), Entry::Vacant(slot)) =
                     (&encoded.pixel_values, by_source.entry(encoded as *const Encoded))
-                {
-                    slot.insert(model.image_features(pixels, &encoded.image_grids)?);
-                    grids.extend(&encoded.image_grids);
-                }
+                else {
+                    continue;
+                };
+                match given {
+                    Some(features) => slot.insert(features.shallow_clone()),
+                    None => {
+                        grids.extend(&encoded.image_grids);
+                        slot.insert(model.image_features(pixels, &encoded.image_grids)?)
+                    }
+                };
             }
         }
         Ok(Self { by_source, grids })
@@ -192,6 +218,22 @@ impl FrozenFeatures {
     pub(super) fn of(&self, sources: &[*const Encoded]) -> Option<Tensor> {
         let parts: Vec<&Tensor> = sources.iter().filter_map(|e| self.by_source.get(e)).collect();
         (!parts.is_empty()).then(|| Tensor::cat(&parts, 0))
+    }
+}
+
+/// Whether [`FrozenFeatures`] takes the features rows bring ([`Row::prompt_features`]).
+#[derive(Clone, Copy)]
+enum Brought {
+    Taken,
+    Ignored,
+}
+
+impl Brought {
+    fn of<'a>(self, row: &Row<'a>) -> Option<&'a Tensor> {
+        match self {
+            Brought::Taken => row.prompt_features,
+            Brought::Ignored => None,
+        }
     }
 }
 
@@ -249,9 +291,7 @@ pub(super) fn micro_batch(
         .flat_map(|r| [r.prompt as *const Encoded, r.response as *const Encoded])
         .collect();
     let batch = processor.batch(encoded);
-    Ok(MicroBatch::new(
-        batch, rows, &mask, width, sequences, sources, device,
-    ))
+    MicroBatch::new(batch, rows, &mask, width, sequences, sources, device)
 }
 
 /// Refuses a row whose `generated` flags do not match its response, naming it.
@@ -273,6 +313,7 @@ mod tests {
     use tch::Kind;
 
     use super::*;
+    use crate::loss::LossScale;
     use crate::update::fixtures::{PROMPT, floats, ids, tiny, with_image, zoom_trajectory};
 
     #[test]
@@ -289,6 +330,7 @@ mod tests {
                 generated: &[],
                 advantage: -1.0,
                 counts: true,
+                prompt_features: None,
             },
         ];
         let mb = micro_batch(&p, &rows, Device::Cpu).unwrap();
@@ -315,6 +357,8 @@ mod tests {
         assert_eq!(floats(&mb.mask.get(1)), want);
         let learned = t.generated.iter().filter(|&&g| g).count() + plain.input_ids.len();
         assert_eq!(mb.counted(), learned as u64);
+        assert_eq!(mb.totals, (learned as i64, 2));
+        assert_eq!(mb.totals, LossScale::totals([&mb.mask]).unwrap());
         assert_eq!(mb.tokens(), (lengths[0] + lengths[1]) as u64);
         // Images in sequence order: row 0's screenshot and zoom, then row 1's screenshot.
         let pixels = mb.batch.pixel_values.as_ref().unwrap();
@@ -341,6 +385,7 @@ mod tests {
         };
         let mb = micro_batch(&p, &[skipped], Device::Cpu).unwrap();
         assert_eq!(mb.counted(), 0);
+        assert_eq!(mb.totals, (0, 0));
         assert_eq!(mb.mask.sum(Kind::Float).double_value(&[]), 0.0);
         let short = Row {
             generated: &t.generated[1..],
@@ -376,6 +421,7 @@ mod tests {
             generated: &[],
             advantage: 1.0,
             counts: true,
+            prompt_features: None,
         };
         let rows = [t.row(1.0), t.row(-1.0), other];
         let frozen = FrozenFeatures::new(&model, &rows).unwrap();
@@ -390,5 +436,27 @@ mod tests {
         assert!(diff < 1e-5, "hidden states differ by {diff}");
         model.set_vision_trainable(true);
         assert!(FrozenFeatures::new(&model, &rows).unwrap().by_source.is_empty());
+    }
+
+    /// A row that brings its prompt's features (the rollouts' own) has them placed as they are, and
+    /// the tower runs only on the other images; the reference model computes all of its own.
+    #[test]
+    fn features_a_row_brings_are_taken_for_the_policy_only() {
+        let (model, p) = tiny();
+        model.set_vision_trainable(false);
+        let t = zoom_trajectory(&p);
+        let brought = Tensor::ones([4, 64], (tch::Kind::Float, Device::Cpu));
+        let rows = [Row {
+            prompt_features: Some(&brought),
+            ..t.row(1.0)
+        }];
+        let frozen = FrozenFeatures::new(&model, &rows).unwrap();
+        let key = t.row(1.0).prompt as *const Encoded;
+        assert!(frozen.by_source[&key].equal(&brought));
+        // Only the zoomed view (the response's image) ran through the tower.
+        assert_eq!(frozen.grids, t.tool.image_grids);
+        let reference = FrozenFeatures::for_reference(&frozen, &model, &rows).unwrap();
+        assert!(!reference.by_source[&key].equal(&brought));
+        assert_eq!(reference.grids.len(), 2);
     }
 }

@@ -15,7 +15,7 @@ use tch::{Device, Kind, Tensor};
 use super::batch::Row;
 
 /// The tiny preset, random-init, with a processor of the tiny tokenizer.
-pub(super) fn tiny() -> (Qwen25Vl, Processor) {
+pub(crate) fn tiny() -> (Qwen25Vl, Processor) {
     let config = presets::tiny(i64::from(VOCAB_SIZE), &tiny_ids());
     let processor = Processor {
         tokenizer: tiny_tokenizer().unwrap(),
@@ -26,14 +26,14 @@ pub(super) fn tiny() -> (Qwen25Vl, Processor) {
     (Qwen25Vl::new(&config, Device::Cpu, Kind::Float, 3), processor)
 }
 
-pub(super) fn ids(p: &Processor, text: &str) -> Vec<i64> {
+pub(crate) fn ids(p: &Processor, text: &str) -> Vec<i64> {
     let ids = p.tokenizer.encode(text).unwrap();
     ids.into_iter().map(i64::from).collect()
 }
 
 /// `text` with its one `<|image_pad|>` expanded for an image of `grid`, and made-up pixel rows
 /// `offset + 1e-4 * k` for k = 0, 1, ... (every value different, so their order can be checked).
-pub(super) fn with_image(p: &Processor, text: &str, grid: Grid, offset: f64) -> Encoded {
+pub(crate) fn with_image(p: &Processor, text: &str, grid: Grid, offset: f64) -> Encoded {
     let patches = grid.iter().product::<i64>();
     let merged = (patches / 4) as usize;
     let pixels = Tensor::arange(patches * 1176, (Kind::Float, Device::Cpu)).view([patches, 1176]) * 1e-4;
@@ -44,7 +44,7 @@ pub(super) fn with_image(p: &Processor, text: &str, grid: Grid, offset: f64) -> 
     }
 }
 
-pub(super) const PROMPT: &str = "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Click OK.<|im_end|>\n\
+pub(crate) const PROMPT: &str = "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Click OK.<|im_end|>\n\
                       <|im_start|>assistant\n";
 const CALL: &str =
     "<tool_call>\n{\"name\": \"zoom\", \"arguments\": {\"bbox_2d\": [0, 0, 28, 28]}}\n</tool_call>";
@@ -68,6 +68,7 @@ impl Trajectory {
             generated: &self.generated,
             advantage,
             counts: true,
+            prompt_features: None,
         }
     }
 }

@@ -12,7 +12,7 @@ use tch::{Kind, Tensor};
 
 use super::UpdateError;
 use super::batch::{FrozenFeatures, MicroBatch, Row, training_batch};
-use super::step::{accumulate, apply_step};
+use super::step::{accumulate, apply_step, summed};
 use crate::data_parallel::{DataParallel, DataParallelError, counts_over_ranks};
 use crate::loss::{LossConfig, LossInputs, LossScale, LossStats, kl_reward_penalty, policy_loss};
 use crate::optim::{AdamW, StepOutcome};
@@ -171,7 +171,9 @@ pub fn update(
     for _ in 0..s.ppo_epochs {
         for (m, mbs) in batches.iter().enumerate() {
             let loss_error = |e: crate::loss::LossError| ModelError::Input(e.to_string());
-            let (tokens, sequences) = LossScale::totals(mbs.iter().map(|mb| &mb.mask)).map_err(loss_error)?;
+            let (tokens, sequences) = mbs
+                .iter()
+                .fold((0, 0), |(t, q), mb| (t + mb.totals.0, q + mb.totals.1));
             // Counts of mask entries, never negative.
             let [tokens, sequences] =
                 counts_over_ranks(dp.as_deref_mut(), [tokens as u64, sequences as u64])?.map(|c| c as i64);
@@ -181,7 +183,10 @@ pub fn update(
             }
             let scale =
                 LossScale::of_totals(tokens, sequences, s.loss, s.response_budget).map_err(loss_error)?;
-            let mut mini_loss = 0.0;
+            // The micro-batches' losses and statistics stay on the device until every pass of the
+            // mini-batch is queued: reading one would idle the device between a forward and its
+            // backward.
+            let (mut losses, mut pending) = (Vec::new(), Vec::new());
             for (b, mb) in mbs.iter().enumerate() {
                 let forward = model.training_forward(&mb.batch, mb.policy_features(), s.checkpoint)?;
                 flops.pass(model, mb, mb.policy_features(), true)?;
@@ -198,7 +203,7 @@ pub fn update(
                 };
                 let out =
                     policy_loss(&inputs, s.loss, &scale).map_err(|e| ModelError::Input(e.to_string()))?;
-                mini_loss += out.loss.double_value(&[]);
+                losses.push(out.loss.detach());
                 accumulate(
                     forward,
                     &out.loss,
@@ -206,11 +211,14 @@ pub fn update(
                     &parameters,
                     b + 1 == mbs.len(),
                 )?;
-                report.stats.merge(&out.stats);
+                pending.push(out.stats);
                 report.tokens += mb.tokens();
                 report.shared_prefix |= mb.branched.is_some();
             }
-            report.loss += mini_loss;
+            report.loss += summed(&losses).map_err(ModelError::from)?;
+            report
+                .stats
+                .merge(&LossStats::read(&pending).map_err(ModelError::from)?);
             match apply_step(optimizer, dp.as_deref_mut(), &parameters, s.lr)? {
                 StepOutcome::Applied { grad_norm, .. } => {
                     report.grad_norm += grad_norm;
@@ -428,6 +436,7 @@ mod tests {
                 generated: &[],
                 advantage: 1.0,
                 counts: true,
+                prompt_features: None,
             })
             .collect();
         let cfg = LossConfig::default();

@@ -5,7 +5,7 @@
 
 mod batch;
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 mod grpo;
 mod shared_prefix;
 mod step;

@@ -14,6 +14,7 @@ use std::ops::Range;
 use groundrl_tensor::model::{Batch, BranchRow, Sequence, scored_pairs};
 use groundrl_tensor::model_error::ModelError;
 use groundrl_tensor::processor::{Encoded, Processor};
+use groundrl_tensor::upload::upload;
 use tch::{Device, Tensor};
 
 use super::batch::{Branched, MicroBatch, Row, check_generated_flags};
@@ -79,7 +80,7 @@ pub(crate) fn micro_batch(
             scored: slots.len() - before,
         });
     }
-    let (targets_at, predictors_at) = scored_pairs(&layout, len, device, learned);
+    let (targets_at, predictors_at) = scored_pairs(&layout, len, device, learned)?;
     let mut input_ids = Vec::with_capacity(packs.len());
     let mut pixels = Vec::new();
     let mut image_grids = Vec::new();
@@ -108,11 +109,11 @@ pub(crate) fn micro_batch(
     let branched = Branched {
         targets_at,
         predictors_at,
-        slots: Tensor::from_slice(&slots).to_device(device),
+        slots: upload(&slots, device)?,
     };
     Ok(MicroBatch {
         branched: Some(branched),
-        ..MicroBatch::new(batch, rows, &mask, width, sequences, sources, device)
+        ..MicroBatch::new(batch, rows, &mask, width, sequences, sources, device)?
     })
 }
 
@@ -153,6 +154,8 @@ mod tests {
         let ids = Tensor::from_slice2(&mb.batch.input_ids);
         let scores = token_scores(model.output_weight(), &hidden, &ids, mb, &s).unwrap();
         let scale = LossScale::of_mini_batch([&mb.mask], cfg, s.response_budget).unwrap();
+        // The host's counts that the update's loss scale takes are the device mask's.
+        assert_eq!(mb.totals, (scale.tokens, scale.sequences));
         let inputs = LossInputs {
             old_logprobs: scores.logprobs.detach() - 0.01,
             logprobs: scores.logprobs.shallow_clone(),
@@ -193,6 +196,7 @@ mod tests {
                 generated: &[],
                 advantage: advantages[i],
                 counts: i != 2,
+                prompt_features: None,
             })
             .collect();
         assert!(applies(&rows));
@@ -249,6 +253,7 @@ mod tests {
             generated: &[],
             advantage: 1.0,
             counts: true,
+            prompt_features: None,
         };
         // Equal prompts that are different samples are not one group.
         assert!(!applies(&[row(&first), row(&second)]));

@@ -3,7 +3,7 @@
 //! data-parallel run in step the same way.
 
 use groundrl_tensor::model::TrainingPass;
-use tch::Tensor;
+use tch::{Device, Kind, Tensor};
 
 use super::UpdateError;
 use crate::data_parallel::DataParallel;
@@ -47,7 +47,7 @@ pub(super) fn apply_step(
     if let (StepOutcome::Applied { .. }, Some(dp), Some(shard)) = (outcome, dp, optimizer.shard()) {
         dp.share_updates(params, &shard.partition)?;
     }
-    optimizer.zero_grad();
+    optimizer.zero_grad().map_err(OptimError::from)?;
     if let StepOutcome::Applied { .. } = outcome
         && let Some(name) = optimizer.first_non_finite().map_err(OptimError::from)?
     {
@@ -56,4 +56,16 @@ pub(super) fn apply_step(
         });
     }
     Ok(outcome)
+}
+
+/// The sum of a mini-batch's scalar `losses` in f64, in their order, read from the device once
+/// after every pass is queued (a read per micro-batch would idle the device before each backward).
+pub(super) fn summed(losses: &[Tensor]) -> Result<f64, tch::TchError> {
+    if losses.is_empty() {
+        return Ok(0.0);
+    }
+    let values = Tensor::f_stack(losses, 0)?
+        .f_to_kind(Kind::Double)?
+        .f_to_device(Device::Cpu)?;
+    Ok(Vec::<f64>::try_from(values)?.iter().sum())
 }

@@ -15,7 +15,7 @@ use tch::Kind;
 
 use super::UpdateError;
 use super::batch::{Row, micro_batch};
-use super::step::{accumulate, apply_step};
+use super::step::{accumulate, apply_step, summed};
 use crate::data_parallel::{DataParallel, counts_over_ranks};
 use crate::optim::{AdamW, StepOutcome};
 
@@ -67,7 +67,7 @@ pub fn sft_step(
         return Err(ModelError::Input("warm-up batch without answer tokens".into()).into());
     }
     let parameters = optimizer.parameters();
-    let mut loss = 0.0;
+    let mut parts = Vec::with_capacity(batches.len());
     let mut tokens = 0;
     for (b, mb) in batches.iter().enumerate() {
         let forward = model.training_forward(&mb.batch, ImageFeatures::Tower, s.checkpoint)?;
@@ -80,7 +80,7 @@ pub fn sft_step(
             s.logprob_chunk,
         )?;
         let part = -(logprobs.to_kind(Kind::Float) * &mb.mask).sum(Kind::Float) / answer_tokens as f64;
-        loss += part.double_value(&[]);
+        parts.push(part.detach());
         accumulate(
             forward,
             &part,
@@ -90,6 +90,7 @@ pub fn sft_step(
         )?;
         tokens += mb.tokens();
     }
+    let mut loss = summed(&parts).map_err(ModelError::from)?;
     let outcome = apply_step(optimizer, dp.as_deref_mut(), &parameters, s.lr)?;
     let (grad_norm, applied) = match outcome {
         StepOutcome::Applied { grad_norm, .. } => (grad_norm, true),

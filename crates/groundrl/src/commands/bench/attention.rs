@@ -129,7 +129,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     );
     let want = attend_cached(&q, &keys, &values, &mask).to_kind(Kind::Float);
     for &splits in &args.splits {
-        let run = || fused::decode_attention(&q, (&keys, &values), &mask, &column, splits);
+        let run = || fused::decode_attention(&q, (&keys, &values), &mask, &column, None, splits);
         let got = run()?.ok_or_else(|| anyhow::anyhow!("the kernel does not apply to this shape"))?;
         let diff = (got.to_kind(Kind::Float) - &want).abs().max().double_value(&[]);
         if diff.is_nan() || diff >= 1e-2 {

@@ -129,6 +129,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     max_new_tokens: args.new_tokens,
                     ..SamplingParams::default()
                 },
+                features: None,
             })
             .collect()
     };

@@ -70,7 +70,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut step = || -> Result<(), ModelError> {
         bench::backward(model.as_ref(), &batch, &scored, !args.no_checkpoint)?;
         optimizer.step(lr).map_err(|e| ModelError::Input(e.to_string()))?;
-        optimizer.zero_grad();
+        optimizer.zero_grad()?;
         Ok(())
     };
     let ms = bench::time_ms(device, args.step.iters, &mut step)?;
