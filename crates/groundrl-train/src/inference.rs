@@ -439,7 +439,13 @@ pub fn compute_features(prompts: &mut [&mut Prompt], model: &dyn Model) -> Resul
         .iter()
         .flat_map(|p| p.encoded.image_grids.clone())
         .collect();
-    let features = model.image_features(&Tensor::f_cat(&pixels, 0)?, &grids)?;
+    // Each prompt's pixels go to the device as they are and are joined there: joining a step's
+    // screenshots on the host first took tens of milliseconds while the GPU waited.
+    let device = model.device();
+    let on_device = (pixels.iter())
+        .map(|p| p.f_to_device(device))
+        .collect::<Result<Vec<_>, _>>()?;
+    let features = model.image_features(&Tensor::f_cat(&on_device, 0)?, &grids)?;
     let merge = model.architecture().spatial_merge_size.pow(2);
     let rows: Vec<i64> = (with_images.iter())
         .map(|p| {

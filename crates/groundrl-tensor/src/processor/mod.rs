@@ -62,6 +62,16 @@ impl Encoded {
         }
     }
 
+    /// Its ids and grids without the pixels: for a forward whose image features are given, where
+    /// concatenating a batch's pixel rows on the host would be wasted.
+    pub fn without_pixels(&self) -> Self {
+        Self {
+            input_ids: self.input_ids.clone(),
+            pixel_values: None,
+            image_grids: self.image_grids.clone(),
+        }
+    }
+
     /// Appends `more`'s tokens, then its images after this one's (pixel rows and grids in order):
     /// a prompt followed by its response, or a response followed by a tool turn.
     pub fn append(&mut self, more: &Encoded) {

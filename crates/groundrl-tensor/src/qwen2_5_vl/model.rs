@@ -24,7 +24,8 @@ pub struct Batch {
     pub input_ids: Vec<Vec<i64>>,
     /// 1 for real tokens, 0 for padding; `None` when no row is padded.
     pub attention_mask: Option<Vec<Vec<i64>>>,
-    /// (patches, patch_dim) as the image processor makes them, all images concatenated.
+    /// (patches, patch_dim) as the image processor makes them, all images concatenated; `None`
+    /// without images, or when the images' features are given ([`ImageFeatures::Given`]).
     pub pixel_values: Option<Tensor>,
     pub image_grids: Vec<Grid>,
     /// Rows that are a prompt followed by branches ([`branches`]), right-padded, one layout per
@@ -101,8 +102,17 @@ pub enum ImageFeatures<'a> {
     /// Given: the tower's output for the batch's images in order, (image tokens, hidden), computed
     /// earlier without a graph. For a frozen tower whose images recur across rows (a GRPO step's n
     /// samples of one prompt share its screenshot): the tower then runs once per image, not once per
-    /// row. The batch's pixels are not read.
+    /// row. The batch's pixels are not read, and may be left out (`Batch::pixel_values` `None` with
+    /// its images' grids).
     Given(&'a Tensor),
+}
+
+/// The pixels a vision tower runs on: a batch whose images came without pixel values (their
+/// features given instead, [`ImageFeatures::Given`]) cannot run the tower.
+pub(crate) fn tower_pixels(pixels: Option<&Tensor>) -> Result<&Tensor, ModelError> {
+    pixels.ok_or_else(|| {
+        ModelError::Input("the batch's images have no pixel values for the vision tower".into())
+    })
 }
 
 /// A batch on the device, ready for the decoder layers.
@@ -203,9 +213,9 @@ impl Qwen25Vl {
     /// [`Self::prepare`] with the image features from `source`.
     pub fn prepare_from(&self, batch: &Batch, source: ImageFeatures) -> Result<Prepared, ModelError> {
         match source {
-            ImageFeatures::Tower => {
-                self.prepare_with(batch, |pixels, grids| self.image_features(pixels, grids))
-            }
+            ImageFeatures::Tower => self.prepare_with(batch, |pixels, grids| {
+                self.image_features(tower_pixels(pixels)?, grids)
+            }),
             ImageFeatures::Given(features) => self.prepare_with(batch, |_, _| Ok(features.shallow_clone())),
         }
     }
@@ -214,7 +224,7 @@ impl Qwen25Vl {
     pub(crate) fn prepare_with(
         &self,
         batch: &Batch,
-        features: impl FnOnce(&Tensor, &[Grid]) -> Result<Tensor, ModelError>,
+        features: impl FnOnce(Option<&Tensor>, &[Grid]) -> Result<Tensor, ModelError>,
     ) -> Result<Prepared, ModelError> {
         let (rows, len) = batch_shape(batch)?;
         check_vocabulary(&batch.input_ids, self.config.text.vocab_size)?;
@@ -222,8 +232,8 @@ impl Qwen25Vl {
         let flat: Vec<i64> = batch.input_ids.concat();
         let ids = upload(&flat, device)?.f_view([rows, len])?;
         let mut embeds = self.text.embed(&ids);
-        if let Some(pixels) = &batch.pixel_values {
-            let features = features(pixels, &batch.image_grids)?.to_kind(embeds.kind());
+        if !batch.image_grids.is_empty() {
+            let features = features(batch.pixel_values.as_ref(), &batch.image_grids)?.to_kind(embeds.kind());
             let places = image_places(&batch.input_ids, self.config.image_token_id, embeds.device())?;
             embeds = place_features(embeds, &places, &features)?;
         }

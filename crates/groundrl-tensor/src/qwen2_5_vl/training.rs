@@ -15,6 +15,7 @@ use super::model::{Batch, ImageFeatures, Prepared, Qwen25Vl};
 use super::rope_index::Grid;
 use super::vision::{VisionRun, VisionTower};
 use crate::model_error::ModelError;
+use crate::qwen2_5_vl::model::tower_pixels;
 use crate::tied_head::{TiedHead, backward_together};
 
 /// A forward pass whose output can be back-propagated into the model's parameters.
@@ -128,7 +129,7 @@ impl Qwen25Vl {
         let mut vision = None;
         let prepared = if self.vision_trainable() && matches!(source, ImageFeatures::Tower) {
             self.prepare_with(batch, |pixels, grids| {
-                let (features, tape) = vision_forward(&self.vision, pixels, grids)?;
+                let (features, tape) = vision_forward(&self.vision, tower_pixels(pixels)?, grids)?;
                 vision = Some(tape);
                 Ok(features)
             })?

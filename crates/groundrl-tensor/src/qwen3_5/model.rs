@@ -22,6 +22,7 @@ use super::text::{LayerInputs, TextModel};
 use crate::decoder::AttentionMask;
 use crate::layers::INIT_STD;
 use crate::model_error::ModelError;
+use crate::qwen2_5_vl::model::tower_pixels;
 use crate::qwen2_5_vl::model::{
     Batch, ImageFeatures, batch_shape, check_vocabulary, image_places, place_features,
     rows_positions_and_mask,
@@ -177,7 +178,7 @@ impl Qwen35 {
     pub fn prepare_from(&self, batch: &Batch, source: ImageFeatures) -> Result<Prepared, ModelError> {
         match source {
             ImageFeatures::Tower => self.prepare_with(batch, |pixels, grids| {
-                Ok(self.tower_features(pixels, grids)?.merged)
+                Ok(self.tower_features(tower_pixels(pixels)?, grids)?.merged)
             }),
             ImageFeatures::Given(merged) => self.prepare_with(batch, |_, _| Ok(merged.shallow_clone())),
         }
@@ -187,15 +188,16 @@ impl Qwen35 {
     pub(crate) fn prepare_with(
         &self,
         batch: &Batch,
-        features: impl FnOnce(&Tensor, &[Grid]) -> Result<Tensor, ModelError>,
+        features: impl FnOnce(Option<&Tensor>, &[Grid]) -> Result<Tensor, ModelError>,
     ) -> Result<Prepared, ModelError> {
         let (rows, len) = batch_shape(batch)?;
         check_vocabulary(&batch.input_ids, self.config.text.vocab_size)?;
         let device = self.device();
         let ids = upload(&batch.input_ids.concat(), device)?.f_view([rows, len])?;
         let mut embeds = self.text.embed(&ids)?;
-        if let Some(pixels) = &batch.pixel_values {
-            let merged = features(pixels, &batch.image_grids)?.f_to_kind(embeds.kind())?;
+        if !batch.image_grids.is_empty() {
+            let merged =
+                features(batch.pixel_values.as_ref(), &batch.image_grids)?.f_to_kind(embeds.kind())?;
             let places = image_places(&batch.input_ids, self.config.image_token_id, device)?;
             embeds = place_features(embeds, &places, &merged)?;
         }

@@ -8,6 +8,7 @@ use super::model::{Prepared, Qwen35};
 use crate::checkpoint::{Checkpoint, vision_forward};
 use crate::model::{Batch, ImageFeatures};
 use crate::model_error::ModelError;
+use crate::qwen2_5_vl::model::tower_pixels;
 
 /// A forward pass whose output can be back-propagated into the model's parameters.
 #[derive(Debug)]
@@ -38,7 +39,7 @@ impl Qwen35 {
         let mut vision = None;
         let prepared = if self.vision_trainable() && matches!(source, ImageFeatures::Tower) {
             self.prepare_with(batch, |pixels, grids| {
-                let (features, tape) = vision_forward(&self.vision, pixels, grids)?;
+                let (features, tape) = vision_forward(&self.vision, tower_pixels(pixels)?, grids)?;
                 vision = Some(tape);
                 Ok(features.merged)
             })?

@@ -20,6 +20,7 @@ use super::text::{self, DeepStack, TextModel};
 use super::vision::{VisionOutput, VisionTower};
 use super::{ModelError, Qwen3VlConfig};
 use crate::qwen2_5_vl::branches;
+use crate::qwen2_5_vl::model::tower_pixels;
 use crate::qwen2_5_vl::model::{
     ImageFeatures, batch_shape, check_vocabulary, image_places, place_features, rows_positions_and_mask,
 };
@@ -152,9 +153,9 @@ impl Qwen3Vl {
     /// [`Self::image_features`] packs them).
     pub fn prepare_from(&self, batch: &Batch, source: ImageFeatures) -> Result<Prepared, ModelError> {
         match source {
-            ImageFeatures::Tower => {
-                self.prepare_with(batch, |pixels, grids| self.tower_features(pixels, grids))
-            }
+            ImageFeatures::Tower => self.prepare_with(batch, |pixels, grids| {
+                self.tower_features(tower_pixels(pixels)?, grids)
+            }),
             ImageFeatures::Given(packed) => self.prepare_with(batch, |_, _| {
                 let levels = self.config.vision.deepstack_visual_indexes.len();
                 VisionOutput::unpack(packed, self.config.text.hidden_size, levels)
@@ -168,7 +169,7 @@ impl Qwen3Vl {
     pub(crate) fn prepare_with(
         &self,
         batch: &Batch,
-        features: impl FnOnce(&Tensor, &[Grid]) -> Result<VisionOutput, ModelError>,
+        features: impl FnOnce(Option<&Tensor>, &[Grid]) -> Result<VisionOutput, ModelError>,
     ) -> Result<Prepared, ModelError> {
         let (rows, len) = batch_shape(batch)?;
         check_vocabulary(&batch.input_ids, self.config.text.vocab_size)?;
@@ -176,8 +177,8 @@ impl Qwen3Vl {
         let ids = upload(&batch.input_ids.concat(), device)?.f_view([rows, len])?;
         let mut embeds = self.text.embed(&ids);
         let mut deepstack = None;
-        if let Some(pixels) = &batch.pixel_values {
-            let features = features(pixels, &batch.image_grids)?;
+        if !batch.image_grids.is_empty() {
+            let features = features(batch.pixel_values.as_ref(), &batch.image_grids)?;
             let places = image_places(&batch.input_ids, self.config.image_token_id, device)?;
             let merged = features.merged.f_to_kind(embeds.kind())?;
             embeds = place_features(embeds, &places, &merged)?;

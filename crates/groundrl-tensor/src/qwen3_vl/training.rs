@@ -16,6 +16,7 @@ use super::text::TextModel;
 use super::{Batch, ModelError};
 use crate::checkpoint::{Checkpoint, vision_forward};
 use crate::qwen2_5_vl::model::ImageFeatures;
+use crate::qwen2_5_vl::model::tower_pixels;
 
 /// A forward pass whose output can be back-propagated into the model's parameters.
 #[derive(Debug)]
@@ -67,7 +68,7 @@ impl Qwen3Vl {
         let mut vision = None;
         let prepared = if self.vision_trainable() && matches!(source, ImageFeatures::Tower) {
             self.prepare_with(batch, |pixels, grids| {
-                let (features, tape) = vision_forward(&self.vision, pixels, grids)?;
+                let (features, tape) = vision_forward(&self.vision, tower_pixels(pixels)?, grids)?;
                 vision = Some(tape);
                 Ok(features)
             })?

@@ -142,7 +142,8 @@ impl<'a> Engine<'a> {
 
     fn run(&self, requests: &[GenerationRequest]) -> Result<Vec<Completion>, RolloutError> {
         let device = self.model.device();
-        let batch = self.batch(requests);
+        let given = given_features(requests);
+        let batch = self.batch(requests, given.is_none());
         let rows = Rows::new(requests);
         let expand = rows.expand(device)?;
         let prompt_len = batch.input_ids.first().map_or(0, Vec::len) as i64;
@@ -163,7 +164,6 @@ impl<'a> Engine<'a> {
             .transpose()?;
         session.cache.reset(padding.as_ref());
         session.cache.share_prompts(&rows.prompt, prompt_len)?;
-        let given = given_features(requests);
         let source = given.as_ref().map_or(ImageFeatures::Tower, ImageFeatures::Given);
         let prefill = self.model.prefill(&batch, source, &mut session.cache, &expand)?;
         let first_position = self.first_positions(requests, &prefill, &expand)?;
@@ -225,8 +225,15 @@ impl<'a> Engine<'a> {
     }
 
     /// The prompts as one left-padded batch (tensors shared, not copied).
-    fn batch(&self, requests: &[GenerationRequest]) -> Batch {
-        let prompts = requests.iter().map(|r| r.prompt.share()).collect();
+    /// The requests' prompts as one batch; without `with_pixels` (their features given) the images'
+    /// grids but not their pixels, which the host would otherwise concatenate for nothing.
+    fn batch(&self, requests: &[GenerationRequest], with_pixels: bool) -> Batch {
+        let prompts = (requests.iter())
+            .map(|r| match with_pixels {
+                true => r.prompt.share(),
+                false => r.prompt.without_pixels(),
+            })
+            .collect();
         self.processor.batch(prompts)
     }
 

@@ -42,9 +42,14 @@ impl Row<'_> {
         self.generated.get(i).copied().unwrap_or(true)
     }
 
-    /// The prompt and the response as one sequence: ids, then pixels and grids of the prompt's images
-    /// followed by the response's.
-    fn sequence(&self) -> Encoded {
+    /// The prompt and the response as one sequence: ids, then pixels (when `with_pixels`) and grids
+    /// of the prompt's images followed by the response's.
+    fn sequence(&self, with_pixels: bool) -> Encoded {
+        if !with_pixels {
+            let mut sequence = self.prompt.without_pixels();
+            sequence.append(&self.response.without_pixels());
+            return sequence;
+        }
         let mut sequence = self.prompt.share();
         sequence.append(self.response);
         sequence
@@ -213,6 +218,11 @@ impl FrozenFeatures {
         Ok(Self { by_source, grids })
     }
 
+    /// Whether it holds no features (a trained tower: the passes run it on the pixels).
+    pub(super) fn is_empty(&self) -> bool {
+        self.by_source.is_empty()
+    }
+
     /// The features of a micro-batch's images in batch order ([`MicroBatch::sources`]); `None`
     /// when the tower is trained or the batch has no image.
     pub(super) fn of(&self, sources: &[*const Encoded]) -> Option<Tensor> {
@@ -239,27 +249,31 @@ impl Brought {
 
 /// The micro-batch of `rows`: their completions as branches of their shared prompts where `branch`
 /// is on (`trainer.shared_prefix`) and the rows allow it ([`shared_prefix::applies`]), else one row
-/// each ([`micro_batch`]).
+/// each ([`micro_batch`]). Without `with_pixels` the batch keeps its images' grids but not their
+/// pixels, for passes whose image features are given ([`FrozenFeatures`]): concatenating a step's
+/// screenshots on the host took tens of milliseconds while the GPU waited.
 pub(super) fn training_batch(
     processor: &Processor,
     rows: &[Row],
     device: Device,
     branch: bool,
+    with_pixels: bool,
 ) -> Result<MicroBatch, ModelError> {
     if branch && shared_prefix::applies(rows) {
-        shared_prefix::micro_batch(processor, rows, device)
+        shared_prefix::micro_batch(processor, rows, device, with_pixels)
     } else {
-        micro_batch(processor, rows, device)
+        micro_batch(processor, rows, device, with_pixels)
     }
 }
 
 /// The rows as one left-padded batch of prompt + response, with the mask of the tokens learned
-/// from: the model's response tokens of the rows that count. A row whose `generated` flags do not
-/// match its response is refused, naming it.
+/// from: the model's response tokens of the rows that count; the images' pixels when
+/// `with_pixels`. A row whose `generated` flags do not match its response is refused, naming it.
 pub(super) fn micro_batch(
     processor: &Processor,
     rows: &[Row],
     device: Device,
+    with_pixels: bool,
 ) -> Result<MicroBatch, ModelError> {
     let width = rows
         .iter()
@@ -284,7 +298,7 @@ pub(super) fn micro_batch(
             }
         }
         sequences.push(Sequence::row(r.prompt.input_ids.len() + response, counted));
-        encoded.push(r.sequence());
+        encoded.push(r.sequence(with_pixels));
     }
     let sources = rows
         .iter()
@@ -333,7 +347,7 @@ mod tests {
                 prompt_features: None,
             },
         ];
-        let mb = micro_batch(&p, &rows, Device::Cpu).unwrap();
+        let mb = micro_batch(&p, &rows, Device::Cpu, true).unwrap();
         let lengths = [
             t.prompt.input_ids.len() + t.response.input_ids.len(),
             plain_prompt.input_ids.len() + plain.input_ids.len(),
@@ -383,7 +397,7 @@ mod tests {
             counts: false,
             ..t.row(1.0)
         };
-        let mb = micro_batch(&p, &[skipped], Device::Cpu).unwrap();
+        let mb = micro_batch(&p, &[skipped], Device::Cpu, true).unwrap();
         assert_eq!(mb.counted(), 0);
         assert_eq!(mb.totals, (0, 0));
         assert_eq!(mb.mask.sum(Kind::Float).double_value(&[]), 0.0);
@@ -391,7 +405,7 @@ mod tests {
             generated: &t.generated[1..],
             ..t.row(1.0)
         };
-        let err = micro_batch(&p, &[t.row(1.0), short], Device::Cpu)
+        let err = micro_batch(&p, &[t.row(1.0), short], Device::Cpu, true)
             .err()
             .unwrap()
             .to_string();
@@ -427,10 +441,16 @@ mod tests {
         let frozen = FrozenFeatures::new(&model, &rows).unwrap();
         // The trajectory's prompt and response, the plain prompt; the text answer has no image.
         assert_eq!(frozen.by_source.len(), 3);
-        let mut mb = micro_batch(&p, &rows, Device::Cpu).unwrap();
-        mb.features = frozen.of(&mb.sources);
+        let mb = micro_batch(&p, &rows, Device::Cpu, true).unwrap();
         let tower = tch::no_grad(|| model.hidden_states(&mb.batch)).unwrap();
-        let given = tch::no_grad(|| model.hidden_states_from(&mb.batch, mb.policy_features())).unwrap();
+        // The batch for given features leaves the pixels out and keeps the grids.
+        let mut bare = micro_batch(&p, &rows, Device::Cpu, false).unwrap();
+        assert!(bare.batch.pixel_values.is_none());
+        assert_eq!(bare.batch.image_grids, mb.batch.image_grids);
+        let err = model.hidden_states(&bare.batch).unwrap_err().to_string();
+        assert!(err.contains("no pixel values for the vision tower"), "{err}");
+        bare.features = frozen.of(&bare.sources);
+        let given = tch::no_grad(|| model.hidden_states_from(&bare.batch, bare.policy_features())).unwrap();
         // Up to f32 rounding: the tower batches the images' windows differently when run per image.
         let diff = (tower - given).abs().max().double_value(&[]);
         assert!(diff < 1e-5, "hidden states differ by {diff}");

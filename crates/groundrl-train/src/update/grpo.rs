@@ -127,7 +127,7 @@ pub fn update(
     let micro = |mini: &[Row]| -> Result<Vec<MicroBatch>, ModelError> {
         mini.chunks(s.micro_batch_size.max(1))
             .map(|rows| {
-                let mut mb = training_batch(processor, rows, device, s.shared_prefix)?;
+                let mut mb = training_batch(processor, rows, device, s.shared_prefix, frozen.is_empty())?;
                 mb.features = frozen.of(&mb.sources);
                 mb.reference_features = frozen_reference.as_ref().and_then(|f| f.of(&mb.sources));
                 Ok(mb)
@@ -273,7 +273,13 @@ pub fn kl_penalties(
     flops.features(reference, &frozen_reference)?;
     let mut penalties = Vec::with_capacity(rows.len());
     for chunk in rows.chunks(s.micro_batch_size.max(1)) {
-        let mut mb = training_batch(processor, chunk, model.device(), s.shared_prefix)?;
+        let mut mb = training_batch(
+            processor,
+            chunk,
+            model.device(),
+            s.shared_prefix,
+            frozen.is_empty(),
+        )?;
         mb.features = frozen.of(&mb.sources);
         mb.reference_features = frozen_reference.of(&mb.sources);
         let policy = scores_without_grad(model, &mb, mb.policy_features(), s, &mut flops)?;
@@ -358,7 +364,7 @@ mod tests {
         let (model, p) = tiny();
         let t = zoom_trajectory(&p);
         let rows = [t.row(1.0)];
-        let mb = micro_batch(&p, &rows, Device::Cpu).unwrap();
+        let mb = micro_batch(&p, &rows, Device::Cpu, true).unwrap();
         let hidden = tch::no_grad(|| model.hidden_states(&mb.batch))
             .unwrap()
             .set_requires_grad(true);

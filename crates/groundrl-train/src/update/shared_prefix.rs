@@ -39,11 +39,13 @@ pub(crate) fn applies(rows: &[Row]) -> bool {
 
 /// The rows as one right-padded row per shared prompt, its completions as branches; `mask` (R, W)
 /// has row r's response tokens at columns `0..len`, 1 where the model generated the token and the
-/// row counts. A row whose `generated` flags do not match its response is refused, naming it.
+/// row counts; the prompts' pixels when `with_pixels`. A row whose `generated` flags do not match its
+/// response is refused, naming it.
 pub(crate) fn micro_batch(
     processor: &Processor,
     rows: &[Row],
     device: Device,
+    with_pixels: bool,
 ) -> Result<MicroBatch, ModelError> {
     let pad = i64::from(processor.tokenizer.special_ids().pad);
     let packs = packs(rows);
@@ -92,7 +94,9 @@ pub(crate) fn micro_batch(
             .for_each(|r| ids.extend(&r.response.input_ids));
         ids.resize(len, pad);
         input_ids.push(ids);
-        pixels.extend(prompt.pixel_values.as_ref().map(Tensor::shallow_clone));
+        if with_pixels {
+            pixels.extend(prompt.pixel_values.as_ref().map(Tensor::shallow_clone));
+        }
         image_grids.extend(prompt.image_grids.iter().copied());
     }
     let batch = Batch {
@@ -201,8 +205,8 @@ mod tests {
             .collect();
         assert!(applies(&rows));
         assert_eq!(packs(&rows), [0..3, 3..5]);
-        let plain = micro_batch(&p, &rows, Device::Cpu).unwrap();
-        let branched = super::micro_batch(&p, &rows, Device::Cpu).unwrap();
+        let plain = micro_batch(&p, &rows, Device::Cpu, true).unwrap();
+        let branched = super::micro_batch(&p, &rows, Device::Cpu, true).unwrap();
         assert_eq!(plain.counted(), branched.counted());
         let prompt_tokens = (first.input_ids.len() + second.input_ids.len()) as u64;
         let response_tokens: u64 = responses.iter().map(|r| r.input_ids.len() as u64).sum();

@@ -59,7 +59,7 @@ pub fn sft_step(
     let device = model.device();
     let batches: Vec<_> = rows
         .chunks(s.micro_batch_size.max(1))
-        .map(|chunk| micro_batch(processor, chunk, device))
+        .map(|chunk| micro_batch(processor, chunk, device, true))
         .collect::<Result<_, _>>()?;
     let local: u64 = batches.iter().map(|mb| mb.counted()).sum();
     let [answer_tokens] = counts_over_ranks(dp.as_deref_mut(), [local])?;
@@ -132,7 +132,7 @@ mod tests {
             .chain(&t.response.input_ids)
             .copied()
             .collect();
-        let batch = micro_batch(&p, &[t.row(0.0)], Device::Cpu).unwrap().batch;
+        let batch = micro_batch(&p, &[t.row(0.0)], Device::Cpu, true).unwrap().batch;
         assert_eq!(batch.input_ids[..], [&sequence[..]]);
         let logprobs = tch::no_grad(|| model.logits(&batch))
             .unwrap()
