@@ -25,6 +25,7 @@ use groundrl_tensor::hf_folder::HfModel;
 use groundrl_tensor::model::{Grid, Model};
 use groundrl_tensor::model_error::ModelError;
 use groundrl_tensor::processor::{Encoded, Processor, ProcessorError, ToolPrompt};
+use groundrl_tensor::qwen2_5_vl::vision::patch_count;
 use groundrl_tensor::rollout::{
     Engine, EngineCache, FinishReason, GenerationRequest, RolloutError, SamplingParams, ToolRequest,
     ToolRollout, Trajectory, TurnLimits,
@@ -446,16 +447,10 @@ pub fn compute_features(prompts: &mut [&mut Prompt], model: &dyn Model) -> Resul
         .map(|p| p.f_to_device(device))
         .collect::<Result<Vec<_>, _>>()?;
     let features = model.image_features(&Tensor::f_cat(&on_device, 0)?, &grids)?;
-    let merge = model.architecture().spatial_merge_size.pow(2);
-    let rows: Vec<i64> = (with_images.iter())
-        .map(|p| {
-            p.encoded
-                .image_grids
-                .iter()
-                .map(|[t, h, w]| t * h * w / merge)
-                .sum()
-        })
-        .collect();
+    let merge = model.architecture().spatial_merge_size;
+    let rows = (with_images.iter())
+        .map(|p| Ok(patch_count(&p.encoded.image_grids, merge)? / (merge * merge)))
+        .collect::<Result<Vec<i64>, ModelError>>()?;
     let parts = features.f_split_with_sizes(&rows, 0)?;
     for (prompt, part) in with_images.into_iter().zip(parts) {
         prompt.features = Some(part);

@@ -55,19 +55,19 @@ pub struct Encoded {
 impl Encoded {
     /// A copy whose pixel tensor shares this one's memory (ids and grids are copied).
     pub fn share(&self) -> Self {
-        Self {
-            input_ids: self.input_ids.clone(),
-            pixel_values: self.pixel_values.as_ref().map(Tensor::shallow_clone),
-            image_grids: self.image_grids.clone(),
-        }
+        self.share_pixels_if(true)
     }
 
-    /// Its ids and grids without the pixels: for a forward whose image features are given, where
-    /// concatenating a batch's pixel rows on the host would be wasted.
-    pub fn without_pixels(&self) -> Self {
+    /// [`Self::share`] when `with_pixels`, else its ids and grids alone: for a forward whose image
+    /// features are given, where concatenating a batch's pixel rows on the host would be wasted.
+    pub fn share_pixels_if(&self, with_pixels: bool) -> Self {
         Self {
             input_ids: self.input_ids.clone(),
-            pixel_values: None,
+            pixel_values: self
+                .pixel_values
+                .as_ref()
+                .filter(|_| with_pixels)
+                .map(Tensor::shallow_clone),
             image_grids: self.image_grids.clone(),
         }
     }

@@ -229,10 +229,7 @@ impl<'a> Engine<'a> {
     /// grids but not their pixels, which the host would otherwise concatenate for nothing.
     fn batch(&self, requests: &[GenerationRequest], with_pixels: bool) -> Batch {
         let prompts = (requests.iter())
-            .map(|r| match with_pixels {
-                true => r.prompt.share(),
-                false => r.prompt.without_pixels(),
-            })
+            .map(|r| r.prompt.share_pixels_if(with_pixels))
             .collect();
         self.processor.batch(prompts)
     }

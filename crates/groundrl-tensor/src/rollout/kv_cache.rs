@@ -154,7 +154,7 @@ impl KvCache {
     }
 
     /// The attention of one decoding step in layer `layer`: [`Self::write_step`] of `qkv`, then
-    /// [`attend_step`] of its queries over the layer's cache with `mask`
+    /// [`Self::attend`] of its queries over the layer's cache with `mask`
     /// ([`Self::key_mask_through`]`(column)`). Returns the attention output, (rows, kv_heads, groups,
     /// hd), query heads in o_proj's column order.
     pub fn attend_step(
@@ -169,15 +169,21 @@ impl KvCache {
         self.attend(layer, &q, mask, column)
     }
 
-    /// [`attend_step`] of the queries `q` (rows, kv_heads, groups, hd) over layer `layer`'s cache,
-    /// each row reading its prompt's columns from its leader's ([`Self::share_prompts`]).
+    /// [`attend_cached`] of the queries `q` (rows, kv_heads, groups, hd) over layer `layer`'s cache
+    /// for a decoding step through the column held by `column` (keys past it not yet written): the
+    /// CUDA kernel where it applies ([`fused::decode_attention`], which reads only the keys up to the
+    /// column, split over enough thread blocks to fill the GPU, each row reading its prompt's
+    /// columns from its leader's, [`Self::share_prompts`]), else SDPA over the whole capacity.
     pub fn attend(&self, layer: usize, q: &Tensor, mask: &Tensor, column: &Tensor) -> Tensor {
         let (keys, values) = self.layer(layer);
         let shared = fused::SharedPrompts {
             leader: &self.leader,
             columns: &self.prompt_columns,
         };
-        attend_step(q, keys, values, mask, column, Some(shared))
+        fused::or_compose(
+            fused::decode_attention(q, (keys, values), mask, column, Some(shared), 0),
+            || attend_cached(q, keys, values, mask),
+        )
     }
 
     /// All keys and values of layer `layer` (the whole capacity; see [`Self::key_mask_through`]).
@@ -207,22 +213,4 @@ impl KvCache {
 /// attended without repeating (copying) the cache; the output has q's shape.
 pub fn attend_cached(q: &Tensor, keys: &Tensor, values: &Tensor, mask: &Tensor) -> Tensor {
     Tensor::scaled_dot_product_attention(q, keys, values, Some(mask), 0.0, false, None, false)
-}
-
-/// [`attend_cached`] for a decoding step through the column held by `column` (keys past it not yet
-/// written): the CUDA kernel where it applies ([`fused::decode_attention`], which reads only the keys
-/// up to the column, split over enough thread blocks to fill the GPU), else SDPA over the whole
-/// capacity. `shared`: rows of one prompt read its columns from one row ([`fused::SharedPrompts`]).
-pub fn attend_step(
-    q: &Tensor,
-    keys: &Tensor,
-    values: &Tensor,
-    mask: &Tensor,
-    column: &Tensor,
-    shared: Option<fused::SharedPrompts>,
-) -> Tensor {
-    fused::or_compose(
-        fused::decode_attention(q, (keys, values), mask, column, shared, 0),
-        || attend_cached(q, keys, values, mask),
-    )
 }

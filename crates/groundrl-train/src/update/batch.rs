@@ -45,13 +45,8 @@ impl Row<'_> {
     /// The prompt and the response as one sequence: ids, then pixels (when `with_pixels`) and grids
     /// of the prompt's images followed by the response's.
     fn sequence(&self, with_pixels: bool) -> Encoded {
-        if !with_pixels {
-            let mut sequence = self.prompt.without_pixels();
-            sequence.append(&self.response.without_pixels());
-            return sequence;
-        }
-        let mut sequence = self.prompt.share();
-        sequence.append(self.response);
+        let mut sequence = self.prompt.share_pixels_if(with_pixels);
+        sequence.append(&self.response.share_pixels_if(with_pixels));
         sequence
     }
 }
@@ -185,7 +180,7 @@ impl FrozenFeatures {
         reference: &dyn Model,
         rows: &[Row],
     ) -> Result<Self, ModelError> {
-        Self::computed_if(!policy.by_source.is_empty(), reference, rows, Brought::Ignored)
+        Self::computed_if(!policy.is_empty(), reference, rows, Brought::Ignored)
     }
 
     fn computed_if(
