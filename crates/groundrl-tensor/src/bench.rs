@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use tch::{Device, Kind, Tensor};
 
-use crate::model::{Architecture, Batch, ForwardFlops, Grid, ImageFeatures, Model, Sequence};
+use crate::model::{Architecture, Batch, ForwardFlops, Grid, ImageFeatures, Model, Recompute, Sequence};
 use crate::model_error::ModelError;
 use crate::processor::Encoded;
 use crate::scores;
@@ -113,9 +113,9 @@ pub fn train_step(
     model: &dyn Model,
     batch: &Batch,
     scored: &Tensor,
-    checkpoint: bool,
+    recompute: Recompute,
 ) -> Result<(), ModelError> {
-    backward(model, batch, scored, checkpoint)?;
+    backward(model, batch, scored, recompute)?;
     for mut var in model.var_store().trainable_variables() {
         var.zero_grad();
     }
@@ -128,9 +128,9 @@ pub fn backward(
     model: &dyn Model,
     batch: &Batch,
     scored: &Tensor,
-    checkpoint: bool,
+    recompute: Recompute,
 ) -> Result<(), ModelError> {
-    let run = model.training_forward(batch, ImageFeatures::Tower, checkpoint)?;
+    let run = model.training_forward(batch, ImageFeatures::Tower, recompute)?;
     let logprobs = scores::logprobs_at(run.head(), run.hidden(), run.ids(), scored, 4096)?;
     let loss = -logprobs.sum(Kind::Float) / scored.sum(Kind::Float).to_device(logprobs.device());
     run.backward(&loss)

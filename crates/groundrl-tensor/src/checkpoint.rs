@@ -8,6 +8,11 @@
 //! handed on as a leaf (a tap), and the gradient the rest of the graph leaves on it is added to what
 //! the next block sends back. libtorch's C++ autograd has no checkpoint function reachable from tch,
 //! so the recompute is driven from here; the results equal plain autograd (tested per family).
+//!
+//! [`Recompute`] says which blocks a pass recomputes: all of them, none, or the trained tower's
+//! alone. A screenshot's tower runs on four patches per image token, so its activations can outweigh
+//! the decoder's while its blocks cost less to run again: recomputing only the tower keeps most of
+//! the memory saving and drops the decoder's second forward.
 
 use tch::{Kind, Tensor};
 
@@ -15,6 +20,36 @@ use crate::model_error::ModelError;
 use crate::qwen2_5_vl::rope_index::Grid;
 use crate::qwen3_vl::vision::{VisionOutput, VisionRun, VisionTower};
 use crate::tied_head::{TiedHead, backward_together};
+
+/// Which blocks a training pass recomputes in its backward instead of keeping their activations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recompute {
+    /// None: every activation is kept.
+    Off,
+    /// The trained vision tower's blocks; the decoder keeps its activations.
+    Tower,
+    /// The decoder's blocks and the trained vision tower's.
+    All,
+}
+
+impl Recompute {
+    /// Whether the decoder's blocks are recomputed.
+    pub fn decoder(self) -> bool {
+        self == Recompute::All
+    }
+
+    /// Whether a trained tower's blocks are recomputed.
+    pub fn tower(self) -> bool {
+        self != Recompute::Off
+    }
+}
+
+impl From<bool> for Recompute {
+    /// Checkpointing on (`true`) recomputes every block.
+    fn from(on: bool) -> Self {
+        if on { Recompute::All } else { Recompute::Off }
+    }
+}
 
 /// Blocks run without a graph: their saved inputs, and leaves standing for the outputs read elsewhere.
 #[derive(Debug)]
@@ -26,10 +61,10 @@ pub(crate) struct Blocks {
 
 #[derive(Debug)]
 pub(crate) struct Checkpoint {
-    pub decoder: Blocks,
-    /// The output head the loss reads when it is the trained embedding.
-    pub head: Option<TiedHead>,
-    /// The vision tower's part, when it is trained.
+    /// The decoder's blocks when they are recomputed, and the output head the loss then reads when
+    /// it is the trained embedding.
+    pub decoder: Option<(Blocks, Option<TiedHead>)>,
+    /// The vision tower's part, when it is trained and recomputed.
     pub vision: Option<(VisionRun, Blocks)>,
 }
 
@@ -120,38 +155,44 @@ impl Checkpoint {
         let last = last.ok_or_else(|| ModelError::Input("a decoder without layers".into()))?;
         let last = last.shallow_clone();
         let head = TiedHead::of(head, tied);
-        Ok((
-            Self {
-                decoder,
-                head,
-                vision,
-            },
-            last,
-        ))
+        let decoder = Some((decoder, head));
+        Ok((Self { decoder, vision }, last))
     }
 
-    /// The output head (vocab, hidden) a training pass's loss must read: `weight`, or under
-    /// `checkpoint` with a tied, trained head its alias ([`TiedHead`]).
+    /// A decoder that keeps its activations (plain autograd) over a recomputed tower's `vision`
+    /// tape; `None` without one (nothing to recompute).
+    pub fn of_tower(vision: Option<(VisionRun, Blocks)>) -> Option<Self> {
+        vision.map(|vision| Self {
+            decoder: None,
+            vision: Some(vision),
+        })
+    }
+
+    /// The output head (vocab, hidden) a training pass's loss must read: `weight`, or under a
+    /// recomputed decoder with a tied, trained head its alias ([`TiedHead`]).
     pub fn head<'a>(checkpoint: Option<&'a Self>, weight: &'a Tensor) -> &'a Tensor {
-        let tied = checkpoint.and_then(|c| c.head.as_ref());
+        let decoder = checkpoint.and_then(|c| c.decoder.as_ref());
+        let tied = decoder.and_then(|(_, head)| head.as_ref());
         tied.map_or(weight, TiedHead::alias)
     }
 
-    /// The backward's second part, after `loss.backward()` reached the taps: the decoder's blocks
-    /// recomputed in reverse (`decoder_block`), their gradient into the embeddings `embeds` (and the
-    /// tied head's into the embedding with it, in one call), then the trained tower's blocks.
+    /// The backward's second part, after `loss.backward()` reached the taps: a recomputed decoder's
+    /// blocks in reverse (`decoder_block`), their gradient into the embeddings `embeds` (and the tied
+    /// head's into the embedding with it, in one call), then the trained tower's blocks.
     pub fn backward(
         self,
         embeds: &Tensor,
         tower: &VisionTower,
         decoder_block: impl Fn(usize, &Tensor) -> Result<Tensor, ModelError>,
     ) -> Result<(), ModelError> {
-        let grad = self.decoder.backward(decoder_block)?;
-        let lookup = grad
-            .filter(|_| embeds.requires_grad())
-            .map(|grad| (embeds * grad).sum(Kind::Float));
-        let head = self.head.as_ref().and_then(TiedHead::gradient_term);
-        backward_together(lookup.into_iter().chain(head));
+        if let Some((blocks, head)) = &self.decoder {
+            let grad = blocks.backward(decoder_block)?;
+            let lookup = grad
+                .filter(|_| embeds.requires_grad())
+                .map(|grad| (embeds * grad).sum(Kind::Float));
+            let head = head.as_ref().and_then(TiedHead::gradient_term);
+            backward_together(lookup.into_iter().chain(head));
+        }
         if let Some((run, blocks)) = self.vision {
             let grad = blocks.backward(|i, x| tower.run_block(i, x, &run))?;
             // A frozen patch embedding (LoRA adapts the blocks only) has no graph to extend.

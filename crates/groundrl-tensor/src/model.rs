@@ -26,6 +26,7 @@ use crate::lora::LoraSpec;
 use crate::model_error::ModelError;
 use crate::rollout::kv_cache::KvCache;
 
+pub use crate::checkpoint::Recompute;
 pub use crate::qwen2_5_vl::BranchRow;
 pub use crate::qwen2_5_vl::branches::scored_pairs;
 pub use crate::qwen2_5_vl::flops::Sequence;
@@ -325,13 +326,13 @@ pub trait Model: Decoder + ForwardFlops {
     /// position before it; 0 elsewhere (a forward without a training pass).
     fn token_logprobs(&self, batch: &Batch, scored: &Tensor, chunk: i64) -> Result<Tensor, ModelError>;
 
-    /// Runs the model for a training step, the images' features from `source`; `checkpoint` trades a
-    /// second forward of each block during backward for not keeping its activations.
+    /// Runs the model for a training step, the images' features from `source`; the blocks
+    /// `recompute` names run a second forward during backward instead of keeping their activations.
     fn training_forward<'a>(
         &'a self,
         batch: &Batch,
         source: ImageFeatures,
-        checkpoint: bool,
+        recompute: Recompute,
     ) -> Result<Box<dyn TrainingPass + 'a>, ModelError>;
 
     /// The output head (vocabulary, hidden): the tied embedding or the separate `lm_head`, what

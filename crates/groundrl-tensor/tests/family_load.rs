@@ -6,7 +6,7 @@ use crate::qwen3_vl_fixtures;
 
 use groundrl_tensor::family::{self, Family};
 use groundrl_tensor::hf_folder;
-use groundrl_tensor::model::{ImageFeatures, Model};
+use groundrl_tensor::model::{ImageFeatures, Model, Recompute};
 use groundrl_tensor::qwen2_5_vl::Qwen25Vl;
 use groundrl_tensor::qwen3_vl::Qwen3Vl;
 use groundrl_tensor::scores;
@@ -64,7 +64,7 @@ fn a_training_pass_through_the_trait_is_the_family_s_own() {
     let scored = Tensor::zeros([3, len], (Kind::Bool, Device::Cpu));
     let _ = scored.narrow(1, len - 4, 4).fill_(1);
     let pass = model
-        .training_forward(&batch, ImageFeatures::Tower, true)
+        .training_forward(&batch, ImageFeatures::Tower, Recompute::All)
         .unwrap();
     let scores = scores::logprobs_and_entropy_at(pass.head(), pass.hidden(), pass.ids(), &scored, 3).unwrap();
     let loss = -scores.logprobs.sum(Kind::Float) / 12.0;
@@ -80,7 +80,7 @@ fn a_training_pass_through_the_trait_is_the_family_s_own() {
     let via_trait = grad(model.as_ref());
 
     let own = Qwen3Vl::load(&fixture("tiny_a"), Device::Cpu, Kind::Float).unwrap();
-    let run = own.training_forward(&batch, true).unwrap();
+    let run = own.training_forward(&batch, Recompute::All).unwrap();
     let logprobs = scores::logprobs_at(run.head(), &run.hidden, &run.prepared.ids, &scored, 3).unwrap();
     let own_loss = -logprobs.sum(Kind::Float) / 12.0;
     assert!((own_loss.double_value(&[]) - value).abs() < 1e-9, "{value}");

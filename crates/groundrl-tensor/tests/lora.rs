@@ -177,7 +177,7 @@ fn gradients(vision: bool, checkpoint: bool) -> BTreeMap<String, Tensor> {
     model.add_lora(&spec(&LLM_TARGETS, vision)).unwrap();
     train_b(&model, 0.05);
     let batch = batch();
-    let run = model.training_forward(&batch, checkpoint).unwrap();
+    let run = model.training_forward(&batch, checkpoint.into()).unwrap();
     let len = batch.input_ids[0].len() as i64;
     let logp = model.text.logits(&run.hidden).log_softmax(-1, Kind::Float);
     let next = run.prepared.ids.narrow(1, 1, len - 1).unsqueeze(-1);

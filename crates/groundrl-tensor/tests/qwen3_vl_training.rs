@@ -8,7 +8,7 @@ use crate::qwen3_vl_fixtures;
 
 use std::collections::BTreeMap;
 
-use groundrl_tensor::model::Model;
+use groundrl_tensor::model::{Model, Recompute};
 use groundrl_tensor::qwen2_5_vl::model::ImageFeatures;
 use groundrl_tensor::qwen3_vl::{Batch, Qwen3Vl};
 use groundrl_tensor::scores;
@@ -81,14 +81,14 @@ fn checkpointing_gives_plain_autograd_s_loss_and_every_gradient() {
 
 /// The gradients of three backward passes over `batch` (log-probs of its last 5 columns, each pass
 /// scaled otherwise so that their gradients differ), accumulated from zero.
-fn accumulated_gradients(model: &Qwen3Vl, batch: &Batch, checkpoint: bool) -> BTreeMap<String, Tensor> {
+fn accumulated_gradients(model: &Qwen3Vl, batch: &Batch, recompute: Recompute) -> BTreeMap<String, Tensor> {
     let vs = model.var_store();
     for mut var in vs.trainable_variables() {
         var.zero_grad();
     }
     let scored = last_columns(batch, 5);
     for divisor in [10.0, 7.0, 3.0] {
-        let run = model.training_forward(batch, checkpoint).unwrap();
+        let run = model.training_forward(batch, recompute).unwrap();
         let lp = scores::logprobs_at(run.head(), &run.hidden, &run.prepared.ids, &scored, 4).unwrap();
         run.backward(&(-lp.sum(Kind::Float) / divisor)).unwrap();
     }
@@ -99,26 +99,28 @@ fn accumulated_gradients(model: &Qwen3Vl, batch: &Batch, checkpoint: bool) -> BT
         .collect()
 }
 
-/// Over an accumulation of passes, recompute gives plain autograd's gradients to the bit, the tower
-/// trained: tiny_b's tied output head (its head and lookup parts are added in one autograd call
-/// before they join the earlier passes' sum, as plain autograd adds them) and both fixtures' tapped
-/// vision blocks (a tap's gradient joins the next block's in plain autograd's order).
+/// Over an accumulation of passes, recompute (of every block, or of the tower's alone) gives plain
+/// autograd's gradients to the bit, the tower trained: tiny_b's tied output head (its head and
+/// lookup parts are added in one autograd call before they join the earlier passes' sum, as plain
+/// autograd adds them) and both fixtures' tapped vision blocks (a tap's gradient joins the next block's in plain autograd's order).
 #[test]
 fn an_accumulation_with_recompute_gives_plain_autograd_s_bits() {
     for (name, tied) in [("tiny_a", false), ("tiny_b", true)] {
         let model = model(name);
         assert_eq!(model.architecture().tied_embeddings, tied, "{name}");
         let (batch, _) = golden(name);
-        let plain = accumulated_gradients(&model, &batch, false);
-        let recomputed = accumulated_gradients(&model, &batch, true);
+        let plain = accumulated_gradients(&model, &batch, Recompute::Off);
         assert_eq!(plain.len(), model.var_store().variables().len(), "{name}");
-        assert_eq!(plain.len(), recomputed.len(), "{name}");
-        let differing: Vec<&String> = plain
-            .iter()
-            .filter(|(n, g)| !g.equal(&recomputed[*n]))
-            .map(|(n, _)| n)
-            .collect();
-        assert!(differing.is_empty(), "{name}: {differing:?}");
+        for recompute in [Recompute::All, Recompute::Tower] {
+            let recomputed = accumulated_gradients(&model, &batch, recompute);
+            assert_eq!(plain.len(), recomputed.len(), "{name}");
+            let differing: Vec<&String> = plain
+                .iter()
+                .filter(|(n, g)| !g.equal(&recomputed[*n]))
+                .map(|(n, _)| n)
+                .collect();
+            assert!(differing.is_empty(), "{name}, {recompute:?}: {differing:?}");
+        }
     }
 }
 

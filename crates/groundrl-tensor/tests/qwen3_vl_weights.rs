@@ -102,7 +102,7 @@ fn gradients(model: &Qwen3Vl, batch: &Batch, checkpoint: bool) -> BTreeMap<Strin
     for mut var in vs.trainable_variables() {
         var.zero_grad();
     }
-    let run = model.training_forward(batch, checkpoint).unwrap();
+    let run = model.training_forward(batch, checkpoint.into()).unwrap();
     let len = batch.input_ids[0].len() as i64;
     let scored = Tensor::zeros([3, len], (Kind::Bool, Device::Cpu));
     let _ = scored.narrow(1, len - 4, 4).fill_(1);

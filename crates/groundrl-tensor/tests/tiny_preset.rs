@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use groundrl_tensor::hf_folder::{self, HfModel};
-use groundrl_tensor::model::{Batch, ImageFeatures};
+use groundrl_tensor::model::{Batch, ImageFeatures, Recompute};
 use groundrl_tensor::processor::chat_template::RenderOptions;
 use groundrl_tensor::scores;
 use serde_json::Value;
@@ -148,9 +148,9 @@ fn config_and_tokenizer_ids_must_agree() {
     );
 }
 
-/// Gradients of a log-prob loss: plain autograd vs per-block recompute.
-fn gradients(hf: &HfModel, batch: &Batch, checkpoint: bool) -> HashMap<String, Tensor> {
-    accumulated_gradients(hf, batch, checkpoint, &[10.0])
+/// Gradients of a log-prob loss, recomputing the blocks `recompute` names (`true`: all).
+fn gradients(hf: &HfModel, batch: &Batch, recompute: impl Into<Recompute>) -> HashMap<String, Tensor> {
+    accumulated_gradients(hf, batch, recompute.into(), &[10.0])
 }
 
 /// The gradients of an accumulation of backward passes over `batch`, one a divisor of the summed
@@ -158,7 +158,7 @@ fn gradients(hf: &HfModel, batch: &Batch, checkpoint: bool) -> HashMap<String, T
 fn accumulated_gradients(
     hf: &HfModel,
     batch: &Batch,
-    checkpoint: bool,
+    recompute: Recompute,
     divisors: &[f64],
 ) -> HashMap<String, Tensor> {
     let vs = hf.model.var_store();
@@ -171,7 +171,7 @@ fn accumulated_gradients(
     for divisor in divisors {
         let run = hf
             .model
-            .training_forward(batch, ImageFeatures::Tower, checkpoint)
+            .training_forward(batch, ImageFeatures::Tower, recompute)
             .unwrap();
         let lp = scores::logprobs_at(run.head(), run.hidden(), run.ids(), &scored, 3).unwrap();
         run.backward(&(-lp.sum(Kind::Float) / *divisor)).unwrap();
@@ -183,9 +183,10 @@ fn accumulated_gradients(
         .collect()
 }
 
-/// Over an accumulation of passes, recompute gives plain autograd's gradients to the bit, the tied
-/// embedding's too: its head and lookup parts are added in one autograd call before they join the
-/// earlier passes' sum, as plain autograd adds them (`tied_head`).
+/// Over an accumulation of passes, recompute (of every block, or of the tower's alone) gives plain
+/// autograd's gradients to the bit, the tied embedding's too: its head and lookup parts are added in
+/// one autograd call before they join the earlier passes' sum, as plain autograd adds them
+/// (`tied_head`).
 #[test]
 fn an_accumulation_with_recompute_gives_plain_autograd_s_bits() {
     let dir = tempfile::tempdir().unwrap();
@@ -193,15 +194,17 @@ fn an_accumulation_with_recompute_gives_plain_autograd_s_bits() {
     assert!(hf.model.architecture().tied_embeddings);
     let batch = golden_batch(&hf);
     let divisors = [10.0, 7.0, 3.0];
-    let plain = accumulated_gradients(&hf, &batch, false, &divisors);
-    let recomputed = accumulated_gradients(&hf, &batch, true, &divisors);
-    assert_eq!(plain.len(), recomputed.len());
-    let differing: Vec<&String> = plain
-        .iter()
-        .filter(|(name, g)| !g.equal(&recomputed[*name]))
-        .map(|(name, _)| name)
-        .collect();
-    assert!(differing.is_empty(), "{differing:?}");
+    let plain = accumulated_gradients(&hf, &batch, Recompute::Off, &divisors);
+    for recompute in [Recompute::All, Recompute::Tower] {
+        let recomputed = accumulated_gradients(&hf, &batch, recompute, &divisors);
+        assert_eq!(plain.len(), recomputed.len());
+        let differing: Vec<&String> = plain
+            .iter()
+            .filter(|(name, g)| !g.equal(&recomputed[*name]))
+            .map(|(name, _)| name)
+            .collect();
+        assert!(differing.is_empty(), "{recompute:?}: {differing:?}");
+    }
 }
 
 #[test]

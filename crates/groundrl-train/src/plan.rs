@@ -254,36 +254,50 @@ pub fn close_fit(total: u64, gpu_bytes: u64) -> bool {
     u128::from(total) * 100 > u128::from(gpu_bytes) * u128::from(CLOSE_FIT_PERCENT)
 }
 
-/// What `model.gradient_checkpointing = "auto"` became on a GPU, and the plan that decided it.
+/// What `model.gradient_checkpointing = "auto"` became on a GPU, and the plans that decided it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CheckpointingChoice {
-    pub on: bool,
+    /// `Off`, `Tower` or `On`.
+    pub chosen: Checkpointing,
     /// The plan's peak without checkpointing, and the GPU's memory.
     pub without: u64,
+    /// The plan's peak with the tower's blocks alone recomputed, when the tower is trained and
+    /// the plan without checkpointing did not fit.
+    pub tower: Option<u64>,
     pub gpu_bytes: u64,
 }
 
 impl std::fmt::Display for CheckpointingChoice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let share = 100.0 * self.without as f64 / self.gpu_bytes as f64;
-        let reason = match self.on {
-            true => format!("over {CLOSE_FIT_PERCENT}%"),
-            false => "room for the activations".to_string(),
+        let share = |bytes: u64| 100.0 * bytes as f64 / self.gpu_bytes as f64;
+        let tower = self.tower.map(share);
+        let reason = match (self.chosen, tower) {
+            (Checkpointing::Off, _) => "room for the activations".to_string(),
+            (_, Some(tower)) => {
+                format!("over {CLOSE_FIT_PERCENT}%; with the tower alone recomputed {tower:.0}%")
+            }
+            _ => format!("over {CLOSE_FIT_PERCENT}%"),
+        };
+        let chosen = match self.chosen {
+            Checkpointing::On => "on",
+            Checkpointing::Tower => "the tower's blocks",
+            _ => "off",
         };
         write!(
             f,
-            "model.gradient_checkpointing = \"auto\": {} (the plan without it fills {share:.0}% of the \
-             GPU's {}: {reason})",
-            if self.on { "on" } else { "off" },
+            "model.gradient_checkpointing = \"auto\": {chosen} (the plan without it fills {:.0}% of \
+             the GPU's {}: {reason})",
+            share(self.without),
             gib(self.gpu_bytes)
         )
     }
 }
 
-/// Decides `model.gradient_checkpointing = "auto"` for a GPU of `gpu_bytes`: off (no recompute in
-/// the backward: on one H200 the 3B config's step took 1.852 s without it against 2.122 s with it,
-/// docs/performance.md) when the plan without it is not a [`close_fit`], else on; writes the
-/// decision into `cfg`. `None`, and `cfg` unchanged, when the config says `true` or `false`.
+/// Decides `model.gradient_checkpointing = "auto"` for a GPU of `gpu_bytes`: the first of off (no
+/// recompute in the backward: on one H200 the 3B config's step took 1.852 s without it against
+/// 2.122 s with it, docs/performance.md), the trained tower's blocks alone, and on whose plan is not
+/// a [`close_fit`]; writes the decision into `cfg`. `None`, and `cfg` unchanged, when the config
+/// names its choice.
 pub fn decide_checkpointing(
     cfg: &mut TrainConfig,
     model: &Architecture,
@@ -293,13 +307,25 @@ pub fn decide_checkpointing(
     if cfg.model.gradient_checkpointing != Checkpointing::Auto {
         return None;
     }
-    cfg.model.gradient_checkpointing = Checkpointing::Off;
-    let without = estimate(cfg, model, extras).total();
-    let on = close_fit(without, gpu_bytes);
-    cfg.model.gradient_checkpointing = on.into();
+    let trained = cfg.model.vision_trained();
+    let mut plan_with = |choice: Checkpointing| {
+        cfg.model.gradient_checkpointing = choice;
+        estimate(cfg, model, extras).total()
+    };
+    let without = plan_with(Checkpointing::Off);
+    let tower = (close_fit(without, gpu_bytes) && trained).then(|| plan_with(Checkpointing::Tower));
+    let chosen = if !close_fit(without, gpu_bytes) {
+        Checkpointing::Off
+    } else if tower.is_some_and(|tower| !close_fit(tower, gpu_bytes)) {
+        Checkpointing::Tower
+    } else {
+        Checkpointing::On
+    };
+    cfg.model.gradient_checkpointing = chosen;
     Some(CheckpointingChoice {
-        on,
+        chosen,
         without,
+        tower,
         gpu_bytes,
     })
 }
@@ -581,8 +607,8 @@ fn prompts_spanned(m: u64, n: u64) -> u64 {
 }
 
 /// The decoder's saved activations for one training micro-batch of `T` tokens ([`UpdateRows`]):
-/// without checkpointing every block's set, `T * (L * block + block + final)`; with checkpointing
-/// the input of every block and one block's set under recompute, `T * (L * b h + 2 block + final)`.
+/// without checkpointing (or with the tower's alone) every block's set, `T * (L * block + block +
+/// final)`; with checkpointing the input of every block and one block's set under recompute, `T * (L * b h + 2 block + final)`.
 /// The extra `block` is the backward's: while a block is differentiated, the gradients of what it
 /// saved exist beside it (a 32-prompt micro-batch of the 3B shape ran out of 139 GiB planned
 /// without it, 2026-11-29). `final = (4 + b) h` is the final norm's f32 input and normalised output.
@@ -597,7 +623,7 @@ fn activations(cfg: &TrainConfig, model: &Architecture, tokens: &Tokens) -> Part
     let final_norm = (4 + b) * h;
     let full = row_tokens * ((layers + 1) * block + final_norm);
     let checkpointed = row_tokens * (layers * b * h + 2 * block + final_norm);
-    let (bytes, advice) = if m.gradient_checkpointing.enabled() {
+    let (bytes, advice) = if m.gradient_checkpointing.recompute().decoder() {
         let advice = format!(
             "lower `trainer.micro_batch_size` ({}); activations scale with it",
             cfg.trainer.micro_batch_size
@@ -673,8 +699,8 @@ fn vision_block_bytes(model: &Architecture, b: u64) -> u64 {
 /// The vision tower on the micro-batch's images (one per row of [`UpdateRows`], at most
 /// `max_pixels`): `P = rows * patches` patch tokens through `depth` blocks of the same layout as the
 /// decoder's ([`vision_block_bytes`]). Frozen, it keeps no graph and holds at most one block's set
-/// at a time: `P * block`; trained, `P * depth * block`, or with checkpointing `P * (depth * b vh +
-/// block)`. The merged features it hands the decoder are counted with the decoder's tokens.
+/// at a time: `P * block`; trained, `P * depth * block`, or with its blocks recomputed (checkpointing
+/// on or `"tower"`) `P * (depth * b vh + block)`. The merged features it hands the decoder are counted with the decoder's tokens.
 fn vision_tower(cfg: &TrainConfig, model: &Architecture, tokens: &Tokens) -> Part {
     let m = &cfg.model;
     let b = m.dtype.bytes();
@@ -682,7 +708,7 @@ fn vision_tower(cfg: &TrainConfig, model: &Architecture, tokens: &Tokens) -> Par
     let depth = model.vision_depth as u64;
     let block = vision_block_bytes(model, b);
     let patches = UpdateRows::of(cfg, tokens).rows * tokens.patches;
-    let per_patch = match (m.vision_trained(), m.gradient_checkpointing.enabled()) {
+    let per_patch = match (m.vision_trained(), m.gradient_checkpointing.recompute().tower()) {
         (false, _) => block,
         (true, false) => depth * block,
         (true, true) => depth * b * vh + block,
@@ -820,11 +846,58 @@ mod tests {
         let mut on_80 = cfg.clone();
         let choice = decide_checkpointing(&mut on_80, &model, NO_REFERENCE, 80 * GIB).unwrap();
         assert!(
-            choice.on && choice.to_string().contains("fills 115% of the GPU's 80.00 GiB"),
+            choice.chosen == Checkpointing::On
+                && choice.to_string().contains("fills 115% of the GPU's 80.00 GiB"),
             "{choice}"
         );
         let choice = decide_checkpointing(&mut cfg, &model, NO_REFERENCE, 139 * GIB).unwrap();
-        assert!(!choice.on && choice.to_string().contains("fills 66%"), "{choice}");
+        assert!(
+            choice.chosen == Checkpointing::Off && choice.to_string().contains("fills 66%"),
+            "{choice}"
+        );
+    }
+
+    /// `"auto"` with the tower trained (the shipped 3B config): recomputing the tower alone keeps the
+    /// decoder's activations of no checkpointing and the tower's of checkpointing. On a GPU where
+    /// that plan fills 89% and the plan without checkpointing over 90%, the tower's blocks alone are
+    /// recomputed; on one where that plan too is over 90%, every block.
+    #[test]
+    fn auto_recomputes_the_tower_alone_where_that_fits() {
+        let trained = ["model.freeze_vision=false", "model.gradient_checkpointing=auto"];
+        let (cfg, model) = shipped("3b-1gpu.toml", &trained);
+        let plan_with = |choice| {
+            let mut c = cfg.clone();
+            c.model.gradient_checkpointing = choice;
+            estimate(&c, &model, NO_REFERENCE)
+        };
+        let [off, tower, on] = [Checkpointing::Off, Checkpointing::Tower, Checkpointing::On].map(plan_with);
+        let bytes = |plan: &MemoryPlan, part| plan.part(part).unwrap().bytes;
+        assert_eq!(bytes(&tower, "activations"), bytes(&off, "activations"));
+        assert_eq!(bytes(&tower, "vision tower"), bytes(&on, "vision tower"));
+        assert!(bytes(&tower, "vision tower") < bytes(&off, "vision tower"));
+        let decide = |gpu_bytes| {
+            let mut c = cfg.clone();
+            let choice = decide_checkpointing(&mut c, &model, NO_REFERENCE, gpu_bytes).unwrap();
+            assert_eq!(c.model.gradient_checkpointing, choice.chosen);
+            choice
+        };
+        let gpu = tower.total() * 100 / 89;
+        assert!(close_fit(off.total(), gpu));
+        let choice = decide(gpu);
+        assert_eq!(
+            (choice.chosen, choice.without, choice.tower),
+            (Checkpointing::Tower, off.total(), Some(tower.total()))
+        );
+        assert!(
+            choice.to_string().contains(": the tower's blocks (")
+                && choice
+                    .to_string()
+                    .ends_with("over 90%; with the tower alone recomputed 89%)"),
+            "{choice}"
+        );
+        let gpu = on.total() * 100 / 89;
+        assert!(close_fit(tower.total(), gpu));
+        assert_eq!(decide(gpu).chosen, Checkpointing::On);
     }
 
     fn shipped(name: &str, overrides: &[&str]) -> (TrainConfig, Architecture) {
@@ -1095,7 +1168,10 @@ mod tests {
             let mut c = cfg.clone();
             c.trainer.micro_batch_size = micro;
             let choice = decide_checkpointing(&mut c, &model, NO_REFERENCE, 139 * GIB).unwrap();
-            (choice.on, estimate(&c, &model, NO_REFERENCE).total())
+            (
+                choice.chosen == Checkpointing::On,
+                estimate(&c, &model, NO_REFERENCE).total(),
+            )
         };
         let (micro, plan) = largest_micro_batch(&cfg, &model, NO_REFERENCE, 139 * GIB).unwrap();
         assert_eq!(micro, 128);
@@ -1250,7 +1326,10 @@ mod tests {
         let without = GIB + 75_367_632_896 * 11 / 10;
         let mut on_80 = cfg.clone();
         let choice = decide_checkpointing(&mut on_80, &model, NO_REFERENCE, 80 * GIB).unwrap();
-        assert_eq!((choice.on, choice.without), (true, without));
+        assert_eq!(
+            (choice.chosen, choice.without, choice.tower),
+            (Checkpointing::On, without, None)
+        );
         assert_eq!(on_80.model.gradient_checkpointing, Checkpointing::On);
         assert_eq!(
             choice.to_string(),
@@ -1258,7 +1337,10 @@ mod tests {
              80.00 GiB: over 90%)"
         );
         let choice = decide_checkpointing(&mut cfg, &model, NO_REFERENCE, 139 * GIB).unwrap();
-        assert_eq!((choice.on, choice.without), (false, without));
+        assert_eq!(
+            (choice.chosen, choice.without, choice.tower),
+            (Checkpointing::Off, without, None)
+        );
         assert_eq!(cfg.model.gradient_checkpointing, Checkpointing::Off);
         assert!(
             choice

@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use groundrl_dist::{GroupOptions, ProcessGroup, Rendezvous};
 use groundrl_tensor::hf_folder::tiny_ids;
+use groundrl_tensor::model::Recompute;
 use groundrl_tensor::processor::Processor;
 use groundrl_tensor::processor::chat_template::ChatTemplate;
 use groundrl_tensor::processor::image::ImageProcessor;
@@ -164,7 +165,7 @@ fn run_update_with(
         ppo_epochs: 2,
         mini_batch_size: mini,
         micro_batch_size: 1,
-        checkpoint,
+        recompute: checkpoint.into(),
         logprob_chunk: 16,
         temperature: 1.0,
         response_budget: 32,
@@ -184,7 +185,7 @@ fn run_warm_up(
 ) -> (SftReport, Vec<Tensor>) {
     let settings = SftSettings {
         micro_batch_size: MINI,
-        checkpoint: false,
+        recompute: Recompute::Off,
         logprob_chunk: 16,
         lr: 1e-2,
     };

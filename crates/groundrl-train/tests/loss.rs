@@ -3,7 +3,7 @@
 //! gradient reaches the model's parameters.
 
 use groundrl_tensor::hf_folder::tiny_ids;
-use groundrl_tensor::model::Model;
+use groundrl_tensor::model::{Model, Recompute};
 use groundrl_tensor::processor::tiny_tokenizer::VOCAB_SIZE;
 use groundrl_tensor::qwen2_5_vl::{Batch, Qwen25Vl, presets};
 use groundrl_tensor::scores;
@@ -91,7 +91,7 @@ fn chunked_entropies_equal_the_full_logits_reference() {
 fn the_policy_loss_backpropagates_into_the_model() {
     let model = tiny();
     let (batch, scored) = batch();
-    let run = model.training_forward(&batch, false).unwrap();
+    let run = model.training_forward(&batch, Recompute::Off).unwrap();
     let scores =
         scores::logprobs_and_entropy_at(run.head(), &run.hidden, &run.prepared.ids, &scored, 4).unwrap();
     let cfg = LossConfig {

@@ -11,7 +11,7 @@ use super::training::TrainingForward;
 use super::{Qwen25Vl, flops, presets};
 use crate::family::Family;
 use crate::lora::LoraSpec;
-use crate::model::{Architecture, ForwardFlops, Grid, Model, RowState, Sequence, TrainingPass};
+use crate::model::{Architecture, ForwardFlops, Grid, Model, Recompute, RowState, Sequence, TrainingPass};
 use crate::model_error::ModelError;
 
 impl Qwen25VlConfig {
@@ -139,9 +139,9 @@ impl Model for Qwen25Vl {
         &'a self,
         batch: &Batch,
         source: ImageFeatures,
-        checkpoint: bool,
+        recompute: Recompute,
     ) -> Result<Box<dyn TrainingPass + 'a>, ModelError> {
-        Ok(Box::new(self.training_forward_from(batch, source, checkpoint)?))
+        Ok(Box::new(self.training_forward_from(batch, source, recompute)?))
     }
 
     fn output_weight(&self) -> &Tensor {

@@ -7,13 +7,14 @@
 //! block, instead of every block's graph. libtorch's C++ autograd has no checkpoint function reachable
 //! from tch, so the recompute is driven from here; the results equal plain autograd (tested).
 //! The vision tower's blocks are checkpointed the same way when it is trained (a frozen tower keeps
-//! no graph at all).
+//! no graph at all); [`Recompute::Tower`] checkpoints them alone, the decoder keeping its graph.
 
 use tch::{Kind, Tensor};
 
 use super::model::{Batch, ImageFeatures, Prepared, Qwen25Vl};
 use super::rope_index::Grid;
 use super::vision::{VisionRun, VisionTower};
+use crate::checkpoint::Recompute;
 use crate::model_error::ModelError;
 use crate::qwen2_5_vl::model::tower_pixels;
 use crate::tied_head::{TiedHead, backward_together};
@@ -27,19 +28,25 @@ pub struct TrainingForward<'m> {
     pub hidden: Tensor,
     /// The batch on the device (token ids, positions, mask, embeddings with their graph).
     pub prepared: Prepared,
-    checkpoint: Option<Checkpoint>,
+    checkpoint: Checkpoint,
+}
+
+/// What the backward recomputes ([`Recompute`]); neither part when nothing is.
+#[derive(Debug)]
+struct Checkpoint {
+    decoder: Option<DecoderCheckpoint>,
+    /// The vision tower's part, when it is trained and recomputed.
+    vision: Option<VisionCheckpoint>,
 }
 
 #[derive(Debug)]
-struct Checkpoint {
+struct DecoderCheckpoint {
     /// The input of every decoder block, without a graph.
     block_inputs: Vec<Tensor>,
     /// The last block's output as a leaf: the loss's graph starts here.
     last: Tensor,
     /// The output head the loss reads when it is the trained embedding.
     head: Option<TiedHead>,
-    /// The vision tower's part, when it is trained.
-    vision: Option<VisionCheckpoint>,
 }
 
 #[derive(Debug)]
@@ -96,14 +103,14 @@ fn recompute_backward(
 }
 
 impl Qwen25Vl {
-    /// Runs the model for a training step; `checkpoint` trades a second forward of each decoder
-    /// block during backward for not keeping its activations.
+    /// Runs the model for a training step; the blocks `recompute` names run a second forward during
+    /// backward instead of keeping their activations.
     pub fn training_forward(
         &self,
         batch: &Batch,
-        checkpoint: bool,
+        recompute: Recompute,
     ) -> Result<TrainingForward<'_>, ModelError> {
-        self.training_forward_from(batch, ImageFeatures::Tower, checkpoint)
+        self.training_forward_from(batch, ImageFeatures::Tower, recompute)
     }
 
     /// [`Self::training_forward`] with the image features from `source` (given features take no
@@ -112,30 +119,34 @@ impl Qwen25Vl {
         &self,
         batch: &Batch,
         source: ImageFeatures,
-        checkpoint: bool,
+        recompute: Recompute,
     ) -> Result<TrainingForward<'_>, ModelError> {
-        if !checkpoint {
-            let prepared = self.prepare_from(batch, source)?;
+        let mut vision = None;
+        let prepared =
+            if recompute.tower() && self.vision_trainable() && matches!(source, ImageFeatures::Tower) {
+                self.prepare_with(batch, |pixels, grids| {
+                    let (features, tape) = vision_forward(&self.vision, tower_pixels(pixels)?, grids)?;
+                    vision = Some(tape);
+                    Ok(features)
+                })?
+            } else {
+                self.prepare_from(batch, source)?
+            };
+        if !recompute.decoder() {
             let hidden = self
                 .text
                 .forward(&prepared.embeds, &prepared.rotary, &prepared.mask);
+            let checkpoint = Checkpoint {
+                decoder: None,
+                vision,
+            };
             return Ok(TrainingForward {
                 model: self,
                 hidden,
                 prepared,
-                checkpoint: None,
+                checkpoint,
             });
         }
-        let mut vision = None;
-        let prepared = if self.vision_trainable() && matches!(source, ImageFeatures::Tower) {
-            self.prepare_with(batch, |pixels, grids| {
-                let (features, tape) = vision_forward(&self.vision, tower_pixels(pixels)?, grids)?;
-                vision = Some(tape);
-                Ok(features)
-            })?
-        } else {
-            self.prepare_from(batch, source)?
-        };
         let mut block_inputs = Vec::with_capacity(self.text.layers.len());
         let last = tch::no_grad(|| {
             self.text
@@ -149,16 +160,19 @@ impl Qwen25Vl {
         })
         .set_requires_grad(true);
         let hidden = self.text.final_norm(&last);
+        let decoder = DecoderCheckpoint {
+            block_inputs,
+            last,
+            head: TiedHead::of(self.text.output_weight(), self.config.tie_word_embeddings),
+        };
         Ok(TrainingForward {
             model: self,
             hidden,
             prepared,
-            checkpoint: Some(Checkpoint {
-                block_inputs,
-                last,
-                head: TiedHead::of(self.text.output_weight(), self.config.tie_word_embeddings),
+            checkpoint: Checkpoint {
+                decoder: Some(decoder),
                 vision,
-            }),
+            },
         })
     }
 }
@@ -167,27 +181,27 @@ impl TrainingForward<'_> {
     /// The output head (vocab, hidden) the loss must read: the model's, or under checkpointing with
     /// a tied, trained head its alias ([`TiedHead`]).
     pub fn head(&self) -> &Tensor {
-        let tied = self.checkpoint.as_ref().and_then(|c| c.head.as_ref());
+        let decoder = self.checkpoint.decoder.as_ref();
+        let tied = decoder.and_then(|d| d.head.as_ref());
         tied.map_or_else(|| self.model.text.output_weight(), TiedHead::alias)
     }
 
     /// Back-propagates `loss` (a scalar computed from [`Self::hidden`]) into the parameters' gradients.
     pub fn backward(self, loss: &Tensor) -> Result<(), ModelError> {
         loss.backward();
-        let Some(checkpoint) = self.checkpoint else {
-            return Ok(());
-        };
         let (layers, p) = (&self.model.text.layers, &self.prepared);
-        let grad = recompute_backward(checkpoint.last.grad(), &checkpoint.block_inputs, |i, x| {
-            Ok(layers[i].forward(x, &p.rotary, &p.mask))
-        })?;
-        let lookup = p
-            .embeds
-            .requires_grad()
-            .then(|| (&p.embeds * &grad).sum(Kind::Float));
-        let head = checkpoint.head.as_ref().and_then(TiedHead::gradient_term);
-        backward_together(lookup.into_iter().chain(head));
-        if let Some(vision) = checkpoint.vision {
+        if let Some(decoder) = self.checkpoint.decoder {
+            let grad = recompute_backward(decoder.last.grad(), &decoder.block_inputs, |i, x| {
+                Ok(layers[i].forward(x, &p.rotary, &p.mask))
+            })?;
+            let lookup = p
+                .embeds
+                .requires_grad()
+                .then(|| (&p.embeds * &grad).sum(Kind::Float));
+            let head = decoder.head.as_ref().and_then(TiedHead::gradient_term);
+            backward_together(lookup.into_iter().chain(head));
+        }
+        if let Some(vision) = self.checkpoint.vision {
             let tower = &self.model.vision;
             let grad = recompute_backward(vision.last.grad(), &vision.block_inputs, |i, x| {
                 tower.run_block(i, x, &vision.run)

@@ -12,7 +12,8 @@ use super::{Qwen35, flops};
 use crate::family::Family;
 use crate::lora::LoraSpec;
 use crate::model::{
-    Architecture, Batch, ForwardFlops, Grid, ImageFeatures, Model, RowState, Sequence, TrainingPass,
+    Architecture, Batch, ForwardFlops, Grid, ImageFeatures, Model, Recompute, RowState, Sequence,
+    TrainingPass,
 };
 use crate::model_error::ModelError;
 use crate::qwen3_vl::presets::vision_parameter_count;
@@ -172,9 +173,9 @@ impl Model for Qwen35 {
         &'a self,
         batch: &Batch,
         source: ImageFeatures,
-        checkpoint: bool,
+        recompute: Recompute,
     ) -> Result<Box<dyn TrainingPass + 'a>, ModelError> {
-        Ok(Box::new(self.training_forward_from(batch, source, checkpoint)?))
+        Ok(Box::new(self.training_forward_from(batch, source, recompute)?))
     }
 
     fn output_weight(&self) -> &Tensor {

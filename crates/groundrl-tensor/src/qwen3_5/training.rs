@@ -5,7 +5,7 @@
 use tch::Tensor;
 
 use super::model::{Prepared, Qwen35};
-use crate::checkpoint::{Checkpoint, vision_forward};
+use crate::checkpoint::{Checkpoint, Recompute, vision_forward};
 use crate::model::{Batch, ImageFeatures};
 use crate::model_error::ModelError;
 use crate::qwen2_5_vl::model::tower_pixels;
@@ -23,29 +23,29 @@ pub struct TrainingForward<'m> {
 }
 
 impl Qwen35 {
-    /// Runs the model for a training step, the images' features from `source`; `checkpoint` trades a
-    /// second forward of each layer during backward for not keeping its activations.
+    /// Runs the model for a training step, the images' features from `source`; the blocks
+    /// `recompute` names run a second forward during backward instead of keeping their activations.
     pub fn training_forward_from(
         &self,
         batch: &Batch,
         source: ImageFeatures,
-        checkpoint: bool,
+        recompute: Recompute,
     ) -> Result<TrainingForward<'_>, ModelError> {
-        if !checkpoint {
-            let prepared = self.prepare_from(batch, source)?;
-            let hidden = self.decode(&prepared)?;
-            return Ok(self.forward_result(hidden, prepared, None));
-        }
         let mut vision = None;
-        let prepared = if self.vision_trainable() && matches!(source, ImageFeatures::Tower) {
-            self.prepare_with(batch, |pixels, grids| {
-                let (features, tape) = vision_forward(&self.vision, tower_pixels(pixels)?, grids)?;
-                vision = Some(tape);
-                Ok(features.merged)
-            })?
-        } else {
-            self.prepare_from(batch, source)?
-        };
+        let prepared =
+            if recompute.tower() && self.vision_trainable() && matches!(source, ImageFeatures::Tower) {
+                self.prepare_with(batch, |pixels, grids| {
+                    let (features, tape) = vision_forward(&self.vision, tower_pixels(pixels)?, grids)?;
+                    vision = Some(tape);
+                    Ok(features.merged)
+                })?
+            } else {
+                self.prepare_from(batch, source)?
+            };
+        if !recompute.decoder() {
+            let hidden = self.decode(&prepared)?;
+            return Ok(self.forward_result(hidden, prepared, Checkpoint::of_tower(vision)));
+        }
         let (checkpoint, last) = Checkpoint::of_decoder(
             self.text.depth(),
             &prepared.embeds,

@@ -10,7 +10,7 @@ use super::training::TrainingForward;
 use super::{Batch, Qwen3Vl, flops, presets};
 use crate::family::Family;
 use crate::lora::LoraSpec;
-use crate::model::{Architecture, ForwardFlops, Grid, Model, RowState, Sequence, TrainingPass};
+use crate::model::{Architecture, ForwardFlops, Grid, Model, Recompute, RowState, Sequence, TrainingPass};
 use crate::model_error::ModelError;
 use crate::qwen2_5_vl::model::ImageFeatures;
 
@@ -139,9 +139,9 @@ impl Model for Qwen3Vl {
         &'a self,
         batch: &Batch,
         source: ImageFeatures,
-        checkpoint: bool,
+        recompute: Recompute,
     ) -> Result<Box<dyn TrainingPass + 'a>, ModelError> {
-        Ok(Box::new(self.training_forward_from(batch, source, checkpoint)?))
+        Ok(Box::new(self.training_forward_from(batch, source, recompute)?))
     }
 
     fn output_weight(&self) -> &Tensor {

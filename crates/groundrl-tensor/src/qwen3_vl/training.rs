@@ -1,5 +1,5 @@
 //! Qwen3-VL's training forward and backward, with optional gradient checkpointing of the decoder
-//! blocks and, when it is trained, of the vision tower's blocks.
+//! blocks and, when it is trained, of the vision tower's blocks ([`Recompute`]).
 //!
 //! Checkpointing is [`crate::checkpoint`]'s.
 //!
@@ -14,7 +14,7 @@ use tch::Tensor;
 use super::model::{Prepared, Qwen3Vl};
 use super::text::TextModel;
 use super::{Batch, ModelError};
-use crate::checkpoint::{Checkpoint, vision_forward};
+use crate::checkpoint::{Checkpoint, Recompute, vision_forward};
 use crate::qwen2_5_vl::model::ImageFeatures;
 use crate::qwen2_5_vl::model::tower_pixels;
 
@@ -37,14 +37,14 @@ fn decoder_block(text: &TextModel, p: &Prepared, i: usize, x: &Tensor) -> Result
 }
 
 impl Qwen3Vl {
-    /// Runs the model for a training step; `checkpoint` trades a second forward of each block during
-    /// backward for not keeping its activations.
+    /// Runs the model for a training step; the blocks `recompute` names run a second forward during
+    /// backward instead of keeping their activations.
     pub fn training_forward(
         &self,
         batch: &Batch,
-        checkpoint: bool,
+        recompute: Recompute,
     ) -> Result<TrainingForward<'_>, ModelError> {
-        self.training_forward_from(batch, ImageFeatures::Tower, checkpoint)
+        self.training_forward_from(batch, ImageFeatures::Tower, recompute)
     }
 
     /// [`Self::training_forward`] with the image features from `source` (given features take no
@@ -53,28 +53,28 @@ impl Qwen3Vl {
         &self,
         batch: &Batch,
         source: ImageFeatures,
-        checkpoint: bool,
+        recompute: Recompute,
     ) -> Result<TrainingForward<'_>, ModelError> {
-        if !checkpoint {
-            let prepared = self.prepare_from(batch, source)?;
+        let mut vision = None;
+        let prepared =
+            if recompute.tower() && self.vision_trainable() && matches!(source, ImageFeatures::Tower) {
+                self.prepare_with(batch, |pixels, grids| {
+                    let (features, tape) = vision_forward(&self.vision, tower_pixels(pixels)?, grids)?;
+                    vision = Some(tape);
+                    Ok(features)
+                })?
+            } else {
+                self.prepare_from(batch, source)?
+            };
+        if !recompute.decoder() {
             let hidden = self.text.forward(
                 &prepared.embeds,
                 &prepared.rotary,
                 &prepared.mask,
                 prepared.deepstack.as_ref(),
             )?;
-            return Ok(self.forward_result(hidden, prepared, None));
+            return Ok(self.forward_result(hidden, prepared, Checkpoint::of_tower(vision)));
         }
-        let mut vision = None;
-        let prepared = if self.vision_trainable() && matches!(source, ImageFeatures::Tower) {
-            self.prepare_with(batch, |pixels, grids| {
-                let (features, tape) = vision_forward(&self.vision, tower_pixels(pixels)?, grids)?;
-                vision = Some(tape);
-                Ok(features)
-            })?
-        } else {
-            self.prepare_from(batch, source)?
-        };
         let (checkpoint, last) = Checkpoint::of_decoder(
             self.text.layers.len(),
             &prepared.embeds,

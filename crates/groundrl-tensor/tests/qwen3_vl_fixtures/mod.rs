@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use groundrl_tensor::model::{BranchRow, ImageFeatures, Model, scored_pairs};
+use groundrl_tensor::model::{BranchRow, ImageFeatures, Model, Recompute, scored_pairs};
 use groundrl_tensor::qwen3_vl::Batch;
 use groundrl_tensor::scores;
 use tch::{Device, Kind, Tensor};
@@ -62,18 +62,19 @@ pub fn last_columns(batch: &Batch, n: i64) -> Tensor {
 }
 
 /// A log-prob and entropy loss on the batch's last 5 columns: its value and the gradient of every
-/// parameter that gets one, after one training forward and backward.
+/// parameter that gets one, after one training forward and backward recomputing the blocks
+/// `recompute` names (`true`: all, `false`: none).
 pub fn loss_and_gradients(
     model: &dyn Model,
     batch: &Batch,
     source: ImageFeatures,
-    checkpoint: bool,
+    recompute: impl Into<Recompute>,
 ) -> (f64, BTreeMap<String, Tensor>) {
     let vs = model.var_store();
     for mut var in vs.trainable_variables() {
         var.zero_grad();
     }
-    let run = model.training_forward(batch, source, checkpoint).unwrap();
+    let run = model.training_forward(batch, source, recompute.into()).unwrap();
     let scored = last_columns(batch, 5);
     let scores = scores::logprobs_and_entropy_at(run.head(), run.hidden(), run.ids(), &scored, 4).unwrap();
     let loss = -scores.logprobs.sum(Kind::Float) / 15.0 - scores.entropy.sum(Kind::Float) * 0.01;
@@ -182,7 +183,7 @@ pub fn branched_against_rows(
     };
     let width = (prompt.len() + completions[0].len()) as i64;
     let run = model
-        .training_forward(&rows, ImageFeatures::Tower, false)
+        .training_forward(&rows, ImageFeatures::Tower, Recompute::Off)
         .unwrap();
     let scored = Tensor::zeros([2, width], (Kind::Bool, Device::Cpu));
     for (row, completion) in completions.iter().enumerate() {
@@ -198,7 +199,7 @@ pub fn branched_against_rows(
     let row_grads = grads();
 
     let run = model
-        .training_forward(&branched, ImageFeatures::Tower, true)
+        .training_forward(&branched, ImageFeatures::Tower, Recompute::All)
         .unwrap();
     let len = branched.input_ids[0].len();
     let (targets, predictors) = scored_pairs(

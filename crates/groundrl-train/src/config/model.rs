@@ -7,7 +7,7 @@ use groundrl_score::frame::{Frame, FrameChoice};
 use groundrl_score::resize::{DEFAULT_MAX_PIXELS, DEFAULT_MIN_PIXELS};
 use groundrl_tensor::family::{self, Family};
 use groundrl_tensor::hf_folder::RandomFolder;
-use groundrl_tensor::model::Architecture;
+use groundrl_tensor::model::{Architecture, Recompute};
 use serde::{Deserialize, Serialize};
 
 use super::{ConfigError, ensure};
@@ -34,9 +34,11 @@ pub struct ModelConfig {
     /// gradients nor optimizer state. Default true.
     pub freeze_vision: bool,
     /// Recompute each block in the backward instead of keeping its activations: a little more
-    /// compute for much less memory. `true`, `false`, or `"auto"`: off when the memory plan without
-    /// it leaves a tenth of the GPU free, else on (decided by `groundrl train` and `plan` from the
-    /// GPU's memory; the run folder's config records the decision). Default true.
+    /// compute for much less memory. `true`, `false`, `"tower"` (a trained vision tower's blocks
+    /// alone: a screenshot's tower keeps more activations than the decoder for less compute), or
+    /// `"auto"`: the first of off, tower and on whose memory plan leaves a tenth of the GPU free
+    /// (decided by `groundrl train` and `plan` from the GPU's memory; the run folder's config
+    /// records the decision). Default true.
     pub gradient_checkpointing: Checkpointing,
     /// Smallest resized image area in pixels (the processor's `min_pixels`). Default 3136 (56 x 56).
     pub min_pixels: u64,
@@ -125,20 +127,37 @@ impl<'de> Deserialize<'de> for ModelPreset {
     }
 }
 
-/// Gradient checkpointing (`model.gradient_checkpointing`): `true`, `false` or `"auto"`.
+/// Gradient checkpointing (`model.gradient_checkpointing`): `true`, `false`, `"tower"` or `"auto"`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Checkpointing {
     On,
     Off,
-    /// Off when the memory plan allows (`plan::decide_checkpointing`); on until decided, so that a
-    /// run that never saw a GPU plan keeps the memory-safe choice.
+    /// The trained vision tower's blocks alone are recomputed ([`Recompute::Tower`]); with a frozen
+    /// tower the same as `Off`.
+    Tower,
+    /// The least recompute the memory plan allows (`plan::decide_checkpointing`); on until decided,
+    /// so that a run that never saw a GPU plan keeps the memory-safe choice.
     Auto,
 }
 
 impl Checkpointing {
-    /// Whether blocks recompute in the backward: `Auto` undecided counts as on.
-    pub fn enabled(self) -> bool {
-        self != Checkpointing::Off
+    /// The blocks a training pass recomputes: `Auto` undecided recomputes all.
+    pub fn recompute(self) -> Recompute {
+        match self {
+            Checkpointing::Off => Recompute::Off,
+            Checkpointing::Tower => Recompute::Tower,
+            Checkpointing::On | Checkpointing::Auto => Recompute::All,
+        }
+    }
+
+    /// The word a config writes for it (`true`, `false`, `tower`, `auto`).
+    pub fn word(self) -> &'static str {
+        match self {
+            Checkpointing::On => "true",
+            Checkpointing::Off => "false",
+            Checkpointing::Tower => "tower",
+            Checkpointing::Auto => "auto",
+        }
     }
 }
 
@@ -151,8 +170,9 @@ impl From<bool> for Checkpointing {
 impl Serialize for Checkpointing {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
-            Checkpointing::Auto => serializer.serialize_str("auto"),
-            on_or_off => serializer.serialize_bool(on_or_off.enabled()),
+            Checkpointing::On => serializer.serialize_bool(true),
+            Checkpointing::Off => serializer.serialize_bool(false),
+            words => serializer.serialize_str(words.word()),
         }
     }
 }
@@ -168,8 +188,9 @@ impl<'de> Deserialize<'de> for Checkpointing {
         match Written::deserialize(deserializer)? {
             Written::Flag(on) => Ok(on.into()),
             Written::Word(word) if word == "auto" => Ok(Checkpointing::Auto),
+            Written::Word(word) if word == "tower" => Ok(Checkpointing::Tower),
             Written::Word(word) => Err(serde::de::Error::custom(format!(
-                "expected true, false or \"auto\", got \"{word}\""
+                "expected true, false, \"tower\" or \"auto\", got \"{word}\""
             ))),
         }
     }

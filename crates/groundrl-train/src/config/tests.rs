@@ -4,6 +4,7 @@ use groundrl_core::tool::AnswerView;
 use groundrl_score::frame::{Frame, FrameChoice};
 use groundrl_score::resize::PixelBudget;
 use groundrl_tensor::hf_folder::RandomFolder;
+use groundrl_tensor::model::Recompute;
 
 use super::*;
 
@@ -36,7 +37,7 @@ fn missing_keys_take_the_documented_defaults() {
     let c = TrainConfig::from_toml_str(VALID, &[]).unwrap();
     assert_eq!(c.model.preset.folder(), Some(RandomFolder::Tiny));
     assert_eq!(c.model.dtype, Dtype::F32);
-    assert!(c.model.freeze_vision && c.model.gradient_checkpointing.enabled());
+    assert!(c.model.freeze_vision && c.model.gradient_checkpointing.recompute() == Recompute::All);
     assert_eq!(c.model.lora_targets.len(), 7);
     assert_eq!(
         (c.rollout.n, c.rollout.prompts_per_step, c.rollout.max_new_tokens),
@@ -170,7 +171,7 @@ fn wrong_types_name_the_key_and_the_type_expected() {
         ),
         (
             "model.gradient_checkpointing=sometimes",
-            "`model.gradient_checkpointing`: expected true, false or \"auto\", got \"sometimes\"",
+            "`model.gradient_checkpointing`: expected true, false, \"tower\" or \"auto\", got \"sometimes\"",
         ),
     ];
     for (change, message) in cases {
@@ -398,23 +399,24 @@ fn shipped_configs_load_and_validate() {
         (c.rollout.prompts_per_step, c.rollout.n, c.model.device),
         (8, 8, DeviceKind::Cuda)
     );
-    assert!(c.model.gradient_checkpointing.enabled() && c.model.freeze_vision);
+    assert!(c.model.gradient_checkpointing.recompute() == Recompute::All && c.model.freeze_vision);
 }
 
-/// `model.gradient_checkpointing` takes `true`, `false` or `"auto"` and writes back what it read;
-/// undecided, `auto` checkpoints (the memory-safe choice).
+/// `model.gradient_checkpointing` takes `true`, `false`, `"tower"` or `"auto"` and writes back what
+/// it read; undecided, `auto` recomputes every block (the memory-safe choice).
 #[test]
-fn gradient_checkpointing_is_on_off_or_auto() {
-    for (value, expected, enabled) in [
-        ("true", Checkpointing::On, true),
-        ("false", Checkpointing::Off, false),
-        ("auto", Checkpointing::Auto, true),
-        ("\"auto\"", Checkpointing::Auto, true),
+fn gradient_checkpointing_is_on_off_tower_or_auto() {
+    for (value, expected, recompute) in [
+        ("true", Checkpointing::On, Recompute::All),
+        ("false", Checkpointing::Off, Recompute::Off),
+        ("tower", Checkpointing::Tower, Recompute::Tower),
+        ("auto", Checkpointing::Auto, Recompute::All),
+        ("\"auto\"", Checkpointing::Auto, Recompute::All),
     ] {
         let change = format!("model.gradient_checkpointing={value}");
         let c = TrainConfig::from_toml_str(VALID, &overrides(&[&change])).unwrap();
         assert_eq!(c.model.gradient_checkpointing, expected, "{value}");
-        assert_eq!(c.model.gradient_checkpointing.enabled(), enabled, "{value}");
+        assert_eq!(c.model.gradient_checkpointing.recompute(), recompute, "{value}");
         let written = c.to_toml().unwrap();
         assert_eq!(TrainConfig::from_toml_str(&written, &[]).unwrap(), c, "{written}");
     }

@@ -52,7 +52,7 @@ impl Trainer {
             ppo_epochs: t.ppo_epochs,
             mini_batch_size,
             micro_batch_size: t.micro_batch_size as usize,
-            checkpoint: self.cfg.model.gradient_checkpointing.enabled(),
+            recompute: self.cfg.model.gradient_checkpointing.recompute(),
             logprob_chunk: i64::from(t.logprob_chunk),
             temperature: self.temperature(),
             response_budget: self.generation_budget() as i64,

@@ -230,7 +230,7 @@ impl Trainer {
         let lr = self.cfg.sft.lr_at(step, self.state.sft_rate_drops);
         let settings = SftSettings {
             micro_batch_size: self.cfg.trainer.micro_batch_size as usize,
-            checkpoint: self.cfg.model.gradient_checkpointing.enabled(),
+            recompute: self.cfg.model.gradient_checkpointing.recompute(),
             logprob_chunk: i64::from(self.cfg.trainer.logprob_chunk),
             lr,
         };

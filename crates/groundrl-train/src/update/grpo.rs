@@ -4,7 +4,7 @@
 //! tool-using completion's tool turns stay in its row as context but are masked out of the loss (see
 //! [`Row::generated`]).
 
-use groundrl_tensor::model::{ImageFeatures, Model, TokenScores};
+use groundrl_tensor::model::{ImageFeatures, Model, Recompute, TokenScores};
 use groundrl_tensor::model_error::ModelError;
 use groundrl_tensor::processor::Processor;
 use groundrl_tensor::scores;
@@ -23,7 +23,8 @@ pub struct UpdateSettings<'a> {
     pub ppo_epochs: u32,
     pub mini_batch_size: usize,
     pub micro_batch_size: usize,
-    pub checkpoint: bool,
+    /// The blocks the backward recomputes (`model.gradient_checkpointing`).
+    pub recompute: Recompute,
     pub logprob_chunk: i64,
     /// The sampling temperature: log-probs are those of `softmax(logits / T)`, the distribution
     /// the completions were drawn from.
@@ -188,7 +189,7 @@ pub fn update(
             // backward.
             let (mut losses, mut pending) = (Vec::new(), Vec::new());
             for (b, mb) in mbs.iter().enumerate() {
-                let forward = model.training_forward(&mb.batch, mb.policy_features(), s.checkpoint)?;
+                let forward = model.training_forward(&mb.batch, mb.policy_features(), s.recompute)?;
                 flops.pass(model, mb, mb.policy_features(), true)?;
                 let scores = token_scores(forward.head(), forward.hidden(), forward.ids(), mb, s)?;
                 let inputs = LossInputs {
@@ -380,7 +381,7 @@ mod tests {
                 ppo_epochs: 1,
                 mini_batch_size: 1,
                 micro_batch_size: 1,
-                checkpoint: false,
+                recompute: Recompute::Off,
                 logprob_chunk: 16,
                 temperature: 1.0,
                 response_budget: 256,
@@ -451,7 +452,7 @@ mod tests {
             ppo_epochs: 2,
             mini_batch_size: 3,
             micro_batch_size: 3,
-            checkpoint: false,
+            recompute: Recompute::Off,
             logprob_chunk: 16,
             temperature: 1.0,
             response_budget: 32,

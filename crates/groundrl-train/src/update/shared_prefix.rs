@@ -130,6 +130,7 @@ mod tests {
     use crate::update::batch::{micro_batch, text_response};
     use crate::update::fixtures::{PROMPT, ids, tiny, with_image};
     use crate::update::grpo::{UpdateSettings, token_scores};
+    use groundrl_tensor::model::Recompute;
 
     /// The loss of a micro-batch and the gradient of every parameter after its backward.
     fn loss_and_gradients(
@@ -142,7 +143,7 @@ mod tests {
             ppo_epochs: 1,
             mini_batch_size: 8,
             micro_batch_size: 8,
-            checkpoint: false,
+            recompute: Recompute::Off,
             logprob_chunk: 7,
             temperature: 1.3,
             response_budget: 16,

@@ -7,7 +7,7 @@
 //! row whose `generated` flags mark the tool turn: the model is taught to write the call and the
 //! answer, and reads the reply as context without being trained to produce it.
 
-use groundrl_tensor::model::{ImageFeatures, Model};
+use groundrl_tensor::model::{ImageFeatures, Model, Recompute};
 use groundrl_tensor::model_error::ModelError;
 use groundrl_tensor::processor::Processor;
 use groundrl_tensor::scores;
@@ -22,7 +22,8 @@ use crate::optim::{AdamW, StepOutcome};
 /// How a warm-up step runs.
 pub struct SftSettings {
     pub micro_batch_size: usize,
-    pub checkpoint: bool,
+    /// The blocks the backward recomputes (`model.gradient_checkpointing`).
+    pub recompute: Recompute,
     pub logprob_chunk: i64,
     pub lr: f64,
 }
@@ -70,7 +71,7 @@ pub fn sft_step(
     let mut parts = Vec::with_capacity(batches.len());
     let mut tokens = 0;
     for (b, mb) in batches.iter().enumerate() {
-        let forward = model.training_forward(&mb.batch, ImageFeatures::Tower, s.checkpoint)?;
+        let forward = model.training_forward(&mb.batch, ImageFeatures::Tower, s.recompute)?;
         let scored = mb.mask.gt(0.0);
         let logprobs = scores::logprobs_at(
             forward.head(),
@@ -152,7 +153,7 @@ mod tests {
         let mut optimizer = AdamW::new(params, &OptimConfig::default()).unwrap();
         let settings = SftSettings {
             micro_batch_size: 1,
-            checkpoint: false,
+            recompute: Recompute::Off,
             logprob_chunk: 16,
             lr: 1e-6,
         };

@@ -2,6 +2,7 @@ use std::process::ExitCode;
 
 use anyhow::bail;
 use groundrl_tensor::bench;
+use groundrl_tensor::model::Recompute;
 
 use super::{ModelArgs, StepArgs};
 use serde::Serialize;
@@ -41,10 +42,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let ms = match args.phase.as_str() {
         "forward" => bench::time_ms(device, args.step.iters, || bench::forward(model.as_ref(), &batch))?,
         "train" => bench::time_ms(device, args.step.iters, || {
-            bench::train_step(model.as_ref(), &batch, &scored, false)
+            bench::train_step(model.as_ref(), &batch, &scored, Recompute::Off)
         })?,
         "train-checkpoint" => bench::time_ms(device, args.step.iters, || {
-            bench::train_step(model.as_ref(), &batch, &scored, true)
+            bench::train_step(model.as_ref(), &batch, &scored, Recompute::All)
         })?,
         other => bail!("unknown phase {other:?}: use forward, train or train-checkpoint"),
     };

@@ -1,10 +1,12 @@
 //! `groundrl bench train`: one full fine-tuning step (forward, backward with per-block recompute,
 //! AdamW with f32 master weights) on synthetic screenshot rows; prints the step time, tokens/s, MFU
-//! and device memory (`--no-fused`: the same step on libtorch's operations alone).
+//! and device memory (`--no-fused`: the same step on libtorch's operations alone; `--checkpoint`:
+//! which blocks recompute).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use groundrl_tensor::model::Recompute;
 use groundrl_tensor::model_error::ModelError;
 use groundrl_tensor::tch::Tensor;
 use groundrl_tensor::{bench, fused, profiler};
@@ -20,9 +22,10 @@ pub struct Args {
     model: ModelArgs,
     #[command(flatten)]
     step: StepArgs,
-    /// Keep every block's activations instead of recomputing them in the backward.
-    #[arg(long)]
-    no_checkpoint: bool,
+    /// The blocks the backward recomputes instead of keeping their activations: `all`, `tower` (the
+    /// trained vision tower's alone, the decoder keeping its activations) or `off`.
+    #[arg(long, value_enum, default_value_t = Blocks::All)]
+    checkpoint: Blocks,
     /// Run libtorch's operations where the CUDA kernels of our own would (the rotary embeddings,
     /// SwiGLU, RMSNorm, AdamW), to time what the kernels save.
     #[arg(long)]
@@ -31,6 +34,25 @@ pub struct Args {
     /// (needs the `cuda` build).
     #[arg(long)]
     profile: Option<PathBuf>,
+}
+
+/// `--checkpoint`'s values.
+#[derive(Clone, Copy, Debug, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Blocks {
+    All,
+    Tower,
+    Off,
+}
+
+impl From<Blocks> for Recompute {
+    fn from(blocks: Blocks) -> Self {
+        match blocks {
+            Blocks::All => Recompute::All,
+            Blocks::Tower => Recompute::Tower,
+            Blocks::Off => Recompute::Off,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -50,6 +72,8 @@ struct Report {
     /// attention could use cuDNN's (`--no-cudnn-attention`).
     fused: bool,
     cudnn_attention: bool,
+    /// The blocks recomputed in the backward (`--checkpoint`).
+    checkpoint: Blocks,
     device_memory_gib: Option<f64>,
 }
 
@@ -68,7 +92,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut optimizer = AdamW::new(trainable, &OptimConfig::default())?;
     let lr = OptimConfig::default().lr;
     let mut step = || -> Result<(), ModelError> {
-        bench::backward(model.as_ref(), &batch, &scored, !args.no_checkpoint)?;
+        bench::backward(model.as_ref(), &batch, &scored, args.checkpoint.into())?;
         optimizer.step(lr).map_err(|e| ModelError::Input(e.to_string()))?;
         optimizer.zero_grad()?;
         Ok(())
@@ -96,6 +120,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         model_flops,
         mfu_model_flops: model_flops / seconds / H100_BF16_FLOPS,
         fused: !args.no_fused,
+        checkpoint: args.checkpoint,
         cudnn_attention: !args.model.no_cudnn_attention,
         device_memory_gib: bench::cuda_memory_in_use().map(|b| b as f64 / (1u64 << 30) as f64),
     };
