@@ -49,6 +49,11 @@ pub struct Args {
     /// Device memory bandwidth in GB/s for the roofline (H200: 4800, H100 SXM: 3350).
     #[arg(long, default_value_t = 4800.0)]
     bandwidth_gbs: f64,
+    /// Timed runs of each kind (prefill alone, whole generation); the report takes the median of
+    /// each, so that one slow or fast run does not move the decoding step derived from their
+    /// difference.
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
     /// On CUDA, also time the decoding without the captured CUDA graph (every kernel launched from
     /// the host) and check that both give the same tokens.
     #[arg(long)]
@@ -75,9 +80,12 @@ struct Report {
     n: usize,
     prompt_tokens: i64,
     new_tokens: usize,
+    /// Medians over `repeats` runs: the whole generation, and the prefill with one sampled token.
+    repeats: usize,
     seconds: f64,
     prefill_seconds: f64,
     generated_tokens_per_s: f64,
+    /// (seconds - prefill_seconds) over the decoding steps after the first token.
     decode_step_ms: f64,
     roofline_step_ms: f64,
     roofline_fraction: f64,
@@ -153,7 +161,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let warm_up = requests(0);
     time(device, || engine.generate(&warm_up))?;
     let prefill_requests = one_token(1);
-    let (prefill_seconds, _) = time(device, || engine.generate(&prefill_requests))?;
+    let (prefill_seconds, _) = median_time(device, args.repeats, || engine.generate(&prefill_requests))?;
     let batch = args.prompts * args.n;
     let context = prompt_tokens + args.new_tokens as i64 / 2;
     let bytes = bench::decode_step_bytes(&model.architecture(), kind, batch as i64, context);
@@ -166,7 +174,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for cuda_graph in modes {
         engine.cuda_graph = cuda_graph;
         let timed = requests(2);
-        let (seconds, completions) = time(device, || engine.generate(&timed))?;
+        let (seconds, completions) = median_time(device, args.repeats, || engine.generate(&timed))?;
         let decode_step = (seconds - prefill_seconds) / args.new_tokens.saturating_sub(1).max(1) as f64;
         let against = graph_run.as_deref().filter(|_| !cuda_graph);
         let report = Report {
@@ -178,6 +186,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             n: args.n,
             prompt_tokens,
             new_tokens: args.new_tokens,
+            repeats: args.repeats,
             seconds,
             prefill_seconds,
             generated_tokens_per_s: (batch * args.new_tokens) as f64 / seconds,
@@ -253,6 +262,23 @@ fn max_logprob_diff(a: &[Completion], b: &[Completion]) -> f32 {
         .zip(b)
         .flat_map(|(x, y)| x.logprobs.iter().zip(&y.logprobs).map(|(p, q)| (p - q).abs()))
         .fold(0.0, f32::max)
+}
+
+/// The median seconds of `repeats` (at least 1) runs of `f`, and the last run's result.
+fn median_time<T>(
+    device: groundrl_tensor::tch::Device,
+    repeats: usize,
+    mut f: impl FnMut() -> Result<T, groundrl_tensor::rollout::RolloutError>,
+) -> anyhow::Result<(f64, T)> {
+    let (first, mut out) = time(device, &mut f)?;
+    let mut seconds = vec![first];
+    for _ in 1..repeats {
+        let (s, last) = time(device, &mut f)?;
+        seconds.push(s);
+        out = last;
+    }
+    seconds.sort_by(f64::total_cmp);
+    Ok((seconds[seconds.len() / 2], out))
 }
 
 /// Seconds of `f` (waiting for the device to finish) and its result.
