@@ -41,6 +41,8 @@ mod ffi {
 
     use tch::{TchError, Tensor};
 
+    use crate::shim::checked;
+
     unsafe extern "C" {
         fn groundrl_foreach_norm(handles: *mut *mut c_void, n: i64, ord: f64, out: *mut c_void) -> c_int;
         fn groundrl_foreach_zero(handles: *mut *mut c_void, n: i64) -> c_int;
@@ -50,13 +52,6 @@ mod ffi {
         tensors.iter().map(|t| t.as_ptr() as *mut c_void).collect()
     }
 
-    fn result(what: &str, code: c_int) -> Result<(), TchError> {
-        match code {
-            0 => Ok(()),
-            _ => Err(TchError::Torch(format!("{what}: {}", crate::shim::last_error()))),
-        }
-    }
-
     pub fn norms(tensors: &[Tensor], ord: f64, out: &Tensor) -> Result<(), TchError> {
         let mut h = handles(tensors);
         // SAFETY: the handles are live tch tensors for the call's duration; the shim copies them
@@ -64,14 +59,14 @@ mod ffi {
         let code = unsafe {
             groundrl_foreach_norm(h.as_mut_ptr(), h.len() as i64, ord, out.as_ptr() as *mut c_void)
         };
-        result("foreach norm", code)
+        checked(code, "foreach norm")
     }
 
     pub fn zero(tensors: &[Tensor]) -> Result<(), TchError> {
         let mut h = handles(tensors);
         // SAFETY: as in `norms`; the tensors are zeroed in place.
         let code = unsafe { groundrl_foreach_zero(h.as_mut_ptr(), h.len() as i64) };
-        result("foreach zero", code)
+        checked(code, "foreach zero")
     }
 }
 

@@ -526,11 +526,7 @@ mod ffi {
     }
 
     fn result(kernel: &str, code: c_int) -> Result<(), TchError> {
-        if code == 0 {
-            return Ok(());
-        }
-        let message = crate::shim::last_error();
-        Err(TchError::Torch(format!("fused kernel {kernel}: {message}")))
+        crate::shim::checked(code, format_args!("fused kernel {kernel}"))
     }
 
     /// A tensor handle the shim made (`new at::Tensor`), owned from here on (tch frees it).
