@@ -15,9 +15,10 @@ pub struct Args {
     config: PathBuf,
     /// Config keys to override, `dotted.key=value`, e.g. `rollout.n=16 model.dtype=bf16`.
     overrides: Vec<String>,
-    /// Device memory to plan for: a number with GiB, GB, MiB or MB, or plain bytes.
-    #[arg(long, default_value = "80GiB", value_parser = parse_size)]
-    gpu_memory: u64,
+    /// Device memory to plan for: a number with GiB, GB, MiB or MB, or plain bytes. Default: the
+    /// smallest visible GPU's memory as `nvidia-smi` reports it, else 80GiB.
+    #[arg(long, value_parser = parse_size)]
+    gpu_memory: Option<u64>,
     /// Data-parallel ranks (one a GPU) to plan one GPU of: each rolls out its share of a step's
     /// prompts and, with `distributed.zero_stage = 1`, keeps its share of the optimizer state.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
@@ -39,17 +40,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let model = cfg.model.architecture()?;
     let extras = PlanExtras::of(&cfg, u64::from(world));
     let on_gpu = cfg.model.device == DeviceKind::Cuda;
+    let gpu_memory = match on_gpu {
+        true => gpu_memory_or_detected(args.gpu_memory),
+        false => args.gpu_memory.unwrap_or(UNDETECTED_GPU_BYTES),
+    };
     let config_micro = cfg.trainer.micro_batch_size;
     let mut fitted = None;
     if args.largest_micro_batch
-        && let Some((micro, _)) = plan::largest_micro_batch(&cfg, &model, extras, args.gpu_memory)
+        && let Some((micro, _)) = plan::largest_micro_batch(&cfg, &model, extras, gpu_memory)
     {
         cfg.trainer.micro_batch_size = micro;
         fitted = Some(micro);
     }
     // Decided for the micro-batch planned, as `train` decides for the one it runs.
     let checkpointing = match on_gpu {
-        true => plan::decide_checkpointing(&mut cfg, &model, extras, args.gpu_memory),
+        true => plan::decide_checkpointing(&mut cfg, &model, extras, gpu_memory),
         false => None,
     };
     let plan = plan::estimate(&cfg, &model, extras);
@@ -81,7 +86,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(choice) = checkpointing {
         println!("{choice}");
     }
-    print!("{}", table(&plan, on_gpu.then_some(args.gpu_memory)));
+    print!("{}", table(&plan, on_gpu.then_some(gpu_memory)));
     if !on_gpu {
         println!(
             "the config trains on the {}: no GPU memory to check (--gpu-memory applies to CUDA configs)",
@@ -95,7 +100,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
              {config_micro}): override it with trainer.micro_batch_size={micro}"
         );
     }
-    match plan.check(args.gpu_memory) {
+    match plan.check(gpu_memory) {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(err) => {
             eprintln!("error: {err}");
@@ -136,6 +141,62 @@ fn count(n: u64) -> String {
     }
 }
 
+/// What `--gpu-memory` plans for where no GPU's memory can be read: an 80 GB card's.
+const UNDETECTED_GPU_BYTES: u64 = 80 << 30;
+
+/// The memory `plan` and `train` plan a CUDA config for: `given` (`--gpu-memory`), else the smallest
+/// visible GPU's as `nvidia-smi` reports it (a run trains on one of them; without `nvidia-smi`'s
+/// view the plan of an H200 would keep checkpointing on as for an 80 GB card), else 80 GiB. Which
+/// one is said on stderr when not given.
+pub fn gpu_memory_or_detected(given: Option<u64>) -> u64 {
+    if let Some(bytes) = given {
+        return bytes;
+    }
+    let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    let listed = std::process::Command::new("nvidia-smi")
+        .args([
+            "--query-gpu=index,uuid,memory.total",
+            "--format=csv,noheader,nounits",
+        ])
+        .output()
+        .ok()
+        .filter(|out| out.status.success());
+    let detected =
+        listed.and_then(|out| smallest_visible(&String::from_utf8_lossy(&out.stdout), visible.as_deref()));
+    match detected {
+        Some(bytes) => {
+            eprintln!(
+                "planning for the GPU's {} (nvidia-smi; --gpu-memory sets another size)",
+                plan::gib(bytes)
+            );
+            bytes
+        }
+        None => {
+            eprintln!("planning for 80 GiB: no GPU memory read from nvidia-smi (--gpu-memory sets it)");
+            UNDETECTED_GPU_BYTES
+        }
+    }
+}
+
+/// The smallest memory in bytes among the GPUs of `nvidia-smi`'s `index, uuid, memory.total` lines
+/// (MiB) that `visible` (`CUDA_VISIBLE_DEVICES`: indices or UUIDs, comma-separated) names, or of all
+/// of them when it is unset or names none of them; `None` when no line reads.
+fn smallest_visible(listing: &str, visible: Option<&str>) -> Option<u64> {
+    let gpus: Vec<(&str, &str, u64)> = listing
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split(',').map(str::trim);
+            let (index, uuid, mib) = (fields.next()?, fields.next()?, fields.next()?);
+            Some((index, uuid, mib.parse::<u64>().ok()? << 20))
+        })
+        .collect();
+    let named: Vec<&str> = visible.map_or(Vec::new(), |v| v.split(',').map(str::trim).collect());
+    let chosen = |(index, uuid, _): &&(&str, &str, u64)| named.iter().any(|n| n == index || n == uuid);
+    let picked: Vec<u64> = gpus.iter().filter(chosen).map(|g| g.2).collect();
+    let all = || gpus.iter().map(|g| g.2).min();
+    picked.into_iter().min().or_else(all)
+}
+
 /// `80GiB`, `141GB`, `512 MiB`, `85899345920`: a size in bytes. The error is clap's message for
 /// `--gpu-memory` of `plan` and `train` (a `value_parser` returns it as text, and clap prints it).
 pub fn parse_size(text: &str) -> Result<u64, String> {
@@ -153,5 +214,26 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     match number.trim().parse::<f64>() {
         Ok(n) if n.is_finite() && n >= 0.0 => Ok((n * scale).round() as u64),
         _ => Err(format!("{text:?} is not a size such as 80GiB")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const H200_AND_H100: &str = "0, GPU-1f2e, 143771\n1, GPU-9a8b, 81559\n";
+
+    /// The smallest GPU among those `CUDA_VISIBLE_DEVICES` names (by index or UUID), or among all
+    /// when it is unset or names none listed; nothing from output without a readable line.
+    #[test]
+    fn the_smallest_visible_gpu_is_planned_for() {
+        let mib = |n: u64| Some(n << 20);
+        assert_eq!(smallest_visible(H200_AND_H100, None), mib(81_559));
+        assert_eq!(smallest_visible(H200_AND_H100, Some("0")), mib(143_771));
+        assert_eq!(smallest_visible(H200_AND_H100, Some("GPU-9a8b")), mib(81_559));
+        assert_eq!(smallest_visible(H200_AND_H100, Some("1, 0")), mib(81_559));
+        assert_eq!(smallest_visible(H200_AND_H100, Some("MIG-77")), mib(81_559));
+        assert_eq!(smallest_visible("No devices were found\n", None), None);
+        assert_eq!(smallest_visible("", Some("0")), None);
     }
 }

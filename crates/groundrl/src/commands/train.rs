@@ -40,9 +40,10 @@ pub struct Args {
     #[arg(long, requires = "resume")]
     fall_back: bool,
     /// GPU memory for the pre-flight check of a CUDA config, as `groundrl plan` takes it (80GiB,
-    /// 141GB, ...); the run is refused when the plan does not fit.
-    #[arg(long, default_value = "80GiB", value_parser = super::plan::parse_size)]
-    gpu_memory: u64,
+    /// 141GB, ...); the run is refused when the plan does not fit. Default: the smallest visible
+    /// GPU's memory as `nvidia-smi` reports it, else 80GiB.
+    #[arg(long, value_parser = super::plan::parse_size)]
+    gpu_memory: Option<u64>,
     /// Data-parallel workers to start on this machine, each with torchrun's variables (1: this
     /// process trains alone, or as the rank its environment names).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
@@ -242,10 +243,11 @@ pub fn report_ending(trainer: &Trainer, ending: Ending) -> ExitCode {
 
 /// Refuses a CUDA config whose memory plan does not fit, naming the knob to turn; decides
 /// `model.gradient_checkpointing = "auto"` from the plan (the config the run keeps says which).
-fn preflight(cfg: &mut TrainConfig, gpu_bytes: u64) -> anyhow::Result<()> {
+fn preflight(cfg: &mut TrainConfig, gpu_memory: Option<u64>) -> anyhow::Result<()> {
     if cfg.model.device != DeviceKind::Cuda {
         return Ok(());
     }
+    let gpu_bytes = super::plan::gpu_memory_or_detected(gpu_memory);
     let model = cfg.model.architecture()?;
     // A worker plans its own GPU, of the world its launcher named (joining the group checks it).
     let world = std::env::var("WORLD_SIZE")
