@@ -26,21 +26,33 @@ use crate::tied_head::{TiedHead, backward_together};
 pub enum Recompute {
     /// None: every activation is kept.
     Off,
-    /// The trained vision tower's blocks; the decoder keeps its activations.
-    Tower,
+    /// The trained vision tower's blocks from `kept` on; its first `kept` blocks and the decoder
+    /// keep their activations (spare memory spent on as many blocks as it holds).
+    Tower { kept: usize },
     /// The decoder's blocks and the trained vision tower's.
     All,
 }
 
 impl Recompute {
+    /// The trained tower's blocks recomputed, none kept.
+    pub const TOWER: Recompute = Recompute::Tower { kept: 0 };
+
     /// Whether the decoder's blocks are recomputed.
     pub fn decoder(self) -> bool {
         self == Recompute::All
     }
 
-    /// Whether a trained tower's blocks are recomputed.
+    /// Whether a trained tower's blocks are recomputed (some of them, with `Tower`'s `kept`).
     pub fn tower(self) -> bool {
         self != Recompute::Off
+    }
+
+    /// How many of a recomputed tower's first blocks keep their activations instead.
+    pub fn tower_blocks_kept(self) -> usize {
+        match self {
+            Recompute::Tower { kept } => kept,
+            _ => 0,
+        }
     }
 }
 
@@ -51,12 +63,22 @@ impl From<bool> for Recompute {
     }
 }
 
-/// Blocks run without a graph: their saved inputs, and leaves standing for the outputs read elsewhere.
+/// Blocks run for a backward that recomputes them (all but the first `keep` of [`Blocks::run`]):
+/// what each block's backward starts from, and leaves standing for the outputs read elsewhere.
 #[derive(Debug)]
 pub(crate) struct Blocks {
-    pub inputs: Vec<Tensor>,
+    saved: Vec<Saved>,
     /// Per block, its output as a leaf where the rest of the graph reads it.
     pub taps: Vec<Option<Tensor>>,
+}
+
+/// What one block's backward starts from.
+#[derive(Debug)]
+enum Saved {
+    /// Its input, without a graph: the block is recomputed from it.
+    Input(Tensor),
+    /// Its input as a leaf and its output with the block's graph: the block kept its activations.
+    Graph { input: Tensor, output: Tensor },
 }
 
 #[derive(Debug)]
@@ -69,27 +91,47 @@ pub(crate) struct Checkpoint {
 }
 
 impl Blocks {
-    /// Runs `count` blocks from `input` without a graph, keeping each block's input, and making a
-    /// leaf of the output of each block `tapped` names.
+    /// Runs `count` blocks from `input`: the first `keep` with their graphs (each from its input as
+    /// a leaf), the rest without one, keeping each one's input; makes a leaf of the output of each
+    /// block `tapped` names. A kept block's backward is the one its recompute would run, on the
+    /// same values: the gradients are the same bits either way.
     pub fn run(
         count: usize,
         input: &Tensor,
         tapped: impl Fn(usize) -> bool,
         block: impl Fn(usize, &Tensor) -> Result<Tensor, ModelError>,
+        keep: usize,
     ) -> Result<Self, ModelError> {
-        let mut inputs = Vec::with_capacity(count);
+        let mut saved = Vec::with_capacity(count);
         let mut taps = Vec::with_capacity(count);
         let mut x = input.detach();
         for i in 0..count {
-            let out = tch::no_grad(|| block(i, &x))?;
+            let (entry, out) = if i < keep {
+                let input = x.detach().set_requires_grad(true);
+                let output = block(i, &input)?;
+                let out = output.detach();
+                (Saved::Graph { input, output }, out)
+            } else {
+                let out = tch::no_grad(|| block(i, &x))?;
+                (Saved::Input(x), out)
+            };
             taps.push(tapped(i).then(|| out.detach().set_requires_grad(true)));
-            inputs.push(std::mem::replace(&mut x, out));
+            saved.push(entry);
+            x = out;
         }
-        Ok(Self { inputs, taps })
+        Ok(Self { saved, taps })
     }
 
-    /// Back-propagates through the blocks in reverse, recomputing each from its saved input: a block's
-    /// output gradient is what the next block sends back plus its tap's. Returns the gradient of the
+    /// The last block's output as the leaf the rest of the graph reads (`what`, e.g. "a decoder",
+    /// names the blocks in the error when there are none or it is not tapped).
+    pub fn last_tap(&self, what: &str) -> Result<Tensor, ModelError> {
+        let last = self.taps.last().and_then(Option::as_ref);
+        let last = last.ok_or_else(|| ModelError::Input(format!("{what} without blocks")))?;
+        Ok(last.shallow_clone())
+    }
+
+    /// Back-propagates through the blocks in reverse, recomputing each not kept from its saved input
+    /// (a kept one's graph is there already): a block's output gradient is what the next block sends back plus its tap's. Returns the gradient of the
     /// first block's input, `None` when no gradient reached the blocks.
     ///
     /// A tapped output's two gradients are added as plain autograd adds them: the tap's first (the
@@ -101,17 +143,24 @@ impl Blocks {
         block: impl Fn(usize, &Tensor) -> Result<Tensor, ModelError>,
     ) -> Result<Option<Tensor>, ModelError> {
         let tap_grad = |i: usize| self.taps[i].as_ref().map(Tensor::grad).filter(Tensor::defined);
-        let mut grad = self.inputs.len().checked_sub(1).and_then(tap_grad);
-        for (i, input) in self.inputs.iter().enumerate().rev() {
+        let mut grad = self.saved.len().checked_sub(1).and_then(tap_grad);
+        for (i, saved) in self.saved.iter().enumerate().rev() {
             // The tap on this block's input (the previous block's output).
             let below = i.checked_sub(1).and_then(tap_grad);
             let Some(g) = &grad else {
                 grad = below;
                 continue;
             };
-            let input = input.detach().set_requires_grad(true);
+            let (input, output) = match saved {
+                Saved::Input(x) => {
+                    let input = x.detach().set_requires_grad(true);
+                    let output = block(i, &input)?;
+                    (input, output)
+                }
+                Saved::Graph { input, output } => (input.shallow_clone(), output.shallow_clone()),
+            };
             // Only the gradient of these sums matters; f32 keeps the unused value finite.
-            let through = (block(i, &input)? * g).sum(Kind::Float);
+            let through = (output * g).sum(Kind::Float);
             let tapped = below.as_ref().map(|t| (&input * t).sum(Kind::Float));
             backward_together(std::iter::once(through).chain(tapped));
             grad = Some(input.grad()).filter(Tensor::defined);
@@ -120,12 +169,13 @@ impl Blocks {
     }
 }
 
-/// The trained tower's blocks without a graph, its mergers with one (from the taps); returns the
-/// features and what the backward needs.
+/// The trained tower's blocks without a graph but for the first `keep`, its mergers with one (from
+/// the taps); returns the features and what the backward needs.
 pub(crate) fn vision_forward(
     tower: &VisionTower,
     pixels: &Tensor,
     grids: &[Grid],
+    keep: usize,
 ) -> Result<(VisionOutput, (VisionRun, Blocks)), ModelError> {
     let run = tower.start(pixels, grids)?;
     let blocks = Blocks::run(
@@ -133,6 +183,7 @@ pub(crate) fn vision_forward(
         &run.input,
         |i| tower.feeds_merger(i),
         |i, x| tower.run_block(i, x, &run),
+        keep,
     )?;
     let features = tower.finish(&blocks.taps)?;
     Ok((features, (run, blocks)))
@@ -150,10 +201,8 @@ impl Checkpoint {
         (head, tied): (&Tensor, bool),
         vision: Option<(VisionRun, Blocks)>,
     ) -> Result<(Self, Tensor), ModelError> {
-        let decoder = Blocks::run(layers, embeds, |i| i + 1 == layers, block)?;
-        let last = decoder.taps.last().and_then(Option::as_ref);
-        let last = last.ok_or_else(|| ModelError::Input("a decoder without layers".into()))?;
-        let last = last.shallow_clone();
+        let decoder = Blocks::run(layers, embeds, |i| i + 1 == layers, block, 0)?;
+        let last = decoder.last_tap("a decoder")?;
         let head = TiedHead::of(head, tied);
         let decoder = Some((decoder, head));
         Ok((Self { decoder, vision }, last))

@@ -27,7 +27,7 @@ fn checkpointing_gives_plain_autograd_s_loss_and_every_gradient() {
         model.var_store().variables().len(),
         "every parameter gets a gradient"
     );
-    for recompute in [Recompute::All, Recompute::Tower] {
+    for recompute in [Recompute::All, Recompute::TOWER, Recompute::Tower { kept: 1 }] {
         let (loss, recomputed) = loss_and_gradients(&model, &batch, ImageFeatures::Tower, recompute);
         let (worst, at) = worst_relative(&plain, &recomputed);
         println!(

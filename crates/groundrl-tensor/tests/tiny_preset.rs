@@ -195,7 +195,7 @@ fn an_accumulation_with_recompute_gives_plain_autograd_s_bits() {
     let batch = golden_batch(&hf);
     let divisors = [10.0, 7.0, 3.0];
     let plain = accumulated_gradients(&hf, &batch, Recompute::Off, &divisors);
-    for recompute in [Recompute::All, Recompute::Tower] {
+    for recompute in [Recompute::All, Recompute::TOWER, Recompute::Tower { kept: 1 }] {
         let recomputed = accumulated_gradients(&hf, &batch, recompute, &divisors);
         assert_eq!(plain.len(), recomputed.len());
         let differing: Vec<&String> = plain

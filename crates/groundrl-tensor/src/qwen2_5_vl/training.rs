@@ -1,20 +1,15 @@
-//! The training forward and backward, with optional gradient checkpointing of the decoder blocks.
-//!
-//! With checkpointing, the forward runs the decoder blocks without recording a graph and keeps only
-//! each block's input; the backward then walks the blocks in reverse, recomputes one block with a
-//! graph from its saved input, and back-propagates the incoming gradient through it (as the gradient
-//! of `sum(output * grad)`). Peak activation memory is one block's graph plus one hidden state per
-//! block, instead of every block's graph. libtorch's C++ autograd has no checkpoint function reachable
-//! from tch, so the recompute is driven from here; the results equal plain autograd (tested).
-//! The vision tower's blocks are checkpointed the same way when it is trained (a frozen tower keeps
-//! no graph at all); [`Recompute::Tower`] checkpoints them alone, the decoder keeping its graph.
+//! Qwen2.5-VL's training forward and backward, with optional gradient checkpointing
+//! ([`crate::checkpoint`]) of the decoder blocks and, when it is trained, of the vision tower's
+//! blocks: with [`Recompute::All`] both, with [`Recompute::Tower`] the tower's alone (the decoder
+//! keeping its graph). A frozen tower keeps no graph at all. The results equal plain autograd
+//! (tested).
 
 use tch::{Kind, Tensor};
 
 use super::model::{Batch, ImageFeatures, Prepared, Qwen25Vl};
 use super::rope_index::Grid;
 use super::vision::{VisionRun, VisionTower};
-use crate::checkpoint::Recompute;
+use crate::checkpoint::{Blocks, Recompute};
 use crate::model_error::ModelError;
 use crate::qwen2_5_vl::model::tower_pixels;
 use crate::tied_head::{TiedHead, backward_together};
@@ -41,10 +36,8 @@ struct Checkpoint {
 
 #[derive(Debug)]
 struct DecoderCheckpoint {
-    /// The input of every decoder block, without a graph.
-    block_inputs: Vec<Tensor>,
-    /// The last block's output as a leaf: the loss's graph starts here.
-    last: Tensor,
+    /// The decoder's blocks; the last one's output, tapped, is where the loss's graph starts.
+    blocks: Blocks,
     /// The output head the loss reads when it is the trained embedding.
     head: Option<TiedHead>,
 }
@@ -52,54 +45,24 @@ struct DecoderCheckpoint {
 #[derive(Debug)]
 struct VisionCheckpoint {
     run: VisionRun,
-    block_inputs: Vec<Tensor>,
-    /// The last vision block's output as a leaf; the merger's graph starts here.
-    last: Tensor,
+    /// The tower's blocks; the last one's output, tapped, is where the merger's graph starts.
+    blocks: Blocks,
 }
 
-/// The vision tower's blocks without a graph, the merger with one (from a leaf).
+/// The vision tower's blocks without a graph but for the first `keep`, the merger with one (from
+/// the last block's tap).
 fn vision_forward(
     tower: &VisionTower,
     pixels: &Tensor,
     grids: &[Grid],
+    keep: usize,
 ) -> Result<(Tensor, VisionCheckpoint), ModelError> {
     let run = tower.start(pixels, grids)?;
-    let mut block_inputs = Vec::with_capacity(tower.depth());
-    let mut x = run.input.detach();
-    tch::no_grad(|| -> Result<(), ModelError> {
-        for i in 0..tower.depth() {
-            let out = tower.run_block(i, &x, &run)?;
-            block_inputs.push(std::mem::replace(&mut x, out));
-        }
-        Ok(())
-    })?;
-    let last = x.set_requires_grad(true);
-    let features = tower.finish(&last, &run)?;
-    Ok((
-        features,
-        VisionCheckpoint {
-            run,
-            block_inputs,
-            last,
-        },
-    ))
-}
-
-/// Back-propagates `grad` of block outputs through `blocks` in reverse, recomputing each from its
-/// saved input; returns the gradient of the first block's input.
-fn recompute_backward(
-    mut grad: Tensor,
-    inputs: &[Tensor],
-    block: impl Fn(usize, &Tensor) -> Result<Tensor, ModelError>,
-) -> Result<Tensor, ModelError> {
-    for (i, input) in inputs.iter().enumerate().rev() {
-        let input = input.detach().set_requires_grad(true);
-        let output = block(i, &input)?;
-        // Only the gradient of this sum matters (it is `grad`); f32 keeps the unused value finite.
-        (output * &grad).sum(Kind::Float).backward();
-        grad = input.grad();
-    }
-    Ok(grad)
+    let depth = tower.depth();
+    let block = |i: usize, x: &Tensor| tower.run_block(i, x, &run);
+    let blocks = Blocks::run(depth, &run.input, |i| i + 1 == depth, block, keep)?;
+    let features = tower.finish(&blocks.last_tap("a vision tower")?, &run)?;
+    Ok((features, VisionCheckpoint { run, blocks }))
 }
 
 impl Qwen25Vl {
@@ -125,7 +88,8 @@ impl Qwen25Vl {
         let prepared =
             if recompute.tower() && self.vision_trainable() && matches!(source, ImageFeatures::Tower) {
                 self.prepare_with(batch, |pixels, grids| {
-                    let (features, tape) = vision_forward(&self.vision, tower_pixels(pixels)?, grids)?;
+                    let kept = recompute.tower_blocks_kept();
+                    let (features, tape) = vision_forward(&self.vision, tower_pixels(pixels)?, grids, kept)?;
                     vision = Some(tape);
                     Ok(features)
                 })?
@@ -147,22 +111,13 @@ impl Qwen25Vl {
                 checkpoint,
             });
         }
-        let mut block_inputs = Vec::with_capacity(self.text.layers.len());
-        let last = tch::no_grad(|| {
-            self.text
-                .layers
-                .iter()
-                .fold(prepared.embeds.detach(), |x, layer| {
-                    let out = layer.forward(&x, &prepared.rotary, &prepared.mask);
-                    block_inputs.push(x);
-                    out
-                })
-        })
-        .set_requires_grad(true);
-        let hidden = self.text.final_norm(&last);
+        let layers = self.text.layers.len();
+        let block =
+            |i: usize, x: &Tensor| Ok(self.text.layers[i].forward(x, &prepared.rotary, &prepared.mask));
+        let blocks = Blocks::run(layers, &prepared.embeds, |i| i + 1 == layers, block, 0)?;
+        let hidden = self.text.final_norm(&blocks.last_tap("a decoder")?);
         let decoder = DecoderCheckpoint {
-            block_inputs,
-            last,
+            blocks,
             head: TiedHead::of(self.text.output_weight(), self.config.tie_word_embeddings),
         };
         Ok(TrainingForward {
@@ -191,24 +146,21 @@ impl TrainingForward<'_> {
         loss.backward();
         let (layers, p) = (&self.model.text.layers, &self.prepared);
         if let Some(decoder) = self.checkpoint.decoder {
-            let grad = recompute_backward(decoder.last.grad(), &decoder.block_inputs, |i, x| {
-                Ok(layers[i].forward(x, &p.rotary, &p.mask))
-            })?;
-            let lookup = p
-                .embeds
-                .requires_grad()
-                .then(|| (&p.embeds * &grad).sum(Kind::Float));
+            let grad = decoder
+                .blocks
+                .backward(|i, x| Ok(layers[i].forward(x, &p.rotary, &p.mask)))?;
+            let lookup = grad
+                .filter(|_| p.embeds.requires_grad())
+                .map(|grad| (&p.embeds * grad).sum(Kind::Float));
             let head = decoder.head.as_ref().and_then(TiedHead::gradient_term);
             backward_together(lookup.into_iter().chain(head));
         }
         if let Some(vision) = self.checkpoint.vision {
             let tower = &self.model.vision;
-            let grad = recompute_backward(vision.last.grad(), &vision.block_inputs, |i, x| {
-                tower.run_block(i, x, &vision.run)
-            })?;
+            let grad = (vision.blocks).backward(|i, x| tower.run_block(i, x, &vision.run))?;
             // A frozen patch embedding (LoRA adapts the blocks only) has no graph to extend.
-            if vision.run.input.requires_grad() {
-                (&vision.run.input * &grad).sum(Kind::Float).backward();
+            if let (Some(grad), true) = (grad, vision.run.input.requires_grad()) {
+                (&vision.run.input * grad).sum(Kind::Float).backward();
             }
         }
         Ok(())

@@ -35,7 +35,8 @@ impl Qwen35 {
         let prepared =
             if recompute.tower() && self.vision_trainable() && matches!(source, ImageFeatures::Tower) {
                 self.prepare_with(batch, |pixels, grids| {
-                    let (features, tape) = vision_forward(&self.vision, tower_pixels(pixels)?, grids)?;
+                    let kept = recompute.tower_blocks_kept();
+                    let (features, tape) = vision_forward(&self.vision, tower_pixels(pixels)?, grids, kept)?;
                     vision = Some(tape);
                     Ok(features.merged)
                 })?

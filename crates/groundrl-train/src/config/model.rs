@@ -145,7 +145,7 @@ impl Checkpointing {
     pub fn recompute(self) -> Recompute {
         match self {
             Checkpointing::Off => Recompute::Off,
-            Checkpointing::Tower => Recompute::Tower,
+            Checkpointing::Tower => Recompute::TOWER,
             Checkpointing::On | Checkpointing::Auto => Recompute::All,
         }
     }

@@ -409,7 +409,7 @@ fn gradient_checkpointing_is_on_off_tower_or_auto() {
     for (value, expected, recompute) in [
         ("true", Checkpointing::On, Recompute::All),
         ("false", Checkpointing::Off, Recompute::Off),
-        ("tower", Checkpointing::Tower, Recompute::Tower),
+        ("tower", Checkpointing::Tower, Recompute::TOWER),
         ("auto", Checkpointing::Auto, Recompute::All),
         ("\"auto\"", Checkpointing::Auto, Recompute::All),
     ] {

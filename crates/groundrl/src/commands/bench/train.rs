@@ -26,6 +26,10 @@ pub struct Args {
     /// trained vision tower's alone, the decoder keeping its activations) or `off`.
     #[arg(long, value_enum, default_value_t = Blocks::All)]
     checkpoint: Blocks,
+    /// With `--checkpoint tower`: how many of the tower's first blocks keep their activations
+    /// instead of being recomputed (memory the GPU has to spare spent on less recompute).
+    #[arg(long, default_value_t = 0)]
+    keep_tower_blocks: usize,
     /// Run libtorch's operations where the CUDA kernels of our own would (the rotary embeddings,
     /// SwiGLU, RMSNorm, AdamW), to time what the kernels save.
     #[arg(long)]
@@ -45,12 +49,18 @@ enum Blocks {
     Off,
 }
 
-impl From<Blocks> for Recompute {
-    fn from(blocks: Blocks) -> Self {
-        match blocks {
-            Blocks::All => Recompute::All,
-            Blocks::Tower => Recompute::Tower,
-            Blocks::Off => Recompute::Off,
+impl Args {
+    /// What `--checkpoint` and `--keep-tower-blocks` ask the backward to recompute.
+    fn recompute(&self) -> anyhow::Result<Recompute> {
+        match self.checkpoint {
+            Blocks::Tower => Ok(Recompute::Tower {
+                kept: self.keep_tower_blocks,
+            }),
+            other if self.keep_tower_blocks > 0 => {
+                anyhow::bail!("--keep-tower-blocks needs --checkpoint tower, not {other:?}")
+            }
+            Blocks::All => Ok(Recompute::All),
+            Blocks::Off => Ok(Recompute::Off),
         }
     }
 }
@@ -72,13 +82,16 @@ struct Report {
     /// attention could use cuDNN's (`--no-cudnn-attention`).
     fused: bool,
     cudnn_attention: bool,
-    /// The blocks recomputed in the backward (`--checkpoint`).
+    /// The blocks recomputed in the backward (`--checkpoint`), and the tower's first blocks kept
+    /// (`--keep-tower-blocks`).
     checkpoint: Blocks,
+    keep_tower_blocks: usize,
     device_memory_gib: Option<f64>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     fused::set_enabled(!args.no_fused);
+    let recompute = args.recompute()?;
     let (model, device, _) = args.model.load()?;
     let shape = args.step.shape()?;
     let (batch, scored) = bench::synthetic_batch(model.as_ref(), &shape, 0);
@@ -92,7 +105,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut optimizer = AdamW::new(trainable, &OptimConfig::default())?;
     let lr = OptimConfig::default().lr;
     let mut step = || -> Result<(), ModelError> {
-        bench::backward(model.as_ref(), &batch, &scored, args.checkpoint.into())?;
+        bench::backward(model.as_ref(), &batch, &scored, recompute)?;
         optimizer.step(lr).map_err(|e| ModelError::Input(e.to_string()))?;
         optimizer.zero_grad()?;
         Ok(())
@@ -121,6 +134,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         mfu_model_flops: model_flops / seconds / H100_BF16_FLOPS,
         fused: !args.no_fused,
         checkpoint: args.checkpoint,
+        keep_tower_blocks: args.keep_tower_blocks,
         cudnn_attention: !args.model.no_cudnn_attention,
         device_memory_gib: bench::cuda_memory_in_use().map(|b| b as f64 / (1u64 << 30) as f64),
     };
