@@ -17,6 +17,7 @@
 use tch::{Kind, Tensor};
 
 use crate::model_error::ModelError;
+use crate::qwen2_5_vl::model::ImageFeatures;
 use crate::qwen2_5_vl::rope_index::Grid;
 use crate::qwen3_vl::vision::{VisionOutput, VisionRun, VisionTower};
 use crate::tied_head::{TiedHead, backward_together};
@@ -47,11 +48,15 @@ impl Recompute {
         self != Recompute::Off
     }
 
-    /// How many of a recomputed tower's first blocks keep their activations instead.
-    pub fn tower_blocks_kept(self) -> usize {
+    /// Whether a training pass with features from `source` runs the tower for a recompute (it is
+    /// `trained` and runs in the pass), and if so how many of its first blocks keep their
+    /// activations instead.
+    pub fn tower_tape(self, trained: bool, source: &ImageFeatures) -> Option<usize> {
+        let runs = trained && matches!(source, ImageFeatures::Tower);
         match self {
-            Recompute::Tower { kept } => kept,
-            _ => 0,
+            Recompute::Off => None,
+            Recompute::Tower { kept } => runs.then_some(kept),
+            Recompute::All => runs.then_some(0),
         }
     }
 }

@@ -85,17 +85,14 @@ impl Qwen25Vl {
         recompute: Recompute,
     ) -> Result<TrainingForward<'_>, ModelError> {
         let mut vision = None;
-        let prepared =
-            if recompute.tower() && self.vision_trainable() && matches!(source, ImageFeatures::Tower) {
-                self.prepare_with(batch, |pixels, grids| {
-                    let kept = recompute.tower_blocks_kept();
-                    let (features, tape) = vision_forward(&self.vision, tower_pixels(pixels)?, grids, kept)?;
-                    vision = Some(tape);
-                    Ok(features)
-                })?
-            } else {
-                self.prepare_from(batch, source)?
-            };
+        let prepared = match recompute.tower_tape(self.vision_trainable(), &source) {
+            Some(kept) => self.prepare_with(batch, |pixels, grids| {
+                let (features, tape) = vision_forward(&self.vision, tower_pixels(pixels)?, grids, kept)?;
+                vision = Some(tape);
+                Ok(features)
+            })?,
+            None => self.prepare_from(batch, source)?,
+        };
         if !recompute.decoder() {
             let hidden = self
                 .text

@@ -32,17 +32,14 @@ impl Qwen35 {
         recompute: Recompute,
     ) -> Result<TrainingForward<'_>, ModelError> {
         let mut vision = None;
-        let prepared =
-            if recompute.tower() && self.vision_trainable() && matches!(source, ImageFeatures::Tower) {
-                self.prepare_with(batch, |pixels, grids| {
-                    let kept = recompute.tower_blocks_kept();
-                    let (features, tape) = vision_forward(&self.vision, tower_pixels(pixels)?, grids, kept)?;
-                    vision = Some(tape);
-                    Ok(features.merged)
-                })?
-            } else {
-                self.prepare_from(batch, source)?
-            };
+        let prepared = match recompute.tower_tape(self.vision_trainable(), &source) {
+            Some(kept) => self.prepare_with(batch, |pixels, grids| {
+                let (features, tape) = vision_forward(&self.vision, tower_pixels(pixels)?, grids, kept)?;
+                vision = Some(tape);
+                Ok(features.merged)
+            })?,
+            None => self.prepare_from(batch, source)?,
+        };
         if !recompute.decoder() {
             let hidden = self.decode(&prepared)?;
             return Ok(self.forward_result(hidden, prepared, Checkpoint::of_tower(vision)));
