@@ -18,6 +18,54 @@ fn plan(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// [`plan`] with `PATH` holding only `bin` (where a stand-in `nvidia-smi` may be).
+fn plan_with_path(bin: &std::path::Path, args: &[&str]) -> Output {
+    command()
+        .current_dir(repo_root())
+        .env("PATH", bin)
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .arg("plan")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Without `--gpu-memory` a CUDA config is planned for the GPU's memory as `nvidia-smi` lists it
+/// (a stand-in printing an H200's 143,771 MiB: checkpointing off, the plan filling 65%), and for
+/// 80 GiB when there is no `nvidia-smi` (checkpointing on); stderr says which.
+#[test]
+fn without_a_size_the_gpu_s_memory_is_read_from_nvidia_smi() {
+    let bin = tempfile::tempdir().unwrap();
+    let out = plan_with_path(bin.path(), &["configs/3b-1gpu.toml"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        stderr.starts_with("planning for 80 GiB: no GPU memory read from nvidia-smi"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains("\"auto\": on (the plan without it fills 115% of the GPU's 80.00 GiB"),
+        "{stdout}"
+    );
+    let smi = bin.path().join("nvidia-smi");
+    std::fs::write(&smi, "#!/bin/sh\necho '0, GPU-5e1f, 143771'\n").unwrap();
+    std::fs::set_permissions(&smi, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = plan_with_path(bin.path(), &["configs/3b-1gpu.toml"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        stderr.starts_with("planning for the GPU's 140.40 GiB (nvidia-smi"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains("\"auto\": off (the plan without it fills 65% of the GPU's 140.40 GiB")
+            && stdout
+                .lines()
+                .any(|l| l.starts_with("GPU ") && l.ends_with(" 140.401")),
+        "{stdout}"
+    );
+}
+
 #[test]
 fn the_tiny_config_table() {
     let out = plan(&["configs/cpu-tiny.toml"]);
@@ -110,6 +158,8 @@ fn a_config_that_does_not_fit_exits_2_with_the_knob() {
         "configs/3b-1gpu.toml",
         eight,
         "model.gradient_checkpointing=false",
+        "--gpu-memory",
+        "80GiB",
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("peak (resident + update)                   78.211\n"));
@@ -118,6 +168,8 @@ fn a_config_that_does_not_fit_exits_2_with_the_knob() {
         eight,
         "model.gradient_checkpointing=false",
         "trainer.shared_prefix=false",
+        "--gpu-memory",
+        "80GiB",
     ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stdout).contains("activations                   update       58.269\n"));
@@ -143,7 +195,12 @@ fn a_config_that_does_not_fit_exits_2_with_the_knob() {
 /// fits, the config's own plan is refused as usual.
 #[test]
 fn the_largest_micro_batch_that_fits_is_planned_and_named() {
-    let out = plan(&["configs/3b-1gpu.toml", "--largest-micro-batch"]);
+    let out = plan(&[
+        "configs/3b-1gpu.toml",
+        "--gpu-memory",
+        "80GiB",
+        "--largest-micro-batch",
+    ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     assert!(
@@ -204,6 +261,8 @@ fn the_7b_shape_over_4_gpus_with_zero_stage_1_fits_80_gib() {
             "model.preset=7b",
             "distributed.zero_stage=1",
             "rollout.keep_engine=false",
+            "--gpu-memory",
+            "80GiB",
             "--nproc-per-node",
             world,
         ]
