@@ -10,9 +10,10 @@
 //! so the recompute is driven from here; the results equal plain autograd (tested per family).
 //!
 //! [`Recompute`] says which blocks a pass recomputes: all of them, none, or the trained tower's
-//! alone. A screenshot's tower runs on four patches per image token, so its activations can outweigh
-//! the decoder's while its blocks cost less to run again: recomputing only the tower keeps most of
-//! the memory saving and drops the decoder's second forward.
+//! alone, whose first blocks may keep their graphs instead. A screenshot's tower runs on four
+//! patches per image token, so its activations can outweigh the decoder's while its blocks cost
+//! less to run again: recomputing only the tower keeps most of the memory saving and drops the
+//! decoder's second forward.
 
 use tch::{Kind, Tensor};
 
@@ -136,8 +137,9 @@ impl Blocks {
     }
 
     /// Back-propagates through the blocks in reverse, recomputing each not kept from its saved input
-    /// (a kept one's graph is there already): a block's output gradient is what the next block sends back plus its tap's. Returns the gradient of the
-    /// first block's input, `None` when no gradient reached the blocks.
+    /// (a kept one's graph is there already): a block's output gradient is what the next block sends
+    /// back plus its tap's. Returns the gradient of the first block's input, `None` when no gradient
+    /// reached the blocks.
     ///
     /// A tapped output's two gradients are added as plain autograd adds them: the tap's first (the
     /// merger that reads it ran after every block, so its backward comes first), then the next
