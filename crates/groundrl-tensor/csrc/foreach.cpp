@@ -40,4 +40,14 @@ int groundrl_foreach_zero(void** handles, int64_t n) {
   return groundrl::guarded([&] { at::_foreach_zero_(tensors_of(handles, n)); });
 }
 
+// Drops the gradient of each of the n tensors (undefined afterwards, as torch's
+// `zero_grad(set_to_none=True)`): the next backward hands each its new gradient instead of adding it
+// to zeros.
+int groundrl_release_grads(void** handles, int64_t n) {
+  using namespace groundrl;
+  return guarded([&] {
+    for (int64_t i = 0; i < n; ++i) tensor(handles[i]).mutable_grad().reset();
+  });
+}
+
 }  // extern "C"

@@ -35,6 +35,17 @@ pub fn zero(tensors: &[Tensor]) -> Result<bool, TchError> {
     Ok(true)
 }
 
+/// Drops every tensor's gradient (`grad()` undefined afterwards), so that the next backward hands
+/// each its gradient instead of adding it to a zeroed one; false (nothing done) where the shim does
+/// not apply. tch can zero a gradient but not drop it.
+pub fn release_grads(tensors: &[Tensor]) -> Result<bool, TchError> {
+    if !applies(tensors) {
+        return Ok(false);
+    }
+    ffi::release_grads(tensors)?;
+    Ok(true)
+}
+
 #[cfg(feature = "cuda")]
 mod ffi {
     use std::ffi::{c_int, c_void};
@@ -46,6 +57,7 @@ mod ffi {
     unsafe extern "C" {
         fn groundrl_foreach_norm(handles: *mut *mut c_void, n: i64, ord: f64, out: *mut c_void) -> c_int;
         fn groundrl_foreach_zero(handles: *mut *mut c_void, n: i64) -> c_int;
+        fn groundrl_release_grads(handles: *mut *mut c_void, n: i64) -> c_int;
     }
 
     fn handles(tensors: &[Tensor]) -> Vec<*mut c_void> {
@@ -68,6 +80,13 @@ mod ffi {
         let code = unsafe { groundrl_foreach_zero(h.as_mut_ptr(), h.len() as i64) };
         checked(code, "foreach zero")
     }
+
+    pub fn release_grads(tensors: &[Tensor]) -> Result<(), TchError> {
+        let mut h = handles(tensors);
+        // SAFETY: as in `norms`; only the tensors' gradient slots are reset.
+        let code = unsafe { groundrl_release_grads(h.as_mut_ptr(), h.len() as i64) };
+        checked(code, "releasing gradients")
+    }
 }
 
 /// Builds without the `cuda` feature have no shim; `applies` is false there, so these never run.
@@ -86,6 +105,10 @@ mod ffi {
     }
 
     pub fn zero(_: &[Tensor]) -> Result<(), TchError> {
+        unavailable()
+    }
+
+    pub fn release_grads(_: &[Tensor]) -> Result<(), TchError> {
         unavailable()
     }
 }

@@ -57,6 +57,10 @@ struct ParamState {
     param: Tensor,
     /// The state of its updates; `None` when another rank keeps it (ZeRO stage 1).
     moments: Option<Moments>,
+    /// Whether it has had a gradient: such a parameter keeps being updated (with a zero gradient
+    /// when its gradient was released and the next accumulation gave it none), as when its
+    /// gradient tensor stays, zeroed.
+    had_grad: bool,
 }
 
 /// What AdamW keeps for one parameter it updates.
@@ -138,14 +142,12 @@ impl AdamW {
             return Err(OptimError::LearningRate(lr));
         }
         tch::no_grad(|| {
-            let with_grad: Vec<(&mut ParamState, Tensor)> = self
-                .params
-                .iter_mut()
-                .filter_map(|p| {
-                    let grad = p.param.grad();
-                    grad.defined().then_some((p, grad))
-                })
-                .collect();
+            let mut with_grad = Vec::with_capacity(self.params.len());
+            for p in &mut self.params {
+                if let Some(grad) = p.gradient()? {
+                    with_grad.push((p, grad));
+                }
+            }
             let grad_norm = global_norm(with_grad.iter().map(|(_, grad)| grad))?;
             if !grad_norm.is_finite() {
                 return Ok(StepOutcome::Skipped { grad_norm });
@@ -232,6 +234,26 @@ impl AdamW {
             for grad in &mut grads {
                 let _ = grad.f_zero_()?;
             }
+        }
+        Ok(())
+    }
+
+    /// Drops every parameter's gradient before the next accumulation, where a CUDA build can
+    /// (`foreach::release_grads`), else zeroes them ([`AdamW::zero_grad`]). The first backward
+    /// then hands each parameter its gradient instead of adding it to zeros: one add per parameter
+    /// and the zeroing fewer each step. A parameter that had a gradient and gets none in the next
+    /// accumulation is stepped with a zero one, as after `zero_grad`, so both give the same
+    /// update. Not for gradients that other code holds (data-parallel buckets): those are zeroed.
+    pub fn release_grads(&mut self) -> Result<(), TchError> {
+        let params: Vec<Tensor> = (self.params.iter_mut())
+            .filter(|p| p.param.grad().defined())
+            .map(|p| {
+                p.had_grad = true;
+                p.param.shallow_clone()
+            })
+            .collect();
+        if !foreach::release_grads(&params)? {
+            self.zero_grad()?;
         }
         Ok(())
     }
@@ -345,7 +367,26 @@ impl ParamState {
             return Err(OptimError::Kind { name, kind });
         }
         let moments = owned.then(|| Moments::new(&param, fp32_master)).transpose()?;
-        Ok(Self { name, param, moments })
+        Ok(Self {
+            name,
+            param,
+            moments,
+            had_grad: false,
+        })
+    }
+
+    /// Its gradient for a step: the one it holds, a zero one when it has had one before (its
+    /// gradient released and not given again), else none (never reached by a backward).
+    fn gradient(&mut self) -> Result<Option<Tensor>, TchError> {
+        let grad = self.param.grad();
+        if grad.defined() {
+            self.had_grad = true;
+            return Ok(Some(grad));
+        }
+        match self.had_grad {
+            true => self.param.f_zeros_like().map(Some),
+            false => Ok(None),
+        }
     }
 
     /// Its state entries under their checkpoint names, in [`AdamW::state`]'s order.
@@ -665,6 +706,60 @@ mod tests {
                 params: 4
             })
         ));
+    }
+
+    /// Released gradients give the updates zeroed ones give, to the bit, over three steps in which
+    /// `p1` gets no gradient in the second: it is stepped with a zero gradient either way (its
+    /// moments carry on). On a CUDA device the released gradients are gone until the next backward;
+    /// elsewhere `release_grads` zeroes them, and the two runs are the same run.
+    #[test]
+    fn released_gradients_update_as_zeroed_ones() {
+        let device = Device::cuda_if_available();
+        let run = |release: bool| {
+            let params = bf16_params()
+                .into_iter()
+                .map(|(n, p)| (n, p.detach().to_device(device).set_requires_grad(true)))
+                .collect();
+            let cfg = OptimConfig {
+                lr: LR,
+                weight_decay: 0.1,
+                ..OptimConfig::default()
+            };
+            let mut opt = AdamW::new(params, &cfg).unwrap();
+            for step in 0..3u64 {
+                for (i, p) in opt.parameters().iter().enumerate() {
+                    if step == 1 && i == 1 {
+                        continue;
+                    }
+                    let g = noise(&p.size(), 100 * (step + 1) + i as u64).to_device(device);
+                    (p * g.to_kind(Kind::BFloat16)).sum(Kind::Float).backward();
+                }
+                assert!(matches!(opt.step(LR).unwrap(), StepOutcome::Applied { .. }));
+                if release {
+                    opt.release_grads().unwrap();
+                    let dropped = opt.parameters().iter().all(|p| !p.grad().defined());
+                    assert_eq!(dropped, fused::active(device), "step {step}");
+                } else {
+                    opt.zero_grad().unwrap();
+                }
+            }
+            let mut state: Vec<(String, Tensor)> =
+                opt.state().into_iter().map(|(n, t)| (n, t.copy())).collect();
+            state.extend(
+                opt.parameters()
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, p)| (format!("param {i}"), p.detach())),
+            );
+            state
+        };
+        let (released, zeroed) = (run(true), run(false));
+        let moved = |state: &[(String, Tensor)]| {
+            let step = state.iter().find(|(n, _)| n == "step/p1").unwrap();
+            step.1.int64_value(&[])
+        };
+        assert_eq!((moved(&released), moved(&zeroed)), (3, 3));
+        assert_same(&released, &zeroed);
     }
 
     /// On a CUDA device (`scripts/gpu/run.sh kernels` on the GPU machine) the one-kernel update gives

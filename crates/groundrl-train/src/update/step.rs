@@ -30,7 +30,8 @@ pub(super) fn accumulate(
 /// gradients of `params` (the optimizer's parameters, in its order) are first summed over the ranks,
 /// so that every rank steps with the global gradient (and clips by its norm); under ZeRO stage 1 each
 /// rank then broadcasts the parameters it updated, so that all hold the same weights again. The
-/// gradients are zeroed for the next accumulation. An applied step whose weights hold NaN or
+/// gradients are dropped (alone, [`AdamW::release_grads`]) or zeroed (as a rank) for the next
+/// accumulation. An applied step whose weights hold NaN or
 /// infinity ends the run with an error (every rank holds the same weights then, so all end alike)
 /// before anything saves them. One function for the policy update and the warm-up, so that both
 /// keep the ranks in step the same way.
@@ -40,6 +41,7 @@ pub(super) fn apply_step(
     params: &[Tensor],
     lr: f64,
 ) -> Result<StepOutcome, UpdateError> {
+    let alone = dp.is_none();
     if let Some(dp) = dp.as_deref_mut() {
         dp.sum_gradients(params)?;
     }
@@ -47,7 +49,12 @@ pub(super) fn apply_step(
     if let (StepOutcome::Applied { .. }, Some(dp), Some(shard)) = (outcome, dp, optimizer.shard()) {
         dp.share_updates(params, &shard.partition)?;
     }
-    optimizer.zero_grad().map_err(OptimError::from)?;
+    // Alone, the gradients are dropped rather than zeroed; a rank's are views of its buckets.
+    match alone {
+        true => optimizer.release_grads(),
+        false => optimizer.zero_grad(),
+    }
+    .map_err(OptimError::from)?;
     if let StepOutcome::Applied { .. } = outcome
         && let Some(name) = optimizer.first_non_finite().map_err(OptimError::from)?
     {
