@@ -224,9 +224,9 @@ impl<'a> Engine<'a> {
         Ok(done)
     }
 
-    /// The prompts as one left-padded batch (tensors shared, not copied).
-    /// The requests' prompts as one batch; without `with_pixels` (their features given) the images'
-    /// grids but not their pixels, which the host would otherwise concatenate for nothing.
+    /// The requests' prompts as one left-padded batch (tensors shared, not copied); without
+    /// `with_pixels` (their features given) the images' grids but not their pixels, which the host
+    /// would otherwise concatenate for nothing.
     fn batch(&self, requests: &[GenerationRequest], with_pixels: bool) -> Batch {
         let prompts = (requests.iter())
             .map(|r| r.prompt.share_pixels_if(with_pixels))
@@ -272,10 +272,6 @@ impl<'a> Engine<'a> {
     }
 }
 
-/// One decoding step, entirely on the device: select every row's token of step `step.index` from
-/// `step.logits`, run it through the model (`stepper`: cache column `first_column + index`, M-RoPE
-/// position `first_position + index`), store the next logits in `step.logits` and advance
-/// `step.index`.
 /// The requests' image features in batch order when every request with an image brings them
 /// ([`GenerationRequest::features`]); `None` (the tower runs) otherwise.
 fn given_features(requests: &[GenerationRequest]) -> Option<Tensor> {
@@ -284,6 +280,10 @@ fn given_features(requests: &[GenerationRequest]) -> Option<Tensor> {
     features.filter(|f| !f.is_empty()).map(|f| Tensor::cat(&f, 0))
 }
 
+/// One decoding step, entirely on the device: select every row's token of step `step.index` from
+/// `step.logits`, run it through the model (`stepper`: cache column `first_column + index`, M-RoPE
+/// position `first_position + index`), store the next logits in `step.logits` and advance
+/// `step.index`.
 fn iteration(stepper: &dyn DecodeStep, cache: &mut KvCache, state: &mut Decoding, step: &mut Step) {
     let token = state.select(step);
     let column = &step.index + &step.first_column;

@@ -31,9 +31,8 @@ pub(super) fn accumulate(
 /// so that every rank steps with the global gradient (and clips by its norm); under ZeRO stage 1 each
 /// rank then broadcasts the parameters it updated, so that all hold the same weights again. The
 /// gradients are dropped (alone, [`AdamW::release_grads`]) or zeroed (as a rank) for the next
-/// accumulation. An applied step whose weights hold NaN or
-/// infinity ends the run with an error (every rank holds the same weights then, so all end alike)
-/// before anything saves them. One function for the policy update and the warm-up, so that both
+/// accumulation. An applied step whose weights hold NaN or infinity ends the run with an error
+/// (every rank holds the same weights then, so all end alike) before anything saves them. One function for the policy update and the warm-up, so that both
 /// keep the ranks in step the same way.
 pub(super) fn apply_step(
     optimizer: &mut AdamW,
