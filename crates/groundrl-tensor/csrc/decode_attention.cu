@@ -9,12 +9,13 @@
 // split over several blocks (`splits`: about one block per SM in all), whose partial results a second kernel
 // merges.
 //
-// Each warp takes 16 keys at a time, copied to its own shared memory in whole cache lines
-// (`cp.async`, the next two steps in flight while it works on the current one) and read from there
-// in the layout of the tensor-core instruction `mma.sync.m16n8k16`:
-// - scores S (16 x 8 keys) = Q (8 heads, padded to 16 rows) x K^T, over the 128 dims in 8 chunks;
-//   the dims are assigned to the instruction's k slots in a permuted order (the same for Q and K, so
-//   the dot products are unchanged) that lets each thread read 16 contiguous bytes at a time;
+// Each warp takes 16 keys at a time, copied to shared memory in whole cache lines (`cp.async`, the
+// next two steps in flight while it works on the current one) and read from there in the layout of
+// the tensor-core instruction `mma.sync.m16n8k16`:
+// - scores S (16 x 8 keys) = Q (8 heads of one row, and either 8 zero rows or the 8 heads of a
+//   second row) x K^T, over the 128 dims in 8 chunks; the dims are assigned to the instruction's k
+//   slots in a permuted order (the same for Q and K, so the dot products are unchanged) that lets
+//   each thread read 16 contiguous bytes at a time;
 // - an online softmax per head in f32 (base 2), probabilities rounded to bf16 for the product, as
 //   flash attention does;
 // - O^T (128 dims x 8 heads) += V^T x P^T, whose B operand is exactly the score fragment, and whose
@@ -23,11 +24,12 @@
 // test compares both with f32 attention).
 //
 // Shared prompts: a GRPO rollout decodes n samples of each prompt, whose cache rows hold the same
-// prompt keys and values (one prefill per prompt, copied to each sample's row). Given each row's
-// `leader` (the first row of its prompt) and the number of prompt columns, a block reads the prompt
-// columns from its leader's row: the same values, so the same results to the bit, but the n rows'
-// blocks, which run side by side, read the same addresses, and all but the first find them in L2
-// instead of reading them from memory again.
+// prompt keys and values (one prefill per prompt). `decode_attention_prompt` reads a prompt's
+// columns once for up to 8 of its rows (a block's warps, two rows each, reading the keys the block
+// copies), from the prompt's first row and under that row's mask; the per-row kernel
+// reads each row's own columns after them and folds the prompt's parts in. Reading each row's cache
+// instead, 8 rows read the prompt 8 times: at 8 prompts x 8 samples and 1,262-token prompts, the
+// prompt columns are most of the bytes a decoding step's attention reads.
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -98,34 +100,29 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&p);
 }
 
-// Where a block reads its keys and values: its own row's (rows, kv_heads) slice, and its leader's for
-// the `shared` prompt columns (the same slice when the row has no leader).
+// Where a block reads its keys and values: one row's (rows, kv_heads) slice.
 struct Source {
-  const __nv_bfloat16 *keys, *values, *lead_keys, *lead_values;
-  int64_t shared;
+  const __nv_bfloat16 *keys, *values;
 };
 
-// Starts copying the 16 keys from `first` into `st`: per instruction two keys' 256 bytes, lane l
-// taking chunk l % 16 of key l / 16. Keys at or past `end` are read at end - 1 (a real key, so no
-// stale value reaches the product) and masked by the caller; so is a mask half past the capacity
-// (read at `first` instead).
+// Starts copying the 16 keys from `first` (a multiple of 16: the mask is copied 16 bytes at a time)
+// into `st`: per instruction two keys' 256 bytes, lane l taking chunk l % 16 of key l / 16. Keys
+// before `lowest` or at or past `end` are read at lowest or end - 1 (real keys, so no stale value,
+// NaN included, reaches the product) and masked by the caller; so is a mask half past the capacity
+// (read from the capacity's last 8 columns).
 __device__ __forceinline__ void issue(Stage& st, const Source& src, const __nv_bfloat16* mask,
-                                      int64_t first, int64_t end, int64_t capacity, int lane) {
+                                      int64_t first, int64_t lowest, int64_t end, int64_t capacity,
+                                      int lane) {
   const int chunk = lane % 16;
 #pragma unroll
   for (int m = 0; m < 8; ++m) {
     const int key = 2 * m + lane / 16;
-    const int64_t column = min(first + key, end - 1);
-    const bool lead = column < src.shared;
-    const int64_t at = column * kDim + 8 * chunk;
+    const int64_t at = max(lowest, min(first + key, end - 1)) * kDim + 8 * chunk;
     const int slot = chunk ^ swizzle(key);
-    copy_async(&st.k[key][slot], (lead ? src.lead_keys : src.keys) + at);
-    copy_async(&st.v[key][slot], (lead ? src.lead_values : src.values) + at);
+    copy_async(&st.k[key][slot], src.keys + at);
+    copy_async(&st.v[key][slot], src.values + at);
   }
-  if (lane < 2) {
-    const int64_t from = first + 8 * lane < capacity ? first + 8 * lane : first;
-    copy_async(&st.mask[8 * lane], mask + from);
-  }
+  if (lane < 2) copy_async(&st.mask[8 * lane], mask + min(first + 8 * lane, capacity - 8));
 }
 
 // The thread's part of a stage whose copies have landed (in the whole warp: see the caller).
@@ -154,28 +151,54 @@ struct State {
   float o[8][4] = {};
 };
 
-__device__ __forceinline__ void attend(State& s, const Tile& t, const uint32_t (&qa)[8][2],
-                                       int64_t first, int64_t last, float scale_log2, int lane) {
-  const int j = lane % 4;
-  // Scores of keys first + {2j, 2j + 1, 8 + 2j, 9 + 2j} for head r.
-  float x[4];
+
+// A row's query of head r (r = lane / 4 of the warp), in the same permuted k-slot order as the keys:
+// chunk c's a operand halves (dims 2j.. and 2j + 8.. of the instruction's k slots).
+__device__ __forceinline__ void load_query(uint32_t (&qa)[8][2], const __nv_bfloat16* q, int lane) {
+  const int r = lane / 4, j = lane % 4;
+  const uint4* qp = reinterpret_cast<const uint4*>(q + r * kDim + 8 * j);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint4 x = qp[4 * i];
+    qa[2 * i][0] = x.x;
+    qa[2 * i][1] = x.y;
+    qa[2 * i + 1][0] = x.z;
+    qa[2 * i + 1][1] = x.w;
+  }
+}
+
+// Scores of keys first + {2j, 2j + 1, 8 + 2j, 9 + 2j} for head r: x[0] of the query `lo`, x[1] of
+// `hi` (the instruction's rows 8-15; zero rows, and x[1] unused, without kPair).
+template <bool kPair>
+__device__ __forceinline__ void scores(float (&x)[2][4], const Tile& t, const uint32_t (&lo)[8][2],
+                                       const uint32_t (&hi)[8][2]) {
 #pragma unroll
   for (int tile = 0; tile < 2; ++tile) {
     float c[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int chunk = 0; chunk < 8; ++chunk) {
-      const uint32_t a[4] = {qa[chunk][0], 0u, qa[chunk][1], 0u};
+      const uint32_t a[4] = {lo[chunk][0], kPair ? hi[chunk][0] : 0u, lo[chunk][1],
+                             kPair ? hi[chunk][1] : 0u};
       const uint4& k = t.k[tile][chunk / 2];
       mma(c, a, word(k, 2 * (chunk % 2)), word(k, 2 * (chunk % 2) + 1));
     }
-    x[2 * tile] = c[0];
-    x[2 * tile + 1] = c[1];
+    x[0][2 * tile] = c[0];
+    x[0][2 * tile + 1] = c[1];
+    x[1][2 * tile] = c[2];
+    x[1][2 * tile + 1] = c[3];
   }
+}
+
+// One row's scores x of a tile's 16 keys (first + ...) folded into its state: masked outside
+// [lowest, last), the online softmax, and O^T += V^T P^T.
+__device__ __forceinline__ void update(State& s, float (&x)[4], const Tile& t, int64_t first,
+                                       int64_t lowest, int64_t last, float scale_log2, int lane) {
+  const int j = lane % 4;
   float mx = -INFINITY;
 #pragma unroll
   for (int n = 0; n < 4; ++n) {
     const int64_t key = first + 8 * (n / 2) + 2 * j + n % 2;
-    x[n] = key < last ? x[n] * scale_log2 + t.mask[n] : -INFINITY;
+    x[n] = key >= lowest && key < last ? x[n] * scale_log2 + t.mask[n] : -INFINITY;
     mx = fmaxf(mx, x[n]);
   }
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -206,8 +229,40 @@ __device__ __forceinline__ void attend(State& s, const Tile& t, const uint32_t (
   }
 }
 
-// A warp's shared memory: its pipeline's stages, whose space holds its final state once the loop is
-// done (O for 8 heads x 128 dims, maxima and sums).
+// Where a block's results go: `out` (bf16, like q) when `parts` is 0, else the unnormalized output
+// (f32, 128 dims), maximum and sum of part `part` of `parts` per (row, query head), for
+// `decode_attention_merge`.
+struct Parts {
+  __nv_bfloat16* out;
+  float *o, *ml;
+  int parts;
+};
+
+// A warp's state for one row, summed over its quads, written as part `part` of the row's KV head
+// `rh` (row * kv_heads + KV head): straight from the fragments, for the prompt kernel, whose warps
+// each hold whole rows.
+__device__ __forceinline__ void write_part(State& s, const Parts& dst, int64_t rh, int part, int lane) {
+  const int r = lane / 4, j = lane % 4;
+  s.l += __shfl_xor_sync(0xffffffffu, s.l, 1);
+  s.l += __shfl_xor_sync(0xffffffffu, s.l, 2);
+  if (j == 0) {
+    const int64_t at = (rh * kGroups + r) * dst.parts + part;
+    dst.ml[2 * at] = s.m;
+    dst.ml[2 * at + 1] = s.l;
+  }
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {  // heads 2j + c
+    float* o = dst.o + ((rh * kGroups + 2 * j + c) * dst.parts + part) * kDim;
+#pragma unroll
+    for (int d = 0; d < 8; ++d) {
+      *reinterpret_cast<float2*>(o + 64 * (d / 4) + 8 * r + 2 * (d % 4)) =
+          make_float2(s.o[d][c], s.o[d][c + 2]);
+    }
+  }
+}
+
+// A warp's shared memory in the per-row kernel: its pipeline's stages, whose space holds its final
+// state once the loop is done (O for 8 heads x 128 dims, maxima and sums).
 struct WarpSpace {
   union {
     Stage stages[kStages];
@@ -220,29 +275,26 @@ struct WarpSpace {
 
 constexpr int kSharedBytes = kWarps * sizeof(WarpSpace);
 
-// One block per (split, KV head, row): its warps take turns over the split's 16-key steps, each
-// through its own pipeline of copies, then combine their states in shared memory. With one split it
-// writes the output (bf16); with more, its unnormalized output, maximum and sum (f32) for
-// `decode_attention_merge`.
+// One block per (split, KV head, row) over the row's columns from `begin` (none: 0) through the
+// step's: its warps take turns over the split's 16-key steps (from `begin` rounded down to 16, the
+// columns before it masked), each through its own pipeline of copies, then combine their states in
+// shared memory. With `fold` (one split), the row's `dst.parts` parts the prompt kernel wrote are
+// folded in and the output written; else part `split` of `dst`, or the output when `dst.parts` is 0.
 __global__ void __launch_bounds__(kWarps * 32)
 decode_attention_split(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ keys,
                        const __nv_bfloat16* __restrict__ values, const __nv_bfloat16* __restrict__ mask,
-                       const int64_t* __restrict__ column, const int64_t* __restrict__ leader,
-                       const int64_t* __restrict__ prompt_columns, __nv_bfloat16* __restrict__ out,
-                       float* __restrict__ part_o, float* __restrict__ part_ml, int64_t kv_heads,
-                       int64_t capacity, float scale_log2) {
+                       const int64_t* __restrict__ column, const int64_t* __restrict__ begin,
+                       Parts dst, bool fold, int64_t kv_heads, int64_t capacity, float scale_log2) {
   extern __shared__ __align__(16) unsigned char shared[];
   WarpSpace* space = reinterpret_cast<WarpSpace*>(shared);
   const int splits = gridDim.x, split = blockIdx.x;
   const int64_t row = blockIdx.z, rh = row * kv_heads + blockIdx.y;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane / 4, j = lane % 4;
-  const int64_t end = min(*column + 1, capacity);
-  const int64_t per = ((end + splits - 1) / splits + kKeys - 1) / kKeys * kKeys;
-  const int64_t first = split * per, last = min(first + per, end);
-  const int64_t lead_rh = (leader ? leader[row] : row) * kv_heads + blockIdx.y;
-  const Source src{keys + rh * capacity * kDim, values + rh * capacity * kDim,
-                   keys + lead_rh * capacity * kDim, values + lead_rh * capacity * kDim,
-                   leader ? *prompt_columns : 0};
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t end = min(*column + 1, capacity), lowest = begin ? min(*begin, end) : 0;
+  const int64_t from = lowest / kKeys * kKeys;
+  const int64_t per = ((end - from + splits - 1) / splits + kKeys - 1) / kKeys * kKeys;
+  const int64_t first = from + split * per, last = min(first + per, end);
+  const Source src{keys + rh * capacity * kDim, values + rh * capacity * kDim};
   const __nv_bfloat16* mask_row = mask + row * capacity;
 
   // The warp's steps: keys at + k * stride for k < steps; the first kStages - 1 set in flight.
@@ -252,21 +304,11 @@ decode_attention_split(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16*
   Stage* stages = space[warp].stages;
 #pragma unroll
   for (int k = 0; k < kStages - 1; ++k) {
-    if (k < steps) issue(stages[k], src, mask_row, at + k * kStride, end, capacity, lane);
+    if (k < steps) issue(stages[k], src, mask_row, at + k * kStride, lowest, end, capacity, lane);
     commit();
   }
-
-  // The query of head r, in the same permuted k-slot order as the keys.
   uint32_t qa[8][2];
-  const uint4* qp = reinterpret_cast<const uint4*>(q + (rh * kGroups + r) * kDim + 8 * j);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint4 x = qp[4 * i];
-    qa[2 * i][0] = x.x;
-    qa[2 * i][1] = x.y;
-    qa[2 * i + 1][0] = x.z;
-    qa[2 * i + 1][1] = x.w;
-  }
+  load_query(qa, q + rh * kGroups * kDim, lane);
   State s;
   for (int64_t k = 0; k < steps; ++k) {
     wait_pending<kStages - 2>();  // this lane's copies of step k have landed,
@@ -275,14 +317,17 @@ decode_attention_split(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16*
     read(t, stages[k % kStages], lane);
     const int64_t ahead = k + kStages - 1;  // into the stage step k - 1 used
     if (ahead < steps) {
-      issue(stages[ahead % kStages], src, mask_row, at + ahead * kStride, end, capacity, lane);
+      issue(stages[ahead % kStages], src, mask_row, at + ahead * kStride, lowest, end, capacity, lane);
     }
     commit();
-    attend(s, t, qa, at + k * kStride, last, scale_log2, lane);
+    float x[2][4];
+    scores<false>(x, t, qa, qa);
+    update(s, x[0], t, at + k * kStride, lowest, last, scale_log2, lane);
   }
   wait_pending<0>();
 
   // The warp's sum over its quad, then the block's states combined.
+  const int r = lane / 4, j = lane % 4;
   s.l += __shfl_xor_sync(0xffffffffu, s.l, 1);
   s.l += __shfl_xor_sync(0xffffffffu, s.l, 2);
   __syncwarp();  // every lane's stage reads done before the space is reused
@@ -298,9 +343,13 @@ decode_attention_split(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16*
   }
   __syncthreads();
   const int h = threadIdx.x / 16, d0 = 8 * (threadIdx.x % 16);  // 8 heads x 16 threads
+  const int64_t head = rh * kGroups + h;
+  const float* ml = dst.ml + 2 * head * dst.parts;  // with `fold`, the prompt's parts
+  const int folded = fold ? dst.parts : 0;
   float m = -INFINITY;
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) m = fmaxf(m, space[w].done.m[h]);
+  for (int p = 0; p < folded; ++p) m = fmaxf(m, ml[2 * p]);
   const float base = m == -INFINITY ? 0.f : m;
   float l = 0.f, acc[8] = {};
 #pragma unroll
@@ -311,44 +360,182 @@ decode_attention_split(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16*
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[i] += e * done_w.o[h][d0 + i];
   }
-  const int64_t head = rh * kGroups + h;
-  if (splits == 1) {
+  for (int p = 0; p < folded; ++p) {
+    const float e = exp2f(ml[2 * p] - base);
+    if (e == 0.f) continue;  // a part without keys: its output was not summed
+    l += e * ml[2 * p + 1];
+    const float4* o = reinterpret_cast<const float4*>(dst.o + (head * dst.parts + p) * kDim + d0);
+    const float4 o0 = o[0], o1 = o[1];
+    const float part[8] = {o0.x, o0.y, o0.z, o0.w, o1.x, o1.y, o1.z, o1.w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] += e * part[i];
+  }
+  if (fold || dst.parts == 0) {
     uint4 o;
     o.x = pack(acc[0] / l, acc[1] / l);
     o.y = pack(acc[2] / l, acc[3] / l);
     o.z = pack(acc[4] / l, acc[5] / l);
     o.w = pack(acc[6] / l, acc[7] / l);
-    *reinterpret_cast<uint4*>(out + head * kDim + d0) = o;
+    *reinterpret_cast<uint4*>(dst.out + head * kDim + d0) = o;
     return;
   }
-  const int64_t part = head * splits + split;
-  float4* po = reinterpret_cast<float4*>(part_o + part * kDim + d0);
+  const int64_t part = head * dst.parts + split;
+  float4* po = reinterpret_cast<float4*>(dst.o + part * kDim + d0);
   po[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
   po[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
   if (d0 == 0) {
-    part_ml[2 * part] = m;
-    part_ml[2 * part + 1] = l;
+    dst.ml[2 * part] = m;
+    dst.ml[2 * part + 1] = l;
   }
 }
 
-// The splits of each (row, query head) merged by their maxima and sums: one block per (row, KV head),
+// The rows a prompt-kernel block serves: up to 8, two per warp of each of its two warp groups.
+constexpr int kChunk = 2 * kWarps;
+constexpr int kPromptWarps = 2 * kWarps;
+
+// The prompt kernel's shared memory: stages of kWarps tiles (64 keys), each tile copied by one warp
+// of the first group and read by the warps of one group (tiles 0-1 by the first, 2-3 by the second).
+struct BlockStage {
+  Stage tiles[kWarps];
+};
+
+constexpr int kPromptSharedBytes = kStages * sizeof(BlockStage);
+
+// A second-group warp's states of its two rows, as each lane holds them, for its first-group
+// partner to fold in (in the stages' space once the loop is done).
+struct Handover {
+  float m[2], l[2], o[2][8][4];
+};
+
+static_assert(kWarps * 32 * sizeof(Handover) <= kPromptSharedBytes, "handover fits the stages");
+
+// Folds another warp's state `b` of the same row, over other keys, into `a` (the same lane's).
+__device__ __forceinline__ void fold(State& a, float mb, float lb, const float (&ob)[8][4], int lane) {
+  const int j = lane % 4;
+  const float m = fmaxf(a.m, mb);
+  const float base = m == -INFINITY ? 0.f : m;
+  const float ea = exp2f(a.m - base), eb = exp2f(mb - base);
+  a.m = m;
+  a.l = a.l * ea + lb * eb;
+  // O^T's columns are heads 2j and 2j + 1, whose factors lanes 8j and 8j + 4 hold.
+  const float ea0 = __shfl_sync(0xffffffffu, ea, 8 * j), ea1 = __shfl_sync(0xffffffffu, ea, 8 * j + 4);
+  const float eb0 = __shfl_sync(0xffffffffu, eb, 8 * j), eb1 = __shfl_sync(0xffffffffu, eb, 8 * j + 4);
+#pragma unroll
+  for (int d = 0; d < 8; ++d) {
+    a.o[d][0] = a.o[d][0] * ea0 + ob[d][0] * eb0;
+    a.o[d][1] = a.o[d][1] * ea1 + ob[d][1] * eb1;
+    a.o[d][2] = a.o[d][2] * ea0 + ob[d][2] * eb0;
+    a.o[d][3] = a.o[d][3] * ea1 + ob[d][3] * eb1;
+  }
+}
+
+// Block (split, KV head, z) takes chunks z, z + gridDim.z, ... over the split's share of the prompt
+// columns (gridDim.z: the chunks of 8 rows a batch of 8-sample prompts has; a batch of smaller groups
+// has more chunks, which the same blocks take in turn): chunk c's rows are chunks[8c .. 8c + 8] (-1
+// for none; a chunk of none ends the list), their keys, values and mask those of the first row's
+// leader. Warps w and w + 4 attend for rows 2w and 2w + 1 (the instruction's two halves), each over
+// half of every stage's tiles, and fold their states together at the end; part `split` of `dst`.
+__global__ void __launch_bounds__(kPromptWarps * 32)
+decode_attention_prompt(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ keys,
+                        const __nv_bfloat16* __restrict__ values, const __nv_bfloat16* __restrict__ mask,
+                        const int64_t* __restrict__ leader, const int64_t* __restrict__ chunks,
+                        int64_t chunk_count, const int64_t* __restrict__ prompt_columns, Parts dst,
+                        int64_t kv_heads, int64_t capacity, float scale_log2) {
+  extern __shared__ __align__(16) unsigned char shared[];
+  BlockStage* stages = reinterpret_cast<BlockStage*>(shared);
+  Handover* handover = reinterpret_cast<Handover*>(shared);
+  const int splits = gridDim.x, split = blockIdx.x;
+  const int64_t kv = blockIdx.y;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, pair = warp % kWarps, group = warp / kWarps;
+  const int64_t end = min(*prompt_columns, capacity);
+  constexpr int64_t kStageKeys = kWarps * kKeys;
+  const int64_t per = ((end + splits - 1) / splits + kStageKeys - 1) / kStageKeys * kStageKeys;
+  const int64_t first = split * per, last = min(first + per, end);
+  const int64_t steps = first < last ? (last - first + kStageKeys - 1) / kStageKeys : 0;
+  const int64_t tile_first = first + pair * kKeys;  // the tile of each stage a first-group warp copies
+  for (int64_t chunk = blockIdx.z; chunk < chunk_count; chunk += gridDim.z) {
+    const int64_t* rows = chunks + chunk * kChunk;
+    if (rows[0] < 0) return;
+    const int64_t source = leader[rows[0]], source_rh = source * kv_heads + kv;
+    const Source src{keys + source_rh * capacity * kDim, values + source_rh * capacity * kDim};
+    const __nv_bfloat16* mask_row = mask + source * capacity;
+    __syncthreads();  // the previous chunk's stages and handover are read by every warp
+#pragma unroll
+    for (int k = 0; k < kStages - 1; ++k) {
+      if (k < steps && group == 0) {
+        issue(stages[k].tiles[pair], src, mask_row, tile_first + k * kStageKeys, 0, last, capacity, lane);
+      }
+      commit();
+    }
+    const int64_t lo = rows[2 * pair], hi = rows[2 * pair + 1];
+    uint32_t qlo[8][2] = {}, qhi[8][2] = {};
+    if (lo >= 0) load_query(qlo, q + (lo * kv_heads + kv) * kGroups * kDim, lane);
+    if (hi >= 0) load_query(qhi, q + (hi * kv_heads + kv) * kGroups * kDim, lane);
+    State s[2];
+    for (int64_t k = 0; k < steps; ++k) {
+      wait_pending<kStages - 2>();  // this thread's copies of stage k have landed,
+      __syncthreads();              // every thread's have, and stage k - 1 is read by every warp
+      const int64_t ahead = k + kStages - 1;
+      if (ahead < steps && group == 0) {
+        issue(stages[ahead % kStages].tiles[pair], src, mask_row, tile_first + ahead * kStageKeys, 0,
+              last, capacity, lane);
+      }
+      commit();
+      if (lo < 0) continue;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int tile = 2 * group + half;
+        Tile t;
+        read(t, stages[k % kStages].tiles[tile], lane);
+        float x[2][4];
+        scores<true>(x, t, qlo, qhi);
+        const int64_t at = first + k * kStageKeys + tile * kKeys;
+        update(s[0], x[0], t, at, 0, last, scale_log2, lane);
+        update(s[1], x[1], t, at, 0, last, scale_log2, lane);
+      }
+    }
+    wait_pending<0>();
+    __syncthreads();  // every warp's reads of the stages done before the handover overwrites them
+    Handover& h = handover[pair * 32 + lane];
+    if (group == 1 && lo >= 0) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        h.m[r] = s[r].m;
+        h.l[r] = s[r].l;
+#pragma unroll
+        for (int d = 0; d < 8; ++d) {
+#pragma unroll
+          for (int c = 0; c < 4; ++c) h.o[r][d][c] = s[r].o[d][c];
+        }
+      }
+    }
+    __syncthreads();
+    if (group == 1 || lo < 0) continue;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) fold(s[r], h.m[r], h.l[r], h.o[r], lane);
+    write_part(s[0], dst, lo * kv_heads + kv, split, lane);
+    if (hi >= 0) write_part(s[1], dst, hi * kv_heads + kv, split, lane);
+  }
+}
+
+// The parts of each (row, query head) merged by their maxima and sums: one block per (row, KV head),
 // one thread per (query head, 4 dims).
 __global__ void __launch_bounds__(kGroups * 32)
 decode_attention_merge(const float* __restrict__ part_o, const float* __restrict__ part_ml,
-                       __nv_bfloat16* __restrict__ out, int splits) {
+                       __nv_bfloat16* __restrict__ out, int parts) {
   const int h = threadIdx.x / 32, d0 = 4 * (threadIdx.x % 32);
   const int64_t head = blockIdx.x * (int64_t)kGroups + h;
-  const float* ml = part_ml + 2 * head * splits;
+  const float* ml = part_ml + 2 * head * parts;
   float m = -INFINITY;
-  for (int s = 0; s < splits; ++s) m = fmaxf(m, ml[2 * s]);
+  for (int s = 0; s < parts; ++s) m = fmaxf(m, ml[2 * s]);
   const float base = m == -INFINITY ? 0.f : m;
   float l = 0.f;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int s = 0; s < splits; ++s) {
+  for (int s = 0; s < parts; ++s) {
     const float e = exp2f(ml[2 * s] - base);
-    if (e == 0.f) continue;  // an empty split (past the column): its output was not summed
+    if (e == 0.f) continue;  // an empty part (no key, or past the column): its output was not summed
     l += e * ml[2 * s + 1];
-    const float4 o = *reinterpret_cast<const float4*>(part_o + (head * splits + s) * kDim + d0);
+    const float4 o = *reinterpret_cast<const float4*>(part_o + (head * parts + s) * kDim + d0);
     acc.x += e * o.x;
     acc.y += e * o.y;
     acc.z += e * o.z;
@@ -360,6 +547,12 @@ decode_attention_merge(const float* __restrict__ part_o, const float* __restrict
   *reinterpret_cast<uint2*>(out + head * kDim + d0) = o;
 }
 
+// Shared memory over the 48 KiB default must be asked for (a host-side setting, not in a graph).
+template <typename Kernel>
+cudaError_t allow_shared(Kernel kernel, int bytes) {
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+}
+
 }  // namespace
 
 extern "C" {
@@ -367,6 +560,7 @@ extern "C" {
 // How many splits per (row, KV head): about one block per SM in all (one block per SM already reads
 // near the bandwidth at batch 64, and more splits add the merge: `groundrl bench attention`),
 // at most one per 64 columns of capacity (early in a call, splits past the column find no keys).
+// With shared prompts, `rows` counts the chunks of 8 rows instead (one per prompt of 8 samples).
 int64_t groundrl_decode_attention_splits(int64_t rows, int64_t kv_heads, int64_t capacity,
                                          int device) {
   int sms = 0;
@@ -377,30 +571,41 @@ int64_t groundrl_decode_attention_splits(int64_t rows, int64_t kv_heads, int64_t
 }
 
 // q (rows, kv_heads, 8, 128), keys and values (rows, kv_heads, capacity, 128), mask (rows, capacity),
-// out like q: contiguous bf16; capacity a multiple of 8. part_o holds rows * kv_heads * 8 * splits *
-// 128 floats and part_ml rows * kv_heads * 8 * splits * 2 (unused with one split). `leader` (rows)
-// and `prompt_columns` (one value), both null or both set: each row's leader row and the prompt columns
-// read from it (see the top of this file).
+// out like q: contiguous bf16; capacity a multiple of 8.
+// Without `chunks`: `splits` blocks per (row, KV head); part_o holds rows * kv_heads * 8 * splits *
+// 128 floats and part_ml rows * kv_heads * 8 * splits * 2 (unused with one split).
+// With `chunks` (rows x 8 rows, -1 for none; see decode_attention_prompt), `leader` (each row's
+// prompt's first row) and `prompt_columns` (one value): `splits` blocks per (chunk, KV head) over
+// the prompt columns, one per (row, KV head) over the rest, which folds the prompt's parts in;
+// parts `splits` per row and query head.
 int groundrl_launch_decode_attention(const void* q, const void* keys, const void* values,
                                      const void* mask, const int64_t* column, const int64_t* leader,
-                                     const int64_t* prompt_columns, void* out,
+                                     const int64_t* chunks, const int64_t* prompt_columns, void* out,
                                      float* part_o, float* part_ml, int64_t rows, int64_t kv_heads,
                                      int64_t capacity, int64_t splits, float scale, void* stream) {
   if (rows * kv_heads == 0) return 0;
   auto s = (cudaStream_t)stream;
-  // Shared memory over the 48 KiB default must be asked for (a host-side setting, not in a graph).
-  cudaError_t e = cudaFuncSetAttribute(decode_attention_split,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes);
+  cudaError_t e = allow_shared(decode_attention_split, kSharedBytes);
+  if (e == cudaSuccess && chunks) e = allow_shared(decode_attention_prompt, kPromptSharedBytes);
   if (e != cudaSuccess) return (int)e;
-  dim3 grid((unsigned)splits, (unsigned)kv_heads, (unsigned)rows);
-  decode_attention_split<<<grid, kWarps * 32, kSharedBytes, s>>>(
-      (const __nv_bfloat16*)q, (const __nv_bfloat16*)keys, (const __nv_bfloat16*)values,
-      (const __nv_bfloat16*)mask, column, leader, prompt_columns, (__nv_bfloat16*)out, part_o, part_ml,
-      kv_heads, capacity,
-      scale * kLog2e);
-  if (splits > 1) {
-    decode_attention_merge<<<(unsigned)(rows * kv_heads), kGroups * 32, 0, s>>>(
-        part_o, part_ml, (__nv_bfloat16*)out, (int)splits);
+  const auto bf = [](const void* p) { return (const __nv_bfloat16*)p; };
+  const float scale_log2 = scale * kLog2e;
+  const int parts = chunks || splits > 1 ? (int)splits : 0;
+  const Parts dst{(__nv_bfloat16*)out, part_o, part_ml, parts};
+  if (chunks) {
+    const unsigned blocks = (unsigned)((rows + kChunk - 1) / kChunk);
+    decode_attention_prompt<<<dim3((unsigned)splits, (unsigned)kv_heads, blocks), kPromptWarps * 32,
+                              kPromptSharedBytes, s>>>(bf(q), bf(keys), bf(values), bf(mask), leader,
+                                                       chunks, rows, prompt_columns, dst, kv_heads,
+                                                       capacity, scale_log2);
+  }
+  const unsigned own = chunks ? 1 : (unsigned)splits;
+  decode_attention_split<<<dim3(own, (unsigned)kv_heads, (unsigned)rows), kWarps * 32, kSharedBytes, s>>>(
+      bf(q), bf(keys), bf(values), bf(mask), column, chunks ? prompt_columns : nullptr, dst,
+      chunks != nullptr, kv_heads, capacity, scale_log2);
+  if (parts > 0 && !chunks) {
+    decode_attention_merge<<<(unsigned)(rows * kv_heads), kGroups * 32, 0, s>>>(part_o, part_ml,
+                                                                               (__nv_bfloat16*)out, parts);
   }
   return (int)cudaGetLastError();
 }

@@ -181,10 +181,27 @@ pub fn rollout_prompts(model: &dyn Model, shape: &StepShape, prompts: usize, see
 /// in decoding; the tied embedding is read whole as the output head) plus the keys and values of
 /// every row's filled cache, at `context` tokens per row.
 pub fn decode_step_bytes(shape: &Architecture, kind: Kind, rows: i64, context: i64) -> f64 {
+    weights_and_cache_bytes(shape, kind, rows * context)
+}
+
+/// [`decode_step_bytes`] with the prompts' keys and values counted once per prompt, not once per
+/// row: `prompts` prompts of `prompt_tokens` and `rows` rows of `generated` tokens each. What a step
+/// must read at least when the rows of a prompt read its columns together, as the decoding attention
+/// does (`rollout::KvCache::share_prompts`).
+pub fn decode_step_bytes_prompts_once(
+    shape: &Architecture,
+    kind: Kind,
+    (prompts, prompt_tokens): (i64, i64),
+    (rows, generated): (i64, i64),
+) -> f64 {
+    weights_and_cache_bytes(shape, kind, prompts * prompt_tokens + rows * generated)
+}
+
+/// The decoder's weights and `tokens` tokens' keys and values, in bytes.
+fn weights_and_cache_bytes(shape: &Architecture, kind: Kind, tokens: i64) -> f64 {
     let weights = shape.text_parameters as f64;
     let kv_per_token = 2 * shape.kv_layers * shape.kv_heads * shape.head_dim;
-    let element = kind.elt_size_in_bytes() as f64;
-    (weights + (rows * context * kv_per_token) as f64) * element
+    (weights + (tokens * kv_per_token) as f64) * kind.elt_size_in_bytes() as f64
 }
 
 /// The arithmetic of one training step on a batch of `shape`, in FLOPs, as model FLOPs utilisation
@@ -208,6 +225,22 @@ pub fn training_flops(
 mod tests {
     use super::*;
     use crate::qwen2_5_vl::presets;
+
+    /// The 3B decoder at 8 prompts x 8 samples of 1,262 prompt tokens and 64 generated: the cache
+    /// of every row counted is 63 x 8 x 1,262 tokens more than each prompt's once, at 36 layers x 2
+    /// KV heads x 128 dims x keys and values x 2 bytes a token.
+    #[test]
+    fn prompts_read_once_save_the_other_rows_prompt_columns() {
+        let shape = presets::qwen2_5_vl_3b().architecture();
+        let every_row = decode_step_bytes(&shape, Kind::BFloat16, 64, 1262 + 64);
+        let once = decode_step_bytes_prompts_once(&shape, Kind::BFloat16, (8, 1262), (64, 64));
+        let per_token = 36.0 * 2.0 * 128.0 * 2.0 * 2.0;
+        assert_eq!(every_row - once, 56.0 * 1262.0 * per_token);
+        assert_eq!(
+            once,
+            (shape.text_parameters as f64 + (8.0 * 1262.0 + 64.0 * 64.0) * per_token / 2.0) * 2.0
+        );
+    }
 
     /// The 3B shape on the benchmark's rows (8 x 1,390 tokens: 38 text, 2 vision markers, 1,222 image
     /// tokens from a 52 x 94 patch grid, 128 scored), part by part.

@@ -19,9 +19,11 @@ pub struct KvCache {
     /// (rows, capacity) bool: false at padding columns.
     valid: Tensor,
     /// (rows,) int64: each row's prompt's first row, whose cache holds the same `prompt_columns`
-    /// (one int64 value) as the row's own ([`Self::share_prompts`]); read by the decoding attention
-    /// ([`fused::SharedPrompts`]). Kept in place for a captured step.
+    /// (one int64 value) as the row's own, and (rows, 8) int64: the chunks of rows that read them
+    /// together ([`Self::share_prompts`]); read by the decoding attention ([`fused::SharedPrompts`]).
+    /// Kept in place for a captured step.
     leader: Tensor,
+    chunks: Tensor,
     prompt_columns: Tensor,
     /// The family's other per-row decoding states ([`Decoder::recurrent_states`]), (rows, ...) each.
     states: Vec<Tensor>,
@@ -49,6 +51,7 @@ impl KvCache {
             values: (0..shape.layers).map(|_| zeros()).collect(),
             valid: Tensor::ones([shape.rows, shape.capacity], (Kind::Bool, device)),
             leader: Tensor::arange(shape.rows, (Kind::Int64, device)),
+            chunks: Tensor::full([shape.rows, 8], -1, (Kind::Int64, device)),
             prompt_columns: Tensor::zeros([1], (Kind::Int64, device)),
             states: Vec::new(),
             kind,
@@ -101,12 +104,16 @@ impl KvCache {
 
     /// Says which rows hold the same prompt in their first `columns` columns (the rows a prefill
     /// wrote from one batch row): `prompt_of_row[r]` is row r's batch row. Each row's leader becomes
-    /// the first row of its prompt.
+    /// the first row of its prompt, and the prompt's rows are chunked 8 at a time.
     pub fn share_prompts(&mut self, prompt_of_row: &[usize], columns: i64) -> Result<(), TchError> {
         let leaders: Vec<i64> = (prompt_of_row.iter())
             .map(|p| prompt_of_row.iter().position(|q| q == p).unwrap_or(0) as i64)
             .collect();
-        self.leader.f_copy_(&upload(&leaders, self.leader.device())?)?;
+        let device = self.leader.device();
+        self.leader.f_copy_(&upload(&leaders, device)?)?;
+        let chunks = fused::prompt_chunks(&leaders).concat();
+        self.chunks
+            .f_copy_(&upload(&chunks, device)?.f_view_as(&self.chunks)?)?;
         let _ = self.prompt_columns.f_fill_(columns)?;
         Ok(())
     }
@@ -172,12 +179,13 @@ impl KvCache {
     /// [`attend_cached`] of the queries `q` (rows, kv_heads, groups, hd) over layer `layer`'s cache
     /// for a decoding step through the column held by `column` (keys past it not yet written): the
     /// CUDA kernel where it applies ([`fused::decode_attention`], which reads only the keys up to the
-    /// column, split over enough thread blocks to fill the GPU, each row reading its prompt's
-    /// columns from its leader's, [`Self::share_prompts`]), else SDPA over the whole capacity.
+    /// column, split over enough thread blocks to fill the GPU, each prompt's columns read once for
+    /// up to 8 of its rows, [`Self::share_prompts`]), else SDPA over the whole capacity.
     pub fn attend(&self, layer: usize, q: &Tensor, mask: &Tensor, column: &Tensor) -> Tensor {
         let (keys, values) = self.layer(layer);
         let shared = fused::SharedPrompts {
             leader: &self.leader,
+            chunks: &self.chunks,
             columns: &self.prompt_columns,
         };
         fused::or_compose(

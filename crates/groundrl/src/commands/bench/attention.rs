@@ -35,6 +35,14 @@ pub struct Args {
     /// Split counts to time besides the automatic one (0).
     #[arg(long, value_delimiter = ',', default_value = "0,1,2,3,4,6,8")]
     splits: Vec<i64>,
+    /// Samples per prompt: rows r - r % N .. r - r % N + N - 1 hold the same first --prompt-keys
+    /// columns, which the kernel then reads once for up to 8 rows (the rollouts' shared prompts);
+    /// 1: every row its own.
+    #[arg(long, default_value_t = 1)]
+    samples: i64,
+    /// With --samples above 1: the columns each prompt's rows share.
+    #[arg(long, default_value_t = 1262)]
+    prompt_keys: i64,
     /// Device memory bandwidth in GB/s (H200: 4800, H100 SXM: 3350).
     #[arg(long, default_value_t = 4800.0)]
     bandwidth_gbs: f64,
@@ -51,7 +59,8 @@ struct Line {
     /// The kernel's blocks per row and KV head (0: chosen to fill the GPU).
     splits: Option<i64>,
     microseconds: f64,
-    /// Key and value bytes read per microsecond, in GB/s.
+    /// Key and value bytes attended per microsecond, in GB/s (every row's counted, shared prompt
+    /// columns too).
     gbs: f64,
     bandwidth_fraction: f64,
 }
@@ -64,6 +73,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.keys < 1 || args.keys > args.capacity {
         bail!("--keys must be between 1 and --capacity ({})", args.capacity);
     }
+    if args.samples < 1 || args.prompt_keys < 1 || args.prompt_keys > args.keys {
+        bail!("--samples must be at least 1 and --prompt-keys between 1 and --keys");
+    }
     let _guard = groundrl_tensor::tch::no_grad_guard();
     let (rows, heads, capacity) = (args.rows, args.kv_heads, args.capacity);
     let random = |size: &[i64]| Tensor::randn(size, (Kind::Float, device)).to_kind(Kind::BFloat16);
@@ -72,6 +84,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         random(&[rows, heads, capacity, 128]),
         random(&[rows, heads, capacity, 128]),
     );
+    let rows_of = Tensor::arange(rows, (Kind::Int64, device));
+    let leader = &rows_of - rows_of.remainder(args.samples);
+    for t in [&keys, &values] {
+        let shared = t.narrow(2, 0, args.prompt_keys).index_select(0, &leader);
+        t.narrow(2, 0, args.prompt_keys).copy_(&shared);
+    }
+    let leaders: Vec<i64> = (0..rows).map(|r| r - r % args.samples).collect();
+    let chunks = Tensor::from_slice(&fused::prompt_chunks(&leaders).concat())
+        .view([rows, 8])
+        .to_device(device);
+    let prompt_columns = Tensor::from_slice(&[args.prompt_keys]).to_device(device);
+    let shared = (args.samples > 1).then_some(fused::SharedPrompts {
+        leader: &leader,
+        chunks: &chunks,
+        columns: &prompt_columns,
+    });
     let hidden = Tensor::arange(capacity, (Kind::Int64, device)).ge(args.keys);
     let mask = Tensor::zeros([rows, capacity], (Kind::BFloat16, device))
         .masked_fill(&hidden.view([1, capacity]), f64::NEG_INFINITY)
@@ -129,7 +157,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     );
     let want = attend_cached(&q, &keys, &values, &mask).to_kind(Kind::Float);
     for &splits in &args.splits {
-        let run = || fused::decode_attention(&q, (&keys, &values), &mask, &column, None, splits);
+        let run = || fused::decode_attention(&q, (&keys, &values), &mask, &column, shared, splits);
         let got = run()?.ok_or_else(|| anyhow::anyhow!("the kernel does not apply to this shape"))?;
         let diff = (got.to_kind(Kind::Float) - &want).abs().max().double_value(&[]);
         if diff.is_nan() || diff >= 1e-2 {

@@ -87,8 +87,13 @@ struct Report {
     generated_tokens_per_s: f64,
     /// (seconds - prefill_seconds) over the decoding steps after the first token.
     decode_step_ms: f64,
+    /// The least bytes a step reads at the bandwidth: every row's cache counted
+    /// ([`bench::decode_step_bytes`]), and each prompt's once
+    /// ([`bench::decode_step_bytes_prompts_once`]); the step's fraction of each.
     roofline_step_ms: f64,
     roofline_fraction: f64,
+    roofline_prompts_once_step_ms: f64,
+    roofline_prompts_once_fraction: f64,
     device_memory_gib: Option<f64>,
     /// With --compare-eager: the eager run's tokens equal the graph run's, and the largest log-prob
     /// difference between them.
@@ -166,6 +171,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let context = prompt_tokens + args.new_tokens as i64 / 2;
     let bytes = bench::decode_step_bytes(&model.architecture(), kind, batch as i64, context);
     let roofline_step = bytes / (args.bandwidth_gbs * 1e9);
+    let generated = args.new_tokens as i64 / 2;
+    let once = bench::decode_step_bytes_prompts_once(
+        &model.architecture(),
+        kind,
+        (args.prompts as i64, prompt_tokens),
+        (batch as i64, generated),
+    );
+    let roofline_once = once / (args.bandwidth_gbs * 1e9);
     let mut modes = vec![device.is_cuda()];
     if device.is_cuda() && args.compare_eager {
         modes.push(false);
@@ -193,6 +206,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             decode_step_ms: decode_step * 1e3,
             roofline_step_ms: roofline_step * 1e3,
             roofline_fraction: roofline_step / decode_step,
+            roofline_prompts_once_step_ms: roofline_once * 1e3,
+            roofline_prompts_once_fraction: roofline_once / decode_step,
             device_memory_gib: bench::cuda_memory_in_use().map(|b| b as f64 / (1u64 << 30) as f64),
             same_tokens_as_graph: against.map(|g| same_tokens(g, &completions)),
             max_logprob_diff_vs_graph: against.map(|g| max_logprob_diff(g, &completions)),
