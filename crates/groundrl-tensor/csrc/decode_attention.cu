@@ -229,9 +229,9 @@ __device__ __forceinline__ void update(State& s, float (&x)[4], const Tile& t, i
   }
 }
 
-// Where a block's results go: `out` (bf16, like q) when `parts` is 0, else the unnormalized output
-// (f32, 128 dims), maximum and sum of part `part` of `parts` per (row, query head), for
-// `decode_attention_merge`.
+// Where a block's results go: `out` (bf16, like q), and the unnormalized outputs (f32, 128 dims),
+// maxima and sums of `parts` parts per (row, query head), which `decode_attention_merge` (the
+// per-row kernel's splits) or the per-row kernel's fold (the prompt kernel's) joins.
 struct Parts {
   __nv_bfloat16* out;
   float *o, *ml;
