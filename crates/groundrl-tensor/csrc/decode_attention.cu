@@ -7,7 +7,7 @@
 // Why our own: libtorch's cuDNN attention reads the cache well below the card's bandwidth at batch 64, and
 // this kernel much closer to it (`groundrl bench attention`; docs/performance.md). Each (row, KV head) may be
 // split over several blocks (`splits`: about one block per SM in all), whose partial results a second kernel
-// merges.
+// merges (with shared prompts, the per-row kernel folds in the prompt kernel's; see below).
 //
 // Each warp takes 16 keys at a time, copied to shared memory in whole cache lines (`cp.async`, the
 // next two steps in flight while it works on the current one) and read from there in the layout of
@@ -105,8 +105,8 @@ struct Source {
   const __nv_bfloat16 *keys, *values;
 };
 
-// Starts copying the 16 keys from `first` (a multiple of 16: the mask is copied 16 bytes at a time)
-// into `st`: per instruction two keys' 256 bytes, lane l taking chunk l % 16 of key l / 16. Keys
+// Starts copying the 16 keys from `first` (a multiple of 8: the mask is copied 16 bytes, 8 columns,
+// at a time, to an aligned address; the kernels' steps start at multiples of 16) into `st`: per instruction two keys' 256 bytes, lane l taking chunk l % 16 of key l / 16. Keys
 // before `lowest` or at or past `end` are read at lowest or end - 1 (real keys, so no stale value,
 // NaN included, reaches the product) and masked by the caller; so is a mask half past the capacity
 // (read from the capacity's last 8 columns).
@@ -117,7 +117,7 @@ __device__ __forceinline__ void issue(Stage& st, const Source& src, const __nv_b
 #pragma unroll
   for (int m = 0; m < 8; ++m) {
     const int key = 2 * m + lane / 16;
-    const int64_t at = max(lowest, min(first + key, end - 1)) * kDim + 8 * chunk;
+    const int64_t at = min(max(first + key, lowest), end - 1) * kDim + 8 * chunk;
     const int slot = chunk ^ swizzle(key);
     copy_async(&st.k[key][slot], src.keys + at);
     copy_async(&st.v[key][slot], src.values + at);
@@ -150,7 +150,6 @@ struct State {
   float m = -INFINITY, l = 0.f;
   float o[8][4] = {};
 };
-
 
 // A row's query of head r (r = lane / 4 of the warp), in the same permuted k-slot order as the keys:
 // chunk c's a operand halves (dims 2j.. and 2j + 8.. of the instruction's k slots).
@@ -278,13 +277,15 @@ constexpr int kSharedBytes = kWarps * sizeof(WarpSpace);
 // One block per (split, KV head, row) over the row's columns from `begin` (none: 0) through the
 // step's: its warps take turns over the split's 16-key steps (from `begin` rounded down to 16, the
 // columns before it masked), each through its own pipeline of copies, then combine their states in
-// shared memory. With `fold` (one split), the row's `dst.parts` parts the prompt kernel wrote are
-// folded in and the output written; else part `split` of `dst`, or the output when `dst.parts` is 0.
+// shared memory. With `prompt_parts` (one split), the row's `dst.parts` parts the prompt kernel wrote
+// are folded in and the output written; else part `split` of `dst`, or the output when `dst.parts`
+// is 0.
 __global__ void __launch_bounds__(kWarps * 32)
 decode_attention_split(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ keys,
                        const __nv_bfloat16* __restrict__ values, const __nv_bfloat16* __restrict__ mask,
                        const int64_t* __restrict__ column, const int64_t* __restrict__ begin,
-                       Parts dst, bool fold, int64_t kv_heads, int64_t capacity, float scale_log2) {
+                       Parts dst, bool prompt_parts, int64_t kv_heads, int64_t capacity,
+                       float scale_log2) {
   extern __shared__ __align__(16) unsigned char shared[];
   WarpSpace* space = reinterpret_cast<WarpSpace*>(shared);
   const int splits = gridDim.x, split = blockIdx.x;
@@ -344,8 +345,8 @@ decode_attention_split(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16*
   __syncthreads();
   const int h = threadIdx.x / 16, d0 = 8 * (threadIdx.x % 16);  // 8 heads x 16 threads
   const int64_t head = rh * kGroups + h;
-  const float* ml = dst.ml + 2 * head * dst.parts;  // with `fold`, the prompt's parts
-  const int folded = fold ? dst.parts : 0;
+  const float* ml = dst.ml + 2 * head * dst.parts;  // with `prompt_parts`, the prompt's
+  const int folded = prompt_parts ? dst.parts : 0;
   float m = -INFINITY;
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) m = fmaxf(m, space[w].done.m[h]);
@@ -370,7 +371,7 @@ decode_attention_split(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16*
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[i] += e * part[i];
   }
-  if (fold || dst.parts == 0) {
+  if (prompt_parts || dst.parts == 0) {
     uint4 o;
     o.x = pack(acc[0] / l, acc[1] / l);
     o.y = pack(acc[2] / l, acc[3] / l);
@@ -389,7 +390,8 @@ decode_attention_split(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16*
   }
 }
 
-// The rows a prompt-kernel block serves: up to 8, two per warp of each of its two warp groups.
+// The rows a prompt-kernel block serves: up to 8, two per warp pair (w, w + 4), whose warps split
+// each stage's tiles.
 constexpr int kChunk = 2 * kWarps;
 constexpr int kPromptWarps = 2 * kWarps;
 
@@ -409,7 +411,8 @@ struct Handover {
 
 static_assert(kWarps * 32 * sizeof(Handover) <= kPromptSharedBytes, "handover fits the stages");
 
-// Folds another warp's state `b` of the same row, over other keys, into `a` (the same lane's).
+// Folds another warp's state `b` of the same row, over other keys, into `a` (the same lane's): the
+// online softmax's merge of two partial results, rescaled to their common maximum.
 __device__ __forceinline__ void fold(State& a, float mb, float lb, const float (&ob)[8][4], int lane) {
   const int j = lane % 4;
   const float m = fmaxf(a.m, mb);
@@ -439,15 +442,16 @@ __global__ void __launch_bounds__(kPromptWarps * 32)
 decode_attention_prompt(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ keys,
                         const __nv_bfloat16* __restrict__ values, const __nv_bfloat16* __restrict__ mask,
                         const int64_t* __restrict__ leader, const int64_t* __restrict__ chunks,
-                        int64_t chunk_count, const int64_t* __restrict__ prompt_columns, Parts dst,
-                        int64_t kv_heads, int64_t capacity, float scale_log2) {
+                        int64_t chunk_count, const int64_t* __restrict__ prompt_columns,
+                        const int64_t* __restrict__ column, Parts dst, int64_t kv_heads,
+                        int64_t capacity, float scale_log2) {
   extern __shared__ __align__(16) unsigned char shared[];
   BlockStage* stages = reinterpret_cast<BlockStage*>(shared);
   Handover* handover = reinterpret_cast<Handover*>(shared);
   const int splits = gridDim.x, split = blockIdx.x;
   const int64_t kv = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, pair = warp % kWarps, group = warp / kWarps;
-  const int64_t end = min(*prompt_columns, capacity);
+  const int64_t end = min(min(*prompt_columns, *column + 1), capacity);
   constexpr int64_t kStageKeys = kWarps * kKeys;
   const int64_t per = ((end + splits - 1) / splits + kStageKeys - 1) / kStageKeys * kStageKeys;
   const int64_t first = split * per, last = min(first + per, end);
@@ -570,6 +574,13 @@ int64_t groundrl_decode_attention_splits(int64_t rows, int64_t kv_heads, int64_t
   return splits < 1 ? 1 : splits > most ? most : splits;
 }
 
+// The parts per (row, query head) a call writes for the merge or the fold: `splits` with shared
+// prompts (the prompt kernel's) or with more than one split, else none (the output is written
+// directly).
+int64_t groundrl_decode_attention_parts(int grouped, int64_t splits) {
+  return grouped || splits > 1 ? splits : 0;
+}
+
 // q (rows, kv_heads, 8, 128), keys and values (rows, kv_heads, capacity, 128), mask (rows, capacity),
 // out like q: contiguous bf16; capacity a multiple of 8.
 // Without `chunks`: `splits` blocks per (row, KV head); part_o holds rows * kv_heads * 8 * splits *
@@ -590,14 +601,14 @@ int groundrl_launch_decode_attention(const void* q, const void* keys, const void
   if (e != cudaSuccess) return (int)e;
   const auto bf = [](const void* p) { return (const __nv_bfloat16*)p; };
   const float scale_log2 = scale * kLog2e;
-  const int parts = chunks || splits > 1 ? (int)splits : 0;
+  const int parts = (int)groundrl_decode_attention_parts(chunks != nullptr, splits);
   const Parts dst{(__nv_bfloat16*)out, part_o, part_ml, parts};
   if (chunks) {
     const unsigned blocks = (unsigned)((rows + kChunk - 1) / kChunk);
     decode_attention_prompt<<<dim3((unsigned)splits, (unsigned)kv_heads, blocks), kPromptWarps * 32,
                               kPromptSharedBytes, s>>>(bf(q), bf(keys), bf(values), bf(mask), leader,
-                                                       chunks, rows, prompt_columns, dst, kv_heads,
-                                                       capacity, scale_log2);
+                                                       chunks, rows, prompt_columns, column, dst,
+                                                       kv_heads, capacity, scale_log2);
   }
   const unsigned own = chunks ? 1 : (unsigned)splits;
   decode_attention_split<<<dim3(own, (unsigned)kv_heads, (unsigned)rows), kWarps * 32, kSharedBytes, s>>>(

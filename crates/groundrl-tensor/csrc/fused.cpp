@@ -35,6 +35,7 @@ int groundrl_launch_sample(const void* logits, int bf16, int64_t rows, int64_t v
                            const float* uniforms, int64_t* tokens, float* logprobs, void* stream);
 int64_t groundrl_decode_attention_splits(int64_t rows, int64_t kv_heads, int64_t capacity,
                                          int device);
+int64_t groundrl_decode_attention_parts(int grouped, int64_t splits);
 int groundrl_launch_decode_attention(const void* q, const void* keys, const void* values,
                                      const void* mask, const int64_t* column, const int64_t* leader,
                                      const int64_t* chunks, const int64_t* prompt_columns, void* out,
@@ -199,12 +200,14 @@ void groundrl_set_cudnn_attention(int on) { at::globalContext().setSDPUseCuDNN(o
 // (rows, kv_heads, capacity, 128) with the additive mask (rows, 1, 1, capacity) through the column held
 // by `column` (a one-element int64 CUDA tensor); see decode_attention.cu. All contiguous bf16.
 // `splits` blocks per (row, KV head), or as many as fill the GPU when it is 0. `leader_`, `chunks_`
-// and `shared_` (int64 CUDA tensors: one per row, (rows, 8), and one value) are all null or all set:
+// and `prompt_columns_` (int64 CUDA tensors: one per row, (rows, 8), and one value) are all null or
+// all set:
 // each row's prompt's first row, the chunks of up to 8 rows of one prompt that read the prompt
 // columns together (-1 for none), and the number of prompt columns; `splits` then counts the blocks
 // per (chunk, KV head) over the prompt columns.
 int groundrl_decode_attention(void* q_, void* keys_, void* values_, void* mask_, void* column_,
-                              void* leader_, void* chunks_, void* shared_, void* out_, int64_t splits) {
+                              void* leader_, void* chunks_, void* prompt_columns_, void* out_,
+                              int64_t splits) {
   return guarded([&] {
     const auto &q = tensor(q_), &keys = tensor(keys_), &values = tensor(values_);
     const auto &mask = tensor(mask_), &column = tensor(column_), &out = tensor(out_);
@@ -227,20 +230,20 @@ int groundrl_decode_attention(void* q_, void* keys_, void* values_, void* mask_,
     require(mask.numel() == rows * capacity, "mask must hold (rows, capacity) values");
     require(out.sizes() == q.sizes(), "out must be shaped like q");
     const bool grouped = leader_ != nullptr;
-    require(grouped == (chunks_ != nullptr) && grouped == (shared_ != nullptr),
-            "leader, chunks and shared go together");
-    const int64_t *leader = nullptr, *chunks = nullptr, *shared = nullptr;
+    require(grouped == (chunks_ != nullptr) && grouped == (prompt_columns_ != nullptr),
+            "leader, chunks and prompt_columns go together");
+    const int64_t *leader = nullptr, *chunks = nullptr, *prompt_columns = nullptr;
     if (grouped) {
       check(tensor(leader_), at::kLong, "leader");
       check(tensor(chunks_), at::kLong, "chunks");
-      check(tensor(shared_), at::kLong, "shared");
+      check(tensor(prompt_columns_), at::kLong, "prompt_columns");
       require(tensor(leader_).numel() == rows, "leader must hold one row per row");
       require(tensor(chunks_).numel() == rows * 8 && tensor(chunks_).is_contiguous(),
               "chunks must be contiguous (rows, 8)");
-      require(tensor(shared_).numel() == 1, "shared must hold one value");
+      require(tensor(prompt_columns_).numel() == 1, "prompt_columns must hold one value");
       leader = tensor(leader_).data_ptr<int64_t>();
       chunks = tensor(chunks_).data_ptr<int64_t>();
-      shared = tensor(shared_).data_ptr<int64_t>();
+      prompt_columns = tensor(prompt_columns_).data_ptr<int64_t>();
     }
     c10::cuda::CUDAGuard guard(q.device());
     require(splits >= 0, "splits must not be negative");
@@ -250,13 +253,12 @@ int groundrl_decode_attention(void* q_, void* keys_, void* values_, void* mask_,
       const int64_t blocks_of = grouped ? (rows + 7) / 8 : rows;
       splits = groundrl_decode_attention_splits(blocks_of, kv_heads, capacity, q.device().index());
     }
-    const int64_t per_head = grouped || splits > 1 ? splits : 0;
-    const int64_t parts = rows * kv_heads * 8 * per_head;
+    const int64_t parts = rows * kv_heads * 8 * groundrl_decode_attention_parts(grouped, splits);
     auto part_o = at::empty({parts * 128}, q.options().dtype(at::kFloat));
     auto part_ml = at::empty({parts * 2}, q.options().dtype(at::kFloat));
     launched(groundrl_launch_decode_attention(
         q.data_ptr(), keys.data_ptr(), values.data_ptr(), mask.data_ptr(),
-        column.data_ptr<int64_t>(), leader, chunks, shared, out.data_ptr(),
+        column.data_ptr<int64_t>(), leader, chunks, prompt_columns, out.data_ptr(),
         part_o.data_ptr<float>(), part_ml.data_ptr<float>(), rows, kv_heads, capacity, splits,
         1.0f / std::sqrt(128.0f), stream_of(q)));
   });

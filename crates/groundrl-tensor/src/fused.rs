@@ -236,7 +236,8 @@ pub fn linear_attention_step(
 /// Rows of a decoding batch whose first cache columns hold the same prompt (a prompt's n samples):
 /// each row's `leader`, the first row of its prompt ((rows,) int64, values below the row count);
 /// the `chunks` of up to 8 rows of one prompt ((rows, 8) int64: chunk c's rows in row c, -1 for
-/// none, every row in one chunk, the chunks first; [`prompt_chunks`]); and the number of prompt
+/// none, every row in exactly one chunk, the chunks first: a row in none would read parts no kernel
+/// wrote; [`prompt_chunks`]); and the number of prompt
 /// `columns` (a one-element int64 tensor); all on the cache's device and kept from call to call for
 /// a captured graph. [`decode_attention`] reads those columns once per chunk, from the leader's row
 /// and under the leader's mask (the rows of one prompt have the same padding).
@@ -299,7 +300,8 @@ pub fn decode_attention(
         let int64 = [s.leader, s.chunks, s.columns]
             .iter()
             .all(|t| t.kind() == Kind::Int64);
-        int64 && s.leader.size() == [q_size[0]] && s.chunks.size() == [q_size[0], 8] && s.columns.numel() == 1
+        let chunks_fit = s.chunks.size() == [q_size[0], 8] && s.chunks.is_contiguous();
+        int64 && s.leader.size() == [q_size[0]] && chunks_fit && s.columns.numel() == 1
     });
     if !applies(&[q, keys, values, mask, column]) || !shape_fits || !bf16 || !leaders_fit {
         return Ok(None);
@@ -523,7 +525,7 @@ mod ffi {
             column: *mut c_void,
             leader: *mut c_void,
             chunks: *mut c_void,
-            shared: *mut c_void,
+            prompt_columns: *mut c_void,
             out: *mut c_void,
             splits: i64,
         ) -> c_int;

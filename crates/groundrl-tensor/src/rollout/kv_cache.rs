@@ -31,6 +31,13 @@ pub struct KvCache {
     kind: Kind,
 }
 
+/// Each row its own prompt's only row: the chunks of a cache whose prompts are not shared (yet).
+fn own_chunks(rows: i64, device: Device) -> Tensor {
+    let alone: Vec<i64> = (0..rows).collect();
+    let chunks = fused::prompt_chunks(&alone).concat();
+    Tensor::from_slice(&chunks).view([rows, 8]).to_device(device)
+}
+
 /// The shape of a cache.
 #[derive(Clone, Copy, Debug)]
 pub struct CacheShape {
@@ -51,7 +58,7 @@ impl KvCache {
             values: (0..shape.layers).map(|_| zeros()).collect(),
             valid: Tensor::ones([shape.rows, shape.capacity], (Kind::Bool, device)),
             leader: Tensor::arange(shape.rows, (Kind::Int64, device)),
-            chunks: Tensor::full([shape.rows, 8], -1, (Kind::Int64, device)),
+            chunks: own_chunks(shape.rows, device),
             prompt_columns: Tensor::zeros([1], (Kind::Int64, device)),
             states: Vec::new(),
             kind,
@@ -106,6 +113,13 @@ impl KvCache {
     /// wrote from one batch row): `prompt_of_row[r]` is row r's batch row. Each row's leader becomes
     /// the first row of its prompt, and the prompt's rows are chunked 8 at a time.
     pub fn share_prompts(&mut self, prompt_of_row: &[usize], columns: i64) -> Result<(), TchError> {
+        let rows = self.leader.size()[0];
+        if prompt_of_row.len() as i64 != rows {
+            return Err(TchError::Shape(format!(
+                "share_prompts: {} rows' prompts for a cache of {rows} rows",
+                prompt_of_row.len()
+            )));
+        }
         let leaders: Vec<i64> = (prompt_of_row.iter())
             .map(|p| prompt_of_row.iter().position(|q| q == p).unwrap_or(0) as i64)
             .collect();
@@ -221,4 +235,43 @@ impl KvCache {
 /// attended without repeating (copying) the cache; the output has q's shape.
 pub fn attend_cached(q: &Tensor, keys: &Tensor, values: &Tensor, mask: &Tensor) -> Tensor {
     Tensor::scaled_dot_product_attention(q, keys, values, Some(mask), 0.0, false, None, false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache(rows: i64) -> KvCache {
+        let shape = CacheShape {
+            layers: 1,
+            rows,
+            kv_heads: 1,
+            capacity: 8,
+            head_dim: 2,
+        };
+        KvCache::new(shape, Kind::Float, Device::Cpu)
+    }
+
+    fn values(t: &Tensor) -> Vec<i64> {
+        Vec::<i64>::try_from(t.flatten(0, -1)).unwrap()
+    }
+
+    /// A new cache's rows are each their own prompt's only row (every row in one chunk, so no part
+    /// is left unwritten); sharing fills leaders, chunks and the prompt columns; a list of the wrong
+    /// length is refused and changes nothing.
+    #[test]
+    fn share_prompts_fills_leaders_and_chunks() {
+        let mut kv = cache(3);
+        let none = [-1i64; 7];
+        let alone = [[0].as_slice(), &none, &[1], &none, &[2], &none].concat();
+        assert_eq!(values(&kv.chunks), alone);
+        kv.share_prompts(&[0, 0, 1], 5).unwrap();
+        assert_eq!(values(&kv.leader), [0, 0, 2]);
+        let shared = [[0, 1].as_slice(), &[-1; 6], &[2], &none, &[-1; 8]].concat();
+        assert_eq!(values(&kv.chunks), shared);
+        assert_eq!(values(&kv.prompt_columns), [5]);
+        assert!(kv.share_prompts(&[0, 0], 4).is_err());
+        assert_eq!(values(&kv.leader), [0, 0, 2]);
+        assert_eq!(values(&kv.prompt_columns), [5]);
+    }
 }

@@ -73,8 +73,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.keys < 1 || args.keys > args.capacity {
         bail!("--keys must be between 1 and --capacity ({})", args.capacity);
     }
-    if args.samples < 1 || args.prompt_keys < 1 || args.prompt_keys > args.keys {
-        bail!("--samples must be at least 1 and --prompt-keys between 1 and --keys");
+    if args.samples < 1 {
+        bail!("--samples must be at least 1");
+    }
+    if args.samples > 1 && (args.prompt_keys < 1 || args.prompt_keys > args.keys) {
+        bail!("--prompt-keys must be between 1 and --keys ({})", args.keys);
     }
     let _guard = groundrl_tensor::tch::no_grad_guard();
     let (rows, heads, capacity) = (args.rows, args.kv_heads, args.capacity);
@@ -84,13 +87,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         random(&[rows, heads, capacity, 128]),
         random(&[rows, heads, capacity, 128]),
     );
-    let rows_of = Tensor::arange(rows, (Kind::Int64, device));
-    let leader = &rows_of - rows_of.remainder(args.samples);
+    let leaders: Vec<i64> = (0..rows).map(|r| r - r % args.samples).collect();
+    let leader = Tensor::from_slice(&leaders).to_device(device);
     for t in [&keys, &values] {
         let shared = t.narrow(2, 0, args.prompt_keys).index_select(0, &leader);
         t.narrow(2, 0, args.prompt_keys).copy_(&shared);
     }
-    let leaders: Vec<i64> = (0..rows).map(|r| r - r % args.samples).collect();
     let chunks = Tensor::from_slice(&fused::prompt_chunks(&leaders).concat())
         .view([rows, 8])
         .to_device(device);

@@ -168,10 +168,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let prefill_requests = one_token(1);
     let (prefill_seconds, _) = median_time(device, args.repeats, || engine.generate(&prefill_requests))?;
     let batch = args.prompts * args.n;
-    let context = prompt_tokens + args.new_tokens as i64 / 2;
+    // Each row's tokens so far, on average over the decoding steps.
+    let generated = args.new_tokens as i64 / 2;
+    let context = prompt_tokens + generated;
     let bytes = bench::decode_step_bytes(&model.architecture(), kind, batch as i64, context);
     let roofline_step = bytes / (args.bandwidth_gbs * 1e9);
-    let generated = args.new_tokens as i64 / 2;
     let once = bench::decode_step_bytes_prompts_once(
         &model.architecture(),
         kind,
