@@ -551,6 +551,10 @@ decode_attention_merge(const float* __restrict__ part_o, const float* __restrict
   *reinterpret_cast<uint2*>(out + head * kDim + d0) = o;
 }
 
+// The prompt kernel's grid depth for `rows` rows: the chunks of 8 rows a batch of 8-sample prompts
+// has (a batch of smaller groups has more chunks, which the same blocks take in turn).
+int64_t prompt_grid_chunks(int64_t rows) { return (rows + kChunk - 1) / kChunk; }
+
 // Shared memory over the 48 KiB default must be asked for (a host-side setting, not in a graph).
 template <typename Kernel>
 cudaError_t allow_shared(Kernel kernel, int bytes) {
@@ -564,12 +568,13 @@ extern "C" {
 // How many splits per (row, KV head): about one block per SM in all (one block per SM already reads
 // near the bandwidth at batch 64, and more splits add the merge: `groundrl bench attention`),
 // at most one per 64 columns of capacity (early in a call, splits past the column find no keys).
-// With shared prompts, `rows` counts the chunks of 8 rows instead (one per prompt of 8 samples).
+// With shared prompts (`grouped`), per (chunk, KV head) of the prompt kernel's grid instead.
 int64_t groundrl_decode_attention_splits(int64_t rows, int64_t kv_heads, int64_t capacity,
-                                         int device) {
+                                         int grouped, int device) {
   int sms = 0;
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) return 1;
-  const int64_t pairs = rows * kv_heads, most = (capacity + 63) / 64;
+  const int64_t blocks = grouped ? prompt_grid_chunks(rows) : rows;
+  const int64_t pairs = blocks * kv_heads, most = (capacity + 63) / 64;
   const int64_t splits = pairs > 0 ? sms / pairs : 1;
   return splits < 1 ? 1 : splits > most ? most : splits;
 }
@@ -604,7 +609,7 @@ int groundrl_launch_decode_attention(const void* q, const void* keys, const void
   const int parts = (int)groundrl_decode_attention_parts(chunks != nullptr, splits);
   const Parts dst{(__nv_bfloat16*)out, part_o, part_ml, parts};
   if (chunks) {
-    const unsigned blocks = (unsigned)((rows + kChunk - 1) / kChunk);
+    const unsigned blocks = (unsigned)prompt_grid_chunks(rows);
     decode_attention_prompt<<<dim3((unsigned)splits, (unsigned)kv_heads, blocks), kPromptWarps * 32,
                               kPromptSharedBytes, s>>>(bf(q), bf(keys), bf(values), bf(mask), leader,
                                                        chunks, rows, prompt_columns, column, dst,

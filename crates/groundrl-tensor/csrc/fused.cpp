@@ -34,7 +34,7 @@ int groundrl_launch_sample(const void* logits, int bf16, int64_t rows, int64_t v
                            const float* temperature, const bool* greedy, const bool* banned,
                            const float* uniforms, int64_t* tokens, float* logprobs, void* stream);
 int64_t groundrl_decode_attention_splits(int64_t rows, int64_t kv_heads, int64_t capacity,
-                                         int device);
+                                         int grouped, int device);
 int64_t groundrl_decode_attention_parts(int grouped, int64_t splits);
 int groundrl_launch_decode_attention(const void* q, const void* keys, const void* values,
                                      const void* mask, const int64_t* column, const int64_t* leader,
@@ -248,10 +248,8 @@ int groundrl_decode_attention(void* q_, void* keys_, void* values_, void* mask_,
     c10::cuda::CUDAGuard guard(q.device());
     require(splits >= 0, "splits must not be negative");
     if (splits == 0) {
-      // Grouped, the prompt kernel's blocks are per chunk: one per 8 rows where prompts have 8
-      // samples or more.
-      const int64_t blocks_of = grouped ? (rows + 7) / 8 : rows;
-      splits = groundrl_decode_attention_splits(blocks_of, kv_heads, capacity, q.device().index());
+      splits = groundrl_decode_attention_splits(rows, kv_heads, capacity, grouped,
+                                                q.device().index());
     }
     const int64_t parts = rows * kv_heads * 8 * groundrl_decode_attention_parts(grouped, splits);
     auto part_o = at::empty({parts * 128}, q.options().dtype(at::kFloat));
