@@ -87,13 +87,37 @@ enum Saved {
     Graph { input: Tensor, output: Tensor },
 }
 
+/// What a training pass's backward recomputes: the decoder's blocks, the trained tower's, or both;
+/// `R` is the tower's run (what one forward of it keeps for its blocks), the Qwen3 families' by
+/// default.
 #[derive(Debug)]
-pub(crate) struct Checkpoint {
+pub(crate) struct Checkpoint<R = VisionRun> {
     /// The decoder's blocks when they are recomputed, and the output head the loss then reads when
     /// it is the trained embedding.
     pub decoder: Option<(Blocks, Option<TiedHead>)>,
     /// The vision tower's part, when it is trained and recomputed.
-    pub vision: Option<(VisionRun, Blocks)>,
+    pub vision: Option<(R, Blocks)>,
+}
+
+/// A vision tower whose blocks a [`Checkpoint`] recomputes from a run of it.
+pub(crate) trait RecomputedTower {
+    type Run;
+    /// Block `i` of the tower on `x`, with the positions and attention plan of `run`.
+    fn run_block(&self, i: usize, x: &Tensor, run: &Self::Run) -> Result<Tensor, ModelError>;
+    /// The blocks' input (the patch embeddings, with their graph).
+    fn blocks_input(run: &Self::Run) -> &Tensor;
+}
+
+impl RecomputedTower for VisionTower {
+    type Run = VisionRun;
+
+    fn run_block(&self, i: usize, x: &Tensor, run: &VisionRun) -> Result<Tensor, ModelError> {
+        VisionTower::run_block(self, i, x, run)
+    }
+
+    fn blocks_input(run: &VisionRun) -> &Tensor {
+        &run.input
+    }
 }
 
 impl Blocks {
@@ -196,7 +220,7 @@ pub(crate) fn vision_forward(
     Ok((features, (run, blocks)))
 }
 
-impl Checkpoint {
+impl<R> Checkpoint<R> {
     /// A checkpointed decoder: its `layers` blocks (`block`) run from `embeds` without a graph, the
     /// last one's output tapped; the output head `head` (an alias when `tied` and trained, see
     /// [`TiedHead`]); and the trained tower's `vision` tape, if any. Returns the checkpoint and the
@@ -206,7 +230,7 @@ impl Checkpoint {
         embeds: &Tensor,
         block: impl Fn(usize, &Tensor) -> Result<Tensor, ModelError>,
         (head, tied): (&Tensor, bool),
-        vision: Option<(VisionRun, Blocks)>,
+        vision: Option<(R, Blocks)>,
     ) -> Result<(Self, Tensor), ModelError> {
         let decoder = Blocks::run(layers, embeds, |i| i + 1 == layers, block, 0)?;
         let last = decoder.last_tap("a decoder")?;
@@ -217,7 +241,7 @@ impl Checkpoint {
 
     /// A decoder that keeps its activations (plain autograd) over a recomputed tower's `vision`
     /// tape; `None` without one (nothing to recompute).
-    pub fn of_tower(vision: Option<(VisionRun, Blocks)>) -> Option<Self> {
+    pub fn of_tower(vision: Option<(R, Blocks)>) -> Option<Self> {
         vision.map(|vision| Self {
             decoder: None,
             vision: Some(vision),
@@ -235,10 +259,10 @@ impl Checkpoint {
     /// The backward's second part, after `loss.backward()` reached the taps: a recomputed decoder's
     /// blocks in reverse (`decoder_block`), their gradient into the embeddings `embeds` (and the tied
     /// head's into the embedding with it, in one call), then the trained tower's blocks.
-    pub fn backward(
+    pub fn backward<T: RecomputedTower<Run = R>>(
         self,
         embeds: &Tensor,
-        tower: &VisionTower,
+        tower: &T,
         decoder_block: impl Fn(usize, &Tensor) -> Result<Tensor, ModelError>,
     ) -> Result<(), ModelError> {
         if let Some((blocks, head)) = &self.decoder {
@@ -252,8 +276,9 @@ impl Checkpoint {
         if let Some((run, blocks)) = self.vision {
             let grad = blocks.backward(|i, x| tower.run_block(i, x, &run))?;
             // A frozen patch embedding (LoRA adapts the blocks only) has no graph to extend.
-            if let (Some(grad), true) = (grad, run.input.requires_grad()) {
-                (&run.input * grad).sum(Kind::Float).backward();
+            let input = T::blocks_input(&run);
+            if let (Some(grad), true) = (grad, input.requires_grad()) {
+                (input * grad).sum(Kind::Float).backward();
             }
         }
         Ok(())

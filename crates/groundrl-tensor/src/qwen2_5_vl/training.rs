@@ -4,15 +4,14 @@
 //! keeping its graph). A frozen tower keeps no graph at all. The results equal plain autograd
 //! (tested).
 
-use tch::{Kind, Tensor};
+use tch::Tensor;
 
 use super::model::{Batch, ImageFeatures, Prepared, Qwen25Vl};
 use super::rope_index::Grid;
 use super::vision::{VisionRun, VisionTower};
-use crate::checkpoint::{Blocks, Recompute};
+use crate::checkpoint::{Blocks, Checkpoint, Recompute, RecomputedTower};
 use crate::model_error::ModelError;
 use crate::qwen2_5_vl::model::tower_pixels;
-use crate::tied_head::{TiedHead, backward_together};
 
 /// A forward pass whose output can be back-propagated into the model's parameters.
 #[derive(Debug)]
@@ -23,30 +22,20 @@ pub struct TrainingForward<'m> {
     pub hidden: Tensor,
     /// The batch on the device (token ids, positions, mask, embeddings with their graph).
     pub prepared: Prepared,
-    checkpoint: Checkpoint,
+    /// What the backward recomputes ([`Recompute`]); none when nothing is.
+    checkpoint: Option<Checkpoint<VisionRun>>,
 }
 
-/// What the backward recomputes ([`Recompute`]); neither part when nothing is.
-#[derive(Debug)]
-struct Checkpoint {
-    decoder: Option<DecoderCheckpoint>,
-    /// The vision tower's part, when it is trained and recomputed.
-    vision: Option<VisionCheckpoint>,
-}
+impl RecomputedTower for VisionTower {
+    type Run = VisionRun;
 
-#[derive(Debug)]
-struct DecoderCheckpoint {
-    /// The decoder's blocks; the last one's output, tapped, is where the loss's graph starts.
-    blocks: Blocks,
-    /// The output head the loss reads when it is the trained embedding.
-    head: Option<TiedHead>,
-}
+    fn run_block(&self, i: usize, x: &Tensor, run: &VisionRun) -> Result<Tensor, ModelError> {
+        VisionTower::run_block(self, i, x, run)
+    }
 
-#[derive(Debug)]
-struct VisionCheckpoint {
-    run: VisionRun,
-    /// The tower's blocks; the last one's output, tapped, is where the merger's graph starts.
-    blocks: Blocks,
+    fn blocks_input(run: &VisionRun) -> &Tensor {
+        &run.input
+    }
 }
 
 /// The vision tower's blocks without a graph but for the first `keep`, the merger with one (from
@@ -56,13 +45,13 @@ fn vision_forward(
     pixels: &Tensor,
     grids: &[Grid],
     keep: usize,
-) -> Result<(Tensor, VisionCheckpoint), ModelError> {
+) -> Result<(Tensor, (VisionRun, Blocks)), ModelError> {
     let run = tower.start(pixels, grids)?;
     let depth = tower.depth();
     let block = |i: usize, x: &Tensor| tower.run_block(i, x, &run);
     let blocks = Blocks::run(depth, &run.input, |i| i + 1 == depth, block, keep)?;
     let features = tower.finish(&blocks.last_tap("a vision tower")?, &run)?;
-    Ok((features, VisionCheckpoint { run, blocks }))
+    Ok((features, (run, blocks)))
 }
 
 impl Qwen25Vl {
@@ -97,69 +86,50 @@ impl Qwen25Vl {
             let hidden = self
                 .text
                 .forward(&prepared.embeds, &prepared.rotary, &prepared.mask);
-            let checkpoint = Checkpoint {
-                decoder: None,
-                vision,
-            };
-            return Ok(TrainingForward {
-                model: self,
-                hidden,
-                prepared,
-                checkpoint,
-            });
+            return Ok(self.forward_result(hidden, prepared, Checkpoint::of_tower(vision)));
         }
-        let layers = self.text.layers.len();
-        let block =
-            |i: usize, x: &Tensor| Ok(self.text.layers[i].forward(x, &prepared.rotary, &prepared.mask));
-        let blocks = Blocks::run(layers, &prepared.embeds, |i| i + 1 == layers, block, 0)?;
-        let hidden = self.text.final_norm(&blocks.last_tap("a decoder")?);
-        let decoder = DecoderCheckpoint {
-            blocks,
-            head: TiedHead::of(self.text.output_weight(), self.config.tie_word_embeddings),
-        };
-        Ok(TrainingForward {
+        let (checkpoint, last) = Checkpoint::of_decoder(
+            self.text.layers.len(),
+            &prepared.embeds,
+            |i, x| Ok(self.text.layers[i].forward(x, &prepared.rotary, &prepared.mask)),
+            (self.text.output_weight(), self.config.tie_word_embeddings),
+            vision,
+        )?;
+        let hidden = self.text.final_norm(&last);
+        Ok(self.forward_result(hidden, prepared, Some(checkpoint)))
+    }
+
+    fn forward_result(
+        &self,
+        hidden: Tensor,
+        prepared: Prepared,
+        checkpoint: Option<Checkpoint<VisionRun>>,
+    ) -> TrainingForward<'_> {
+        TrainingForward {
             model: self,
             hidden,
             prepared,
-            checkpoint: Checkpoint {
-                decoder: Some(decoder),
-                vision,
-            },
-        })
+            checkpoint,
+        }
     }
 }
 
 impl TrainingForward<'_> {
     /// The output head (vocab, hidden) the loss must read: the model's, or under checkpointing with
-    /// a tied, trained head its alias ([`TiedHead`]).
+    /// a tied, trained head its alias ([`Checkpoint::head`]).
     pub fn head(&self) -> &Tensor {
-        let decoder = self.checkpoint.decoder.as_ref();
-        let tied = decoder.and_then(|d| d.head.as_ref());
-        tied.map_or_else(|| self.model.text.output_weight(), TiedHead::alias)
+        Checkpoint::head(self.checkpoint.as_ref(), self.model.text.output_weight())
     }
 
     /// Back-propagates `loss` (a scalar computed from [`Self::hidden`]) into the parameters' gradients.
     pub fn backward(self, loss: &Tensor) -> Result<(), ModelError> {
         loss.backward();
+        let Some(checkpoint) = self.checkpoint else {
+            return Ok(());
+        };
         let (layers, p) = (&self.model.text.layers, &self.prepared);
-        if let Some(decoder) = self.checkpoint.decoder {
-            let grad = decoder
-                .blocks
-                .backward(|i, x| Ok(layers[i].forward(x, &p.rotary, &p.mask)))?;
-            let lookup = grad
-                .filter(|_| p.embeds.requires_grad())
-                .map(|grad| (&p.embeds * grad).sum(Kind::Float));
-            let head = decoder.head.as_ref().and_then(TiedHead::gradient_term);
-            backward_together(lookup.into_iter().chain(head));
-        }
-        if let Some(vision) = self.checkpoint.vision {
-            let tower = &self.model.vision;
-            let grad = (vision.blocks).backward(|i, x| tower.run_block(i, x, &vision.run))?;
-            // A frozen patch embedding (LoRA adapts the blocks only) has no graph to extend.
-            if let (Some(grad), true) = (grad, vision.run.input.requires_grad()) {
-                (&vision.run.input * grad).sum(Kind::Float).backward();
-            }
-        }
-        Ok(())
+        checkpoint.backward(&p.embeds, &self.model.vision, |i, x| {
+            Ok(layers[i].forward(x, &p.rotary, &p.mask))
+        })
     }
 }
