@@ -14,6 +14,9 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/graph_task.h>
+#include <torch/csrc/autograd/variable.h>
 
 #include <cstdint>
 #include <string>
@@ -122,6 +125,104 @@ struct Swiglu : public torch::autograd::Function<Swiglu> {
   }
 };
 
+// Whether a backward may add into `param`'s gradient itself, as AccumulateGrad would: a leaf that
+// takes a gradient, with no hook that AccumulateGrad would run (the data-parallel reducer's divert and
+// ready hooks, `retain_grad`, hooks a user put on), in a pass that accumulates into `.grad` (a
+// `backward`, not a `grad` call that returns the leaf's gradient instead).
+bool accumulates_in_place(const at::Tensor& param) {
+  namespace impl = torch::autograd::impl;
+  if (!param.is_leaf() || !param.requires_grad() || !impl::hooks(param).empty() ||
+      impl::post_acc_grad_hooks(param) != nullptr) {
+    return false;
+  }
+  auto node = impl::try_get_grad_accumulator(param);
+  bool hooked = node != nullptr && (!node->pre_hooks().empty() || !node->tensor_pre_hooks().empty() ||
+                                    !node->post_hooks().empty() || !node->retains_grad_hooks().empty());
+  if (hooked) return false;
+  const auto* exec = torch::autograd::get_current_graph_task_exec_info();
+  if (exec == nullptr || exec->empty()) return true;
+  auto it = node == nullptr ? exec->end() : exec->find(node.get());
+  return it != exec->end() && it->second.needed_ && !it->second.captures_;
+}
+
+// Adds `grad` (computed by `product(out)`: out = product, or out += product) into `param`'s
+// gradient and returns an undefined tensor, so that the engine's AccumulateGrad has nothing to do;
+// where that is not allowed (accumulates_in_place) returns the product for AccumulateGrad to add.
+template <class Product>
+at::Tensor into_grad(const at::Tensor& param, Product product) {
+  if (!accumulates_in_place(param)) return product(at::Tensor());
+  at::Tensor& grad = param.mutable_grad();
+  bool fits = grad.defined() && !grad.requires_grad() && grad.scalar_type() == param.scalar_type() &&
+              grad.sizes() == param.sizes() && grad.is_contiguous() && grad.device() == param.device();
+  if (fits) {
+    product(grad);
+  } else if (grad.defined()) {
+    grad = grad + product(at::Tensor());
+  } else {
+    grad = product(at::Tensor());
+  }
+  return at::Tensor();
+}
+
+// y_i = x W_i^T + b_i for x (..., in) and weights W_i (out_i, in) (biases b_i (out_i,) for all or
+// none), whose backward adds each weight's and bias's gradient into its .grad itself: the weight's
+// as the accumulation of the matmul that computes it (cuBLAS with beta = 1), where libtorch's linear
+// records two views, the matmul and AccumulateGrad's add of a separate product (Megatron-LM's
+// "gradient accumulation fusion"); the input's gradient is summed over the projections the same way
+// (one buffer the matmuls add into) where the composition adds one product to another. For the
+// projections that read one input (q|k|v, gate|up): one autograd node instead of four each and an
+// add per extra projection, and no pass over the gradients per micro-batch. The weights' gradients
+// are rounded to bf16 once per product (the sum in f32 inside the matmul) where the composition
+// rounds the product and then the sum; the tests compare within that.
+struct AccumulatingLinear : public torch::autograd::Function<AccumulatingLinear> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList weights,
+                               at::TensorList biases) {
+    variable_list saved{x};
+    variable_list outs;
+    for (size_t i = 0; i < weights.size(); ++i) {
+      std::optional<at::Tensor> bias;
+      if (!biases.empty()) bias = biases[i];
+      outs.push_back(at::linear(x, weights[i], bias));
+      saved.push_back(weights[i]);
+    }
+    saved.insert(saved.end(), biases.begin(), biases.end());
+    ctx->save_for_backward(saved);
+    ctx->saved_data["parts"] = static_cast<int64_t>(weights.size());
+    return outs;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    int64_t parts = ctx->saved_data["parts"].toInt();
+    bool biased = static_cast<int64_t>(saved.size()) > 1 + parts;
+    const at::Tensor& x = saved[0];
+    int64_t in = x.size(-1);
+    at::Tensor rows = x.reshape({-1, in});
+    variable_list result(1 + 2 * parts);
+    at::Tensor grad_x;
+    for (int64_t i = 0; i < parts; ++i) {
+      const at::Tensor& weight = saved[1 + i];
+      at::Tensor grad = grads[i].reshape({-1, weight.size(0)});
+      if (ctx->needs_input_grad(0)) {
+        grad_x = grad_x.defined() ? grad_x.addmm_(grad, weight) : at::mm(grad, weight);
+      }
+      if (ctx->needs_input_grad(1 + i)) {
+        result[1 + i] = into_grad(weight, [&](at::Tensor acc) -> at::Tensor {
+          return acc.defined() ? acc.addmm_(grad.t(), rows) : at::mm(grad.t(), rows);
+        });
+      }
+      if (biased && ctx->needs_input_grad(1 + parts + i)) {
+        result[1 + parts + i] = into_grad(saved[1 + parts + i], [&](at::Tensor acc) -> at::Tensor {
+          return acc.defined() ? acc.add_(grad.sum(0)) : grad.sum(0);
+        });
+      }
+    }
+    if (grad_x.defined()) result[0] = grad_x.view(x.sizes());
+    if (!biased) result.resize(1 + parts);
+    return result;
+  }
+};
+
 }  // namespace
 
 extern "C" {
@@ -161,6 +262,33 @@ int groundrl_swiglu(void* gate_, void* up_, void** out) {
             "gate and up must be (rows, cols) of one shape on one device");
     require_threads(gate.numel());
     *out = new at::Tensor(Swiglu::apply(gate, up));
+  });
+}
+
+// out[0..parts] = new handles of x W_i^T + b_i (AccumulatingLinear) for x (..., in), weights[i]
+// (out_i, in) and biases[i] (out_i,), or biases null for none, all of one floating dtype on one
+// device.
+int groundrl_linear(void* x_, void* const* weights_, void* const* biases_, int64_t parts, void** out) {
+  return guarded([&] {
+    const auto& x = tensor(x_);
+    require(parts >= 1 && x.dim() >= 1, "one weight at least, and x (..., in)");
+    std::vector<at::Tensor> weights, biases;
+    for (int64_t i = 0; i < parts; ++i) {
+      const auto& weight = tensor(weights_[i]);
+      require(weight.dim() == 2 && weight.size(1) == x.size(-1), "each weight must be (out, in) for x (..., in)");
+      weights.push_back(weight);
+      if (biases_ != nullptr) {
+        const auto& bias = tensor(biases_[i]);
+        require(bias.dim() == 1 && bias.size(0) == weight.size(0), "each bias must be (out,) of its weight");
+        biases.push_back(bias);
+      }
+    }
+    for (const auto& t : weights) {
+      require(t.scalar_type() == x.scalar_type() && t.device() == x.device(),
+              "x and the weights must share a dtype and a device");
+    }
+    variable_list outs = AccumulatingLinear::apply(x, at::TensorList(weights), at::TensorList(biases));
+    for (size_t i = 0; i < outs.size(); ++i) out[i] = new at::Tensor(outs[i]);
   });
 }
 

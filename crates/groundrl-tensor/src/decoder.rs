@@ -171,7 +171,8 @@ impl Mlp {
 
     /// The MLP of `x` (.., hidden), SwiGLU on [`fused::swiglu`].
     pub fn forward(&self, x: &Tensor) -> Result<Tensor, tch::TchError> {
-        let gated = fused::swiglu(&self.gate_proj.forward(x), &self.up_proj.forward(x))?;
+        let [gate, up] = Linear::forward_each(x, [&self.gate_proj, &self.up_proj]);
+        let gated = fused::swiglu(&gate, &up)?;
         Ok(self.down_proj.forward(&gated))
     }
 }

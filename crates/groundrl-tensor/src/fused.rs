@@ -14,6 +14,10 @@
 //!   on a decoding step's few rows, and token selection ([`sample`], `csrc/sampling.cu`) in
 //!   one kernel instead of about 25. These sum in their own order, so they match libtorch to rounding
 //!   (tests against f32 attention, libtorch's norm and the sampler's composition);
+//! - linear projections of one input whose backward adds the weights' and biases' gradients into
+//!   their `.grad` itself ([`linears`], `csrc/autograd.cpp`): the weights' as the accumulation of the
+//!   matmuls that compute them, one autograd node for q|k|v or gate|up where libtorch records four
+//!   a projection and the adds between them, and no pass over the gradients per micro-batch;
 //! - AdamW's update of one parameter in one pass ([`adamw`], `csrc/adamw.cu`) instead of about a
 //!   dozen passes over f32 tensors of its size;
 //! - a decoding step of Qwen3.5's linear-attention layer between its projections
@@ -397,6 +401,33 @@ pub(crate) fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor, TchError> {
     gate.f_silu()?.f_mul(up)
 }
 
+/// `x W_i^T + b_i` for `x` (..., in) and each `weights[i]` (out_i, in), with `biases[i]` (out_i,)
+/// when given (for every weight or none). Where a weight's gradient is wanted on a device where the
+/// kernels are active, one autograd function whose backward adds each weight's gradient into its
+/// `.grad` as the accumulation of the matmul that computes it (and each bias's with one add), and
+/// sums the input's gradient over the projections in one buffer the matmuls add into: the engine's
+/// AccumulateGrad, the linears' views, the adds over the gradients and between the projections of
+/// one input (q|k|v, gate|up) are gone, which the update's backward, short of work for the GPU
+/// between its launches, pays for per projection and micro-batch. A parameter with a hook (the
+/// data-parallel reducer's) or one that is no leaf gets its gradient through autograd as before.
+/// Elsewhere libtorch's linear, one per weight. A weight's gradient is summed in f32 and rounded once
+/// per micro-batch where the composition rounds the product and then the sum: equal within a bf16
+/// unit (the CUDA test below).
+pub(crate) fn linears(
+    x: &Tensor,
+    weights: &[&Tensor],
+    biases: Option<&[&Tensor]>,
+) -> Result<Vec<Tensor>, TchError> {
+    let trained = weights.iter().any(|w| w.requires_grad());
+    if on_kernel_device(&[x]) && on_kernel_device(weights) && trained && ffi::grad_enabled() {
+        return ffi::linear(x, weights, biases);
+    }
+    let bias = |i: usize| biases.map(|b| b[i]);
+    (0..weights.len())
+        .map(|i| x.f_linear(weights[i], bias(i)))
+        .collect()
+}
+
 /// The f32 scalars of one [`adamw`] update, as the optimizer's libtorch composition hands them to its
 /// kernels (see `groundrl_train::optim::AdamW`).
 #[derive(Clone, Copy, Debug)]
@@ -498,6 +529,13 @@ mod ffi {
             heads: i64,
         ) -> c_int;
         fn groundrl_swiglu(gate: *mut c_void, up: *mut c_void, out: *mut *mut c_void) -> c_int;
+        fn groundrl_linear(
+            x: *mut c_void,
+            weights: *const *mut c_void,
+            biases: *const *mut c_void,
+            parts: i64,
+            out: *mut *mut c_void,
+        ) -> c_int;
         fn groundrl_adamw(
             param: *mut c_void,
             grad: *mut c_void,
@@ -645,6 +683,30 @@ mod ffi {
         Ok(unsafe { take(out) })
     }
 
+    pub fn linear(
+        x: &Tensor,
+        weights: &[&Tensor],
+        biases: Option<&[&Tensor]>,
+    ) -> Result<Vec<Tensor>, TchError> {
+        let handles = |ts: &[&Tensor]| ts.iter().map(|t| raw(t)).collect::<Vec<_>>();
+        let weights = handles(weights);
+        let biases = biases.map(handles);
+        let mut out = vec![std::ptr::null_mut(); weights.len()];
+        // SAFETY: valid tensor handles (as many biases as weights, or null for none) for the call's
+        // duration; the shim writes one new handle per weight into `out`.
+        result("linear", unsafe {
+            groundrl_linear(
+                raw(x),
+                weights.as_ptr(),
+                biases.as_ref().map_or(std::ptr::null(), |b| b.as_ptr()),
+                weights.len() as i64,
+                out.as_mut_ptr(),
+            )
+        })?;
+        // SAFETY: the handles of the successful call, each taken once.
+        Ok(out.into_iter().map(|h| unsafe { take(h) }).collect())
+    }
+
     pub fn adamw(
         param: &Tensor,
         grad: &Tensor,
@@ -782,6 +844,10 @@ mod ffi {
         unavailable()
     }
 
+    pub fn linear(_: &Tensor, _: &[&Tensor], _: Option<&[&Tensor]>) -> Result<Vec<Tensor>, TchError> {
+        unavailable()
+    }
+
     pub fn pin_memory(_: &Tensor) -> Result<Tensor, TchError> {
         unavailable()
     }
@@ -896,7 +962,8 @@ mod tests {
         Tensor::cat(&[x.narrow(-1, half, half), x.narrow(-1, 0, half)], -1)
     }
 
-    /// Off CUDA every kernel declines (the callers' compositions run) and `swiglu` is the composition.
+    /// Off CUDA every kernel declines (the callers' compositions run) and `swiglu` and `linears` are the
+    /// compositions (the latter's gradient reaching `.grad` through autograd).
     #[test]
     fn kernels_step_aside_off_cuda() {
         let cpu = |size: &[i64]| random(size, Kind::BFloat16, Device::Cpu);
@@ -921,6 +988,11 @@ mod tests {
         assert!(q.is_none());
         let (gate, up) = (cpu(&[3, 8]), cpu(&[3, 8]));
         assert_eq!(max_diff(&swiglu(&gate, &up).unwrap(), &(gate.silu() * &up)), 0.0);
+        let weight = cpu(&[5, 8]).set_requires_grad(true);
+        let projected = linears(&gate, &[&weight], None).unwrap().remove(0);
+        assert_eq!(max_diff(&projected, &gate.linear(&weight, None::<Tensor>)), 0.0);
+        projected.sum(Kind::Float).backward();
+        assert!(weight.grad().defined());
         let (q, cache, mask) = (cpu(&[3, 2, 8, 128]), cpu(&[3, 2, 16, 128]), cpu(&[3, 1, 1, 16]));
         assert!(
             decode_attention(&q, (&cache, &cache), &mask, &column, None, 0)
@@ -1172,6 +1244,92 @@ mod tests {
         assert!(rms_norm(&x, &parameter, 1e-6).unwrap().is_none());
         let _no_grad = tch::no_grad_guard();
         assert!(rms_norm(&x, &parameter, 1e-6).unwrap().is_some());
+    }
+
+    /// [`linears`] in training, three projections of one input with biases (as q|k|v) over two
+    /// backward passes (two micro-batches, a 3-D and a 2-D input): the outputs equal libtorch's
+    /// linears bit for bit, the input's gradient equals the composition's within a bf16 unit and the
+    /// biases' bit for bit (the same sums and adds); each weight's `.grad` is within a bf16 unit of the
+    /// f32 sum of both passes' products, as the composition's. A weight that is no leaf (here a
+    /// scaled leaf) takes its gradient through autograd as before, and a `grad` call (`run_backward`
+    /// with the weight as input) returns the weight's gradient and leaves `.grad` alone.
+    #[test]
+    fn linears_add_the_weights_gradients_into_grad() {
+        let Some(device) = cuda_for_tests() else { return };
+        tch::manual_seed(3);
+        let bf16 = |size: &[i64]| random(size, Kind::BFloat16, device);
+        let leaf = |t: &Tensor| t.detach().copy().set_requires_grad(true);
+        let unit = |t: &Tensor| t.abs().max().double_value(&[]) / 128.0;
+        let loss = |outs: &[Tensor], ups: &[Tensor]| {
+            let terms = outs
+                .iter()
+                .zip(ups)
+                .map(|(o, u)| (o.to_kind(Kind::Float) * u.to_kind(Kind::Float)).sum(Kind::Float));
+            terms.reduce(|a, b| a + b).unwrap()
+        };
+        let outs = [48i64, 16, 16];
+        let weights = outs.map(|o| leaf(&bf16(&[o, 64])));
+        let biases = outs.map(|o| leaf(&bf16(&[o])));
+        let (plain_weights, plain_biases) = (weights.each_ref().map(leaf), biases.each_ref().map(leaf));
+        let passes = [[2i64, 37], [45, 0]].map(|lead| {
+            let lead: Vec<i64> = lead.into_iter().filter(|&n| n > 0).collect();
+            let x = bf16(&[lead.clone(), vec![64]].concat());
+            let ups = outs.map(|o| bf16(&[lead.clone(), vec![o]].concat()));
+            (x, ups)
+        });
+        let mut reference = outs.map(|o| Tensor::zeros([o, 64], (Kind::Float, device)));
+        for (x, ups) in &passes {
+            let (x, plain_x) = (leaf(x), leaf(x));
+            let got = linears(&x, &weights.each_ref(), Some(&biases.each_ref())).unwrap();
+            let want: Vec<Tensor> = (0..3)
+                .map(|i| plain_x.linear(&plain_weights[i], Some(&plain_biases[i])))
+                .collect();
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!(max_diff(g, w), 0.0);
+            }
+            loss(&got, ups).backward();
+            loss(&want, ups).backward();
+            let input_diff = max_diff(&x.grad(), &plain_x.grad());
+            eprintln!(
+                "input gradients differ by {input_diff} (unit {})",
+                unit(&plain_x.grad())
+            );
+            assert!(input_diff <= unit(&plain_x.grad()));
+            for (r, up) in reference.iter_mut().zip(ups) {
+                *r += rows_product(up, &x);
+            }
+        }
+        for i in 0..3 {
+            let got = max_diff(&weights[i].grad(), &reference[i]);
+            let plain = max_diff(&plain_weights[i].grad(), &reference[i]);
+            eprintln!(
+                "weight {i}'s gradient from the f32 sum: {got} in place, {plain} composed (unit {})",
+                unit(&reference[i])
+            );
+            assert!(got <= unit(&reference[i]) && plain <= unit(&reference[i]));
+            assert_eq!(max_diff(&biases[i].grad(), &plain_biases[i].grad()), 0.0);
+        }
+        // A weight computed from a leaf: autograd's path.
+        let (x, ups) = &passes[1];
+        let (weight, up) = (&weights[0], &ups[0]);
+        let before = weight.grad().copy();
+        let scaled = weight * 1.0;
+        loss(&linears(x, &[&scaled], None).unwrap(), &ups[..1]).backward();
+        let product = rows_product(up, x);
+        let added = weight.grad() - &before;
+        assert!(max_diff(&added, &product) <= unit(&weight.grad()) + unit(&product));
+        // A grad call returns the weight's gradient and leaves `.grad` as it was.
+        let before = weight.grad().copy();
+        let pass = loss(&linears(x, &[weight], None).unwrap(), &ups[..1]);
+        let returned = Tensor::run_backward(&[pass], &[weight], false, false);
+        assert!(max_diff(&returned[0], &product) <= unit(&product));
+        assert_eq!(max_diff(&weight.grad(), &before), 0.0);
+    }
+
+    /// `up^T x` in f32 over the rows of `up` (..., out) and `x` (..., in): a linear weight's gradient.
+    fn rows_product(up: &Tensor, x: &Tensor) -> Tensor {
+        let rows = |t: &Tensor| t.to_kind(Kind::Float).reshape([-1, *t.size().last().unwrap()]);
+        rows(up).tr().mm(&rows(x))
     }
 
     /// 304 columns (eight per thread) and 300 (one per thread: rows not 16-byte aligned), gate and up

@@ -44,11 +44,32 @@ impl Linear {
     }
 
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        let base = x.linear(&self.weight, self.bias.as_ref());
-        match &self.lora {
-            Some(adapter) => base + adapter.forward(x),
-            None => base,
+        let [out] = Linear::forward_each(x, [self]);
+        out
+    }
+
+    /// The projections of one input `x` (..., in) by `layers`, through [`fused::linears`] (in
+    /// training one autograd node for all of them, the weights' gradients added into their `.grad`
+    /// by the matmuls themselves), each layer's LoRA update added to its output. Layers of which some
+    /// have a bias and some not are projected one by one. An error is a shape bug of ours, on which
+    /// libtorch's `linear` panics as well.
+    pub fn forward_each<const N: usize>(x: &Tensor, layers: [&Linear; N]) -> [Tensor; N] {
+        let biases: Vec<&Tensor> = layers.iter().filter_map(|l| l.bias.as_ref()).collect();
+        if !biases.is_empty() && biases.len() < N {
+            return layers.map(|layer| layer.forward(x));
         }
+        let weights = layers.map(|layer| &layer.weight);
+        let biases = (!biases.is_empty()).then_some(biases.as_slice());
+        let mut bases = fused::linears(x, &weights, biases)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .into_iter();
+        layers.map(|layer| {
+            let base = bases.next().expect("one output per weight");
+            match &layer.lora {
+                Some(adapter) => base + adapter.forward(x),
+                None => base,
+            }
+        })
     }
 
     /// The weight (out, in) the layer applies: its own parameter (the same tensor, not a copy) without an

@@ -68,9 +68,11 @@ impl DecoderLayer {
         let normed = self.input_layernorm.forward(x);
         let (b, l) = (x.size()[0], x.size()[1]);
         let heads = |t: Tensor, heads: i64| t.view([b, l, heads, self.head_dim]);
-        let q = rotary.apply(&heads(self.self_attn.q_proj.forward(&normed), self.heads));
-        let k = rotary.apply(&heads(self.self_attn.k_proj.forward(&normed), self.kv_heads));
-        let v = heads(self.self_attn.v_proj.forward(&normed), self.kv_heads);
+        let attn = &self.self_attn;
+        let [q, k, v] = Linear::forward_each(&normed, [&attn.q_proj, &attn.k_proj, &attn.v_proj]);
+        let q = rotary.apply(&heads(q, self.heads));
+        let k = rotary.apply(&heads(k, self.kv_heads));
+        let v = heads(v, self.kv_heads);
         (q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
     }
 

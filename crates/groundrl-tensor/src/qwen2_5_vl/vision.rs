@@ -386,19 +386,26 @@ impl Block {
             .iter()
             .any(|l| l.lora.is_some());
         if pad == 0 || adapted {
-            let gated = fused::swiglu(&self.gate.forward(h), &self.up.forward(h))?;
+            let [gate, up] = Linear::forward_each(h, [&self.gate, &self.up]);
+            let gated = fused::swiglu(&gate, &up)?;
             return Ok(self.down.forward(&gated));
         }
-        let project = |linear: &Linear| -> Result<Tensor, ModelError> {
-            let weight = linear.weight.f_constant_pad_nd([0, 0, 0, pad])?;
-            let bias = linear
-                .bias
-                .as_ref()
-                .map(|b| b.f_constant_pad_nd([0, pad]))
-                .transpose()?;
-            Ok(h.f_linear(&weight, bias.as_ref())?)
+        let pad_weight = |linear: &Linear| linear.weight.f_constant_pad_nd([0, 0, 0, pad]);
+        let pad_bias = |linear: &Linear| -> Result<Tensor, ModelError> {
+            let bias = linear.bias.as_ref().ok_or_else(|| ModelError::Missing {
+                what: "bias".into(),
+                place: linear.path.clone(),
+            })?;
+            Ok(bias.f_constant_pad_nd([0, pad])?)
         };
-        let gated = fused::swiglu(&project(&self.gate)?, &project(&self.up)?)?;
+        let weights = [pad_weight(&self.gate)?, pad_weight(&self.up)?];
+        let biases = [pad_bias(&self.gate)?, pad_bias(&self.up)?];
+        // gate and up in one autograd node (fused::linears); the padded weights are no leaves, so
+        // their gradients reach the parameters through the padding's backward.
+        let [gate, up]: [Tensor; 2] = fused::linears(h, &weights.each_ref(), Some(&biases.each_ref()))?
+            .try_into()
+            .expect("one output per weight");
+        let gated = fused::swiglu(&gate, &up)?;
         let down = self.down.weight.f_constant_pad_nd([0, pad])?;
         Ok(gated.f_linear(&down, self.down.bias.as_ref())?)
     }

@@ -223,18 +223,16 @@ impl GatedAttention {
                 x.size()
             )));
         };
-        let both = self.q_proj.forward(x).f_view([b, l, c.heads, 2 * c.head_dim])?;
+        let [both, k, v] = Linear::forward_each(x, [&self.q_proj, &self.k_proj, &self.v_proj]);
+        let both = both.f_view([b, l, c.heads, 2 * c.head_dim])?;
         let (query, gate) = (
             both.f_narrow(3, 0, c.head_dim)?,
             both.f_narrow(3, c.head_dim, c.head_dim)?,
         );
         let heads = |t: Tensor, n: i64| t.f_view([b, l, n, c.head_dim]);
         let q = self.q_norm.forward(&query)?.f_transpose(1, 2)?;
-        let k = self
-            .k_norm
-            .forward(&heads(self.k_proj.forward(x), c.kv_heads)?)?
-            .f_transpose(1, 2)?;
-        let v = heads(self.v_proj.forward(x), c.kv_heads)?.f_transpose(1, 2)?;
+        let k = self.k_norm.forward(&heads(k, c.kv_heads)?)?.f_transpose(1, 2)?;
+        let v = heads(v, c.kv_heads)?.f_transpose(1, 2)?;
         let gate = gate.f_reshape([b, l, c.heads * c.head_dim])?;
         Ok((rotary.apply(&q)?, rotary.apply(&k)?, v, gate))
     }

@@ -144,13 +144,10 @@ impl DecoderLayer {
         let normed = self.input_layernorm.forward(x);
         let (b, l) = (x.size()[0], x.size()[1]);
         let heads = |t: Tensor, heads: i64| t.view([b, l, heads, self.head_dim]);
-        let q = attn
-            .q_norm
-            .forward(&heads(attn.q_proj.forward(&normed), self.heads));
-        let k = attn
-            .k_norm
-            .forward(&heads(attn.k_proj.forward(&normed), self.kv_heads));
-        let v = heads(attn.v_proj.forward(&normed), self.kv_heads);
+        let [q, k, v] = Linear::forward_each(&normed, [&attn.q_proj, &attn.k_proj, &attn.v_proj]);
+        let q = attn.q_norm.forward(&heads(q, self.heads));
+        let k = attn.k_norm.forward(&heads(k, self.kv_heads));
+        let v = heads(v, self.kv_heads);
         (
             rotary.apply(&q).transpose(1, 2),
             rotary.apply(&k).transpose(1, 2),
