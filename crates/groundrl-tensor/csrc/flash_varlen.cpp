@@ -15,14 +15,14 @@
 
 extern "C" {
 
-// *out = a new handle of causal attention within packed sequences: q (total_q, heads, dim), k and v
+// *out = a new handle of attention within packed sequences, causal or not: q (total_q, heads, dim), k and v
 // (total_k, kv_heads, dim) with kv_heads dividing heads (each KV head serving heads / kv_heads query
 // heads, as the flash kernels take them), bf16 or f16 on one CUDA device with contiguous last
 // dimensions; cu_q and
 // cu_k (sequences + 1,) int32 on that device, the sequences' first rows and the total; max_q, max_k
 // the longest sequence's rows; softmax scaled by `scale`.
 int groundrl_flash_varlen(void* q_, void* k_, void* v_, void* cu_q_, void* cu_k_, int64_t max_q,
-                          int64_t max_k, double scale, void** out) {
+                          int64_t max_k, double scale, int causal, void** out) {
   using namespace groundrl;
   return guarded([&] {
     const auto &q = tensor(q_), &k = tensor(k_), &v = tensor(v_);
@@ -44,7 +44,7 @@ int groundrl_flash_varlen(void* q_, void* k_, void* v_, void* cu_q_, void* cu_k_
     }
     require(cu_q.size(0) == cu_k.size(0) && cu_q.size(0) >= 2, "cu_q and cu_k must list one sequence or more");
     auto result = at::_flash_attention_forward(q, k, v, cu_q, cu_k, max_q, max_k, 0.0,
-                                               /*is_causal=*/true, /*return_debug_mask=*/false, scale);
+                                               /*is_causal=*/causal != 0, /*return_debug_mask=*/false, scale);
     *out = new at::Tensor(std::get<0>(result));
   });
 }

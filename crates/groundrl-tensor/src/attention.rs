@@ -9,9 +9,15 @@
 //! head_dim)` batch and runs one SDPA call per distinct length (libtorch then picks the flash or
 //! memory-efficient kernel on the GPU), and scatters the results back. Windows come in at most four
 //! lengths (full, cut at the right edge, at the bottom, or both), so a block costs a handful of calls.
+//! Where the flash kernels take packed sequences themselves (bf16 or f16 on CUDA, [`crate::fused`]
+//! active) a block is one call of FlashAttention-2's variable-length kernel over all its segments
+//! instead ([`fused::flash_varlen`], not causal): no gather into groups, no split and concatenation,
+//! a launch per block rather than one per length, which a trained tower's backward, short of work for
+//! the GPU between its launches, pays for in every block.
 
-use tch::{Device, Tensor};
+use tch::{Device, Kind, Tensor};
 
+use crate::fused;
 use crate::model_error::ModelError;
 
 /// Lets libtorch's `scaled_dot_product_attention` choose cuDNN's attention kernels on CUDA (`true`,
@@ -53,6 +59,83 @@ pub struct SegmentPlan {
     gather: Option<Tensor>,
     /// The inverse of `gather`: where each packed row's output sits in group order.
     scatter: Option<Tensor>,
+    /// The segments as one call of the flash kernels' variable-length attention, on a device where
+    /// they run.
+    varlen: Option<Varlen>,
+}
+
+/// The segments for [`fused::flash_varlen`]: rows in segment order, each segment's first row.
+#[derive(Debug)]
+struct Varlen {
+    /// (segments + 1,) int32: each segment's first row in segment order, and the total.
+    starts: Tensor,
+    longest: i64,
+    /// Packed rows in segment order; `None` when that is the identity.
+    gather: Option<Tensor>,
+    /// The inverse of `gather`.
+    scatter: Option<Tensor>,
+}
+
+impl Varlen {
+    /// The segments of these lengths over the rows `order` (packed rows in segment order), on a
+    /// device where the flash kernels take packed sequences; `None` elsewhere.
+    fn new(order: &[i64], segment_lengths: &[i64], device: Device) -> Result<Option<Self>, ModelError> {
+        if !fused::active(device) {
+            return Ok(None);
+        }
+        let mut starts = vec![0i32];
+        for &len in segment_lengths.iter().filter(|&&len| len > 0) {
+            let last = *starts.last().expect("one start at least");
+            starts.push(last + i32::try_from(len).map_err(|_| too_long(len))?);
+        }
+        let (gather, scatter) = permutation(order, device)?;
+        Ok(Some(Self {
+            starts: crate::upload::upload(&starts, device)?,
+            longest: segment_lengths.iter().copied().max().unwrap_or(0),
+            gather,
+            scatter,
+        }))
+    }
+
+    /// Attention within the segments, by one call of the flash kernels; `q`, `k`, `v` (rows, heads,
+    /// head_dim) bf16 or f16.
+    fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor, ModelError> {
+        let ordered = |t: &Tensor| match &self.gather {
+            Some(index) => t.f_index_select(0, index),
+            None => t.f_contiguous(),
+        };
+        let scale = 1.0 / (q.size()[2] as f64).sqrt();
+        let out = fused::flash_varlen(
+            (&ordered(q)?, &ordered(k)?, &ordered(v)?),
+            (&self.starts, &self.starts),
+            (self.longest, self.longest),
+            scale,
+            false,
+        )?;
+        match &self.scatter {
+            Some(index) => Ok(out.f_index_select(0, index)?),
+            None => Ok(out),
+        }
+    }
+}
+
+fn too_long(len: i64) -> ModelError {
+    ModelError::Input(format!("attention segment of {len} rows is too long"))
+}
+
+/// The index tensors of a row order and of its inverse, or `None` for the identity.
+fn permutation(order: &[i64], device: Device) -> Result<(Option<Tensor>, Option<Tensor>), ModelError> {
+    if order.iter().enumerate().all(|(i, &row)| i as i64 == row) {
+        return Ok((None, None));
+    }
+    let mut inverse = vec![0i64; order.len()];
+    for (position, &row) in order.iter().enumerate() {
+        inverse[row as usize] = position as i64;
+    }
+    Ok((
+        Some(index_tensor(order, device)?),
+        Some(index_tensor(&inverse, device)?),
+    ))
 }
 
 impl SegmentPlan {
@@ -82,26 +165,16 @@ impl SegmentPlan {
                 order.len()
             )));
         }
+        let varlen = Varlen::new(order, segment_lengths, device)?;
         let order: Vec<i64> = within.iter().map(|&i| order[i as usize]).collect();
         let total = order.len() as i64;
-        let identity = order.iter().enumerate().all(|(i, &row)| i as i64 == row);
-        let (gather, scatter) = if identity {
-            (None, None)
-        } else {
-            let mut inverse = vec![0i64; order.len()];
-            for (position, &row) in order.iter().enumerate() {
-                inverse[row as usize] = position as i64;
-            }
-            (
-                Some(index_tensor(&order, device)?),
-                Some(index_tensor(&inverse, device)?),
-            )
-        };
+        let (gather, scatter) = permutation(&order, device)?;
         Ok(Self {
             groups,
             total,
             gather,
             scatter,
+            varlen,
         })
     }
 
@@ -111,7 +184,8 @@ impl SegmentPlan {
         self.gather.is_some()
     }
 
-    /// Fused attention calls one [`SegmentPlan::attend`] makes: one per distinct segment length.
+    /// Fused attention calls one [`SegmentPlan::attend`] makes where the flash kernels do not take
+    /// packed sequences: one per distinct segment length (elsewhere one call in all).
     pub fn sdpa_calls(&self) -> usize {
         self.groups.len()
     }
@@ -132,6 +206,11 @@ impl SegmentPlan {
                 k.size(),
                 v.size()
             )));
+        }
+        if let Some(varlen) = &self.varlen
+            && matches!(q.kind(), Kind::BFloat16 | Kind::Half)
+        {
+            return varlen.attend(q, k, v);
         }
         let gathered = |t: &Tensor| match &self.gather {
             Some(index) => t.f_index_select(0, index),
@@ -304,6 +383,80 @@ mod tests {
         assert!(diff.double_value(&[]) < 1e-5, "max diff {diff}");
         let err = SegmentPlan::permuted(&inverse[..3], &lengths, Device::Cpu).unwrap_err();
         assert!(err.to_string().contains("17 rows"), "{err}");
+    }
+
+    /// On CUDA, bf16 segments go through one call of the flash kernels' variable-length attention:
+    /// within a bf16 rounding of the f32 loop over segments, outputs and the inputs' gradients, for
+    /// rows in segment order and for a permuted plan (head dim 80, as Qwen2.5-VL's tower); f32
+    /// keeps the grouped calls.
+    #[test]
+    fn bf16_segments_on_cuda_take_one_varlen_call_equal_to_the_loop() {
+        let Some(device) = fused::cuda_for_tests() else {
+            return;
+        };
+        tch::manual_seed(11);
+        let lengths = [64, 64, 48, 64, 0, 16, 200];
+        let rows: i64 = lengths.iter().sum();
+        let (order, _) = grouped_by_length(&lengths);
+        let mut inverse = vec![0i64; order.len()];
+        for (position, &row) in order.iter().enumerate() {
+            inverse[row as usize] = position as i64;
+        }
+        let leaves = [(); 3].map(|_| {
+            Tensor::randn([rows, 4, 80], (Kind::Float, device))
+                .to_kind(Kind::BFloat16)
+                .set_requires_grad(true)
+        });
+        let upstream = Tensor::randn([rows, 4, 80], (Kind::Float, device));
+        let wide: Vec<Tensor> = leaves.iter().map(|t| t.to_kind(Kind::Float)).collect();
+        let want = naive(&wide[0], &wide[1], &wide[2], &lengths);
+        let want_grads = Tensor::run_backward(
+            &[(&want * &upstream).sum(Kind::Float)],
+            &leaves.each_ref(),
+            false,
+            false,
+        );
+        let index = Tensor::from_slice(&order).to_device(device);
+        let back = Tensor::from_slice(&inverse).to_device(device);
+        let plans = [
+            (SegmentPlan::new(&lengths, device).unwrap(), None),
+            (
+                SegmentPlan::permuted(&inverse, &lengths, device).unwrap(),
+                Some((&index, &back)),
+            ),
+        ];
+        for (plan, permutation) in &plans {
+            assert!(plan.varlen.is_some());
+            let [q, k, v] = leaves.each_ref().map(|t| match permutation {
+                Some((index, _)) => t.index_select(0, index),
+                None => t.shallow_clone(),
+            });
+            let mut got = plan.attend(&q, &k, &v).unwrap().to_kind(Kind::Float);
+            if let Some((_, back)) = permutation {
+                got = got.index_select(0, back);
+            }
+            // As the decoder's packed attention is tested: within 2% of the largest magnitude.
+            let within = |got: &Tensor, want: &Tensor| {
+                let scale = want.abs().max().double_value(&[]).max(1.0);
+                (got.to_kind(Kind::Float) - want).abs().max().double_value(&[]) / scale
+            };
+            let grads = Tensor::run_backward(
+                &[(&got * &upstream).sum(Kind::Float)],
+                &leaves.each_ref(),
+                false,
+                false,
+            );
+            let errors: Vec<f64> = std::iter::once(within(&got, &want))
+                .chain(grads.iter().zip(&want_grads).map(|(g, w)| within(g, w)))
+                .collect();
+            eprintln!(
+                "varlen against the f32 loop (output, dq, dk, dv, of the largest magnitude): {errors:?}"
+            );
+            assert!(errors.iter().all(|&e| e < 2e-2), "{errors:?}");
+        }
+        let f32_qkv = wide.iter().map(Tensor::detach).collect::<Vec<_>>();
+        let f32_out = plans[0].0.attend(&f32_qkv[0], &f32_qkv[1], &f32_qkv[2]).unwrap();
+        assert!((f32_out - &want.detach()).abs().max().double_value(&[]) < 1e-4);
     }
 
     #[test]

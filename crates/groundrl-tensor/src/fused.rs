@@ -446,17 +446,19 @@ pub struct AdamwScalars {
     pub step_size: f32,
 }
 
-/// Causal attention within packed sequences on libtorch's flash kernels: `q` (total_q, heads, dim),
-/// `k` and `v` (total_k, kv_heads, dim) with kv_heads dividing heads, bf16 or f16 CUDA tensors; `cu_q`, `cu_k` (sequences + 1,)
-/// int32, each sequence's first row and the total; a sequence with more keys than queries has its
-/// causal mask aligned at the bottom right (its queries are its last keys). Differentiable.
+/// Attention within packed sequences on libtorch's flash kernels: `q` (total_q, heads, dim), `k` and
+/// `v` (total_k, kv_heads, dim) with kv_heads dividing heads, bf16 or f16 CUDA tensors; `cu_q`, `cu_k`
+/// (sequences + 1,) int32, each sequence's first row and the total. `causal`: each query sees the keys
+/// up to its own, a sequence with more keys than queries having its mask aligned at the bottom right
+/// (its queries are its last keys); else every key of its sequence. Differentiable.
 pub(crate) fn flash_varlen(
     qkv: (&Tensor, &Tensor, &Tensor),
     cumulative: (&Tensor, &Tensor),
     longest: (i64, i64),
     scale: f64,
+    causal: bool,
 ) -> Result<Tensor, TchError> {
-    ffi::flash_varlen(qkv, cumulative, longest, scale)
+    ffi::flash_varlen(qkv, cumulative, longest, scale, causal)
 }
 
 /// A page-locked copy of the CPU tensor `t`, for an upload queued without a stream sync
@@ -509,6 +511,7 @@ mod ffi {
             max_q: i64,
             max_k: i64,
             scale: f64,
+            causal: c_int,
             out: *mut *mut c_void,
         ) -> c_int;
         fn groundrl_rotary(
@@ -655,6 +658,7 @@ mod ffi {
         (cu_q, cu_k): (&Tensor, &Tensor),
         (max_q, max_k): (i64, i64),
         scale: f64,
+        causal: bool,
     ) -> Result<Tensor, TchError> {
         let mut out = std::ptr::null_mut();
         // SAFETY: as in `rotary`, one new handle.
@@ -668,6 +672,7 @@ mod ffi {
                 max_q,
                 max_k,
                 scale,
+                c_int::from(causal),
                 &mut out,
             )
         })?;
@@ -857,6 +862,7 @@ mod ffi {
         _: (&Tensor, &Tensor),
         _: (i64, i64),
         _: f64,
+        _: bool,
     ) -> Result<Tensor, TchError> {
         unavailable()
     }

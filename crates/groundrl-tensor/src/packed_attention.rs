@@ -118,6 +118,7 @@ impl Packed {
             (&self.cu_q, &self.cu_k),
             (self.max_q, self.max_k),
             1.0 / (hd as f64).sqrt(),
+            true,
         )?;
         let full = Tensor::f_zeros([b * l, heads, hd], (out.kind(), out.device()))?.f_index_copy(
             0,
