@@ -18,6 +18,16 @@ pub fn upload<T: Element>(values: &[T], device: Device) -> Result<Tensor, TchErr
     crate::fused::pin_memory(&host)?.f_to_device_(device, host.kind(), true, false)
 }
 
+/// The host tensor `t` on `device` the same way: a page-locked copy queued asynchronously on a CUDA
+/// device (a screenshot's pixels, tens of MB, would otherwise hold the host until the GPU drained);
+/// a tensor already on `device`, or any tensor for the CPU, as `to_device` moves it.
+pub fn to_device(t: &Tensor, device: Device) -> Result<Tensor, TchError> {
+    if !device.is_cuda() || t.device() != Device::Cpu {
+        return t.f_to_device(device);
+    }
+    crate::fused::pin_memory(t)?.f_to_device_(device, t.kind(), true, false)
+}
+
 #[cfg(test)]
 mod tests {
     use tch::Kind;
@@ -26,6 +36,8 @@ mod tests {
 
     #[test]
     fn values_arrive_as_they_are() {
+        let cpu = Tensor::from_slice(&[1.5f32, 2.0]);
+        assert!(to_device(&cpu, Device::Cpu).unwrap().equal(&cpu));
         let t = upload(&[3i64, -1, 7], Device::Cpu).unwrap();
         assert_eq!(
             (t.kind(), Vec::<i64>::try_from(&t).unwrap()),
@@ -41,5 +53,10 @@ mod tests {
             Vec::<f32>::try_from(on_gpu.to_device(Device::Cpu)).unwrap(),
             values
         );
+        let pixels = Tensor::from_slice(&values).view([10, 100]);
+        let moved = to_device(&pixels, device).unwrap();
+        assert_eq!((moved.device(), moved.size()), (device, vec![10, 100]));
+        assert!(moved.to_device(Device::Cpu).equal(&pixels));
+        assert!(to_device(&moved, device).unwrap().equal(&moved));
     }
 }

@@ -318,9 +318,7 @@ impl VisionTower {
     /// one matmul of the rows with the flattened kernel (same sums, no im2col).
     fn embed(&self, pixel_values: &Tensor) -> Result<Tensor, TchError> {
         let weight = self.patch_embed.f_reshape([self.hidden, self.patch_dim])?;
-        let pixels = pixel_values
-            .f_to_device(weight.device())?
-            .f_to_kind(weight.kind())?;
+        let pixels = crate::upload::to_device(pixel_values, weight.device())?.f_to_kind(weight.kind())?;
         pixels.f_linear(&weight, None::<Tensor>)
     }
 }
