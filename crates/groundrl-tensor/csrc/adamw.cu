@@ -42,6 +42,17 @@ __device__ __forceinline__ float lerp(float self, float end, float w) {
   return w < 0.5f ? fmaf(w, diff, self) : fmaf(-diff, __fsub_rn(1.0f, w), end);
 }
 
+// One element's update: the moments m, v and the value p (the f32 master, or the parameter
+// widened) from the gradient g as stored.
+__device__ __forceinline__ void update(float g, float& m, float& v, float& p, const AdamwScalars& k) {
+  g = __fmul_rn(g, k.grad_scale);
+  m = lerp(m, g, k.w1);
+  v = lerp(v, __fmul_rn(g, g), k.w2);
+  float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(v), k.inv_bias2), k.eps);
+  p = __fmul_rn(p, k.decay);
+  p = __fsub_rn(p, __fmul_rn(__fdiv_rn(m, denom), k.step_size));
+}
+
 // One thread per element (grid-stride). P: the parameter's type; G: the gradient's (the same);
 // `master`: the f32 copy the update applies to, or null (then the parameter itself, widened).
 template <class P>
@@ -50,28 +61,88 @@ __global__ void adamw(P* __restrict__ param, const P* __restrict__ grad, float* 
                       AdamwScalars k) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
-    float g = __fmul_rn(load_f(grad, i), k.grad_scale);
-    float m = lerp(exp_avg[i], g, k.w1);
-    float v = lerp(exp_avg_sq[i], __fmul_rn(g, g), k.w2);
+    float m = exp_avg[i], v = exp_avg_sq[i];
+    float p = master != nullptr ? master[i] : load_f(param, i);
+    update(load_f(grad, i), m, v, p, k);
     exp_avg[i] = m;
     exp_avg_sq[i] = v;
-    float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(v), k.inv_bias2), k.eps);
-    float p = master != nullptr ? master[i] : load_f(param, i);
-    p = __fmul_rn(p, k.decay);
-    p = __fsub_rn(p, __fmul_rn(__fdiv_rn(m, denom), k.step_size));
     if (master != nullptr) master[i] = p;
     store_f(param, i, p);
   }
 }
 
+// Four consecutive values of a parameter-typed array in one load or store (8 bytes of bf16, 16 of
+// f32).
+struct alignas(8) Bf16x4 { bf16 x[4]; };
+__device__ __forceinline__ void load4(const bf16* p, int64_t i, float* out) {
+  Bf16x4 q = reinterpret_cast<const Bf16x4*>(p)[i];
+  for (int j = 0; j < 4; ++j) out[j] = __bfloat162float(q.x[j]);
+}
+__device__ __forceinline__ void load4(const float* p, int64_t i, float* out) {
+  float4 q = reinterpret_cast<const float4*>(p)[i];
+  out[0] = q.x, out[1] = q.y, out[2] = q.z, out[3] = q.w;
+}
+__device__ __forceinline__ void store4(bf16* p, int64_t i, const float* in) {
+  Bf16x4 q;
+  for (int j = 0; j < 4; ++j) q.x[j] = __float2bfloat16_rn(in[j]);
+  reinterpret_cast<Bf16x4*>(p)[i] = q;
+}
+__device__ __forceinline__ void store4(float* p, int64_t i, const float* in) {
+  reinterpret_cast<float4*>(p)[i] = make_float4(in[0], in[1], in[2], in[3]);
+}
+
+// The same update four elements a thread, each array read and written in vectors: a thread's loads
+// are then few and wide, which is what reaches the memory's bandwidth (the one-element kernel ran
+// at about 3.1 TB/s of an H200's 4.8). `groups` = the elements / 4; the arrays 16-byte aligned.
+template <class P>
+__global__ void adamw4(P* __restrict__ param, const P* __restrict__ grad, float* __restrict__ exp_avg,
+                       float* __restrict__ exp_avg_sq, float* __restrict__ master, int64_t groups,
+                       AdamwScalars k) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < groups;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    float g[4], m[4], v[4], p[4];
+    load4(grad, i, g);
+    load4(exp_avg, i, m);
+    load4(exp_avg_sq, i, v);
+    if (master != nullptr) {
+      load4(master, i, p);
+    } else {
+      load4(param, i, p);
+    }
+    for (int j = 0; j < 4; ++j) update(g[j], m[j], v[j], p[j], k);
+    store4(exp_avg, i, m);
+    store4(exp_avg_sq, i, v);
+    if (master != nullptr) store4(master, i, p);
+    store4(param, i, p);
+  }
+}
+
 constexpr int kThreads = 256;
 
+unsigned blocks(int64_t threads) {
+  int64_t wanted = (threads + kThreads - 1) / kThreads;
+  return (unsigned)(wanted < 65536 ? wanted : 65536);
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The vector kernel over the whole groups of four where every array is 16-byte aligned, the
+// one-element kernel over the rest.
 template <class P>
 int launch(void* param, const void* grad, float* exp_avg, float* exp_avg_sq, float* master,
            int64_t n, const AdamwScalars& k, cudaStream_t s) {
-  int64_t wanted = (n + kThreads - 1) / kThreads;
-  unsigned grid = (unsigned)(wanted < 65536 ? wanted : 65536);
-  adamw<P><<<grid, kThreads, 0, s>>>((P*)param, (const P*)grad, exp_avg, exp_avg_sq, master, n, k);
+  bool vectors = aligned16(param) && aligned16(grad) && aligned16(exp_avg) && aligned16(exp_avg_sq) &&
+                 (master == nullptr || aligned16(master));
+  int64_t done = vectors ? n / 4 * 4 : 0;
+  if (done > 0) {
+    adamw4<P><<<blocks(done / 4), kThreads, 0, s>>>((P*)param, (const P*)grad, exp_avg, exp_avg_sq,
+                                                   master, done / 4, k);
+  }
+  if (done < n) {
+    adamw<P><<<blocks(n - done), kThreads, 0, s>>>((P*)param + done, (const P*)grad + done,
+                                                  exp_avg + done, exp_avg_sq + done,
+                                                  master != nullptr ? master + done : nullptr, n - done, k);
+  }
   return (int)cudaGetLastError();
 }
 
