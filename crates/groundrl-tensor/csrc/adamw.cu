@@ -30,11 +30,6 @@ struct AdamwScalars {
   float step_size;     // lr / (1 - beta1^t)
 };
 
-__device__ __forceinline__ float load_f(const bf16* p, int64_t i) { return __bfloat162float(p[i]); }
-__device__ __forceinline__ float load_f(const float* p, int64_t i) { return p[i]; }
-__device__ __forceinline__ void store_f(bf16* p, int64_t i, float x) { p[i] = __float2bfloat16_rn(x); }
-__device__ __forceinline__ void store_f(float* p, int64_t i, float x) { p[i] = x; }
-
 // ATen's lerp: self + w (end - self) for small weights, else end - (end - self)(1 - w), each with
 // its product fused into the sum as nvcc compiles ATen's expression.
 __device__ __forceinline__ float lerp(float self, float end, float w) {
@@ -53,67 +48,71 @@ __device__ __forceinline__ void update(float g, float& m, float& v, float& p, co
   p = __fsub_rn(p, __fmul_rn(__fdiv_rn(m, denom), k.step_size));
 }
 
-// One thread per element (grid-stride). P: the parameter's type; G: the gradient's (the same);
-// `master`: the f32 copy the update applies to, or null (then the parameter itself, widened).
-template <class P>
-__global__ void adamw(P* __restrict__ param, const P* __restrict__ grad, float* __restrict__ exp_avg,
-                      float* __restrict__ exp_avg_sq, float* __restrict__ master, int64_t n,
-                      AdamwScalars k) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x) {
-    float m = exp_avg[i], v = exp_avg_sq[i];
-    float p = master != nullptr ? master[i] : load_f(param, i);
-    update(load_f(grad, i), m, v, p, k);
-    exp_avg[i] = m;
-    exp_avg_sq[i] = v;
-    if (master != nullptr) master[i] = p;
-    store_f(param, i, p);
+// N consecutive values of a parameter-typed or f32 array, group i, in one load or store (N = 4:
+// 8 bytes of bf16, 16 of f32; the array 16-byte aligned).
+struct alignas(8) Bf16x4 { bf16 x[4]; };
+template <int N>
+__device__ __forceinline__ void load(const bf16* p, int64_t i, float* out) {
+  if constexpr (N == 4) {
+    Bf16x4 q = reinterpret_cast<const Bf16x4*>(p)[i];
+    for (int j = 0; j < 4; ++j) out[j] = __bfloat162float(q.x[j]);
+  } else {
+    out[0] = __bfloat162float(p[i]);
+  }
+}
+template <int N>
+__device__ __forceinline__ void load(const float* p, int64_t i, float* out) {
+  if constexpr (N == 4) {
+    float4 q = reinterpret_cast<const float4*>(p)[i];
+    out[0] = q.x, out[1] = q.y, out[2] = q.z, out[3] = q.w;
+  } else {
+    out[0] = p[i];
+  }
+}
+template <int N>
+__device__ __forceinline__ void store(bf16* p, int64_t i, const float* in) {
+  if constexpr (N == 4) {
+    Bf16x4 q;
+    for (int j = 0; j < 4; ++j) q.x[j] = __float2bfloat16_rn(in[j]);
+    reinterpret_cast<Bf16x4*>(p)[i] = q;
+  } else {
+    p[i] = __float2bfloat16_rn(in[0]);
+  }
+}
+template <int N>
+__device__ __forceinline__ void store(float* p, int64_t i, const float* in) {
+  if constexpr (N == 4) {
+    reinterpret_cast<float4*>(p)[i] = make_float4(in[0], in[1], in[2], in[3]);
+  } else {
+    p[i] = in[0];
   }
 }
 
-// Four consecutive values of a parameter-typed array in one load or store (8 bytes of bf16, 16 of
-// f32).
-struct alignas(8) Bf16x4 { bf16 x[4]; };
-__device__ __forceinline__ void load4(const bf16* p, int64_t i, float* out) {
-  Bf16x4 q = reinterpret_cast<const Bf16x4*>(p)[i];
-  for (int j = 0; j < 4; ++j) out[j] = __bfloat162float(q.x[j]);
-}
-__device__ __forceinline__ void load4(const float* p, int64_t i, float* out) {
-  float4 q = reinterpret_cast<const float4*>(p)[i];
-  out[0] = q.x, out[1] = q.y, out[2] = q.z, out[3] = q.w;
-}
-__device__ __forceinline__ void store4(bf16* p, int64_t i, const float* in) {
-  Bf16x4 q;
-  for (int j = 0; j < 4; ++j) q.x[j] = __float2bfloat16_rn(in[j]);
-  reinterpret_cast<Bf16x4*>(p)[i] = q;
-}
-__device__ __forceinline__ void store4(float* p, int64_t i, const float* in) {
-  reinterpret_cast<float4*>(p)[i] = make_float4(in[0], in[1], in[2], in[3]);
-}
-
-// The same update four elements a thread, each array read and written in vectors: a thread's loads
-// are then few and wide, which is what reaches the memory's bandwidth (the one-element kernel ran
-// at about 3.1 TB/s of an H200's 4.8). `groups` = the elements / 4; the arrays 16-byte aligned.
-template <class P>
-__global__ void adamw4(P* __restrict__ param, const P* __restrict__ grad, float* __restrict__ exp_avg,
-                       float* __restrict__ exp_avg_sq, float* __restrict__ master, int64_t groups,
-                       AdamwScalars k) {
+// N elements a thread (grid-stride over `groups` groups of N), each array read and written in
+// vectors where N = 4: a thread's loads are then few and wide, which is what reaches the memory's
+// bandwidth (one element a thread ran at about 3.1 TB/s of an H200's 4.8). P: the parameter's and
+// the gradient's type; `master`: the f32 copy the update applies to, or null (then the parameter
+// itself, widened).
+template <class P, int N>
+__global__ void adamw(P* __restrict__ param, const P* __restrict__ grad, float* __restrict__ exp_avg,
+                      float* __restrict__ exp_avg_sq, float* __restrict__ master, int64_t groups,
+                      AdamwScalars k) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < groups;
        i += (int64_t)gridDim.x * blockDim.x) {
-    float g[4], m[4], v[4], p[4];
-    load4(grad, i, g);
-    load4(exp_avg, i, m);
-    load4(exp_avg_sq, i, v);
+    float g[N], m[N], v[N], p[N];
+    load<N>(grad, i, g);
+    load<N>(exp_avg, i, m);
+    load<N>(exp_avg_sq, i, v);
     if (master != nullptr) {
-      load4(master, i, p);
+      load<N>(master, i, p);
     } else {
-      load4(param, i, p);
+      load<N>(param, i, p);
     }
-    for (int j = 0; j < 4; ++j) update(g[j], m[j], v[j], p[j], k);
-    store4(exp_avg, i, m);
-    store4(exp_avg_sq, i, v);
-    if (master != nullptr) store4(master, i, p);
-    store4(param, i, p);
+    for (int j = 0; j < N; ++j) update(g[j], m[j], v[j], p[j], k);
+    store<N>(exp_avg, i, m);
+    store<N>(exp_avg_sq, i, v);
+    if (master != nullptr) store<N>(master, i, p);
+    store<N>(param, i, p);
   }
 }
 
@@ -135,13 +134,13 @@ int launch(void* param, const void* grad, float* exp_avg, float* exp_avg_sq, flo
                  (master == nullptr || aligned16(master));
   int64_t done = vectors ? n / 4 * 4 : 0;
   if (done > 0) {
-    adamw4<P><<<blocks(done / 4), kThreads, 0, s>>>((P*)param, (const P*)grad, exp_avg, exp_avg_sq,
-                                                   master, done / 4, k);
+    adamw<P, 4><<<blocks(done / 4), kThreads, 0, s>>>((P*)param, (const P*)grad, exp_avg, exp_avg_sq,
+                                                      master, done / 4, k);
   }
   if (done < n) {
-    adamw<P><<<blocks(n - done), kThreads, 0, s>>>((P*)param + done, (const P*)grad + done,
-                                                  exp_avg + done, exp_avg_sq + done,
-                                                  master != nullptr ? master + done : nullptr, n - done, k);
+    adamw<P, 1><<<blocks(n - done), kThreads, 0, s>>>((P*)param + done, (const P*)grad + done,
+                                                      exp_avg + done, exp_avg_sq + done,
+                                                      master != nullptr ? master + done : nullptr, n - done, k);
   }
   return (int)cudaGetLastError();
 }
