@@ -17,7 +17,11 @@ def main():
         if not os.path.exists(path):
             print(f"{name}: no metrics")
             continue
-        rows = [json.loads(line)["train"] for line in open(path)][1:]
+        rows = [json.loads(line).get("train") for line in open(path)][1:]
+        rows = [r for r in rows if r is not None]
+        if not rows:
+            print(f"{name}: no step after the first")
+            continue
         med = lambda key: st.median(r[key] for r in rows)
         peak = max(r.get("peak_memory_bytes", 0) for r in rows) / 2**30
         print(f"{name}: steps 2-{len(rows) + 1} step {med('time/step'):.3f} s, rollout {med('time/rollout'):.3f}, "

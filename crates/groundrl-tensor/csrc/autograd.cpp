@@ -14,6 +14,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/autograd/variable.h>
@@ -125,41 +126,47 @@ struct Swiglu : public torch::autograd::Function<Swiglu> {
   }
 };
 
-// Whether a backward may add into `param`'s gradient itself, as AccumulateGrad would: a leaf that
-// takes a gradient, with no hook that AccumulateGrad would run (the data-parallel reducer's divert and
-// ready hooks, `retain_grad`, hooks a user put on), in a pass that accumulates into `.grad` (a
-// `backward`, not a `grad` call that returns the leaf's gradient instead).
-bool accumulates_in_place(const at::Tensor& param) {
+// The gradient accumulator of `param`, when a backward may add into its `.grad` itself as that
+// accumulator would: `param` is the leaf the accumulator holds (not a copy a saved-tensor hook
+// made), it has no hook the accumulator would run (the data-parallel reducer's divert and ready
+// hooks, `retain_grad`, a user's), the pass accumulates into `.grad` (a `backward`, not a `grad`
+// call that returns the leaf's gradient instead) and builds no graph of the gradient
+// (`create_graph`, under which grad mode is on). Null otherwise. The write then happens where
+// AccumulateGrad's would: on the engine's thread for the device, on the stream the forward ran on.
+std::shared_ptr<torch::autograd::AccumulateGrad> accumulator(const at::Tensor& param) {
   namespace impl = torch::autograd::impl;
-  if (!param.is_leaf() || !param.requires_grad() || !impl::hooks(param).empty() ||
-      impl::post_acc_grad_hooks(param) != nullptr) {
-    return false;
+  if (at::GradMode::is_enabled() || !param.is_leaf() || !param.requires_grad() ||
+      !impl::hooks(param).empty() || impl::post_acc_grad_hooks(param) != nullptr) {
+    return nullptr;
   }
-  auto node = impl::try_get_grad_accumulator(param);
-  bool hooked = node != nullptr && (!node->pre_hooks().empty() || !node->tensor_pre_hooks().empty() ||
-                                    !node->post_hooks().empty() || !node->retains_grad_hooks().empty());
-  if (hooked) return false;
+  auto node = std::dynamic_pointer_cast<torch::autograd::AccumulateGrad>(impl::try_get_grad_accumulator(param));
+  if (node == nullptr || node->variable.unsafeGetTensorImpl() != param.unsafeGetTensorImpl() ||
+      !node->pre_hooks().empty() || !node->tensor_pre_hooks().empty() || !node->post_hooks().empty() ||
+      !node->retains_grad_hooks().empty()) {
+    return nullptr;
+  }
   const auto* exec = torch::autograd::get_current_graph_task_exec_info();
-  if (exec == nullptr || exec->empty()) return true;
-  auto it = node == nullptr ? exec->end() : exec->find(node.get());
-  return it != exec->end() && it->second.needed_ && !it->second.captures_;
+  if (exec == nullptr || exec->empty()) return node;
+  auto it = exec->find(node.get());
+  bool accumulates = it != exec->end() && it->second.needed_ && !it->second.captures_;
+  return accumulates ? node : nullptr;
 }
 
-// Adds `grad` (computed by `product(out)`: out = product, or out += product) into `param`'s
-// gradient and returns an undefined tensor, so that the engine's AccumulateGrad has nothing to do;
-// where that is not allowed (accumulates_in_place) returns the product for AccumulateGrad to add.
+// Adds a gradient (computed by `product(out)`: out = product, or out += product) into `param`'s
+// `.grad` and returns an undefined tensor, so that the engine's AccumulateGrad has nothing to add;
+// where that is not allowed (`accumulator`) returns the product for AccumulateGrad to add.
 template <class Product>
 at::Tensor into_grad(const at::Tensor& param, Product product) {
-  if (!accumulates_in_place(param)) return product(at::Tensor());
-  at::Tensor& grad = param.mutable_grad();
-  bool fits = grad.defined() && !grad.requires_grad() && grad.scalar_type() == param.scalar_type() &&
-              grad.sizes() == param.sizes() && grad.is_contiguous() && grad.device() == param.device();
-  if (fits) {
-    product(grad);
-  } else if (grad.defined()) {
-    grad = grad + product(at::Tensor());
-  } else {
+  auto node = accumulator(param);
+  if (node == nullptr) return product(at::Tensor());
+  at::Tensor& grad = node->variable.mutable_grad();
+  if (!grad.defined()) {
     grad = product(at::Tensor());
+  } else if (grad.scalar_type() == param.scalar_type() && grad.sizes() == param.sizes() &&
+             grad.is_contiguous() && !grad.requires_grad()) {
+    product(grad);
+  } else {
+    grad.add_(product(at::Tensor()));  // in place, as AccumulateGrad adds outside create_graph
   }
   return at::Tensor();
 }

@@ -80,13 +80,14 @@ impl Varlen {
     /// The segments of these lengths over the rows `order` (packed rows in segment order), on a
     /// device where the flash kernels take packed sequences; `None` elsewhere.
     fn new(order: &[i64], segment_lengths: &[i64], device: Device) -> Result<Option<Self>, ModelError> {
-        if !fused::active(device) {
+        if !fused::active(device) || segment_lengths.iter().all(|&len| len <= 0) {
             return Ok(None);
         }
         let mut starts = vec![0i32];
         for &len in segment_lengths.iter().filter(|&&len| len > 0) {
             let last = *starts.last().expect("one start at least");
-            starts.push(last + i32::try_from(len).map_err(|_| too_long(len))?);
+            let next = i32::try_from(len).ok().and_then(|len| last.checked_add(len));
+            starts.push(next.ok_or_else(|| too_long(len))?);
         }
         let (gather, scatter) = permutation(order, device)?;
         Ok(Some(Self {
@@ -100,8 +101,10 @@ impl Varlen {
     /// Attention within the segments, by one call of the flash kernels; `q`, `k`, `v` (rows, heads,
     /// head_dim) bf16 or f16.
     fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor, ModelError> {
+        // The flash kernels read rows and heads at any stride, a head's values contiguous.
         let ordered = |t: &Tensor| match &self.gather {
             Some(index) => t.f_index_select(0, index),
+            None if t.stride().last() == Some(&1) => Ok(t.shallow_clone()),
             None => t.f_contiguous(),
         };
         let scale = 1.0 / (q.size()[2] as f64).sqrt();
@@ -120,7 +123,9 @@ impl Varlen {
 }
 
 fn too_long(len: i64) -> ModelError {
-    ModelError::Input(format!("attention segment of {len} rows is too long"))
+    ModelError::Input(format!(
+        "attention segments up to one of {len} rows are too long for one call"
+    ))
 }
 
 /// The index tensors of a row order and of its inverse, or `None` for the identity.
@@ -418,6 +423,7 @@ mod tests {
         );
         let index = Tensor::from_slice(&order).to_device(device);
         let back = Tensor::from_slice(&inverse).to_device(device);
+        assert!(SegmentPlan::new(&[0, 0], device).unwrap().varlen.is_none());
         let plans = [
             (SegmentPlan::new(&lengths, device).unwrap(), None),
             (

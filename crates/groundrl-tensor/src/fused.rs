@@ -405,11 +405,12 @@ pub(crate) fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor, TchError> {
 /// when given (for every weight or none). Where a weight's gradient is wanted on a device where the
 /// kernels are active, one autograd function whose backward adds each weight's gradient into its
 /// `.grad` as the accumulation of the matmul that computes it (and each bias's with one add), and
-/// sums the input's gradient over the projections in one buffer the matmuls add into: the engine's
-/// AccumulateGrad, the linears' views, the adds over the gradients and between the projections of
-/// one input (q|k|v, gate|up) are gone, which the update's backward, short of work for the GPU
-/// between its launches, pays for per projection and micro-batch. A parameter with a hook (the
-/// data-parallel reducer's) or one that is no leaf gets its gradient through autograd as before.
+/// sums the input's gradient over the projections in one buffer the matmuls add into: the linears'
+/// views, the adds over the gradients and between the projections of one input (q|k|v, gate|up)
+/// are gone and the engine's AccumulateGrad has nothing to add, which the update's backward, short
+/// of work for the GPU between its launches, pays for per projection and micro-batch. A parameter
+/// with a hook or one that is no leaf gets its gradient through autograd as before: data-parallel
+/// training that overlaps its gradient sums with the backward (the reducer's hooks) keeps that path.
 /// Elsewhere libtorch's linear, one per weight. A weight's gradient is summed in f32 and rounded once
 /// per micro-batch where the composition rounds the product and then the sum: equal within a bf16
 /// unit (the CUDA test below).
@@ -418,6 +419,13 @@ pub(crate) fn linears(
     weights: &[&Tensor],
     biases: Option<&[&Tensor]>,
 ) -> Result<Vec<Tensor>, TchError> {
+    if biases.is_some_and(|b| b.len() != weights.len()) {
+        return Err(TchError::Shape(format!(
+            "{} biases for {} weights: one per weight or none",
+            biases.map_or(0, <[_]>::len),
+            weights.len()
+        )));
+    }
     let trained = weights.iter().any(|w| w.requires_grad());
     if on_kernel_device(&[x]) && on_kernel_device(weights) && trained && ffi::grad_enabled() {
         return ffi::linear(x, weights, biases);
@@ -995,6 +1003,7 @@ mod tests {
         let (gate, up) = (cpu(&[3, 8]), cpu(&[3, 8]));
         assert_eq!(max_diff(&swiglu(&gate, &up).unwrap(), &(gate.silu() * &up)), 0.0);
         let weight = cpu(&[5, 8]).set_requires_grad(true);
+        assert!(linears(&gate, &[&weight], Some(&[])).is_err());
         let projected = linears(&gate, &[&weight], None).unwrap().remove(0);
         assert_eq!(max_diff(&projected, &gate.linear(&weight, None::<Tensor>)), 0.0);
         projected.sum(Kind::Float).backward();
