@@ -274,6 +274,33 @@ struct WarpSpace {
 
 constexpr int kSharedBytes = kWarps * sizeof(WarpSpace);
 
+// The largest of `parts` parts' maxima (`ml`: maximum and sum per part) and `m`.
+__device__ __forceinline__ float parts_max(const float* ml, int parts, float m) {
+  for (int p = 0; p < parts; ++p) m = fmaxf(m, ml[2 * p]);
+  return m;
+}
+
+// `parts` parts' sums and N dims of their outputs (`o`: the first part's, the next kDim further)
+// added to `l` and `acc`, each scaled by exp2(its maximum - base): the online softmax's merge.
+template <int N>
+__device__ __forceinline__ void add_parts(const float* ml, const float* o, int parts, float base,
+                                          float& l, float (&acc)[N]) {
+  for (int p = 0; p < parts; ++p) {
+    const float e = exp2f(ml[2 * p] - base);
+    if (e == 0.f) continue;  // an empty part (no key, or past the column): its output was not summed
+    l += e * ml[2 * p + 1];
+    const float4* v = reinterpret_cast<const float4*>(o + p * kDim);
+#pragma unroll
+    for (int i = 0; i < N / 4; ++i) {
+      const float4 q = v[i];
+      acc[4 * i] += e * q.x;
+      acc[4 * i + 1] += e * q.y;
+      acc[4 * i + 2] += e * q.z;
+      acc[4 * i + 3] += e * q.w;
+    }
+  }
+}
+
 // One block per (split, KV head, row) over the row's columns from `begin` (none: 0) through the
 // step's: its warps take turns over the split's 16-key steps (from `begin` rounded down to 16, the
 // columns before it masked), each through its own pipeline of copies, then combine their states in
@@ -350,7 +377,7 @@ decode_attention_split(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16*
   float m = -INFINITY;
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) m = fmaxf(m, space[w].done.m[h]);
-  for (int p = 0; p < folded; ++p) m = fmaxf(m, ml[2 * p]);
+  m = parts_max(ml, folded, m);
   const float base = m == -INFINITY ? 0.f : m;
   float l = 0.f, acc[8] = {};
 #pragma unroll
@@ -361,16 +388,7 @@ decode_attention_split(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16*
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[i] += e * done_w.o[h][d0 + i];
   }
-  for (int p = 0; p < folded; ++p) {
-    const float e = exp2f(ml[2 * p] - base);
-    if (e == 0.f) continue;  // a part without keys: its output was not summed
-    l += e * ml[2 * p + 1];
-    const float4* o = reinterpret_cast<const float4*>(dst.o + (head * dst.parts + p) * kDim + d0);
-    const float4 o0 = o[0], o1 = o[1];
-    const float part[8] = {o0.x, o0.y, o0.z, o0.w, o1.x, o1.y, o1.z, o1.w};
-#pragma unroll
-    for (int i = 0; i < 8; ++i) acc[i] += e * part[i];
-  }
+  add_parts<8>(ml, dst.o + head * dst.parts * kDim + d0, folded, base, l, acc);
   if (prompt_parts || dst.parts == 0) {
     uint4 o;
     o.x = pack(acc[0] / l, acc[1] / l);
@@ -530,24 +548,13 @@ decode_attention_merge(const float* __restrict__ part_o, const float* __restrict
   const int h = threadIdx.x / 32, d0 = 4 * (threadIdx.x % 32);
   const int64_t head = blockIdx.x * (int64_t)kGroups + h;
   const float* ml = part_ml + 2 * head * parts;
-  float m = -INFINITY;
-  for (int s = 0; s < parts; ++s) m = fmaxf(m, ml[2 * s]);
+  const float m = parts_max(ml, parts, -INFINITY);
   const float base = m == -INFINITY ? 0.f : m;
-  float l = 0.f;
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int s = 0; s < parts; ++s) {
-    const float e = exp2f(ml[2 * s] - base);
-    if (e == 0.f) continue;  // an empty part (no key, or past the column): its output was not summed
-    l += e * ml[2 * s + 1];
-    const float4 o = *reinterpret_cast<const float4*>(part_o + (head * parts + s) * kDim + d0);
-    acc.x += e * o.x;
-    acc.y += e * o.y;
-    acc.z += e * o.z;
-    acc.w += e * o.w;
-  }
+  float l = 0.f, acc[4] = {};
+  add_parts<4>(ml, part_o + head * parts * kDim + d0, parts, base, l, acc);
   uint2 o;
-  o.x = pack(acc.x / l, acc.y / l);
-  o.y = pack(acc.z / l, acc.w / l);
+  o.x = pack(acc[0] / l, acc[1] / l);
+  o.y = pack(acc[2] / l, acc[3] / l);
   *reinterpret_cast<uint2*>(out + head * kDim + d0) = o;
 }
 

@@ -272,6 +272,13 @@ pub fn prompt_chunks(leader: &[i64]) -> Vec<[i64; 8]> {
     chunks
 }
 
+/// [`prompt_chunks`] as the (rows, 8) int64 tensor [`SharedPrompts::chunks`] reads, on `device`.
+pub fn prompt_chunks_tensor(leader: &[i64], device: Device) -> Tensor {
+    Tensor::from_slice(&prompt_chunks(leader).concat())
+        .view([leader.len() as i64, 8])
+        .to_device(device)
+}
+
 /// Attention of one new token per row: `q` (rows, kv_heads, 8, 128) over `keys` and `values` (rows,
 /// kv_heads, capacity, 128) with the additive `mask` (rows, 1, 1, capacity), through the column held
 /// by `column` (a one-element int64 tensor; keys past it are not read); shaped like `q`. Split over

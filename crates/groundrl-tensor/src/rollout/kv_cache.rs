@@ -34,8 +34,7 @@ pub struct KvCache {
 /// Each row its own prompt's only row: the chunks of a cache whose prompts are not shared (yet).
 fn own_chunks(rows: i64, device: Device) -> Tensor {
     let alone: Vec<i64> = (0..rows).collect();
-    let chunks = fused::prompt_chunks(&alone).concat();
-    Tensor::from_slice(&chunks).view([rows, 8]).to_device(device)
+    fused::prompt_chunks_tensor(&alone, device)
 }
 
 /// The shape of a cache.

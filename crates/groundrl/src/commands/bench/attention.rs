@@ -93,9 +93,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let shared = t.narrow(2, 0, args.prompt_keys).index_select(0, &leader);
         t.narrow(2, 0, args.prompt_keys).copy_(&shared);
     }
-    let chunks = Tensor::from_slice(&fused::prompt_chunks(&leaders).concat())
-        .view([rows, 8])
-        .to_device(device);
+    let chunks = fused::prompt_chunks_tensor(&leaders, device);
     let prompt_columns = Tensor::from_slice(&[args.prompt_keys]).to_device(device);
     let shared = (args.samples > 1).then_some(fused::SharedPrompts {
         leader: &leader,
