@@ -3,9 +3,12 @@
 --profile DIR`, `groundrl bench train --profile FILE`): device time per kernel name and per kind
 (matmul, attention, normalization, elementwise, ...), largest first. Standard library only.
 
-Usage: kernel_table.py TRACE.json [--top N] [--per STEPS]
+Usage: kernel_table.py TRACE.json [--top N] [--per STEPS] [--subtract OTHER.json]
   --per STEPS divides the times by STEPS (e.g. the decoding steps of a generate trace) to show the
   time of one step. The us/call column is each kernel's mean duration.
+  --subtract OTHER.json takes each kernel's time and calls in OTHER away first: `bench rollout
+  --profile`'s prefill.json from its generate.json leaves the decoding steps, whose kernels that the
+  prefill also runs (RMSNorm, SwiGLU) would otherwise average in the prefill's much larger calls.
 """
 import argparse
 import json
@@ -35,27 +38,44 @@ def short(name, width=110):
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
+def kernel_events(trace):
+    events = json.load(open(trace))["traceEvents"]
+    kernels = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e]
+    return events, kernels
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("trace")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--per", type=float, default=1.0)
+    ap.add_argument("--subtract")
     a = ap.parse_args()
-    events = json.load(open(a.trace))["traceEvents"]
-    kernels = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e]
+    events, kernels = kernel_events(a.trace)
     if not kernels:
         print(f"{a.trace}: no kernel events (was CUPTI available?)")
         return
-    by_name, by_kind, count = defaultdict(float), defaultdict(float), defaultdict(int)
+    by_name, count = defaultdict(float), defaultdict(int)
     for e in kernels:
         by_name[e["name"]] += e["dur"]
-        by_kind[kind_of(e["name"])] += e["dur"]
         count[e["name"]] += 1
-    total = sum(by_name.values())
     first = min(e["ts"] for e in kernels)
     last = max(e["ts"] + e["dur"] for e in kernels)
+    span = f", span {(last - first) / 1e3 / a.per:.3f} ms"
+    if a.subtract:
+        _, other = kernel_events(a.subtract)
+        for e in other:
+            by_name[e["name"]] -= e["dur"]
+            count[e["name"]] -= 1
+        for name in [n for n in by_name if count[n] <= 0 or by_name[n] <= 0]:
+            del by_name[name], count[name]
+        span = f" after subtracting {a.subtract}'s {len(other)} kernels"
+    by_kind = defaultdict(float)
+    for name, us in by_name.items():
+        by_kind[kind_of(name)] += us
+    total = sum(by_name.values())
     per = a.per
-    print(f"{a.trace}: {len(kernels)} kernels, busy {total / 1e3 / per:.3f} ms, span {(last - first) / 1e3 / per:.3f} ms"
+    print(f"{a.trace}: {sum(count.values())} kernels, busy {total / 1e3 / per:.3f} ms{span}"
           + (f" (per step, /{per:g})" if per != 1 else ""))
     print(f"{'kind':<24}{'ms':>10}{'share':>8}")
     for kind, us in sorted(by_kind.items(), key=lambda kv: -kv[1]):
