@@ -11,6 +11,9 @@
 //! position in the step's whole draw, whichever rank samples it. With 2 ranks and one micro-batch
 //! each, the summed gradient is one addition `g0 + g1`, the same as one process's accumulation of
 //! its two micro-batches (`0 + g0 + g1`, and `0 + g0` is exact): the weights are equal to the bit.
+//! Every run here, one process or several, uses the same libtorch threads a process (`cores / 2`, what
+//! the launcher gives each of two workers): a matmul's sums may run in another order on another
+//! thread count (MKL's do on an Intel Xeon), which would round the gradients differently.
 
 use crate::common;
 
@@ -38,12 +41,15 @@ fn setup_with(dir: &Path, steps: u32, timeout_s: u32) -> PathBuf {
     path
 }
 
-/// `groundrl train CONFIG trainer.run_dir=RUN`, on `workers` workers when more than one.
+/// `groundrl train CONFIG trainer.run_dir=RUN`, on `workers` workers when more than one, each process
+/// with two workers' share of the cores (see the module doc).
 fn train(config: &Path, run: &Path, workers: u32) -> Command {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut cmd = command();
     cmd.arg("train")
         .arg(config)
         .arg(format!("trainer.run_dir={}", run.display()))
+        .env("OMP_NUM_THREADS", (cores / 2).max(1).to_string())
         .env_remove("GROUNDRL_FAULT");
     if workers > 1 {
         cmd.args(["--nproc-per-node", &workers.to_string()]);
