@@ -543,7 +543,9 @@ mod tests {
     /// transformers 5.17's `Qwen3_5TextModel` with random parameters, three linear-attention layers
     /// and a full-attention one, 70 tokens (`scripts/goldens/qwen3_5_layers.py`): its config as
     /// transformers writes it reads as this decoder's, and the final hidden states are the same
-    /// within 1e-5 of their largest value in f32.
+    /// within 5e-5 of their largest value in f32: f32 sums whose order libtorch's CPU kernels choose
+    /// by the processor, over four layers and the delta rule's recurrence (1.9e-5 on a 2-core Intel
+    /// Xeon VM, within 1e-5 on a 2-core AMD EPYC VM; each layer alone within 1e-5 on both).
     #[test]
     fn the_decoder_equals_transformers_text_model() {
         let named = golden::read("text_model.safetensors");
@@ -588,7 +590,7 @@ mod tests {
         let want = &named["hidden"];
         let scale = want.abs().max().double_value(&[]);
         let diff = (&got - want).abs().max().double_value(&[]);
-        assert!(diff <= 1e-5 * scale, "{diff:e} of {scale}");
+        assert!(diff <= 5e-5 * scale, "{diff:e} of {scale}");
     }
 
     /// The same decoder in f64: a prompt of 40 tokens (a chunk of the delta rule and part of
