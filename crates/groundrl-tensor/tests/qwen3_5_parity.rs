@@ -49,7 +49,9 @@ fn positions_features_and_logits_match_hf_in_f32() {
 }
 
 /// bf16 weights and activations: within 5e-2 of HF's f32 logits (rounding moves them by a few
-/// percent, a wrong computation by far more), and close to transformers' own bf16 run.
+/// percent, a wrong computation by far more), and within 3e-2 of transformers' own bf16 run, whose
+/// bf16 sums libtorch's CPU kernels order by the processor (1.9e-2 on a 2-core Intel Xeon VM, within
+/// 1e-2 on a 2-core AMD EPYC VM).
 #[test]
 fn bf16_logits_stay_close_to_hf_f32_and_to_hf_bf16() {
     let model = Qwen35::load(&tiny(), Device::Cpu, Kind::BFloat16).unwrap();
@@ -62,7 +64,7 @@ fn bf16_logits_stay_close_to_hf_f32_and_to_hf_bf16() {
     println!("bf16 logits max relative error vs HF f32 {err:.3e}, vs HF bf16 {against_bf16:.3e}");
     assert!(err <= 5e-2, "bf16 logits relative error {err}");
     assert!(
-        against_bf16 <= 1e-2,
+        against_bf16 <= 3e-2,
         "bf16 logits relative error to HF's bf16 {against_bf16}"
     );
 }
