@@ -251,8 +251,7 @@ fn seeds_side_by_side_train_as_they_do_one_after_another() {
         &SPLIT_GRPO,
     ]
     .concat();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let threads_each = (cores / 2).max(1).to_string();
+    let threads_each = common::threads_of_two();
     let run = |name: &str, extra: &[&str]| {
         let out = dir.path().join(name);
         let run = command()

@@ -44,12 +44,11 @@ fn setup_with(dir: &Path, steps: u32, timeout_s: u32) -> PathBuf {
 /// `groundrl train CONFIG trainer.run_dir=RUN`, on `workers` workers when more than one, each process
 /// with two workers' share of the cores (see the module doc).
 fn train(config: &Path, run: &Path, workers: u32) -> Command {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut cmd = command();
     cmd.arg("train")
         .arg(config)
         .arg(format!("trainer.run_dir={}", run.display()))
-        .env("OMP_NUM_THREADS", (cores / 2).max(1).to_string())
+        .env("OMP_NUM_THREADS", common::threads_of_two())
         .env_remove("GROUNDRL_FAULT");
     if workers > 1 {
         cmd.args(["--nproc-per-node", &workers.to_string()]);

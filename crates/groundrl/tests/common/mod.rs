@@ -18,6 +18,14 @@ pub fn command() -> Command {
     command
 }
 
+/// `OMP_NUM_THREADS` for a process that must round as each of two side-by-side processes does (two
+/// data-parallel workers, or two seeds' processes): half the cores, as the launcher gives each of two
+/// workers. A matmul's sums may run in another order on another thread count.
+pub fn threads_of_two() -> String {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cores / 2).max(1).to_string()
+}
+
 /// Runs the binary with `args`, whatever its exit status.
 pub fn groundrl(args: &[&str]) -> Output {
     command().args(args).output().expect("groundrl runs")
