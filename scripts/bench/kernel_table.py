@@ -59,9 +59,6 @@ def main():
     for e in kernels:
         by_name[e["name"]] += e["dur"]
         count[e["name"]] += 1
-    first = min(e["ts"] for e in kernels)
-    last = max(e["ts"] + e["dur"] for e in kernels)
-    span = f", span {(last - first) / 1e3 / a.per:.3f} ms"
     if a.subtract:
         _, other = kernel_events(a.subtract)
         for e in other:
@@ -70,6 +67,10 @@ def main():
         for name in [n for n in by_name if count[n] <= 0 or by_name[n] <= 0]:
             del by_name[name], count[name]
         span = f" after subtracting {a.subtract}'s {len(other)} kernels"
+    else:
+        first = min(e["ts"] for e in kernels)
+        last = max(e["ts"] + e["dur"] for e in kernels)
+        span = f", span {(last - first) / 1e3 / a.per:.3f} ms"
     by_kind = defaultdict(float)
     for name, us in by_name.items():
         by_kind[kind_of(name)] += us
