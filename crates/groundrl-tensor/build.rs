@@ -39,6 +39,7 @@ fn main() {
     println!("cargo:rerun-if-changed=csrc/foreach.cpp");
     println!("cargo:rerun-if-changed=csrc/tensor_args.h");
     println!("cargo:rerun-if-changed=csrc/kernels.cu");
+    println!("cargo:rerun-if-changed=csrc/gate_up_swiglu.cu");
     println!("cargo:rerun-if-changed=csrc/decode_attention.cu");
     println!("cargo:rerun-if-changed=csrc/sampling.cu");
     println!("cargo:rerun-if-changed=csrc/adamw.cu");
@@ -106,7 +107,7 @@ fn compile_cuda_shims() {
 /// on the GPU machine). No fast math: the kernels of kernels.cu and adamw.cu round as the PyTorch
 /// operations they replace.
 /// Built for the GPUs the kernels were measured on (sm_90) and A100s (sm_80), with sm_90 PTX for later
-/// ones.
+/// ones; `gate_up_swiglu.cu` for sm_90a alone.
 #[cfg(feature = "cuda")]
 fn compile_cuda_kernels(args: &mut Vec<String>) {
     if env::var_os("NVCC").is_none() {
@@ -130,6 +131,16 @@ fn compile_cuda_kernels(args: &mut Vec<String>) {
         .flag("-gencode=arch=compute_90,code=[sm_90,compute_90]")
         .warnings(false)
         .compile("groundrl_cuda_kernels");
+    // The Hopper kernel (`wgmma`, which only the sm_90a target has): its launcher declines other GPUs.
+    cc::Build::new()
+        .cuda(true)
+        .cudart("none")
+        .file("csrc/gate_up_swiglu.cu")
+        .debug(false)
+        .flag("-O3")
+        .flag("-gencode=arch=compute_90a,code=sm_90a")
+        .warnings(false)
+        .compile("groundrl_cuda_hopper");
     if let Ok(dir) = env::var("GROUNDRL_CUDA_RUNTIME") {
         args.push(format!("-L{dir}"));
     }

@@ -1,5 +1,5 @@
-// A C ABI over the CUDA kernels of kernels.cu, decode_attention.cu, sampling.cu, adamw.cu and
-// gated_delta.cu, for
+// A C ABI over the CUDA kernels of kernels.cu, decode_attention.cu, sampling.cu, adamw.cu,
+// gated_delta.cu and gate_up_swiglu.cu, for
 // tensors (autograd.cpp wraps the kernels that training differentiates):
 // checks devices, dtypes and layouts (a C++ exception, turned into an error message, rather than a
 // kernel reading out of bounds) and launches on libtorch's current stream, so the kernels join
@@ -30,6 +30,8 @@ int groundrl_launch_adamw(void* param, int param_bf16, const void* grad, float* 
                           void* stream);
 int groundrl_launch_rms_norm(const void* x, int64_t x_row, const void* w, void* out, int64_t rows,
                              int64_t hidden, float eps, void* stream);
+int groundrl_launch_gate_up_swiglu(const void* x, int64_t x_row, const void* weight, void* out,
+                                   int64_t rows, int64_t hidden, int64_t inter, void* stream);
 int groundrl_launch_sample(const void* logits, int bf16, int64_t rows, int64_t vocab,
                            const float* temperature, const bool* greedy, const bool* banned,
                            const float* uniforms, int64_t* tokens, float* logprobs, void* stream);
@@ -156,6 +158,31 @@ int groundrl_rms_norm(void* x_, void* weight_, void* out_, double eps) {
   });
 }
 
+// out (rows, inter) = silu(x weight[:inter]^T) * (x weight[inter:]^T) for x (rows, hidden) and
+// weight (2 inter, hidden) contiguous, out contiguous, all bf16 on one device; *ran = 0 (nothing
+// launched) where gate_up_swiglu.cu's kernel does not run (not an sm_90 GPU, more than 64 rows, ...).
+int groundrl_gate_up_swiglu(void* x_, void* weight_, void* out_, int* ran) {
+  return guarded([&] {
+    const auto &x = tensor(x_), &weight = tensor(weight_), &out = tensor(out_);
+    check(x, at::kBFloat16, "x");
+    check(weight, at::kBFloat16, "weight");
+    check(out, at::kBFloat16, "out");
+    require(x.dim() == 2 && weight.dim() == 2 && weight.size(1) == x.size(1) &&
+                weight.size(0) % 2 == 0 && weight.is_contiguous() && weight.device() == x.device(),
+            "weight must be contiguous (2 inter, hidden) for x (rows, hidden), on x's device");
+    const int64_t inter = weight.size(0) / 2;
+    require(out.sizes() == at::IntArrayRef({x.size(0), inter}) && out.is_contiguous() &&
+                out.device() == x.device(),
+            "out must be contiguous (rows, inter) on x's device");
+    c10::cuda::CUDAGuard guard(x.device());
+    const int code = groundrl_launch_gate_up_swiglu(x.data_ptr(), x.stride(0), weight.data_ptr(),
+                                                    out.data_ptr(), x.size(0), x.size(1), inter,
+                                                    stream_of(x));
+    *ran = code != -1;  // gate_up_swiglu.cu's kUnsupported
+    if (*ran) launched(code);
+  });
+}
+
 // tokens (rows,) int64 and logprobs (rows,) f32 drawn from logits (rows, vocab) f32 or bf16
 // contiguous by temperature, uniforms (rows,) f32, greedy (rows,) bool and banned (vocab,) bool; see
 // sampling.cu.
@@ -191,6 +218,17 @@ int groundrl_sample(void* logits_, void* temperature_, void* greedy_, void* bann
 
 // Whether autograd records operations on this thread (false inside a no-grad guard).
 int groundrl_grad_enabled() { return at::GradMode::is_enabled() ? 1 : 0; }
+
+// CUDA device `device`'s compute capability as 10 major + minor (90 for an H100 or H200), 0 when it
+// cannot be read.
+int groundrl_compute_capability(int device) {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    return 0;
+  }
+  return 10 * major + minor;
+}
 
 // Lets libtorch's SDPA pick cuDNN's attention (on, its default) or not (then the flash and
 // memory-efficient kernels); process-wide, as torch.backends.cuda.enable_cudnn_sdp.

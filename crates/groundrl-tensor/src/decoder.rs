@@ -177,12 +177,6 @@ impl Mlp {
     }
 }
 
-/// SwiGLU's `silu(gate) * up` ([`fused::swiglu`]: one kernel on bf16 CUDA tensors, and one for its
-/// backward).
-pub(crate) fn swiglu(gate: &Tensor, up: &Tensor) -> Tensor {
-    fused::swiglu(gate, up).unwrap_or_else(|e| panic!("{e}"))
-}
-
 /// A decoding step's queries grouped by KV head, (rows, kv_heads, groups, hd), and keys and values
 /// (rows, kv_heads, 1, hd), from `qkv` (rows, heads + 2 kv_heads, hd: query heads, then key heads,
 /// then value heads), queries and keys rotated by `rotary`: the libtorch composition of what the
@@ -291,10 +285,7 @@ impl FusedLayer {
         if let Some(bias) = &self.o_bias {
             let _ = x.g_add_(bias);
         }
-        let normed = post_norm.forward(&x);
-        let gate_up = normed.mm(&self.gate_up_weight.tr());
-        let inter = gate_up.size()[1] / 2;
-        let gated = swiglu(&gate_up.narrow(1, 0, inter), &gate_up.narrow(1, inter, inter));
+        let gated = fused::gate_up_swiglu(&post_norm.forward(&x), &self.gate_up_weight);
         let _ = x.addmm_(&gated, &self.down_weight.tr());
         x
     }

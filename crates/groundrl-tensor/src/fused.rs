@@ -5,7 +5,8 @@
 //!   five kernels of mostly f32 passes over the 100M query/key values of a batch of screenshots; the
 //!   decoder's queries and keys, four bf16 kernels each), a decoding step's rotation with its
 //!   KV-cache write (six kernels per layer per token), and SwiGLU's `silu(gate) * up` ([`swiglu`]:
-//!   two). Each rounds as transformers' composition of PyTorch operations does, so its results equal
+//!   two; on Hopper GPUs a decoding step's gate|up product and SwiGLU in one kernel,
+//!   [`gate_up_swiglu`], `csrc/gate_up_swiglu.cu`, whose products sum in their own order). Each rounds as transformers' composition of PyTorch operations does, so its results equal
 //!   that composition's bit for bit (the CUDA tests below check it on the GPU machine). The rotary
 //!   and SwiGLU kernels are autograd functions whose backward is one kernel too, rounding as
 //!   libtorch's autograd of the composition does, so training runs them as well as rollouts;
@@ -408,6 +409,41 @@ pub(crate) fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor, TchError> {
     gate.f_silu()?.f_mul(up)
 }
 
+/// A decoding step's `silu(x gate^T) * (x up^T)` for `x` (rows, hidden) and `gate_up` (2 inter,
+/// hidden), gate rows then up rows: on an H100 or H200 with at most 64 rows, one kernel (the product
+/// with the Hopper tensor cores' warp-group instructions, SwiGLU on its sums in registers), else
+/// libtorch's product and [`swiglu`]. The kernel rounds the products to bf16 as the matmul does and
+/// then applies SwiGLU as [`swiglu`] does; its sums run in another order than cuBLAS's, so a value
+/// can differ by a bf16 unit (none did in the CUDA test below and in the measurement of
+/// docs/performance.md).
+pub(crate) fn gate_up_swiglu(x: &Tensor, gate_up: &Tensor) -> Tensor {
+    or_compose(gate_up_kernel(x, gate_up), || {
+        let both = x.mm(&gate_up.tr());
+        let inter = both.size()[1] / 2;
+        // A kernel's failure is a bug of ours, as in `or_compose`.
+        swiglu(&both.narrow(1, 0, inter), &both.narrow(1, inter, inter)).unwrap_or_else(|e| panic!("{e}"))
+    })
+}
+
+/// [`gate_up_swiglu`]'s kernel, or None where it does not apply (the module's conditions, bf16, at
+/// most 64 rows, hidden a multiple of 64 and 16-byte aligned rows, or the shim found the GPU is not
+/// an sm_90 one or the product has more blocks than it has SMs).
+fn gate_up_kernel(x: &Tensor, gate_up: &Tensor) -> Result<Option<Tensor>, TchError> {
+    let bf16 = x.kind() == Kind::BFloat16 && gate_up.kind() == Kind::BFloat16;
+    let (size, weight) = (x.size(), gate_up.size());
+    if !applies(&[x, gate_up]) || !bf16 || size.len() != 2 || weight.len() != 2 {
+        return Ok(None);
+    }
+    let (rows, hidden, outs) = (size[0], size[1], weight[0]);
+    let fits = (1..=64).contains(&rows) && hidden % 64 == 0 && weight[1] == hidden && outs % 2 == 0;
+    let layout = gate_up.is_contiguous() && x.stride()[1] == 1 && x.stride()[0] % 8 == 0;
+    if !fits || !layout || !aligned(&[x, gate_up], 16) || x.device() != gate_up.device() {
+        return Ok(None);
+    }
+    let out = Tensor::f_empty([rows, outs / 2], (x.kind(), x.device()))?;
+    Ok(ffi::gate_up_swiglu(x, gate_up, &out)?.then_some(out))
+}
+
 /// `x W_i^T + b_i` for `x` (..., in) and each `weights[i]` (out_i, in), with `biases[i]` (out_i,)
 /// when given (for every weight or none). Where a weight's gradient is wanted on a device where the
 /// kernels are active, one autograd function whose backward adds each weight's gradient into its
@@ -547,6 +583,12 @@ mod ffi {
             heads: i64,
         ) -> c_int;
         fn groundrl_swiglu(gate: *mut c_void, up: *mut c_void, out: *mut *mut c_void) -> c_int;
+        fn groundrl_gate_up_swiglu(
+            x: *mut c_void,
+            weight: *mut c_void,
+            out: *mut c_void,
+            ran: *mut c_int,
+        ) -> c_int;
         fn groundrl_linear(
             x: *mut c_void,
             weights: *const *mut c_void,
@@ -564,6 +606,8 @@ mod ffi {
         ) -> c_int;
         fn groundrl_rms_norm(x: *mut c_void, weight: *mut c_void, out: *mut c_void, eps: f64) -> c_int;
         fn groundrl_grad_enabled() -> c_int;
+        #[cfg(test)]
+        fn groundrl_compute_capability(device: c_int) -> c_int;
         fn groundrl_sample(
             logits: *mut c_void,
             temperature: *mut c_void,
@@ -703,6 +747,17 @@ mod ffi {
         Ok(unsafe { take(out) })
     }
 
+    /// Whether the kernel ran (false: the GPU or the shape is not one it takes; nothing written).
+    pub fn gate_up_swiglu(x: &Tensor, weight: &Tensor, out: &Tensor) -> Result<bool, TchError> {
+        let mut ran: c_int = 0;
+        // SAFETY: valid tensor handles for the call's duration; the shim checks shapes and dtypes and
+        // writes `ran`.
+        result("gate_up_swiglu", unsafe {
+            groundrl_gate_up_swiglu(raw(x), raw(weight), raw(out), &mut ran)
+        })?;
+        Ok(ran != 0)
+    }
+
     pub fn linear(
         x: &Tensor,
         weights: &[&Tensor],
@@ -755,6 +810,13 @@ mod ffi {
         result("rms_norm", unsafe {
             groundrl_rms_norm(raw(x), raw(weight), raw(out), eps)
         })
+    }
+
+    /// CUDA device `device`'s compute capability as 10 major + minor, 0 when unknown.
+    #[cfg(test)]
+    pub fn compute_capability(device: usize) -> i32 {
+        // SAFETY: a plain query of the CUDA runtime.
+        unsafe { groundrl_compute_capability(device as c_int) }
     }
 
     pub fn grad_enabled() -> bool {
@@ -864,6 +926,10 @@ mod ffi {
         unavailable()
     }
 
+    pub fn gate_up_swiglu(_: &Tensor, _: &Tensor, _: &Tensor) -> Result<bool, TchError> {
+        unavailable()
+    }
+
     pub fn linear(_: &Tensor, _: &[&Tensor], _: Option<&[&Tensor]>) -> Result<Vec<Tensor>, TchError> {
         unavailable()
     }
@@ -899,6 +965,11 @@ mod ffi {
     /// Never asked: no tensor is on a device where the kernels are active.
     pub fn grad_enabled() -> bool {
         true
+    }
+
+    #[cfg(test)]
+    pub fn compute_capability(_: usize) -> i32 {
+        0
     }
 
     pub fn sample(
@@ -1009,6 +1080,10 @@ mod tests {
         assert!(q.is_none());
         let (gate, up) = (cpu(&[3, 8]), cpu(&[3, 8]));
         assert_eq!(max_diff(&swiglu(&gate, &up).unwrap(), &(gate.silu() * &up)), 0.0);
+        let product = (cpu(&[2, 3]), cpu(&[6, 3]));
+        let both = product.0.mm(&product.1.tr());
+        let want = both.narrow(1, 0, 3).silu() * both.narrow(1, 3, 3);
+        assert_eq!(max_diff(&gate_up_swiglu(&product.0, &product.1), &want), 0.0);
         let weight = cpu(&[5, 8]).set_requires_grad(true);
         assert!(linears(&gate, &[&weight], Some(&[])).is_err());
         let projected = linears(&gate, &[&weight], None).unwrap().remove(0);
@@ -1358,6 +1433,57 @@ mod tests {
     fn rows_product(up: &Tensor, x: &Tensor) -> Tensor {
         let rows = |t: &Tensor| t.to_kind(Kind::Float).reshape([-1, *t.size().last().unwrap()]);
         rows(up).tr().mm(&rows(x))
+    }
+
+    /// The decoding step's gate|up product with SwiGLU against libtorch's product and [`swiglu`]: the
+    /// 3B decoder's shape at 64 rows, 37 rows of a strided x, one row, and an intermediate size whose
+    /// last block is part-filled (1,000 = 11 x 88 + 32). On an sm_90 GPU the kernel must run (not the
+    /// composition); each value within a bf16 unit of the composition's (the products sum in another
+    /// order than cuBLAS's; how many differ is printed: none in the measurement of
+    /// docs/performance.md).
+    #[test]
+    fn gate_up_swiglu_equals_the_product_and_swiglu() {
+        let Some(device) = cuda_for_tests() else { return };
+        let Device::Cuda(index) = device else { return };
+        let hopper = ffi::compute_capability(index) == 90;
+        tch::manual_seed(3);
+        for (rows, hidden, inter, strided) in [
+            (64, 2048, 11008, false),
+            (37, 2048, 11008, true),
+            (1, 2048, 11008, false),
+            (64, 512, 1000, false),
+        ] {
+            let weight = random(&[2 * inter, hidden], Kind::BFloat16, device) * 0.02;
+            let wide = random(&[rows, hidden + 64], Kind::BFloat16, device);
+            let x = if strided {
+                wide.narrow(1, 64, hidden)
+            } else {
+                wide.narrow(1, 0, hidden).contiguous()
+            };
+            let kernel = gate_up_kernel(&x, &weight).unwrap();
+            assert_eq!(
+                kernel.is_some(),
+                hopper,
+                "{rows} x {hidden} -> {inter}: ran on an sm_90 GPU only"
+            );
+            let got = gate_up_swiglu(&x, &weight);
+            let both = x.mm(&weight.tr());
+            let want = swiglu(&both.narrow(1, 0, inter), &both.narrow(1, inter, inter)).unwrap();
+            let differ = got.ne_tensor(&want).sum(Kind::Int64).int64_value(&[]);
+            eprintln!(
+                "{rows} x {hidden} -> {inter}: {differ} of {} values differ",
+                want.numel()
+            );
+            let unit = want.to_kind(Kind::Float).abs() / 128.0 + 1e-30;
+            let over = (got.to_kind(Kind::Float) - want.to_kind(Kind::Float))
+                .abs()
+                .gt_tensor(&unit);
+            assert_eq!(
+                over.sum(Kind::Int64).int64_value(&[]),
+                0,
+                "{rows} x {hidden} -> {inter}"
+            );
+        }
     }
 
     /// 304 columns (eight per thread) and 300 (one per thread: rows not 16-byte aligned), gate and up

@@ -82,7 +82,7 @@ impl DecoderLayer {
         let attn = attn.transpose(1, 2).reshape([b, l, self.heads * self.head_dim]);
         let x = x + self.self_attn.o_proj.forward(&attn);
         let normed = self.post_attention_layernorm.forward(&x);
-        // A kernel's failure is a bug of ours (as in `decoder::swiglu`).
+        // A kernel's failure is a bug of ours (see `fused::or_compose`).
         &x + self.mlp.forward(&normed).unwrap_or_else(|e| panic!("{e}"))
     }
 

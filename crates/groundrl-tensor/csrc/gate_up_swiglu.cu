@@ -1,0 +1,277 @@
+// The decoding step's MLP input on Hopper GPUs: silu(x W_gate^T) * (x W_up^T) for up to 64 rows of x
+// in one kernel, where cuBLAS's product (gate|up, one matrix) and the SwiGLU kernel after it are two
+// launches and a round trip of the (rows, 2 inter) product through memory. Measured on one H200 with
+// the 3B decoder's shape (docs/performance.md, "H200, 2026-11-30: a Hopper kernel for the few-row
+// products").
+//
+// Block b takes gate rows [88 b, 88 b + 88) and the same up rows, one block an SM: its warp group
+// (four warps) multiplies x's 64 rows (the 64-row operand of `wgmma.m64n176k16`) by the band's 176
+// rows in 64-column stages; a fifth warp copies each stage into shared memory with the copy engine
+// (three `cp.async.bulk.tensor.2d` copies, gate, up and x, through tensor maps with the 128-byte
+// swizzle both operands of `wgmma` read, rows past the end read as zeros), four stages in flight,
+// each freed on an mbarrier once its products are done. A thread's accumulators hold a token's gate
+// and up sums for the same columns, so SwiGLU runs on them in registers: each rounded to bf16 as the
+// product's output is, then silu rounded and the product rounded as `silu_mul` (kernels.cu) rounds
+// them. The result equals that composition wherever the products' bf16 values do (their sums run in
+// another order than cuBLAS's; see the crate's CUDA test).
+//
+// Built for sm_90a only (`wgmma`); the launcher answers kUnsupported on other GPUs and shapes, and
+// the caller takes the composition.
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kRows = 64;         // x's rows a launch (wgmma's m); rows past the count read as zeros
+constexpr int kChunk = 64;        // columns of x (k) a stage: 128 bytes of every row, one swizzle span
+constexpr int kHalf = 88;         // gate (and up) rows a block
+constexpr int kBand = 2 * kHalf;  // wgmma's n
+constexpr int kStages = 4;
+constexpr int kWarps = 4;  // the warp group that multiplies; warp 4 copies
+constexpr int kThreads = (kWarps + 1) * 32;
+constexpr int kHalfBytes = kHalf * kChunk * 2, kXBytes = kRows * kChunk * 2;
+constexpr int kStageBytes = 2 * kHalfBytes + kXBytes;  // a multiple of 1,024, as the swizzle wants
+constexpr int kSharedBytes = kStages * kStageBytes + 1024;  // + the alignment of the first stage
+constexpr int kUnsupported = -1;
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void barrier_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+
+__device__ __forceinline__ void barrier_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+__device__ __forceinline__ void barrier_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void expect_bytes(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+// The (64 columns x box rows) tile at column `col`, row `row` of `map`'s matrix into `dst`.
+__device__ __forceinline__ void copy_tile(uint32_t dst, const CUtensorMap* map, int col, int row,
+                                          uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+      "%3}], [%4];\n" ::"r"(dst),
+      "l"(map), "r"(col), "r"(row), "r"(bar)
+      : "memory");
+}
+
+// A shared-memory operand of wgmma: K-major, 128-byte swizzle, groups of 8 rows 1,024 bytes apart.
+__device__ __forceinline__ uint64_t descriptor(uint32_t address) {
+  return (uint64_t)((address >> 4) & 0x3FFF) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+
+// Keeps the accumulators in their registers across the asynchronous products.
+__device__ __forceinline__ void fence_operands(float (&d)[kBand / 2]) {
+#pragma unroll
+  for (int i = 0; i < kBand / 2; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// d += x (64 x 16, at descriptor a) @ w (176 x 16, at b)^T, the warp group's 88 f32 a thread
+// (scale-d, the predicate, set: the products add to d).
+__device__ __forceinline__ void mma_176(float (&d)[kBand / 2], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n176k16.f32.bf16.bf16 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
+      "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
+      "%80,%81,%82,%83,%84,%85,%86,%87}, %88, %89, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
+        "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
+        "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+        "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
+      : "l"(a), "l"(b), "n"(1));
+}
+
+__device__ __forceinline__ float rounded(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
+// silu(gate) * up as silu_mul rounds it, from the products' f32 sums (rounded to bf16 first).
+__device__ __forceinline__ bf16 swiglu(float gate, float up) {
+  const float g = rounded(gate);
+  return __float2bfloat16_rn(rounded(g / (1.0f + expf(-g))) * rounded(up));
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    gate_up_swiglu(const __grid_constant__ CUtensorMap x_map,
+                   const __grid_constant__ CUtensorMap gate_map,
+                   const __grid_constant__ CUtensorMap up_map, bf16* __restrict__ out, int rows,
+                   int inter, int hidden) {
+  extern __shared__ unsigned char raw[];
+  __shared__ __align__(8) uint64_t full[kStages], empty[kStages];
+  const uint32_t base = (shared_address(raw) + 1023) & ~1023u;
+  const int chunks = hidden / kChunk, first = blockIdx.x * kHalf;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      barrier_init(shared_address(&full[s]), 1);
+      barrier_init(shared_address(&empty[s]), kWarps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warp == kWarps) {  // the copies
+    if (lane == 0) {
+      for (int i = 0; i < chunks; ++i) {
+        const int slot = i % kStages;
+        if (i >= kStages) barrier_wait(shared_address(&empty[slot]), (i / kStages - 1) & 1);
+        const uint32_t bar = shared_address(&full[slot]), stage = base + slot * kStageBytes;
+        expect_bytes(bar, kStageBytes);
+        copy_tile(stage, &gate_map, i * kChunk, first, bar);
+        copy_tile(stage + kHalfBytes, &up_map, i * kChunk, first, bar);
+        copy_tile(stage + 2 * kHalfBytes, &x_map, i * kChunk, 0, bar);
+      }
+    }
+    return;
+  }
+
+  float acc[kBand / 2];
+#pragma unroll
+  for (int j = 0; j < kBand / 2; ++j) acc[j] = 0.f;
+  fence_operands(acc);
+  for (int i = 0; i < chunks; ++i) {
+    const int slot = i % kStages;
+    barrier_wait(shared_address(&full[slot]), (i / kStages) & 1);
+    const uint32_t stage = base + slot * kStageBytes;
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int k = 0; k < kChunk / 16; ++k) {  // 16 columns (32 bytes) an instruction
+      mma_176(acc, descriptor(stage + 2 * kHalfBytes + 32 * k), descriptor(stage + 32 * k));
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    // The previous stage's products are done (at most this stage's in flight): free its memory.
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+    fence_operands(acc);
+    if (i > 0 && lane == 0) barrier_arrive(shared_address(&empty[(i - 1) % kStages]));
+  }
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  fence_operands(acc);
+
+  // acc[4 j .. 4 j + 3]: token t's columns 8 j + 2 (lane % 4) and the next, then token t + 8's, with
+  // t = 16 warp + lane / 4; columns 0-87 are gate rows, 88-175 the same up rows (j + 11).
+  const int column = first + 2 * (lane % 4);
+#pragma unroll
+  for (int j = 0; j < kHalf / 8; ++j) {
+    const int c = column + 8 * j;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int t = warp * 16 + lane / 4 + 8 * h;
+      if (t >= rows || c >= inter) continue;
+      const bf16 lo = swiglu(acc[4 * j + 2 * h], acc[4 * (j + kHalf / 8) + 2 * h]);
+      bf16* o = out + (int64_t)t * inter + c;
+      if (c + 1 < inter) {
+        const bf16 hi = swiglu(acc[4 * j + 2 * h + 1], acc[4 * (j + kHalf / 8) + 2 * h + 1]);
+        *reinterpret_cast<__nv_bfloat162*>(o) = __halves2bfloat162(lo, hi);
+      } else {
+        *o = lo;
+      }
+    }
+  }
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      fn = nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  return encode;
+}
+
+// A tensor map over the bf16 matrix at `data`, (rows, cols) with rows `row_elems` apart, read in
+// (box_rows, 64) tiles with the 128-byte swizzle; rows past `rows` read as zeros.
+bool tile_map(CUtensorMap* map, const void* data, int64_t rows, int64_t cols, int64_t row_elems,
+              int box_rows) {
+  const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
+  const cuuint64_t strides[1] = {(cuuint64_t)row_elems * 2};
+  const cuuint32_t box[2] = {kChunk, (cuuint32_t)box_rows}, unit[2] = {1, 1};
+  return encoder()(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(data), dims, strides,
+                   box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// Whether the current device runs this kernel (sm_90: H100, H200) and how many blocks it runs at once.
+bool hopper(int* sms) {
+  int device = 0, major = 0, minor = 0;
+  return cudaGetDevice(&device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
+         cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
+         major == 9 && minor == 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+// out (rows, inter), contiguous = silu(x @ weight[:inter]^T) * (x @ weight[inter:]^T) for x (rows,
+// hidden) with rows `x_row` elements apart and weight (2 inter, hidden) contiguous, all bf16 on the
+// current device. kUnsupported (nothing launched) unless the device is sm_90 and 1 <= rows <= 64,
+// hidden a multiple of 64, x_row a multiple of 8, the pointers 16-byte aligned and the blocks
+// (inter / 88, rounded up) no more than the SMs; else the launch's cudaError_t.
+int groundrl_launch_gate_up_swiglu(const void* x, int64_t x_row, const void* weight, void* out,
+                                   int64_t rows, int64_t hidden, int64_t inter, void* stream) {
+  int sms = 0;
+  const int64_t blocks = (inter + kHalf - 1) / kHalf;
+  const bool aligned = reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(weight) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(out) % 4 == 0;
+  if (rows < 1 || rows > kRows || hidden % kChunk != 0 || x_row % 8 != 0 || inter % 2 != 0 ||
+      !aligned || !hopper(&sms) || blocks > sms || encoder() == nullptr) {
+    return kUnsupported;
+  }
+  CUtensorMap x_map, gate_map, up_map;
+  const auto* up = static_cast<const bf16*>(weight) + inter * hidden;
+  if (!tile_map(&x_map, x, rows, hidden, x_row, kRows) ||
+      !tile_map(&gate_map, weight, inter, hidden, hidden, kHalf) ||
+      !tile_map(&up_map, up, inter, hidden, hidden, kHalf)) {
+    return kUnsupported;
+  }
+  cudaError_t e =
+      cudaFuncSetAttribute(gate_up_swiglu, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes);
+  if (e != cudaSuccess) return (int)e;
+  gate_up_swiglu<<<(unsigned)blocks, kThreads, kSharedBytes, static_cast<cudaStream_t>(stream)>>>(
+      x_map, gate_map, up_map, static_cast<bf16*>(out), (int)rows, (int)inter, (int)hidden);
+  return (int)cudaGetLastError();
+}
+
+}
