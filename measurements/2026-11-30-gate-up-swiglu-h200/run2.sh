@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The engine with the gate|up product and SwiGLU in one kernel against the build before it, in one
+# call: the tensor crate's tests built for CUDA (the kernel's test among them), then `bench rollout`
+# 8 x 8 (medians of 5) three times each, alternating, on one random-weight 3B folder, and one profiled
+# generation of the new build per decoding step (scripts/bench/kernel_table.py --subtract).
+# .device/bins.tar.xz: scripts/gpu/build.sh's binaries of this build; .device/bins-main.tar.xz: the
+# build before. $OUT gets tests.txt, rollout.txt and kernels-decode-8x8.txt.
+set -uo pipefail
+source scripts/gpu/env.sh
+out=${OUT:-/tmp/out}
+work=/tmp/groundrl-gate-up-swiglu
+rm -rf "$work"
+mkdir -p "$out" "$work/new" "$work/main"
+tar xJf .device/bins.tar.xz -C "$work/new" || exit 1
+tar xJf .device/bins-main.tar.xz -C "$work/main" || exit 1
+timeout 240 "$work/new/groundrl-tensor-tests" --test-threads 1 > "$out/tests.txt" 2>&1
+echo "tests rc=$?" >> "$out/tests.txt"
+grep -E "values differ|test result|FAILED|panicked" "$out/tests.txt"
+"$work/new/groundrl" model init --preset 3b --tiny-tokenizer --dtype bf16 --device cuda --out "$work/model" > /dev/null || exit 1
+for i in 1 2 3; do
+  for build in main new; do
+    echo "== $build, run $i" >> "$out/rollout.txt"
+    timeout 90 "$work/$build/groundrl" bench rollout --model "$work/model" --dtype bf16 --device cuda \
+      --prompts 8 --n 8 --bandwidth-gbs 4800 --repeats 5 >> "$out/rollout.txt" 2> "$work/bench.log"
+  done
+done
+python3 - "$out/rollout.txt" <<'PY'
+import json, sys
+label = ""
+for line in open(sys.argv[1]):
+    if line.startswith("=="):
+        label = line.strip("= \n")
+    elif line.startswith("{"):
+        r = json.loads(line)
+        print(f"{label:12} step {r['decode_step_ms']:.3f} ms  {100 * r['roofline_fraction']:.1f}% of the roofline"
+              f"  {r['generated_tokens_per_s']:.0f} tokens/s  prefill {r['prefill_seconds']:.3f} s")
+PY
+timeout 90 "$work/new/groundrl" bench rollout --model "$work/model" --dtype bf16 --device cuda --prompts 8 --n 8 \
+  --repeats 1 --profile "$work/profile" > /dev/null 2> "$work/profile.log"
+python3 scripts/bench/kernel_table.py "$work/profile/generate.json" --top 30 --per 127 \
+  --subtract "$work/profile/prefill.json" > "$out/kernels-decode-8x8.txt" 2>&1
+head -30 "$out/kernels-decode-8x8.txt" | cut -c1-150
