@@ -246,8 +246,8 @@ extern "C" {
 // out (rows, inter), contiguous = silu(x @ weight[:inter]^T) * (x @ weight[inter:]^T) for x (rows,
 // hidden) with rows `x_row` elements apart and weight (2 inter, hidden) contiguous, all bf16 on the
 // current device. kUnsupported (nothing launched) unless the device is sm_90 and 1 <= rows <= 64,
-// hidden a multiple of 64, x_row a multiple of 8, the pointers 16-byte aligned and the blocks
-// (inter / 88, rounded up) no more than the SMs; else the launch's cudaError_t.
+// hidden a multiple of 64, x_row a multiple of 8, inter even, x and weight 16-byte aligned, out 4-byte
+// aligned and the blocks (inter / 88, rounded up) no more than the SMs; else the launch's cudaError_t.
 int groundrl_launch_gate_up_swiglu(const void* x, int64_t x_row, const void* weight, void* out,
                                    int64_t rows, int64_t hidden, int64_t inter, void* stream) {
   int sms = 0;
