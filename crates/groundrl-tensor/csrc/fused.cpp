@@ -219,17 +219,6 @@ int groundrl_sample(void* logits_, void* temperature_, void* greedy_, void* bann
 // Whether autograd records operations on this thread (false inside a no-grad guard).
 int groundrl_grad_enabled() { return at::GradMode::is_enabled() ? 1 : 0; }
 
-// CUDA device `device`'s compute capability as 10 major + minor (90 for an H100 or H200), 0 when it
-// cannot be read.
-int groundrl_compute_capability(int device) {
-  int major = 0, minor = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-    return 0;
-  }
-  return 10 * major + minor;
-}
-
 // Lets libtorch's SDPA pick cuDNN's attention (on, its default) or not (then the flash and
 // memory-efficient kernels); process-wide, as torch.backends.cuda.enable_cudnn_sdp.
 void groundrl_set_cudnn_attention(int on) { at::globalContext().setSDPUseCuDNN(on != 0); }

@@ -229,19 +229,20 @@ bool tile_map(CUtensorMap* map, const void* data, int64_t rows, int64_t cols, in
                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// Whether the current device runs this kernel (sm_90: H100, H200) and how many blocks it runs at once.
-bool hopper(int* sms) {
-  int device = 0, major = 0, minor = 0;
-  return cudaGetDevice(&device) == cudaSuccess &&
-         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
-         cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
-         major == 9 && minor == 0;
-}
-
 }  // namespace
 
 extern "C" {
+
+// CUDA device `device`'s compute capability as 10 major + minor (90 for an H100 or H200, the GPUs this
+// kernel runs on), 0 when it cannot be read.
+int groundrl_compute_capability(int device) {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    return 0;
+  }
+  return 10 * major + minor;
+}
 
 // out (rows, inter), contiguous = silu(x @ weight[:inter]^T) * (x @ weight[inter:]^T) for x (rows,
 // hidden) with rows `x_row` elements apart and weight (2 inter, hidden) contiguous, all bf16 on the
@@ -250,13 +251,15 @@ extern "C" {
 // aligned and the blocks (inter / 88, rounded up) no more than the SMs; else the launch's cudaError_t.
 int groundrl_launch_gate_up_swiglu(const void* x, int64_t x_row, const void* weight, void* out,
                                    int64_t rows, int64_t hidden, int64_t inter, void* stream) {
-  int sms = 0;
+  int device = 0, sms = 0;
   const int64_t blocks = (inter + kHalf - 1) / kHalf;
   const bool aligned = reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(weight) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(out) % 4 == 0;
   if (rows < 1 || rows > kRows || hidden % kChunk != 0 || x_row % 8 != 0 || inter % 2 != 0 ||
-      !aligned || !hopper(&sms) || blocks > sms || encoder() == nullptr) {
+      !aligned || cudaGetDevice(&device) != cudaSuccess || groundrl_compute_capability(device) != 90 ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      blocks > sms || encoder() == nullptr) {
     return kUnsupported;
   }
   CUtensorMap x_map, gate_map, up_map;

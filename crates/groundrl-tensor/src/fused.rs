@@ -5,9 +5,11 @@
 //!   five kernels of mostly f32 passes over the 100M query/key values of a batch of screenshots; the
 //!   decoder's queries and keys, four bf16 kernels each), a decoding step's rotation with its
 //!   KV-cache write (six kernels per layer per token), and SwiGLU's `silu(gate) * up` ([`swiglu`]:
-//!   two; on Hopper GPUs a decoding step's gate|up product and SwiGLU in one kernel,
-//!   [`gate_up_swiglu`], `csrc/gate_up_swiglu.cu`, whose products sum in their own order). Each rounds as transformers' composition of PyTorch operations does, so its results equal
-//!   that composition's bit for bit (the CUDA tests below check it on the GPU machine). The rotary
+//!   two). Each rounds as transformers' composition of PyTorch operations does, so its results equal
+//!   that composition's bit for bit (the CUDA tests below check it on the GPU machine). On Hopper
+//!   GPUs a decoding step's gate|up product and SwiGLU run as one kernel ([`gate_up_swiglu`],
+//!   `csrc/gate_up_swiglu.cu`), rounding as the product and [`swiglu`] do, its sums in their own
+//!   order. The rotary
 //!   and SwiGLU kernels are autograd functions whose backward is one kernel too, rounding as
 //!   libtorch's autograd of the composition does, so training runs them as well as rollouts;
 //! - the decoding attention ([`decode_attention`], `csrc/decode_attention.cu`), where cuDNN reads the
