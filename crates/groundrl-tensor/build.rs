@@ -40,6 +40,8 @@ fn main() {
     println!("cargo:rerun-if-changed=csrc/tensor_args.h");
     println!("cargo:rerun-if-changed=csrc/kernels.cu");
     println!("cargo:rerun-if-changed=csrc/gate_up_swiglu.cu");
+    println!("cargo:rerun-if-changed=csrc/prompt_attention.cu");
+    println!("cargo:rerun-if-changed=csrc/hopper.cuh");
     println!("cargo:rerun-if-changed=csrc/decode_attention.cu");
     println!("cargo:rerun-if-changed=csrc/sampling.cu");
     println!("cargo:rerun-if-changed=csrc/adamw.cu");
@@ -107,7 +109,7 @@ fn compile_cuda_shims() {
 /// on the GPU machine). No fast math: the kernels of kernels.cu and adamw.cu round as the PyTorch
 /// operations they replace.
 /// Built for the GPUs the kernels were measured on (sm_90) and A100s (sm_80), with sm_90 PTX for later
-/// ones; `gate_up_swiglu.cu` for sm_90a alone.
+/// ones; `gate_up_swiglu.cu` and `prompt_attention.cu` (with `hopper.cuh`) for sm_90a alone.
 #[cfg(feature = "cuda")]
 fn compile_cuda_kernels(args: &mut Vec<String>) {
     if env::var_os("NVCC").is_none() {
@@ -131,16 +133,23 @@ fn compile_cuda_kernels(args: &mut Vec<String>) {
         .flag("-gencode=arch=compute_90,code=[sm_90,compute_90]")
         .warnings(false)
         .compile("groundrl_cuda_kernels");
-    // The Hopper kernel (`wgmma`, which only the sm_90a target has): its launcher declines other GPUs.
-    cc::Build::new()
-        .cuda(true)
-        .cudart("none")
-        .file("csrc/gate_up_swiglu.cu")
-        .debug(false)
-        .flag("-O3")
-        .flag("-gencode=arch=compute_90a,code=sm_90a")
-        .warnings(false)
-        .compile("groundrl_cuda_hopper");
+    // The Hopper kernels (`wgmma`, which only the sm_90a target has): their launchers decline other
+    // GPUs. One library each: cc compiles a build of several files as relocatable device code, in
+    // which ptxas serializes the warp-group products (it warns of "Extern calls").
+    for (file, lib) in [
+        ("csrc/gate_up_swiglu.cu", "groundrl_cuda_gate_up"),
+        ("csrc/prompt_attention.cu", "groundrl_cuda_prompt_attention"),
+    ] {
+        cc::Build::new()
+            .cuda(true)
+            .cudart("none")
+            .file(file)
+            .debug(false)
+            .flag("-O3")
+            .flag("-gencode=arch=compute_90a,code=sm_90a")
+            .warnings(false)
+            .compile(lib);
+    }
     if let Ok(dir) = env::var("GROUNDRL_CUDA_RUNTIME") {
         args.push(format!("-L{dir}"));
     }

@@ -29,7 +29,8 @@
 // copies), from the prompt's first row and under that row's mask; the per-row kernel
 // reads each row's own columns after them and folds the prompt's parts in. Reading each row's cache
 // instead, 8 rows read the prompt 8 times: at 8 prompts x 8 samples and 1,262-token prompts, the
-// prompt columns are most of the bytes a decoding step's attention reads.
+// prompt columns are most of the bytes a decoding step's attention reads. On sm_90 GPUs
+// prompt_attention.cu's kernel (warp-group products) takes the prompt kernel's place.
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -572,6 +573,15 @@ cudaError_t allow_shared(Kernel kernel, int bytes) {
 
 extern "C" {
 
+// prompt_attention.cu's kernel (sm_90 GPUs), or kHopperUnsupported where it does not apply.
+int groundrl_launch_prompt_attention(const void* q, const void* keys, const void* values,
+                                     const void* mask, const int64_t* leader, const int64_t* chunks,
+                                     const int64_t* prompt_columns, const int64_t* column,
+                                     float* part_o, float* part_ml, int64_t rows, int64_t kv_heads,
+                                     int64_t capacity, int64_t splits, float scale_log2,
+                                     void* stream);
+constexpr int kHopperUnsupported = -1;
+
 // How many splits per (row, KV head): about one block per SM in all (one block per SM already reads
 // near the bandwidth at batch 64, and more splits add the merge: `groundrl bench attention`),
 // at most one per 64 columns of capacity (early in a call, splits past the column find no keys).
@@ -599,13 +609,15 @@ int64_t groundrl_decode_attention_parts(int grouped, int64_t splits) {
 // 128 floats and part_ml rows * kv_heads * 8 * splits * 2 (unused with one split).
 // With `chunks` (rows x 8 rows, -1 for none; see decode_attention_prompt), `leader` (each row's
 // prompt's first row) and `prompt_columns` (one value): `splits` blocks per (chunk, KV head) over
-// the prompt columns, one per (row, KV head) over the rest, which folds the prompt's parts in;
+// the prompt columns (prompt_attention.cu's kernel on sm_90 GPUs, *hopper = 1; else
+// decode_attention_prompt), one per (row, KV head) over the rest, which folds the prompt's parts in;
 // parts `splits` per row and query head.
 int groundrl_launch_decode_attention(const void* q, const void* keys, const void* values,
                                      const void* mask, const int64_t* column, const int64_t* leader,
                                      const int64_t* chunks, const int64_t* prompt_columns, void* out,
                                      float* part_o, float* part_ml, int64_t rows, int64_t kv_heads,
-                                     int64_t capacity, int64_t splits, float scale, void* stream) {
+                                     int64_t capacity, int64_t splits, float scale, void* stream,
+                                     int* hopper) {
   if (rows * kv_heads == 0) return 0;
   auto s = (cudaStream_t)stream;
   cudaError_t e = allow_shared(decode_attention_split, kSharedBytes);
@@ -615,7 +627,15 @@ int groundrl_launch_decode_attention(const void* q, const void* keys, const void
   const float scale_log2 = scale * kLog2e;
   const int parts = (int)groundrl_decode_attention_parts(chunks != nullptr, splits);
   const Parts dst{(__nv_bfloat16*)out, part_o, part_ml, parts};
+  *hopper = 0;
   if (chunks) {
+    const int code = groundrl_launch_prompt_attention(q, keys, values, mask, leader, chunks,
+                                                      prompt_columns, column, part_o, part_ml, rows,
+                                                      kv_heads, capacity, splits, scale_log2, stream);
+    if (code != kHopperUnsupported && code != 0) return code;
+    *hopper = code == 0;
+  }
+  if (chunks && !*hopper) {
     const unsigned blocks = (unsigned)prompt_grid_chunks(rows);
     decode_attention_prompt<<<dim3((unsigned)splits, (unsigned)kv_heads, blocks), kPromptWarps * 32,
                               kPromptSharedBytes, s>>>(bf(q), bf(keys), bf(values), bf(mask), leader,

@@ -1,5 +1,5 @@
-// A C ABI over the CUDA kernels of kernels.cu, decode_attention.cu, sampling.cu, adamw.cu,
-// gated_delta.cu and gate_up_swiglu.cu, for
+// A C ABI over the CUDA kernels of kernels.cu, decode_attention.cu (with prompt_attention.cu),
+// sampling.cu, adamw.cu, gated_delta.cu and gate_up_swiglu.cu, for
 // tensors (autograd.cpp wraps the kernels that training differentiates):
 // checks devices, dtypes and layouts (a C++ exception, turned into an error message, rather than a
 // kernel reading out of bounds) and launches on libtorch's current stream, so the kernels join
@@ -42,7 +42,8 @@ int groundrl_launch_decode_attention(const void* q, const void* keys, const void
                                      const void* mask, const int64_t* column, const int64_t* leader,
                                      const int64_t* chunks, const int64_t* prompt_columns, void* out,
                                      float* part_o, float* part_ml, int64_t rows, int64_t kv_heads,
-                                     int64_t capacity, int64_t splits, float scale, void* stream);
+                                     int64_t capacity, int64_t splits, float scale, void* stream,
+                                     int* hopper);
 int groundrl_launch_linear_attention_step(const void* qkv_proj, void* conv_state,
                                           const void* conv_weight, void* qkv, int64_t kernel,
                                           const void* z, const void* a, const void* b,
@@ -231,10 +232,11 @@ void groundrl_set_cudnn_attention(int on) { at::globalContext().setSDPUseCuDNN(o
 // all set:
 // each row's prompt's first row, the chunks of up to 8 rows of one prompt that read the prompt
 // columns together (-1 for none), and the number of prompt columns; `splits` then counts the blocks
-// per (chunk, KV head) over the prompt columns.
+// per (chunk, KV head) over the prompt columns. *hopper = 1 where prompt_attention.cu's kernel read
+// the prompt columns (sm_90 GPUs), else 0.
 int groundrl_decode_attention(void* q_, void* keys_, void* values_, void* mask_, void* column_,
                               void* leader_, void* chunks_, void* prompt_columns_, void* out_,
-                              int64_t splits) {
+                              int64_t splits, int* hopper) {
   return guarded([&] {
     const auto &q = tensor(q_), &keys = tensor(keys_), &values = tensor(values_);
     const auto &mask = tensor(mask_), &column = tensor(column_), &out = tensor(out_);
@@ -285,7 +287,7 @@ int groundrl_decode_attention(void* q_, void* keys_, void* values_, void* mask_,
         q.data_ptr(), keys.data_ptr(), values.data_ptr(), mask.data_ptr(),
         column.data_ptr<int64_t>(), leader, chunks, prompt_columns, out.data_ptr(),
         part_o.data_ptr<float>(), part_ml.data_ptr<float>(), rows, kv_heads, capacity, splits,
-        1.0f / std::sqrt(128.0f), stream_of(q)));
+        1.0f / std::sqrt(128.0f), stream_of(q), hopper));
   });
 }
 

@@ -18,16 +18,11 @@
 // Built for sm_90a only (`wgmma`); the launcher answers kUnsupported on other GPUs and shapes, and
 // the caller takes the composition.
 
-#include <cuda.h>
-#include <cudaTypedefs.h>
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
-
-#include <cstdint>
+#include "hopper.cuh"
 
 namespace {
 
-using bf16 = __nv_bfloat16;
+using namespace hopper;
 
 constexpr int kRows = 64;         // x's rows a launch (wgmma's m); rows past the count read as zeros
 constexpr int kChunk = 64;        // columns of x (k) a stage: 128 bytes of every row, one swizzle span
@@ -39,54 +34,6 @@ constexpr int kThreads = (kWarps + 1) * 32;
 constexpr int kHalfBytes = kHalf * kChunk * 2, kXBytes = kRows * kChunk * 2;
 constexpr int kStageBytes = 2 * kHalfBytes + kXBytes;  // a multiple of 1,024, as the swizzle wants
 constexpr int kSharedBytes = kStages * kStageBytes + 1024;  // + the alignment of the first stage
-constexpr int kUnsupported = -1;
-
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void barrier_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
-}
-
-__device__ __forceinline__ void barrier_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nWAIT%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT%=;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-
-__device__ __forceinline__ void barrier_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-
-__device__ __forceinline__ void expect_bytes(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-
-// The (64 columns x box rows) tile at column `col`, row `row` of `map`'s matrix into `dst`.
-__device__ __forceinline__ void copy_tile(uint32_t dst, const CUtensorMap* map, int col, int row,
-                                          uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
-      "%3}], [%4];\n" ::"r"(dst),
-      "l"(map), "r"(col), "r"(row), "r"(bar)
-      : "memory");
-}
-
-// A shared-memory operand of wgmma: K-major, 128-byte swizzle, groups of 8 rows 1,024 bytes apart.
-__device__ __forceinline__ uint64_t descriptor(uint32_t address) {
-  return (uint64_t)((address >> 4) & 0x3FFF) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
-
-// Keeps the accumulators in their registers across the asynchronous products.
-__device__ __forceinline__ void fence_operands(float (&d)[kBand / 2]) {
-#pragma unroll
-  for (int i = 0; i < kBand / 2; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
 
 // d += x (64 x 16, at descriptor a) @ w (176 x 16, at b)^T, the warp group's 88 f32 a thread
 // (scale-d, the predicate, set: the products add to d).
@@ -139,7 +86,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       barrier_init(shared_address(&full[s]), 1);
       barrier_init(shared_address(&empty[s]), kWarps);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    fence_barrier_init();
   }
   __syncthreads();
 
@@ -166,18 +113,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int slot = i % kStages;
     barrier_wait(shared_address(&full[slot]), (i / kStages) & 1);
     const uint32_t stage = base + slot * kStageBytes;
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    wgmma_fence();
 #pragma unroll
     for (int k = 0; k < kChunk / 16; ++k) {  // 16 columns (32 bytes) an instruction
       mma_176(acc, descriptor(stage + 2 * kHalfBytes + 32 * k), descriptor(stage + 32 * k));
     }
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    wgmma_commit();
     // The previous stage's products are done (at most this stage's in flight): free its memory.
-    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+    wgmma_wait<1>();
     fence_operands(acc);
     if (i > 0 && lane == 0) barrier_arrive(shared_address(&empty[(i - 1) % kStages]));
   }
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  wgmma_wait<0>();
   fence_operands(acc);
 
   // acc[4 j .. 4 j + 3]: token t's columns 8 j + 2 (lane % 4) and the next, then token t + 8's, with
@@ -202,47 +149,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-PFN_cuTensorMapEncodeTiled_v12000 encoder() {
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                         &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      fn = nullptr;
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
-  return encode;
-}
-
-// A tensor map over the bf16 matrix at `data`, (rows, cols) with rows `row_elems` apart, read in
-// (box_rows, 64) tiles with the 128-byte swizzle; rows past `rows` read as zeros.
-bool tile_map(CUtensorMap* map, const void* data, int64_t rows, int64_t cols, int64_t row_elems,
-              int box_rows) {
-  const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
-  const cuuint64_t strides[1] = {(cuuint64_t)row_elems * 2};
-  const cuuint32_t box[2] = {kChunk, (cuuint32_t)box_rows}, unit[2] = {1, 1};
-  return encoder()(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(data), dims, strides,
-                   box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
 }  // namespace
 
 extern "C" {
 
 // CUDA device `device`'s compute capability as 10 major + minor (90 for an H100 or H200, the GPUs this
 // kernel runs on), 0 when it cannot be read.
-int groundrl_compute_capability(int device) {
-  int major = 0, minor = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-    return 0;
-  }
-  return 10 * major + minor;
-}
+int groundrl_compute_capability(int device) { return compute_capability(device); }
 
 // out (rows, inter), contiguous = silu(x @ weight[:inter]^T) * (x @ weight[inter:]^T) for x (rows,
 // hidden) with rows `x_row` elements apart and weight (2 inter, hidden) contiguous, all bf16 on the
@@ -251,15 +164,13 @@ int groundrl_compute_capability(int device) {
 // aligned and the blocks (inter / 88, rounded up) no more than the SMs; else the launch's cudaError_t.
 int groundrl_launch_gate_up_swiglu(const void* x, int64_t x_row, const void* weight, void* out,
                                    int64_t rows, int64_t hidden, int64_t inter, void* stream) {
-  int device = 0, sms = 0;
+  int sms = 0;
   const int64_t blocks = (inter + kHalf - 1) / kHalf;
   const bool aligned = reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(weight) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(out) % 4 == 0;
   if (rows < 1 || rows > kRows || hidden % kChunk != 0 || x_row % 8 != 0 || inter % 2 != 0 ||
-      !aligned || cudaGetDevice(&device) != cudaSuccess || groundrl_compute_capability(device) != 90 ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      blocks > sms || encoder() == nullptr) {
+      !aligned || !hopper_device(&sms) || blocks > sms) {
     return kUnsupported;
   }
   CUtensorMap x_map, gate_map, up_map;

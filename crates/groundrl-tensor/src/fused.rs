@@ -12,7 +12,8 @@
 //!   order. The rotary
 //!   and SwiGLU kernels are autograd functions whose backward is one kernel too, rounding as
 //!   libtorch's autograd of the composition does, so training runs them as well as rollouts;
-//! - the decoding attention ([`decode_attention`], `csrc/decode_attention.cu`), where cuDNN reads the
+//! - the decoding attention ([`decode_attention`], `csrc/decode_attention.cu`; on Hopper GPUs the
+//!   shared prompt columns through `csrc/prompt_attention.cu`), where cuDNN reads the
 //!   KV cache well below the card's bandwidth, RMSNorm ([`rms_norm`]), whose libtorch kernel is slower
 //!   on a decoding step's few rows, and token selection ([`sample`], `csrc/sampling.cu`) in
 //!   one kernel instead of about 25. These sum in their own order, so they match libtorch to rounding
@@ -293,12 +294,26 @@ pub fn prompt_chunks_tensor(leader: &[i64], device: Device) -> Tensor {
 /// for the caller's SDPA.
 pub fn decode_attention(
     q: &Tensor,
-    (keys, values): (&Tensor, &Tensor),
+    cache: (&Tensor, &Tensor),
     mask: &Tensor,
     column: &Tensor,
     shared: Option<SharedPrompts>,
     splits: i64,
 ) -> Result<Option<Tensor>, TchError> {
+    let out = decode_attention_kernels(q, cache, mask, column, shared, splits)?;
+    Ok(out.map(|(out, _)| out))
+}
+
+/// [`decode_attention`], and whether the prompt columns went through the Hopper kernel
+/// (`csrc/prompt_attention.cu`, sm_90 GPUs) rather than the `mma.sync` one.
+fn decode_attention_kernels(
+    q: &Tensor,
+    (keys, values): (&Tensor, &Tensor),
+    mask: &Tensor,
+    column: &Tensor,
+    shared: Option<SharedPrompts>,
+    splits: i64,
+) -> Result<Option<(Tensor, bool)>, TchError> {
     let (q_size, cache) = (q.size(), keys.size());
     let shape_fits = match (&q_size[..], &cache[..]) {
         ([rows, heads, 8, 128], [r, h, capacity, 128]) => {
@@ -326,8 +341,8 @@ pub fn decode_attention(
         return Ok(None);
     }
     let out = Tensor::f_empty(q.size(), (q.kind(), q.device()))?;
-    ffi::decode_attention(&q, (keys, values), (mask, column), shared, &out, splits)?;
-    Ok(Some(out))
+    let hopper = ffi::decode_attention(&q, (keys, values), (mask, column), shared, &out, splits)?;
+    Ok(Some((out, hopper)))
 }
 
 /// RMSNorm of `x` (..., hidden) by `weight` (hidden) with `eps`, as libtorch's bf16 `rms_norm`
@@ -630,6 +645,7 @@ mod ffi {
             prompt_columns: *mut c_void,
             out: *mut c_void,
             splits: i64,
+            hopper: *mut c_int,
         ) -> c_int;
         fn groundrl_linear_attention_step(
             qkv_proj: *mut c_void,
@@ -876,6 +892,7 @@ mod ffi {
         })
     }
 
+    /// Whether the prompt columns went through `csrc/prompt_attention.cu`'s kernel (sm_90 GPUs).
     pub fn decode_attention(
         q: &Tensor,
         (keys, values): (&Tensor, &Tensor),
@@ -883,19 +900,31 @@ mod ffi {
         shared: Option<super::SharedPrompts>,
         out: &Tensor,
         splits: i64,
-    ) -> Result<(), TchError> {
+    ) -> Result<bool, TchError> {
         let null = std::ptr::null_mut();
         let (leader, chunks, columns) = shared.map_or((null, null, null), |s| {
             (raw(s.leader), raw(s.chunks), raw(s.columns))
         });
-        // SAFETY: as in `rotary`.
+        let mut hopper: c_int = 0;
+        // SAFETY: as in `rotary`; the call writes `hopper`.
         result("decode_attention", unsafe {
             let (q, keys, values) = (raw(q), raw(keys), raw(values));
             let (mask, column, out) = (raw(mask), raw(column), raw(out));
             groundrl_decode_attention(
-                q, keys, values, mask, column, leader, chunks, columns, out, splits,
+                q,
+                keys,
+                values,
+                mask,
+                column,
+                leader,
+                chunks,
+                columns,
+                out,
+                splits,
+                &mut hopper,
             )
-        })
+        })?;
+        Ok(hopper != 0)
     }
 }
 
@@ -990,7 +1019,7 @@ mod ffi {
         _: Option<super::SharedPrompts>,
         _: &Tensor,
         _: i64,
-    ) -> Result<(), TchError> {
+    ) -> Result<bool, TchError> {
         unavailable()
     }
 
@@ -1193,10 +1222,13 @@ mod tests {
     /// columns of every row but a leader hold NaN and the followers' masks leave the padding open, so
     /// the test fails unless each prompt is read from its leader's row under its leader's mask;
     /// against f32 attention over the rows as they should be, with 1, 3 and the automatic number of
-    /// splits.
+    /// splits. On an sm_90 GPU the prompt columns must go through the Hopper kernel (not the
+    /// `mma.sync` one), elsewhere through the other.
     #[test]
     fn decode_attention_reads_shared_prompts_from_the_leaders_rows() {
         let Some(device) = cuda_for_tests() else { return };
+        let Device::Cuda(index) = device else { return };
+        let sm_90 = ffi::compute_capability(index) == 90;
         tch::manual_seed(5);
         let (kv_heads, capacity, prompt, column) = (2, 1400, 1262i64, 1300i64);
         let interleaved: Vec<i64> = (0..19)
@@ -1257,7 +1289,7 @@ mod tests {
                 columns: &columns,
             };
             for splits in [0, 1, 3] {
-                let got = decode_attention(
+                let (got, hopper) = decode_attention_kernels(
                     &q,
                     (&bad_keys, &bad_values),
                     &open_mask,
@@ -1267,6 +1299,7 @@ mod tests {
                 )
                 .unwrap()
                 .expect("kernel applies");
+                assert_eq!(hopper, sm_90, "the Hopper prompt kernel runs exactly on sm_90");
                 let diff = max_diff(&got, &want);
                 assert!(diff < 4e-3, "rows {rows}, splits {splits}: {diff}");
             }
