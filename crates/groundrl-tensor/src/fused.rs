@@ -1222,15 +1222,24 @@ mod tests {
     /// columns of every row but a leader hold NaN and the followers' masks leave the padding open, so
     /// the test fails unless each prompt is read from its leader's row under its leader's mask;
     /// against f32 attention over the rows as they should be, with 1, 3 and the automatic number of
-    /// splits. On an sm_90 GPU the prompt columns must go through the Hopper kernel (not the
+    /// splits. Every row's columns past the step's hold NaN: at the first step (the column right
+    /// after the prompt) they share the prompt's last 64-key stage, which the Hopper kernel copies
+    /// whole. On an sm_90 GPU the prompt columns must go through the Hopper kernel (not the
     /// `mma.sync` one), elsewhere through the other.
     #[test]
     fn decode_attention_reads_shared_prompts_from_the_leaders_rows() {
         let Some(device) = cuda_for_tests() else { return };
         let Device::Cuda(index) = device else { return };
         let sm_90 = ffi::compute_capability(index) == 90;
+        for column in [1300, 1262] {
+            shared_prompts_against_f32(device, sm_90, column);
+        }
+    }
+
+    /// [`decode_attention_reads_shared_prompts_from_the_leaders_rows`] at one step's `column`.
+    fn shared_prompts_against_f32(device: Device, sm_90: bool, column: i64) {
         tch::manual_seed(5);
-        let (kv_heads, capacity, prompt, column) = (2, 1400, 1262i64, 1300i64);
+        let (kv_heads, capacity, prompt) = (2, 1400, 1262i64);
         let interleaved: Vec<i64> = (0..19)
             .map(|r| if r % 3 == 1 && r < 18 { 1 } else { 0 })
             .collect();
@@ -1250,6 +1259,7 @@ mod tests {
                 let t = random(&[rows, kv_heads, capacity, 128], Kind::BFloat16, device);
                 let own = t.narrow(2, 0, prompt).index_select(0, &leader);
                 t.narrow(2, 0, prompt).copy_(&own);
+                let _ = t.narrow(2, column + 1, capacity - column - 1).fill_(f64::NAN);
                 t
             };
             let (keys, values) = (cache(6), cache(7));
@@ -1301,7 +1311,10 @@ mod tests {
                 .expect("kernel applies");
                 assert_eq!(hopper, sm_90, "the Hopper prompt kernel runs exactly on sm_90");
                 let diff = max_diff(&got, &want);
-                assert!(diff < 4e-3, "rows {rows}, splits {splits}: {diff}");
+                assert!(
+                    diff < 4e-3,
+                    "rows {rows}, column {column}, splits {splits}: {diff}"
+                );
             }
         }
     }
