@@ -37,6 +37,8 @@
 
 #include <cstdint>
 
+#include "hopper_launch.h"
+
 namespace {
 
 constexpr int kDim = 128;
@@ -572,15 +574,6 @@ cudaError_t allow_shared(Kernel kernel, int bytes) {
 }  // namespace
 
 extern "C" {
-
-// prompt_attention.cu's kernel (sm_90 GPUs), or kHopperUnsupported where it does not apply.
-int groundrl_launch_prompt_attention(const void* q, const void* keys, const void* values,
-                                     const void* mask, const int64_t* leader, const int64_t* chunks,
-                                     const int64_t* prompt_columns, const int64_t* column,
-                                     float* part_o, float* part_ml, int64_t rows, int64_t kv_heads,
-                                     int64_t capacity, int64_t splits, float scale_log2,
-                                     void* stream);
-constexpr int kHopperUnsupported = -1;
 
 // How many splits per (row, KV head): about one block per SM in all (one block per SM already reads
 // near the bandwidth at batch 64, and more splits add the merge: `groundrl bench attention`),

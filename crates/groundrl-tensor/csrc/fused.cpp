@@ -17,6 +17,7 @@
 #include <tuple>
 
 #include "guarded.h"
+#include "hopper_launch.h"
 #include "tensor_args.h"
 
 extern "C" {
@@ -30,8 +31,6 @@ int groundrl_launch_adamw(void* param, int param_bf16, const void* grad, float* 
                           void* stream);
 int groundrl_launch_rms_norm(const void* x, int64_t x_row, const void* w, void* out, int64_t rows,
                              int64_t hidden, float eps, void* stream);
-int groundrl_launch_gate_up_swiglu(const void* x, int64_t x_row, const void* weight, void* out,
-                                   int64_t rows, int64_t hidden, int64_t inter, void* stream);
 int groundrl_launch_sample(const void* logits, int bf16, int64_t rows, int64_t vocab,
                            const float* temperature, const bool* greedy, const bool* banned,
                            const float* uniforms, int64_t* tokens, float* logprobs, void* stream);
@@ -179,7 +178,7 @@ int groundrl_gate_up_swiglu(void* x_, void* weight_, void* out_, int* ran) {
     const int code = groundrl_launch_gate_up_swiglu(x.data_ptr(), x.stride(0), weight.data_ptr(),
                                                     out.data_ptr(), x.size(0), x.size(1), inter,
                                                     stream_of(x));
-    *ran = code != -1;  // gate_up_swiglu.cu's kUnsupported
+    *ran = code != kHopperUnsupported;
     if (*ran) launched(code);
   });
 }

@@ -15,7 +15,7 @@
 // them. The result equals that composition wherever the products' bf16 values do (their sums run in
 // another order than cuBLAS's; see the crate's CUDA test).
 //
-// Built for sm_90a only (`wgmma`); the launcher answers kUnsupported on other GPUs and shapes, and
+// Built for sm_90a only (`wgmma`); the launcher answers kHopperUnsupported on other GPUs and shapes, and
 // the caller takes the composition.
 
 #include "hopper.cuh"
@@ -159,7 +159,7 @@ int groundrl_compute_capability(int device) { return compute_capability(device);
 
 // out (rows, inter), contiguous = silu(x @ weight[:inter]^T) * (x @ weight[inter:]^T) for x (rows,
 // hidden) with rows `x_row` elements apart and weight (2 inter, hidden) contiguous, all bf16 on the
-// current device. kUnsupported (nothing launched) unless the device is sm_90 and 1 <= rows <= 64,
+// current device. kHopperUnsupported (nothing launched) unless the device is sm_90 and 1 <= rows <= 64,
 // hidden a multiple of 64, x_row a multiple of 8, inter even, x and weight 16-byte aligned, out 4-byte
 // aligned and the blocks (inter / 88, rounded up) no more than the SMs; else the launch's cudaError_t.
 int groundrl_launch_gate_up_swiglu(const void* x, int64_t x_row, const void* weight, void* out,
@@ -171,14 +171,14 @@ int groundrl_launch_gate_up_swiglu(const void* x, int64_t x_row, const void* wei
                        reinterpret_cast<uintptr_t>(out) % 4 == 0;
   if (rows < 1 || rows > kRows || hidden % kChunk != 0 || x_row % 8 != 0 || inter % 2 != 0 ||
       !aligned || !hopper_device(&sms) || blocks > sms) {
-    return kUnsupported;
+    return kHopperUnsupported;
   }
   CUtensorMap x_map, gate_map, up_map;
   const auto* up = static_cast<const bf16*>(weight) + inter * hidden;
   if (!tile_map(&x_map, x, rows, hidden, x_row, kRows) ||
       !tile_map(&gate_map, weight, inter, hidden, hidden, kHalf) ||
       !tile_map(&up_map, up, inter, hidden, hidden, kHalf)) {
-    return kUnsupported;
+    return kHopperUnsupported;
   }
   cudaError_t e =
       cudaFuncSetAttribute(gate_up_swiglu, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes);

@@ -11,12 +11,13 @@
 
 #include <cstdint>
 
+#include "hopper_launch.h"
+
 namespace hopper {
 
 using bf16 = __nv_bfloat16;
 
 constexpr int kSwizzleCols = 64;  // bf16 columns of a swizzled tile's row: 128 bytes
-constexpr int kUnsupported = -1;  // a launcher's answer where its kernel does not apply
 
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return (uint32_t)__cvta_generic_to_shared(p);

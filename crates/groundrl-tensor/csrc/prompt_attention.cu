@@ -16,7 +16,7 @@
 // probabilities rounded to bf16 for the product, and each (row, query head) gets its split's part
 // (unnormalized output, maximum, sum) in the layout the per-row kernel folds in.
 //
-// Built for sm_90a only; the launcher answers kUnsupported elsewhere and the caller launches the
+// Built for sm_90a only; the launcher answers kHopperUnsupported elsewhere and the caller launches the
 // mma.sync kernel.
 
 #include "hopper.cuh"
@@ -335,7 +335,7 @@ extern "C" {
 // decode_attention.cu's prompt kernel on sm_90 GPUs, with its arguments: q (rows, kv_heads, 8, 128),
 // keys and values (rows, kv_heads, capacity, 128), mask (rows, capacity), contiguous bf16; chunks (rows
 // x 8), leader, prompt_columns and column on the device; `splits` blocks per (chunk, KV head), whose
-// parts go to part_o and part_ml (`splits` per row and query head). kUnsupported (nothing launched)
+// parts go to part_o and part_ml (`splits` per row and query head). kHopperUnsupported (nothing launched)
 // unless the device is sm_90, the tensors 16-byte aligned and the cache's rows within int32
 // coordinates; else the launch's cudaError_t.
 int groundrl_launch_prompt_attention(const void* q, const void* keys, const void* values,
@@ -351,13 +351,13 @@ int groundrl_launch_prompt_attention(const void* q, const void* keys, const void
                        reinterpret_cast<uintptr_t>(values) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(mask) % 16 == 0;
   if (!aligned || cache_rows + kKeys > INT32_MAX || splits < 1 || !hopper_device(&sms)) {
-    return kUnsupported;
+    return kHopperUnsupported;
   }
   CUtensorMap q_map, k_map, v_map;
   if (!tile_map(&q_map, q, rows * kv_heads * kGroups, kDim, kDim, kGroups) ||
       !tile_map(&k_map, keys, cache_rows, kDim, kDim, kKeys) ||
       !tile_map(&v_map, values, cache_rows, kDim, kDim, kKeys)) {
-    return kUnsupported;
+    return kHopperUnsupported;
   }
   cudaError_t e =
       cudaFuncSetAttribute(prompt_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes);
