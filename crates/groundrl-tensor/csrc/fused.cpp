@@ -31,6 +31,9 @@ int groundrl_launch_adamw(void* param, int param_bf16, const void* grad, float* 
                           void* stream);
 int groundrl_launch_rms_norm(const void* x, int64_t x_row, const void* w, void* out, int64_t rows,
                              int64_t hidden, float eps, void* stream);
+int groundrl_launch_add_rms_norm(void* x, int64_t x_row, const float* parts, int64_t splits,
+                                 const void* w, void* out, int64_t rows, int64_t hidden, float eps,
+                                 void* stream);
 int groundrl_launch_sample(const void* logits, int bf16, int64_t rows, int64_t vocab,
                            const float* temperature, const bool* greedy, const bool* banned,
                            const float* uniforms, int64_t* tokens, float* logprobs, void* stream);
@@ -155,6 +158,33 @@ int groundrl_rms_norm(void* x_, void* weight_, void* out_, double eps) {
     c10::cuda::CUDAGuard guard(x.device());
     launched(groundrl_launch_rms_norm(x.data_ptr(), x.stride(0), weight.data_ptr(), out.data_ptr(),
                                       x.size(0), x.size(1), (float)eps, stream_of(x)));
+  });
+}
+
+// x (rows, hidden), strided in rows, += the sum of parts (1 to 4 splits, rows, hidden) f32 contiguous, then
+// out (rows, hidden) contiguous = RMSNorm of the new x with weight (hidden); see kernels.cu.
+int groundrl_add_rms_norm(void* x_, void* parts_, void* weight_, void* out_, double eps) {
+  return guarded([&] {
+    const auto &x = tensor(x_), &parts = tensor(parts_), &weight = tensor(weight_),
+               &out = tensor(out_);
+    check(x, at::kBFloat16, "x");
+    check(parts, at::kFloat, "parts");
+    check(weight, at::kBFloat16, "weight");
+    check(out, at::kBFloat16, "out");
+    require(x.dim() == 2 && x.size(1) % 256 == 0 && x.size(1) <= 8192 && x.stride(1) == 1,
+            "x must be (rows, hidden a multiple of 256 up to 8192), its rows contiguous");
+    require(parts.dim() == 3 && parts.size(0) >= 1 && parts.size(0) <= 4 &&
+                parts.size(1) == x.size(0) && parts.size(2) == x.size(1) && parts.is_contiguous(),
+            "parts must be contiguous (1 to 4 splits, rows, hidden) for x (rows, hidden)");
+    require(weight.dim() == 1 && weight.size(0) == x.size(1), "weight must be (hidden)");
+    require(out.sizes() == x.sizes() && out.is_contiguous(), "out must be contiguous like x");
+    require(parts.device() == x.device() && weight.device() == x.device() &&
+                out.device() == x.device(),
+            "x, parts, weight and out must be on one device");
+    c10::cuda::CUDAGuard guard(x.device());
+    launched(groundrl_launch_add_rms_norm(x.data_ptr(), x.stride(0), parts.data_ptr<float>(),
+                                          parts.size(0), weight.data_ptr(), out.data_ptr(),
+                                          x.size(0), x.size(1), (float)eps, stream_of(x)));
   });
 }
 

@@ -219,15 +219,15 @@ __global__ void silu_mul_backward(const bf16* __restrict__ gate, int64_t gate_ro
 // RMSNorm as libtorch's bf16 `rms_norm` computes it (layers.rs): in f32, weight * (rsqrt(mean(x^2) +
 // eps) * x), rounded once to bf16. Unlike the kernels above it is not bit-exact by construction: its
 // sum of squares runs in its own order (threads, warps), so the f32 rsqrt can differ in its last bits
-// and a bf16 output by one unit (CUDA test). One block per row of x (rows, hidden), rows strided, one
-// thread per 8 values (hidden a multiple of 256, at most 8192): every load of the row in flight at once,
-// where a loop over the row would wait for each in turn.
-__global__ void rms_norm(const bf16* __restrict__ x, int64_t x_row, const bf16* __restrict__ w,
-                         bf16* __restrict__ out, int64_t hidden, float eps) {
+// and a bf16 output by one unit (CUDA test). One block per row of x (rows, hidden), one thread per 8
+// values (hidden a multiple of 256, at most 8192): every load of the row in flight at once, where a
+// loop over the row would wait for each in turn. `v` holds this thread's 8 values of the row, `out`
+// is the row's output.
+__device__ __forceinline__ void norm_row(const Vec<bf16, 8>& v, const bf16* __restrict__ w,
+                                         bf16* __restrict__ out, int64_t hidden, float eps) {
   __shared__ float warp_sums[32];
-  const int64_t row = blockIdx.x;
   const int c = 8 * threadIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const Vec<bf16, 8> v = load<8>(x + row * x_row + c), g = load<8>(w + c);
+  const Vec<bf16, 8> g = load<8>(w + c);
   float sum = 0.f;
 #pragma unroll
   for (int k = 0; k < 8; ++k) sum += f(v.v[k]) * f(v.v[k]);
@@ -242,7 +242,48 @@ __global__ void rms_norm(const bf16* __restrict__ x, int64_t x_row, const bf16* 
   Vec<bf16, 8> o;
 #pragma unroll
   for (int k = 0; k < 8; ++k) o.v[k] = b(f(g.v[k]) * (r * f(v.v[k])));
-  store<8>(out + row * hidden + c, o);
+  store<8>(out + c, o);
+}
+
+// RMSNorm of x (rows, hidden), rows strided, into out (rows, hidden) contiguous; see norm_row.
+__global__ void rms_norm(const bf16* __restrict__ x, int64_t x_row, const bf16* __restrict__ w,
+                         bf16* __restrict__ out, int64_t hidden, float eps) {
+  const int64_t row = blockIdx.x;
+  norm_row(load<8>(x + row * x_row + 8 * threadIdx.x), w, out + row * hidden, hidden, eps);
+}
+
+// A residual add and the RMSNorm after it, for a product split over k: x (rows, hidden), rows
+// strided, += the sum of kSplits f32 partial products (kSplits, rows, hidden) contiguous, summed in
+// split order and added to x in f32 with one rounding to bf16, as a GEMM's epilogue rounds
+// sum + x (the split-k reduction cuBLAS runs as a kernel of its own); then out = RMSNorm of the new
+// x (norm_row). One launch for what was cuBLAS's reduction and the norm's kernel; the split count is
+// a template argument so that every part's loads are in flight at once.
+template <int kSplits>
+__global__ void add_rms_norm(bf16* __restrict__ x, int64_t x_row, const float* __restrict__ parts,
+                             const bf16* __restrict__ w, bf16* __restrict__ out, int64_t rows,
+                             int64_t hidden, float eps) {
+  const int64_t row = blockIdx.x;
+  const int c = 8 * threadIdx.x;
+  bf16* x_at = x + row * x_row + c;
+  const Vec<bf16, 8> old = load<8>(x_at);
+  float4 lo[kSplits], hi[kSplits];
+#pragma unroll
+  for (int s = 0; s < kSplits; ++s) {
+    const float4* p = reinterpret_cast<const float4*>(parts + (s * rows + row) * hidden + c);
+    lo[s] = p[0];
+    hi[s] = p[1];
+  }
+  float sum[8] = {lo[0].x, lo[0].y, lo[0].z, lo[0].w, hi[0].x, hi[0].y, hi[0].z, hi[0].w};
+#pragma unroll
+  for (int s = 1; s < kSplits; ++s) {
+    sum[0] += lo[s].x, sum[1] += lo[s].y, sum[2] += lo[s].z, sum[3] += lo[s].w;
+    sum[4] += hi[s].x, sum[5] += hi[s].y, sum[6] += hi[s].z, sum[7] += hi[s].w;
+  }
+  Vec<bf16, 8> v;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) v.v[k] = b(sum[k] + f(old.v[k]));
+  store<8>(x_at, v);
+  norm_row(v, w, out + row * hidden, hidden, eps);
 }
 
 constexpr int kThreads = 256;
@@ -350,6 +391,29 @@ int groundrl_launch_rms_norm(const void* x, int64_t x_row, const void* w, void* 
   }
   rms_norm<<<(unsigned)rows, (unsigned)(hidden / 8), 0, (cudaStream_t)stream>>>(
       (const bf16*)x, x_row, (const bf16*)w, (bf16*)out, hidden, eps);
+  return (int)cudaGetLastError();
+}
+
+// x += the sum of parts (splits, rows, hidden) f32, 1 to 4 splits, then out = RMSNorm of x; see
+// add_rms_norm.
+int groundrl_launch_add_rms_norm(void* x, int64_t x_row, const float* parts, int64_t splits,
+                                 const void* w, void* out, int64_t rows, int64_t hidden, float eps,
+                                 void* stream) {
+  if (rows == 0) return 0;
+  if (hidden % 256 || hidden > 8192 || splits < 1 || splits > 4 ||
+      !aligned(16, 2, {x, w, out, parts}, {x_row})) {
+    return (int)cudaErrorInvalidValue;
+  }
+  auto launch = [&](auto count) {
+    add_rms_norm<decltype(count)::value><<<(unsigned)rows, (unsigned)(hidden / 8), 0, (cudaStream_t)stream>>>(
+        (bf16*)x, x_row, parts, (const bf16*)w, (bf16*)out, rows, hidden, eps);
+  };
+  switch (splits) {
+    case 1: launch(std::integral_constant<int, 1>()); break;
+    case 2: launch(std::integral_constant<int, 2>()); break;
+    case 3: launch(std::integral_constant<int, 3>()); break;
+    default: launch(std::integral_constant<int, 4>()); break;
+  }
   return (int)cudaGetLastError();
 }
 

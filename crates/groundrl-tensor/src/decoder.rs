@@ -274,22 +274,40 @@ impl FusedLayer {
 
     /// The rest of the block for one token per row: its input `x` (rows, hidden), updated in place,
     /// with the attention output `attn` (rows, kv_heads, groups, hd), through o_proj, the residual,
-    /// `post_norm` and the SwiGLU MLP. The residual additions ride on the output projections' matmuls
-    /// (`addmm_` into `x`).
-    pub(crate) fn finish(&self, mut x: Tensor, attn: &Tensor, post_norm: &RmsNorm) -> Tensor {
+    /// `post_norm` and the SwiGLU MLP; and `next_norm` (the next layer's input norm, or the final norm)
+    /// of the block's output, which the residual add of down_proj computes with it. The residual
+    /// additions ride on the output projections: `addmm_` into `x`, or on a CUDA device at most 64 rows
+    /// of split products whose sums one kernel adds into `x` and norms ([`RmsNorm::forward_after_add`]).
+    pub(crate) fn finish(
+        &self,
+        mut x: Tensor,
+        attn: &Tensor,
+        post_norm: &RmsNorm,
+        next_norm: &RmsNorm,
+    ) -> (Tensor, Tensor) {
         let rows = x.size()[0];
         // Heads in o_proj's column order (kv head, group); libtorch's cuDNN attention leaves its
         // output contiguous in that order, so this is a view on the GPU.
         let attn = attn.reshape([rows, self.o_weight.size()[1]]);
-        let _ = x.addmm_(&attn, &self.o_weight.tr());
-        if let Some(bias) = &self.o_bias {
-            let _ = x.g_add_(bias);
-        }
-        let gated = fused::gate_up_swiglu(&post_norm.forward(&x), &self.gate_up_weight);
-        let _ = x.addmm_(&gated, &self.down_weight.tr());
-        x
+        let normed = match &self.o_bias {
+            None => post_norm.forward_after_add(&mut x, &attn, &self.o_weight, O_PROJ_SPLITS),
+            Some(bias) => {
+                let _ = x.addmm_(&attn, &self.o_weight.tr()).g_add_(bias);
+                post_norm.forward(&x)
+            }
+        };
+        let gated = fused::gate_up_swiglu(&normed, &self.gate_up_weight);
+        let next = next_norm.forward_after_add(&mut x, &gated, &self.down_weight, DOWN_PROJ_SPLITS);
+        (x, next)
     }
 }
+
+/// Slices of k that o_proj's and down_proj's products are split into on the split-product path
+/// ([`RmsNorm::forward_after_add`]): the fastest counts at 64 rows of the 3B decoder's shapes on one
+/// H200 (o_proj 6.13 us as cuBLAS runs it, 5.12 us in 4 slices; down_proj 17.66 us with cuBLAS's own
+/// split and reduction, 14.65 us in 2 slices; `measurements/2026-12-01-split-products-h200`).
+const O_PROJ_SPLITS: i64 = 4;
+const DOWN_PROJ_SPLITS: i64 = 2;
 
 /// A layer's bias, or zeros of its output size when it has none.
 fn bias(linear: &Linear) -> Result<Tensor, ModelError> {

@@ -15,7 +15,9 @@
 //! - the decoding attention ([`decode_attention`], `csrc/decode_attention.cu`; on Hopper GPUs the
 //!   shared prompt columns through `csrc/prompt_attention.cu`), where cuDNN reads the
 //!   KV cache well below the card's bandwidth, RMSNorm ([`rms_norm`]), whose libtorch kernel is slower
-//!   on a decoding step's few rows, and token selection ([`sample`], `csrc/sampling.cu`) in
+//!   on a decoding step's few rows (and which, after a decoding step's output projections split over
+//!   k, sums their slices into the residual in the same kernel: [`add_product_rms_norm`]), and token
+//!   selection ([`sample`], `csrc/sampling.cu`) in
 //!   one kernel instead of about 25. These sum in their own order, so they match libtorch to rounding
 //!   (tests against f32 attention, libtorch's norm and the sampler's composition);
 //! - linear projections of one input whose backward adds the weights' and biases' gradients into
@@ -367,6 +369,51 @@ pub(crate) fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Option<T
     Ok(Some(out.f_view(size.as_slice())?))
 }
 
+/// `x += input @ weight^T` and then the RMSNorm of the new `x` (with `norm_weight` and `eps`), for a
+/// decoding step's output projections and the norm after them: the product as `splits` partial
+/// products over slices of k, in f32 (one batched cuBLAS call), and one kernel of ours that sums them
+/// into `x` and norms the result (`csrc/kernels.cu`, `add_rms_norm`). Where cuBLAS splits such a
+/// product itself, its reduction and the norm are two more launches; at 64 rows of the 3B decoder's
+/// o_proj and down_proj the split products alone are 1.0-3.0 us shorter than cuBLAS's calls
+/// (docs/performance.md). The sums run in another order than cuBLAS's, so `x` can differ from
+/// `addmm_`'s by a bf16 unit, and the norm is [`rms_norm`]'s. `x` (rows, hidden) bf16 with contiguous
+/// rows, `input` (rows, k), `weight` (hidden, k) contiguous. None (nothing changed) where the kernel
+/// does not apply: the module's conditions, bf16, 1 to 64 rows, 1 to 4 `splits` into which k divides
+/// in multiples of 8, hidden a multiple of 256 up to 8192, 16-byte aligned rows.
+pub(crate) fn add_product_rms_norm(
+    x: &Tensor,
+    (input, weight, splits): (&Tensor, &Tensor, i64),
+    norm_weight: &Tensor,
+    eps: f64,
+) -> Result<Option<Tensor>, TchError> {
+    let tensors = [x, input, weight, norm_weight];
+    let bf16 = tensors.iter().all(|t| t.kind() == Kind::BFloat16);
+    if !applies(&tensors) || !bf16 || x.dim() != 2 || input.dim() != 2 || weight.dim() != 2 {
+        return Ok(None);
+    }
+    let (rows, hidden, k) = (x.size()[0], x.size()[1], input.size()[1]);
+    let fits = (1..=64).contains(&rows)
+        && hidden % 256 == 0
+        && hidden <= 8192
+        && (1..=4).contains(&splits)
+        && k % (8 * splits) == 0
+        && input.size()[0] == rows
+        && weight.size() == [hidden, k]
+        && norm_weight.size() == [hidden];
+    let layout = x.stride()[1] == 1 && x.stride()[0] % 8 == 0 && weight.is_contiguous();
+    if !fits || !layout || !aligned(&tensors, 16) || !one_launch(&tensors, rows * hidden) {
+        return Ok(None);
+    }
+    let part = k / splits;
+    // (splits, rows, part) and (splits, part, hidden): slices of k as a batch, views of both.
+    let slices = input.f_view([rows, splits, part])?.f_transpose(0, 1)?;
+    let weights = weight.f_view([hidden, splits, part])?.f_permute([1, 2, 0])?;
+    let parts = slices.f_bmm_dtype(&weights, Kind::Float)?.f_contiguous()?;
+    let out = Tensor::f_empty([rows, hidden], (x.kind(), x.device()))?;
+    ffi::add_rms_norm(x, &parts, &norm_weight.f_contiguous()?, &out, eps)?;
+    Ok(Some(out))
+}
+
 /// Tokens (rows,) i64 and their log-probs (rows,) f32 for rows that do not filter by top-k or top-p:
 /// from `logits` (rows, vocab) (f32, or bf16 taken exactly to f32) divided by `temperature` (rows,),
 /// the first allowed maximum where `greedy` (rows,) is set, else an inverse-CDF draw by `uniforms`
@@ -622,6 +669,13 @@ mod ffi {
             scalars: *const f32,
         ) -> c_int;
         fn groundrl_rms_norm(x: *mut c_void, weight: *mut c_void, out: *mut c_void, eps: f64) -> c_int;
+        fn groundrl_add_rms_norm(
+            x: *mut c_void,
+            parts: *mut c_void,
+            weight: *mut c_void,
+            out: *mut c_void,
+            eps: f64,
+        ) -> c_int;
         fn groundrl_grad_enabled() -> c_int;
         #[cfg(test)]
         fn groundrl_compute_capability(device: c_int) -> c_int;
@@ -830,6 +884,19 @@ mod ffi {
         })
     }
 
+    pub fn add_rms_norm(
+        x: &Tensor,
+        parts: &Tensor,
+        weight: &Tensor,
+        out: &Tensor,
+        eps: f64,
+    ) -> Result<(), TchError> {
+        // SAFETY: as in `rotary`.
+        result("add_rms_norm", unsafe {
+            groundrl_add_rms_norm(raw(x), raw(parts), raw(weight), raw(out), eps)
+        })
+    }
+
     /// CUDA device `device`'s compute capability as 10 major + minor, 0 when unknown.
     #[cfg(test)]
     pub fn compute_capability(device: usize) -> i32 {
@@ -990,6 +1057,10 @@ mod ffi {
     }
 
     pub fn rms_norm(_: &Tensor, _: &Tensor, _: &Tensor, _: f64) -> Result<(), TchError> {
+        unavailable()
+    }
+
+    pub fn add_rms_norm(_: &Tensor, _: &Tensor, _: &Tensor, _: &Tensor, _: f64) -> Result<(), TchError> {
         unavailable()
     }
 
@@ -1481,6 +1552,82 @@ mod tests {
     fn rows_product(up: &Tensor, x: &Tensor) -> Tensor {
         let rows = |t: &Tensor| t.to_kind(Kind::Float).reshape([-1, *t.size().last().unwrap()]);
         rows(up).tr().mm(&rows(x))
+    }
+
+    /// The split product's residual add and norm against the exact sum: the 3B decoder's o_proj (k
+    /// 2,048 in 4 slices) and down_proj (k 11,008 in 2) at 64, 37 (x strided) and 1 rows, and 3
+    /// slices. The new x is within one bf16 unit of `x + input @ weight^T` computed in f64 (how many
+    /// of libtorch's bf16 `addmm_` are not is printed beside it: 3,232 of 131,072 at o_proj's shape,
+    /// none at down_proj's, on an H200), and the norm
+    /// equals [`rms_norm`] of it bit for bit. Steps aside for 65 rows, 5 slices, a k that the slices
+    /// do not divide into multiples of 8, and when a gradient is wanted.
+    #[test]
+    fn add_product_rms_norm_adds_within_a_bf16_unit_and_norms_as_rms_norm() {
+        let Some(device) = cuda_for_tests() else { return };
+        tch::manual_seed(5);
+        let norm = random(&[2048], Kind::BFloat16, device);
+        for (rows, k, splits, strided) in [
+            (64, 2048, 4, false),
+            (64, 11008, 2, false),
+            (37, 11008, 2, true),
+            (1, 2048, 4, false),
+            (8, 2304, 3, false),
+        ] {
+            let weight = random(&[2048, k], Kind::BFloat16, device) * 0.02;
+            let input = random(&[rows, k], Kind::BFloat16, device);
+            let wide = random(&[rows, 2048 + 64], Kind::BFloat16, device) * 4.0;
+            let x = if strided {
+                wide.narrow(1, 64, 2048)
+            } else {
+                wide.narrow(1, 0, 2048).contiguous()
+            };
+            let f64 = |t: &Tensor| t.to_kind(Kind::Double);
+            let exact = f64(&x) + f64(&input).mm(&f64(&weight).tr());
+            let mut libtorch = x.copy();
+            let _ = libtorch.addmm_(&input, &weight.tr());
+            let got = add_product_rms_norm(&x, (&input, &weight, splits), &norm, 1e-6)
+                .unwrap()
+                .expect("kernel applies");
+            // One bf16 unit of the exact value, and room for f32 sums in another order where the
+            // terms cancel: 2^-16 of the sum of the terms' magnitudes (f32 keeps 2^-24).
+            let magnitude = f64(&input).abs().mm(&f64(&weight).abs().tr());
+            let unit = exact.abs() / 128.0 + magnitude / 65536.0;
+            let over = |t: &Tensor| {
+                (f64(t) - &exact)
+                    .abs()
+                    .gt_tensor(&unit)
+                    .sum(Kind::Int64)
+                    .int64_value(&[])
+            };
+            let label = format!("{rows} rows, k {k} in {splits}");
+            eprintln!(
+                "{label}: values over a bf16 unit from the exact sum: {} here, {} from addmm_",
+                over(&x),
+                over(&libtorch)
+            );
+            assert_eq!(over(&x), 0, "{label}: x");
+            let normed = rms_norm(&x, &norm, 1e-6).unwrap().expect("kernel applies");
+            assert_eq!(max_diff(&got, &normed), 0.0, "{label}: the norm");
+        }
+        let x = random(&[65, 2560], Kind::BFloat16, device);
+        let weight = random(&[2048, 2560], Kind::BFloat16, device);
+        let input = random(&[65, 2560], Kind::BFloat16, device);
+        let run = |rows: i64, splits| {
+            let x = x.narrow(0, 0, rows).narrow(1, 0, 2048);
+            let input = input.narrow(0, 0, rows);
+            add_product_rms_norm(&x, (&input, &weight, splits), &norm, 1e-6).unwrap()
+        };
+        assert!(run(64, 4).is_some(), "64 rows in 4");
+        assert!(run(65, 4).is_none(), "65 rows");
+        assert!(run(64, 5).is_none(), "5 slices");
+        assert!(run(64, 3).is_none(), "2,560 in 3");
+        let leaf = x
+            .narrow(0, 0, 8)
+            .narrow(1, 0, 2048)
+            .detach()
+            .set_requires_grad(true);
+        let grad = add_product_rms_norm(&leaf, (&input.narrow(0, 0, 8), &weight, 4), &norm, 1e-6);
+        assert!(grad.unwrap().is_none(), "a gradient wanted");
     }
 
     /// The decoding step's gate|up product with SwiGLU against libtorch's product and [`swiglu`]: the

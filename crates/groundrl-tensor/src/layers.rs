@@ -114,6 +114,24 @@ impl RmsNorm {
             x.rms_norm(self.weight.size(), Some(&self.weight), self.eps)
         })
     }
+
+    /// The residual add of a projection and this norm after it, as decoding runs them: `x += input @
+    /// weight^T` in place (`x` (rows, hidden), `weight` (hidden, k)), then the norm of the new `x`. On
+    /// a CUDA device at most 64 rows take [`fused::add_product_rms_norm`] with the product split over
+    /// `splits` slices of k; elsewhere libtorch's `addmm_` and [`Self::forward`].
+    pub(crate) fn forward_after_add(
+        &self,
+        x: &mut Tensor,
+        input: &Tensor,
+        weight: &Tensor,
+        splits: i64,
+    ) -> Tensor {
+        let kernel = fused::add_product_rms_norm(x, (input, weight, splits), &self.weight, self.eps);
+        fused::or_compose(kernel, || {
+            let _ = x.addmm_(input, &weight.tr());
+            self.forward(x)
+        })
+    }
 }
 
 /// Runs `init` (a model's random initialisation) with libtorch's one global generator seeded by

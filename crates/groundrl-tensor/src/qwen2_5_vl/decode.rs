@@ -103,11 +103,12 @@ impl DecodeStep for Step<'_> {
         let positions = position.view([1, rows, 1]).expand([3, rows, 1], false);
         let rotary = Rotary::new(&text.config, &positions, x.kind());
         let mask = cache.key_mask_through(column);
+        let mut normed = text.decode_norm(0).forward(&x);
         for (i, (layer, fused)) in text.layers.iter().zip(self.layers).enumerate() {
-            let qkv = layer.decode_qkv(&x, fused);
+            let qkv = layer.decode_qkv(&normed, fused);
             let attn = cache.attend_step(i, column, &qkv, &rotary, &mask);
-            x = layer.decode_finish(x, &attn, fused);
+            (x, normed) = layer.decode_finish(x, &attn, fused, text.decode_norm(i + 1));
         }
-        text.logits(&text.final_norm(&x))
+        text.logits(&normed)
     }
 }

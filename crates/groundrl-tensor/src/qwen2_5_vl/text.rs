@@ -102,12 +102,13 @@ impl DecoderLayer {
         FusedLayer::new(&self.projections())
     }
 
-    /// Decoding's projection of [`Self::project_qkv`] for one token per row, `x` (rows, hidden), with
-    /// the weights `fused` made from this layer: (rows, heads + 2 kv_heads, hd), query heads then key
-    /// heads then value heads, not yet rotated (the rotation rides on the cache write; see
+    /// Decoding's projection of [`Self::project_qkv`] for one token per row, `normed` (rows, hidden):
+    /// the layer's input after its input norm ([`TextModel::decode_norm`]), with the weights `fused`
+    /// made from this layer: (rows, heads + 2 kv_heads, hd), query heads then key heads then value
+    /// heads, not yet rotated (the rotation rides on the cache write; see
     /// `rollout::kv_cache::KvCache::write_step`).
-    pub(crate) fn decode_qkv(&self, x: &Tensor, fused: &FusedLayer) -> Tensor {
-        fused.qkv(&self.input_layernorm.forward(x), self.head_dim)
+    pub(crate) fn decode_qkv(&self, normed: &Tensor, fused: &FusedLayer) -> Tensor {
+        fused.qkv(normed, self.head_dim)
     }
 
     /// Decoding's queries grouped by KV head, (rows, kv_heads, groups, hd), and keys and values (rows,
@@ -120,9 +121,15 @@ impl DecoderLayer {
 
     /// Decoding's [`Self::finish`]: the block's output from its input `x` (rows, hidden), updated in
     /// place, and the attention output `attn` (rows, kv_heads, groups, hd) of [`Self::decode_qkv`]'s
-    /// queries ([`FusedLayer::finish`]).
-    pub(crate) fn decode_finish(&self, x: Tensor, attn: &Tensor, fused: &FusedLayer) -> Tensor {
-        fused.finish(x, attn, &self.post_attention_layernorm)
+    /// queries, with `next_norm` of it ([`FusedLayer::finish`]).
+    pub(crate) fn decode_finish(
+        &self,
+        x: Tensor,
+        attn: &Tensor,
+        fused: &FusedLayer,
+        next_norm: &RmsNorm,
+    ) -> (Tensor, Tensor) {
+        fused.finish(x, attn, &self.post_attention_layernorm, next_norm)
     }
 
     /// The block's linear projections (attention, then MLP), for adapters such as LoRA.
@@ -249,6 +256,13 @@ impl TextModel {
         self.norm.forward(&hidden)
     }
 
+    /// The norm a decoding step applies to layer `layer`'s input: its input norm, or the final norm
+    /// after the last layer (`layer` = the layers' count), which the layer before computes with its
+    /// residual add ([`DecoderLayer::decode_finish`]).
+    pub(crate) fn decode_norm(&self, layer: usize) -> &RmsNorm {
+        self.layers.get(layer).map_or(&self.norm, |l| &l.input_layernorm)
+    }
+
     /// The final RMSNorm (for callers that run the layers themselves).
     pub fn final_norm(&self, hidden: &Tensor) -> Tensor {
         self.norm.forward(hidden)
@@ -322,10 +336,11 @@ mod tests {
             let (q, k, v) = layer.project_qkv(&x, &rotary);
             let want = layer.finish(&x, &attend(&q, &k, &v, &AttentionMask::Causal));
             let rows = x.squeeze_dim(1);
-            let (fq, fk, fv) = layer.split_decode_qkv(&layer.decode_qkv(&rows, fused), &rotary);
+            let normed = model.text.decode_norm(0).forward(&rows);
+            let (fq, fk, fv) = layer.split_decode_qkv(&layer.decode_qkv(&normed, fused), &rotary);
             let attn =
                 Tensor::scaled_dot_product_attention(&fq, &fk, &fv, None::<Tensor>, 0.0, false, None, false);
-            let got = layer.decode_finish(rows.copy(), &attn, fused);
+            let (got, _) = layer.decode_finish(rows.copy(), &attn, fused, model.text.decode_norm(1));
             [
                 max_diff(&fq.reshape([3, 4, 1, 32]), &q),
                 max_diff(&fk, &k),

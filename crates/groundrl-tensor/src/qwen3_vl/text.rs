@@ -175,12 +175,13 @@ impl DecoderLayer {
         }
     }
 
-    /// Decoding's projection of [`Self::project_qkv`] for one token per row, `x` (rows, hidden), with
-    /// the weights `fused` made from this layer: (rows, heads + 2 kv_heads, hd), query heads (normed)
-    /// then key heads (normed) then value heads, not yet rotated (the rotation rides on the cache
-    /// write; see `rollout::kv_cache::KvCache::write_step`).
-    pub(super) fn decode_qkv(&self, x: &Tensor, fused: &FusedLayer) -> Tensor {
-        let qkv = fused.qkv(&self.input_layernorm.forward(x), self.head_dim);
+    /// Decoding's projection of [`Self::project_qkv`] for one token per row, `normed` (rows, hidden):
+    /// the layer's input after its input norm ([`TextModel::decode_norm`]), with the weights `fused`
+    /// made from this layer: (rows, heads + 2 kv_heads, hd), query heads (normed) then key heads
+    /// (normed) then value heads, not yet rotated (the rotation rides on the cache write; see
+    /// `rollout::kv_cache::KvCache::write_step`).
+    pub(super) fn decode_qkv(&self, normed: &Tensor, fused: &FusedLayer) -> Tensor {
+        let qkv = fused.qkv(normed, self.head_dim);
         let attn = &self.self_attn;
         let q = attn.q_norm.forward(&qkv.narrow(1, 0, self.heads));
         let k = attn.k_norm.forward(&qkv.narrow(1, self.heads, self.kv_heads));
@@ -190,9 +191,15 @@ impl DecoderLayer {
 
     /// Decoding's [`Self::finish`]: the block's output from its input `x` (rows, hidden), updated in
     /// place, and the attention output `attn` (rows, kv_heads, groups, hd) of [`Self::decode_qkv`]'s
-    /// queries.
-    pub(super) fn decode_finish(&self, x: Tensor, attn: &Tensor, fused: &FusedLayer) -> Tensor {
-        fused.finish(x, attn, &self.post_attention_layernorm)
+    /// queries, with `next_norm` of it ([`FusedLayer::finish`]).
+    pub(super) fn decode_finish(
+        &self,
+        x: Tensor,
+        attn: &Tensor,
+        fused: &FusedLayer,
+        next_norm: &RmsNorm,
+    ) -> (Tensor, Tensor) {
+        fused.finish(x, attn, &self.post_attention_layernorm, next_norm)
     }
 
     /// The block's linear projections (attention, then MLP), for adapters such as LoRA.
@@ -322,6 +329,13 @@ impl TextModel {
             Some(deepstack) => deepstack.add(i, out),
             None => Ok(out),
         }
+    }
+
+    /// The norm a decoding step applies to layer `layer`'s input: its input norm, or the final norm
+    /// after the last layer (`layer` = the layers' count), which the layer before computes with its
+    /// residual add ([`DecoderLayer::decode_finish`]).
+    pub(super) fn decode_norm(&self, layer: usize) -> &RmsNorm {
+        self.layers.get(layer).map_or(&self.norm, |l| &l.input_layernorm)
     }
 
     /// The final RMSNorm (for callers that run the blocks themselves).
