@@ -374,8 +374,8 @@ pub(crate) fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Option<T
 /// products over slices of k, in f32 (one batched cuBLAS call), and one kernel of ours that sums them
 /// into `x` and norms the result (`csrc/kernels.cu`, `add_rms_norm`). Where cuBLAS splits such a
 /// product itself, its reduction and the norm are two more launches; at 64 rows of the 3B decoder's
-/// o_proj and down_proj the split products alone are 1.0-3.0 us shorter than cuBLAS's calls
-/// (docs/performance.md). The sums run in another order than cuBLAS's, so `x` can differ from
+/// o_proj and down_proj the split products alone are 1.0-3.0 us shorter than cuBLAS's calls on an
+/// H200 (docs/performance.md; other GPUs take the same path, not measured there). The sums run in another order than cuBLAS's, so `x` can differ from
 /// `addmm_`'s by a bf16 unit, and the norm is [`rms_norm`]'s. `x` (rows, hidden) bf16 with contiguous
 /// rows, `input` (rows, k), `weight` (hidden, k) contiguous. None (nothing changed) where the kernel
 /// does not apply: the module's conditions, bf16, 1 to 64 rows, 1 to 4 `splits` into which k divides
