@@ -1,5 +1,6 @@
 // Decoding attention (flash-decoding) for grouped-query attention with head dim 128 and 8 query
-// heads per KV head (the text models of Qwen2.5-VL 3B and 72B; 7B's 7 per KV head take SDPA): one
+// heads per KV head (the text models of Qwen2.5-VL 3B and 72B; fewer, as 7B's 7 and Qwen3-VL's 4, the
+// caller pads with zero queries, fused.rs): one
 // new query per row and query head over a static KV cache (rows, kv_heads, capacity, 128), with an
 // additive mask (rows, capacity) and the step's column on the device (keys past it are neither read
 // nor attended), so the launch keeps the same shapes every step and joins a captured CUDA graph.

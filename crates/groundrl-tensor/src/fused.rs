@@ -291,9 +291,11 @@ pub fn prompt_chunks_tensor(leader: &[i64], device: Device) -> Tensor {
 /// the keys in `splits` thread blocks per row and KV head (0: as many as fill the GPU), where cuDNN
 /// runs one block per row and KV head. With `shared`, each chunk of rows reads its prompt's columns
 /// once, in `splits` blocks per KV head ([`SharedPrompts`]), and each row its own columns after them.
-/// None where the kernel does not apply (besides the module's conditions: bf16, head dim 128, eight
-/// query heads per KV head, a capacity that is a multiple of 8, as the engine's multiples of 64 are),
-/// for the caller's SDPA.
+/// None where the kernel does not apply (besides the module's conditions: bf16, head dim 128, at most
+/// eight query heads per KV head, a capacity that is a multiple of 8, as the engine's multiples of 64
+/// are), for the caller's SDPA. The kernels take eight query heads per KV head; fewer (Qwen2.5-VL-7B's
+/// 7, Qwen3-VL's 4) are padded with zero queries whose outputs are dropped: the same keys and values
+/// are read, where SDPA reads each row's whole cache.
 pub fn decode_attention(
     q: &Tensor,
     cache: (&Tensor, &Tensor),
@@ -318,8 +320,9 @@ fn decode_attention_kernels(
 ) -> Result<Option<(Tensor, bool)>, TchError> {
     let (q_size, cache) = (q.size(), keys.size());
     let shape_fits = match (&q_size[..], &cache[..]) {
-        ([rows, heads, 8, 128], [r, h, capacity, 128]) => {
+        ([rows, heads, groups, 128], [r, h, capacity, 128]) => {
             (rows, heads) == (r, h)
+                && (1..=8).contains(groups)
                 && capacity % 8 == 0
                 && values.size() == cache
                 && mask.numel() as i64 == rows * capacity
@@ -337,13 +340,20 @@ fn decode_attention_kernels(
     if !applies(&[q, keys, values, mask, column]) || !shape_fits || !bf16 || !leaders_fit {
         return Ok(None);
     }
-    let q = q.f_contiguous()?;
+    // The kernels' eight query heads per KV head: fewer padded with zero queries (dropped below).
+    let groups = q_size[2];
+    let q = q.f_constant_pad_nd([0, 0, 0, 8 - groups])?.f_contiguous()?;
     let contiguous = [keys, values, mask].iter().all(|t| t.is_contiguous());
     if !contiguous || !aligned(&[&q, keys, values, mask], 16) {
         return Ok(None);
     }
     let out = Tensor::f_empty(q.size(), (q.kind(), q.device()))?;
     let hopper = ffi::decode_attention(&q, (keys, values), (mask, column), shared, &out, splits)?;
+    let out = if groups < 8 {
+        out.f_narrow(2, 0, groups)?.f_contiguous()?
+    } else {
+        out
+    };
     Ok(Some((out, hopper)))
 }
 
@@ -1239,14 +1249,23 @@ mod tests {
     /// columns that end a 16-key step, fall inside one, and end a capacity that is a multiple of 8
     /// but not of 16; the keys and values past the column hold NaN, so the test fails if the kernel
     /// reads or attends them. Batches of 64, 5 and 1 rows, each with 1, 3 and the automatic number of
-    /// splits per row and KV head (the automatic number depends on the card's SM count).
+    /// splits per row and KV head (the automatic number depends on the card's SM count). Eight query
+    /// heads per KV head, and 4 and 7 (padded to the kernels' eight) at 64 and 5 rows.
     #[test]
     fn decode_attention_equals_f32_attention_and_reads_no_key_past_the_column() {
         let Some(device) = cuda_for_tests() else { return };
         tch::manual_seed(3);
         let (kv_heads, capacity) = (2, 1400);
-        for (rows, column) in [(64, 1263i64), (5, 1200), (5, 1399), (1, 47), (1, 1399)] {
-            let q = random(&[rows, kv_heads, 8, 128], Kind::BFloat16, device);
+        let cases = [
+            (64, 1263i64, 8),
+            (5, 1200, 8),
+            (5, 1399, 8),
+            (1, 47, 8),
+            (1, 1399, 8),
+        ];
+        let fewer = [(64, 1263i64, 4), (5, 1200, 7)];
+        for (rows, column, groups) in cases.into_iter().chain(fewer) {
+            let q = random(&[rows, kv_heads, groups, 128], Kind::BFloat16, device);
             let keys = random(&[rows, kv_heads, capacity, 128], Kind::BFloat16, device);
             let values = random(&[rows, kv_heads, capacity, 128], Kind::BFloat16, device);
             let unwritten = capacity - column - 1;
@@ -1276,12 +1295,13 @@ mod tests {
                 // bf16 probabilities in the products and a bf16 output: about 2^-8 relative, as
                 // SDPA's own error (printed).
                 let diff = max_diff(&got, &want);
+                assert_eq!(got.size(), q.size(), "rows {rows}, {groups} heads a KV head");
                 assert!(
                     diff < 4e-3,
-                    "rows {rows}, column {column}, splits {splits}: {diff}"
+                    "rows {rows}, column {column}, {groups} heads, splits {splits}: {diff}"
                 );
                 eprintln!(
-                    "rows {rows}, column {column}, splits {splits}: kernel {diff:.2e}, SDPA {:.2e}",
+                    "rows {rows}, column {column}, {groups} heads, splits {splits}: kernel {diff:.2e}, SDPA {:.2e}",
                     max_diff(&sdpa, &want)
                 );
             }
@@ -1302,13 +1322,14 @@ mod tests {
         let Some(device) = cuda_for_tests() else { return };
         let Device::Cuda(index) = device else { return };
         let sm_90 = ffi::compute_capability(index) == 90;
-        for column in [1300, 1262] {
-            shared_prompts_against_f32(device, sm_90, column);
+        for (column, group_heads) in [(1300, 8), (1262, 8), (1300, 4)] {
+            shared_prompts_against_f32(device, sm_90, column, group_heads);
         }
     }
 
-    /// [`decode_attention_reads_shared_prompts_from_the_leaders_rows`] at one step's `column`.
-    fn shared_prompts_against_f32(device: Device, sm_90: bool, column: i64) {
+    /// [`decode_attention_reads_shared_prompts_from_the_leaders_rows`] at one step's `column`, with
+    /// `group_heads` query heads per KV head.
+    fn shared_prompts_against_f32(device: Device, sm_90: bool, column: i64, group_heads: i64) {
         tch::manual_seed(5);
         let (kv_heads, capacity, prompt) = (2, 1400, 1262i64);
         let interleaved: Vec<i64> = (0..19)
@@ -1324,7 +1345,7 @@ mod tests {
             let leader = Tensor::from_slice(&leaders).to_device(device);
             let chunks: Vec<i64> = prompt_chunks(&leaders).concat();
             let chunks = Tensor::from_slice(&chunks).view([rows, 8]).to_device(device);
-            let q = random(&[rows, kv_heads, 8, 128], Kind::BFloat16, device);
+            let q = random(&[rows, kv_heads, group_heads, 128], Kind::BFloat16, device);
             let cache = |seed| {
                 tch::manual_seed(seed);
                 let t = random(&[rows, kv_heads, capacity, 128], Kind::BFloat16, device);
@@ -1384,7 +1405,7 @@ mod tests {
                 let diff = max_diff(&got, &want);
                 assert!(
                     diff < 4e-3,
-                    "rows {rows}, column {column}, splits {splits}: {diff}"
+                    "rows {rows}, column {column}, {group_heads} heads, splits {splits}: {diff}"
                 );
             }
         }
