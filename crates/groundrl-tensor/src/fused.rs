@@ -341,8 +341,13 @@ fn decode_attention_kernels(
         return Ok(None);
     }
     // The kernels' eight query heads per KV head: fewer padded with zero queries (dropped below).
+    // Eight take no pad: a pad of nothing can still cost libtorch a copy.
     let groups = q_size[2];
-    let q = q.f_constant_pad_nd([0, 0, 0, 8 - groups])?.f_contiguous()?;
+    let q = if groups < 8 {
+        q.f_constant_pad_nd([0, 0, 0, 8 - groups])?
+    } else {
+        q.f_contiguous()?
+    };
     let contiguous = [keys, values, mask].iter().all(|t| t.is_contiguous());
     if !contiguous || !aligned(&[&q, keys, values, mask], 16) {
         return Ok(None);
