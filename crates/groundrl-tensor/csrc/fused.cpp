@@ -161,8 +161,9 @@ int groundrl_rms_norm(void* x_, void* weight_, void* out_, double eps) {
   });
 }
 
-// x (rows, hidden), strided in rows, += the sum of parts (1 to 4 splits, rows, hidden) f32 contiguous, then
-// out (rows, hidden) contiguous = RMSNorm of the new x with weight (hidden); see kernels.cu.
+// x (rows, hidden), strided in rows, += the sum of parts (1 to 4 splits, rows, hidden) f32
+// contiguous, then out (rows, hidden) contiguous = RMSNorm of the new x with weight (hidden); see
+// kernels.cu.
 int groundrl_add_rms_norm(void* x_, void* parts_, void* weight_, void* out_, double eps) {
   return guarded([&] {
     const auto &x = tensor(x_), &parts = tensor(parts_), &weight = tensor(weight_),

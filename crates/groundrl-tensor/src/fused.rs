@@ -390,11 +390,12 @@ pub(crate) fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Option<T
 /// into `x` and norms the result (`csrc/kernels.cu`, `add_rms_norm`). Where cuBLAS splits such a
 /// product itself, its reduction and the norm are two more launches; at 64 rows of the 3B decoder's
 /// o_proj and down_proj the split products alone are 1.0-3.0 us shorter than cuBLAS's calls on an
-/// H200 (docs/performance.md; other GPUs take the same path, not measured there). The sums run in another order than cuBLAS's, so `x` can differ from
-/// `addmm_`'s by a bf16 unit, and the norm is [`rms_norm`]'s. `x` (rows, hidden) bf16 with contiguous
-/// rows, `input` (rows, k), `weight` (hidden, k) contiguous. None (nothing changed) where the kernel
-/// does not apply: the module's conditions, bf16, 1 to 64 rows, 1 to 4 `splits` into which k divides
-/// in multiples of 8, hidden a multiple of 256 up to 8192, 16-byte aligned rows.
+/// H200 (docs/performance.md; other GPUs take the same path, not measured there). The sums run in
+/// another order than cuBLAS's, so `x` can differ from `addmm_`'s by a bf16 unit, and the norm is
+/// [`rms_norm`]'s. `x` (rows, hidden) bf16 with contiguous rows, `input` (rows, k), `weight` (hidden,
+/// k) contiguous. None (nothing changed) where the kernel does not apply: the module's conditions,
+/// bf16, 1 to 64 rows, 1 to 4 `splits` into which k divides in multiples of 8, hidden a multiple of
+/// 256 up to 8192, 16-byte aligned rows.
 pub(crate) fn add_product_rms_norm(
     x: &Tensor,
     (input, weight, splits): (&Tensor, &Tensor, i64),
@@ -1584,9 +1585,9 @@ mod tests {
     /// 2,048 in 4 slices) and down_proj (k 11,008 in 2) at 64, 37 (x strided) and 1 rows, and 3
     /// slices. The new x is within one bf16 unit of `x + input @ weight^T` computed in f64 (how many
     /// of libtorch's bf16 `addmm_` are not is printed beside it: 3,232 of 131,072 at o_proj's shape,
-    /// none at down_proj's, on an H200), and the norm
-    /// equals [`rms_norm`] of it bit for bit. Steps aside for 65 rows, 5 slices, a k that the slices
-    /// do not divide into multiples of 8, and when a gradient is wanted.
+    /// none at down_proj's, on an H200), and the norm equals [`rms_norm`] of it bit for bit. Steps
+    /// aside for 65 rows, 5 slices, a k that the slices do not divide into multiples of 8, and when a
+    /// gradient is wanted.
     #[test]
     fn add_product_rms_norm_adds_within_a_bf16_unit_and_norms_as_rms_norm() {
         let Some(device) = cuda_for_tests() else { return };
