@@ -42,6 +42,7 @@ fn main() {
     println!("cargo:rerun-if-changed=csrc/gate_up_swiglu.cu");
     println!("cargo:rerun-if-changed=csrc/prompt_attention.cu");
     println!("cargo:rerun-if-changed=csrc/hopper.cuh");
+    println!("cargo:rerun-if-changed=csrc/dependent_launch.cuh");
     println!("cargo:rerun-if-changed=csrc/hopper_launch.h");
     println!("cargo:rerun-if-changed=csrc/decode_attention.cu");
     println!("cargo:rerun-if-changed=csrc/sampling.cu");

@@ -38,6 +38,7 @@
 
 #include <cstdint>
 
+#include "dependent_launch.cuh"
 #include "hopper_launch.h"
 
 namespace {
@@ -318,6 +319,7 @@ decode_attention_split(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16*
                        Parts dst, bool prompt_parts, int64_t kv_heads, int64_t capacity,
                        float scale_log2) {
   extern __shared__ __align__(16) unsigned char shared[];
+  wait_prerequisites();  // launched to start during the prompt kernel (dependent_launch.cuh)
   WarpSpace* space = reinterpret_cast<WarpSpace*>(shared);
   const int splits = gridDim.x, split = blockIdx.x;
   const int64_t row = blockIdx.z, rh = row * kv_heads + blockIdx.y;
@@ -637,9 +639,18 @@ int groundrl_launch_decode_attention(const void* q, const void* keys, const void
                                                        kv_heads, capacity, scale_log2);
   }
   const unsigned own = chunks ? 1 : (unsigned)splits;
-  decode_attention_split<<<dim3(own, (unsigned)kv_heads, (unsigned)rows), kWarps * 32, kSharedBytes, s>>>(
-      bf(q), bf(keys), bf(values), bf(mask), column, chunks ? prompt_columns : nullptr, dst,
-      chunks != nullptr, kv_heads, capacity, scale_log2);
+  const dim3 grid(own, (unsigned)kv_heads, (unsigned)rows);
+  const int64_t* begin = chunks ? prompt_columns : nullptr;
+  if (*hopper) {  // after the Hopper prompt kernel, started during it
+    e = launch_dependent(decode_attention_split, grid, dim3(kWarps * 32), kSharedBytes, s, bf(q), bf(keys),
+                         bf(values), bf(mask), column, begin, dst, chunks != nullptr, kv_heads, capacity,
+                         scale_log2);
+    if (e != cudaSuccess) return (int)e;
+  } else {
+    decode_attention_split<<<grid, kWarps * 32, kSharedBytes, s>>>(bf(q), bf(keys), bf(values), bf(mask),
+                                                                   column, begin, dst, chunks != nullptr,
+                                                                   kv_heads, capacity, scale_log2);
+  }
   if (parts > 0 && !chunks) {
     decode_attention_merge<<<(unsigned)(rows * kv_heads), kGroups * 32, 0, s>>>(part_o, part_ml,
                                                                                (__nv_bfloat16*)out, parts);

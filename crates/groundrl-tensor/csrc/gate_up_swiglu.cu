@@ -9,7 +9,9 @@
 // rows in 64-column stages; a fifth warp copies each stage into shared memory with the copy engine
 // (three `cp.async.bulk.tensor.2d` copies, gate, up and x, through tensor maps with the 128-byte
 // swizzle both operands of `wgmma` read, rows past the end read as zeros), four stages in flight,
-// each freed on an mbarrier once its products are done. A thread's accumulators hold a token's gate
+// each freed on an mbarrier once its products are done. The kernel is launched to start while the
+// norm before it runs (dependent_launch.cuh): the first four stages' weights are copied before it
+// waits for that norm, x's rows after. A thread's accumulators hold a token's gate
 // and up sums for the same columns, so SwiGLU runs on them in registers: each rounded to bf16 as the
 // product's output is, then silu rounded and the product rounded as `silu_mul` (kernels.cu) rounds
 // them. The result equals that composition wherever the products' bf16 values do (their sums run in
@@ -18,6 +20,7 @@
 // Built for sm_90a only (`wgmma`); the launcher answers kHopperUnsupported on other GPUs and shapes, and
 // the caller takes the composition.
 
+#include "dependent_launch.cuh"
 #include "hopper.cuh"
 
 namespace {
@@ -92,9 +95,22 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warp == kWarps) {  // the copies
     if (lane == 0) {
-      for (int i = 0; i < chunks; ++i) {
+      // The first stages' weights before the wait (no kernel writes them), their x after it (the
+      // kernel before this one writes x: dependent_launch.cuh).
+      const int early = chunks < kStages ? chunks : kStages;
+      for (int i = 0; i < early; ++i) {
+        const uint32_t bar = shared_address(&full[i]), stage = base + i * kStageBytes;
+        expect_bytes(bar, kStageBytes);
+        copy_tile(stage, &gate_map, i * kChunk, first, bar);
+        copy_tile(stage + kHalfBytes, &up_map, i * kChunk, first, bar);
+      }
+      wait_prerequisites();
+      for (int i = 0; i < early; ++i) {
+        copy_tile(base + i * kStageBytes + 2 * kHalfBytes, &x_map, i * kChunk, 0, shared_address(&full[i]));
+      }
+      for (int i = early; i < chunks; ++i) {
         const int slot = i % kStages;
-        if (i >= kStages) barrier_wait(shared_address(&empty[slot]), (i / kStages - 1) & 1);
+        barrier_wait(shared_address(&empty[slot]), (i / kStages - 1) & 1);
         const uint32_t bar = shared_address(&full[slot]), stage = base + slot * kStageBytes;
         expect_bytes(bar, kStageBytes);
         copy_tile(stage, &gate_map, i * kChunk, first, bar);
@@ -183,9 +199,10 @@ int groundrl_launch_gate_up_swiglu(const void* x, int64_t x_row, const void* wei
   cudaError_t e =
       cudaFuncSetAttribute(gate_up_swiglu, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes);
   if (e != cudaSuccess) return (int)e;
-  gate_up_swiglu<<<(unsigned)blocks, kThreads, kSharedBytes, static_cast<cudaStream_t>(stream)>>>(
-      x_map, gate_map, up_map, static_cast<bf16*>(out), (int)rows, (int)inter, (int)hidden);
-  return (int)cudaGetLastError();
+  e = launch_dependent(gate_up_swiglu, dim3((unsigned)blocks), dim3(kThreads), kSharedBytes,
+                       static_cast<cudaStream_t>(stream), x_map, gate_map, up_map, static_cast<bf16*>(out),
+                       (int)rows, (int)inter, (int)hidden);
+  return e != cudaSuccess ? (int)e : (int)cudaGetLastError();
 }
 
 }

@@ -20,6 +20,8 @@
 #include <initializer_list>
 #include <type_traits>
 
+#include "dependent_launch.cuh"
+
 namespace {
 
 using bf16 = __nv_bfloat16;
@@ -142,6 +144,7 @@ __global__ void decode_rotary_write(const bf16* __restrict__ qkv, int64_t qkv_ro
                                     bf16* __restrict__ values, const int64_t* __restrict__ column,
                                     int64_t rows, int64_t heads, int64_t kv_heads, int64_t capacity,
                                     int64_t half) {
+  allow_dependents();  // the attention's prompt kernel reads none of what this one writes until it waits
   int64_t all = heads + 2 * kv_heads;
   uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= rows * all * half) return;
@@ -262,6 +265,7 @@ template <int kSplits>
 __global__ void add_rms_norm(bf16* __restrict__ x, int64_t x_row, const float* __restrict__ parts,
                              const bf16* __restrict__ w, bf16* __restrict__ out, int64_t rows,
                              int64_t hidden, float eps) {
+  allow_dependents();  // the MLP's kernel reads its weights meanwhile, x after this one ends
   const int64_t row = blockIdx.x;
   const int c = 8 * threadIdx.x;
   bf16* x_at = x + row * x_row + c;

@@ -16,9 +16,14 @@
 // probabilities rounded to bf16 for the product, and each (row, query head) gets its split's part
 // (unnormalized output, maximum, sum) in the layout the per-row kernel folds in.
 //
+// Launched to start while the step's rotation runs (dependent_launch.cuh): the first stages of
+// prompt keys and values, which that kernel does not write, are copied before waiting for it, the
+// queries it writes after; the per-row kernel after this one starts likewise and waits at once.
+//
 // Built for sm_90a only; the launcher answers kHopperUnsupported elsewhere and the caller launches the
 // mma.sync kernel.
 
+#include "dependent_launch.cuh"
 #include "hopper.cuh"
 
 namespace {
@@ -101,10 +106,41 @@ struct Work {
   float *part_o, *part_ml;
 };
 
+// Stage i of a chunk (the block's g-th over all chunks): keys and values of its 64 columns from
+// `source` (the leader's row of the KV head) into the next free buffer.
+__device__ __forceinline__ void copy_stage(const Work& w, const CUtensorMap* k_map, const CUtensorMap* v_map,
+                                           Barriers& b, int64_t source, int i, int g) {
+  const int slot = g % kStages;
+  if (g >= kStages) barrier_wait(shared_address(&b.empty[slot]), (g / kStages - 1) & 1);
+  const uint32_t bar = shared_address(&b.full[slot]), stage = w.stages + slot * kStageBytes;
+  const int key_row = (int)(source + i * kKeys);
+  expect_bytes(bar, kStageBytes);
+  copy_tile(stage, k_map, 0, key_row, bar);
+  copy_tile(stage + kTileBytes, k_map, 64, key_row, bar);
+  copy_tile(stage + 2 * kTileBytes, v_map, 0, key_row, bar);
+  copy_tile(stage + 3 * kTileBytes, v_map, 64, key_row, bar);
+}
+
+// The leader's row of the KV head for a chunk's rows, from the split's first column.
+__device__ __forceinline__ int64_t chunk_source(const Work& w, const int64_t* rows) {
+  return (w.leader[rows[0]] * w.kv_heads + w.kv) * w.capacity + w.first;
+}
+
 // The copy warp's lane 0: every chunk's queries, then its stages, each into the next free buffer.
+// The first chunk's first stages whose columns all lie before the step's `column` are copied before
+// waiting for the kernel before this one (the decoding step's rotation, which writes the queries and
+// that column: dependent_launch.cuh), the rest after.
 __device__ void copy_chunks(const Work& w, const CUtensorMap* q_map, const CUtensorMap* k_map,
-                            const CUtensorMap* v_map, Barriers& b) {
-  int g = 0;  // stages copied so far, over all chunks
+                            const CUtensorMap* v_map, Barriers& b, int64_t column) {
+  int early = 0;
+  if (blockIdx.z < w.chunk_count && w.chunks[blockIdx.z * kChunkRows] >= 0) {
+    const int64_t source = chunk_source(w, w.chunks + blockIdx.z * kChunkRows);
+    for (; early < w.steps && early < kStages && w.first + (early + 1) * kKeys <= column; ++early) {
+      copy_stage(w, k_map, v_map, b, source, early, early);
+    }
+  }
+  wait_prerequisites();
+  int g = early;  // stages copied so far, over all chunks
   for (int64_t chunk = blockIdx.z, n = 0; chunk < w.chunk_count; chunk += gridDim.z, ++n) {
     const int64_t* rows = w.chunks + chunk * kChunkRows;
     if (rows[0] < 0) return;
@@ -119,18 +155,8 @@ __device__ void copy_chunks(const Work& w, const CUtensorMap* q_map, const CUten
       copy_tile(w.queries + s * kQueryBoxBytes, q_map, 0, head_row, query_bar);
       copy_tile(w.queries + kTileBytes + s * kQueryBoxBytes, q_map, 64, head_row, query_bar);
     }
-    const int64_t source = (w.leader[rows[0]] * w.kv_heads + w.kv) * w.capacity + w.first;
-    for (int i = 0; i < w.steps; ++i, ++g) {
-      const int slot = g % kStages;
-      if (g >= kStages) barrier_wait(shared_address(&b.empty[slot]), (g / kStages - 1) & 1);
-      const uint32_t bar = shared_address(&b.full[slot]), stage = w.stages + slot * kStageBytes;
-      const int key_row = (int)(source + i * kKeys);
-      expect_bytes(bar, kStageBytes);
-      copy_tile(stage, k_map, 0, key_row, bar);
-      copy_tile(stage + kTileBytes, k_map, 64, key_row, bar);
-      copy_tile(stage + 2 * kTileBytes, v_map, 0, key_row, bar);
-      copy_tile(stage + 3 * kTileBytes, v_map, 64, key_row, bar);
-    }
+    const int64_t source = chunk_source(w, rows);
+    for (int i = n == 0 ? early : 0; i < w.steps; ++i, ++g) copy_stage(w, k_map, v_map, b, source, i, g);
   }
 }
 
@@ -303,6 +329,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                      float* __restrict__ part_ml, int kv_heads, int64_t capacity, float scale_log2) {
   extern __shared__ unsigned char raw[];
   __shared__ Barriers b;
+  allow_dependents();
   const uint32_t base = (shared_address(raw) + 1023) & ~1023u;
   const int64_t end = min(min(*prompt_columns, *column + 1), capacity);
   const int64_t per = ((end + gridDim.x - 1) / gridDim.x + kKeys - 1) / kKeys * kKeys;
@@ -322,9 +349,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   if (threadIdx.x / 32 == kWarps) {
-    if (threadIdx.x % 32 == 0 && w.steps > 0) copy_chunks(w, &q_map, &k_map, &v_map, b);
+    if (threadIdx.x % 32 == 0 && w.steps > 0) copy_chunks(w, &q_map, &k_map, &v_map, b, *column);
     return;
   }
+  if (w.steps == 0) wait_prerequisites();  // no copies to wait behind: empty parts, written after it
   attend_chunks(w, mask, scale_log2, b, raw + (w.stages - shared_address(raw)));
 }
 
@@ -363,10 +391,10 @@ int groundrl_launch_prompt_attention(const void* q, const void* keys, const void
       cudaFuncSetAttribute(prompt_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes);
   if (e != cudaSuccess) return (int)e;
   const dim3 grid((unsigned)splits, (unsigned)kv_heads, (unsigned)((rows + kChunkRows - 1) / kChunkRows));
-  prompt_attention<<<grid, kThreads, kSharedBytes, static_cast<cudaStream_t>(stream)>>>(
-      q_map, k_map, v_map, static_cast<const bf16*>(mask), leader, chunks, rows, prompt_columns,
-      column, part_o, part_ml, (int)kv_heads, capacity, scale_log2);
-  return (int)cudaGetLastError();
+  e = launch_dependent(prompt_attention, grid, dim3(kThreads), kSharedBytes, static_cast<cudaStream_t>(stream),
+                       q_map, k_map, v_map, static_cast<const bf16*>(mask), leader, chunks, rows,
+                       prompt_columns, column, part_o, part_ml, (int)kv_heads, capacity, scale_log2);
+  return e != cudaSuccess ? (int)e : (int)cudaGetLastError();
 }
 
 }

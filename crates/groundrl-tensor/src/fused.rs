@@ -1708,6 +1708,83 @@ mod tests {
         }
     }
 
+    /// The kernels launched to start before the kernel ahead of them ends (`csrc/dependent_launch.cuh`)
+    /// read what that kernel writes only after it: the attention right after the rotation that writes
+    /// its queries and the step's cache column, and the MLP's gate|up kernel right after the residual
+    /// add and norm that write its input, each chained as a decoding step launches them, eight times
+    /// with new inputs in new memory, give bit for bit what the same kernels give on those inputs once
+    /// everything before has finished. A per-row attention kernel that does not wait for the prompt
+    /// kernel fails it (measured on one H200, `measurements/2026-12-01-dependent-launch-h200`); a
+    /// gate|up kernel copying x before it waits did not (the norm ends before such a copy is issued),
+    /// so that half checks the chain's values, not that order.
+    #[test]
+    fn kernels_started_early_read_what_the_kernel_before_them_wrote() {
+        let Some(device) = cuda_for_tests() else { return };
+        let Device::Cuda(index) = device else { return };
+        tch::manual_seed(9);
+        let (norm, down) = (
+            random(&[2048], Kind::BFloat16, device),
+            random(&[2048, 11008], Kind::BFloat16, device) * 0.02,
+        );
+        let gate_up = random(&[2 * 11008, 2048], Kind::BFloat16, device) * 0.02;
+        for round in 0..8 {
+            let x = random(&[64, 2048], Kind::BFloat16, device);
+            let input = random(&[64, 11008], Kind::BFloat16, device);
+            let normed = add_product_rms_norm(&x, (&input, &down, 2), &norm, 1e-6)
+                .unwrap()
+                .expect("kernel applies");
+            let chained = gate_up_swiglu(&normed, &gate_up);
+            tch::Cuda::synchronize(index as i64);
+            let alone = gate_up_swiglu(&normed.copy(), &gate_up);
+            assert_eq!(
+                max_diff(&chained, &alone),
+                0.0,
+                "gate|up after the norm, round {round}"
+            );
+        }
+        let (rows, kv_heads, capacity, prompt, column) = (64, 2, 1400, 1262i64, 1300i64);
+        let leaders: Vec<i64> = (0..rows).map(|r| r - r % 8).collect();
+        let leader = Tensor::from_slice(&leaders).to_device(device);
+        let chunks = Tensor::from_slice(&prompt_chunks(&leaders).concat())
+            .view([rows, 8])
+            .to_device(device);
+        let columns = Tensor::from_slice(&[prompt]).to_device(device);
+        let at = Tensor::from_slice(&[column]).to_device(device);
+        let shared = SharedPrompts {
+            leader: &leader,
+            chunks: &chunks,
+            columns: &columns,
+        };
+        let cache = || random(&[rows, kv_heads, capacity, 128], Kind::BFloat16, device);
+        let (keys, values) = (cache(), cache());
+        let mask = Tensor::zeros([rows, 1, 1, capacity], (Kind::BFloat16, device)).masked_fill(
+            &Tensor::arange(capacity, (Kind::Int64, device)).gt(column),
+            f64::NEG_INFINITY,
+        );
+        let tables = || random(&[rows, 128], Kind::BFloat16, device);
+        let (cos, signed_sin) = (tables(), tables());
+        for round in 0..8 {
+            let qkv = random(&[rows, 16 + 2 * kv_heads, 128], Kind::BFloat16, device);
+            let q = decode_rotary_write(&qkv, (&cos, &signed_sin), (&keys, &values), &at, 16)
+                .unwrap()
+                .expect("kernel applies")
+                .view([rows, kv_heads, 8, 128]);
+            let attend = |q: &Tensor| {
+                decode_attention(q, (&keys, &values), &mask, &at, Some(shared), 0)
+                    .unwrap()
+                    .expect("kernel applies")
+            };
+            let chained = attend(&q);
+            tch::Cuda::synchronize(index as i64);
+            let alone = attend(&q.copy());
+            assert_eq!(
+                max_diff(&chained, &alone),
+                0.0,
+                "attention after the rotation, round {round}"
+            );
+        }
+    }
+
     /// 304 columns (eight per thread) and 300 (one per thread: rows not 16-byte aligned), gate and up
     /// slices of one wider tensor as decoding makes them: the output equals `silu(gate) * up` bit for
     /// bit, and so do the gradients of its autograd (the silu's as ATen's kernel computes it; printed
