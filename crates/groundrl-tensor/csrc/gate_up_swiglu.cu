@@ -95,27 +95,25 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warp == kWarps) {  // the copies
     if (lane == 0) {
+      // Chunk i's weights and x's columns into the stage of its slot, whose barrier counts both.
+      const auto bar = [&](int i) { return shared_address(&full[i % kStages]); };
+      const auto stage = [&](int i) { return base + (i % kStages) * kStageBytes; };
+      const auto copy_weights = [&](int i) {
+        expect_bytes(bar(i), kStageBytes);
+        copy_tile(stage(i), &gate_map, i * kChunk, first, bar(i));
+        copy_tile(stage(i) + kHalfBytes, &up_map, i * kChunk, first, bar(i));
+      };
+      const auto copy_x = [&](int i) { copy_tile(stage(i) + 2 * kHalfBytes, &x_map, i * kChunk, 0, bar(i)); };
       // The first stages' weights before the wait (no kernel writes them), their x after it (the
       // kernel before this one writes x: dependent_launch.cuh).
       const int early = chunks < kStages ? chunks : kStages;
-      for (int i = 0; i < early; ++i) {
-        const uint32_t bar = shared_address(&full[i]), stage = base + i * kStageBytes;
-        expect_bytes(bar, kStageBytes);
-        copy_tile(stage, &gate_map, i * kChunk, first, bar);
-        copy_tile(stage + kHalfBytes, &up_map, i * kChunk, first, bar);
-      }
+      for (int i = 0; i < early; ++i) copy_weights(i);
       wait_prerequisites();
-      for (int i = 0; i < early; ++i) {
-        copy_tile(base + i * kStageBytes + 2 * kHalfBytes, &x_map, i * kChunk, 0, shared_address(&full[i]));
-      }
+      for (int i = 0; i < early; ++i) copy_x(i);
       for (int i = early; i < chunks; ++i) {
-        const int slot = i % kStages;
-        barrier_wait(shared_address(&empty[slot]), (i / kStages - 1) & 1);
-        const uint32_t bar = shared_address(&full[slot]), stage = base + slot * kStageBytes;
-        expect_bytes(bar, kStageBytes);
-        copy_tile(stage, &gate_map, i * kChunk, first, bar);
-        copy_tile(stage + kHalfBytes, &up_map, i * kChunk, first, bar);
-        copy_tile(stage + 2 * kHalfBytes, &x_map, i * kChunk, 0, bar);
+        barrier_wait(shared_address(&empty[i % kStages]), (i / kStages - 1) & 1);
+        copy_weights(i);
+        copy_x(i);
       }
     }
     return;
