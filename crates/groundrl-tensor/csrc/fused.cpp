@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <tuple>
 
@@ -26,6 +27,8 @@ int groundrl_launch_decode_rotary_write(const void* qkv, int64_t qkv_row, const 
                                         const int64_t* column, int64_t rows, int64_t heads,
                                         int64_t kv_heads, int64_t capacity, int64_t half,
                                         void* stream);
+int groundrl_launch_rotary_tables(const int64_t* positions, const float* inv_freq, void* cos,
+                                  void* ssin, int64_t rows, int64_t half, void* stream);
 int groundrl_launch_adamw(void* param, int param_bf16, const void* grad, float* exp_avg,
                           float* exp_avg_sq, float* master, int64_t n, const float* scalars,
                           void* stream);
@@ -37,6 +40,12 @@ int groundrl_launch_add_rms_norm(void* x, int64_t x_row, const float* parts, int
 int groundrl_launch_sample(const void* logits, int bf16, int64_t rows, int64_t vocab,
                            const float* temperature, const bool* greedy, const bool* banned,
                            const float* uniforms, int64_t* tokens, float* logprobs, void* stream);
+int groundrl_launch_select(const void* logits, int bf16, int64_t rows, int64_t vocab,
+                           const float* temperature, const bool* greedy, const bool* banned,
+                           const float* uniforms, int64_t steps, const int64_t* index, bool* finished,
+                           const int64_t* stops, int64_t stop_ids, const int64_t* limits, int64_t pad,
+                           int64_t* table_tokens, float* table_logprobs, int64_t* next,
+                           void* stream);
 int64_t groundrl_decode_attention_splits(int64_t rows, int64_t kv_heads, int64_t capacity,
                                          int grouped, int device);
 int64_t groundrl_decode_attention_parts(int grouped, int64_t splits);
@@ -105,6 +114,26 @@ int groundrl_decode_rotary_write(void* qkv_, void* cos_, void* ssin_, void* q_ou
         qkv.data_ptr(), qkv.stride(0), cos.data_ptr(), ssin.data_ptr(), q_out.data_ptr(),
         keys.data_ptr(), values.data_ptr(), column.data_ptr<int64_t>(), rows, heads, kv_heads,
         capacity, dim / 2, stream_of(qkv)));
+  });
+}
+
+// A decoding step's rotation tables (kernels.cu's rotary_tables): positions (rows,) int64,
+// inv_freq (half,) f32, cos and ssin contiguous (rows, 2 half) bf16.
+int groundrl_rotary_tables(void* positions_, void* inv_freq_, void* cos_, void* ssin_) {
+  return guarded([&] {
+    const auto &positions = tensor(positions_), &inv_freq = tensor(inv_freq_);
+    const auto &cos = tensor(cos_), &ssin = tensor(ssin_);
+    check(positions, at::kLong, "positions");
+    check(inv_freq, at::kFloat, "inv_freq");
+    require(positions.dim() == 1 && positions.is_contiguous(), "positions must be contiguous (rows,)");
+    require(inv_freq.dim() == 1 && inv_freq.is_contiguous(), "inv_freq must be contiguous (half,)");
+    const int64_t rows = positions.size(0), half = inv_freq.size(0);
+    check_tables(cos, ssin, at::kBFloat16, rows, 2 * half);
+    require_threads(rows * half);
+    c10::cuda::CUDAGuard guard(positions.device());
+    launched(groundrl_launch_rotary_tables(positions.data_ptr<int64_t>(), inv_freq.data_ptr<float>(),
+                                           cos.data_ptr(), ssin.data_ptr(), rows, half,
+                                           stream_of(positions)));
   });
 }
 
@@ -217,33 +246,86 @@ int groundrl_gate_up_swiglu(void* x_, void* weight_, void* out_, int* ran) {
 // tokens (rows,) int64 and logprobs (rows,) f32 drawn from logits (rows, vocab) f32 or bf16
 // contiguous by temperature, uniforms (rows,) f32, greedy (rows,) bool and banned (vocab,) bool; see
 // sampling.cu.
+// The sampler's inputs (`rollout/sampling.rs`) checked: logits (rows, vocab) f32 or bf16 and
+// contiguous, vocab a multiple of 4, and per row or per token the settings; `vectors` more (tensor,
+// dtype, values, name) one-dimensional contiguous ones.
+void check_sampling(const at::Tensor& logits, const at::Tensor& temperature, const at::Tensor& greedy,
+                    const at::Tensor& banned,
+                    std::initializer_list<std::tuple<const at::Tensor*, at::ScalarType, int64_t, const char*>>
+                        vectors) {
+  require(logits.scalar_type() == at::kFloat || logits.scalar_type() == at::kBFloat16,
+          "logits must be f32 or bf16");
+  check(logits, logits.scalar_type(), "logits");
+  require(logits.dim() == 2 && logits.is_contiguous() && logits.size(1) % 4 == 0,
+          "logits must be contiguous (rows, vocab a multiple of 4)");
+  const int64_t rows = logits.size(0), vocab = logits.size(1);
+  auto one = [](const std::tuple<const at::Tensor*, at::ScalarType, int64_t, const char*>& v) {
+    auto [t, dtype, size, name] = v;
+    check(*t, dtype, name);
+    require(t->dim() == 1 && t->size(0) == size && t->is_contiguous(),
+            std::string(name) + " must be contiguous with " + std::to_string(size) + " values");
+  };
+  for (const auto& v : {std::tuple{&temperature, at::kFloat, rows, "temperature"},
+                        {&greedy, at::kBool, rows, "greedy"}, {&banned, at::kBool, vocab, "banned"}}) {
+    one(v);
+  }
+  for (const auto& v : vectors) one(v);
+}
+
 int groundrl_sample(void* logits_, void* temperature_, void* greedy_, void* banned_, void* uniforms_,
                     void* tokens_, void* logprobs_) {
   return guarded([&] {
     const auto &logits = tensor(logits_), &temperature = tensor(temperature_);
     const auto &greedy = tensor(greedy_), &banned = tensor(banned_), &uniforms = tensor(uniforms_);
     const auto &tokens = tensor(tokens_), &logprobs = tensor(logprobs_);
-    require(logits.scalar_type() == at::kFloat || logits.scalar_type() == at::kBFloat16,
-            "logits must be f32 or bf16");
-    check(logits, logits.scalar_type(), "logits");
-    require(logits.dim() == 2 && logits.is_contiguous() && logits.size(1) % 4 == 0,
-            "logits must be contiguous (rows, vocab a multiple of 4)");
-    int64_t rows = logits.size(0), vocab = logits.size(1);
-    for (auto [t, dtype, size, name] :
-         {std::tuple{&temperature, at::kFloat, rows, "temperature"},
-          {&uniforms, at::kFloat, rows, "uniforms"}, {&greedy, at::kBool, rows, "greedy"},
-          {&banned, at::kBool, vocab, "banned"},
-          {&tokens, at::kLong, rows, "tokens"}, {&logprobs, at::kFloat, rows, "logprobs"}}) {
-      check(*t, dtype, name);
-      require(t->dim() == 1 && t->size(0) == size && t->is_contiguous(),
-              std::string(name) + " must be contiguous with " + std::to_string(size) + " values");
-    }
+    const int64_t rows = logits.dim() == 2 ? logits.size(0) : -1;
+    check_sampling(logits, temperature, greedy, banned,
+                   {{&uniforms, at::kFloat, rows, "uniforms"}, {&tokens, at::kLong, rows, "tokens"},
+                    {&logprobs, at::kFloat, rows, "logprobs"}});
     c10::cuda::CUDAGuard guard(logits.device());
     launched(groundrl_launch_sample(logits.data_ptr(), logits.scalar_type() == at::kBFloat16 ? 1 : 0,
-                                    rows, vocab, temperature.data_ptr<float>(),
+                                    rows, logits.size(1), temperature.data_ptr<float>(),
                                     greedy.data_ptr<bool>(), banned.data_ptr<bool>(),
                                     uniforms.data_ptr<float>(), tokens.data_ptr<int64_t>(),
                                     logprobs.data_ptr<float>(), stream_of(logits)));
+  });
+}
+
+// A decoding step's selection and record in one kernel (sampling.cu's StepOut): uniforms,
+// table_tokens, table_logprobs (rows, steps); index (1,) int64; finished (rows,) bool; stops (rows,
+// stop ids) int64; limits (rows,) int64; next (rows,) int64.
+int groundrl_select(void* logits_, void* temperature_, void* greedy_, void* banned_, void* uniforms_,
+                    void* index_, void* finished_, void* stops_, void* limits_, int64_t pad,
+                    void* table_tokens_, void* table_logprobs_, void* next_) {
+  return guarded([&] {
+    const auto &logits = tensor(logits_), &temperature = tensor(temperature_);
+    const auto &greedy = tensor(greedy_), &banned = tensor(banned_), &uniforms = tensor(uniforms_);
+    const auto &index = tensor(index_), &finished = tensor(finished_), &stops = tensor(stops_);
+    const auto &limits = tensor(limits_), &table_tokens = tensor(table_tokens_);
+    const auto &table_logprobs = tensor(table_logprobs_), &next = tensor(next_);
+    const int64_t rows = logits.dim() == 2 ? logits.size(0) : -1;
+    check_sampling(logits, temperature, greedy, banned,
+                   {{&index, at::kLong, 1, "index"}, {&finished, at::kBool, rows, "finished"},
+                    {&limits, at::kLong, rows, "limits"}, {&next, at::kLong, rows, "next"}});
+    const int64_t steps = uniforms.dim() == 2 ? uniforms.size(1) : -1;
+    for (auto [t, dtype, name] : {std::tuple{&uniforms, at::kFloat, "uniforms"},
+                                  {&table_tokens, at::kLong, "table_tokens"},
+                                  {&table_logprobs, at::kFloat, "table_logprobs"}}) {
+      check(*t, dtype, name);
+      require(t->dim() == 2 && t->size(0) == rows && t->size(1) == steps && t->is_contiguous(),
+              std::string(name) + " must be contiguous (rows, steps) like uniforms");
+    }
+    check(stops, at::kLong, "stops");
+    require(stops.dim() == 2 && stops.size(0) == rows && stops.is_contiguous(),
+            "stops must be contiguous (rows, stop ids)");
+    c10::cuda::CUDAGuard guard(logits.device());
+    launched(groundrl_launch_select(
+        logits.data_ptr(), logits.scalar_type() == at::kBFloat16 ? 1 : 0, rows, logits.size(1),
+        temperature.data_ptr<float>(), greedy.data_ptr<bool>(), banned.data_ptr<bool>(),
+        uniforms.data_ptr<float>(), steps, index.data_ptr<int64_t>(), finished.data_ptr<bool>(),
+        stops.data_ptr<int64_t>(), stops.size(1), limits.data_ptr<int64_t>(), pad,
+        table_tokens.data_ptr<int64_t>(), table_logprobs.data_ptr<float>(), next.data_ptr<int64_t>(),
+        stream_of(logits)));
   });
 }
 

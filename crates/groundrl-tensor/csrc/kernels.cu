@@ -138,6 +138,26 @@ __global__ void rotary(RotaryParts p, const T* __restrict__ cos, const T* __rest
 // heads go to `q_out` (rows, heads, dim); key heads, rotated, and value heads, copied, go to column
 // `*column` of the caches (rows, kv_heads, capacity, dim). The column is read on the device, so a
 // captured CUDA graph replays the step for every column.
+// One decoding step's rotation tables: for row r at position positions[r] and frequency k <
+// half, angle = float(position) x inv_freq[k] in f32; cos (rows, 2 half) holds bf16(cos(angle)) at k
+// and k + half, ssin bf16(-sin(angle)) at k and bf16(sin(angle)) at k + half: what libtorch's
+// conversion, product, sin, cos, negation, concatenations and bf16 conversions (`Rotary::of_tokens`)
+// compute, element by element with the same f32 functions, in one kernel instead of about ten.
+__global__ void rotary_tables(const int64_t* __restrict__ positions, const float* __restrict__ inv_freq,
+                              bf16* __restrict__ cos_out, bf16* __restrict__ ssin, int64_t rows,
+                              int64_t half) {
+  const int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (t >= rows * half) return;
+  const int64_t r = t / half, k = t % half;
+  const float angle = (float)positions[r] * inv_freq[k];
+  const float c = cosf(angle), s = sinf(angle);
+  bf16* c_row = cos_out + r * 2 * half;
+  bf16* s_row = ssin + r * 2 * half;
+  c_row[k] = c_row[k + half] = __float2bfloat16_rn(c);
+  s_row[k] = __float2bfloat16_rn(-s);
+  s_row[k + half] = __float2bfloat16_rn(s);
+}
+
 __global__ void decode_rotary_write(const bf16* __restrict__ qkv, int64_t qkv_row,
                                     const bf16* __restrict__ cos, const bf16* __restrict__ ssin,
                                     bf16* __restrict__ q_out, bf16* __restrict__ keys,
@@ -337,6 +357,15 @@ int groundrl_launch_rotary(int backward, int bf16_tables, const void* const* src
     if (vec) backward ? launch(Four(), Bwd(), 0.f) : launch(Four(), Fwd(), 0.f);
     else backward ? launch(One(), Bwd(), 0.f) : launch(One(), Fwd(), 0.f);
   }
+  return (int)cudaGetLastError();
+}
+
+int groundrl_launch_rotary_tables(const int64_t* positions, const float* inv_freq, void* cos,
+                                  void* ssin, int64_t rows, int64_t half, void* stream) {
+  const int64_t n = rows * half;
+  if (n == 0) return 0;
+  rotary_tables<<<blocks(n), kThreads, 0, (cudaStream_t)stream>>>(positions, inv_freq, (bf16*)cos,
+                                                                   (bf16*)ssin, rows, half);
   return (int)cudaGetLastError();
 }
 

@@ -5,15 +5,20 @@
 // - scaled logits x / T (IEEE division, as the composition);
 // - the token: the first maximum of the allowed (not banned) scaled logits for greedy rows; else an
 //   inverse-CDF draw in token-id order, the first token whose cumulative weight exp(x - max) exceeds
-//   u x the total, found in two levels (the warps' contiguous ranges, then within one range) and held
-//   at the range's last token of non-zero weight when rounding puts the target past it;
+//   u x the total, found in three levels (the warps' 32 contiguous ranges, then 32 sub-ranges of
+//   the range holding it, then within one sub-range) and held at the sub-range's last token of
+//   non-zero weight when rounding puts the target past it;
 // - its log-probability over the whole vocabulary, banned tokens included: x - max - log(sum exp).
-// Sums run in this kernel's order (each warp over its range, then the warps), so a log-prob can
-// differ from log_softmax's in the last f32 bits and a draw lying within rounding of a boundary can
-// pick the neighbouring token (the crate's CUDA test compares with the composition).
+// Sums run in this kernel's order (each lane over its places, then the lanes, then the warps), so a
+// log-prob can differ from log_softmax's in the last f32 bits and a draw lying within rounding of a
+// boundary can pick the neighbouring token (the crate's CUDA test compares with the composition).
 //
 // One block of 1,024 threads per row; warp w owns the w-th of 32 contiguous ranges of the vocabulary
-// and reads it four logits per lane at a time. Logits in f32 or bf16 (converted exactly to f32).
+// and reads it four logits per lane at a time, three such loads in flight (with four, some values
+// spill out of the 64 registers a thread of 1,024 has). What held the kernel was each warp's chain of dependent steps, not the loads or
+// the SMs it ran on (measurements 2026-11-30-sampler-blocks-h200 and -sampler-loads-h200): the
+// first pass keeps four independent running sums a lane, and the draw's pass shares its range among
+// the 32 warps before one warp scans 1/32 of it. Logits in f32 or bf16 (converted exactly to f32).
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -80,54 +85,230 @@ __device__ __forceinline__ void keep_first_max(float& v, int64_t& i, float ov, i
   }
 }
 
+// A row's temperature t with r = RN(1/t), for divisions by t that are the IEEE division without its
+// branch: by Markstein's theorem, q = RN(x r), then e = x - q t (exact in one fma), then RN(q + e r)
+// is RN(x / t) when nothing over- or underflows, which the ranges checked here rule out. libtorch's
+// composition divides; `x / t` itself compiles to a branch into a slow path around each division,
+// which kept a lane's four independent divisions and exponentials from overlapping.
+struct Divisor {
+  float t, r;
+  bool unit;   // t = 1: x / t = x
+  bool plain;  // t outside [2^-20, 2^20]: every division by `/`
+
+  __device__ explicit Divisor(float t_)
+      : t(t_), r(1.f / t_), unit(t_ == 1.f), plain(!(t_ >= 0x1p-20f && t_ <= 0x1p20f)) {}
+
+  // x[k] / t for the four values, correctly rounded.
+  __device__ __forceinline__ void divide(float (&x)[4]) const {
+    if (unit) return;
+    bool slow = plain;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float a = fabsf(x[k]);
+      slow |= !(a < 0x1p100f) || (a != 0.f && a < 0x1p-100f);  // NaN and infinities included
+    }
+    if (slow) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) x[k] = x[k] / t;
+      return;
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float q = x[k] * r;
+      x[k] = fmaf(fmaf(-t, q, x[k]), r, q);
+    }
+  }
+};
+
+// The weight exp(x / t - max_allowed) of four tokens from i, 0 for banned ones.
+template <class T>
+__device__ __forceinline__ void weights(const T* x, const bool* banned, int64_t i, const Divisor& d,
+                                        float max_allowed, float (&e)[4]) {
+  const float4 v = four(x, i);
+  float s[4] = {v.x, v.y, v.z, v.w};
+  d.divide(s);
+  const uchar4 ban = *reinterpret_cast<const uchar4*>(banned + i);
+  const bool out[4] = {ban.x != 0, ban.y != 0, ban.z != 0, ban.w != 0};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) e[k] = out[k] ? 0.f : expf(s[k] - max_allowed);
+}
+
+// A lane's first pass: the online softmax of its allowed scaled logits in one accumulator per
+// place k of a four-token group (four independent chains of exponentials where one chain held every
+// warp), the banned ones' in one more, and the first maximum of the allowed (in the lane's order,
+// which is token order). A group takes one branch, when a running maximum grows (rarely, after the
+// first groups): a branch per token and case held the kernel as much as the chain did.
+struct LaneSums {
+  float m[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, s[4] = {0.f, 0.f, 0.f, 0.f};
+  Online banned;
+  float best = -INFINITY;
+  int64_t best_at;
+
+  __device__ explicit LaneSums(int64_t none) : best_at(none) {}
+
+  // The scaled logits x of tokens i to i + 3 and their banned flags.
+  __device__ void add(const float (&x)[4], uchar4 ban, int64_t i) {
+    const bool out[4] = {ban.x != 0, ban.y != 0, ban.z != 0, ban.w != 0};
+    if (out[0] || out[1] || out[2] || out[3]) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        if (out[k]) banned.add(x[k]);
+      }
+    }
+    float a[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      a[k] = out[k] ? -INFINITY : x[k];
+      if (a[k] > best) {
+        best = a[k];
+        best_at = i + k;
+      }
+    }
+    if (a[0] > m[0] || a[1] > m[1] || a[2] > m[2] || a[3] > m[3]) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float grown = fmaxf(m[k], a[k]);
+        s[k] *= expf(grown == m[k] ? 0.f : m[k] - grown);  // 0 x exp(-inf) = 0 for the first
+        m[k] = grown;
+      }
+    }
+    // exp(-inf) = 0 for banned tokens and -inf logits; the argument chosen, not the exponential, so
+    // that no branch skips it.
+#pragma unroll
+    for (int k = 0; k < 4; ++k) s[k] += expf(a[k] == -INFINITY ? -INFINITY : a[k] - m[k]);
+  }
+
+  // The four places' sums as one.
+  __device__ Online allowed() const {
+    Online all;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) all.merge(m[k], s[k]);
+    return all;
+  }
+};
+
+// Four-token groups a lane loads before it uses the first (pass 1).
+constexpr int kInFlight = 3;
+
 struct RowState {
   float raw_m, raw_s;   // all tokens
   float max_allowed;    // the largest allowed scaled logit
   float target;         // u x the allowed total, in units of exp(x - max_allowed)
-  float before;         // the allowed weight of the ranges before `range`
+  float before;         // the allowed weight of the ranges (later: sub-ranges) before the draw's
   int range;            // the warp range holding the draw
   int64_t first_max;    // the greedy token
 };
 
-template <class T>
+// Of weights w[0..n) after `before`, the first with weight whose running total exceeds `target`
+// (the last with weight when rounding puts the target past the total, -1 when none has weight);
+// `before` becomes the total ahead of it.
+__device__ int first_crossing(const float* w, int n, float target, float& before) {
+  float run = before, before_last = before;
+  int last_nonzero = -1;
+  for (int j = 0; j < n; ++j) {
+    if (w[j] > 0.f) {
+      if (run + w[j] > target) {
+        before = run;
+        return j;
+      }
+      last_nonzero = j;
+      before_last = run;
+    }
+    run += w[j];
+  }
+  before = before_last;
+  return last_nonzero;
+}
+
+// Where a row's uniform comes from and its result goes: the sampler's own (rows,) vectors.
+struct RowOut {
+  const float* uniforms;
+  int64_t* tokens;
+  float* logprobs;
+
+  __device__ float uniform(int64_t row) const { return uniforms[row]; }
+  __device__ void write(int64_t row, int64_t token, float logprob) const {
+    tokens[row] = token;
+    logprobs[row] = logprob;
+  }
+};
+
+// A decoding step's record (`rollout/session.rs`, `Decoding::select`): the uniform of step `*index`
+// from the (rows, steps) table; the pad token and log-prob 0 for rows that had ended; both written at
+// the step's column of the (rows, steps) tables and the token as the next step's input; the row ended
+// after a stop id (stop_ids a row, -1 for none) or at its limit of new tokens.
+struct StepOut {
+  const float* uniforms;
+  int64_t steps;
+  const int64_t* index;
+  bool* finished;
+  const int64_t* stops;
+  int64_t stop_ids;
+  const int64_t* limits;
+  int64_t pad;
+  int64_t* table_tokens;
+  float* table_logprobs;
+  int64_t* next;
+
+  __device__ float uniform(int64_t row) const { return uniforms[row * steps + *index]; }
+  __device__ void write(int64_t row, int64_t token, float logprob) const {
+    const int64_t step = *index;
+    const bool ended = finished[row];
+    if (ended) {
+      token = pad;
+      logprob = 0.f;
+    }
+    table_tokens[row * steps + step] = token;
+    table_logprobs[row * steps + step] = logprob;
+    next[row] = token;
+    bool stop = false;
+    for (int64_t j = 0; j < stop_ids; ++j) stop |= stops[row * stop_ids + j] == token;
+    finished[row] = ended || stop || limits[row] <= step + 1;
+  }
+};
+
+template <class T, class Out>
 __global__ void __launch_bounds__(kWarps * 32)
 sample_rows(const T* __restrict__ logits, int64_t vocab, const float* __restrict__ temperature,
             const bool* __restrict__ greedy, const bool* __restrict__ banned,
-            const float* __restrict__ uniforms, int64_t* __restrict__ tokens,
-            float* __restrict__ logprobs) {
+            Out out) {
   __shared__ float allowed_m[kWarps], allowed_s[kWarps], raw_m[kWarps], raw_s[kWarps], best_v[kWarps];
   __shared__ int64_t best_i[kWarps];
   __shared__ RowState row_state;
   const int64_t row = blockIdx.x;
   const T* x = logits + row * vocab;
   const float t = temperature[row];
+  const Divisor divisor(t);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t span = ((vocab + kWarps - 1) / kWarps + 3) / 4 * 4;
   const int64_t begin = min(warp * span, vocab), end = min(begin + span, vocab);
 
   // Pass 1: per warp, the online softmax of its allowed and of its banned scaled logits, and the
   // first maximum of the allowed ones.
-  Online allowed, banned_part;
-  float best = -INFINITY;
-  int64_t best_at = vocab;
-  for (int64_t i = begin + 4 * lane; i < end; i += 128) {
-    const float4 v = four(x, i);
-    const uchar4 ban = *reinterpret_cast<const uchar4*>(banned + i);
-    const float s[4] = {v.x / t, v.y / t, v.z / t, v.w / t};
-    const bool out[4] = {ban.x != 0, ban.y != 0, ban.z != 0, ban.w != 0};
+  LaneSums sums(vocab);
+  for (int64_t c = begin + 4 * lane; c < end; c += 128 * kInFlight) {
+    float4 v[kInFlight];
+    uchar4 ban[kInFlight];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      if (out[k]) {
-        banned_part.add(s[k]);
-      } else {
-        allowed.add(s[k]);
-        if (s[k] > best) {
-          best = s[k];
-          best_at = i + k;
-        }
+    for (int g = 0; g < kInFlight; ++g) {
+      if (c + 128 * g < end) {
+        v[g] = four(x, c + 128 * g);
+        ban[g] = *reinterpret_cast<const uchar4*>(banned + c + 128 * g);
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < kInFlight; ++g) {
+      if (c + 128 * g < end) {
+        float s[4] = {v[g].x, v[g].y, v[g].z, v[g].w};
+        divisor.divide(s);
+        sums.add(s, ban[g], c + 128 * g);
       }
     }
   }
+  Online allowed = sums.allowed();
+  float best = sums.best;
+  int64_t best_at = sums.best_at;
+  Online banned_part = sums.banned;
   allowed.merge_warp();
   banned_part.merge_warp();
 #pragma unroll
@@ -161,25 +342,10 @@ sample_rows(const T* __restrict__ logits, int64_t vocab, const float* __restrict
       weight[w] = allowed_m[w] == -INFINITY ? 0.f : allowed_s[w] * expf(allowed_m[w] - max_allowed);
       total += weight[w];
     }
-    const float target = uniforms[row] * total;
+    const float target = out.uniform(row) * total;
     float before = 0.f;
-    int range = -1, last_nonzero = 0;
-    float before_last = 0.f;
-    for (int w = 0; w < kWarps; ++w) {
-      if (weight[w] > 0.f) {
-        last_nonzero = w;
-        before_last = before;
-      }
-      if (before + weight[w] > target && weight[w] > 0.f) {
-        range = w;
-        break;
-      }
-      before += weight[w];
-    }
-    if (range < 0) {  // rounding put the target past the total: the last range that can be drawn
-      range = last_nonzero;
-      before = before_last;
-    }
+    // No range with weight: the draw falls back to the first maximum (`finish`).
+    const int range = first_crossing(weight, kWarps, target, before);
     row_state = RowState{raw.m, raw.s, max_allowed, target, before, range, top_at};
   }
   __syncthreads();
@@ -188,30 +354,52 @@ sample_rows(const T* __restrict__ logits, int64_t vocab, const float* __restrict
     // No token is left only when no token has weight (all banned, or NaN logits): the first
     // maximum then, else 0.
     if (token < 0 || token >= vocab) token = st.first_max < vocab ? st.first_max : 0;
-    tokens[row] = token;
-    logprobs[row] = (one(x, token) / t - st.raw_m) - logf(st.raw_s);
+    out.write(row, token, (one(x, token) / t - st.raw_m) - logf(st.raw_s));
   };
-  if (greedy[row]) {
-    if (threadIdx.x == 0) finish(st.first_max);
+  if (greedy[row] || st.range < 0) {
+    if (threadIdx.x == 0) finish(greedy[row] ? st.first_max : -1);
     return;
   }
-  if (warp != st.range) return;
 
-  // Pass 2, one warp: the cumulative weight through its range, 128 tokens at a time, until it
+  // Pass 2a: the draw's range in 32 sub-ranges, one a warp, each one's weight; then the sub-range
+  // of the draw, as the range was found.
+  __shared__ float sub_weight[kWarps];
+  __shared__ int draw_sub;
+  __shared__ float draw_before;
+  const int64_t range_begin = min(st.range * span, vocab), range_end = min(range_begin + span, vocab);
+  const int64_t sub_span = ((range_end - range_begin + kWarps - 1) / kWarps + 3) / 4 * 4;
+  const int64_t sub_begin = min(range_begin + warp * sub_span, range_end);
+  const int64_t sub_end = min(sub_begin + sub_span, range_end);
+  float part = 0.f;
+  for (int64_t i = sub_begin + 4 * lane; i < sub_end; i += 128) {
+    float e[4];
+    weights(x, banned, i, divisor, st.max_allowed, e);
+    part += (e[0] + e[1]) + (e[2] + e[3]);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) part += __shfl_xor_sync(kAll, part, o);
+  if (lane == 0) sub_weight[warp] = part;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float before = st.before;
+    draw_sub = first_crossing(sub_weight, kWarps, st.target, before);
+    draw_before = before;
+  }
+  __syncthreads();
+  if (draw_sub < 0) {  // rounding left the range's tokens no weight here
+    if (threadIdx.x == 0) finish(-1);
+    return;
+  }
+  if (warp != draw_sub) return;
+
+  // Pass 2b, one warp: the cumulative weight through its sub-range, 128 tokens at a time, until it
   // exceeds the target.
-  float run = st.before;
+  float run = draw_before;
   int64_t last_drawable = -1;
-  for (int64_t c = begin; c < end; c += 128) {
+  for (int64_t c = sub_begin; c < sub_end; c += 128) {
     const int64_t i = c + 4 * lane;
     float e[4] = {0.f, 0.f, 0.f, 0.f};
-    if (i < end) {
-      const float4 v = four(x, i);
-      const uchar4 ban = *reinterpret_cast<const uchar4*>(banned + i);
-      const float s[4] = {v.x / t, v.y / t, v.z / t, v.w / t};
-      const bool out[4] = {ban.x != 0, ban.y != 0, ban.z != 0, ban.w != 0};
-#pragma unroll
-      for (int k = 0; k < 4; ++k) e[k] = out[k] ? 0.f : expf(s[k] - st.max_allowed);
-    }
+    if (i < sub_end) weights(x, banned, i, divisor, st.max_allowed, e);
     const float own = (e[0] + e[1]) + (e[2] + e[3]);
     float inclusive = own;
 #pragma unroll
@@ -256,6 +444,23 @@ sample_rows(const T* __restrict__ logits, int64_t vocab, const float* __restrict
 
 }  // namespace
 
+// One block a row, logits in f32 or bf16.
+template <class Out>
+int launch_rows(const void* logits, int bf16, int64_t rows, int64_t vocab, const float* temperature,
+                const bool* greedy, const bool* banned, Out out, void* stream) {
+  if (rows == 0) return 0;
+  if (vocab % 4) return (int)cudaErrorInvalidValue;
+  auto s = (cudaStream_t)stream;
+  if (bf16) {
+    sample_rows<<<(unsigned)rows, kWarps * 32, 0, s>>>((const __nv_bfloat16*)logits, vocab, temperature,
+                                                       greedy, banned, out);
+  } else {
+    sample_rows<<<(unsigned)rows, kWarps * 32, 0, s>>>((const float*)logits, vocab, temperature, greedy,
+                                                       banned, out);
+  }
+  return (int)cudaGetLastError();
+}
+
 extern "C" {
 
 // logits (rows, vocab) contiguous, f32 (`bf16` 0) or bf16 (1), vocab a multiple of 4; temperature,
@@ -264,17 +469,22 @@ extern "C" {
 int groundrl_launch_sample(const void* logits, int bf16, int64_t rows, int64_t vocab,
                            const float* temperature, const bool* greedy, const bool* banned,
                            const float* uniforms, int64_t* tokens, float* logprobs, void* stream) {
-  if (rows == 0) return 0;
-  if (vocab % 4) return (int)cudaErrorInvalidValue;
-  auto s = (cudaStream_t)stream;
-  if (bf16) {
-    sample_rows<<<(unsigned)rows, kWarps * 32, 0, s>>>((const __nv_bfloat16*)logits, vocab, temperature,
-                                                       greedy, banned, uniforms, tokens, logprobs);
-  } else {
-    sample_rows<<<(unsigned)rows, kWarps * 32, 0, s>>>((const float*)logits, vocab, temperature, greedy,
-                                                       banned, uniforms, tokens, logprobs);
-  }
-  return (int)cudaGetLastError();
+  return launch_rows(logits, bf16, rows, vocab, temperature, greedy, banned,
+                     RowOut{uniforms, tokens, logprobs}, stream);
+}
+
+// As groundrl_launch_sample, for step *index of a decoding step's record (StepOut): uniforms,
+// table_tokens, table_logprobs (rows, steps); finished (rows,) bool, read and updated; stops (rows,
+// stop_ids) int64; limits (rows,) int64; writes next (rows,) int64.
+int groundrl_launch_select(const void* logits, int bf16, int64_t rows, int64_t vocab,
+                           const float* temperature, const bool* greedy, const bool* banned,
+                           const float* uniforms, int64_t steps, const int64_t* index, bool* finished,
+                           const int64_t* stops, int64_t stop_ids, const int64_t* limits, int64_t pad,
+                           int64_t* table_tokens, float* table_logprobs, int64_t* next,
+                           void* stream) {
+  const StepOut out{uniforms, steps, index, finished, stops, stop_ids, limits, pad,
+                    table_tokens, table_logprobs, next};
+  return launch_rows(logits, bf16, rows, vocab, temperature, greedy, banned, out, stream);
 }
 
 }  // extern "C"

@@ -2,7 +2,7 @@
 //! KV heads of a full forward, and the fused weights and projections of a decoding step
 //! ([`FusedLayer`]). The families' decoder layers (`qwen2_5_vl::text`, `qwen3_vl::text`) build on these.
 
-use tch::{Kind, Tensor};
+use tch::{Device, Kind, Tensor};
 
 use crate::fused;
 use crate::layers::{Linear, RmsNorm};
@@ -137,14 +137,31 @@ impl Rotary {
 
     /// The tables of one token per row at `positions` (rows,) int64, the same position in every
     /// M-RoPE component (as in decoding, where how a family assigns frequencies to components does
-    /// not matter): rotary frequencies `theta ** (-2k / head_dim)`, computed on the device without a
-    /// host copy, so that a captured CUDA graph can make them.
-    pub(crate) fn of_tokens(positions: &Tensor, head_dim: i64, theta: f64, kind: Kind) -> Self {
-        let device = positions.device();
+    /// not matter), at the frequencies [`Self::frequencies`] gives: on bf16 CUDA tensors one kernel
+    /// ([`fused::rotary_tables`], the same bits), else libtorch's operations.
+    pub(crate) fn of_tokens(positions: &Tensor, inv_freq: &Tensor, kind: Kind) -> Self {
+        let kernel = match kind {
+            Kind::BFloat16 => fused::rotary_tables(positions, inv_freq),
+            _ => Ok(None),
+        };
+        let (cos, signed_sin) = fused::or_compose(kernel, || {
+            let angles = positions.to_kind(Kind::Float).unsqueeze(-1) * inv_freq.unsqueeze(0);
+            let tables = Self::from_angles(&angles.unsqueeze(1), kind);
+            (tables.cos, tables.signed_sin)
+        });
+        let rows = positions.size()[0];
+        Self {
+            cos: cos.view([rows, 1, -1]),
+            signed_sin: signed_sin.view([rows, 1, -1]),
+        }
+    }
+
+    /// The rotary frequencies `theta ** (-2k / head_dim)` (head_dim / 2,) f32 on `device`, by the
+    /// operations transformers uses (a scalar base), made once per decoding call, outside its
+    /// captured step.
+    pub(crate) fn frequencies(head_dim: i64, theta: f64, device: Device) -> Tensor {
         let exponents = Tensor::arange_start_step(0, head_dim, 2, (Kind::Float, device)) / head_dim as f64;
-        let inv_freq = Tensor::pow_scalar(theta, &exponents).reciprocal();
-        let angles = positions.to_kind(Kind::Float).unsqueeze(-1) * inv_freq.unsqueeze(0);
-        Self::from_angles(&angles.unsqueeze(1), kind)
+        Tensor::pow_scalar(theta, &exponents).reciprocal()
     }
 }
 

@@ -134,6 +134,33 @@ pub(crate) fn rotary(
     ffi::rotary(x, cos, signed_sin, rotated).map(Some)
 }
 
+/// One decoding step's rotation tables in bf16: for `positions` (rows,) int64 and `inv_freq` (half,)
+/// f32, `cos` and `signed_sin` (rows, 2 half) as [`crate::decoder::Rotary::of_tokens`] composes them
+/// (the same f32 functions element by element, so the same bits; a CUDA test compares). None where
+/// the kernel does not apply.
+pub(crate) fn rotary_tables(
+    positions: &Tensor,
+    inv_freq: &Tensor,
+) -> Result<Option<(Tensor, Tensor)>, TchError> {
+    let fits = positions.kind() == Kind::Int64
+        && inv_freq.kind() == Kind::Float
+        && positions.dim() == 1
+        && inv_freq.dim() == 1
+        && positions.is_contiguous()
+        && inv_freq.is_contiguous();
+    if !fits
+        || !applies(&[positions, inv_freq])
+        || !one_launch(&[positions], positions.numel() as i64 * inv_freq.numel() as i64)
+    {
+        return Ok(None);
+    }
+    let size = [positions.size()[0], 2 * inv_freq.size()[0]];
+    let cos = Tensor::f_empty(size, (Kind::BFloat16, positions.device()))?;
+    let signed_sin = Tensor::f_empty(size, (Kind::BFloat16, positions.device()))?;
+    ffi::rotary_tables(positions, inv_freq, (&cos, &signed_sin))?;
+    Ok(Some((cos, signed_sin)))
+}
+
 /// One decoding step's rotation and cache write: of `qkv` (rows, heads + 2 kv_heads, dim), the query
 /// heads rotated by `cos`, `signed_sin` (rows, dim), returned as (rows, heads, dim); the key heads
 /// rotated and the value heads as they are, written at the column held by `column` (a one-element
@@ -444,13 +471,7 @@ pub(crate) fn sample(
     banned: &Tensor,
     uniforms: &Tensor,
 ) -> Result<Option<(Tensor, Tensor)>, TchError> {
-    let fits = matches!(logits.size()[..], [_, vocab] if vocab > 0 && vocab % 4 == 0)
-        && matches!(logits.kind(), Kind::Float | Kind::BFloat16)
-        && logits.is_contiguous();
-    if !applies(&[logits, temperature, greedy, banned, uniforms]) || !fits {
-        return Ok(None);
-    }
-    if !aligned(&[logits], 16) || !aligned(&[banned], 4) || !banned.is_contiguous() {
+    if !sampling_applies(logits, banned, &[temperature, greedy, uniforms]) {
         return Ok(None);
     }
     let rows = logits.size()[0];
@@ -464,6 +485,81 @@ pub(crate) fn sample(
         (&tokens, &logprobs),
     )?;
     Ok(Some((tokens, logprobs)))
+}
+
+/// Whether the sampling kernel takes `logits` (contiguous (rows, vocab) f32 or bf16, vocab a
+/// multiple of 4, 16-byte aligned) and `banned` (contiguous, 4-byte aligned), with the module's
+/// conditions on those and the `others`.
+fn sampling_applies(logits: &Tensor, banned: &Tensor, others: &[&Tensor]) -> bool {
+    let fits = matches!(logits.size()[..], [_, vocab] if vocab > 0 && vocab % 4 == 0)
+        && matches!(logits.kind(), Kind::Float | Kind::BFloat16)
+        && logits.is_contiguous();
+    fits && applies(&[&[logits, banned], others].concat())
+        && aligned(&[logits], 16)
+        && aligned(&[banned], 4)
+        && banned.is_contiguous()
+}
+
+/// A decoding step's record, kept in place by [`select`] (the tensors of the rollout engine's
+/// decoding state).
+pub(crate) struct StepRecord<'a> {
+    /// (rows, steps) f32: every row's uniform of every step.
+    pub uniforms: &'a Tensor,
+    /// (1,) int64: the step.
+    pub index: &'a Tensor,
+    /// (rows,) bool: the row has ended; read, then updated.
+    pub finished: &'a Tensor,
+    /// (rows, stop ids) int64, -1 for none; (rows,) int64 limits of new tokens.
+    pub stops: &'a Tensor,
+    pub limits: &'a Tensor,
+    /// The token of ended rows (read by the CUDA shim alone).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub pad: i64,
+    /// (rows, steps) int64 and f32: the tokens and log-probs, written at the step's column.
+    pub tokens: &'a Tensor,
+    pub logprobs: &'a Tensor,
+}
+
+/// [`sample`] and the bookkeeping of a decoding step in the same kernel, where libtorch takes about
+/// ten more: the step's uniform from `record.uniforms`; for rows already ended the pad token and
+/// log-prob 0; both written at the step's column of `record.tokens` and `record.logprobs`; the row
+/// ended after a stop id or at its limit. Returns the tokens (rows,) (the next step's input); None
+/// where the kernel does not apply (as [`sample`], and every record tensor contiguous of its kind).
+pub(crate) fn select(
+    logits: &Tensor,
+    (temperature, greedy): (&Tensor, &Tensor),
+    banned: &Tensor,
+    record: &StepRecord,
+) -> Result<Option<Tensor>, TchError> {
+    let kept = [
+        (record.uniforms, Kind::Float),
+        (record.index, Kind::Int64),
+        (record.finished, Kind::Bool),
+        (record.stops, Kind::Int64),
+        (record.limits, Kind::Int64),
+        (record.tokens, Kind::Int64),
+        (record.logprobs, Kind::Float),
+    ];
+    let record_fits = kept
+        .iter()
+        .all(|(t, kind)| t.kind() == *kind && t.is_contiguous());
+    let others: Vec<&Tensor> = [temperature, greedy]
+        .into_iter()
+        .chain(kept.iter().map(|(t, _)| *t))
+        .collect();
+    if !record_fits || !sampling_applies(logits, banned, &others) {
+        return Ok(None);
+    }
+    let next = Tensor::f_empty([logits.size()[0]], (Kind::Int64, logits.device()))?;
+    let floats = |t: &Tensor| t.f_to_kind(Kind::Float)?.f_contiguous();
+    ffi::select(
+        logits,
+        (&floats(temperature)?, &greedy.f_contiguous()?),
+        banned,
+        record,
+        &next,
+    )?;
+    Ok(Some(next))
 }
 
 /// SwiGLU's `silu(gate) * up` for `gate` and `up` of one shape: on bf16 CUDA tensors one kernel, and
@@ -703,6 +799,27 @@ mod ffi {
             uniforms: *mut c_void,
             tokens: *mut c_void,
             logprobs: *mut c_void,
+        ) -> c_int;
+        fn groundrl_rotary_tables(
+            positions: *mut c_void,
+            inv_freq: *mut c_void,
+            cos: *mut c_void,
+            signed_sin: *mut c_void,
+        ) -> c_int;
+        fn groundrl_select(
+            logits: *mut c_void,
+            temperature: *mut c_void,
+            greedy: *mut c_void,
+            banned: *mut c_void,
+            uniforms: *mut c_void,
+            index: *mut c_void,
+            finished: *mut c_void,
+            stops: *mut c_void,
+            limits: *mut c_void,
+            pad: i64,
+            tokens: *mut c_void,
+            logprobs: *mut c_void,
+            next: *mut c_void,
         ) -> c_int;
         fn groundrl_decode_attention(
             q: *mut c_void,
@@ -946,6 +1063,46 @@ mod ffi {
         })
     }
 
+    pub fn rotary_tables(
+        positions: &Tensor,
+        inv_freq: &Tensor,
+        (cos, signed_sin): (&Tensor, &Tensor),
+    ) -> Result<(), TchError> {
+        // SAFETY: as in `rotary`.
+        result("rotary_tables", unsafe {
+            groundrl_rotary_tables(raw(positions), raw(inv_freq), raw(cos), raw(signed_sin))
+        })
+    }
+
+    pub fn select(
+        logits: &Tensor,
+        (temperature, greedy): (&Tensor, &Tensor),
+        banned: &Tensor,
+        r: &super::StepRecord,
+        next: &Tensor,
+    ) -> Result<(), TchError> {
+        // SAFETY: as in `rotary`.
+        result("select", unsafe {
+            let settings = (raw(temperature), raw(greedy), raw(banned));
+            let ends = (raw(r.finished), raw(r.stops), raw(r.limits));
+            groundrl_select(
+                raw(logits),
+                settings.0,
+                settings.1,
+                settings.2,
+                raw(r.uniforms),
+                raw(r.index),
+                ends.0,
+                ends.1,
+                ends.2,
+                r.pad,
+                raw(r.tokens),
+                raw(r.logprobs),
+                raw(next),
+            )
+        })
+    }
+
     pub fn linear_attention_step(
         x: &super::LinearAttentionStep,
         (conv, recurrent): (&Tensor, &Tensor),
@@ -1099,6 +1256,20 @@ mod ffi {
         unavailable()
     }
 
+    pub fn rotary_tables(_: &Tensor, _: &Tensor, _: (&Tensor, &Tensor)) -> Result<(), TchError> {
+        unavailable()
+    }
+
+    pub fn select(
+        _: &Tensor,
+        _: (&Tensor, &Tensor),
+        _: &Tensor,
+        _: &super::StepRecord,
+        _: &Tensor,
+    ) -> Result<(), TchError> {
+        unavailable()
+    }
+
     pub fn decode_attention(
         _: &Tensor,
         _: (&Tensor, &Tensor),
@@ -1216,6 +1387,31 @@ mod tests {
         );
         let weight = cpu(&[256]);
         assert!(rms_norm(&cpu(&[3, 256]), &weight, 1e-6).unwrap().is_none());
+    }
+
+    /// The decoding step's rotary tables from the kernel equal libtorch's composition bit for bit
+    /// (the same f32 functions element by element), at the 3B shape's frequencies (head_dim 128,
+    /// theta 1e6) and Qwen3-VL's (theta 5e6), at positions 0 to 262,143 and a few beyond.
+    #[test]
+    fn rotary_tables_equal_the_composition_bit_for_bit() {
+        let Some(device) = cuda_for_tests() else { return };
+        let mut positions: Vec<i64> = (0..262_144).collect();
+        positions.extend([1 << 20, (1 << 24) - 1, 1 << 24, (1 << 24) + 1, 123_456_789]);
+        let positions = Tensor::from_slice(&positions).to_device(device);
+        for theta in [1e6, 5e6] {
+            let inv_freq = crate::decoder::Rotary::frequencies(128, theta, device);
+            let (cos, signed_sin) = rotary_tables(&positions, &inv_freq)
+                .unwrap()
+                .expect("the kernel applies");
+            let angles = positions.to_kind(Kind::Float).unsqueeze(-1) * inv_freq.unsqueeze(0);
+            let sin = angles.sin();
+            let want_cos = Tensor::cat(&[&angles, &angles], -1).cos().to_kind(Kind::BFloat16);
+            let want_sin = Tensor::cat(&[sin.neg(), sin], -1).to_kind(Kind::BFloat16);
+            let differ = |a: &Tensor, b: &Tensor| a.ne_tensor(b).sum(Kind::Int64).int64_value(&[]);
+            let (bad_cos, bad_sin) = (differ(&cos, &want_cos), differ(&signed_sin, &want_sin));
+            eprintln!("theta {theta}: {bad_cos} cos and {bad_sin} sin values differ");
+            assert_eq!((bad_cos, bad_sin), (0, 0), "theta {theta}");
+        }
     }
 
     #[test]

@@ -82,26 +82,29 @@ impl Decoder for Qwen25Vl {
     }
 
     fn stepper<'a>(&'a self, fused: &'a Fused) -> Result<Box<dyn DecodeStep + 'a>, ModelError> {
+        let config = &self.text.config;
         Ok(Box::new(Step {
             model: self,
             layers: fused.get::<Vec<FusedLayer>>()?,
+            inv_freq: Rotary::frequencies(config.head_dim(), config.rope_theta, self.device()),
         }))
     }
 }
 
-/// Qwen2.5-VL's decoding step over its fused layers.
+/// Qwen2.5-VL's decoding step over its fused layers. A decoded token's three M-RoPE position
+/// components are equal, so its rotary tables come from one position per row ([`Rotary::of_tokens`]).
 struct Step<'a> {
     model: &'a Qwen25Vl,
     layers: &'a [FusedLayer],
+    /// The rotary frequencies ([`Rotary::frequencies`]).
+    inv_freq: Tensor,
 }
 
 impl DecodeStep for Step<'_> {
     fn step(&self, cache: &mut KvCache, token: &Tensor, column: &Tensor, position: &Tensor) -> Tensor {
         let text = &self.model.text;
-        let rows = token.size()[0];
         let mut x = text.embed(token);
-        let positions = position.view([1, rows, 1]).expand([3, rows, 1], false);
-        let rotary = Rotary::new(&text.config, &positions, x.kind());
+        let rotary = Rotary::of_tokens(position, &self.inv_freq, x.kind());
         let mask = cache.key_mask_through(column);
         let mut normed = text.decode_norm(0).forward(&x);
         for (i, (layer, fused)) in text.layers.iter().zip(self.layers).enumerate() {

@@ -90,9 +90,11 @@ impl Decoder for Qwen3Vl {
     }
 
     fn stepper<'a>(&'a self, fused: &'a Fused) -> Result<Box<dyn DecodeStep + 'a>, ModelError> {
+        let config = &self.text.config;
         Ok(Box::new(Step {
             model: self,
             layers: fused.get::<Vec<FusedLayer>>()?,
+            inv_freq: Rotary::frequencies(config.head_dim, config.rope_theta, self.device()),
         }))
     }
 }
@@ -101,14 +103,15 @@ impl Decoder for Qwen3Vl {
 struct Step<'a> {
     model: &'a Qwen3Vl,
     layers: &'a [FusedLayer],
+    /// The rotary frequencies ([`Rotary::frequencies`]).
+    inv_freq: Tensor,
 }
 
 impl DecodeStep for Step<'_> {
     fn step(&self, cache: &mut KvCache, token: &Tensor, column: &Tensor, position: &Tensor) -> Tensor {
         let text = &self.model.text;
-        let config = &text.config;
         let mut x = text.embed(token);
-        let rotary = Rotary::of_tokens(position, config.head_dim, config.rope_theta, x.kind());
+        let rotary = Rotary::of_tokens(position, &self.inv_freq, x.kind());
         let mask = cache.key_mask_through(column);
         let mut normed = text.decode_norm(0).forward(&x);
         for (i, (layer, fused)) in text.layers.iter().zip(self.layers).enumerate() {

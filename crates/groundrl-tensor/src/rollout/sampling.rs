@@ -125,6 +125,16 @@ impl Sampler {
         }
     }
 
+    /// [`Self::sample`] and the step's `record` in one CUDA kernel ([`fused::select`]) when no row
+    /// filters and the kernel applies: the next tokens. None otherwise (the caller composes).
+    pub(crate) fn select(&self, logits: &Tensor, record: &fused::StepRecord) -> Option<Tensor> {
+        if self.any_filters {
+            return None;
+        }
+        let settings = (&self.temperature, &self.greedy);
+        fused::select(logits, settings, &self.banned, record).unwrap_or_else(|e| panic!("{e}"))
+    }
+
     /// [`Self::sample`] as libtorch operations: every row's rule, top-k and top-p included.
     fn compose(&self, logits: &Tensor, uniforms: &Tensor) -> (Tensor, Tensor) {
         let scaled = logits.to_kind(Kind::Float) / self.temperature.unsqueeze(1);
@@ -305,6 +315,62 @@ mod tests {
                 .unwrap() as i64;
             let got = inverse_cdf(&probs, &Tensor::from_slice(&[u])).int64_value(&[0]);
             assert_eq!(got, expected, "uniform {u}");
+        }
+    }
+
+    /// The CUDA kernel's three-level draw ([`fused::sample`]; the composition where no GPU is) where
+    /// the answer is exact: rows whose allowed tokens all have logit 0 (weight exactly 1, so every partial sum
+    /// is an exact integer in f32) and every other logit -inf, the allowed tokens spread over one
+    /// range's 32 sub-ranges and their edges, over the whole vocabulary, or a single one, with
+    /// banned tokens among them. A uniform of (j + 1/2) / n must draw the j-th allowed token, with
+    /// log-prob -ln(n).
+    #[test]
+    fn the_sampling_kernel_draws_the_counted_token() {
+        let device = fused::cuda_for_tests().unwrap_or(Device::Cpu);
+        let vocab = 151_936i64;
+        let banned = [151_652i64, 7, 4_748 * 5 + 152];
+        // The kernel's range of warp 5 starts at 4,748 x 5; its sub-ranges are 152 tokens long.
+        let range = 4_748 * 5;
+        let sets: Vec<Vec<i64>> = vec![
+            (0..4_748).step_by(37).map(|t| range + t).collect(),
+            (0..32)
+                .flat_map(|s| [range + 152 * s, range + 152 * s + 151])
+                .collect(),
+            (0..vocab).step_by(997).collect(),
+            (0..vocab).filter(|t| t % 5 == 2 || t % 4_748 == 0).collect(),
+            vec![vocab - 1],
+            vec![3, 7, 151_652],
+        ];
+        // Each set drawn at its first, a middle and its last allowed token.
+        let rows: Vec<(&Vec<i64>, usize)> = sets.iter().flat_map(|s| [(s, 0), (s, 1), (s, 2)]).collect();
+        let mut logits = vec![f32::NEG_INFINITY; rows.len() * vocab as usize];
+        let (mut uniforms, mut want, mut counts) = (Vec::new(), Vec::new(), Vec::new());
+        for (r, &(tokens, pick)) in rows.iter().enumerate() {
+            for &t in tokens.iter().chain(&banned) {
+                logits[r * vocab as usize + t as usize] = 0.0;
+            }
+            let allowed: Vec<i64> = tokens.iter().copied().filter(|t| !banned.contains(t)).collect();
+            let j = [0, allowed.len() * 5 / 9, allowed.len() - 1][pick];
+            uniforms.push((j as f32 + 0.5) / allowed.len() as f32);
+            want.push(allowed[j]);
+            counts.push((allowed.len() + banned.len()) as f64);
+        }
+        let settings = vec![settings(0, 1.0); rows.len()];
+        let sampler = Sampler::new(&settings, vocab, &banned, device).unwrap();
+        let logits = Tensor::from_slice(&logits)
+            .view([rows.len() as i64, vocab])
+            .to_device(device);
+        let uniforms = Tensor::from_slice(&uniforms).to_device(device);
+        for kind in [Kind::Float, Kind::BFloat16] {
+            let (tokens, logprobs) = sampler.sample(&logits.to_kind(kind), &uniforms);
+            assert_eq!(Vec::<i64>::try_from(&tokens).unwrap(), want, "{kind:?}");
+            // The log-prob counts the banned tokens too (they have logit 0 here).
+            for (lp, n) in Vec::<f32>::try_from(&logprobs).unwrap().iter().zip(&counts) {
+                assert!(
+                    (*lp as f64 + n.ln()).abs() < 1e-5,
+                    "{kind:?}: log-prob {lp} of {n} tokens"
+                );
+            }
         }
     }
 

@@ -26,6 +26,7 @@ use super::GenerationRequest;
 use super::kv_cache::{CacheShape, KvCache};
 use super::sampling::{RowSettings, Sampler, uniforms};
 use crate::cuda_graph::CudaGraph;
+use crate::fused::StepRecord;
 use crate::model::{Decoder, Fused};
 use crate::model_error::ModelError;
 use crate::upload::upload;
@@ -361,8 +362,31 @@ impl Decoding {
 
     /// Selects every row's token of step `step.index` from `step.logits`; ended rows get the pad token
     /// (log-prob 0). Returns the tokens (rows,), the next step's input. Updates its own tensors in
-    /// place (a replayed CUDA graph writes into the memory it was captured with).
+    /// place (a replayed CUDA graph writes into the memory it was captured with). One CUDA kernel
+    /// where it applies ([`Sampler::select`]), else [`Self::select_composed`].
     pub fn select(&mut self, step: &Step) -> Tensor {
+        match self.sampler.select(&step.logits, &self.record(step)) {
+            Some(token) => token,
+            None => self.select_composed(step),
+        }
+    }
+
+    /// What step `step.index` reads and records, for the one-kernel selection.
+    fn record<'a>(&'a self, step: &'a Step) -> StepRecord<'a> {
+        StepRecord {
+            uniforms: &self.uniforms,
+            index: &step.index,
+            finished: &self.finished,
+            stops: &self.stops,
+            limits: &self.limits,
+            pad: self.pad,
+            tokens: &self.tokens,
+            logprobs: &self.logprobs,
+        }
+    }
+
+    /// [`Self::select`] by libtorch operations, the sampling by [`Sampler::sample`].
+    fn select_composed(&mut self, step: &Step) -> Tensor {
         let uniforms = self.uniforms.index_select(1, &step.index).squeeze_dim(1);
         let (drawn, logprob) = self.sampler.sample(&step.logits, &uniforms);
         let token = drawn.masked_fill(&self.finished, self.pad);
@@ -480,5 +504,71 @@ mod tests {
         greedy[0].params.top_p = 0.5;
         greedy[1].params.top_k = 1000;
         assert_eq!(shape(&greedy, 150), reference);
+    }
+
+    /// The one-kernel step record ([`Sampler::select`] on a GPU; skipped elsewhere) against
+    /// [`Decoding::select_composed`], bit for bit, over six steps of 12 rows: greedy and sampling
+    /// rows, a row ended before the first step, rows reaching their limit at steps 2 and 4, and stop
+    /// ids that greedy rows meet (their largest logit made a stop id at step 3).
+    #[test]
+    fn the_step_kernel_records_what_the_composition_records() {
+        let Some(device) = crate::fused::cuda_for_tests() else {
+            return;
+        };
+        tch::manual_seed(11);
+        let (rows, vocab, steps) = (12i64, 151_936i64, 6i64);
+        let settings: Vec<RowSettings> = (0..rows)
+            .map(|r| RowSettings {
+                temperature: [0.0, 1.0, 0.7][r as usize % 3],
+                top_k: 0,
+                top_p: 1.0,
+            })
+            .collect();
+        let limits: Vec<i64> = (0..rows).map(|r| [6, 2, 4][r as usize % 3]).collect();
+        // Row 0's second stop id is token 777, its largest logit from step 3 on.
+        let stops: Vec<i64> = (0..rows)
+            .flat_map(|r| [5 + r, if r == 0 { 777 } else { -1 }])
+            .collect();
+        let make = || Decoding {
+            sampler: Sampler::new(&settings, vocab, &[151_643, 9], device).unwrap(),
+            uniforms: Tensor::rand([rows, steps], (Kind::Float, Device::Cpu)).to_device(device),
+            stops: Tensor::from_slice(&stops).view([rows, 2]).to_device(device),
+            limits: Tensor::from_slice(&limits).to_device(device),
+            finished: Tensor::from_slice(&[false, false, false, true])
+                .repeat([3])
+                .to_device(device),
+            pad: 151_643,
+            tokens: Tensor::full([rows, steps], -1, (Kind::Int64, device)),
+            logprobs: Tensor::zeros([rows, steps], (Kind::Float, device)),
+        };
+        let (kernel, mut composed) = (make(), make());
+        composed.assign(&kernel);
+        let mut step = Step::new(rows, vocab, (Kind::BFloat16, device));
+        for s in 0..steps {
+            let logits = Tensor::randn([rows, vocab], (Kind::Float, device)) * 3.0;
+            if s >= 3 {
+                let _ = logits.get(0).get(777).fill_(50.0);
+            }
+            step.logits.copy_(&logits);
+            let _ = step.index.fill_(s);
+            let next = kernel
+                .sampler
+                .select(&step.logits, &kernel.record(&step))
+                .expect("the kernel applies");
+            let want = composed.select_composed(&step);
+            assert!(next.equal(&want), "step {s}: next tokens differ");
+        }
+        assert!(kernel.tokens.equal(&composed.tokens));
+        assert!(kernel.logprobs.equal(&composed.logprobs));
+        assert!(kernel.finished.equal(&composed.finished));
+        // The record is not trivial: row 0 stopped at step 3, rows 1 and 2 at their limits, row 3
+        // never drew (all pad).
+        let tokens = Vec::<i64>::try_from(kernel.tokens.to_device(Device::Cpu).view([-1])).unwrap();
+        let row = |r: usize| &tokens[r * steps as usize..][..steps as usize];
+        assert_eq!(row(0)[3], 777);
+        assert!(row(0)[4..].iter().all(|&t| t == 151_643));
+        assert!(row(1)[2..].iter().all(|&t| t == 151_643) && row(1)[..2].iter().all(|&t| t != 151_643));
+        assert!(row(2)[4..].iter().all(|&t| t == 151_643) && row(2)[..4].iter().all(|&t| t != 151_643));
+        assert!(row(3).iter().all(|&t| t == 151_643));
     }
 }
