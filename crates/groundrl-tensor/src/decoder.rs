@@ -222,6 +222,15 @@ pub(crate) struct LayerProjections<'a> {
     pub down: &'a Linear,
 }
 
+/// What a decoding step reads besides the model's own tensors and the cache, made once by a family's
+/// [`crate::model::Decoder::fuse`] and kept with the engine's captured steps: a replayed CUDA graph
+/// reads them at the addresses it was captured with, so they must live as long as it does.
+pub(crate) struct FusedDecoder {
+    pub layers: Vec<FusedLayer>,
+    /// The rotary frequencies ([`Rotary::frequencies`]).
+    pub inv_freq: Tensor,
+}
+
 /// One decoder layer's weights as decoding applies them: LoRA adapters folded in (`W + scale · B A`, as
 /// `merge_lora` folds them), so that an adapted policy decodes without the adapters' extra matmuls,
 /// and projections that read the same input stacked into one matrix, so that one matmul makes q, k

@@ -6,6 +6,7 @@ use tch::{Device, Kind, Tensor};
 use super::Qwen25Vl;
 use super::model::Batch;
 use super::text::{FusedLayer, Rotary, attend};
+use crate::decoder::FusedDecoder;
 use crate::model::{CacheLayout, DecodeStep, Decoder, Fused, ImageFeatures, Prefill, VisionIds};
 use crate::model_error::ModelError;
 use crate::rollout::kv_cache::KvCache;
@@ -51,11 +52,16 @@ impl Decoder for Qwen25Vl {
     }
 
     fn fuse(&self) -> Result<Fused, ModelError> {
-        Ok(Fused::new(self.text.fuse_layers()?))
+        let config = &self.text.config;
+        Ok(Fused::new(FusedDecoder {
+            layers: self.text.fuse_layers()?,
+            inv_freq: Rotary::frequencies(config.head_dim(), config.rope_theta, self.device()),
+        }))
     }
 
     fn refresh_fused(&self, fused: &mut Fused) -> Result<(), ModelError> {
-        self.text.refresh_fused(fused.get_mut::<Vec<FusedLayer>>()?)
+        self.text
+            .refresh_fused(&mut fused.get_mut::<FusedDecoder>()?.layers)
     }
 
     fn prefill(
@@ -82,11 +88,11 @@ impl Decoder for Qwen25Vl {
     }
 
     fn stepper<'a>(&'a self, fused: &'a Fused) -> Result<Box<dyn DecodeStep + 'a>, ModelError> {
-        let config = &self.text.config;
+        let fused = fused.get::<FusedDecoder>()?;
         Ok(Box::new(Step {
             model: self,
-            layers: fused.get::<Vec<FusedLayer>>()?,
-            inv_freq: Rotary::frequencies(config.head_dim(), config.rope_theta, self.device()),
+            layers: &fused.layers,
+            inv_freq: &fused.inv_freq,
         }))
     }
 }
@@ -96,15 +102,15 @@ impl Decoder for Qwen25Vl {
 struct Step<'a> {
     model: &'a Qwen25Vl,
     layers: &'a [FusedLayer],
-    /// The rotary frequencies ([`Rotary::frequencies`]).
-    inv_freq: Tensor,
+    /// The rotary frequencies ([`Rotary::frequencies`]), kept with the fused layers.
+    inv_freq: &'a Tensor,
 }
 
 impl DecodeStep for Step<'_> {
     fn step(&self, cache: &mut KvCache, token: &Tensor, column: &Tensor, position: &Tensor) -> Tensor {
         let text = &self.model.text;
         let mut x = text.embed(token);
-        let rotary = Rotary::of_tokens(position, &self.inv_freq, x.kind());
+        let rotary = Rotary::of_tokens(position, self.inv_freq, x.kind());
         let mask = cache.key_mask_through(column);
         let mut normed = text.decode_norm(0).forward(&x);
         for (i, (layer, fused)) in text.layers.iter().zip(self.layers).enumerate() {

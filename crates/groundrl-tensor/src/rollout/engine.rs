@@ -351,3 +351,55 @@ fn check_request(r: &GenerationRequest) -> Result<(), &'static str> {
     };
     Err(problem)
 }
+
+#[cfg(test)]
+mod tests {
+    use tch::Kind;
+
+    use super::*;
+    use crate::processor::Encoded;
+    use crate::rollout::SamplingParams;
+
+    /// On a GPU (skipped elsewhere): a later call of a kept shape replays the step the first call
+    /// captured, so that step may read only tensors that outlive a call. Memory freed after the first
+    /// call and written over (NaN in blocks of every small size) must not change the second call's
+    /// completions: the same request gives the same tokens and log-probs.
+    #[test]
+    fn a_replayed_step_reads_only_what_outlives_the_call() {
+        let Some(device) = crate::fused::cuda_for_tests() else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        crate::hf_folder::write_tiny(dir.path(), 0, Kind::BFloat16).unwrap();
+        let hf = crate::hf_folder::load(dir.path(), device, Kind::BFloat16).unwrap();
+        let requests = [GenerationRequest {
+            prompt: Encoded {
+                input_ids: (10..40).collect(),
+                pixel_values: None,
+                image_grids: vec![],
+            },
+            n: 4,
+            first_sample: 0,
+            params: SamplingParams {
+                seed: 7,
+                temperature: 1.0,
+                max_new_tokens: 16,
+                ..Default::default()
+            },
+            features: None,
+        }];
+        let engine = Engine::new(hf.model.as_ref(), &hf.processor);
+        let first = engine.generate(&requests).unwrap();
+        let junk: Vec<Tensor> = (1..=1024)
+            .map(|n| Tensor::full([n], f64::NAN, (Kind::Float, device)))
+            .collect();
+        let second = engine.generate(&requests).unwrap();
+        assert_eq!(
+            engine.sessions_made(),
+            1,
+            "the second call should replay the first's step"
+        );
+        assert_eq!(second, first);
+        drop(junk);
+    }
+}
