@@ -243,9 +243,6 @@ int groundrl_gate_up_swiglu(void* x_, void* weight_, void* out_, int* ran) {
   });
 }
 
-// tokens (rows,) int64 and logprobs (rows,) f32 drawn from logits (rows, vocab) f32 or bf16
-// contiguous by temperature, uniforms (rows,) f32, greedy (rows,) bool and banned (vocab,) bool; see
-// sampling.cu.
 // The sampler's inputs (`rollout/sampling.rs`) checked: logits (rows, vocab) f32 or bf16 and
 // contiguous, vocab a multiple of 4, and per row or per token the settings; `vectors` more (tensor,
 // dtype, values, name) one-dimensional contiguous ones.
@@ -272,6 +269,9 @@ void check_sampling(const at::Tensor& logits, const at::Tensor& temperature, con
   for (const auto& v : vectors) one(v);
 }
 
+// tokens (rows,) int64 and logprobs (rows,) f32 drawn from logits (rows, vocab) f32 or bf16
+// contiguous by temperature, uniforms (rows,) f32, greedy (rows,) bool and banned (vocab,) bool; see
+// sampling.cu.
 int groundrl_sample(void* logits_, void* temperature_, void* greedy_, void* banned_, void* uniforms_,
                     void* tokens_, void* logprobs_) {
   return guarded([&] {

@@ -132,17 +132,11 @@ __global__ void rotary(RotaryParts p, const T* __restrict__ cos, const T* __rest
   store<W>(o + i + half, out_hi);
 }
 
-// One decoding step's rotation and cache write. `qkv` (rows, heads + 2 kv_heads, dim) holds every
-// row's projected query, key and value heads; tables (rows, dim) are bf16, and every product and the
-// sum are rounded to bf16 as transformers' bf16 `q * cos + rotate_half(q) * sin` rounds them. Query
-// heads go to `q_out` (rows, heads, dim); key heads, rotated, and value heads, copied, go to column
-// `*column` of the caches (rows, kv_heads, capacity, dim). The column is read on the device, so a
-// captured CUDA graph replays the step for every column.
 // One decoding step's rotation tables: for row r at position positions[r] and frequency k <
 // half, angle = float(position) x inv_freq[k] in f32; cos (rows, 2 half) holds bf16(cos(angle)) at k
 // and k + half, ssin bf16(-sin(angle)) at k and bf16(sin(angle)) at k + half: what libtorch's
-// conversion, product, sin, cos, negation, concatenations and bf16 conversions (`Rotary::of_tokens`)
-// compute, element by element with the same f32 functions, in one kernel instead of about ten.
+// conversion, product, sin, cos, negation, concatenations and bf16 conversions compute
+// (`Rotary::of_tokens_composed`), element by element with the same f32 functions, in one kernel.
 __global__ void rotary_tables(const int64_t* __restrict__ positions, const float* __restrict__ inv_freq,
                               bf16* __restrict__ cos_out, bf16* __restrict__ ssin, int64_t rows,
                               int64_t half) {
@@ -158,6 +152,12 @@ __global__ void rotary_tables(const int64_t* __restrict__ positions, const float
   s_row[k + half] = __float2bfloat16_rn(s);
 }
 
+// One decoding step's rotation and cache write. `qkv` (rows, heads + 2 kv_heads, dim) holds every
+// row's projected query, key and value heads; tables (rows, dim) are bf16, and every product and the
+// sum are rounded to bf16 as transformers' bf16 `q * cos + rotate_half(q) * sin` rounds them. Query
+// heads go to `q_out` (rows, heads, dim); key heads, rotated, and value heads, copied, go to column
+// `*column` of the caches (rows, kv_heads, capacity, dim). The column is read on the device, so a
+// captured CUDA graph replays the step for every column.
 __global__ void decode_rotary_write(const bf16* __restrict__ qkv, int64_t qkv_row,
                                     const bf16* __restrict__ cos, const bf16* __restrict__ ssin,
                                     bf16* __restrict__ q_out, bf16* __restrict__ keys,

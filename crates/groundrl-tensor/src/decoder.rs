@@ -144,21 +144,25 @@ impl Rotary {
             Kind::BFloat16 => fused::rotary_tables(positions, inv_freq),
             _ => Ok(None),
         };
-        let (cos, signed_sin) = fused::or_compose(kernel, || {
-            let angles = positions.to_kind(Kind::Float).unsqueeze(-1) * inv_freq.unsqueeze(0);
-            let tables = Self::from_angles(&angles.unsqueeze(1), kind);
-            (tables.cos, tables.signed_sin)
-        });
         let rows = positions.size()[0];
-        Self {
+        let views = |(cos, signed_sin): (Tensor, Tensor)| Self {
             cos: cos.view([rows, 1, -1]),
             signed_sin: signed_sin.view([rows, 1, -1]),
-        }
+        };
+        fused::or_compose(kernel.map(|tables| tables.map(views)), || {
+            Self::of_tokens_composed(positions, inv_freq, kind)
+        })
+    }
+
+    /// [`Self::of_tokens`] by libtorch's operations.
+    pub(crate) fn of_tokens_composed(positions: &Tensor, inv_freq: &Tensor, kind: Kind) -> Self {
+        let angles = positions.to_kind(Kind::Float).unsqueeze(-1) * inv_freq.unsqueeze(0);
+        Self::from_angles(&angles.unsqueeze(1), kind)
     }
 
     /// The rotary frequencies `theta ** (-2k / head_dim)` (head_dim / 2,) f32 on `device`, by the
-    /// operations transformers uses (a scalar base), made once per decoding call, outside its
-    /// captured step.
+    /// operations transformers uses (a scalar base); made once with a family's fused decoding weights
+    /// ([`FusedDecoder`]), which outlive the captured steps that read them.
     pub(crate) fn frequencies(head_dim: i64, theta: f64, device: Device) -> Tensor {
         let exponents = Tensor::arange_start_step(0, head_dim, 2, (Kind::Float, device)) / head_dim as f64;
         Tensor::pow_scalar(theta, &exponents).reciprocal()

@@ -135,9 +135,9 @@ pub(crate) fn rotary(
 }
 
 /// One decoding step's rotation tables in bf16: for `positions` (rows,) int64 and `inv_freq` (half,)
-/// f32, `cos` and `signed_sin` (rows, 2 half) as [`crate::decoder::Rotary::of_tokens`] composes them
-/// (the same f32 functions element by element, so the same bits; a CUDA test compares). None where
-/// the kernel does not apply.
+/// f32, `cos` and `signed_sin` (rows, 2 half) as [`crate::decoder::Rotary::of_tokens_composed`]
+/// makes them (the same f32 functions element by element, so the same bits; a CUDA test compares).
+/// None where the kernel does not apply.
 pub(crate) fn rotary_tables(
     positions: &Tensor,
     inv_freq: &Tensor,
@@ -1403,10 +1403,8 @@ mod tests {
             let (cos, signed_sin) = rotary_tables(&positions, &inv_freq)
                 .unwrap()
                 .expect("the kernel applies");
-            let angles = positions.to_kind(Kind::Float).unsqueeze(-1) * inv_freq.unsqueeze(0);
-            let sin = angles.sin();
-            let want_cos = Tensor::cat(&[&angles, &angles], -1).cos().to_kind(Kind::BFloat16);
-            let want_sin = Tensor::cat(&[sin.neg(), sin], -1).to_kind(Kind::BFloat16);
+            let composed = crate::decoder::Rotary::of_tokens_composed(&positions, &inv_freq, Kind::BFloat16);
+            let (want_cos, want_sin) = composed.token_tables();
             let differ = |a: &Tensor, b: &Tensor| a.ne_tensor(b).sum(Kind::Int64).int64_value(&[]);
             let (bad_cos, bad_sin) = (differ(&cos, &want_cos), differ(&signed_sin, &want_sin));
             eprintln!("theta {theta}: {bad_cos} cos and {bad_sin} sin values differ");

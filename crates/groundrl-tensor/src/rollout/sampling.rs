@@ -319,10 +319,10 @@ mod tests {
     }
 
     /// The CUDA kernel's three-level draw ([`fused::sample`]; the composition where no GPU is) where
-    /// the answer is exact: rows whose allowed tokens all have logit 0 (weight exactly 1, so every partial sum
-    /// is an exact integer in f32) and every other logit -inf, the allowed tokens spread over one
-    /// range's 32 sub-ranges and their edges, over the whole vocabulary, or a single one, with
-    /// banned tokens among them. A uniform of (j + 1/2) / n must draw the j-th allowed token, with
+    /// the answer is exact: rows whose allowed tokens all have logit 0 (weight exactly 1, so every
+    /// partial sum is an exact integer in f32) and every other logit -inf, the allowed tokens spread
+    /// over one range's 32 sub-ranges and their edges, over the whole vocabulary, or a single one,
+    /// with banned tokens among them. A uniform of (j + 1/2) / n must draw the j-th allowed token, with
     /// log-prob -ln(n).
     #[test]
     fn the_sampling_kernel_draws_the_counted_token() {
