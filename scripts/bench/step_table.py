@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Prints, for each named run of scripts/gpu/train-runs.sh, the medians of its steps after the first
-(step, rollout and update seconds, MFU by model FLOPs), its peak device memory and every step's time.
+(step, rollout, generation and update seconds, MFU by model FLOPs), its peak device memory and every step's time.
 
 Usage: step_table.py RAW_DIR NAME [NAME ...]   (RAW_DIR holds NAME.metrics.jsonl)
 """
@@ -24,7 +24,8 @@ def main():
             continue
         med = lambda key: st.median(r[key] for r in rows)
         peak = max(r.get("peak_memory_bytes", 0) for r in rows) / 2**30
-        print(f"{name}: steps 2-{len(rows) + 1} step {med('time/step'):.3f} s, rollout {med('time/rollout'):.3f}, "
+        print(f"{name}: steps 2-{len(rows) + 1} step {med('time/step'):.3f} s, rollout {med('time/rollout'):.3f} "
+              f"(generation {med('time/generate'):.3f}), "
               f"update {med('time/update'):.3f}, {med('mfu_model_flops'):.1%}, peak {peak:.2f} GiB; steps "
               + " ".join(f"{r['time/step']:.3f}" for r in rows))
 

@@ -1,20 +1,29 @@
-# Sourced by the measurement scripts that time two builds' `bench rollout` side by side (under
+# Sourced by the measurement scripts that time builds' `bench rollout` side by side (under
 # measurements/): `rollout_ab OUT MODEL BIN_A BIN_B [ROUNDS [ARGS...]]` runs `bench rollout` 8 x 8
 # (medians of 5; ARGS replace `--prompts 8 --n 8`) ROUNDS times (default 3) for each binary,
 # alternating A, B, A, B, ..., on the random-weight folder MODEL (made by BIN_B's `model init` when
 # missing), appends each run's JSON line under "== NAME, run I" to OUT (NAME: the binary's folder's
 # name) and prints one line a run: the decoding step's median, the share of the roofline, tokens a
-# second and the prefill.
+# second and the prefill. `rollout_rounds OUT MODEL ROUNDS ARGS BIN...` does the same for any number
+# of binaries (ARGS one word-split string, empty for 8 x 8), in turn within each round.
 rollout_ab() {
   local out=$1 model=$2 a=$3 b=$4 rounds=${5:-3}
   shift $(($# < 5 ? $# : 5))
-  local args=("$@")
+  rollout_rounds "$out" "$model" "$rounds" "$*" "$a" "$b"
+}
+
+rollout_rounds() {
+  local out=$1 model=$2 rounds=$3 words=$4
+  shift 4
+  local binaries=("$@") args
+  read -ra args <<< "$words"
   [ ${#args[@]} -gt 0 ] || args=(--prompts 8 --n 8)
+  local last=${binaries[${#binaries[@]}-1]}
   if [ ! -d "$model" ]; then
-    "$b" model init --preset 3b --tiny-tokenizer --dtype bf16 --device cuda --out "$model" > /dev/null || return 1
+    "$last" model init --preset 3b --tiny-tokenizer --dtype bf16 --device cuda --out "$model" > /dev/null || return 1
   fi
   for i in $(seq 1 "$rounds"); do
-    for binary in "$a" "$b"; do
+    for binary in "${binaries[@]}"; do
       echo "== $(basename "$(dirname "$binary")"), run $i" >> "$out"
       timeout 90 "$binary" bench rollout --model "$model" --dtype bf16 --device cuda "${args[@]}" \
         --bandwidth-gbs 4800 --repeats 5 >> "$out" 2> /dev/null

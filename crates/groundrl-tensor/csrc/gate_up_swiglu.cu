@@ -14,7 +14,7 @@
 // waits for that norm, x's rows after. A thread's accumulators hold a token's gate
 // and up sums for the same columns, so SwiGLU runs on them in registers: each rounded to bf16 as the
 // product's output is, then silu rounded and the product rounded as `silu_mul` (kernels.cu) rounds
-// them. The result equals that composition wherever the products' bf16 values do (their sums run in
+// them, its division without a branch (silu_quotient). The result equals that composition wherever the products' bf16 values do (their sums run in
 // another order than cuBLAS's; see the crate's CUDA test).
 //
 // Built for sm_90a only (`wgmma`); the launcher answers kHopperUnsupported on other GPUs and shapes, and
@@ -68,10 +68,69 @@ __device__ __forceinline__ void mma_176(float (&d)[kBand / 2], uint64_t a, uint6
 
 __device__ __forceinline__ float rounded(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
-// silu(gate) * up as silu_mul rounds it, from the products' f32 sums (rounded to bf16 first).
-__device__ __forceinline__ bf16 swiglu(float gate, float up) {
-  const float g = rounded(gate);
-  return __float2bfloat16_rn(rounded(g / (1.0f + expf(-g))) * rounded(up));
+// g / d rounded as IEEE division rounds it, for silu's g and d = 1 + exp(-g), without a branch: the
+// fast path of CUDA's correctly rounded division (an approximate reciprocal refined by one Newton
+// step, the quotient corrected by its remainder), which `/` wraps in a branch into a slow path around
+// each division; those branches kept a thread's 44 divisions from overlapping (1.9 us of the kernel's
+// 28.6 us on one H200, measurements/2026-12-02-gate-up-layout-h200). Where it might not round as `/`
+// does (d past 2^20, that is g below -13.5; |g| from 2^100, infinities, NaN) `slow` is set and the
+// caller divides by `/` instead; the crate's CUDA test checks every other bf16 g. A zero g keeps its
+// sign, as `/` keeps it.
+__device__ __forceinline__ float silu_quotient(float g, float d, bool& slow) {
+  slow |= !(g >= -13.5f && g < 0x1p100f);
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(d));
+  y = fmaf(y, fmaf(-d, y, 1.0f), y);
+  const float q = g * y;
+  return g == 0.0f ? g : fmaf(fmaf(-d, q, g), y, q);
+}
+
+// silu(gate) * up as silu_mul rounds it, from the products' f32 sums (rounded to bf16 first): the
+// division by `/` where kPlain, else by silu_quotient (which sets `slow` where `/` is needed).
+template <bool kPlain>
+__device__ __forceinline__ bf16 swiglu(float gate, float up, bool& slow) {
+  const float g = rounded(gate), d = 1.0f + expf(-g);
+  const float s = kPlain ? g / d : silu_quotient(g, d, slow);
+  return __float2bfloat16_rn(rounded(s) * rounded(up));
+}
+
+// The band's outputs from a thread's accumulators: acc[4 j .. 4 j + 3] hold token t's columns 8 j + 2
+// (lane % 4) and the next, then token t + 8's, with t = 16 warp + lane / 4; columns 0-87 are gate
+// rows, 88-175 the same up rows (j + 11). Every value is computed before any is stored, with no
+// branch between them (accumulators past the last column hold zeros), so that their chains overlap;
+// the stores then skip tokens and columns past the end. Whether some value needs `/` (see
+// silu_quotient).
+template <bool kPlain>
+__device__ __forceinline__ bool store_swiglu(const float (&acc)[kBand / 2], bf16* __restrict__ out,
+                                             int first, int rows, int inter, int warp, int lane) {
+  bool slow = false;
+  __nv_bfloat162 pairs[kHalf / 8][2];
+#pragma unroll
+  for (int j = 0; j < kHalf / 8; ++j) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int g = 4 * j + 2 * h, u = 4 * (j + kHalf / 8) + 2 * h;
+      pairs[j][h] = __halves2bfloat162(swiglu<kPlain>(acc[g], acc[u], slow),
+                                       swiglu<kPlain>(acc[g + 1], acc[u + 1], slow));
+    }
+  }
+  const int column = first + 2 * (lane % 4);
+#pragma unroll
+  for (int j = 0; j < kHalf / 8; ++j) {
+    const int c = column + 8 * j;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int t = warp * 16 + lane / 4 + 8 * h;
+      if (t >= rows || c >= inter) continue;
+      bf16* o = out + (int64_t)t * inter + c;
+      if (c + 1 < inter) {
+        *reinterpret_cast<__nv_bfloat162*>(o) = pairs[j][h];
+      } else {
+        *o = pairs[j][h].x;
+      }
+    }
+  }
+  return slow;
 }
 
 __global__ void __launch_bounds__(kThreads, 1)
@@ -141,25 +200,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   wgmma_wait<0>();
   fence_operands(acc);
 
-  // acc[4 j .. 4 j + 3]: token t's columns 8 j + 2 (lane % 4) and the next, then token t + 8's, with
-  // t = 16 warp + lane / 4; columns 0-87 are gate rows, 88-175 the same up rows (j + 11).
-  const int column = first + 2 * (lane % 4);
-#pragma unroll
-  for (int j = 0; j < kHalf / 8; ++j) {
-    const int c = column + 8 * j;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int t = warp * 16 + lane / 4 + 8 * h;
-      if (t >= rows || c >= inter) continue;
-      const bf16 lo = swiglu(acc[4 * j + 2 * h], acc[4 * (j + kHalf / 8) + 2 * h]);
-      bf16* o = out + (int64_t)t * inter + c;
-      if (c + 1 < inter) {
-        const bf16 hi = swiglu(acc[4 * j + 2 * h + 1], acc[4 * (j + kHalf / 8) + 2 * h + 1]);
-        *reinterpret_cast<__nv_bfloat162*>(o) = __halves2bfloat162(lo, hi);
-      } else {
-        *o = lo;
-      }
-    }
+  // Every value with the branch-free division, then, in the rare thread where some value needs it,
+  // all of them again with `/`.
+  if (store_swiglu<false>(acc, out, first, rows, inter, warp, lane)) {
+    store_swiglu<true>(acc, out, first, rows, inter, warp, lane);
   }
 }
 
