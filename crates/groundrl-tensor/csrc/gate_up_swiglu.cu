@@ -14,8 +14,9 @@
 // waits for that norm, x's rows after. A thread's accumulators hold a token's gate
 // and up sums for the same columns, so SwiGLU runs on them in registers: each rounded to bf16 as the
 // product's output is, then silu rounded and the product rounded as `silu_mul` (kernels.cu) rounds
-// them, its division without a branch (silu_quotient). The result equals that composition wherever the products' bf16 values do (their sums run in
-// another order than cuBLAS's; see the crate's CUDA test).
+// them, its division without a branch (silu_quotient). The result equals that composition wherever
+// the products' bf16 values do (their sums run in another order than cuBLAS's; see the crate's CUDA
+// test).
 //
 // Built for sm_90a only (`wgmma`); the launcher answers kHopperUnsupported on other GPUs and shapes, and
 // the caller takes the composition.
@@ -200,8 +201,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   wgmma_wait<0>();
   fence_operands(acc);
 
-  // Every value with the branch-free division, then, in the rare thread where some value needs it,
-  // all of them again with `/`.
+  // Every value with the branch-free division, then, in a thread where some value needs `/`, all of
+  // them again with it: none did with random-init weights (measurements/2026-12-02-swiglu-division-
+  // h200); with real weights a thread with a gate below -13.5 pays about the old end's time twice
+  // over, which was not measured.
   if (store_swiglu<false>(acc, out, first, rows, inter, warp, lane)) {
     store_swiglu<true>(acc, out, first, rows, inter, warp, lane);
   }
