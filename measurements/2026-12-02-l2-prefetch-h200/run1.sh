@@ -6,7 +6,7 @@
 # `bench rollout` 8 x 8 of the 3B shape for each setting, two rounds in turn; two profiled
 # generations (off, the 1 KiB setting) with the period of a layer and of a step
 # (../2026-12-01-dependent-launch-h200/layer_period.py) and their kernel tables. $OUT gets l2.txt,
-# tensor-tests.txt, rollout-3b.txt, periods.txt, kernels-off.txt, kernels-on.txt.
+# tensor-tests.txt, rollout-3b.txt, periods.txt, kernels-off.txt, kernels-after-1k.txt.
 set -uo pipefail
 source scripts/gpu/env.sh
 source scripts/gpu/rollout-ab.sh

@@ -5,7 +5,8 @@
 # missing), appends each run's JSON line under "== NAME, run I" to OUT (NAME: the binary's folder's
 # name) and prints one line a run: the decoding step's median, the share of the roofline, tokens a
 # second and the prefill. `rollout_rounds OUT MODEL ROUNDS ARGS BIN...` does the same for any number
-# of binaries (ARGS one word-split string, empty for 8 x 8), in turn within each round.
+# of binaries (ARGS one string split at whitespace, so no argument may hold a space; empty for 8 x 8),
+# in turn within each round.
 rollout_ab() {
   local out=$1 model=$2 a=$3 b=$4 rounds=${5:-3}
   shift $(($# < 5 ? $# : 5))

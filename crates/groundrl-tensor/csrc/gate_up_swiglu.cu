@@ -69,14 +69,14 @@ __device__ __forceinline__ void mma_176(float (&d)[kBand / 2], uint64_t a, uint6
 
 __device__ __forceinline__ float rounded(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
-// g / d rounded as IEEE division rounds it, for silu's g and d = 1 + exp(-g), without a branch: the
+// g / d for silu's g and d = 1 + exp(-g), giving the bf16 silu `/` gives, without a branch: the
 // fast path of CUDA's correctly rounded division (an approximate reciprocal refined by one Newton
 // step, the quotient corrected by its remainder), which `/` wraps in a branch into a slow path around
 // each division; those branches kept a thread's 44 divisions from overlapping (1.9 us of the kernel's
-// 28.6 us on one H200, measurements/2026-12-02-gate-up-layout-h200). Where it might not round as `/`
-// does (d past 2^20, that is g below -13.5; |g| from 2^100, infinities, NaN) `slow` is set and the
-// caller divides by `/` instead; the crate's CUDA test checks every other bf16 g. A zero g keeps its
-// sign, as `/` keeps it.
+// 28.6 us on one H200, measurements/2026-12-02-gate-up-layout-h200, whose program checked every bf16
+// g from -13.5 up there). Outside that range (g below -13.5, d above about 7.3e5; |g| from 2^100,
+// infinities, NaN) `slow` is set and the caller divides by `/` instead; the crate's CUDA test checks
+// every finite bf16 g in both. A zero g keeps its sign, as `/` keeps it.
 __device__ __forceinline__ float silu_quotient(float g, float d, bool& slow) {
   slow |= !(g >= -13.5f && g < 0x1p100f);
   float y;
@@ -202,9 +202,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   fence_operands(acc);
 
   // Every value with the branch-free division, then, in a thread where some value needs `/`, all of
-  // them again with it: none did with random-init weights (measurements/2026-12-02-swiglu-division-
-  // h200); with real weights a thread with a gate below -13.5 pays about the old end's time twice
-  // over, which was not measured.
+  // them again with it: such a thread pays the branch-free pass and a pass with `/`. How many
+  // threads do was not counted; random-init weights give gates of about +-3, real weights' gates
+  // below -13.5 were not measured.
   if (store_swiglu<false>(acc, out, first, rows, inter, warp, lane)) {
     store_swiglu<true>(acc, out, first, rows, inter, warp, lane);
   }

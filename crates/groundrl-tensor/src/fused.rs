@@ -1902,59 +1902,65 @@ mod tests {
         }
     }
 
-    /// The gate|up kernel's SwiGLU, whose division runs without a branch where it rounds as `/` does
-    /// (`csrc/gate_up_swiglu.cu`), against libtorch's bf16 `silu(gate) * up` for every finite bf16
-    /// gate value: token t's x one-hot at column t, so that gate (t, c) is the weight (c, t) exactly
-    /// (the weights running through all 65,536 bf16 bit patterns; infinities and NaN as 0, which
-    /// would make the other tokens' products NaN, and -0 as 0, which a sum from +0 of zeros cannot
-    /// give), and up 1. Bit for bit on an sm_90 GPU, where the kernel must run.
+    /// The gate|up kernel's SwiGLU, whose division runs without a branch where it gives the same
+    /// bf16 silu as `/` (`csrc/gate_up_swiglu.cu`), against libtorch's bf16 `silu(gate) * up` for
+    /// every finite bf16 gate value: token t's x one-hot at column t, so that gate (t, c) is the
+    /// weight (c, t) exactly, and up 1. Two launches, because one gate outside the branch-free
+    /// division's range sends its whole thread through `/`: the gates from -13.5 up to 2^100, then
+    /// the others, every other weight 0 (infinities and NaN are left out, as they would make the
+    /// other tokens' products NaN, and -0, which a sum from +0 of zeros cannot give). Bit for bit on
+    /// an sm_90 GPU, where the kernel must run.
     #[test]
     fn gate_up_swiglu_rounds_silu_as_libtorch_for_every_finite_gate() {
         let Some(device) = cuda_for_tests() else { return };
         let Device::Cuda(index) = device else { return };
+        let hopper = ffi::compute_capability(index) == 90;
         let (rows, hidden, inter) = (64i64, 2048i64, 1024i64);
-        let bits: Vec<i16> = (0..rows * inter)
-            .map(|i| {
-                let (t, c) = (i / inter, i % inter);
-                let b = (t * inter + c) as u16;
-                if b & 0x7f80 == 0x7f80 || b == 0x8000 {
-                    0
-                } else {
-                    b as i16
-                }
-            })
-            .collect();
-        // (rows, inter): row t holds the gate values of token t; the weights' gate block is its transpose.
-        let values = Tensor::from_slice(&bits)
-            .view_dtype(Kind::BFloat16)
-            .view([rows, inter])
-            .to_device(device);
-        let weight = Tensor::zeros([2 * inter, hidden], (Kind::BFloat16, device));
-        weight.narrow(0, 0, inter).narrow(1, 0, rows).copy_(&values.tr());
-        let _ = weight.narrow(0, inter, inter).narrow(1, 0, rows).fill_(1.0);
+        let finite = |b: u16| b & 0x7f80 != 0x7f80 && b != 0x8000;
+        let fast = |b: u16| {
+            let g = f32::from_bits(u32::from(b) << 16);
+            (-13.5..2f32.powi(100)).contains(&g)
+        };
         let x = Tensor::zeros([rows, hidden], (Kind::BFloat16, device));
         x.narrow(1, 0, rows)
             .copy_(&Tensor::eye(rows, (Kind::BFloat16, device)));
-        let got = gate_up_kernel(&x, &weight).unwrap();
-        let hopper = ffi::compute_capability(index) == 90;
-        assert_eq!(got.is_some(), hopper, "ran on an sm_90 GPU only");
-        let Some(got) = got else { return };
-        let want = values.silu() * values.ones_like();
-        let differ = got
-            .view_dtype(Kind::Int16)
-            .ne_tensor(&want.view_dtype(Kind::Int16));
-        let count = differ.sum(Kind::Int64).int64_value(&[]);
-        if count > 0 {
-            let first = differ.flatten(0, -1).nonzero().int64_value(&[0, 0]);
-            let gate = values
-                .flatten(0, -1)
-                .get(first)
-                .to_kind(Kind::Float)
-                .double_value(&[]);
-            panic!(
-                "{count} of {} values differ, the first at gate {gate}",
-                rows * inter
-            );
+        for (range, wanted) in [("fast", true), ("slow", false)] {
+            // (rows, inter): row t holds token t's gates, every bf16 bit pattern once over both
+            // launches; the weights' gate block is its transpose.
+            let bits: Vec<i16> = (0..rows * inter)
+                .map(|i| i as u16)
+                .map(|b| {
+                    if finite(b) && fast(b) == wanted {
+                        b as i16
+                    } else {
+                        0
+                    }
+                })
+                .collect();
+            let values = Tensor::from_slice(&bits)
+                .view_dtype(Kind::BFloat16)
+                .view([rows, inter])
+                .to_device(device);
+            let weight = Tensor::zeros([2 * inter, hidden], (Kind::BFloat16, device));
+            weight.narrow(0, 0, inter).narrow(1, 0, rows).copy_(&values.tr());
+            let _ = weight.narrow(0, inter, inter).narrow(1, 0, rows).fill_(1.0);
+            let got = gate_up_kernel(&x, &weight).unwrap();
+            assert_eq!(got.is_some(), hopper, "ran on an sm_90 GPU only");
+            let Some(got) = got else { return };
+            let want = values.silu() * values.ones_like();
+            let differ = got
+                .view_dtype(Kind::Int16)
+                .ne_tensor(&want.view_dtype(Kind::Int16));
+            let count = differ.sum(Kind::Int64).int64_value(&[]);
+            if count > 0 {
+                let first = differ.flatten(0, -1).nonzero().int64_value(&[0, 0]);
+                let gate = values
+                    .flatten(0, -1)
+                    .get(first)
+                    .to_kind(Kind::Float)
+                    .double_value(&[]);
+                panic!("{range} gates: {count} values differ, the first at gate {gate}");
+            }
         }
     }
 
