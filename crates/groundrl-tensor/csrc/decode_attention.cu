@@ -320,6 +320,7 @@ decode_attention_split(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16*
                        float scale_log2) {
   extern __shared__ __align__(16) unsigned char shared[];
   wait_prerequisites();  // launched to start during the prompt kernel (dependent_launch.cuh)
+  allow_dependents();  // the output projection's kernel reads its weights meanwhile, this output after
   WarpSpace* space = reinterpret_cast<WarpSpace*>(shared);
   const int splits = gridDim.x, split = blockIdx.x;
   const int64_t row = blockIdx.z, rh = row * kv_heads + blockIdx.y;
@@ -567,12 +568,6 @@ decode_attention_merge(const float* __restrict__ part_o, const float* __restrict
 // The prompt kernel's grid depth for `rows` rows: the chunks of 8 rows a batch of 8-sample prompts
 // has (a batch of smaller groups has more chunks, which the same blocks take in turn).
 int64_t prompt_grid_chunks(int64_t rows) { return (rows + kChunk - 1) / kChunk; }
-
-// Shared memory over the 48 KiB default must be asked for (a host-side setting, not in a graph).
-template <typename Kernel>
-cudaError_t allow_shared(Kernel kernel, int bytes) {
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-}
 
 }  // namespace
 

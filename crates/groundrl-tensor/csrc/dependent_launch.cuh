@@ -45,3 +45,14 @@ cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, s
   config.numAttrs = 1;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
+
+// Lets `kernel` use `bytes` of dynamic shared memory (over the 48 KiB default it must be asked for; a
+// host-side setting, not in a graph), with as much of the SM's memory as shared memory as can be, so
+// that a kernel started during the one before it (above) finds room beside that one's blocks.
+template <typename Kernel>
+cudaError_t allow_shared(Kernel kernel, int bytes) {
+  const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e != cudaSuccess) return e;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                              cudaSharedmemCarveoutMaxShared);
+}

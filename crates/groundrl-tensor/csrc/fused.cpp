@@ -1,5 +1,5 @@
 // A C ABI over the CUDA kernels of kernels.cu, decode_attention.cu (with prompt_attention.cu),
-// sampling.cu, adamw.cu, gated_delta.cu and gate_up_swiglu.cu, for
+// sampling.cu, adamw.cu, gated_delta.cu, gate_up_swiglu.cu and split_product.cu, for
 // tensors (autograd.cpp wraps the kernels that training differentiates):
 // checks devices, dtypes and layouts (a C++ exception, turned into an error message, rather than a
 // kernel reading out of bounds) and launches on libtorch's current stream, so the kernels join
@@ -238,6 +238,31 @@ int groundrl_gate_up_swiglu(void* x_, void* weight_, void* out_, int* ran) {
     const int code = groundrl_launch_gate_up_swiglu(x.data_ptr(), x.stride(0), weight.data_ptr(),
                                                     out.data_ptr(), x.size(0), x.size(1), inter,
                                                     stream_of(x));
+    *ran = code != kHopperUnsupported;
+    if (*ran) launched(code);
+  });
+}
+
+// parts (splits, rows, n) f32 = the products of x (rows, k) and weight (n, k) over `splits` slices
+// of k (split_product.cu), x's rows contiguous, weight contiguous, both bf16, all on one device; *ran =
+// 0 (nothing launched) where that kernel does not run (not an sm_90 GPU, more than 64 rows, ...).
+int groundrl_split_product(void* x_, void* weight_, void* parts_, int* ran) {
+  return guarded([&] {
+    const auto &x = tensor(x_), &weight = tensor(weight_), &parts = tensor(parts_);
+    check(x, at::kBFloat16, "x");
+    check(weight, at::kBFloat16, "weight");
+    check(parts, at::kFloat, "parts");
+    require(x.dim() == 2 && x.stride(1) == 1, "x must be (rows, k) with contiguous rows");
+    require(weight.dim() == 2 && weight.size(1) == x.size(1) && weight.is_contiguous() &&
+                weight.device() == x.device(),
+            "weight must be contiguous (n, k) for x (rows, k), on x's device");
+    require(parts.dim() == 3 && parts.size(1) == x.size(0) && parts.size(2) == weight.size(0) &&
+                parts.is_contiguous() && parts.device() == x.device(),
+            "parts must be contiguous (splits, rows, n) on x's device");
+    c10::cuda::CUDAGuard guard(x.device());
+    const int code = groundrl_launch_split_product(x.data_ptr(), x.stride(0), weight.data_ptr(),
+                                                   parts.data_ptr<float>(), x.size(0), x.size(1),
+                                                   weight.size(0), parts.size(0), stream_of(x));
     *ran = code != kHopperUnsupported;
     if (*ran) launched(code);
   });

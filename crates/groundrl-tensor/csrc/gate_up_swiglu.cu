@@ -139,6 +139,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                    const __grid_constant__ CUtensorMap gate_map,
                    const __grid_constant__ CUtensorMap up_map, bf16* __restrict__ out, int rows,
                    int inter, int hidden) {
+  allow_dependents();  // the down projection's kernel copies its weights meanwhile, this output after
   extern __shared__ unsigned char raw[];
   __shared__ __align__(8) uint64_t full[kStages], empty[kStages];
   const uint32_t base = (shared_address(raw) + 1023) & ~1023u;
@@ -166,15 +167,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const auto copy_x = [&](int i) { copy_tile(stage(i) + 2 * kHalfBytes, &x_map, i * kChunk, 0, bar(i)); };
       // The first stages' weights before the wait (no kernel writes them), their x after it (the
       // kernel before this one writes x: dependent_launch.cuh).
-      const int early = chunks < kStages ? chunks : kStages;
-      for (int i = 0; i < early; ++i) copy_weights(i);
-      wait_prerequisites();
-      for (int i = 0; i < early; ++i) copy_x(i);
-      for (int i = early; i < chunks; ++i) {
-        barrier_wait(shared_address(&empty[i % kStages]), (i / kStages - 1) & 1);
-        copy_weights(i);
-        copy_x(i);
-      }
+      copy_stages<kStages>(chunks, chunks < kStages ? chunks : kStages, empty, copy_weights, copy_x);
     }
     return;
   }
@@ -183,23 +176,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int j = 0; j < kBand / 2; ++j) acc[j] = 0.f;
   fence_operands(acc);
-  for (int i = 0; i < chunks; ++i) {
-    const int slot = i % kStages;
-    barrier_wait(shared_address(&full[slot]), (i / kStages) & 1);
-    const uint32_t stage = base + slot * kStageBytes;
-    wgmma_fence();
+  multiply_stages<kStages>(acc, chunks, full, empty, base, kStageBytes, lane, [&](uint32_t stage) {
 #pragma unroll
     for (int k = 0; k < kChunk / 16; ++k) {  // 16 columns (32 bytes) an instruction
       mma_176(acc, descriptor(stage + 2 * kHalfBytes + 32 * k), descriptor(stage + 32 * k));
     }
-    wgmma_commit();
-    // The previous stage's products are done (at most this stage's in flight): free its memory.
-    wgmma_wait<1>();
-    fence_operands(acc);
-    if (i > 0 && lane == 0) barrier_arrive(shared_address(&empty[(i - 1) % kStages]));
-  }
-  wgmma_wait<0>();
-  fence_operands(acc);
+  });
 
   // Every value with the branch-free division, then, in a thread where some value needs `/`, all of
   // them again with it: such a thread pays the branch-free pass and a pass with `/`. How many
@@ -241,8 +223,7 @@ int groundrl_launch_gate_up_swiglu(const void* x, int64_t x_row, const void* wei
       !tile_map(&up_map, up, inter, hidden, hidden, kHalf)) {
     return kHopperUnsupported;
   }
-  cudaError_t e =
-      cudaFuncSetAttribute(gate_up_swiglu, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes);
+  cudaError_t e = allow_shared(gate_up_swiglu, kSharedBytes);
   if (e != cudaSuccess) return (int)e;
   e = launch_dependent(gate_up_swiglu, dim3((unsigned)blocks), dim3(kThreads), kSharedBytes,
                        static_cast<cudaStream_t>(stream), x_map, gate_map, up_map, static_cast<bf16*>(out),

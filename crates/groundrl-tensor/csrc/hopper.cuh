@@ -1,6 +1,7 @@
 // What the Hopper (sm_90a) kernels share: mbarriers, tensor-map copies into shared memory with the
 // 128-byte swizzle, `wgmma`'s shared-memory descriptors, and the host side's tensor maps.
-// Included by gate_up_swiglu.cu and prompt_attention.cu (one library, built for sm_90a alone).
+// Included by gate_up_swiglu.cu, prompt_attention.cu and split_product.cu (one library each, built for
+// sm_90a alone).
 
 #pragma once
 
@@ -11,6 +12,7 @@
 
 #include <cstdint>
 
+#include "dependent_launch.cuh"
 #include "hopper_launch.h"
 
 namespace hopper {
@@ -82,6 +84,63 @@ template <int N>
 __device__ __forceinline__ void fence_operands(float (&d)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// d (+)= a (64 x 16, at descriptor a) @ b (64 x 16, at descriptor b)^T, both K-major in shared
+// memory, 32 f32 a thread of the warp group: acc[4 j .. 4 j + 3] hold row t's columns 8 j + 2 (lane %
+// 4) and the next, then row t + 8's, with t = 16 warp + lane / 4. With `accumulate` 0 (scale-d) the
+// products overwrite d.
+__device__ __forceinline__ void mma_64x64(float (&d)[32], uint64_t a, uint64_t b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
+// The copy warp's side of a kernel's stages, on one lane: stage i's copies into slot i % kStages,
+// `weights(i)` (which also sets the slot's expected bytes on its barrier) and `rest(i)` (what the
+// kernel ahead writes); the first `early` stages' weights before waiting for that kernel
+// (dependent_launch.cuh), every later stage once the products have freed its slot (`empty`).
+template <int kStages, typename Weights, typename Rest>
+__device__ __forceinline__ void copy_stages(int steps, int early, uint64_t* empty, Weights weights,
+                                            Rest rest) {
+  for (int i = 0; i < early; ++i) weights(i);
+  wait_prerequisites();
+  for (int i = 0; i < early; ++i) rest(i);
+  for (int i = early; i < steps; ++i) {
+    barrier_wait(shared_address(&empty[i % kStages]), (i / kStages - 1) & 1);
+    weights(i);
+    rest(i);
+  }
+}
+
+// The warp group's side: once stage i's copies have landed (`full`), `products(address)` issues its
+// products from the slot at `address`; the slot before it is freed once its products are done (at
+// most one stage's in flight, whose registers `acc` holds). Returns with every product done.
+template <int kStages, int N, typename Products>
+__device__ __forceinline__ void multiply_stages(float (&acc)[N], int steps, uint64_t* full,
+                                                uint64_t* empty, uint32_t base, int stage_bytes,
+                                                int lane, Products products) {
+  for (int i = 0; i < steps; ++i) {
+    const int slot = i % kStages;
+    barrier_wait(shared_address(&full[slot]), (i / kStages) & 1);
+    wgmma_fence();
+    products(base + slot * stage_bytes);
+    wgmma_commit();
+    wgmma_wait<1>();
+    fence_operands(acc);
+    if (i > 0 && lane == 0) barrier_arrive(shared_address(&empty[(i - 1) % kStages]));
+  }
+  wgmma_wait<0>();
+  fence_operands(acc);
 }
 
 inline PFN_cuTensorMapEncodeTiled_v12000 encoder() {

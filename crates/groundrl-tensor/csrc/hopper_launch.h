@@ -1,7 +1,7 @@
-// The launchers of the Hopper kernels (gate_up_swiglu.cu, prompt_attention.cu; built for sm_90a in
-// libraries of their own) as their callers (fused.cpp, decode_attention.cu) see them, and their
-// answer where the kernel does not apply: kHopperUnsupported, nothing launched, the caller takes its
-// other path. Plain C++, so that the C++ shims include it too.
+// The launchers of the Hopper kernels (gate_up_swiglu.cu, prompt_attention.cu, split_product.cu; built
+// for sm_90a in libraries of their own) as their callers (fused.cpp, decode_attention.cu) see them, and
+// their answer where the kernel does not apply: kHopperUnsupported, nothing launched, the caller takes
+// its other path. Plain C++, so that the C++ shims include it too.
 
 #pragma once
 
@@ -14,6 +14,10 @@ extern "C" {
 // See gate_up_swiglu.cu.
 int groundrl_launch_gate_up_swiglu(const void* x, int64_t x_row, const void* weight, void* out,
                                    int64_t rows, int64_t hidden, int64_t inter, void* stream);
+
+// See split_product.cu.
+int groundrl_launch_split_product(const void* x, int64_t x_row, const void* weight, float* parts,
+                                  int64_t rows, int64_t k, int64_t n, int64_t splits, void* stream);
 
 // See prompt_attention.cu.
 int groundrl_launch_prompt_attention(const void* q, const void* keys, const void* values,

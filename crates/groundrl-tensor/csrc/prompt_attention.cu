@@ -43,23 +43,6 @@ constexpr int kThreads = (kWarps + 1) * 32;
 constexpr int kSharedBytes = 2 * kTileBytes + kStages * kStageBytes + 1024;  // + the alignment
 constexpr float kLog2e = 1.4426950408889634f;
 
-// d (+)= q (64 x 16, at descriptor a) @ k (64 x 16, at b)^T: the scores of 64 keys, 32 f32 a
-// thread; scale-d 0 (the first instruction of a stage) overwrites d.
-__device__ __forceinline__ void mma_scores(float (&d)[32], uint64_t a, uint64_t b, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
-      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(a), "l"(b), "r"(accumulate));
-}
-
 // d += p (64 x 16 keys, bf16 in registers as wgmma's A fragment) @ v (16 keys x 128 dims, at b, whose
 // rows hold the dims: transposed), 64 f32 a thread.
 __device__ __forceinline__ void mma_values(float (&d)[64], const uint32_t (&p)[4], uint64_t b) {
@@ -240,7 +223,7 @@ __device__ __forceinline__ void attend_stage(State& st, const Work& w, uint32_t 
 #pragma unroll
   for (int k = 0; k < kDim / 16; ++k) {  // 16 dims (32 bytes of a swizzled row) an instruction
     const uint32_t offset = (k / 4) * kTileBytes + (k % 4) * 32;
-    mma_scores(s, descriptor(w.queries + offset), descriptor(stage + offset), k > 0);
+    mma_64x64(s, descriptor(w.queries + offset), descriptor(stage + offset), k > 0);
   }
   wgmma_commit();
   wgmma_wait<0>();
@@ -387,8 +370,7 @@ int groundrl_launch_prompt_attention(const void* q, const void* keys, const void
       !tile_map(&v_map, values, cache_rows, kDim, kDim, kKeys)) {
     return kHopperUnsupported;
   }
-  cudaError_t e =
-      cudaFuncSetAttribute(prompt_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes);
+  cudaError_t e = allow_shared(prompt_attention, kSharedBytes);
   if (e != cudaSuccess) return (int)e;
   const dim3 grid((unsigned)splits, (unsigned)kv_heads, (unsigned)((rows + kChunkRows - 1) / kChunkRows));
   e = launch_dependent(prompt_attention, grid, dim3(kThreads), kSharedBytes, static_cast<cudaStream_t>(stream),

@@ -333,9 +333,10 @@ impl FusedLayer {
 }
 
 /// Slices of k that o_proj's and down_proj's products are split into on the split-product path
-/// ([`RmsNorm::forward_after_add`]): the fastest counts at 64 rows of the 3B decoder's shapes on one
-/// H200 (o_proj 6.13 us as cuBLAS runs it, 5.12 us in 4 slices; down_proj 17.66 us with cuBLAS's own
-/// split and reduction, 14.65 us in 2 slices; `measurements/2026-12-01-split-products-h200`).
+/// ([`RmsNorm::forward_after_add`]) where cuBLAS computes them (Hopper GPUs take a kernel of ours with
+/// slices of its own): the fastest counts at 64 rows of the 3B decoder's shapes on one H200 (o_proj
+/// 6.13 us as cuBLAS runs it, 5.12 us in 4 slices; down_proj 17.66 us with cuBLAS's own split and
+/// reduction, 14.65 us in 2 slices; `measurements/2026-12-01-split-products-h200`).
 const O_PROJ_SPLITS: i64 = 4;
 const DOWN_PROJ_SPLITS: i64 = 2;
 

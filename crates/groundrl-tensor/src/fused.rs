@@ -16,7 +16,8 @@
 //!   shared prompt columns through `csrc/prompt_attention.cu`), where cuDNN reads the
 //!   KV cache well below the card's bandwidth, RMSNorm ([`rms_norm`]), whose libtorch kernel is slower
 //!   on a decoding step's few rows (and which, after a decoding step's output projections split over
-//!   k, sums their slices into the residual in the same kernel: [`add_product_rms_norm`]), and token
+//!   k, sums their slices into the residual in the same kernel: [`add_product_rms_norm`], whose
+//!   slices on Hopper GPUs are `csrc/split_product.cu`'s), and token
 //!   selection ([`sample`], `csrc/sampling.cu`) in
 //!   one kernel instead of about 25. These sum in their own order, so they match libtorch to rounding
 //!   (tests against f32 attention, libtorch's norm and the sampler's composition);
@@ -412,17 +413,19 @@ pub(crate) fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Option<T
 }
 
 /// `x += input @ weight^T` and then the RMSNorm of the new `x` (with `norm_weight` and `eps`), for a
-/// decoding step's output projections and the norm after them: the product as `splits` partial
-/// products over slices of k, in f32 (one batched cuBLAS call), and one kernel of ours that sums them
-/// into `x` and norms the result (`csrc/kernels.cu`, `add_rms_norm`). Where cuBLAS splits such a
-/// product itself, its reduction and the norm are two more launches; at 64 rows of the 3B decoder's
-/// o_proj and down_proj the split products alone are 1.0-3.0 us shorter than cuBLAS's calls on an
-/// H200 (docs/performance.md; other GPUs take the same path, not measured there). The sums run in
-/// another order than cuBLAS's, so `x` can differ from `addmm_`'s by a bf16 unit, and the norm is
-/// [`rms_norm`]'s. `x` (rows, hidden) bf16 with contiguous rows, `input` (rows, k), `weight` (hidden,
-/// k) contiguous. None (nothing changed) where the kernel does not apply: the module's conditions,
-/// bf16, 1 to 64 rows, 1 to 4 `splits` into which k divides in multiples of 8, hidden a multiple of
-/// 256 up to 8192, 16-byte aligned rows.
+/// decoding step's output projections and the norm after them: the product as partial products over
+/// slices of k, in f32, and one kernel of ours that sums them into `x` and norms the result
+/// (`csrc/kernels.cu`, `add_rms_norm`). On Hopper GPUs the partial products are our kernel's
+/// ([`HOPPER_SPLITS`] slices, `csrc/split_product.cu`, launched to start during the kernel before
+/// it; a 3B decoding layer 3.6 us shorter than with cuBLAS's on an H200, docs/performance.md);
+/// elsewhere one batched cuBLAS call over `splits` slices. Where cuBLAS splits such a product itself,
+/// its reduction and the norm are two more launches; at 64 rows of the 3B decoder's o_proj and
+/// down_proj the batched products alone are 1.0-3.0 us shorter than cuBLAS's calls on an H200 (other
+/// GPUs take the same path, not measured there). The sums run in another order than cuBLAS's, so `x`
+/// can differ from `addmm_`'s by a bf16 unit, and the norm is [`rms_norm`]'s. `x` (rows, hidden) bf16
+/// with contiguous rows, `input` (rows, k), `weight` (hidden, k) contiguous. None (nothing changed)
+/// where the kernel does not apply: the module's conditions, bf16, 1 to 64 rows, 1 to 4 `splits` into
+/// which k divides in multiples of 8, hidden a multiple of 256 up to 8192, 16-byte aligned rows.
 pub(crate) fn add_product_rms_norm(
     x: &Tensor,
     (input, weight, splits): (&Tensor, &Tensor, i64),
@@ -447,14 +450,38 @@ pub(crate) fn add_product_rms_norm(
     if !fits || !layout || !aligned(&tensors, 16) || !one_launch(&tensors, rows * hidden) {
         return Ok(None);
     }
-    let part = k / splits;
-    // (splits, rows, part) and (splits, part, hidden): slices of k as a batch, views of both.
-    let slices = input.f_view([rows, splits, part])?.f_transpose(0, 1)?;
-    let weights = weight.f_view([hidden, splits, part])?.f_permute([1, 2, 0])?;
-    let parts = slices.f_bmm_dtype(&weights, Kind::Float)?.f_contiguous()?;
+    let parts = match hopper_parts(input, weight)? {
+        Some(parts) => parts,
+        None => {
+            let part = k / splits;
+            // (splits, rows, part) and (splits, part, hidden): slices of k as a batch, views of both.
+            let slices = input.f_view([rows, splits, part])?.f_transpose(0, 1)?;
+            let weights = weight.f_view([hidden, splits, part])?.f_permute([1, 2, 0])?;
+            slices.f_bmm_dtype(&weights, Kind::Float)?.f_contiguous()?
+        }
+    };
     let out = Tensor::f_empty([rows, hidden], (x.kind(), x.device()))?;
     ffi::add_rms_norm(x, &parts, &norm_weight.f_contiguous()?, &out, eps)?;
     Ok(Some(out))
+}
+
+/// The slices of k [`add_product_rms_norm`]'s Hopper kernel takes: with 64 output columns a block,
+/// 4 x 32 blocks for the 3B decoder's 2,048 outputs, one for each of 128 of an H200's 132 SMs.
+const HOPPER_SPLITS: i64 = 4;
+
+/// `input @ weight^T` as [`HOPPER_SPLITS`] partial products (splits, rows, hidden) in f32 by
+/// `csrc/split_product.cu`'s kernel, slice s holding k's 64-column chunks [s c / 4, (s + 1) c / 4)
+/// of c; None where that kernel does not run (k or hidden not a multiple of 64, k under 256, input's
+/// rows not contiguous 16-byte multiples apart, or the shim found the GPU is not an sm_90 one). The
+/// caller has checked the rest (dtypes, at most 64 rows, alignment).
+fn hopper_parts(input: &Tensor, weight: &Tensor) -> Result<Option<Tensor>, TchError> {
+    let (rows, k, hidden) = (input.size()[0], input.size()[1], weight.size()[0]);
+    let layout = input.stride()[1] == 1 && input.stride()[0] % 8 == 0;
+    if k % 64 != 0 || k < 64 * HOPPER_SPLITS || hidden % 64 != 0 || !layout {
+        return Ok(None);
+    }
+    let parts = Tensor::f_empty([HOPPER_SPLITS, rows, hidden], (Kind::Float, input.device()))?;
+    Ok(ffi::split_product(input, weight, &parts)?.then_some(parts))
 }
 
 /// Tokens (rows,) i64 and their log-probs (rows,) f32 for rows that do not filter by top-k or top-p:
@@ -765,6 +792,12 @@ mod ffi {
             out: *mut c_void,
             ran: *mut c_int,
         ) -> c_int;
+        fn groundrl_split_product(
+            x: *mut c_void,
+            weight: *mut c_void,
+            parts: *mut c_void,
+            ran: *mut c_int,
+        ) -> c_int;
         fn groundrl_linear(
             x: *mut c_void,
             weights: *const *mut c_void,
@@ -959,6 +992,17 @@ mod ffi {
         // writes `ran`.
         result("gate_up_swiglu", unsafe {
             groundrl_gate_up_swiglu(raw(x), raw(weight), raw(out), &mut ran)
+        })?;
+        Ok(ran != 0)
+    }
+
+    /// Whether the kernel ran (false: the GPU or the shape is not one it takes; nothing written).
+    pub fn split_product(x: &Tensor, weight: &Tensor, parts: &Tensor) -> Result<bool, TchError> {
+        let mut ran: c_int = 0;
+        // SAFETY: valid tensor handles for the call's duration; the shim checks shapes and dtypes and
+        // writes `ran`.
+        result("split_product", unsafe {
+            groundrl_split_product(raw(x), raw(weight), raw(parts), &mut ran)
         })?;
         Ok(ran != 0)
     }
@@ -1198,6 +1242,10 @@ mod ffi {
     }
 
     pub fn gate_up_swiglu(_: &Tensor, _: &Tensor, _: &Tensor) -> Result<bool, TchError> {
+        unavailable()
+    }
+
+    pub fn split_product(_: &Tensor, _: &Tensor, _: &Tensor) -> Result<bool, TchError> {
         unavailable()
     }
 
@@ -1777,7 +1825,8 @@ mod tests {
 
     /// The split product's residual add and norm against the exact sum: the 3B decoder's o_proj (k
     /// 2,048 in 4 slices) and down_proj (k 11,008 in 2) at 64, 37 (x strided) and 1 rows, and 3
-    /// slices. The new x is within one bf16 unit of `x + input @ weight^T` computed in f64 (how many
+    /// slices (on an sm_90 GPU the Hopper kernel's own slices: the path the decoding step takes
+    /// there). The new x is within one bf16 unit of `x + input @ weight^T` computed in f64 (how many
     /// of libtorch's bf16 `addmm_` are not is printed beside it: 3,232 of 131,072 at o_proj's shape,
     /// none at down_proj's, on an H200), and the norm equals [`rms_norm`] of it bit for bit. Steps
     /// aside for 65 rows, 5 slices, a k that the slices do not divide into multiples of 8, and when a
@@ -1849,6 +1898,74 @@ mod tests {
             .set_requires_grad(true);
         let grad = add_product_rms_norm(&leaf, (&input.narrow(0, 0, 8), &weight, 4), &norm, 1e-6);
         assert!(grad.unwrap().is_none(), "a gradient wanted");
+    }
+
+    /// The Hopper kernel's partial products (`csrc/split_product.cu`) against each slice's product in
+    /// f64: the 3B decoder's o_proj and down_proj at 64 rows, 37 rows of a strided x, one row, and
+    /// 5 chunks of 64 columns in 3 slices (1, 2 and 2 chunks). Each value within 2^-16 of the sum of
+    /// its terms' magnitudes (f32 sums in their own order; the largest share is printed); it must run
+    /// on an sm_90 GPU and declines 65 rows, a k that is not a multiple of 64 and more slices than
+    /// chunks.
+    #[test]
+    fn split_product_equals_the_products_of_its_slices() {
+        let Some(device) = cuda_for_tests() else { return };
+        let Device::Cuda(index) = device else { return };
+        let hopper = ffi::compute_capability(index) == 90;
+        tch::manual_seed(4);
+        let f64 = |t: &Tensor| t.to_kind(Kind::Double);
+        for (rows, k, n, splits, strided) in [
+            (64, 2048, 2048, 4, false),
+            (64, 11008, 2048, 4, false),
+            (37, 11008, 2048, 4, true),
+            (1, 2048, 2048, 4, false),
+            (8, 320, 128, 3, false),
+        ] {
+            let weight = random(&[n, k], Kind::BFloat16, device) * 0.02;
+            let wide = random(&[rows, k + 64], Kind::BFloat16, device);
+            let x = if strided {
+                wide.narrow(1, 64, k)
+            } else {
+                wide.narrow(1, 0, k).contiguous()
+            };
+            let parts = Tensor::full([splits, rows, n], f64::NAN, (Kind::Float, device));
+            let ran = ffi::split_product(&x, &weight, &parts).unwrap();
+            let label = format!("{rows} x {k} -> {n} in {splits}");
+            assert_eq!(ran, hopper, "{label}: ran on an sm_90 GPU only");
+            if !ran {
+                continue;
+            }
+            let chunks = k / 64;
+            let mut worst = 0f64;
+            for slice in 0..splits {
+                let (from, to) = (
+                    64 * (slice * chunks / splits),
+                    64 * ((slice + 1) * chunks / splits),
+                );
+                let (a, b) = (x.narrow(1, from, to - from), weight.narrow(1, from, to - from));
+                let exact = f64(&a).mm(&f64(&b).tr());
+                let magnitude = f64(&a).abs().mm(&f64(&b).abs().tr());
+                let share = ((f64(&parts.get(slice)) - exact).abs() / magnitude)
+                    .max()
+                    .double_value(&[]);
+                assert!(share <= 2f64.powi(-16), "{label}, slice {slice}: {share:e}");
+                worst = worst.max(share);
+            }
+            eprintln!("{label}: largest error {worst:.2e} of the terms' magnitudes");
+        }
+        let x = random(&[65, 2080], Kind::BFloat16, device);
+        let weight = random(&[2048, 2080], Kind::BFloat16, device);
+        let declines = |rows: i64, k: i64, splits: i64| {
+            let (x, weight) = (
+                x.narrow(0, 0, rows).narrow(1, 0, k),
+                weight.narrow(1, 0, k).contiguous(),
+            );
+            let parts = Tensor::zeros([splits, rows, 2048], (Kind::Float, device));
+            !ffi::split_product(&x, &weight, &parts).unwrap()
+        };
+        assert!(!declines(64, 2048, 32), "32 slices of 2,048");
+        assert!(declines(65, 2048, 4), "65 rows");
+        assert!(declines(64, 2080, 4), "k 2,080");
+        assert!(declines(64, 2048, 33), "33 slices of 2,048");
     }
 
     /// The decoding step's gate|up product with SwiGLU against libtorch's product and [`swiglu`]: the
@@ -1966,13 +2083,15 @@ mod tests {
 
     /// The kernels launched to start before the kernel ahead of them ends (`csrc/dependent_launch.cuh`)
     /// read what that kernel writes only after it: the attention right after the rotation that writes
-    /// its queries and the step's cache column, and the MLP's gate|up kernel right after the residual
-    /// add and norm that write its input, each chained as a decoding step launches them, eight times
-    /// with new inputs in new memory, give bit for bit what the same kernels give on those inputs once
-    /// everything before has finished. A per-row attention kernel that does not wait for the prompt
-    /// kernel fails it (measured on one H200, `measurements/2026-12-01-dependent-launch-h200`); a
-    /// gate|up kernel copying x before it waits did not (the norm ends before such a copy is issued),
-    /// so that half checks the chain's values, not that order.
+    /// its queries and the step's cache column, the MLP's gate|up kernel right after the residual add
+    /// and norm that write its input, and on Hopper GPUs the down projection's split product
+    /// (`csrc/split_product.cu`) right after that gate|up kernel, each chained as a decoding step
+    /// launches them, eight times with new inputs in new memory, give bit for bit what the same kernels
+    /// give on those inputs once everything before has finished. A per-row attention kernel that does
+    /// not wait for the prompt kernel fails it (measured on one H200,
+    /// `measurements/2026-12-01-dependent-launch-h200`); a gate|up kernel copying x before it waits
+    /// did not (the norm ends before such a copy is issued), so that half checks the chain's values,
+    /// not that order.
     #[test]
     fn kernels_started_early_read_what_the_kernel_before_them_wrote() {
         let Some(device) = cuda_for_tests() else { return };
@@ -1990,12 +2109,25 @@ mod tests {
                 .unwrap()
                 .expect("kernel applies");
             let chained = gate_up_swiglu(&normed, &gate_up);
+            let residual = x.copy();
+            let down_normed = add_product_rms_norm(&residual, (&chained, &down, 2), &norm, 1e-6)
+                .unwrap()
+                .expect("kernel applies");
             tch::Cuda::synchronize(index as i64);
             let alone = gate_up_swiglu(&normed.copy(), &gate_up);
             assert_eq!(
                 max_diff(&chained, &alone),
                 0.0,
                 "gate|up after the norm, round {round}"
+            );
+            let residual = x.copy();
+            let down_alone = add_product_rms_norm(&residual, (&alone, &down, 2), &norm, 1e-6)
+                .unwrap()
+                .expect("kernel applies");
+            assert_eq!(
+                max_diff(&down_normed, &down_alone),
+                0.0,
+                "down's product after gate|up, round {round}"
             );
         }
         let (rows, kv_heads, capacity, prompt, column) = (64, 2, 1400, 1262i64, 1300i64);

@@ -1,0 +1,143 @@
+// A decoding step's output projections (o_proj, down_proj) on Hopper GPUs: x (up to 64 rows, k) times
+// a weight (n, k)^T as `splits` partial products over slices of k, each written in f32 for the kernel
+// after it (kernels.cu's add_rms_norm), which sums them into the residual and norms it. Where cuBLAS's
+// batched product over the same slices starts when the kernel before it has ended, this one is
+// launched to start during it (dependent_launch.cuh) and keeps more of the weight in flight.
+//
+// Block (c, s) takes the weight's output rows [64 c, 64 c + 64) over slice s of k: its warp group
+// (four warps) multiplies x's 64 rows (the 64-row operand of `wgmma.m64n64k16`) by the tile's 64 rows
+// in 64-column stages; a fifth warp copies each stage into shared memory with the copy engine (two
+// `cp.async.bulk.tensor.2d` copies, weight and x, through tensor maps with the 128-byte swizzle both
+// operands of `wgmma` read, rows past the end read as zeros), twelve stages (192 KiB) in flight, each
+// freed on an mbarrier once its products are done. Slice s holds k's 64-column chunks [s chunks /
+// splits, (s + 1) chunks / splits); its sums run in their own order (the crate's CUDA test bounds
+// them against the exact products).
+//
+// Before waiting for the kernel ahead (which writes x and may still read the memory of `parts`), a
+// block copies its slice's weights only when all of them fit in its stages: o_proj's (8 chunks a
+// slice at the 3B shape), read during the attention kernel ahead of it, which leaves the memory
+// bandwidth mostly unused. down_proj's slices (43 chunks) are copied after the wait: the gate|up kernel
+// ahead of it reads at the bandwidth, and copies during it only slowed it (measured on one H200,
+// measurements/2026-12-02-split-product-h200). Six stages, few enough to share an SM with the gate|up
+// kernel's blocks, read down_proj's weight slower than twelve.
+//
+// Built for sm_90a only (`wgmma`); the launcher answers kHopperUnsupported on other GPUs and shapes, and
+// the caller takes cuBLAS's batched product.
+
+#include "dependent_launch.cuh"
+#include "hopper.cuh"
+
+namespace {
+
+using namespace hopper;
+
+constexpr int kRows = 64;   // x's rows a launch (wgmma's m); rows past the count read as zeros
+constexpr int kChunk = 64;  // columns of k a stage: 128 bytes of every row, one swizzle span
+constexpr int kTile = 64;   // the weight's rows (output columns) a block: wgmma's n
+constexpr int kStages = 12;
+constexpr int kWarps = 4;  // the warp group that multiplies; warp 4 copies
+constexpr int kThreads = (kWarps + 1) * 32;
+constexpr int kTileBytes = kTile * kChunk * 2, kXBytes = kRows * kChunk * 2;
+constexpr int kStageBytes = kTileBytes + kXBytes;           // a multiple of 1,024, as the swizzle wants
+constexpr int kSharedBytes = kStages * kStageBytes + 1024;  // + the alignment of the first stage
+
+__global__ void __launch_bounds__(kThreads)
+    split_product(const __grid_constant__ CUtensorMap x_map,
+                  const __grid_constant__ CUtensorMap weight_map, float* __restrict__ parts, int rows,
+                  int n, int chunks) {
+  extern __shared__ unsigned char raw[];
+  __shared__ __align__(8) uint64_t full[kStages], empty[kStages];
+  const uint32_t base = (shared_address(raw) + 1023) & ~1023u;
+  const int slice = blockIdx.y, first = blockIdx.x * kTile;
+  const int begin = (int)((int64_t)slice * chunks / gridDim.y);
+  const int steps = (int)((int64_t)(slice + 1) * chunks / gridDim.y) - begin;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      barrier_init(shared_address(&full[s]), 1);
+      barrier_init(shared_address(&empty[s]), kWarps);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (warp == kWarps) {  // the copies
+    if (lane == 0) {
+      // Step i's weight tile and x's columns into the stage of its slot, whose barrier counts both.
+      const auto bar = [&](int i) { return shared_address(&full[i % kStages]); };
+      const auto stage = [&](int i) { return base + (i % kStages) * kStageBytes; };
+      const auto copy_weight = [&](int i) {
+        expect_bytes(bar(i), kStageBytes);
+        copy_tile(stage(i), &weight_map, (begin + i) * kChunk, first, bar(i));
+      };
+      const auto copy_x = [&](int i) {
+        copy_tile(stage(i) + kTileBytes, &x_map, (begin + i) * kChunk, 0, bar(i));
+      };
+      // A slice that fits in the stages: its weights before the wait (no kernel writes them), its x
+      // after it (see above).
+      copy_stages<kStages>(steps, steps <= kStages ? steps : 0, empty, copy_weight, copy_x);
+    }
+    return;
+  }
+
+  float acc[kTile / 2];
+#pragma unroll
+  for (int j = 0; j < kTile / 2; ++j) acc[j] = 0.f;
+  fence_operands(acc);
+  multiply_stages<kStages>(acc, steps, full, empty, base, kStageBytes, lane, [&](uint32_t stage) {
+#pragma unroll
+    for (int k = 0; k < kChunk / 16; ++k) {  // 16 columns (32 bytes) an instruction
+      mma_64x64(acc, descriptor(stage + kTileBytes + 32 * k), descriptor(stage + 32 * k), 1);
+    }
+  });
+
+  // The parts' memory may be what the kernel before this one still read (the allocator reuses it in
+  // stream order): written only after that kernel has ended.
+  wait_prerequisites();
+  // acc[4 j .. 4 j + 3]: token t's columns 8 j + 2 (lane % 4) and the next, then token t + 8's, with
+  // t = 16 warp + lane / 4.
+  float* out = parts + (int64_t)slice * rows * n + first + 2 * (lane % 4);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int t = warp * 16 + lane / 4 + 8 * h;
+    if (t >= rows) continue;
+#pragma unroll
+    for (int j = 0; j < kTile / 8; ++j) {
+      *reinterpret_cast<float2*>(out + (int64_t)t * n + 8 * j) =
+          make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+// parts (splits, rows, n), contiguous f32: part s = x[:, slice s] @ weight[:, slice s]^T for x (rows,
+// k) with rows `x_row` elements apart and weight (n, k) contiguous, both bf16 on the current device,
+// slice s the 64-column chunks of k [s chunks / splits, (s + 1) chunks / splits). kHopperUnsupported
+// (nothing launched) unless the device is sm_90 and 1 <= rows <= 64, k and n multiples of 64, 1 <=
+// splits <= k / 64, x_row a multiple of 8, x and weight 16-byte aligned, parts 8-byte aligned; else
+// the launch's cudaError_t.
+int groundrl_launch_split_product(const void* x, int64_t x_row, const void* weight, float* parts,
+                                  int64_t rows, int64_t k, int64_t n, int64_t splits, void* stream) {
+  int sms = 0;
+  const bool aligned = reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(weight) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(parts) % 8 == 0;
+  const bool fits = rows >= 1 && rows <= kRows && k % kChunk == 0 && n % kTile == 0 && splits >= 1 &&
+                    splits <= k / kChunk && x_row % 8 == 0 && k <= INT32_MAX && n <= INT32_MAX;
+  if (!fits || !aligned || !hopper_device(&sms)) return kHopperUnsupported;
+  CUtensorMap x_map, weight_map;
+  if (!tile_map(&x_map, x, rows, k, x_row, kRows) || !tile_map(&weight_map, weight, n, k, k, kTile)) {
+    return kHopperUnsupported;
+  }
+  cudaError_t e = allow_shared(split_product, kSharedBytes);
+  if (e != cudaSuccess) return (int)e;
+  e = launch_dependent(split_product, dim3((unsigned)(n / kTile), (unsigned)splits), dim3(kThreads),
+                       kSharedBytes, static_cast<cudaStream_t>(stream), x_map, weight_map, parts,
+                       (int)rows, (int)n, (int)(k / kChunk));
+  return e != cudaSuccess ? (int)e : (int)cudaGetLastError();
+}
+
+}
