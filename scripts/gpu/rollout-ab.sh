@@ -7,6 +7,10 @@
 # second and the prefill. `rollout_rounds OUT MODEL ROUNDS ARGS BIN...` does the same for any number
 # of binaries (ARGS one string split at whitespace, so no argument may hold a space; empty for 8 x 8),
 # in turn within each round.
+# `rollout_profile OUT MODEL BIN...` profiles one `bench rollout` 8 x 8 generation of each binary on
+# MODEL (traces in MODEL's folder's profile-NAME) and appends the period of a layer and of a decoding
+# step in its graph replays (measurements/2026-12-01-dependent-launch-h200/layer_period.py) under
+# "== NAME" to OUT.
 rollout_ab() {
   local out=$1 model=$2 a=$3 b=$4 rounds=${5:-3}
   shift $(($# < 5 ? $# : 5))
@@ -41,4 +45,17 @@ for line in open(sys.argv[1]):
         print(f"{label:12} step {r['decode_step_ms']:.3f} ms  {100 * r['roofline_fraction']:.1f}% of the roofline"
               f"  {r['generated_tokens_per_s']:.0f} tokens/s  prefill {r['prefill_seconds']:.3f} s")
 PY
+}
+
+rollout_profile() {
+  local out=$1 model=$2 binary name trace
+  shift 2
+  for binary in "$@"; do
+    name=$(basename "$(dirname "$binary")")
+    trace="$(dirname "$model")/profile-$name"
+    timeout 90 "$binary" bench rollout --model "$model" --dtype bf16 --device cuda --prompts 8 --n 8 \
+      --repeats 1 --profile "$trace" > /dev/null 2> "$trace.log"
+    echo "== $name" >> "$out"
+    python3 measurements/2026-12-01-dependent-launch-h200/layer_period.py "$trace/generate.json" >> "$out"
+  done
 }
