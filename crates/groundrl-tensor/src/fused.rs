@@ -417,7 +417,7 @@ pub(crate) fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Option<T
 /// slices of k, in f32, and one kernel of ours that sums them into `x` and norms the result
 /// (`csrc/kernels.cu`, `add_rms_norm`). On Hopper GPUs the partial products are our kernel's
 /// ([`HOPPER_SPLITS`] slices, `csrc/split_product.cu`, launched to start during the kernel before
-/// it; a 3B decoding layer 3.6 us shorter than with cuBLAS's on an H200, docs/performance.md);
+/// it; a 3B decoding layer 2.5 us shorter than with cuBLAS's on an H200, docs/performance.md);
 /// elsewhere one batched cuBLAS call over `splits` slices. Where cuBLAS splits such a product itself,
 /// its reduction and the norm are two more launches; at 64 rows of the 3B decoder's o_proj and
 /// down_proj the batched products alone are 1.0-3.0 us shorter than cuBLAS's calls on an H200 (other
