@@ -145,14 +145,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t base = (shared_address(raw) + 1023) & ~1023u;
   const int chunks = hidden / kChunk, first = blockIdx.x * kHalf;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      barrier_init(shared_address(&full[s]), 1);
-      barrier_init(shared_address(&empty[s]), kWarps);
-    }
-    fence_barrier_init();
-  }
-  __syncthreads();
+  init_stages<kStages>(full, empty, kWarps);
 
   if (warp == kWarps) {  // the copies
     if (lane == 0) {

@@ -105,6 +105,21 @@ __device__ __forceinline__ void mma_64x64(float (&d)[32], uint64_t a, uint64_t b
       : "l"(a), "l"(b), "r"(accumulate));
 }
 
+// The barriers of a kernel's `kStages` stages, set by the block's first thread before any thread
+// uses them: a slot's copies landed (`full`: one arrival, with the bytes) and its products done
+// (`empty`: one arrival from each of `warps` warps).
+template <int kStages>
+__device__ __forceinline__ void init_stages(uint64_t* full, uint64_t* empty, int warps) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      barrier_init(shared_address(&full[s]), 1);
+      barrier_init(shared_address(&empty[s]), warps);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+}
+
 // The copy warp's side of a kernel's stages, on one lane: stage i's copies into slot i % kStages,
 // `weights(i)` (which also sets the slot's expected bytes on its barrier) and `rest(i)` (what the
 // kernel ahead writes); the first `early` stages' weights before waiting for that kernel

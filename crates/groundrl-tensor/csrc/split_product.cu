@@ -54,14 +54,7 @@ __global__ void __launch_bounds__(kThreads)
   const int begin = (int)((int64_t)slice * chunks / gridDim.y);
   const int steps = (int)((int64_t)(slice + 1) * chunks / gridDim.y) - begin;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      barrier_init(shared_address(&full[s]), 1);
-      barrier_init(shared_address(&empty[s]), kWarps);
-    }
-    fence_barrier_init();
-  }
-  __syncthreads();
+  init_stages<kStages>(full, empty, kWarps);
 
   if (warp == kWarps) {  // the copies
     if (lane == 0) {
