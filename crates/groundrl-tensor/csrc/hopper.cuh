@@ -124,6 +124,7 @@ __device__ __forceinline__ void init_stages(uint64_t* full, uint64_t* empty, int
 // `weights(i)` (which also sets the slot's expected bytes on its barrier) and `rest(i)` (what the
 // kernel ahead writes); the first `early` stages' weights before waiting for that kernel
 // (dependent_launch.cuh), every later stage once the products have freed its slot (`empty`).
+// `early` at most `steps` and kStages: those stages take their slots unasked.
 template <int kStages, typename Weights, typename Rest>
 __device__ __forceinline__ void copy_stages(int steps, int early, uint64_t* empty, Weights weights,
                                             Rest rest) {

@@ -1,8 +1,8 @@
 // A decoding step's output projections (o_proj, down_proj) on Hopper GPUs: x (up to 64 rows, k) times
 // a weight (n, k)^T as `splits` partial products over slices of k, each written in f32 for the kernel
 // after it (kernels.cu's add_rms_norm), which sums them into the residual and norms it. Where cuBLAS's
-// batched product over the same slices starts when the kernel before it has ended, this one is
-// launched to start during it (dependent_launch.cuh).
+// batched product over slices of k starts when the kernel before it has ended, this one is launched
+// to start during it (dependent_launch.cuh).
 //
 // Block (c, s) takes the weight's output rows [64 c, 64 c + 64) over slice s of k: its warp group
 // (four warps) multiplies x's 64 rows (the 64-row operand of `wgmma.m64n64k16`) by the tile's 64 rows
@@ -15,13 +15,13 @@
 //
 // Before waiting for the kernel ahead (which writes x and may still read the memory of `parts`), a
 // block copies its slice's weights only when all of them fit in its stages: o_proj's (8 chunks a
-// slice at the 3B shape), read whole during the attention kernel ahead of them. down_proj's slices
-// (43 chunks) are copied after the wait. Its blocks do not fit on an SM beside the gate|up kernel's
-// (124 KiB of shared memory each); where the first twelve stages were copied early by the blocks
-// placed on the SMs that kernel leaves free or frees first, it took about 1.3 us longer and
-// down_proj ended 0.8 us sooner (measured on one H200, measurements/2026-12-02-split-product-h200,
-// where six stages, few enough to share an SM with the gate|up kernel's blocks, read down_proj's
-// weight slower than twelve).
+// slice at the 3B shape), copied while the attention kernel ahead still runs, by the blocks placed
+// where its blocks leave room. down_proj's slices (43 chunks) are copied after the wait. Its blocks
+// do not fit on an SM beside the gate|up kernel's (121 KiB of shared memory each); where the first
+// twelve stages were copied early by the blocks placed on the SMs that kernel leaves free or frees
+// first, it took about 1.3 us longer and down_proj ended 0.8 us sooner (measured on one H200,
+// measurements/2026-12-02-split-product-h200, where six stages, few enough to share an SM with the
+// gate|up kernel's blocks, read down_proj's weight slower than twelve).
 //
 // Built for sm_90a only (`wgmma`); the launcher answers kHopperUnsupported on other GPUs and shapes, and
 // the caller takes cuBLAS's batched product.

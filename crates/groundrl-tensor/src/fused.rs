@@ -420,8 +420,8 @@ pub(crate) fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Option<T
 /// it; a 3B decoding layer 2.5 us shorter than with cuBLAS's on an H200, docs/performance.md);
 /// elsewhere one batched cuBLAS call over `splits` slices. Where cuBLAS splits such a product itself,
 /// its reduction and the norm are two more launches; at 64 rows of the 3B decoder's o_proj and
-/// down_proj the batched products alone are 1.0-3.0 us shorter than cuBLAS's calls on an H200 (other
-/// GPUs take the same path, not measured there). The sums run in another order than cuBLAS's, so `x`
+/// down_proj the batched products alone were 1.0-3.0 us shorter than cuBLAS's calls on an H200 (other
+/// GPUs than Hopper ones take the batched products; not measured there). The sums run in another order than cuBLAS's, so `x`
 /// can differ from `addmm_`'s by a bf16 unit, and the norm is [`rms_norm`]'s. `x` (rows, hidden) bf16
 /// with contiguous rows, `input` (rows, k), `weight` (hidden, k) contiguous. None (nothing changed)
 /// where the kernel does not apply: the module's conditions, bf16, 1 to 64 rows, 1 to 4 `splits` into
@@ -1952,6 +1952,9 @@ mod tests {
             }
             eprintln!("{label}: largest error {worst:.2e} of the terms' magnitudes");
         }
+        if !hopper {
+            return;
+        }
         let x = random(&[65, 2080], Kind::BFloat16, device);
         let weight = random(&[2048, 2080], Kind::BFloat16, device);
         let declines = |rows: i64, k: i64, splits: i64| {
@@ -2084,8 +2087,9 @@ mod tests {
     /// The kernels launched to start before the kernel ahead of them ends (`csrc/dependent_launch.cuh`)
     /// read what that kernel writes only after it: the attention right after the rotation that writes
     /// its queries and the step's cache column, the MLP's gate|up kernel right after the residual add
-    /// and norm that write its input, and on Hopper GPUs the down projection's split product
-    /// (`csrc/split_product.cu`) right after that gate|up kernel, each chained as a decoding step
+    /// and norm that write its input, and on Hopper GPUs the split products of the output projections
+    /// (`csrc/split_product.cu`): down_proj's right after that gate|up kernel, o_proj's right after
+    /// the attention, each chained as a decoding step
     /// launches them, eight times with new inputs in new memory, give bit for bit what the same kernels
     /// give on those inputs once everything before has finished. A per-row attention kernel that does
     /// not wait for the prompt kernel fails it (measured on one H200,
@@ -2105,11 +2109,13 @@ mod tests {
         for round in 0..8 {
             let x = random(&[64, 2048], Kind::BFloat16, device);
             let input = random(&[64, 11008], Kind::BFloat16, device);
+            // down_proj's residual, and a copy for the run alone (the product adds into it).
+            let residual = random(&[64, 2048], Kind::BFloat16, device);
+            let residual_alone = residual.copy();
             let normed = add_product_rms_norm(&x, (&input, &down, 2), &norm, 1e-6)
                 .unwrap()
                 .expect("kernel applies");
             let chained = gate_up_swiglu(&normed, &gate_up);
-            let residual = x.copy();
             let down_normed = add_product_rms_norm(&residual, (&chained, &down, 2), &norm, 1e-6)
                 .unwrap()
                 .expect("kernel applies");
@@ -2120,8 +2126,7 @@ mod tests {
                 0.0,
                 "gate|up after the norm, round {round}"
             );
-            let residual = x.copy();
-            let down_alone = add_product_rms_norm(&residual, (&alone, &down, 2), &norm, 1e-6)
+            let down_alone = add_product_rms_norm(&residual_alone, (&alone, &down, 2), &norm, 1e-6)
                 .unwrap()
                 .expect("kernel applies");
             assert_eq!(
@@ -2151,7 +2156,21 @@ mod tests {
         );
         let tables = || random(&[rows, 128], Kind::BFloat16, device);
         let (cos, signed_sin) = (tables(), tables());
+        let o_weight = random(&[2048, 2048], Kind::BFloat16, device) * 0.02;
+        // o_proj's product and the norm after it, on the attention's output (rows, 2,048).
+        let project = |residual: &Tensor, attended: &Tensor| {
+            add_product_rms_norm(
+                residual,
+                (&attended.view([rows, 2048]), &o_weight, 4),
+                &norm,
+                1e-6,
+            )
+            .unwrap()
+            .expect("kernel applies")
+        };
         for round in 0..8 {
+            let residual = random(&[rows, 2048], Kind::BFloat16, device);
+            let residual_alone = residual.copy();
             let qkv = random(&[rows, 16 + 2 * kv_heads, 128], Kind::BFloat16, device);
             let q = decode_rotary_write(&qkv, (&cos, &signed_sin), (&keys, &values), &at, 16)
                 .unwrap()
@@ -2163,12 +2182,18 @@ mod tests {
                     .expect("kernel applies")
             };
             let chained = attend(&q);
+            let projected = project(&residual, &chained);
             tch::Cuda::synchronize(index as i64);
             let alone = attend(&q.copy());
             assert_eq!(
                 max_diff(&chained, &alone),
                 0.0,
                 "attention after the rotation, round {round}"
+            );
+            assert_eq!(
+                max_diff(&projected, &project(&residual_alone, &alone)),
+                0.0,
+                "o_proj's product after the attention, round {round}"
             );
         }
     }
