@@ -420,12 +420,13 @@ pub(crate) fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Option<T
 /// it; a 3B decoding layer 2.5 us shorter than with cuBLAS's on an H200, docs/performance.md);
 /// elsewhere one batched cuBLAS call over `splits` slices. Where cuBLAS splits such a product itself,
 /// its reduction and the norm are two more launches; at 64 rows of the 3B decoder's o_proj and
-/// down_proj the batched products alone were 1.0-3.0 us shorter than cuBLAS's calls on an H200 (other
-/// GPUs than Hopper ones take the batched products; not measured there). The sums run in another order than cuBLAS's, so `x`
-/// can differ from `addmm_`'s by a bf16 unit, and the norm is [`rms_norm`]'s. `x` (rows, hidden) bf16
-/// with contiguous rows, `input` (rows, k), `weight` (hidden, k) contiguous. None (nothing changed)
-/// where the kernel does not apply: the module's conditions, bf16, 1 to 64 rows, 1 to 4 `splits` into
-/// which k divides in multiples of 8, hidden a multiple of 256 up to 8192, 16-byte aligned rows.
+/// down_proj the batched products alone were 1.0-3.0 us shorter than cuBLAS's calls on an H200
+/// (GPUs other than Hopper ones take the batched products; not measured there). The sums run in
+/// another order than cuBLAS's, so `x` can differ from `addmm_`'s by a bf16 unit, and the norm is
+/// [`rms_norm`]'s. `x` (rows, hidden) bf16 with contiguous rows, `input` (rows, k), `weight` (hidden,
+/// k) contiguous. None (nothing changed) where the kernel does not apply: the module's conditions,
+/// bf16, 1 to 64 rows, 1 to 4 `splits` into which k divides in multiples of 8, hidden a multiple of
+/// 256 up to 8192, 16-byte aligned rows.
 pub(crate) fn add_product_rms_norm(
     x: &Tensor,
     (input, weight, splits): (&Tensor, &Tensor, i64),
