@@ -14,14 +14,14 @@
 // them against the exact products).
 //
 // Before waiting for the kernel ahead (which writes x and may still read the memory of `parts`), a
-// block copies its slice's weights only when all of them fit in its stages: o_proj's (8 chunks a
-// slice at the 3B shape), copied while the attention kernel ahead still runs, by the blocks placed
-// where its blocks leave room. down_proj's slices (43 chunks) are copied after the wait. Its blocks
-// do not fit on an SM beside the gate|up kernel's (121 KiB of shared memory each); where the first
-// twelve stages were copied early by the blocks placed on the SMs that kernel leaves free or frees
-// first, it took about 1.3 us longer and down_proj ended 0.8 us sooner (measured on one H200,
-// measurements/2026-12-02-split-product-h200, where six stages, few enough to share an SM with the
-// gate|up kernel's blocks, read down_proj's weight slower than twelve).
+// block copies the weights of its first twelve stages, all of a slice when they fit: o_proj's (8
+// chunks a slice at the 3B shape) while the attention kernel ahead still runs, down_proj's first 12
+// of 43 chunks while the gate|up kernel still runs, by the blocks placed on the SMs that kernel leaves
+// free or frees first (its blocks take 121 KiB of shared memory, so none of these shares an SM with
+// one). Measured on one H200 (measurements/2026-12-02-split-product-h200), down_proj's early copies
+// made the gate|up kernel 1.3 us longer and ended down_proj 0.8 us sooner than copying its weights
+// only after the wait; six stages, few enough to share an SM with the gate|up kernel's blocks, read
+// down_proj's weight slower than twelve.
 //
 // Built for sm_90a only (`wgmma`); the launcher answers kHopperUnsupported on other GPUs and shapes, and
 // the caller takes cuBLAS's batched product.
@@ -68,9 +68,8 @@ __global__ void __launch_bounds__(kThreads)
       const auto copy_x = [&](int i) {
         copy_tile(stage(i) + kTileBytes, &x_map, (begin + i) * kChunk, 0, bar(i));
       };
-      // A slice that fits in the stages: its weights before the wait (no kernel writes them), its x
-      // after it (see above).
-      copy_stages<kStages>(steps, steps <= kStages ? steps : 0, empty, copy_weight, copy_x);
+      // The first stages' weights before the wait (no kernel writes them), x after it (see above).
+      copy_stages<kStages>(steps, steps < kStages ? steps : kStages, empty, copy_weight, copy_x);
     }
     return;
   }
