@@ -27,11 +27,11 @@
 // Shared prompts: a GRPO rollout decodes n samples of each prompt, whose cache rows hold the same
 // prompt keys and values (one prefill per prompt). `decode_attention_prompt` reads a prompt's
 // columns once for up to 8 of its rows (a block's warps, two rows each, reading the keys the block
-// copies), from the prompt's first row and under that row's mask; the per-row kernel
-// reads each row's own columns after them and folds the prompt's parts in. Reading each row's cache
-// instead, 8 rows read the prompt 8 times: at 8 prompts x 8 samples and 1,262-token prompts, the
-// prompt columns are most of the bytes a decoding step's attention reads. On sm_90 GPUs
-// prompt_attention.cu's kernel (warp-group products) takes the prompt kernel's place.
+// copies), from the prompt's first row and under that row's mask; the per-row kernel reads each
+// row's own columns (on sm_90 GPUs while the prompt kernel runs) and folds the prompt's parts in.
+// Reading each row's cache instead, 8 rows read the prompt 8 times: at 8 prompts x 8 samples and
+// 1,262-token prompts, the prompt columns are most of the bytes a decoding step's attention reads.
+// On sm_90 GPUs prompt_attention.cu's kernel (warp-group products) takes the prompt kernel's place.
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -265,11 +265,12 @@ __device__ __forceinline__ void write_part(State& s, const Parts& dst, int64_t r
   }
 }
 
-// A warp's shared memory in the per-row kernel: its pipeline's stages, whose space holds its final
-// state once the loop is done (O for 8 heads x 128 dims, maxima and sums).
+// A warp's shared memory in the per-row kernel: its pipeline's `depth` stages, whose space holds its
+// final state once the loop is done (O for 8 heads x 128 dims, maxima and sums).
+template <int depth>
 struct WarpSpace {
   union {
-    Stage stages[kStages];
+    Stage stages[depth];
     struct {
       float o[kGroups][kDim];
       float m[kGroups], l[kGroups];
@@ -277,7 +278,17 @@ struct WarpSpace {
   };
 };
 
-constexpr int kSharedBytes = kWarps * sizeof(WarpSpace);
+// The per-row kernel's stages a warp: kStages over a row's whole cache; after the prompt kernel, over
+// a row's own columns (one or two of its steps at 128 new tokens), two, so that a block's shared
+// memory (64 KiB) fits on an SM beside a block of the Hopper prompt kernel: the per-row kernel's
+// blocks, started during that kernel, read their rows' own columns beside its blocks instead of
+// being placed only as those end (docs/performance.md, "the decoding attention's two kernels").
+constexpr int kOwnStages = 2;
+
+template <int depth>
+constexpr int split_shared_bytes() {
+  return kWarps * sizeof(WarpSpace<depth>);
+}
 
 // The largest of `parts` parts' maxima (`ml`: maximum and sum per part) and `m`.
 __device__ __forceinline__ float parts_max(const float* ml, int parts, float m) {
@@ -312,6 +323,7 @@ __device__ __forceinline__ void add_parts(const float* ml, const float* o, int p
 // shared memory. With `prompt_parts` (one split), the row's `dst.parts` parts the prompt kernel wrote
 // are folded in and the output written; else part `split` of `dst`, or the output when `dst.parts`
 // is 0.
+template <int depth>
 __global__ void __launch_bounds__(kWarps * 32)
 decode_attention_split(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ keys,
                        const __nv_bfloat16* __restrict__ values, const __nv_bfloat16* __restrict__ mask,
@@ -319,9 +331,7 @@ decode_attention_split(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16*
                        Parts dst, bool prompt_parts, int64_t kv_heads, int64_t capacity,
                        float scale_log2) {
   extern __shared__ __align__(16) unsigned char shared[];
-  wait_prerequisites();  // launched to start during the prompt kernel (dependent_launch.cuh)
-  allow_dependents();  // the output projection's kernel reads its weights meanwhile, this output after
-  WarpSpace* space = reinterpret_cast<WarpSpace*>(shared);
+  WarpSpace<depth>* space = reinterpret_cast<WarpSpace<depth>*>(shared);
   const int splits = gridDim.x, split = blockIdx.x;
   const int64_t row = blockIdx.z, rh = row * kv_heads + blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -332,13 +342,13 @@ decode_attention_split(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16*
   const Source src{keys + rh * capacity * kDim, values + rh * capacity * kDim};
   const __nv_bfloat16* mask_row = mask + row * capacity;
 
-  // The warp's steps: keys at + k * stride for k < steps; the first kStages - 1 set in flight.
+  // The warp's steps: keys at + k * stride for k < steps; the first depth - 1 set in flight.
   constexpr int64_t kStride = kWarps * kKeys;
   const int64_t at = first + warp * kKeys;
   const int64_t steps = at < last ? (last - at + kStride - 1) / kStride : 0;
   Stage* stages = space[warp].stages;
 #pragma unroll
-  for (int k = 0; k < kStages - 1; ++k) {
+  for (int k = 0; k < depth - 1; ++k) {
     if (k < steps) issue(stages[k], src, mask_row, at + k * kStride, lowest, end, capacity, lane);
     commit();
   }
@@ -346,13 +356,13 @@ decode_attention_split(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16*
   load_query(qa, q + rh * kGroups * kDim, lane);
   State s;
   for (int64_t k = 0; k < steps; ++k) {
-    wait_pending<kStages - 2>();  // this lane's copies of step k have landed,
-    __syncwarp();                 // and so have every lane's
+    wait_pending<depth - 2>();  // this lane's copies of step k have landed,
+    __syncwarp();               // and so have every lane's
     Tile t;
-    read(t, stages[k % kStages], lane);
-    const int64_t ahead = k + kStages - 1;  // into the stage step k - 1 used
+    read(t, stages[k % depth], lane);
+    const int64_t ahead = k + depth - 1;  // into the stage step k - 1 used
     if (ahead < steps) {
-      issue(stages[ahead % kStages], src, mask_row, at + ahead * kStride, lowest, end, capacity, lane);
+      issue(stages[ahead % depth], src, mask_row, at + ahead * kStride, lowest, end, capacity, lane);
     }
     commit();
     float x[2][4];
@@ -377,6 +387,11 @@ decode_attention_split(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16*
     for (int c = 0; c < 4; ++c) done.o[2 * j + c % 2][64 * (d / 4) + 8 * r + 2 * (d % 4) + c / 2] = s.o[d][c];
   }
   __syncthreads();
+  // After the Hopper prompt kernel, launched to start once every block of it has waited for the
+  // rotation (prompt_attention.cu): the row's columns and query, which the rotation wrote, were read
+  // while that kernel ran; its parts only once it has ended.
+  wait_prerequisites();
+  allow_dependents();  // the output projection's kernel reads its weights meanwhile, this output after
   const int h = threadIdx.x / 16, d0 = 8 * (threadIdx.x % 16);  // 8 heads x 16 threads
   const int64_t head = rh * kGroups + h;
   const float* ml = dst.ml + 2 * head * dst.parts;  // with `prompt_parts`, the prompt's
@@ -611,7 +626,10 @@ int groundrl_launch_decode_attention(const void* q, const void* keys, const void
                                      int* hopper) {
   if (rows * kv_heads == 0) return 0;
   auto s = (cudaStream_t)stream;
-  cudaError_t e = allow_shared(decode_attention_split, kSharedBytes);
+  // The per-row kernel: over each row's own columns after a prompt kernel, else over its whole cache.
+  const auto split_kernel = chunks ? decode_attention_split<kOwnStages> : decode_attention_split<kStages>;
+  const int split_bytes = chunks ? split_shared_bytes<kOwnStages>() : split_shared_bytes<kStages>();
+  cudaError_t e = allow_shared(split_kernel, split_bytes);
   if (e == cudaSuccess && chunks) e = allow_shared(decode_attention_prompt, kPromptSharedBytes);
   if (e != cudaSuccess) return (int)e;
   const auto bf = [](const void* p) { return (const __nv_bfloat16*)p; };
@@ -637,14 +655,13 @@ int groundrl_launch_decode_attention(const void* q, const void* keys, const void
   const dim3 grid(own, (unsigned)kv_heads, (unsigned)rows);
   const int64_t* begin = chunks ? prompt_columns : nullptr;
   if (*hopper) {  // after the Hopper prompt kernel, started during it
-    e = launch_dependent(decode_attention_split, grid, dim3(kWarps * 32), kSharedBytes, s, bf(q), bf(keys),
-                         bf(values), bf(mask), column, begin, dst, chunks != nullptr, kv_heads, capacity,
-                         scale_log2);
+    e = launch_dependent(split_kernel, grid, dim3(kWarps * 32), split_bytes, s, bf(q), bf(keys), bf(values),
+                         bf(mask), column, begin, dst, chunks != nullptr, kv_heads, capacity, scale_log2);
     if (e != cudaSuccess) return (int)e;
   } else {
-    decode_attention_split<<<grid, kWarps * 32, kSharedBytes, s>>>(bf(q), bf(keys), bf(values), bf(mask),
-                                                                   column, begin, dst, chunks != nullptr,
-                                                                   kv_heads, capacity, scale_log2);
+    split_kernel<<<grid, kWarps * 32, split_bytes, s>>>(bf(q), bf(keys), bf(values), bf(mask), column, begin,
+                                                        dst, chunks != nullptr, kv_heads, capacity,
+                                                        scale_log2);
   }
   if (parts > 0 && !chunks) {
     decode_attention_merge<<<(unsigned)(rows * kv_heads), kGroups * 32, 0, s>>>(part_o, part_ml,

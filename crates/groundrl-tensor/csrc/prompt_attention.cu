@@ -18,7 +18,10 @@
 //
 // Launched to start while the step's rotation runs (dependent_launch.cuh): the first stages of
 // prompt keys and values, which that kernel does not write, are copied before waiting for it, the
-// queries it writes after; the per-row kernel after this one starts likewise and waits at once.
+// queries it writes after. A block lets the per-row kernel after this one start once it has waited:
+// when all have, the rotation has ended, and that kernel's blocks read what the rotation wrote (the
+// queries, each row's own columns) while this kernel runs, and wait for it only before folding its
+// parts in.
 //
 // Built for sm_90a only; the launcher answers kHopperUnsupported elsewhere and the caller launches the
 // mma.sync kernel.
@@ -123,6 +126,7 @@ __device__ void copy_chunks(const Work& w, const CUtensorMap* q_map, const CUten
     }
   }
   wait_prerequisites();
+  allow_dependents();  // the rotation has ended (see above)
   int g = early;  // stages copied so far, over all chunks
   for (int64_t chunk = blockIdx.z, n = 0; chunk < w.chunk_count; chunk += gridDim.z, ++n) {
     const int64_t* rows = w.chunks + chunk * kChunkRows;
@@ -143,17 +147,31 @@ __device__ void copy_chunks(const Work& w, const CUtensorMap* q_map, const CUten
   }
 }
 
-// The thread's 16 keys of a stage (key0 + 8 j + 2 (lane % 4) + e, e = 0, 1): the mask in the log2
-// domain, -inf past the split's last column.
-__device__ __forceinline__ void load_bias(float (&bias)[16], const bf16* mask_row, int64_t key0,
-                                          int64_t last, int lane) {
+// The thread's 16 keys of a stage (key0 + 8 j + 2 (lane % 4) + e, e = 0, 1): their mask values (0
+// past the split's last column), read a stage ahead of their use (see attend_chunks).
+struct MaskPairs {
+  __nv_bfloat162 m[8];
+};
+
+__device__ __forceinline__ MaskPairs load_mask(const bf16* mask_row, int64_t key0, int64_t last, int lane) {
+  MaskPairs pairs;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const int64_t key = key0 + 8 * j + 2 * (lane % 4);  // even: the pair is 4-byte aligned
-    __nv_bfloat162 m = __floats2bfloat162_rn(0.f, 0.f);
-    if (key < last) m = *reinterpret_cast<const __nv_bfloat162*>(mask_row + key);
-    bias[2 * j] = key < last ? __bfloat162float(m.x) * kLog2e : -INFINITY;
-    bias[2 * j + 1] = key + 1 < last ? __bfloat162float(m.y) * kLog2e : -INFINITY;
+    pairs.m[j] = __floats2bfloat162_rn(0.f, 0.f);
+    if (key < last) pairs.m[j] = *reinterpret_cast<const __nv_bfloat162*>(mask_row + key);
+  }
+  return pairs;
+}
+
+// Those keys' mask in the log2 domain, -inf past the split's last column.
+__device__ __forceinline__ void load_bias(float (&bias)[16], const MaskPairs& pairs, int64_t key0,
+                                          int64_t last, int lane) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int64_t key = key0 + 8 * j + 2 * (lane % 4);
+    bias[2 * j] = key < last ? __bfloat162float(pairs.m[j].x) * kLog2e : -INFINITY;
+    bias[2 * j + 1] = key + 1 < last ? __bfloat162float(pairs.m[j].y) * kLog2e : -INFINITY;
   }
 }
 
@@ -282,12 +300,17 @@ __device__ void attend_chunks(const Work& w, const bf16* mask, float scale_log2,
     if (rows[0] < 0) return;
     const bf16* mask_row = mask + w.leader[rows[0]] * w.capacity;
     State st;
+    // Each stage's mask read during the stage before it, the first one's before the queries land
+    // (the mask is made before the decoding step's first layer): its latency is not the stage's.
+    MaskPairs next = w.steps > 0 ? load_mask(mask_row, w.first, w.last, lane) : MaskPairs{};
     if (w.steps > 0) barrier_wait(shared_address(&b.query_full), n & 1);
     for (int i = 0; i < w.steps; ++i, ++g) {
       const int slot = g % kStages;
       const int64_t key0 = w.first + i * kKeys;
+      const MaskPairs mask_pairs = next;
+      if (i + 1 < w.steps) next = load_mask(mask_row, key0 + kKeys, w.last, lane);
       float bias[16];
-      load_bias(bias, mask_row, key0, w.last, lane);
+      load_bias(bias, mask_pairs, key0, w.last, lane);
       barrier_wait(shared_address(&b.full[slot]), (g / kStages) & 1);
       attend_stage(st, w, w.stages + slot * kStageBytes, generic_stages + slot * kStageBytes, key0,
                    bias, scale_log2);
@@ -312,7 +335,6 @@ __global__ void __launch_bounds__(kThreads, 1)
                      float* __restrict__ part_ml, int kv_heads, int64_t capacity, float scale_log2) {
   extern __shared__ unsigned char raw[];
   __shared__ Barriers b;
-  allow_dependents();
   const uint32_t base = (shared_address(raw) + 1023) & ~1023u;
   const int64_t end = min(min(*prompt_columns, *column + 1), capacity);
   const int64_t per = ((end + gridDim.x - 1) / gridDim.x + kKeys - 1) / kKeys * kKeys;
@@ -335,7 +357,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x % 32 == 0 && w.steps > 0) copy_chunks(w, &q_map, &k_map, &v_map, b, *column);
     return;
   }
-  if (w.steps == 0) wait_prerequisites();  // no copies to wait behind: empty parts, written after it
+  if (w.steps == 0) {  // no copies to wait behind: empty parts, written after the wait
+    wait_prerequisites();
+    allow_dependents();
+  }
   attend_chunks(w, mask, scale_log2, b, raw + (w.stages - shared_address(raw)));
 }
 

@@ -1564,14 +1564,15 @@ mod tests {
     /// against f32 attention over the rows as they should be, with 1, 3 and the automatic number of
     /// splits. Every row's columns past the step's hold NaN: at the first step (the column right
     /// after the prompt) they share the prompt's last 64-key stage, which the Hopper kernel copies
-    /// whole. On an sm_90 GPU the prompt columns must go through the Hopper kernel (not the
-    /// `mma.sync` one), elsewhere through the other.
+    /// whole. At column 1,398 each row's own 137 columns take every warp of the per-row kernel
+    /// through more steps than its two stages hold. On an sm_90 GPU the prompt columns must go
+    /// through the Hopper kernel (not the `mma.sync` one), elsewhere through the other.
     #[test]
     fn decode_attention_reads_shared_prompts_from_the_leaders_rows() {
         let Some(device) = cuda_for_tests() else { return };
         let Device::Cuda(index) = device else { return };
         let sm_90 = ffi::compute_capability(index) == 90;
-        for (column, group_heads) in [(1300, 8), (1262, 8), (1300, 4)] {
+        for (column, group_heads) in [(1300, 8), (1262, 8), (1300, 4), (1398, 8)] {
             shared_prompts_against_f32(device, sm_90, column, group_heads);
         }
     }
