@@ -40,22 +40,26 @@
 //! AdamW's state), and, for the kernels without a backward, no gradient wanted. Elsewhere, and when
 //! [`set_enabled`] turned them off, the callers' libtorch compositions run.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::cell::Cell;
 
 use tch::{Device, Kind, TchError, Tensor};
 
-static ENABLED: AtomicBool = AtomicBool::new(true);
+thread_local! {
+    static ENABLED: Cell<bool> = const { Cell::new(true) };
+}
 
-/// Turns the fused kernels on or off for the whole process (on by default), so that a benchmark can
-/// time the compositions they replace.
+/// Turns the fused kernels on or off for the calling thread (on by default), so that a benchmark can
+/// time the compositions they replace (the bench commands run the model on the thread that calls
+/// this). Per thread, so that a test comparing a kernel with its composition does not turn the
+/// kernels off under the tests running meanwhile on other threads.
 pub fn set_enabled(on: bool) {
-    ENABLED.store(on, Ordering::Relaxed);
+    ENABLED.with(|enabled| enabled.set(on));
 }
 
 /// Whether the kernels run on `device`: a CUDA device, a build with the `cuda` feature, and not
-/// turned off by [`set_enabled`].
+/// turned off on this thread by [`set_enabled`].
 pub fn active(device: Device) -> bool {
-    cfg!(feature = "cuda") && ENABLED.load(Ordering::Relaxed) && device.is_cuda()
+    cfg!(feature = "cuda") && ENABLED.with(Cell::get) && device.is_cuda()
 }
 
 /// Whether a kernel without a backward can take these tensors: all on a device where the kernels are

@@ -355,8 +355,8 @@ mod tests {
     /// On a CUDA device (the GPU machine runs it: `scripts/gpu/run.sh kernels`), the rotary kernels and
     /// libtorch's operations give the same rotated queries of the 3B shape (16 heads of 128, bf16
     /// tables from M-RoPE positions) and the same gradient, bit for bit. Elsewhere it says it was
-    /// skipped. It switches the kernels off for a moment, process-wide: run.sh runs the CUDA tests on
-    /// one thread.
+    /// skipped. It switches the kernels off for a moment, on its own thread
+    /// ([`fused::set_enabled`]).
     #[test]
     fn the_fused_rotary_equals_the_operations_on_cuda_with_gradients() {
         let Some(device) = fused::cuda_for_tests() else {

@@ -541,8 +541,8 @@ mod tests {
     /// a checkpointed block's recompute matches its first pass and training gets transformers'
     /// gradients. Head dims 80 (the 3B shape: four values per thread) and 20 (one per thread), q|k|v
     /// as the tower makes it (a reshaped linear output) and strided in rows. Elsewhere it says it was
-    /// skipped. It switches the kernels off for a moment, process-wide: run.sh runs the CUDA tests on
-    /// one thread.
+    /// skipped. It switches the kernels off for a moment, on its own thread
+    /// ([`fused::set_enabled`]).
     #[test]
     fn the_fused_rotary_equals_the_operations_on_cuda_with_gradients() {
         let Some(device) = fused::cuda_for_tests() else {

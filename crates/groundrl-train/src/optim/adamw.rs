@@ -774,8 +774,8 @@ mod tests {
     /// step's size, lr (on an H100 0.7% of the masters differ: the two round some operation of the
     /// step differently), the bf16 parameters within one bf16 unit
     /// (a master one f32 unit apart can round either way); the count of values that differ at all is
-    /// printed. Elsewhere it says it was skipped. It switches the kernels off for a moment,
-    /// process-wide: run.sh runs the CUDA tests on one thread.
+    /// printed. Elsewhere it says it was skipped. It switches the kernels off for a moment, on its
+    /// own thread ([`fused::set_enabled`]).
     #[test]
     fn the_cuda_kernel_updates_as_the_composition() {
         let device = Device::cuda_if_available();
