@@ -11,6 +11,31 @@
 # MODEL (traces in MODEL's folder's profile-NAME) and appends the period of a layer and of a decoding
 # step in its graph replays (measurements/2026-12-01-dependent-launch-h200/layer_period.py) under
 # "== NAME" to OUT.
+# `unpack_builds WORK NAME:ARCHIVE...` unpacks each .device/ARCHIVE.tar.xz (a packed
+# scripts/gpu/build.sh binary) into WORK/NAME. `cuda_tests OUT WORK ARCHIVE` unpacks
+# .device/ARCHIVE.tar.xz (build.sh's test binaries) into WORK/tests, runs the tensor and training
+# crates' tests (their CUDA tests among them) into OUT/tensor-tests.txt and OUT/train-tests.txt,
+# prints their summaries and fails when the tensor crate's failed.
+unpack_builds() {
+  local work=$1 build
+  shift
+  for build in "$@"; do
+    mkdir -p "$work/${build%%:*}"
+    tar xJf ".device/${build#*:}.tar.xz" -C "$work/${build%%:*}" || return 1
+  done
+}
+
+cuda_tests() {
+  local out=$1 work=$2
+  mkdir -p "$work/tests"
+  tar xJf ".device/$3.tar.xz" -C "$work/tests" || return 1
+  (cd crates/groundrl-tensor && timeout 150 "$work/tests/groundrl-tensor-tests" --test-threads 4) > "$out/tensor-tests.txt" 2>&1
+  echo "rc=$?" >> "$out/tensor-tests.txt"
+  (cd crates/groundrl-train && timeout 200 "$work/tests/groundrl-train-tests" --test-threads 8) > "$out/train-tests.txt" 2>&1
+  echo "rc=$?" >> "$out/train-tests.txt"
+  grep -hE "^test result|^rc=|FAILED|panicked|largest error" "$out/tensor-tests.txt" "$out/train-tests.txt" | head -12
+  grep -q "^rc=0" "$out/tensor-tests.txt"
+}
 rollout_ab() {
   local out=$1 model=$2 a=$3 b=$4 rounds=${5:-3}
   shift $(($# < 5 ? $# : 5))
