@@ -163,7 +163,9 @@ __device__ __forceinline__ void load_query(uint32_t (&qa)[8][2], const __nv_bflo
   const uint4* qp = reinterpret_cast<const uint4*>(q + r * kDim + 8 * j);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const uint4 x = qp[4 * i];
+    // Through L2 (not the read-only cache): after the Hopper prompt kernel the per-row kernel reads
+    // the query before its wait (see decode_attention_split), where what the rotation wrote is in L2.
+    const uint4 x = __ldcg(qp + 4 * i);
     qa[2 * i][0] = x.x;
     qa[2 * i][1] = x.y;
     qa[2 * i + 1][0] = x.z;
@@ -279,10 +281,11 @@ struct WarpSpace {
 };
 
 // The per-row kernel's stages a warp: kStages over a row's whole cache; after the prompt kernel, over
-// a row's own columns (one or two of its steps at 128 new tokens), two, so that a block's shared
-// memory (64 KiB) fits on an SM beside a block of the Hopper prompt kernel: the per-row kernel's
-// blocks, started during that kernel, read their rows' own columns beside its blocks instead of
-// being placed only as those end (docs/performance.md, "the decoding attention's two kernels").
+// a row's own columns (at most three of a warp's 16-key steps at 128 new tokens), two, so that a
+// block's shared memory (65,792 bytes) fits on an SM beside a block of the Hopper prompt kernel: the
+// per-row kernel's blocks, started during that kernel, read their rows' own columns beside its blocks
+// instead of being placed only as those end (docs/performance.md, "the decoding attention's two
+// kernels").
 constexpr int kOwnStages = 2;
 
 template <int depth>

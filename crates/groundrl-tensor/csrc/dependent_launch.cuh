@@ -5,6 +5,10 @@
 // the kernel before it has finished and its writes are visible. A decoding step is a chain of short
 // kernels, each paying its start (blocks placed, barriers set up, the first copies in flight) after
 // the previous one's end; so the next one's start and first reads overlap the previous one's work.
+// A kernel that calls `allow_dependents` only after its own wait lets the next one start once the
+// kernel two back has ended: the next one may then read, before its own wait, what that kernel wrote,
+// through L2 (copies to shared memory, `__ldcg`), which is where those writes are (the per-row
+// attention kernel reads the rotation's output so while the prompt kernel runs; decode_attention.cu).
 // A captured CUDA graph keeps these launches as programmatic edges. Elsewhere (sm_80, or launched
 // plainly) both device calls do nothing: the stream's order holds as usual.
 
