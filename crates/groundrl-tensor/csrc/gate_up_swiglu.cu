@@ -149,18 +149,17 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warp == kWarps) {  // the copies
     if (lane == 0) {
-      // Chunk i's weights and x's columns into the stage of its slot, whose barrier counts both.
-      const auto bar = [&](int i) { return shared_address(&full[i % kStages]); };
-      const auto stage = [&](int i) { return base + (i % kStages) * kStageBytes; };
-      const auto copy_weights = [&](int i) {
-        expect_bytes(bar(i), kStageBytes);
-        copy_tile(stage(i), &gate_map, i * kChunk, first, bar(i));
-        copy_tile(stage(i) + kHalfBytes, &up_map, i * kChunk, first, bar(i));
+      // Chunk i's weights and x's columns into the stage of its slot: the first stages' weights
+      // before the wait (no kernel writes them), their x after it (the kernel before this one writes
+      // x: dependent_launch.cuh).
+      const auto copy_weights = [&](int i, uint32_t stage, uint32_t bar) {
+        copy_tile(stage, &gate_map, i * kChunk, first, bar);
+        copy_tile(stage + kHalfBytes, &up_map, i * kChunk, first, bar);
       };
-      const auto copy_x = [&](int i) { copy_tile(stage(i) + 2 * kHalfBytes, &x_map, i * kChunk, 0, bar(i)); };
-      // The first stages' weights before the wait (no kernel writes them), their x after it (the
-      // kernel before this one writes x: dependent_launch.cuh).
-      copy_stages<kStages>(chunks, chunks < kStages ? chunks : kStages, empty, copy_weights, copy_x);
+      const auto copy_x = [&](int i, uint32_t stage, uint32_t bar) {
+        copy_tile(stage + 2 * kHalfBytes, &x_map, i * kChunk, 0, bar);
+      };
+      copy_stages<kStages>(chunks, full, empty, base, kStageBytes, copy_weights, copy_x);
     }
     return;
   }

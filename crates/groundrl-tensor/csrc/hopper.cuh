@@ -120,21 +120,31 @@ __device__ __forceinline__ void init_stages(uint64_t* full, uint64_t* empty, int
   __syncthreads();
 }
 
-// The copy warp's side of a kernel's stages, on one lane: stage i's copies into slot i % kStages,
-// `weights(i)` (which also sets the slot's expected bytes on its barrier) and `rest(i)` (what the
-// kernel ahead writes); the first `early` stages' weights before waiting for that kernel
-// (dependent_launch.cuh), every later stage once the products have freed its slot (`empty`).
-// `early` at most `steps` and kStages: those stages take their slots unasked.
+// The copy warp's side of a kernel's stages, on one lane: stage i's copies into slot i % kStages
+// (`stage_bytes` each from `base`), `weights(i, stage, bar)` and `rest(i, stage, bar)` (what the
+// kernel ahead writes), both completing on the slot's barrier `bar` (`full`), whose expected bytes
+// are set first. The first kStages stages (all of them, when fewer) take their slots unasked, their
+// weights copied before waiting for the kernel ahead (dependent_launch.cuh); every later stage once
+// the products have freed its slot (`empty`).
 template <int kStages, typename Weights, typename Rest>
-__device__ __forceinline__ void copy_stages(int steps, int early, uint64_t* empty, Weights weights,
-                                            Rest rest) {
-  for (int i = 0; i < early; ++i) weights(i);
+__device__ __forceinline__ void copy_stages(int steps, uint64_t* full, uint64_t* empty, uint32_t base,
+                                            int stage_bytes, Weights weights, Rest rest) {
+  const auto copy_weights = [&](int i) {
+    const uint32_t bar = shared_address(&full[i % kStages]);
+    expect_bytes(bar, stage_bytes);
+    weights(i, base + (i % kStages) * stage_bytes, bar);
+  };
+  const auto copy_rest = [&](int i) {
+    rest(i, base + (i % kStages) * stage_bytes, shared_address(&full[i % kStages]));
+  };
+  const int early = steps < kStages ? steps : kStages;
+  for (int i = 0; i < early; ++i) copy_weights(i);
   wait_prerequisites();
-  for (int i = 0; i < early; ++i) rest(i);
+  for (int i = 0; i < early; ++i) copy_rest(i);
   for (int i = early; i < steps; ++i) {
     barrier_wait(shared_address(&empty[i % kStages]), (i / kStages - 1) & 1);
-    weights(i);
-    rest(i);
+    copy_weights(i);
+    copy_rest(i);
   }
 }
 

@@ -58,18 +58,15 @@ __global__ void __launch_bounds__(kThreads)
 
   if (warp == kWarps) {  // the copies
     if (lane == 0) {
-      // Step i's weight tile and x's columns into the stage of its slot, whose barrier counts both.
-      const auto bar = [&](int i) { return shared_address(&full[i % kStages]); };
-      const auto stage = [&](int i) { return base + (i % kStages) * kStageBytes; };
-      const auto copy_weight = [&](int i) {
-        expect_bytes(bar(i), kStageBytes);
-        copy_tile(stage(i), &weight_map, (begin + i) * kChunk, first, bar(i));
+      // Step i's weight tile and x's columns into the stage of its slot: the first stages' weights
+      // before the wait (no kernel writes them), x after it (see above).
+      const auto copy_weight = [&](int i, uint32_t stage, uint32_t bar) {
+        copy_tile(stage, &weight_map, (begin + i) * kChunk, first, bar);
       };
-      const auto copy_x = [&](int i) {
-        copy_tile(stage(i) + kTileBytes, &x_map, (begin + i) * kChunk, 0, bar(i));
+      const auto copy_x = [&](int i, uint32_t stage, uint32_t bar) {
+        copy_tile(stage + kTileBytes, &x_map, (begin + i) * kChunk, 0, bar);
       };
-      // The first stages' weights before the wait (no kernel writes them), x after it (see above).
-      copy_stages<kStages>(steps, steps < kStages ? steps : kStages, empty, copy_weight, copy_x);
+      copy_stages<kStages>(steps, full, empty, base, kStageBytes, copy_weight, copy_x);
     }
     return;
   }
