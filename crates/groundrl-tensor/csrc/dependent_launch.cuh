@@ -32,6 +32,15 @@ __device__ __forceinline__ void wait_prerequisites() {
 #endif
 }
 
+// Whether the current device starts a kernel launched with `launch_dependent` early (sm_90 and
+// later), for a caller that launches plainly elsewhere.
+inline bool dependent_launches() {
+  int device = 0, major = 0;
+  return cudaGetDevice(&device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+         major >= 9;
+}
+
 // `kernel<<<grid, block, shared, stream>>>(args...)`, allowed to start before the kernel before it ends
 // (see above). For sm_90 GPUs only: the callers launch plainly elsewhere.
 template <typename... Params, typename... Args>

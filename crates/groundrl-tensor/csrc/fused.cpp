@@ -22,7 +22,8 @@
 #include "tensor_args.h"
 
 extern "C" {
-int groundrl_launch_decode_rotary_write(const void* qkv, int64_t qkv_row, const void* cos,
+int groundrl_launch_decode_rotary_write(const void* qkv, int64_t qkv_row, const float* parts,
+                                        int64_t splits, const void* bias, const void* cos,
                                         const void* ssin, void* q_out, void* keys, void* values,
                                         const int64_t* column, int64_t rows, int64_t heads,
                                         int64_t kv_heads, int64_t capacity, int64_t half,
@@ -82,38 +83,60 @@ void check_tables(const at::Tensor& cos, const at::Tensor& ssin, at::ScalarType 
 
 extern "C" {
 
-// One decoding step's rotation and cache write; see kernels.cu. qkv (rows, heads + 2 kv_heads, dim)
-// with contiguous heads; cos, signed_sin (rows, dim) contiguous; q_out (rows, heads, dim), keys and
-// values (rows, kv_heads, capacity, dim) contiguous; column a one-element int64 CUDA tensor.
-int groundrl_decode_rotary_write(void* qkv_, void* cos_, void* ssin_, void* q_out_, void* keys_,
-                                 void* values_, void* column_, int64_t heads) {
+// One decoding step's rotation and cache write; see kernels.cu. Without `bias_` (null), qkv is the
+// bf16 projection (rows, heads + 2 kv_heads, dim) with contiguous heads; with it, qkv is the
+// projection's f32 slices (1 to 4 splits, rows, (heads + 2 kv_heads) dim), contiguous, which the
+// kernel sums with the bias (bf16, contiguous (heads + 2 kv_heads) dim). cos, signed_sin (rows, dim)
+// contiguous;
+// q_out (rows, heads, dim), keys and values (rows, kv_heads, capacity, dim) contiguous; column a
+// one-element int64 CUDA tensor.
+int groundrl_decode_rotary_write(void* qkv_, void* bias_, void* cos_, void* ssin_, void* q_out_,
+                                 void* keys_, void* values_, void* column_, int64_t heads) {
   return guarded([&] {
     const auto &qkv = tensor(qkv_), &cos = tensor(cos_), &ssin = tensor(ssin_);
     const auto &q_out = tensor(q_out_), &keys = tensor(keys_), &values = tensor(values_);
     const auto& column = tensor(column_);
-    for (auto [t, name] : {std::pair{&qkv, "qkv"}, {&q_out, "q_out"}, {&keys, "keys"},
-                           {&values, "values"}}) {
+    for (auto [t, name] : {std::pair{&q_out, "q_out"}, {&keys, "keys"}, {&values, "values"}}) {
       check(*t, at::kBFloat16, name);
     }
     check(column, at::kLong, "column");
     require(column.numel() == 1, "column must hold one value");
-    require(qkv.dim() == 3 && qkv.size(2) % 2 == 0 && qkv.stride(1) == qkv.size(2),
-            "qkv must be (rows, heads, even dim) with contiguous heads");
-    int64_t rows = qkv.size(0), dim = qkv.size(2);
+    require(q_out.dim() == 3 && q_out.is_contiguous() && q_out.size(1) == heads &&
+                q_out.size(2) % 2 == 0,
+            "q_out must be contiguous (rows, heads, even dim)");
+    const int64_t rows = q_out.size(0), dim = q_out.size(2);
     require(keys.dim() == 4 && keys.is_contiguous() && values.sizes() == keys.sizes() &&
                 values.is_contiguous() && keys.size(0) == rows && keys.size(3) == dim,
             "keys and values must be contiguous (rows, kv_heads, capacity, dim)");
-    int64_t kv_heads = keys.size(1), capacity = keys.size(2);
-    require(qkv.size(1) == heads + 2 * kv_heads, "qkv must hold heads + 2 kv_heads heads");
+    const int64_t kv_heads = keys.size(1), capacity = keys.size(2), width = (heads + 2 * kv_heads) * dim;
+    const float* parts = nullptr;
+    const void* bias = nullptr;
+    int64_t splits = 0;
+    if (bias_ == nullptr) {
+      check(qkv, at::kBFloat16, "qkv");
+      require(qkv.dim() == 3 && qkv.size(0) == rows && qkv.size(1) == heads + 2 * kv_heads &&
+                  qkv.size(2) == dim && qkv.stride(2) == 1 && qkv.stride(1) == dim,
+              "qkv must be (rows, heads + 2 kv_heads, dim) with contiguous heads");
+    } else {
+      const auto& b = tensor(bias_);
+      check(qkv, at::kFloat, "qkv parts");
+      check(b, at::kBFloat16, "bias");
+      require(qkv.dim() == 3 && qkv.size(0) >= 1 && qkv.size(0) <= 4 && qkv.size(1) == rows &&
+                  qkv.size(2) == width && qkv.is_contiguous(),
+              "qkv parts must be contiguous (splits, rows, (heads + 2 kv_heads) dim), 1 to 4 splits");
+      require(b.dim() == 1 && b.size(0) == width && b.is_contiguous() && b.device() == qkv.device(),
+              "bias must be contiguous ((heads + 2 kv_heads) dim) on the parts' device");
+      parts = qkv.data_ptr<float>();
+      bias = b.data_ptr();
+      splits = qkv.size(0);
+    }
     check_tables(cos, ssin, at::kBFloat16, rows, dim);
-    require(q_out.sizes() == at::IntArrayRef({rows, heads, dim}) && q_out.is_contiguous(),
-            "q_out must be contiguous (rows, heads, dim)");
-    require_threads(rows * (heads + 2 * kv_heads) * dim / 2);
+    require_threads(rows * width / 2);
     c10::cuda::CUDAGuard guard(qkv.device());
     launched(groundrl_launch_decode_rotary_write(
-        qkv.data_ptr(), qkv.stride(0), cos.data_ptr(), ssin.data_ptr(), q_out.data_ptr(),
-        keys.data_ptr(), values.data_ptr(), column.data_ptr<int64_t>(), rows, heads, kv_heads,
-        capacity, dim / 2, stream_of(qkv)));
+        qkv.data_ptr(), qkv.stride(0), parts, splits, bias, cos.data_ptr(), ssin.data_ptr(),
+        q_out.data_ptr(), keys.data_ptr(), values.data_ptr(), column.data_ptr<int64_t>(), rows, heads,
+        kv_heads, capacity, dim / 2, stream_of(qkv)));
   });
 }
 

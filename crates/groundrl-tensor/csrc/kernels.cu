@@ -152,27 +152,59 @@ __global__ void rotary_tables(const int64_t* __restrict__ positions, const float
   s_row[k + half] = __float2bfloat16_rn(s);
 }
 
-// One decoding step's rotation and cache write. `qkv` (rows, heads + 2 kv_heads, dim) holds every
-// row's projected query, key and value heads; tables (rows, dim) are bf16, and every product and the
-// sum are rounded to bf16 as transformers' bf16 `q * cos + rotate_half(q) * sin` rounds them. Query
-// heads go to `q_out` (rows, heads, dim); key heads, rotated, and value heads, copied, go to column
-// `*column` of the caches (rows, kv_heads, capacity, dim). The column is read on the device, so a
-// captured CUDA graph replays the step for every column.
-__global__ void decode_rotary_write(const bf16* __restrict__ qkv, int64_t qkv_row,
-                                    const bf16* __restrict__ cos, const bf16* __restrict__ ssin,
+// The projected q|k|v a decoding step's rotation reads, value (r, c) of (rows, heads + 2 kv_heads,
+// dim) with c = head * dim + i: the product rounded to bf16 with its bias (cuBLAS's, `qkv` with rows
+// `row` apart)...
+struct Rounded {
+  const bf16* qkv;
+  int64_t row;
+  __device__ __forceinline__ bf16 operator()(int64_t r, int64_t c) const { return qkv[r * row + c]; }
+};
+
+// ... or the product as split_product.cu's kSplits f32 slices (kSplits, rows, width) and the bias
+// (width), summed here in slice order and rounded once, as cuBLAS rounds its f32 sum plus the bias:
+// the same value but for the order of the sums. The count is a template argument so that every
+// slice's load is in flight at once.
+template <int kSplits>
+struct Summed {
+  const float* parts;
+  const bf16* bias;
+  int64_t rows, width;
+  __device__ __forceinline__ bf16 operator()(int64_t r, int64_t c) const {
+    const float* p = parts + r * width + c;
+    float part[kSplits];
+#pragma unroll
+    for (int s = 0; s < kSplits; ++s) part[s] = p[s * rows * width];
+    float sum = part[0];
+#pragma unroll
+    for (int s = 1; s < kSplits; ++s) sum = __fadd_rn(sum, part[s]);
+    return b(__fadd_rn(sum, f(bias[c])));
+  }
+};
+
+// One decoding step's rotation and cache write. `qkv` gives every row's projected query, key and
+// value heads (above); tables (rows, dim) are bf16, and every product and the sum are rounded to bf16
+// as transformers' bf16 `q * cos + rotate_half(q) * sin` rounds them. Query heads go to `q_out`
+// (rows, heads, dim); key heads, rotated, and value heads, copied, go to column `*column` of the
+// caches (rows, kv_heads, capacity, dim). The column is read on the device, so a captured CUDA graph
+// replays the step for every column.
+template <typename Qkv>
+__global__ void decode_rotary_write(Qkv qkv, const bf16* __restrict__ cos, const bf16* __restrict__ ssin,
                                     bf16* __restrict__ q_out, bf16* __restrict__ keys,
                                     bf16* __restrict__ values, const int64_t* __restrict__ column,
                                     int64_t rows, int64_t heads, int64_t kv_heads, int64_t capacity,
                                     int64_t half) {
   allow_dependents();  // the attention's prompt kernel reads none of what this one writes until it waits
+  // Launched to start during the q|k|v product (on sm_90: dependent_launch.cuh), it reads and
+  // writes nothing before that one has ended.
+  wait_prerequisites();
   int64_t all = heads + 2 * kv_heads;
   uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= rows * all * half) return;
   int64_t i = t % (uint32_t)half, h = (t / (uint32_t)half) % (uint32_t)all,
           r = t / (uint32_t)(half * all);
   int64_t dim = 2 * half;
-  const bf16* x = qkv + r * qkv_row + h * dim;
-  bf16 lo = x[i], hi = x[i + half];
+  bf16 lo = qkv(r, h * dim + i), hi = qkv(r, h * dim + i + half);
   int64_t cache_row = (r * kv_heads) * capacity + *column;
   if (h >= heads + kv_heads) {
     bf16* o = values + (cache_row + (h - heads - kv_heads) * capacity) * dim;
@@ -285,7 +317,12 @@ template <int kSplits>
 __global__ void add_rms_norm(bf16* __restrict__ x, int64_t x_row, const float* __restrict__ parts,
                              const bf16* __restrict__ w, bf16* __restrict__ out, int64_t rows,
                              int64_t hidden, float eps) {
-  allow_dependents();  // the MLP's kernel reads its weights meanwhile, x after this one ends
+  // Launched to start during the product whose parts it reads (on sm_90: dependent_launch.cuh), it
+  // waits for that one before reading anything, and lets the kernel after it (the MLP's, or q|k|v's
+  // split product) start at once: that one copies its weights as the product's blocks end, and reads
+  // this one's output after it ends.
+  allow_dependents();
+  wait_prerequisites();
   const int64_t row = blockIdx.x;
   const int c = 8 * threadIdx.x;
   bf16* x_at = x + row * x_row + c;
@@ -369,17 +406,39 @@ int groundrl_launch_rotary_tables(const int64_t* positions, const float* inv_fre
   return (int)cudaGetLastError();
 }
 
-int groundrl_launch_decode_rotary_write(const void* qkv, int64_t qkv_row, const void* cos,
+int groundrl_launch_decode_rotary_write(const void* qkv, int64_t qkv_row, const float* parts,
+                                        int64_t splits, const void* bias, const void* cos,
                                         const void* ssin, void* q_out, void* keys, void* values,
                                         const int64_t* column, int64_t rows, int64_t heads,
                                         int64_t kv_heads, int64_t capacity, int64_t half,
                                         void* stream) {
   int64_t n = rows * (heads + 2 * kv_heads) * half;
   if (n == 0) return 0;
-  decode_rotary_write<<<blocks(n), kThreads, 0, (cudaStream_t)stream>>>(
-      (const bf16*)qkv, qkv_row, (const bf16*)cos, (const bf16*)ssin, (bf16*)q_out, (bf16*)keys,
-      (bf16*)values, column, rows, heads, kv_heads, capacity, half);
-  return (int)cudaGetLastError();
+  const bool early = dependent_launches();
+  const auto launch = [&](auto source) -> cudaError_t {
+    const auto kernel = decode_rotary_write<decltype(source)>;
+    const auto s = (cudaStream_t)stream;
+    if (!early) {
+      kernel<<<blocks(n), kThreads, 0, s>>>(source, (const bf16*)cos, (const bf16*)ssin, (bf16*)q_out,
+                                            (bf16*)keys, (bf16*)values, column, rows, heads, kv_heads,
+                                            capacity, half);
+      return cudaSuccess;
+    }
+    return launch_dependent(kernel, dim3(blocks(n)), dim3(kThreads), 0, s, source, (const bf16*)cos,
+                            (const bf16*)ssin, (bf16*)q_out, (bf16*)keys, (bf16*)values, column, rows,
+                            heads, kv_heads, capacity, half);
+  };
+  const int64_t width = (heads + 2 * kv_heads) * 2 * half;
+  cudaError_t e;
+  switch (parts == nullptr ? 0 : splits) {
+    case 0: e = launch(Rounded{(const bf16*)qkv, qkv_row}); break;
+    case 1: e = launch(Summed<1>{parts, (const bf16*)bias, rows, width}); break;
+    case 2: e = launch(Summed<2>{parts, (const bf16*)bias, rows, width}); break;
+    case 3: e = launch(Summed<3>{parts, (const bf16*)bias, rows, width}); break;
+    case 4: e = launch(Summed<4>{parts, (const bf16*)bias, rows, width}); break;
+    default: return (int)cudaErrorInvalidValue;
+  }
+  return e != cudaSuccess ? (int)e : (int)cudaGetLastError();
 }
 
 int groundrl_launch_silu_mul(const void* gate, int64_t gate_row, const void* up, int64_t up_row,
@@ -437,16 +496,29 @@ int groundrl_launch_add_rms_norm(void* x, int64_t x_row, const float* parts, int
       !aligned(16, 2, {x, w, out, parts}, {x_row})) {
     return (int)cudaErrorInvalidValue;
   }
-  auto launch = [&](auto count) {
-    add_rms_norm<decltype(count)::value><<<(unsigned)rows, (unsigned)(hidden / 8), 0, (cudaStream_t)stream>>>(
-        (bf16*)x, x_row, parts, (const bf16*)w, (bf16*)out, rows, hidden, eps);
+  const bool early = dependent_launches();
+  auto launch = [&](auto count) -> cudaError_t {
+    const auto kernel = add_rms_norm<decltype(count)::value>;
+    const dim3 grid((unsigned)rows), block((unsigned)(hidden / 8));
+    const auto s = (cudaStream_t)stream;
+    if (!early) {
+      kernel<<<grid, block, 0, s>>>((bf16*)x, x_row, parts, (const bf16*)w, (bf16*)out, rows, hidden, eps);
+      return cudaSuccess;
+    }
+    // On SMs set for the product's shared memory, so that neither waits for the SM to change it.
+    const cudaError_t e = allow_shared(kernel, 0);
+    if (e != cudaSuccess) return e;
+    return launch_dependent(kernel, grid, block, 0, s, (bf16*)x, x_row, parts, (const bf16*)w,
+                            (bf16*)out, rows, hidden, eps);
   };
+  cudaError_t e;
   switch (splits) {
-    case 1: launch(std::integral_constant<int, 1>()); break;
-    case 2: launch(std::integral_constant<int, 2>()); break;
-    case 3: launch(std::integral_constant<int, 3>()); break;
-    default: launch(std::integral_constant<int, 4>()); break;
+    case 1: e = launch(std::integral_constant<int, 1>()); break;
+    case 2: e = launch(std::integral_constant<int, 2>()); break;
+    case 3: e = launch(std::integral_constant<int, 3>()); break;
+    default: e = launch(std::integral_constant<int, 4>()); break;
   }
+  if (e != cudaSuccess) return (int)e;
   return (int)cudaGetLastError();
 }
 

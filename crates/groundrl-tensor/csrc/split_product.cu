@@ -1,8 +1,9 @@
-// A decoding step's output projections (o_proj, down_proj) on Hopper GPUs: x (up to 64 rows, k) times
-// a weight (n, k)^T as `splits` partial products over slices of k, each written in f32 for the kernel
-// after it (kernels.cu's add_rms_norm), which sums them into the residual and norms it. Where cuBLAS's
-// batched product over slices of k starts when the kernel before it has ended, this one is launched
-// to start during it (dependent_launch.cuh).
+// A decoding step's products on Hopper GPUs: x (up to 64 rows, k) times a weight (n, k)^T as `splits`
+// partial products over slices of k, each written in f32 for the kernel after it, which sums them:
+// for the output projections (o_proj, down_proj) kernels.cu's add_rms_norm, into the residual, then
+// the norm; for q|k|v kernels.cu's decode_rotary_write, with the bias, then the rotation. Where
+// cuBLAS's product starts when the kernel before it has ended, this one is launched to start during
+// it (dependent_launch.cuh), and lets the kernel after it start once it has waited.
 //
 // Block (c, s) takes the weight's output rows [64 c, 64 c + 64) over slice s of k: its warp group
 // (four warps) multiplies x's 64 rows (the 64-row operand of `wgmma.m64n64k16`) by the tile's 64 rows
@@ -83,8 +84,10 @@ __global__ void __launch_bounds__(kThreads)
   });
 
   // The parts' memory may be what the kernel before this one still read (the allocator reuses it in
-  // stream order): written only after that kernel has ended.
+  // stream order): written only after that kernel has ended. The kernel after this one (the norm that
+  // sums the parts, or the rotation) may then start, and waits for this one before reading them.
   wait_prerequisites();
+  allow_dependents();
   // acc[4 j .. 4 j + 3]: token t's columns 8 j + 2 (lane % 4) and the next, then token t + 8's, with
   // t = 16 warp + lane / 4.
   float* out = parts + (int64_t)slice * rows * n + first + 2 * (lane % 4);

@@ -302,6 +302,21 @@ impl FusedLayer {
             .view([rows, -1, head_dim])
     }
 
+    /// [`Self::qkv`] for a step that rotates it straight into the cache
+    /// (`rollout::kv_cache::KvCache::write_step`): on Hopper GPUs the product's f32 slices, whose sum
+    /// and bias the rotation kernel adds ([`Qkv::Split`]); elsewhere [`Self::qkv`]'s tensor.
+    pub(crate) fn qkv_for_rotation(&self, normed: &Tensor, head_dim: i64) -> Qkv {
+        // A kernel's failure is a bug of ours (see `fused::or_compose`).
+        match fused::split_qkv_product(normed, &self.qkv_weight).unwrap_or_else(|e| panic!("{e}")) {
+            Some(parts) => Qkv::Split {
+                parts,
+                bias: self.qkv_bias.shallow_clone(),
+                head_dim,
+            },
+            None => Qkv::Rounded(self.qkv(normed, head_dim)),
+        }
+    }
+
     /// The rest of the block for one token per row: its input `x` (rows, hidden), updated in place,
     /// with the attention output `attn` (rows, kv_heads, groups, hd), through o_proj, the residual,
     /// `post_norm` and the SwiGLU MLP; and `next_norm` (the next layer's input norm, or the final norm)
@@ -329,6 +344,41 @@ impl FusedLayer {
         let gated = fused::gate_up_swiglu(&normed, &self.gate_up_weight);
         let next = next_norm.forward_after_add(&mut x, &gated, &self.down_weight, DOWN_PROJ_SPLITS);
         (x, next)
+    }
+}
+
+/// A decoding step's stacked q|k|v projection as its rotation and cache write read it.
+pub(crate) enum Qkv {
+    /// (rows, heads + 2 kv_heads, hd) bf16: the product with its bias, rounded.
+    Rounded(Tensor),
+    /// The product as f32 slices of k, (splits, rows, (heads + 2 kv_heads) hd), and its bias, which
+    /// the rotation kernel sums and rounds once ([`fused::decode_rotary_write`]; [`Self::rounded`] is
+    /// the same sum composed).
+    Split {
+        parts: Tensor,
+        bias: Tensor,
+        head_dim: i64,
+    },
+}
+
+impl Qkv {
+    /// The rounded projection, (rows, heads + 2 kv_heads, hd) bf16: a split one's slices summed in
+    /// order in f32, the bias added, then rounded once, as the rotation kernel sums them.
+    pub(crate) fn rounded(&self) -> Tensor {
+        match self {
+            Self::Rounded(qkv) => qkv.shallow_clone(),
+            Self::Split {
+                parts,
+                bias,
+                head_dim,
+            } => {
+                let sum = (1..parts.size()[0]).fold(parts.get(0), |sum, s| sum + parts.get(s));
+                let rows = parts.size()[1];
+                (sum + bias.to_kind(Kind::Float))
+                    .to_kind(Kind::BFloat16)
+                    .view([rows, -1, *head_dim])
+            }
+        }
     }
 }
 

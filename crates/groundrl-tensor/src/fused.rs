@@ -4,7 +4,8 @@
 //! - the rotary embedding of a full forward ([`rotary`]: the vision tower's with its q|k|v split,
 //!   five kernels of mostly f32 passes over the 100M query/key values of a batch of screenshots; the
 //!   decoder's queries and keys, four bf16 kernels each), a decoding step's rotation with its
-//!   KV-cache write (six kernels per layer per token), and SwiGLU's `silu(gate) * up` ([`swiglu`]:
+//!   KV-cache write (six kernels per layer per token; on Hopper GPUs it also sums q|k|v's slices of
+//!   k with the bias: [`split_qkv_product`]), and SwiGLU's `silu(gate) * up` ([`swiglu`]:
 //!   two). Each rounds as transformers' composition of PyTorch operations does, so its results equal
 //!   that composition's bit for bit (the CUDA tests below check it on the GPU machine). On Hopper
 //!   GPUs a decoding step's gate|up product and SwiGLU run as one kernel ([`gate_up_swiglu`],
@@ -43,6 +44,8 @@
 use std::cell::Cell;
 
 use tch::{Device, Kind, TchError, Tensor};
+
+use crate::decoder::Qkv;
 
 thread_local! {
     static ENABLED: Cell<bool> = const { Cell::new(true) };
@@ -166,27 +169,45 @@ pub(crate) fn rotary_tables(
     Ok(Some((cos, signed_sin)))
 }
 
-/// One decoding step's rotation and cache write: of `qkv` (rows, heads + 2 kv_heads, dim), the query
-/// heads rotated by `cos`, `signed_sin` (rows, dim), returned as (rows, heads, dim); the key heads
-/// rotated and the value heads as they are, written at the column held by `column` (a one-element
-/// int64 tensor) of `keys` and `values` (rows, kv_heads, capacity, dim). Every product and sum is
-/// rounded to bf16, as transformers' bf16 rotation rounds them. None where the kernel does not apply.
+/// One decoding step's rotation and cache write: of `qkv` (rows, heads + 2 kv_heads, dim, see
+/// [`Qkv`]), the query heads rotated by `cos`, `signed_sin` (rows, dim), returned as (rows, heads,
+/// dim); the key heads rotated and the value heads as they are, written at the column held by
+/// `column` (a one-element int64 tensor) of `keys` and `values` (rows, kv_heads, capacity, dim). Every
+/// product and sum is rounded to bf16, as transformers' bf16 rotation rounds them; a split `qkv` is
+/// first summed and rounded as [`Qkv::rounded`] does. None where the kernel does not apply.
 pub(crate) fn decode_rotary_write(
-    qkv: &Tensor,
+    qkv: &Qkv,
     (cos, signed_sin): (&Tensor, &Tensor),
     (keys, values): (&Tensor, &Tensor),
     column: &Tensor,
     heads: i64,
 ) -> Result<Option<Tensor>, TchError> {
-    let bf16_inputs = [qkv, cos, signed_sin, keys, values];
-    if !applies(&[qkv, cos, signed_sin, keys, values, column])
+    let (source, bias) = match qkv {
+        Qkv::Rounded(qkv) => (qkv, None),
+        Qkv::Split { parts, bias, .. } => (parts, Some(bias)),
+    };
+    let mut bf16_inputs = vec![cos, signed_sin, keys, values];
+    bf16_inputs.extend(bias);
+    if bias.is_none() {
+        bf16_inputs.push(source);
+    }
+    let mut tensors = bf16_inputs.clone();
+    tensors.extend([source, column]);
+    if !applies(&tensors)
         || bf16_inputs.iter().any(|t| t.kind() != Kind::BFloat16)
+        || bias.is_some() && source.kind() != Kind::Float
     {
         return Ok(None);
     }
-    let size = qkv.size();
-    let q = Tensor::f_empty([size[0], heads, size[2]], (qkv.kind(), qkv.device()))?;
-    ffi::decode_rotary_write(qkv, (cos, signed_sin), (&q, keys, values), column, heads)?;
+    let (rows, dim) = (keys.size()[0], keys.size()[3]);
+    let q = Tensor::f_empty([rows, heads, dim], (keys.kind(), keys.device()))?;
+    ffi::decode_rotary_write(
+        (source, bias),
+        (cos, signed_sin),
+        (&q, keys, values),
+        column,
+        heads,
+    )?;
     Ok(Some(q))
 }
 
@@ -455,7 +476,7 @@ pub(crate) fn add_product_rms_norm(
     if !fits || !layout || !aligned(&tensors, 16) || !one_launch(&tensors, rows * hidden) {
         return Ok(None);
     }
-    let parts = match hopper_parts(input, weight)? {
+    let parts = match hopper_parts(input, weight, HOPPER_SPLITS)? {
         Some(parts) => parts,
         None => {
             let part = k / splits;
@@ -474,19 +495,53 @@ pub(crate) fn add_product_rms_norm(
 /// 4 x 32 blocks for the 3B decoder's 2,048 outputs, one for each of 128 of an H200's 132 SMs.
 const HOPPER_SPLITS: i64 = 4;
 
-/// `input @ weight^T` as [`HOPPER_SPLITS`] partial products (splits, rows, hidden) in f32 by
-/// `csrc/split_product.cu`'s kernel, slice s holding k's 64-column chunks [s c / 4, (s + 1) c / 4)
-/// of c; None where that kernel does not run (k or hidden not a multiple of 64, k under 256, input's
-/// rows not contiguous 16-byte multiples apart, or the shim found the GPU is not an sm_90 one). The
-/// caller has checked the rest (dtypes, at most 64 rows, alignment).
-fn hopper_parts(input: &Tensor, weight: &Tensor) -> Result<Option<Tensor>, TchError> {
+/// The most blocks [`split_qkv_product`] launches: one for each of 128 of an H200's (or H100 SXM's)
+/// 132 SMs, so that all of them start during the kernel ahead and copy their weights meanwhile.
+const HOPPER_BLOCKS: i64 = 128;
+
+/// `input @ weight^T` as `splits` partial products (splits, rows, hidden) in f32 by
+/// `csrc/split_product.cu`'s kernel, slice s holding k's 64-column chunks [s c / splits, (s + 1) c /
+/// splits) of c; None where that kernel does not run (k or hidden not a multiple of 64, fewer than
+/// `splits` chunks, input's rows not contiguous 16-byte multiples apart, or the shim found the GPU is
+/// not an sm_90 one). The caller has checked the rest (dtypes, at most 64 rows, alignment).
+fn hopper_parts(input: &Tensor, weight: &Tensor, splits: i64) -> Result<Option<Tensor>, TchError> {
     let (rows, k, hidden) = (input.size()[0], input.size()[1], weight.size()[0]);
     let layout = input.stride()[1] == 1 && input.stride()[0] % 8 == 0;
-    if k % 64 != 0 || k < 64 * HOPPER_SPLITS || hidden % 64 != 0 || !layout {
+    if k % 64 != 0 || k < 64 * splits || hidden % 64 != 0 || !layout {
         return Ok(None);
     }
-    let parts = Tensor::f_empty([HOPPER_SPLITS, rows, hidden], (Kind::Float, input.device()))?;
+    let parts = Tensor::f_empty([splits, rows, hidden], (Kind::Float, input.device()))?;
     Ok(ffi::split_product(input, weight, &parts)?.then_some(parts))
+}
+
+/// A decoding step's q|k|v product `input @ weight^T` ((rows, k) and (n, k), bf16) as the Hopper
+/// kernel's f32 slices of k ([`hopper_parts`]), for the rotation to sum with the bias
+/// ([`Qkv::Split`]): launched to start during the norm before it, which the product waits for only
+/// once its weights are copied. As many slices as keep its blocks (64 outputs each) within
+/// [`HOPPER_BLOCKS`], at most [`HOPPER_SPLITS`]: 3 x 40 at the 3B shape. None (for cuBLAS's product)
+/// where the kernel does not apply: the module's conditions, 1 to 64 rows, n a multiple of 64 with
+/// room for two slices, contiguous 16-byte aligned weight and input rows.
+pub(crate) fn split_qkv_product(input: &Tensor, weight: &Tensor) -> Result<Option<Tensor>, TchError> {
+    let tensors = [input, weight];
+    if !applies(&tensors)
+        || tensors.iter().any(|t| t.kind() != Kind::BFloat16 || t.dim() != 2)
+        || !aligned(&tensors, 16)
+        || !one_launch(&tensors, 0)
+    {
+        return Ok(None);
+    }
+    let (rows, n) = (input.size()[0], weight.size()[0]);
+    let splits = (HOPPER_BLOCKS / (n / 64).max(1)).min(HOPPER_SPLITS);
+    let fits = (1..=64).contains(&rows)
+        && n % 64 == 0
+        && n > 0
+        && splits >= 2
+        && weight.size()[1] == input.size()[1]
+        && weight.is_contiguous();
+    if !fits {
+        return Ok(None);
+    }
+    hopper_parts(input, weight, splits)
 }
 
 /// Tokens (rows,) i64 and their log-probs (rows,) f32 for rows that do not filter by top-k or top-p:
@@ -782,6 +837,7 @@ mod ffi {
         ) -> c_int;
         fn groundrl_decode_rotary_write(
             qkv: *mut c_void,
+            bias: *mut c_void,
             cos: *mut c_void,
             ssin: *mut c_void,
             q_out: *mut c_void,
@@ -926,16 +982,17 @@ mod ffi {
     }
 
     pub fn decode_rotary_write(
-        qkv: &Tensor,
+        (qkv, bias): (&Tensor, Option<&Tensor>),
         (cos, ssin): (&Tensor, &Tensor),
         (q, keys, values): (&Tensor, &Tensor, &Tensor),
         column: &Tensor,
         heads: i64,
     ) -> Result<(), TchError> {
-        // SAFETY: as in `rotary`.
+        // SAFETY: as in `rotary`; no bias is a null handle, which the shim reads as a bf16 `qkv`.
         result("decode_rotary_write", unsafe {
             groundrl_decode_rotary_write(
                 raw(qkv),
+                bias.map_or(std::ptr::null_mut(), raw),
                 raw(cos),
                 raw(ssin),
                 raw(q),
@@ -1233,7 +1290,7 @@ mod ffi {
     }
 
     pub fn decode_rotary_write(
-        _: &Tensor,
+        _: (&Tensor, Option<&Tensor>),
         _: (&Tensor, &Tensor),
         _: (&Tensor, &Tensor, &Tensor),
         _: &Tensor,
@@ -1417,9 +1474,14 @@ mod tests {
         assert!(!adamw(&moment, &moment, (&moment, &moment), None, &scalars).unwrap());
         let (table, cache) = (cpu(&[3, 8]), cpu(&[3, 1, 4, 8]));
         let column = Tensor::from_slice(&[0i64]);
-        let q =
-            decode_rotary_write(&cpu(&[3, 4, 8]), (&table, &table), (&cache, &cache), &column, 2).unwrap();
+        let qkv = Qkv::Rounded(cpu(&[3, 4, 8]));
+        let q = decode_rotary_write(&qkv, (&table, &table), (&cache, &cache), &column, 2).unwrap();
         assert!(q.is_none());
+        assert!(
+            split_qkv_product(&cpu(&[3, 256]), &cpu(&[256, 256]))
+                .unwrap()
+                .is_none()
+        );
         let (gate, up) = (cpu(&[3, 8]), cpu(&[3, 8]));
         assert_eq!(max_diff(&swiglu(&gate, &up).unwrap(), &(gate.silu() * &up)), 0.0);
         let product = (cpu(&[2, 3]), cpu(&[6, 3]));
@@ -1476,9 +1538,15 @@ mod tests {
         let cache = || Tensor::zeros([rows, kv_heads, capacity, hd], (Kind::BFloat16, device));
         let (keys, values) = (cache(), cache());
         let column = Tensor::from_slice(&[7i64]).to_device(device);
-        let q = decode_rotary_write(&qkv, (&cos, &signed_sin), (&keys, &values), &column, heads)
-            .unwrap()
-            .expect("kernel applies");
+        let q = decode_rotary_write(
+            &Qkv::Rounded(qkv.shallow_clone()),
+            (&cos, &signed_sin),
+            (&keys, &values),
+            &column,
+            heads,
+        )
+        .unwrap()
+        .expect("kernel applies");
         // transformers' bf16 rotation: each product rounded to bf16, then the sum.
         let rotate = |x: &Tensor| x * cos.unsqueeze(1) + swap_halves(x) * signed_sin.unsqueeze(1);
         let rotated = rotate(&qkv.narrow(1, 0, heads + kv_heads));
@@ -1496,6 +1564,71 @@ mod tests {
             let others = Tensor::cat(&[t.narrow(2, 0, 7), t.narrow(2, 8, 2)], 2);
             assert_eq!(others.abs().max().double_value(&[]), 0.0);
         }
+    }
+
+    /// At the 3B shape (64 rows, 16 query and 2 KV heads of 128, hidden 2,048), q|k|v as the Hopper
+    /// kernel's slices ([`split_qkv_product`], 3 of them) summed by the rotation kernel with the bias:
+    /// the same queries, keys and values, bit for bit, as the rotation of [`Qkv::rounded`]'s sum; and
+    /// that sum within a bf16 unit of cuBLAS's product with its bias (f32 sums in another order), the
+    /// count of values that differ printed. It must split on an sm_90 GPU only; 65 rows and an output
+    /// of 64 columns (one block, so 4 slices and no more) keep cuBLAS's product or take 4 slices.
+    #[test]
+    fn split_qkv_rotates_as_its_rounded_sum() {
+        let Some(device) = cuda_for_tests() else { return };
+        let Device::Cuda(index) = device else { return };
+        tch::manual_seed(9);
+        let (rows, heads, kv_heads, hd, hidden, capacity) = (64, 16, 2, 128, 2048, 12);
+        let n = (heads + 2 * kv_heads) * hd;
+        let x = random(&[rows, hidden], Kind::BFloat16, device);
+        let weight = random(&[n, hidden], Kind::BFloat16, device) * 0.02;
+        let bias = random(&[n], Kind::BFloat16, device);
+        let parts = split_qkv_product(&x, &weight).unwrap();
+        assert_eq!(
+            parts.is_some(),
+            ffi::compute_capability(index) == 90,
+            "split on sm_90 only"
+        );
+        let Some(parts) = parts else { return };
+        assert_eq!(parts.size(), [3, rows, n]);
+        let split = Qkv::Split {
+            parts,
+            bias: bias.shallow_clone(),
+            head_dim: hd,
+        };
+        let rounded = split.rounded();
+        let cublas = x.linear(&weight, Some(&bias)).view([rows, -1, hd]);
+        let (a, b) = (rounded.to_kind(Kind::Float), cublas.to_kind(Kind::Float));
+        let unit = b.abs().clamp_min(1e-3) * 2f64.powi(-7);
+        let beyond = (&a - &b).abs().gt_tensor(&unit).sum(Kind::Int64).int64_value(&[]);
+        let differ = a.ne_tensor(&b).sum(Kind::Int64).int64_value(&[]);
+        eprintln!(
+            "{differ} of {} values differ from cuBLAS's by a bf16 unit",
+            rows * n
+        );
+        assert_eq!(beyond, 0, "values beyond a bf16 unit of cuBLAS's");
+        let cos = random(&[rows, hd], Kind::BFloat16, device);
+        let signed_sin = random(&[rows, hd], Kind::BFloat16, device);
+        let column = Tensor::from_slice(&[5i64]).to_device(device);
+        let write = |qkv: &Qkv| {
+            let cache = || Tensor::zeros([rows, kv_heads, capacity, hd], (Kind::BFloat16, device));
+            let (keys, values) = (cache(), cache());
+            let q = decode_rotary_write(qkv, (&cos, &signed_sin), (&keys, &values), &column, heads)
+                .unwrap()
+                .expect("kernel applies");
+            Tensor::cat(&[q, keys.select(2, 5), values.select(2, 5)], 1).to_kind(Kind::Float)
+        };
+        let (got, want) = (write(&split), write(&Qkv::Rounded(rounded)));
+        assert_eq!(got.ne_tensor(&want).sum(Kind::Int64).int64_value(&[]), 0);
+        assert!(
+            split_qkv_product(&random(&[65, hidden], Kind::BFloat16, device), &weight)
+                .unwrap()
+                .is_none()
+        );
+        let one_block = weight.narrow(0, 0, 64).contiguous();
+        let parts = split_qkv_product(&x, &one_block)
+            .unwrap()
+            .expect("4 slices of one block");
+        assert_eq!(parts.size(), [4, rows, 64]);
     }
 
     /// Against attention in f32 over each row's real columns (left padding of 0-4 columns masked), at
@@ -2094,8 +2227,8 @@ mod tests {
     /// read what that kernel writes only after it: the attention right after the rotation that writes
     /// its queries and the step's cache column, the MLP's gate|up kernel right after the residual add
     /// and norm that write its input, and on Hopper GPUs the split products of the output projections
-    /// (`csrc/split_product.cu`): down_proj's right after that gate|up kernel, o_proj's right after
-    /// the attention, each chained as a decoding step
+    /// (`csrc/split_product.cu`): down_proj's right after that gate|up kernel, q|k|v's right after
+    /// down_proj's norm, o_proj's right after the attention, each chained as a decoding step
     /// launches them, eight times with new inputs in new memory, give bit for bit what the same kernels
     /// give on those inputs once everything before has finished. A per-row attention kernel that does
     /// not wait for the prompt kernel fails it (measured on one H200,
@@ -2112,6 +2245,8 @@ mod tests {
             random(&[2048, 11008], Kind::BFloat16, device) * 0.02,
         );
         let gate_up = random(&[2 * 11008, 2048], Kind::BFloat16, device) * 0.02;
+        let qkv = random(&[2560, 2048], Kind::BFloat16, device) * 0.02;
+        let split_qkv = |x: &Tensor| split_qkv_product(x, &qkv).unwrap();
         for round in 0..8 {
             let x = random(&[64, 2048], Kind::BFloat16, device);
             let input = random(&[64, 11008], Kind::BFloat16, device);
@@ -2125,6 +2260,7 @@ mod tests {
             let down_normed = add_product_rms_norm(&residual, (&chained, &down, 2), &norm, 1e-6)
                 .unwrap()
                 .expect("kernel applies");
+            let qkv_parts = split_qkv(&down_normed);
             tch::Cuda::synchronize(index as i64);
             let alone = gate_up_swiglu(&normed.copy(), &gate_up);
             assert_eq!(
@@ -2140,6 +2276,14 @@ mod tests {
                 0.0,
                 "down's product after gate|up, round {round}"
             );
+            if let Some(parts) = qkv_parts {
+                let alone = split_qkv(&down_alone).expect("split as before");
+                assert_eq!(
+                    max_diff(&parts, &alone),
+                    0.0,
+                    "q|k|v after the norm, round {round}"
+                );
+            }
         }
         let (rows, kv_heads, capacity, prompt, column) = (64, 2, 1400, 1262i64, 1300i64);
         let leaders: Vec<i64> = (0..rows).map(|r| r - r % 8).collect();
@@ -2177,7 +2321,7 @@ mod tests {
         for round in 0..8 {
             let residual = random(&[rows, 2048], Kind::BFloat16, device);
             let residual_alone = residual.copy();
-            let qkv = random(&[rows, 16 + 2 * kv_heads, 128], Kind::BFloat16, device);
+            let qkv = Qkv::Rounded(random(&[rows, 16 + 2 * kv_heads, 128], Kind::BFloat16, device));
             let q = decode_rotary_write(&qkv, (&cos, &signed_sin), (&keys, &values), &at, 16)
                 .unwrap()
                 .expect("kernel applies")

@@ -16,7 +16,7 @@ use super::config::TextConfig;
 use super::layers::{INIT_STD, Linear, RmsNorm};
 pub(crate) use crate::decoder::FusedLayer;
 pub use crate::decoder::{AttentionMask, Rotary, attend, repeat_kv};
-use crate::decoder::{LayerProjections, Mlp};
+use crate::decoder::{LayerProjections, Mlp, Qkv};
 use crate::model_error::ModelError;
 
 #[derive(Debug)]
@@ -106,9 +106,9 @@ impl DecoderLayer {
     /// the layer's input after its input norm ([`TextModel::decode_norm`]), with the weights `fused`
     /// made from this layer: (rows, heads + 2 kv_heads, hd), query heads then key heads then value
     /// heads, not yet rotated (the rotation rides on the cache write; see
-    /// `rollout::kv_cache::KvCache::write_step`).
-    pub(crate) fn decode_qkv(&self, normed: &Tensor, fused: &FusedLayer) -> Tensor {
-        fused.qkv(normed, self.head_dim)
+    /// `rollout::kv_cache::KvCache::write_step`), on Hopper GPUs as slices the rotation sums.
+    pub(crate) fn decode_qkv(&self, normed: &Tensor, fused: &FusedLayer) -> Qkv {
+        fused.qkv_for_rotation(normed, self.head_dim)
     }
 
     /// Decoding's queries grouped by KV head, (rows, kv_heads, groups, hd), and keys and values (rows,
@@ -337,7 +337,7 @@ mod tests {
             let want = layer.finish(&x, &attend(&q, &k, &v, &AttentionMask::Causal));
             let rows = x.squeeze_dim(1);
             let normed = model.text.decode_norm(0).forward(&rows);
-            let (fq, fk, fv) = layer.split_decode_qkv(&layer.decode_qkv(&normed, fused), &rotary);
+            let (fq, fk, fv) = layer.split_decode_qkv(&layer.decode_qkv(&normed, fused).rounded(), &rotary);
             let attn =
                 Tensor::scaled_dot_product_attention(&fq, &fk, &fv, None::<Tensor>, 0.0, false, None, false);
             let (got, _) = layer.decode_finish(rows.copy(), &attn, fused, model.text.decode_norm(1));

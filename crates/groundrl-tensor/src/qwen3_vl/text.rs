@@ -16,7 +16,7 @@ use tch::{Device, Kind, Tensor, nn};
 
 use super::ModelError;
 use super::config::TextConfig;
-use crate::decoder::{FusedLayer, LayerProjections, Mlp};
+use crate::decoder::{FusedLayer, LayerProjections, Mlp, Qkv};
 use crate::layers::{INIT_STD, Linear, RmsNorm};
 use crate::qwen2_5_vl::text::{AttentionMask, Rotary, attend};
 
@@ -179,14 +179,14 @@ impl DecoderLayer {
     /// the layer's input after its input norm ([`TextModel::decode_norm`]), with the weights `fused`
     /// made from this layer: (rows, heads + 2 kv_heads, hd), query heads (normed) then key heads
     /// (normed) then value heads, not yet rotated (the rotation rides on the cache write; see
-    /// `rollout::kv_cache::KvCache::write_step`).
-    pub(super) fn decode_qkv(&self, normed: &Tensor, fused: &FusedLayer) -> Tensor {
+    /// `rollout::kv_cache::KvCache::write_step`). Rounded before its norms, so never split.
+    pub(super) fn decode_qkv(&self, normed: &Tensor, fused: &FusedLayer) -> Qkv {
         let qkv = fused.qkv(normed, self.head_dim);
         let attn = &self.self_attn;
         let q = attn.q_norm.forward(&qkv.narrow(1, 0, self.heads));
         let k = attn.k_norm.forward(&qkv.narrow(1, self.heads, self.kv_heads));
         let v = qkv.narrow(1, self.heads + self.kv_heads, self.kv_heads);
-        Tensor::cat(&[q, k, v], 1)
+        Qkv::Rounded(Tensor::cat(&[q, k, v], 1))
     }
 
     /// Decoding's [`Self::finish`]: the block's output from its input `x` (rows, hidden), updated in

@@ -6,7 +6,7 @@
 
 use tch::{Device, Kind, TchError, Tensor};
 
-use crate::decoder::{Rotary, split_qkv};
+use crate::decoder::{Qkv, Rotary, split_qkv};
 use crate::fused;
 use crate::model::StateShape;
 use crate::model_error::ModelError;
@@ -145,17 +145,20 @@ impl KvCache {
         let _ = self.values[layer].index_copy_(2, column, v);
     }
 
-    /// One decoding step of layer `layer`: rotates the queries and keys of `qkv` (rows, heads + 2
-    /// kv_heads, hd: query heads, then key heads, then value heads) by `rotary` and writes the keys
-    /// and values at the column held by `column`; returns the queries, (rows, kv_heads, groups, hd).
-    /// One fused CUDA kernel where it applies ([`fused::decode_rotary_write`]), else libtorch's
-    /// composition ([`split_qkv`]) and [`Self::write_column`].
-    pub fn write_step(&mut self, layer: usize, column: &Tensor, qkv: &Tensor, rotary: &Rotary) -> Tensor {
+    /// One decoding step of layer `layer`: rotates the queries and keys of `qkv` ((rows, heads + 2
+    /// kv_heads, hd): query heads, then key heads, then value heads; see [`Qkv`]) by `rotary` and
+    /// writes the keys and values at the column held by `column`; returns the queries, (rows,
+    /// kv_heads, groups, hd). One fused CUDA kernel where it applies ([`fused::decode_rotary_write`]),
+    /// else libtorch's composition ([`split_qkv`]) and [`Self::write_column`].
+    pub(crate) fn write_step(&mut self, layer: usize, column: &Tensor, qkv: &Qkv, rotary: &Rotary) -> Tensor {
         let (keys, values) = (&self.keys[layer], &self.values[layer]);
-        let [rows, all, hd] = qkv.size()[..] else {
-            panic!("qkv must be (rows, heads, head_dim), not {:?}", qkv.size());
+        let [rows, kv_heads, _, hd] = keys.size()[..] else {
+            unreachable!("a cache layer is (rows, kv_heads, capacity, head_dim)");
         };
-        let kv_heads = keys.size()[1];
+        let all = match qkv {
+            Qkv::Rounded(qkv) => qkv.size()[1],
+            Qkv::Split { parts, .. } => parts.size()[2] / hd,
+        };
         let (cos, signed_sin) = rotary.token_tables();
         let fused = fused::decode_rotary_write(
             qkv,
@@ -168,7 +171,7 @@ impl KvCache {
         if let Some(q) = fused {
             return q.view([rows, kv_heads, -1, hd]);
         }
-        let (q, k, v) = split_qkv(qkv, rotary, kv_heads);
+        let (q, k, v) = split_qkv(&qkv.rounded(), rotary, kv_heads);
         self.write_column(layer, column, &k, &v);
         q
     }
@@ -177,11 +180,11 @@ impl KvCache {
     /// [`Self::attend`] of its queries over the layer's cache with `mask`
     /// ([`Self::key_mask_through`]`(column)`). Returns the attention output, (rows, kv_heads, groups,
     /// hd), query heads in o_proj's column order.
-    pub fn attend_step(
+    pub(crate) fn attend_step(
         &mut self,
         layer: usize,
         column: &Tensor,
-        qkv: &Tensor,
+        qkv: &Qkv,
         rotary: &Rotary,
         mask: &Tensor,
     ) -> Tensor {
