@@ -16,7 +16,7 @@
 // probabilities rounded to bf16 for the product, and each (row, query head) gets its split's part
 // (unnormalized output, maximum, sum) in the layout the per-row kernel folds in.
 //
-// Launched to start while the step's rotation runs (dependent_launch.cuh): the first stages of
+// Launched to start while the step's rotation runs (dependent_launch.cuh): the first two stages of
 // prompt keys and values, which that kernel does not write, are copied before waiting for it, the
 // queries it writes after. A block lets the per-row kernel after this one start once it has waited:
 // when all have, the rotation has ended, and that kernel's blocks read what the rotation wrote (the
@@ -41,6 +41,11 @@ constexpr int kTileBytes = 64 * 128;      // 64 rows of 64 dims: one swizzled ti
 constexpr int kQueryBoxBytes = 8 * 128;   // a row's 8 heads of 64 dims
 constexpr int kStageBytes = 4 * kTileBytes;  // keys, then values, each dims 0-63 and 64-127
 constexpr int kStages = 4;
+// Stages of keys and values copied before the wait for the rotation (copy_chunks). The queries, copied
+// after it, land behind every copy in flight, and no stage's product starts before they have: with
+// four stages a block saw its queries 2.7 us after its wait; with two the kernel ended 0.35 and 0.45
+// us sooner in two runs (measurements/2026-12-02-qkv-split-h200).
+constexpr int kEarlyStages = 2;
 constexpr int kWarps = 4;  // the warp group that computes; warp 4 copies
 constexpr int kThreads = (kWarps + 1) * 32;
 constexpr int kSharedBytes = 2 * kTileBytes + kStages * kStageBytes + 1024;  // + the alignment
@@ -113,15 +118,15 @@ __device__ __forceinline__ int64_t chunk_source(const Work& w, const int64_t* ro
 }
 
 // The copy warp's lane 0: every chunk's queries, then its stages, each into the next free buffer.
-// The first chunk's first stages whose columns all lie before the step's `column` are copied before
-// waiting for the kernel before this one (the decoding step's rotation, which writes the queries and
-// that column: dependent_launch.cuh), the rest after.
+// The first chunk's first kEarlyStages stages whose columns all lie before the step's `column` are
+// copied before waiting for the kernel before this one (the decoding step's rotation, which writes
+// the queries and that column: dependent_launch.cuh), the rest after.
 __device__ void copy_chunks(const Work& w, const CUtensorMap* q_map, const CUtensorMap* k_map,
                             const CUtensorMap* v_map, Barriers& b, int64_t column) {
   int early = 0;
   if (blockIdx.z < w.chunk_count && w.chunks[blockIdx.z * kChunkRows] >= 0) {
     const int64_t source = chunk_source(w, w.chunks + blockIdx.z * kChunkRows);
-    for (; early < w.steps && early < kStages && w.first + (early + 1) * kKeys <= column; ++early) {
+    for (; early < w.steps && early < kEarlyStages && w.first + (early + 1) * kKeys <= column; ++early) {
       copy_stage(w, k_map, v_map, b, source, early, early);
     }
   }
