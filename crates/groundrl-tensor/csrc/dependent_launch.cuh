@@ -32,15 +32,6 @@ __device__ __forceinline__ void wait_prerequisites() {
 #endif
 }
 
-// Whether the current device starts a kernel launched with `launch_dependent` early (sm_90 and
-// later), for a caller that launches plainly elsewhere.
-inline bool dependent_launches() {
-  int device = 0, major = 0;
-  return cudaGetDevice(&device) == cudaSuccess &&
-         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-         major >= 9;
-}
-
 // `kernel<<<grid, block, shared, stream>>>(args...)`, allowed to start before the kernel before it ends
 // (see above). For sm_90 GPUs only: the callers launch plainly elsewhere.
 template <typename... Params, typename... Args>
@@ -57,6 +48,27 @@ cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, s
   config.attrs = attribute;
   config.numAttrs = 1;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+// Whether the current device starts a kernel launched with `launch_dependent` early (sm_90 and
+// later).
+inline bool dependent_launches() {
+  int device = 0, major = 0;
+  return cudaGetDevice(&device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+         major >= 9;
+}
+
+// `launch_dependent` where the device starts such launches early, else a plain launch: for kernels
+// that run on every GPU and call `allow_dependents`/`wait_prerequisites` (no-ops elsewhere).
+template <typename... Params, typename... Args>
+cudaError_t launch_chained(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
+                           cudaStream_t stream, Args&&... args) {
+  if (dependent_launches()) {
+    return launch_dependent(kernel, grid, block, shared, stream, std::forward<Args>(args)...);
+  }
+  kernel<<<grid, block, shared, stream>>>(std::forward<Args>(args)...);
+  return cudaSuccess;
 }
 
 // Lets `kernel` use `bytes` of dynamic shared memory (over the 48 KiB default it must be asked for; a

@@ -87,9 +87,8 @@ extern "C" {
 // bf16 projection (rows, heads + 2 kv_heads, dim) with contiguous heads; with it, qkv is the
 // projection's f32 slices (1 to 4 splits, rows, (heads + 2 kv_heads) dim), contiguous, which the
 // kernel sums with the bias (bf16, contiguous (heads + 2 kv_heads) dim). cos, signed_sin (rows, dim)
-// contiguous;
-// q_out (rows, heads, dim), keys and values (rows, kv_heads, capacity, dim) contiguous; column a
-// one-element int64 CUDA tensor.
+// contiguous; q_out (rows, heads, dim), keys and values (rows, kv_heads, capacity, dim) contiguous;
+// column a one-element int64 CUDA tensor.
 int groundrl_decode_rotary_write(void* qkv_, void* bias_, void* cos_, void* ssin_, void* q_out_,
                                  void* keys_, void* values_, void* column_, int64_t heads) {
   return guarded([&] {

@@ -414,19 +414,11 @@ int groundrl_launch_decode_rotary_write(const void* qkv, int64_t qkv_row, const 
                                         void* stream) {
   int64_t n = rows * (heads + 2 * kv_heads) * half;
   if (n == 0) return 0;
-  const bool early = dependent_launches();
   const auto launch = [&](auto source) -> cudaError_t {
-    const auto kernel = decode_rotary_write<decltype(source)>;
-    const auto s = (cudaStream_t)stream;
-    if (!early) {
-      kernel<<<blocks(n), kThreads, 0, s>>>(source, (const bf16*)cos, (const bf16*)ssin, (bf16*)q_out,
-                                            (bf16*)keys, (bf16*)values, column, rows, heads, kv_heads,
-                                            capacity, half);
-      return cudaSuccess;
-    }
-    return launch_dependent(kernel, dim3(blocks(n)), dim3(kThreads), 0, s, source, (const bf16*)cos,
-                            (const bf16*)ssin, (bf16*)q_out, (bf16*)keys, (bf16*)values, column, rows,
-                            heads, kv_heads, capacity, half);
+    return launch_chained(decode_rotary_write<decltype(source)>, dim3(blocks(n)), dim3(kThreads), 0,
+                          (cudaStream_t)stream, source, (const bf16*)cos, (const bf16*)ssin,
+                          (bf16*)q_out, (bf16*)keys, (bf16*)values, column, rows, heads, kv_heads,
+                          capacity, half);
   };
   const int64_t width = (heads + 2 * kv_heads) * 2 * half;
   cudaError_t e;
@@ -496,20 +488,15 @@ int groundrl_launch_add_rms_norm(void* x, int64_t x_row, const float* parts, int
       !aligned(16, 2, {x, w, out, parts}, {x_row})) {
     return (int)cudaErrorInvalidValue;
   }
-  const bool early = dependent_launches();
   auto launch = [&](auto count) -> cudaError_t {
     const auto kernel = add_rms_norm<decltype(count)::value>;
-    const dim3 grid((unsigned)rows), block((unsigned)(hidden / 8));
-    const auto s = (cudaStream_t)stream;
-    if (!early) {
-      kernel<<<grid, block, 0, s>>>((bf16*)x, x_row, parts, (const bf16*)w, (bf16*)out, rows, hidden, eps);
-      return cudaSuccess;
-    }
-    // On SMs set for the product's shared memory, so that neither waits for the SM to change it.
-    const cudaError_t e = allow_shared(kernel, 0);
+    // Started early, on SMs set for the product's shared memory, so that neither waits for the SM to
+    // change it.
+    const cudaError_t e = dependent_launches() ? allow_shared(kernel, 0) : cudaSuccess;
     if (e != cudaSuccess) return e;
-    return launch_dependent(kernel, grid, block, 0, s, (bf16*)x, x_row, parts, (const bf16*)w,
-                            (bf16*)out, rows, hidden, eps);
+    return launch_chained(kernel, dim3((unsigned)rows), dim3((unsigned)(hidden / 8)), 0,
+                          (cudaStream_t)stream, (bf16*)x, x_row, parts, (const bf16*)w, (bf16*)out,
+                          rows, hidden, eps);
   };
   cudaError_t e;
   switch (splits) {

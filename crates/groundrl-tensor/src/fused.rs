@@ -182,20 +182,16 @@ pub(crate) fn decode_rotary_write(
     column: &Tensor,
     heads: i64,
 ) -> Result<Option<Tensor>, TchError> {
-    let (source, bias) = match qkv {
-        Qkv::Rounded(qkv) => (qkv, None),
-        Qkv::Split { parts, bias, .. } => (parts, Some(bias)),
+    let (source, source_kind, bias) = match qkv {
+        Qkv::Rounded(qkv) => (qkv, Kind::BFloat16, None),
+        Qkv::Split { parts, bias, .. } => (parts, Kind::Float, Some(bias)),
     };
-    let mut bf16_inputs = vec![cos, signed_sin, keys, values];
-    bf16_inputs.extend(bias);
-    if bias.is_none() {
-        bf16_inputs.push(source);
-    }
-    let mut tensors = bf16_inputs.clone();
-    tensors.extend([source, column]);
+    let bf16_inputs: Vec<&Tensor> = [cos, signed_sin, keys, values].into_iter().chain(bias).collect();
+    let mut tensors = vec![source, column];
+    tensors.extend(&bf16_inputs);
     if !applies(&tensors)
+        || source.kind() != source_kind
         || bf16_inputs.iter().any(|t| t.kind() != Kind::BFloat16)
-        || bias.is_some() && source.kind() != Kind::Float
     {
         return Ok(None);
     }
