@@ -110,12 +110,13 @@ pub trait DecodeStep {
     /// One token per row, `token` (rows,), through every layer: its keys and values written at the
     /// cache column held by `column` (a one-element int64 device tensor), at M-RoPE position
     /// `position` (rows,) in all three components, attending to the cache's real columns up to
-    /// `column` ([`KvCache::key_mask_through`]). Returns the next logits (rows, vocab).
+    /// `column` ([`KvCache::step_mask`]). Writes the next logits into `logits` (rows, vocab, the
+    /// model's dtype): the head's product writes them where the next step reads them, with no copy.
     ///
     /// Every tensor it reads must exist before it runs and every value it takes from the host must
     /// be fixed by the shapes (no host reads or copies): the engine captures it as a CUDA graph and
     /// replays it on later calls.
-    fn step(&self, cache: &mut KvCache, token: &Tensor, column: &Tensor, position: &Tensor) -> Tensor;
+    fn step(&self, cache: &mut KvCache, token: &Tensor, column: &Tensor, position: &Tensor, logits: &Tensor);
 }
 
 /// What generation needs of a model family; see the module doc.

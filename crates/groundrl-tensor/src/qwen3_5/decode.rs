@@ -98,14 +98,15 @@ struct Step<'a> {
 }
 
 impl DecodeStep for Step<'_> {
-    fn step(&self, cache: &mut KvCache, token: &Tensor, column: &Tensor, position: &Tensor) -> Tensor {
+    fn step(&self, cache: &mut KvCache, token: &Tensor, column: &Tensor, position: &Tensor, logits: &Tensor) {
         let text: &TextModel = &self.model.text;
-        let mut run = || -> Result<Tensor, ModelError> {
+        let mut run = || -> Result<(), ModelError> {
             let x = text.embed(&token.f_unsqueeze(1)?)?;
             let rotary = text.token_rotary(position, x.kind())?;
-            let mask = cache.key_mask_through(column);
+            let mask = cache.step_mask(column);
             let hidden = text.decode_step(x, &rotary, cache, column, &mask)?;
-            Ok(self.model.head_logits(&hidden.f_squeeze_dim(1)?))
+            self.model.head_logits_into(&hidden.f_squeeze_dim(1)?, logits);
+            Ok(())
         };
         // The trait's step has no error path: the shapes were all checked by the prefill.
         run().unwrap_or_else(|e| panic!("Qwen3.5 decoding step: {e}"))

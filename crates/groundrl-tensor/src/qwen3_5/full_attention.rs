@@ -150,7 +150,7 @@ impl GatedAttention {
 
     /// One decoding step: `x` (rows, 1, hidden) at the positions of `rotary`, its keys and values
     /// written into the cache's layer `layer` at the column held by `column`, attending to the cache
-    /// through `mask` ([`KvCache::key_mask_through`]). Shapes are fixed by the cache and host values
+    /// through `mask` ([`KvCache::step_mask`]). Shapes are fixed by the cache and host values
     /// are not read, so a CUDA graph can capture it.
     pub fn decode_step(
         &self,

@@ -145,6 +145,11 @@ impl Qwen35 {
         hidden.linear(self.output_weight(), None::<Tensor>)
     }
 
+    /// [`Self::head_logits`] written into `out` (the same product, into memory the caller keeps).
+    pub fn head_logits_into(&self, hidden: &Tensor, out: &Tensor) {
+        let _ = hidden.linear_out(out, self.output_weight(), None::<Tensor>);
+    }
+
     fn rope_spec(&self) -> RopeSpec {
         RopeSpec {
             image_token_id: self.config.image_token_id,

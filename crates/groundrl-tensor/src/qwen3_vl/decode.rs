@@ -113,17 +113,17 @@ struct Step<'a> {
 }
 
 impl DecodeStep for Step<'_> {
-    fn step(&self, cache: &mut KvCache, token: &Tensor, column: &Tensor, position: &Tensor) -> Tensor {
+    fn step(&self, cache: &mut KvCache, token: &Tensor, column: &Tensor, position: &Tensor, logits: &Tensor) {
         let text = &self.model.text;
         let mut x = text.embed(token);
         let rotary = Rotary::of_tokens(position, self.inv_freq, x.kind());
-        let mask = cache.key_mask_through(column);
+        let mask = cache.step_mask(column);
         let mut normed = text.decode_norm(0).forward(&x);
         for (i, (layer, fused)) in text.layers.iter().zip(self.layers).enumerate() {
             let qkv = layer.decode_qkv(&normed, fused);
             let attn = cache.attend_step(i, column, &qkv, &rotary, &mask);
             (x, normed) = layer.decode_finish(x, &attn, fused, text.decode_norm(i + 1));
         }
-        text.logits(&normed)
+        text.logits_into(&normed, logits);
     }
 }

@@ -352,6 +352,11 @@ impl TextModel {
     pub fn logits(&self, hidden: &Tensor) -> Tensor {
         hidden.linear(self.output_weight(), None::<Tensor>)
     }
+
+    /// [`Self::logits`] written into `out` (the same product, into memory the caller keeps).
+    pub fn logits_into(&self, hidden: &Tensor, out: &Tensor) {
+        let _ = hidden.linear_out(out, self.output_weight(), None::<Tensor>);
+    }
 }
 
 #[cfg(test)]

@@ -164,6 +164,7 @@ impl<'a> Engine<'a> {
             .transpose()?;
         session.cache.reset(padding.as_ref());
         session.cache.share_prompts(&rows.prompt, prompt_len)?;
+        session.cache.start_steps(prompt_len)?;
         let source = given.as_ref().map_or(ImageFeatures::Tower, ImageFeatures::Given);
         let prefill = self.model.prefill(&batch, source, &mut session.cache, &expand)?;
         let first_position = self.first_positions(requests, &prefill, &expand)?;
@@ -282,14 +283,13 @@ fn given_features(requests: &[GenerationRequest]) -> Option<Tensor> {
 
 /// One decoding step, entirely on the device: select every row's token of step `step.index` from
 /// `step.logits`, run it through the model (`stepper`: cache column `first_column + index`, M-RoPE
-/// position `first_position + index`), store the next logits in `step.logits` and advance
+/// position `first_position + index`), which writes the next logits into `step.logits`, and advance
 /// `step.index`.
 fn iteration(stepper: &dyn DecodeStep, cache: &mut KvCache, state: &mut Decoding, step: &mut Step) {
     let token = state.select(step);
     let column = &step.index + &step.first_column;
     let position = &step.first_position + &step.index;
-    let logits = stepper.step(cache, &token, &column, &position);
-    step.logits.copy_(&logits);
+    stepper.step(cache, &token, &column, &position, &step.logits);
     let _ = step.index.g_add_scalar_(1);
 }
 

@@ -25,6 +25,9 @@ pub struct KvCache {
     leader: Tensor,
     chunks: Tensor,
     prompt_columns: Tensor,
+    /// (rows, 1, 1, capacity): the decoding steps' additive mask ([`Self::step_mask`]), kept in place
+    /// for a captured step.
+    step_mask: Tensor,
     /// The family's other per-row decoding states ([`Decoder::recurrent_states`]), (rows, ...) each.
     states: Vec<Tensor>,
     /// The keys' and values' dtype.
@@ -59,6 +62,7 @@ impl KvCache {
             leader: Tensor::arange(shape.rows, (Kind::Int64, device)),
             chunks: own_chunks(shape.rows, device),
             prompt_columns: Tensor::zeros([1], (Kind::Int64, device)),
+            step_mask: Tensor::zeros([shape.rows, 1, 1, shape.capacity], (kind, device)),
             states: Vec::new(),
             kind,
         }
@@ -129,6 +133,23 @@ impl KvCache {
             .f_copy_(&upload(&chunks, device)?.f_view_as(&self.chunks)?)?;
         let _ = self.prompt_columns.f_fill_(columns)?;
         Ok(())
+    }
+
+    /// Readies [`Self::step_mask`] for decoding steps from column `first` on (after [`Self::reset`]):
+    /// the real columns before it.
+    pub fn start_steps(&mut self, first: i64) -> Result<(), TchError> {
+        let before = upload(&[first - 1], self.valid.device())?;
+        self.step_mask.f_copy_(&self.key_mask_through(&before))?;
+        Ok(())
+    }
+
+    /// [`Self::key_mask_through`]`(column)` for the decoding step at `column`, from the step before's
+    /// mask with that one column opened (every column after the prompt's is real): one kernel a step
+    /// where making the whole mask takes six. The steps' columns must follow each other from the one
+    /// [`Self::start_steps`] was given. Returns the mask, kept in place for a captured step.
+    pub fn step_mask(&mut self, column: &Tensor) -> Tensor {
+        let _ = self.step_mask.index_fill_(3, column, 0.0);
+        self.step_mask.shallow_clone()
     }
 
     /// Writes `k`, `v` (rows, kv_heads, L, head_dim) of layer `layer` at columns `column..column + L`.
@@ -275,5 +296,26 @@ mod tests {
         assert!(kv.share_prompts(&[0, 0], 4).is_err());
         assert_eq!(values(&kv.leader), [0, 0, 2]);
         assert_eq!(values(&kv.prompt_columns), [5]);
+    }
+
+    /// The steps' mask, one column opened a step, is the whole mask made anew at every step: padding
+    /// (row 1's first two columns) and the columns past the step's hidden, the rest open.
+    #[test]
+    fn step_masks_open_one_column_a_step() {
+        let mut kv = cache(2);
+        kv.reset(Some(&Tensor::from_slice(&[1i64, 1, 1, 0, 0, 1]).view([2, 3])));
+        kv.start_steps(3).unwrap();
+        for column in 3..8 {
+            let at = Tensor::from_slice(&[column]);
+            let want = kv.key_mask_through(&at);
+            let got = kv.step_mask(&at);
+            assert!(got.equal(&want), "column {column}");
+            let open = got.eq(0.0).sum(Kind::Int64).int64_value(&[]);
+            assert_eq!(
+                open,
+                2 * (column + 1) - 2,
+                "column {column}: two padding columns hidden"
+            );
+        }
     }
 }
