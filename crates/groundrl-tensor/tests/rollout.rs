@@ -627,6 +627,34 @@ fn stop_reasons_and_lengths() {
     }
 }
 
+/// The decoding loop is timed only when asked: 9 new tokens take 8 forwards (the last token is only
+/// selected), a call that stops early as many forwards as tokens; the tokens do not change.
+#[test]
+fn decoding_loops_are_timed_when_asked() {
+    let (_dir, hf) = tiny();
+    let mut engine = Engine::new(hf.model.as_ref(), &hf.processor);
+    let plain = engine
+        .generate(&[request(&hf, 0, 2, 0, &greedy(9, vec![]))])
+        .unwrap();
+    assert_eq!(engine.last_decoding(), None);
+    engine.time_decoding = true;
+    let timed = engine
+        .generate(&[request(&hf, 0, 2, 0, &greedy(9, vec![]))])
+        .unwrap();
+    assert_eq!(timed[0].tokens, plain[0].tokens);
+    let loop_time = engine.last_decoding().expect("timed");
+    assert_eq!(loop_time.forwards, 8);
+    assert!(loop_time.seconds > 0.0);
+    // Stopped at its third token by a sync after every step: three forwards, the last unneeded.
+    engine.sync_every = 1;
+    let stop = plain[0].tokens[2];
+    let out = engine
+        .generate(&[request(&hf, 0, 1, 0, &greedy(9, vec![stop]))])
+        .unwrap();
+    let stopped_at = out[0].tokens.len();
+    assert_eq!(engine.last_decoding().expect("timed").forwards, stopped_at);
+}
+
 #[test]
 fn bad_requests_are_errors() {
     let (_dir, hf) = tiny();

@@ -22,7 +22,8 @@
 //! before refills them in place and replays the graph the earlier call captured. The CPU runs the same
 //! step directly.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::time::Instant;
 
 use tch::{Device, TchError, Tensor};
 
@@ -54,8 +55,21 @@ pub struct Engine<'a> {
     /// On a CUDA device, capture the decoding step as a CUDA graph and replay it (default true);
     /// false runs every step's kernels from the host. Results do not depend on it.
     pub cuda_graph: bool,
+    /// Time each call's decoding loop ([`Self::last_decoding`]; default false): the device is
+    /// synchronized before its first step, which a call otherwise does not wait for.
+    pub time_decoding: bool,
     /// The fused weights and the recent calls' decoding tensors, for the next calls to reuse.
     kept: RefCell<EngineCache>,
+    last_decoding: Cell<Option<DecodingTime>>,
+}
+
+/// How long a call's decoding loop took, from the device's end of the prefill to the host's read of
+/// the last tokens ([`Engine::time_decoding`]): `forwards` steps through the model, each after the
+/// selection of its token, and one last selection.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DecodingTime {
+    pub seconds: f64,
+    pub forwards: usize,
 }
 
 /// Which request and sample each of the decoded rows is.
@@ -116,8 +130,15 @@ impl<'a> Engine<'a> {
             processor,
             sync_every: 8,
             cuda_graph: true,
+            time_decoding: false,
             kept: RefCell::new(cache),
+            last_decoding: Cell::new(None),
         }
+    }
+
+    /// The last call's decoding loop, when [`Self::time_decoding`] was set for it.
+    pub fn last_decoding(&self) -> Option<DecodingTime> {
+        self.last_decoding.get()
     }
 
     /// The tensors this engine keeps, for a later engine of the same model ([`Self::with_cache`]).
@@ -179,15 +200,36 @@ impl<'a> Engine<'a> {
         Ok(completions(&rows, ends, logprobs))
     }
 
-    /// Selects tokens and feeds them back until every row has ended or the longest `max_new_tokens` is
-    /// reached; returns the number of steps taken. On a CUDA device the step is captured as a CUDA
-    /// graph at the session's first call and replayed from then on.
+    /// [`Self::decode_steps`], timed when [`Self::time_decoding`] is set.
     fn decode(
         &self,
         stepper: &dyn DecodeStep,
         session: &mut Session,
         ends: &mut [RowEnd],
     ) -> Result<usize, RolloutError> {
+        self.last_decoding.set(None);
+        if !self.time_decoding {
+            return Ok(self.decode_steps(stepper, session, ends)?.0);
+        }
+        crate::bench::synchronize(session.step.logits.device());
+        let start = Instant::now();
+        // The loop ends with a host read of the tokens, which waits for the device.
+        let (steps, forwards) = self.decode_steps(stepper, session, ends)?;
+        let seconds = start.elapsed().as_secs_f64();
+        self.last_decoding.set(Some(DecodingTime { seconds, forwards }));
+        Ok(steps)
+    }
+
+    /// Selects tokens and feeds them back until every row has ended or the longest `max_new_tokens` is
+    /// reached; returns the number of steps taken (tokens selected) and of forwards through the model.
+    /// On a CUDA device the step is captured as a CUDA graph at the session's first call and replayed
+    /// from then on.
+    fn decode_steps(
+        &self,
+        stepper: &dyn DecodeStep,
+        session: &mut Session,
+        ends: &mut [RowEnd],
+    ) -> Result<(usize, usize), RolloutError> {
         let Session {
             cache,
             decoding: state,
@@ -214,7 +256,7 @@ impl<'a> Engine<'a> {
                 let all_ended = self.sync(state, ends, synced, done)?;
                 synced = done;
                 if all_ended {
-                    return Ok(done);
+                    return Ok((done, done));
                 }
             }
         }
@@ -222,7 +264,7 @@ impl<'a> Engine<'a> {
         let _ = state.select(step);
         done += 1;
         self.sync(state, ends, synced, done)?;
-        Ok(done)
+        Ok((done, done - 1))
     }
 
     /// The requests' prompts as one left-padded batch (tensors shared, not copied); without
