@@ -67,7 +67,7 @@ for line in open(sys.argv[1]):
         label = line.strip("= \n")
     elif line.startswith("{"):
         r = json.loads(line)
-        print(f"{label:12} step {r['decode_step_ms']:.3f} ms  {100 * r['roofline_fraction']:.1f}% of the roofline"
+        print(f"{label:12} step {r['decode_step_ms']:.3f} ms  {100 * r['roofline_fraction']:.2f}% of the roofline"
               f"  {r['generated_tokens_per_s']:.0f} tokens/s  prefill {r['prefill_seconds']:.3f} s")
 PY
 }
