@@ -65,7 +65,7 @@ pub struct Engine<'a> {
 
 /// How long a call's decoding loop took, from the device's end of the prefill to the host's read of
 /// the last tokens ([`Engine::time_decoding`]): `forwards` steps through the model, each after the
-/// selection of its token, and one last selection.
+/// selection of its token, and one last selection unless every row had ended before.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct DecodingTime {
     pub seconds: f64,

@@ -145,7 +145,7 @@ impl KvCache {
 
     /// [`Self::key_mask_through`]`(column)` for the decoding step at `column`, from the step before's
     /// mask with that one column opened (every column after the prompt's is real): one kernel a step
-    /// where making the whole mask takes six. The steps' columns must follow each other from the one
+    /// where making the whole mask takes six and a copy. The steps' columns must follow each other from the one
     /// [`Self::start_steps`] was given. Returns the mask, kept in place for a captured step.
     pub fn step_mask(&mut self, column: &Tensor) -> Tensor {
         let _ = self.step_mask.index_fill_(3, column, 0.0);
@@ -239,8 +239,9 @@ impl KvCache {
     /// (rows, 1, 1, capacity) additive mask in the cache's dtype (0 where a query may attend, -inf
     /// elsewhere): the real columns up to and including `column` (a one-element int64 device tensor).
     /// Attending over the whole capacity with this mask keeps every step's shapes the same, which a
-    /// captured CUDA graph needs; masked columns add exact zeros. Made once per step in the form SDPA
-    /// uses, so that no layer converts a boolean mask again.
+    /// captured CUDA graph needs; masked columns add exact zeros. In the form SDPA uses, so that no
+    /// layer converts a boolean mask again; the decoding steps open it one column at a time
+    /// ([`Self::step_mask`]) rather than make it anew.
     pub fn key_mask_through(&self, column: &Tensor) -> Tensor {
         let (rows, capacity) = (self.valid.size()[0], self.valid.size()[1]);
         let device = self.valid.device();

@@ -202,10 +202,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(completions)
         })?;
         let by_difference = (seconds - prefill_seconds) / args.new_tokens.saturating_sub(1).max(1) as f64;
-        let mut steps: Vec<f64> = loops.iter().map(|d| d.seconds / d.forwards as f64).collect();
-        steps.sort_by(f64::total_cmp);
+        let steps: Vec<f64> = loops.iter().map(|d| d.seconds / d.forwards as f64).collect();
         // Without a forward (one new token) there is no loop to time: the difference stands in.
-        let decode_step = steps.get(steps.len() / 2).copied().unwrap_or(by_difference);
+        let decode_step = median(steps).unwrap_or(by_difference);
         let against = graph_run.as_deref().filter(|_| !cuda_graph);
         let report = Report {
             engine: "groundrl",
@@ -310,8 +309,13 @@ fn median_time<T>(
         seconds.push(s);
         out = last;
     }
-    seconds.sort_by(f64::total_cmp);
-    Ok((seconds[seconds.len() / 2], out))
+    Ok((median(seconds).unwrap_or(first), out))
+}
+
+/// The middle value of `values` (the upper of the two middle ones for an even count), None for none.
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied()
 }
 
 /// Seconds of `f` (waiting for the device to finish) and its result.
