@@ -6,9 +6,12 @@ and the largest log-prob difference from it (a draw within rounding of a boundar
 tokens can go either way when the sums run in another order).
 
     python3 bench.py LIB.so [LIB.so ...]
+
+ROWS (say ROWS="32 64 128 256") times other batch sizes than 64 and 256.
 """
 
 import ctypes
+import os
 import sys
 
 import torch
@@ -34,7 +37,7 @@ def per_launch(graph):
     return sorted(times)[2]
 
 
-for rows in (64, 256):
+for rows in [int(r) for r in os.environ.get("ROWS", "64 256").split()]:
     buffers = [torch.randn(rows, VOCAB, device="cuda").mul(3).bfloat16() for _ in range(4)]
     temperature = torch.ones(rows, device="cuda")
     greedy = torch.zeros(rows, dtype=torch.bool, device="cuda")

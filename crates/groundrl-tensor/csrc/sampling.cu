@@ -5,21 +5,25 @@
 // - scaled logits x / T (IEEE division, as the composition);
 // - the token: the first maximum of the allowed (not banned) scaled logits for greedy rows; else an
 //   inverse-CDF draw in token-id order, the first token whose cumulative weight exp(x - max) exceeds
-//   u x the total, found in three levels (the warps' 32 contiguous ranges, then 32 sub-ranges of
-//   the range holding it, then within one sub-range) and held at the sub-range's last token of
+//   u x the total, found in three levels (64 contiguous ranges, then 32 sub-ranges of the range
+//   holding it, then within one sub-range) and held at the sub-range's last token of
 //   non-zero weight when rounding puts the target past it;
 // - its log-probability over the whole vocabulary, banned tokens included: x - max - log(sum exp).
 // Sums run in this kernel's order (each lane over its places, then the lanes, then the warps), so a
 // log-prob can differ from log_softmax's in the last f32 bits and a draw lying within rounding of a
 // boundary can pick the neighbouring token (the crate's CUDA test compares with the composition).
 //
-// One block of 1,024 threads per row; warp w owns the w-th of 32 contiguous ranges of the vocabulary
-// and reads it four logits per lane at a time, three such loads in flight (with four, some values
-// spill out of the 64 registers a thread of 1,024 has). What held the kernel was each warp's chain of dependent steps, not the loads or
-// the SMs it ran on (measurements 2026-11-30-sampler-blocks-h200 and -sampler-loads-h200): the
-// first pass keeps four independent running sums a lane, and the draw's pass shares its range among
-// the 32 warps before one warp scans 1/32 of it. Logits in f32 or bf16 (converted exactly to f32).
+// A row is read by one block of 1,024 threads, or by two (a cluster, `RowBlocks`) when the batch
+// leaves more than half of the GPU's SMs idle otherwise; either way each warp reads whole ranges of
+// the 64, four logits per lane at a time, three such loads in flight (with four, some values spill
+// out of the 64 registers a thread of 1,024 has), so the sums and the draw are the same bit for bit.
+// What held the kernel was each warp's chain of dependent steps and then the arithmetic on the SMs the
+// rows occupy, not the loads (measurements 2026-11-30-sampler-blocks-h200, -sampler-loads-h200 and
+// 2026-12-01-sampler-kernel-h200): the first pass keeps four independent running sums a lane, and the
+// draw's pass shares its range among the 32 warps before one warp scans 1/32 of it. Logits in f32 or
+// bf16 (converted exactly to f32).
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -267,24 +271,76 @@ struct StepOut {
   }
 };
 
-template <class T, class Out>
-__global__ void __launch_bounds__(kWarps * 32)
-sample_rows(const T* __restrict__ logits, int64_t vocab, const float* __restrict__ temperature,
-            const bool* __restrict__ greedy, const bool* __restrict__ banned,
-            Out out) {
-  __shared__ float allowed_m[kWarps], allowed_s[kWarps], raw_m[kWarps], raw_s[kWarps], best_v[kWarps];
-  __shared__ int64_t best_i[kWarps];
-  __shared__ RowState row_state;
-  const int64_t row = blockIdx.x;
-  const T* x = logits + row * vocab;
-  const float t = temperature[row];
-  const Divisor divisor(t);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t span = ((vocab + kWarps - 1) / kWarps + 3) / 4 * 4;
-  const int64_t begin = min(warp * span, vocab), end = min(begin + span, vocab);
+// A row's ranges of the vocabulary, each read by one warp in the first pass: twice as many as a block
+// has warps, so that a row split over two blocks (`RowBlocks<2>`) and a row in one block (each warp
+// reading two ranges) sum the same ranges in the same order, and draw the same token with the same
+// log-prob bit for bit.
+constexpr int kParts = 2;
+constexpr int kRanges = kWarps * kParts;
 
-  // Pass 1: per warp, the online softmax of its allowed and of its banned scaled logits, and the
-  // first maximum of the allowed ones.
+// The blocks a row is read by: two on sm_90 and later GPUs when the batch has at most half as many
+// rows as the GPU has SMs (`launch_rows`), a thread-block cluster of two, each on its own SM, so that
+// 64 rows work on 128 SMs instead of 64 (the first pass is bound by its arithmetic, not by the loads:
+// measurement 2026-12-01-sampler-kernel-h200); one block otherwise. Each block's warps write their
+// ranges' sums into the row's first block's shared memory (distributed shared memory), which goes on
+// alone.
+template <int kBlocks>
+struct RowBlocks {
+  // This block's place among its row's blocks.
+  __device__ static int part() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (kBlocks > 1) return (int)cooperative_groups::this_cluster().block_rank();
+#endif
+    return 0;
+  }
+
+  // Marks this block started; `wait_started` returns once every block of the row has been.
+  __device__ static void started() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (kBlocks > 1) asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+#endif
+  }
+
+  __device__ static void wait_started() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (kBlocks > 1) asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+#endif
+  }
+
+  // `local` (an address of this block's shared memory) in the row's first block.
+  template <class V>
+  __device__ static V* in_first(V* local) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (kBlocks > 1) return cooperative_groups::this_cluster().map_shared_rank(local, 0);
+#endif
+    return local;
+  }
+
+  // Every block's writes into the first block's shared memory done and visible there.
+  __device__ static void written() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (kBlocks > 1) {
+      asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+      asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+      return;
+    }
+#endif
+    __syncthreads();
+  }
+};
+
+// One range's first pass, as every lane of its warp holds it after the warp's reduction.
+struct RangeSums {
+  Online allowed, raw;  // the allowed scaled logits; all of them, banned ones included
+  float best;           // the first maximum of the allowed ones, and where
+  int64_t best_at;
+};
+
+// Pass 1 over tokens [begin, end) by one warp: the online softmax of its allowed and of its banned
+// scaled logits, and the first maximum of the allowed ones.
+template <class T>
+__device__ __forceinline__ RangeSums range_sums(const T* x, const bool* banned, const Divisor& divisor,
+                                                int64_t begin, int64_t end, int64_t vocab, int lane) {
   LaneSums sums(vocab);
   for (int64_t c = begin + 4 * lane; c < end; c += 128 * kInFlight) {
     float4 v[kInFlight];
@@ -305,48 +361,92 @@ sample_rows(const T* __restrict__ logits, int64_t vocab, const float* __restrict
       }
     }
   }
-  Online allowed = sums.allowed();
-  float best = sums.best;
-  int64_t best_at = sums.best_at;
+  RangeSums r{sums.allowed(), {}, sums.best, sums.best_at};
   Online banned_part = sums.banned;
-  allowed.merge_warp();
+  r.allowed.merge_warp();
   banned_part.merge_warp();
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) {
-    keep_first_max(best, best_at, __shfl_xor_sync(kAll, best, o), __shfl_xor_sync(kAll, best_at, o));
+    keep_first_max(r.best, r.best_at, __shfl_xor_sync(kAll, r.best, o),
+                   __shfl_xor_sync(kAll, r.best_at, o));
   }
-  if (lane == 0) {
-    Online raw = allowed;
-    raw.merge(banned_part.m, banned_part.s);
-    allowed_m[warp] = allowed.m;
-    allowed_s[warp] = allowed.s;
-    raw_m[warp] = raw.m;
-    raw_s[warp] = raw.s;
-    best_v[warp] = best;
-    best_i[warp] = best_at;
-  }
-  __syncthreads();
+  r.raw = r.allowed;
+  r.raw.merge(banned_part.m, banned_part.s);
+  return r;
+}
 
-  // The row's totals; the range of the draw, found by one thread over the 32 ranges in order.
-  if (threadIdx.x == 0) {
+template <class T, class Out, int kBlocks>
+__global__ void __launch_bounds__(kWarps * 32)
+sample_rows(const T* __restrict__ logits, int64_t vocab, const float* __restrict__ temperature,
+            const bool* __restrict__ greedy, const bool* __restrict__ banned,
+            Out out) {
+  using Blocks = RowBlocks<kBlocks>;
+  // A warp's ranges: part x 32 + warp, and in a row's only block also 32 + warp.
+  constexpr int kOwn = kParts / kBlocks;
+  __shared__ float allowed_m[kRanges], allowed_s[kRanges], raw_m[kRanges], raw_s[kRanges];
+  __shared__ float best_v[kRanges], weight[kRanges];
+  __shared__ int64_t best_i[kRanges];
+  __shared__ RowState row_state;
+  Blocks::started();
+  const int part = Blocks::part();
+  const int64_t row = blockIdx.x / kBlocks;
+  const T* x = logits + row * vocab;
+  const float t = temperature[row];
+  const Divisor divisor(t);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t span = ((vocab + kRanges - 1) / kRanges + 3) / 4 * 4;
+
+  // Pass 1, per range; each range's sums written before the next range's are taken (they would not
+  // fit in the registers beside it).
+  for (int k = 0; k < kOwn; ++k) {
+    const int i = (part + k) * kWarps + warp;
+    const int64_t begin = min(i * span, vocab);
+    const RangeSums sums = range_sums(x, banned, divisor, begin, min(begin + span, vocab), vocab, lane);
+    if (k == kOwn - 1) Blocks::wait_started();
+    if (lane == 0) {
+      Blocks::in_first(allowed_m)[i] = sums.allowed.m;
+      Blocks::in_first(allowed_s)[i] = sums.allowed.s;
+      Blocks::in_first(raw_m)[i] = sums.raw.m;
+      Blocks::in_first(raw_s)[i] = sums.raw.s;
+      Blocks::in_first(best_v)[i] = sums.best;
+      Blocks::in_first(best_i)[i] = sums.best_at;
+    }
+  }
+  Blocks::written();
+  if (part != 0) return;
+
+  // The row's totals: the sums of all tokens, the largest allowed logit and each range's allowed
+  // weight by the first warp (each lane over the ranges lane and 32 + lane, the exponentials side by
+  // side); the first maximum and the range of the draw by one thread over the ranges in order.
+  if (warp == 0) {
     Online raw;
-    float top = -INFINITY, max_allowed = -INFINITY;
-    int64_t top_at = vocab;
-    for (int w = 0; w < kWarps; ++w) {
-      raw.merge(raw_m[w], raw_s[w]);
-      keep_first_max(top, top_at, best_v[w], best_i[w]);
-      max_allowed = fmaxf(max_allowed, allowed_m[w]);
+    float max_allowed = -INFINITY;
+    for (int i = lane; i < kRanges; i += 32) {
+      raw.merge(raw_m[i], raw_s[i]);
+      max_allowed = fmaxf(max_allowed, allowed_m[i]);
     }
-    float weight[kWarps], total = 0.f;
-    for (int w = 0; w < kWarps; ++w) {
-      weight[w] = allowed_m[w] == -INFINITY ? 0.f : allowed_s[w] * expf(allowed_m[w] - max_allowed);
-      total += weight[w];
+    raw.merge_warp();
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) {
+      max_allowed = fmaxf(max_allowed, __shfl_xor_sync(kAll, max_allowed, o));
     }
-    const float target = out.uniform(row) * total;
-    float before = 0.f;
-    // No range with weight: the draw falls back to the first maximum (`finish`).
-    const int range = first_crossing(weight, kWarps, target, before);
-    row_state = RowState{raw.m, raw.s, max_allowed, target, before, range, top_at};
+    for (int i = lane; i < kRanges; i += 32) {
+      weight[i] = allowed_m[i] == -INFINITY ? 0.f : allowed_s[i] * expf(allowed_m[i] - max_allowed);
+    }
+    __syncwarp();
+    if (lane == 0) {
+      float top = -INFINITY, total = 0.f;
+      int64_t top_at = vocab;
+      for (int i = 0; i < kRanges; ++i) {
+        keep_first_max(top, top_at, best_v[i], best_i[i]);
+        total += weight[i];
+      }
+      const float target = out.uniform(row) * total;
+      float before = 0.f;
+      // No range with weight: the draw falls back to the first maximum (`finish`).
+      const int range = first_crossing(weight, kRanges, target, before);
+      row_state = RowState{raw.m, raw.s, max_allowed, target, before, range, top_at};
+    }
   }
   __syncthreads();
   const RowState st = row_state;
@@ -370,15 +470,15 @@ sample_rows(const T* __restrict__ logits, int64_t vocab, const float* __restrict
   const int64_t sub_span = ((range_end - range_begin + kWarps - 1) / kWarps + 3) / 4 * 4;
   const int64_t sub_begin = min(range_begin + warp * sub_span, range_end);
   const int64_t sub_end = min(sub_begin + sub_span, range_end);
-  float part = 0.f;
+  float sub_sum = 0.f;
   for (int64_t i = sub_begin + 4 * lane; i < sub_end; i += 128) {
     float e[4];
     weights(x, banned, i, divisor, st.max_allowed, e);
-    part += (e[0] + e[1]) + (e[2] + e[3]);
+    sub_sum += (e[0] + e[1]) + (e[2] + e[3]);
   }
 #pragma unroll
-  for (int o = 16; o > 0; o /= 2) part += __shfl_xor_sync(kAll, part, o);
-  if (lane == 0) sub_weight[warp] = part;
+  for (int o = 16; o > 0; o /= 2) sub_sum += __shfl_xor_sync(kAll, sub_sum, o);
+  if (lane == 0) sub_weight[warp] = sub_sum;
   __syncthreads();
   if (threadIdx.x == 0) {
     float before = st.before;
@@ -444,7 +544,42 @@ sample_rows(const T* __restrict__ logits, int64_t vocab, const float* __restrict
 
 }  // namespace
 
-// One block a row, logits in f32 or bf16.
+// Whether the current device's rows are split over two blocks (`RowBlocks`): an sm_90 or later GPU
+// with at least twice as many SMs as there are rows. Two blocks a row on more rows measured slower (256
+// rows: 129.6 us against 92.7 us in one block a row), as the two blocks of a cluster must be
+// placed together.
+static bool split_rows(int64_t rows) {
+  int device = 0, major = 0, sms = 0;
+  return cudaGetDevice(&device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
+         major >= 9 && kParts * rows <= sms;
+}
+
+template <class T, class Out>
+cudaError_t launch_typed(const T* logits, int64_t rows, int64_t vocab, const float* temperature,
+                         const bool* greedy, const bool* banned, Out out, cudaStream_t stream) {
+  if (split_rows(rows)) {
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = kParts;
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3((unsigned)(kParts * rows));
+    config.blockDim = dim3(kWarps * 32);
+    config.stream = stream;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, sample_rows<T, Out, kParts>, logits, vocab, temperature, greedy,
+                              banned, out);
+  }
+  sample_rows<T, Out, 1><<<(unsigned)rows, kWarps * 32, 0, stream>>>(logits, vocab, temperature, greedy,
+                                                                     banned, out);
+  return cudaGetLastError();
+}
+
+// Logits in f32 or bf16.
 template <class Out>
 int launch_rows(const void* logits, int bf16, int64_t rows, int64_t vocab, const float* temperature,
                 const bool* greedy, const bool* banned, Out out, void* stream) {
@@ -452,13 +587,10 @@ int launch_rows(const void* logits, int bf16, int64_t rows, int64_t vocab, const
   if (vocab % 4) return (int)cudaErrorInvalidValue;
   auto s = (cudaStream_t)stream;
   if (bf16) {
-    sample_rows<<<(unsigned)rows, kWarps * 32, 0, s>>>((const __nv_bfloat16*)logits, vocab, temperature,
-                                                       greedy, banned, out);
-  } else {
-    sample_rows<<<(unsigned)rows, kWarps * 32, 0, s>>>((const float*)logits, vocab, temperature, greedy,
-                                                       banned, out);
+    return (int)launch_typed((const __nv_bfloat16*)logits, rows, vocab, temperature, greedy, banned, out,
+                             s);
   }
-  return (int)cudaGetLastError();
+  return (int)launch_typed((const float*)logits, rows, vocab, temperature, greedy, banned, out, s);
 }
 
 extern "C" {

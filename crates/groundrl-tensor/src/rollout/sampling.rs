@@ -323,21 +323,22 @@ mod tests {
     /// partial sum is an exact integer in f32) and every other logit -inf, the allowed tokens spread
     /// over one range's 32 sub-ranges and their edges, over the whole vocabulary, or a single one,
     /// with banned tokens among them. A uniform of (j + 1/2) / n must draw the j-th allowed token, with
-    /// log-prob -ln(n).
+    /// log-prob -ln(n). 18 rows: two blocks a row on an H200 (132 SMs).
     #[test]
     fn the_sampling_kernel_draws_the_counted_token() {
         let device = fused::cuda_for_tests().unwrap_or(Device::Cpu);
         let vocab = 151_936i64;
-        let banned = [151_652i64, 7, 4_748 * 5 + 152];
-        // The kernel's range of warp 5 starts at 4,748 x 5; its sub-ranges are 152 tokens long.
-        let range = 4_748 * 5;
+        let banned = [151_652i64, 7, 2_376 * 37 + 76];
+        // The kernel's 64 ranges are 2,376 tokens long; range 37 (read by the second block of a row
+        // split in two) has sub-ranges of 76 tokens.
+        let range = 2_376 * 37;
         let sets: Vec<Vec<i64>> = vec![
-            (0..4_748).step_by(37).map(|t| range + t).collect(),
+            (0..2_376).step_by(37).map(|t| range + t).collect(),
             (0..32)
-                .flat_map(|s| [range + 152 * s, range + 152 * s + 151])
+                .flat_map(|s| [range + 76 * s, range + 76 * s + 75])
                 .collect(),
             (0..vocab).step_by(997).collect(),
-            (0..vocab).filter(|t| t % 5 == 2 || t % 4_748 == 0).collect(),
+            (0..vocab).filter(|t| t % 5 == 2 || t % 2_376 == 0).collect(),
             vec![vocab - 1],
             vec![3, 7, 151_652],
         ];
@@ -426,5 +427,37 @@ mod tests {
         let pick = |t: &Tensor| t.index_select(0, &others);
         assert!(pick(&alone).equal(&pick(&together)));
         assert!(pick(&alone_logprobs).equal(&pick(&together_logprobs)));
+    }
+
+    /// The CUDA kernel reads a row with two blocks when the batch leaves most SMs idle (on sm_90 GPUs:
+    /// 40 rows on an H200's 132 SMs) and with one otherwise (100 rows); both sum the same 64 ranges in
+    /// the same order, so the 40 rows draw the same tokens with the same log-probs, bit for bit, alone
+    /// and as the first rows of 100. Skipped where no GPU is.
+    #[test]
+    fn the_sampling_kernel_draws_alike_in_small_and_large_batches() {
+        let Some(device) = fused::cuda_for_tests() else {
+            return;
+        };
+        tch::manual_seed(11);
+        let (rows, small, vocab) = (100i64, 40i64, 151_936i64);
+        let settings: Vec<RowSettings> = (0..rows)
+            .map(|r| RowSettings {
+                temperature: [0.0, 0.7, 1.0, 1.3][r as usize % 4],
+                top_k: 0,
+                top_p: 1.0,
+            })
+            .collect();
+        let banned = [151_643, 7];
+        let large = Sampler::new(&settings, vocab, &banned, device).unwrap();
+        let first = Sampler::new(&settings[..small as usize], vocab, &banned, device).unwrap();
+        let uniforms = Tensor::rand([rows], (Kind::Float, device));
+        for kind in [Kind::Float, Kind::BFloat16] {
+            let logits = (Tensor::randn([rows, vocab], (Kind::Float, device)) * 3.0).to_kind(kind);
+            let (tokens, logprobs) = large.sample(&logits, &uniforms);
+            let (alone, alone_logprobs) =
+                first.sample(&logits.narrow(0, 0, small), &uniforms.narrow(0, 0, small));
+            assert!(tokens.narrow(0, 0, small).equal(&alone), "{kind:?}");
+            assert!(logprobs.narrow(0, 0, small).equal(&alone_logprobs), "{kind:?}");
+        }
     }
 }
