@@ -324,15 +324,12 @@ fn given_features(requests: &[GenerationRequest]) -> Option<Tensor> {
 }
 
 /// One decoding step, entirely on the device: select every row's token of step `step.index` from
-/// `step.logits`, run it through the model (`stepper`: cache column `first_column + index`, M-RoPE
-/// position `first_position + index`), which writes the next logits into `step.logits`, and advance
-/// `step.index`.
+/// `step.logits`, run it through the model (`stepper`: cache column `step.column`, M-RoPE position
+/// `step.position`), which writes the next logits into `step.logits`, and advance the step.
 fn iteration(stepper: &dyn DecodeStep, cache: &mut KvCache, state: &mut Decoding, step: &mut Step) {
     let token = state.select(step);
-    let column = &step.index + &step.first_column;
-    let position = &step.first_position + &step.index;
-    stepper.step(cache, &token, &column, &position, &step.logits);
-    let _ = step.index.g_add_scalar_(1);
+    stepper.step(cache, &token, &step.column, &step.position, &step.logits);
+    step.advance();
 }
 
 /// A (rows, columns) tensor as one host vector per row.

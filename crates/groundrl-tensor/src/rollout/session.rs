@@ -259,24 +259,28 @@ impl Session {
 pub(crate) struct Step {
     /// (rows, vocab): the logits the next token is selected from.
     pub logits: Tensor,
+    /// (rows + 2,) int64: `index`, `column` and `position` side by side, so that one kernel advances
+    /// all three ([`Self::advance`]).
+    counters: Tensor,
     /// (1,) int64: the index of the step about to run.
     pub index: Tensor,
-    /// (1,) int64: the cache column of step 0's token (the prompt length).
-    pub first_column: Tensor,
-    /// (rows,) int64: the M-RoPE position of step 0's token.
-    pub first_position: Tensor,
+    /// (1,) int64: the cache column of the step's token (the prompt length plus `index`).
+    pub column: Tensor,
+    /// (rows,) int64: the M-RoPE position of the step's token (step 0's plus `index`).
+    pub position: Tensor,
 }
 
 impl Step {
     /// `logits_kind` is the model's dtype: its logits are kept as they come (the sampler computes
     /// in f32), so a bf16 model's step copies half the bytes and converts nothing.
     fn new(rows: i64, vocab: i64, (logits_kind, device): (Kind, Device)) -> Self {
-        let zeros = |size: &[i64], kind| Tensor::zeros(size, (kind, device));
+        let counters = Tensor::zeros([rows + 2], (Kind::Int64, device));
         Self {
-            logits: zeros(&[rows, vocab], logits_kind),
-            index: zeros(&[1], Kind::Int64),
-            first_column: zeros(&[1], Kind::Int64),
-            first_position: zeros(&[rows], Kind::Int64),
+            logits: Tensor::zeros([rows, vocab], (logits_kind, device)),
+            index: counters.narrow(0, 0, 1),
+            column: counters.narrow(0, 1, 1),
+            position: counters.narrow(0, 2, rows),
+            counters,
         }
     }
 
@@ -284,8 +288,13 @@ impl Step {
     pub fn start(&mut self, logits: &Tensor, first_column: i64, first_position: &Tensor) {
         self.logits.copy_(logits);
         let _ = self.index.zero_();
-        let _ = self.first_column.fill_(first_column);
-        self.first_position.copy_(first_position);
+        let _ = self.column.fill_(first_column);
+        self.position.copy_(first_position);
+    }
+
+    /// Moves on to the next step: its index, cache column and positions one further.
+    pub fn advance(&mut self) {
+        let _ = self.counters.g_add_scalar_(1);
     }
 }
 
