@@ -1,10 +1,14 @@
 // A C ABI over libtorch's at::cuda::CUDAGraph, which tch does not expose.
 //
-// The rollout engine captures one decoding step (sampling + a forward of every layer) once per
-// generate call and replays it, so the host issues one launch per step instead of ~2,000 kernels.
-// Capture must run on a non-default stream: the graph switches the thread's current stream to a
+// The rollout engine captures runs of decoding steps (sampling + a forward of every layer) once per
+// session and replays them, so the host issues one launch per run instead of hundreds of kernels a
+// step. Capture must run on a non-default stream: the graph switches the thread's current stream to a
 // side stream of libtorch's pool for warm-up and capture, and back afterwards; replays run on the
-// caller's current stream. Errors are C++ exceptions turned into a return code and a message.
+// caller's current stream. A capture forbids the calls that would break it (a synchronizing copy, an
+// allocation) in its own thread only, so that other threads of the process may go on using the
+// device meanwhile (libtorch's default forbids them in every thread and fails the capture, or the
+// other thread's call, when one happens); a wait for the whole device still breaks it. Errors are C++ exceptions turned into a return code and a
+// message.
 
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -39,12 +43,13 @@ void* groundrl_cuda_graph_new(int device) {
   return g;
 }
 
-// Makes the side stream current (after the device has finished the work queued so far).
+// Makes the side stream current, after the current stream has finished the work queued on it so far.
+// (A wait for the whole device would break another thread's capture.)
 int groundrl_cuda_graph_enter_side_stream(void* g) {
   return guarded([&] {
     auto* graph = static_cast<Graph*>(g);
     graph->previous = c10::cuda::getCurrentCUDAStream(graph->side.device_index());
-    c10::cuda::device_synchronize();
+    graph->previous.synchronize();
     c10::cuda::setCurrentCUDAStream(graph->side);
   });
 }
@@ -53,13 +58,15 @@ int groundrl_cuda_graph_enter_side_stream(void* g) {
 int groundrl_cuda_graph_leave_side_stream(void* g) {
   return guarded([&] {
     auto* graph = static_cast<Graph*>(g);
-    c10::cuda::device_synchronize();
+    graph->side.synchronize();
     c10::cuda::setCurrentCUDAStream(graph->previous);
   });
 }
 
 int groundrl_cuda_graph_capture_begin(void* g) {
-  return guarded([&] { static_cast<Graph*>(g)->graph.capture_begin(); });
+  return guarded([&] {
+    static_cast<Graph*>(g)->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+  });
 }
 
 int groundrl_cuda_graph_capture_end(void* g) {

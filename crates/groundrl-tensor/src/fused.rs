@@ -1408,6 +1408,14 @@ pub(crate) fn cuda_for_tests() -> Option<Device> {
     Some(device)
 }
 
+/// For the crate's CUDA tests that capture CUDA graphs or wait for the whole device: held while they
+/// run, as a wait for the whole device in one thread breaks a capture in another.
+#[cfg(test)]
+pub(crate) fn whole_device_for_tests() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// For the crate's CUDA tests: the exact difference of two tensors in f64 (0 when equal bit for bit,
 /// NaNs aside).
 #[cfg(test)]
@@ -2234,6 +2242,7 @@ mod tests {
     #[test]
     fn kernels_started_early_read_what_the_kernel_before_them_wrote() {
         let Some(device) = cuda_for_tests() else { return };
+        let _device = whole_device_for_tests();
         let Device::Cuda(index) = device else { return };
         tch::manual_seed(9);
         let (norm, down) = (

@@ -16,13 +16,15 @@
 //! A decoding step (`iteration`: the family's [`DecodeStep`] with sampling around it) reads and
 //! writes only tensors that exist before it runs (the fused weights, the cache, the sampling state,
 //! the current logits, a device-side step counter) and keeps its shapes fixed (attention over the
-//! whole cache capacity, masked), so on a CUDA device it is captured as a CUDA graph and then
-//! replayed: one launch per step instead of hundreds of kernel launches from the host ([`Engine::cuda_graph`]). The engine keeps those tensors and the graph
-//! between calls, one set per call shape ([`super::session`], [`EngineCache`]): a call of a shape met
-//! before refills them in place and replays the graph the earlier call captured. The CPU runs the same
-//! step directly.
+//! whole cache capacity, masked), so on a CUDA device runs of steps are captured as CUDA graphs and
+//! then replayed: one launch per run of up to [`Engine::sync_every`] steps instead of hundreds of
+//! kernel launches from the host a step ([`Engine::cuda_graph`]). The engine keeps those tensors and
+//! the graphs between calls, one set per call shape ([`super::session`], [`EngineCache`]): a call of a
+//! shape met before refills them in place and replays the graphs the earlier call captured. The CPU
+//! runs the same steps directly.
 
 use std::cell::{Cell, RefCell};
+use std::collections::btree_map::Entry;
 use std::time::Instant;
 
 use tch::{Device, TchError, Tensor};
@@ -48,12 +50,12 @@ use crate::upload::upload;
 pub struct Engine<'a> {
     model: &'a dyn Decoder,
     processor: &'a Processor,
-    /// Decoding steps between two host reads of the generated tokens (at least 1). Larger values sync
-    /// less often but may run up to `sync_every - 1` steps after every row has ended; results do not
-    /// depend on it.
+    /// Decoding steps between two host reads of the generated tokens (at least 1), and at most the
+    /// steps one replayed CUDA graph runs. Larger values sync less often but may run up to
+    /// `sync_every - 1` steps after every row has ended; results do not depend on it.
     pub sync_every: usize,
-    /// On a CUDA device, capture the decoding step as a CUDA graph and replay it (default true);
-    /// false runs every step's kernels from the host. Results do not depend on it.
+    /// On a CUDA device, capture runs of decoding steps as CUDA graphs and replay them (default
+    /// true); false runs every step's kernels from the host. Results do not depend on it.
     pub cuda_graph: bool,
     /// Time each call's decoding loop ([`Self::last_decoding`]; default false): the device is
     /// synchronized before its first step, which a call otherwise does not wait for.
@@ -222,8 +224,8 @@ impl<'a> Engine<'a> {
 
     /// Selects tokens and feeds them back until every row has ended or the longest `max_new_tokens` is
     /// reached; returns the number of steps taken (tokens selected) and of forwards through the model.
-    /// On a CUDA device the step is captured as a CUDA graph at the session's first call and replayed
-    /// from then on.
+    /// On a CUDA device each run of steps ([`steps_at_once`]) is captured as a CUDA graph the first
+    /// time the session meets its length and replayed from then on.
     fn decode_steps(
         &self,
         stepper: &dyn DecodeStep,
@@ -234,7 +236,7 @@ impl<'a> Engine<'a> {
             cache,
             decoding: state,
             step,
-            graph,
+            graphs,
             ..
         } = session;
         let device = step.logits.device();
@@ -242,16 +244,20 @@ impl<'a> Engine<'a> {
         let steps = state.steps();
         let (mut synced, mut done) = (0, 0);
         while done + 1 < steps {
-            match graph {
-                Some(g) if replay => g.replay()?,
-                None if replay => {
-                    *graph = Some(CudaGraph::capture(device, || {
-                        iteration(stepper, cache, state, step)
-                    })?);
+            let take = steps_at_once(steps - 1 - done, self.sync_every);
+            let mut iterations = || {
+                for _ in 0..take {
+                    iteration(stepper, cache, state, step);
                 }
-                _ => iteration(stepper, cache, state, step),
+            };
+            match graphs.0.entry(take) {
+                Entry::Occupied(graph) if replay => graph.get().replay()?,
+                Entry::Vacant(graph) if replay => {
+                    graph.insert(CudaGraph::capture(device, iterations)?);
+                }
+                _ => iterations(),
             }
-            done += 1;
+            done += take;
             if done - synced >= self.sync_every.max(1) {
                 let all_ended = self.sync(state, ends, synced, done)?;
                 synced = done;
@@ -321,6 +327,14 @@ fn given_features(requests: &[GenerationRequest]) -> Option<Tensor> {
     let with_images = requests.iter().filter(|r| r.prompt.pixel_values.is_some());
     let features: Option<Vec<&Tensor>> = with_images.map(|r| r.features.as_ref()).collect();
     features.filter(|f| !f.is_empty()).map(|f| Tensor::cat(&f, 0))
+}
+
+/// How many decoding steps to run at once (one replay of a graph of that many) with `left` forwards
+/// left: the largest power of two up to `left` and `sync_every`, so that a call of 127 forwards replays
+/// fifteen graphs of 8 steps, one of 4, one of 2 and one of 1 (at most four graphs a session).
+fn steps_at_once(left: usize, sync_every: usize) -> usize {
+    let most = left.min(sync_every).max(1);
+    1 << most.ilog2()
 }
 
 /// One decoding step, entirely on the device: select every row's token of step `step.index` from
@@ -399,19 +413,15 @@ mod tests {
     use crate::processor::Encoded;
     use crate::rollout::SamplingParams;
 
-    /// On a GPU (skipped elsewhere): a later call of a kept shape replays the step the first call
-    /// captured, so that step may read only tensors that outlive a call. Memory freed after the first
-    /// call and written over (NaN in blocks of every small size) must not change the second call's
-    /// completions: the same request gives the same tokens and log-probs.
-    #[test]
-    fn a_replayed_step_reads_only_what_outlives_the_call() {
-        let Some(device) = crate::fused::cuda_for_tests() else {
-            return;
-        };
-        let dir = tempfile::tempdir().unwrap();
-        crate::hf_folder::write_tiny(dir.path(), 0, Kind::BFloat16).unwrap();
-        let hf = crate::hf_folder::load(dir.path(), device, Kind::BFloat16).unwrap();
-        let requests = [GenerationRequest {
+    /// The tiny bf16 model in `dir`, on `device`.
+    fn tiny(dir: &std::path::Path, device: Device) -> crate::hf_folder::HfModel {
+        crate::hf_folder::write_tiny(dir, 0, Kind::BFloat16).unwrap();
+        crate::hf_folder::load(dir, device, Kind::BFloat16).unwrap()
+    }
+
+    /// Four samples of one text prompt at temperature 1.
+    fn sampled(max_new_tokens: usize) -> [GenerationRequest; 1] {
+        [GenerationRequest {
             prompt: Encoded {
                 input_ids: (10..40).collect(),
                 pixel_values: None,
@@ -422,11 +432,43 @@ mod tests {
             params: SamplingParams {
                 seed: 7,
                 temperature: 1.0,
-                max_new_tokens: 16,
+                max_new_tokens,
                 ..Default::default()
             },
             features: None,
-        }];
+        }]
+    }
+
+    #[test]
+    fn runs_of_steps_are_the_largest_powers_of_two_that_fit() {
+        let runs = |mut left: usize, sync_every| {
+            let mut runs = Vec::new();
+            while left > 0 {
+                runs.push(steps_at_once(left, sync_every));
+                left -= runs[runs.len() - 1];
+            }
+            runs
+        };
+        assert_eq!(runs(127, 8), [vec![8; 15], vec![4, 2, 1]].concat());
+        assert_eq!(runs(14, 8), [8, 4, 2]);
+        assert_eq!(runs(5, 3), [2, 2, 1]);
+        assert_eq!(runs(3, 1), [1, 1, 1]);
+        assert_eq!(runs(2, 0), [1, 1]);
+    }
+
+    /// On a GPU (skipped elsewhere): a later call of a kept shape replays the steps the first call
+    /// captured, so those steps may read only tensors that outlive a call. Memory freed after the first
+    /// call and written over (NaN in blocks of every small size) must not change the second call's
+    /// completions: the same request gives the same tokens and log-probs.
+    #[test]
+    fn a_replayed_step_reads_only_what_outlives_the_call() {
+        let Some(device) = crate::fused::cuda_for_tests() else {
+            return;
+        };
+        let _device = crate::fused::whole_device_for_tests();
+        let dir = tempfile::tempdir().unwrap();
+        let hf = tiny(dir.path(), device);
+        let requests = sampled(16);
         let engine = Engine::new(hf.model.as_ref(), &hf.processor);
         let first = engine.generate(&requests).unwrap();
         let junk: Vec<Tensor> = (1..=1024)
@@ -440,5 +482,28 @@ mod tests {
         );
         assert_eq!(second, first);
         drop(junk);
+    }
+
+    /// On a GPU (skipped elsewhere): the replayed graphs of runs of steps give the tokens and
+    /// log-probs of the same steps launched one kernel at a time; 15 forwards (16 new tokens: runs of
+    /// 8, 4, 2 and 1 steps) and 14.
+    #[test]
+    fn replayed_steps_give_what_launched_steps_give() {
+        let Some(device) = crate::fused::cuda_for_tests() else {
+            return;
+        };
+        let _device = crate::fused::whole_device_for_tests();
+        let dir = tempfile::tempdir().unwrap();
+        let hf = tiny(dir.path(), device);
+        for max_new_tokens in [16, 15] {
+            let requests = sampled(max_new_tokens);
+            let mut engine = Engine::new(hf.model.as_ref(), &hf.processor);
+            engine.cuda_graph = false;
+            let launched = engine.generate(&requests).unwrap();
+            engine.cuda_graph = true;
+            let replayed = engine.generate(&requests).unwrap();
+            assert_eq!(replayed, launched, "{max_new_tokens} new tokens");
+            assert!(launched.iter().all(|c| c.tokens.len() == max_new_tokens));
+        }
     }
 }

@@ -1,10 +1,10 @@
 //! The device tensors of decoding, kept by the engine between `generate` calls so that later calls of
-//! a shape met before reuse them, and on a CUDA device replay the decoding step captured by the first
-//! ([`EngineCache`]: the fused weights once, a [`Session`] per recent shape).
+//! a shape met before reuse them, and on a CUDA device replay the runs of decoding steps captured by
+//! the first ([`EngineCache`]: the fused weights once, a [`Session`] per recent shape).
 //!
 //! # Replaying a captured step in a later call
 //! A CUDA graph reruns the kernels it recorded, on the memory they used when recorded, with the sizes
-//! and host values they had then. A [`Session`] (with its graph) therefore serves a later call only
+//! and host values they had then. A [`Session`] (with its graphs) therefore serves a later call only
 //! when these hold, which is what the engine keeps to:
 //! - Every tensor the step reads or writes is made before the capture and lives as long as the graph:
 //!   the session's (cache, sampling state, step state), the cache's fused weights or the model's. Each
@@ -19,6 +19,8 @@
 //!   every update in this project (loading, optimizer steps, checkpoint restores) writes parameters in
 //!   place. The fused weights are refreshed in place from the model at the start of every call, and
 //!   [`EngineCache::adopt`] empties a cache handed to an engine of another model.
+
+use std::collections::BTreeMap;
 
 use tch::{Device, Kind, TchError, Tensor};
 
@@ -229,9 +231,16 @@ pub(crate) struct Session {
     pub cache: KvCache,
     pub decoding: Decoding,
     pub step: Step,
-    /// The captured step, once a CUDA call has captured it.
-    pub graph: Option<CudaGraph>,
+    /// The captured steps, once a CUDA call has captured them.
+    pub graphs: StepGraphs,
 }
+
+/// A session's captured decoding steps, by the number of steps a replay runs (powers of two, see
+/// `Engine::decode_steps`): a call pays few replays' launches and the gaps between them (7.3 us from
+/// one replay's last kernel to the next one's first on an H200, measurement
+/// 2026-12-03-attention-ready-h200).
+#[derive(Debug, Default)]
+pub(crate) struct StepGraphs(pub BTreeMap<usize, CudaGraph>);
 
 impl Session {
     /// New tensors for `decoding`'s shape (its values are the first call's), for `model`.
@@ -249,7 +258,7 @@ impl Session {
             cache: KvCache::new(cache, model.kind(), model.device()).with_states(&model.recurrent_states()),
             decoding,
             step: Step::new(shape.rows, model.vocab_size(), (model.kind(), model.device())),
-            graph: None,
+            graphs: StepGraphs::default(),
         }
     }
 }
