@@ -253,6 +253,17 @@ mod tests {
         }
     }
 
+    /// `rows` rows without filtering: greedy and at temperatures 0.7, 1 and 1.3 in turn.
+    fn greedy_and_sampling(rows: i64) -> Vec<RowSettings> {
+        (0..rows)
+            .map(|r| RowSettings {
+                temperature: [0.0, 0.7, 1.0, 1.3][r as usize % 4],
+                top_k: 0,
+                top_p: 1.0,
+            })
+            .collect()
+    }
+
     /// Draws of one row whose probabilities are [0.1, 0.2, 0.3, 0.4], at each of `uniforms`.
     fn draws(row: RowSettings, banned: &[i64], uniforms: &[f32]) -> Vec<i64> {
         let sampler = Sampler::new(&vec![row; uniforms.len()], 4, banned, Device::Cpu).unwrap();
@@ -388,13 +399,7 @@ mod tests {
         tch::manual_seed(5);
         let (rows, vocab) = (40i64, 151_936i64);
         let banned = [151_652, 151_653, 151_655, 7];
-        let settings: Vec<RowSettings> = (0..rows)
-            .map(|r| RowSettings {
-                temperature: [0.0, 0.7, 1.0, 1.3][r as usize % 4],
-                top_k: 0,
-                top_p: 1.0,
-            })
-            .collect();
+        let settings = greedy_and_sampling(rows);
         let sampler = Sampler::new(&settings, vocab, &banned, device).unwrap();
         let f32_logits = Tensor::randn([rows, vocab], (Kind::Float, device)) * 3.0;
         // Row 0 (greedy) and row 1 put their largest logit on a banned token.
@@ -440,13 +445,7 @@ mod tests {
         };
         tch::manual_seed(11);
         let (rows, small, vocab) = (100i64, 40i64, 151_936i64);
-        let settings: Vec<RowSettings> = (0..rows)
-            .map(|r| RowSettings {
-                temperature: [0.0, 0.7, 1.0, 1.3][r as usize % 4],
-                top_k: 0,
-                top_p: 1.0,
-            })
-            .collect();
+        let settings = greedy_and_sampling(rows);
         let banned = [151_643, 7];
         let large = Sampler::new(&settings, vocab, &banned, device).unwrap();
         let first = Sampler::new(&settings[..small as usize], vocab, &banned, device).unwrap();
