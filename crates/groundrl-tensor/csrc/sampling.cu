@@ -279,7 +279,7 @@ constexpr int kParts = 2;
 constexpr int kRanges = kWarps * kParts;
 
 // The blocks a row is read by: two on sm_90 and later GPUs when the batch has at most half as many
-// rows as the GPU has SMs (`launch_rows`), a thread-block cluster of two, each on its own SM, so that
+// rows as the GPU has SMs (`split_rows`), a thread-block cluster of two, each on its own SM, so that
 // 64 rows work on 128 SMs instead of 64 (the first pass is bound by its arithmetic, not by the loads:
 // measurement 2026-12-01-sampler-kernel-h200); one block otherwise. Each block's warps write their
 // ranges' sums into the row's first block's shared memory (distributed shared memory), which goes on
