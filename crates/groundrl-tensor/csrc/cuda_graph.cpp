@@ -7,8 +7,8 @@
 // caller's current stream. A capture forbids the calls that would break it (a synchronizing copy, an
 // allocation) in its own thread only, so that other threads of the process may go on using the
 // device meanwhile (libtorch's default forbids them in every thread and fails the capture, or the
-// other thread's call, when one happens); a wait for the whole device still breaks it. Errors are C++ exceptions turned into a return code and a
-// message.
+// other thread's call, when one happens); a wait for the whole device still breaks it. Errors are C++
+// exceptions turned into a return code and a message.
 
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAFunctions.h>

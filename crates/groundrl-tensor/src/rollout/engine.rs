@@ -250,7 +250,7 @@ impl<'a> Engine<'a> {
                     iteration(stepper, cache, state, step);
                 }
             };
-            match graphs.0.entry(take) {
+            match graphs.entry(take) {
                 Entry::Occupied(graph) if replay => graph.get().replay()?,
                 Entry::Vacant(graph) if replay => {
                     graph.insert(CudaGraph::capture(device, iterations)?);

@@ -145,8 +145,9 @@ impl KvCache {
 
     /// [`Self::key_mask_through`]`(column)` for the decoding step at `column`, from the step before's
     /// mask with that one column opened (every column after the prompt's is real): one kernel a step
-    /// where making the whole mask takes six and a copy. The steps' columns must follow each other from the one
-    /// [`Self::start_steps`] was given. Returns the mask, kept in place for a captured step.
+    /// where making the whole mask takes six and a copy. The steps' columns must follow each other
+    /// from the one [`Self::start_steps`] was given. Returns the mask, kept in place for a captured
+    /// step.
     pub fn step_mask(&mut self, column: &Tensor) -> Tensor {
         let _ = self.step_mask.index_fill_(3, column, 0.0);
         self.step_mask.shallow_clone()

@@ -231,16 +231,12 @@ pub(crate) struct Session {
     pub cache: KvCache,
     pub decoding: Decoding,
     pub step: Step,
-    /// The captured steps, once a CUDA call has captured them.
-    pub graphs: StepGraphs,
+    /// The captured decoding steps, by the number of steps a replay runs (powers of two, see
+    /// `Engine::decode_steps`), once a CUDA call has captured them: a call pays few replays' launches
+    /// and the gaps between them (7.3 us from one replay's last kernel to the next one's first on an
+    /// H200, measurement 2026-12-03-attention-ready-h200).
+    pub graphs: BTreeMap<usize, CudaGraph>,
 }
-
-/// A session's captured decoding steps, by the number of steps a replay runs (powers of two, see
-/// `Engine::decode_steps`): a call pays few replays' launches and the gaps between them (7.3 us from
-/// one replay's last kernel to the next one's first on an H200, measurement
-/// 2026-12-03-attention-ready-h200).
-#[derive(Debug, Default)]
-pub(crate) struct StepGraphs(pub BTreeMap<usize, CudaGraph>);
 
 impl Session {
     /// New tensors for `decoding`'s shape (its values are the first call's), for `model`.
@@ -258,7 +254,7 @@ impl Session {
             cache: KvCache::new(cache, model.kind(), model.device()).with_states(&model.recurrent_states()),
             decoding,
             step: Step::new(shape.rows, model.vocab_size(), (model.kind(), model.device())),
-            graphs: StepGraphs::default(),
+            graphs: BTreeMap::new(),
         }
     }
 }
