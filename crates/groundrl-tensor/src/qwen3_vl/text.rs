@@ -17,6 +17,7 @@ use tch::{Device, Kind, Tensor, nn};
 use super::ModelError;
 use super::config::TextConfig;
 use crate::decoder::{FusedLayer, LayerProjections, Mlp, Qkv};
+use crate::fused;
 use crate::layers::{INIT_STD, Linear, RmsNorm};
 use crate::qwen2_5_vl::text::{AttentionMask, Rotary, attend};
 
@@ -353,9 +354,10 @@ impl TextModel {
         hidden.linear(self.output_weight(), None::<Tensor>)
     }
 
-    /// [`Self::logits`] written into `out` (the same product, into memory the caller keeps).
+    /// [`Self::logits`] written into `out` (memory the caller keeps) for a decoding step: on Hopper
+    /// GPUs our kernel's product ([`fused::head_product_into`]).
     pub fn logits_into(&self, hidden: &Tensor, out: &Tensor) {
-        let _ = hidden.linear_out(out, self.output_weight(), None::<Tensor>);
+        fused::head_product_into(hidden, self.output_weight(), out);
     }
 }
 
