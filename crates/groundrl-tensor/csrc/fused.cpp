@@ -35,11 +35,6 @@ int groundrl_launch_adamw(void* param, int param_bf16, const void* grad, float* 
                           void* stream);
 int groundrl_launch_rms_norm(const void* x, int64_t x_row, const void* w, void* out, int64_t rows,
                              int64_t hidden, float eps, void* stream);
-int groundrl_launch_step_inputs(const void* table, int64_t vocab, const int64_t* tokens,
-                                const void* w, float eps, void* x, void* normed, int64_t rows,
-                                int64_t hidden, const int64_t* positions, const float* inv_freq,
-                                void* cos, void* ssin, int64_t half, void* mask, int64_t mask_row,
-                                const int64_t* column, void* stream);
 int groundrl_launch_add_rms_norm(void* x, int64_t x_row, const float* parts, int64_t splits,
                                  const void* w, void* out, int64_t rows, int64_t hidden, float eps,
                                  void* stream);
@@ -214,49 +209,6 @@ int groundrl_rms_norm(void* x_, void* weight_, void* out_, double eps) {
     c10::cuda::CUDAGuard guard(x.device());
     launched(groundrl_launch_rms_norm(x.data_ptr(), x.stride(0), weight.data_ptr(), out.data_ptr(),
                                       x.size(0), x.size(1), (float)eps, stream_of(x)));
-  });
-}
-
-// A decoding step's inputs (kernels.cu's step_inputs): of tokens (rows,) int64, x and normed (rows,
-// hidden) contiguous = the rows of table (vocab, hidden) contiguous and their RMSNorm with weight
-// (hidden); cos and ssin contiguous (rows, 2 half) = the rotary tables at positions (rows,) int64 of
-// inv_freq (half,) f32; mask (rows, 1, 1, capacity) contiguous opened at column (1,) int64; bf16 but
-// for the int64 and f32 tensors, all on one device.
-int groundrl_step_inputs(void* table_, void* tokens_, void* weight_, void* x_, void* normed_,
-                         void* positions_, void* inv_freq_, void* cos_, void* ssin_, void* mask_,
-                         void* column_, double eps) {
-  return guarded([&] {
-    const auto &table = tensor(table_), &tokens = tensor(tokens_), &weight = tensor(weight_);
-    const auto &x = tensor(x_), &normed = tensor(normed_), &positions = tensor(positions_);
-    const auto &inv_freq = tensor(inv_freq_), &cos = tensor(cos_), &ssin = tensor(ssin_);
-    const auto &mask = tensor(mask_), &column = tensor(column_);
-    for (const auto& [t, dtype, name] :
-         {std::tuple{&table, at::kBFloat16, "table"}, {&weight, at::kBFloat16, "weight"},
-          {&x, at::kBFloat16, "x"}, {&normed, at::kBFloat16, "normed"}, {&mask, at::kBFloat16, "mask"},
-          {&tokens, at::kLong, "tokens"}, {&positions, at::kLong, "positions"},
-          {&column, at::kLong, "column"}, {&inv_freq, at::kFloat, "inv_freq"}}) {
-      check(*t, dtype, name);
-      require(t->is_contiguous() && t->device() == table.device(),
-              std::string(name) + " must be contiguous on the table's device");
-    }
-    const int64_t rows = tokens.numel(), hidden = table.size(-1), half = inv_freq.numel();
-    require(table.dim() == 2 && hidden % 256 == 0 && hidden <= 8192,
-            "table must be (vocab, hidden a multiple of 256 up to 8192)");
-    require(weight.sizes() == at::IntArrayRef({hidden}), "weight must be (hidden)");
-    require(x.sizes() == at::IntArrayRef({rows, hidden}) && normed.sizes() == x.sizes(),
-            "x and normed must be (rows, hidden)");
-    require(tokens.dim() == 1 && positions.sizes() == tokens.sizes() && inv_freq.dim() == 1,
-            "tokens and positions must be (rows,), inv_freq (half,)");
-    require(mask.dim() == 4 && mask.size(0) == rows && mask.size(1) == 1 && mask.size(2) == 1,
-            "mask must be (rows, 1, 1, capacity)");
-    require(column.numel() == 1, "column must hold one value");
-    check_tables(cos, ssin, at::kBFloat16, rows, 2 * half);
-    c10::cuda::CUDAGuard guard(table.device());
-    launched(groundrl_launch_step_inputs(
-        table.data_ptr(), table.size(0), tokens.data_ptr<int64_t>(), weight.data_ptr(), (float)eps,
-        x.data_ptr(), normed.data_ptr(), rows, hidden, positions.data_ptr<int64_t>(),
-        inv_freq.data_ptr<float>(), cos.data_ptr(), ssin.data_ptr(), half, mask.data_ptr(),
-        mask.size(3), column.data_ptr<int64_t>(), stream_of(table)));
   });
 }
 

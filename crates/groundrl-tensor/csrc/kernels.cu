@@ -137,24 +137,19 @@ __global__ void rotary(RotaryParts p, const T* __restrict__ cos, const T* __rest
 // and k + half, ssin bf16(-sin(angle)) at k and bf16(sin(angle)) at k + half: what libtorch's
 // conversion, product, sin, cos, negation, concatenations and bf16 conversions compute
 // (`Rotary::of_tokens_composed`), element by element with the same f32 functions, in one kernel.
-// table_entries writes a row's entries at frequency k (c_row and s_row: the row's tables).
-__device__ __forceinline__ void table_entries(int64_t position, const float* __restrict__ inv_freq,
-                                              bf16* __restrict__ c_row, bf16* __restrict__ s_row,
-                                              int64_t k, int64_t half) {
-  const float angle = (float)position * inv_freq[k];
-  const float c = cosf(angle), s = sinf(angle);
-  c_row[k] = c_row[k + half] = __float2bfloat16_rn(c);
-  s_row[k] = __float2bfloat16_rn(-s);
-  s_row[k + half] = __float2bfloat16_rn(s);
-}
-
 __global__ void rotary_tables(const int64_t* __restrict__ positions, const float* __restrict__ inv_freq,
                               bf16* __restrict__ cos_out, bf16* __restrict__ ssin, int64_t rows,
                               int64_t half) {
   const int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (t >= rows * half) return;
-  const int64_t r = t / half;
-  table_entries(positions[r], inv_freq, cos_out + r * 2 * half, ssin + r * 2 * half, t % half, half);
+  const int64_t r = t / half, k = t % half;
+  const float angle = (float)positions[r] * inv_freq[k];
+  const float c = cosf(angle), s = sinf(angle);
+  bf16* c_row = cos_out + r * 2 * half;
+  bf16* s_row = ssin + r * 2 * half;
+  c_row[k] = c_row[k + half] = __float2bfloat16_rn(c);
+  s_row[k] = __float2bfloat16_rn(-s);
+  s_row[k + half] = __float2bfloat16_rn(s);
 }
 
 // The projected q|k|v a decoding step's rotation reads, value (r, c) of (rows, heads + 2 kv_heads,
@@ -310,36 +305,6 @@ __global__ void rms_norm(const bf16* __restrict__ x, int64_t x_row, const bf16* 
                          bf16* __restrict__ out, int64_t hidden, float eps) {
   const int64_t row = blockIdx.x;
   norm_row(load<8>(x + row * x_row + 8 * threadIdx.x), w, out + row * hidden, hidden, eps);
-}
-
-// A decoding step's inputs, one block a row of hidden / 8 threads (as rms_norm): the embedding of the
-// row's sampled token (row tokens[r] of table (vocab, hidden)) into x (rows, hidden), the residual,
-// and its RMSNorm into normed (norm_row); the row's rotary tables at positions[r] (table_entries, as
-// rotary_tables); and the steps' additive key mask (rows, mask_row) opened at the step's column (0,
-// as KvCache::step_mask's index_fill). What a gather, rotary_tables, an index_fill and rms_norm did
-// in four launches. Launched to start during the sampler that writes the tokens
-// (dependent_launch.cuh), it waits for that one before reading or writing anything, and lets the
-// kernel after it (q|k|v's split product, which copies its weights meanwhile) start at once. A
-// token outside the table (none that the sampler draws) stops the kernel with a trap, as
-// libtorch's embedding stops on a device assert.
-__global__ void step_inputs(const bf16* __restrict__ table, int64_t vocab,
-                            const int64_t* __restrict__ tokens, const bf16* __restrict__ w, float eps,
-                            bf16* __restrict__ x, bf16* __restrict__ normed, int64_t hidden,
-                            const int64_t* __restrict__ positions, const float* __restrict__ inv_freq,
-                            bf16* __restrict__ cos_out, bf16* __restrict__ ssin, int64_t half,
-                            bf16* __restrict__ mask, int64_t mask_row,
-                            const int64_t* __restrict__ column) {
-  allow_dependents();
-  wait_prerequisites();
-  const int64_t row = blockIdx.x, token = tokens[row];
-  if (token < 0 || token >= vocab) __trap();
-  const Vec<bf16, 8> v = load<8>(table + token * hidden + 8 * threadIdx.x);
-  store<8>(x + row * hidden + 8 * threadIdx.x, v);
-  for (int64_t k = threadIdx.x; k < half; k += blockDim.x) {
-    table_entries(positions[row], inv_freq, cos_out + row * 2 * half, ssin + row * 2 * half, k, half);
-  }
-  if (threadIdx.x == 0) mask[row * mask_row + *column] = b(0.f);
-  norm_row(v, w, normed + row * hidden, hidden, eps);
 }
 
 // A residual add and the RMSNorm after it, for a product split over k: x (rows, hidden), rows
@@ -511,27 +476,6 @@ int groundrl_launch_rms_norm(const void* x, int64_t x_row, const void* w, void* 
   rms_norm<<<(unsigned)rows, (unsigned)(hidden / 8), 0, (cudaStream_t)stream>>>(
       (const bf16*)x, x_row, (const bf16*)w, (bf16*)out, hidden, eps);
   return (int)cudaGetLastError();
-}
-
-// A decoding step's inputs (x and normed contiguous (rows, hidden), cos and ssin contiguous (rows, 2
-// half), mask rows mask_row apart); see step_inputs.
-int groundrl_launch_step_inputs(const void* table, int64_t vocab, const int64_t* tokens,
-                                const void* w, float eps, void* x, void* normed, int64_t rows,
-                                int64_t hidden, const int64_t* positions, const float* inv_freq,
-                                void* cos, void* ssin, int64_t half, void* mask, int64_t mask_row,
-                                const int64_t* column, void* stream) {
-  if (rows == 0) return 0;
-  if (hidden % 256 || hidden > 8192 || !aligned(16, 2, {table, w, x, normed}, {})) {
-    return (int)cudaErrorInvalidValue;
-  }
-  // Started early, on SMs set for the sampler's shared memory (see add_rms_norm's launcher).
-  const cudaError_t e = dependent_launches() ? allow_shared(step_inputs, 0) : cudaSuccess;
-  if (e != cudaSuccess) return (int)e;
-  const cudaError_t launch = launch_chained(
-      step_inputs, dim3((unsigned)rows), dim3((unsigned)(hidden / 8)), 0, (cudaStream_t)stream,
-      (const bf16*)table, vocab, tokens, (const bf16*)w, eps, (bf16*)x, (bf16*)normed, hidden,
-      positions, inv_freq, (bf16*)cos, (bf16*)ssin, half, (bf16*)mask, mask_row, column);
-  return launch != cudaSuccess ? (int)launch : (int)cudaGetLastError();
 }
 
 // x += the sum of parts (splits, rows, hidden) f32, 1 to 4 splits, then out = RMSNorm of x; see

@@ -29,8 +29,6 @@
 
 #include <cstdint>
 
-#include "dependent_launch.cuh"
-
 namespace {
 
 constexpr int kWarps = 32;
@@ -389,9 +387,6 @@ sample_rows(const T* __restrict__ logits, int64_t vocab, const float* __restrict
   __shared__ float best_v[kRanges], weight[kRanges];
   __shared__ int64_t best_i[kRanges];
   __shared__ RowState row_state;
-  // The kernel after this one (a decoding step's inputs: kernels.cu's step_inputs) may start at
-  // once and wait for this one's tokens (dependent_launch.cuh).
-  allow_dependents();
   Blocks::started();
   const int part = Blocks::part();
   const int64_t row = blockIdx.x / kBlocks;

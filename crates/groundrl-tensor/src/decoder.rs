@@ -8,7 +8,6 @@ use crate::fused;
 use crate::layers::{Linear, RmsNorm};
 use crate::model_error::ModelError;
 use crate::packed_attention::Packed;
-use crate::rollout::kv_cache::KvCache;
 
 /// Which keys each query may attend to.
 #[derive(Debug)]
@@ -145,18 +144,14 @@ impl Rotary {
             Kind::BFloat16 => fused::rotary_tables(positions, inv_freq),
             _ => Ok(None),
         };
-        fused::or_compose(kernel.map(|tables| tables.map(Self::of_token_tables)), || {
-            Self::of_tokens_composed(positions, inv_freq, kind)
-        })
-    }
-
-    /// The rotary of one token per row from its tables `cos` and `signed_sin` (rows, hd).
-    fn of_token_tables((cos, signed_sin): (Tensor, Tensor)) -> Self {
-        let rows = cos.size()[0];
-        Self {
+        let rows = positions.size()[0];
+        let views = |(cos, signed_sin): (Tensor, Tensor)| Self {
             cos: cos.view([rows, 1, -1]),
             signed_sin: signed_sin.view([rows, 1, -1]),
-        }
+        };
+        fused::or_compose(kernel.map(|tables| tables.map(views)), || {
+            Self::of_tokens_composed(positions, inv_freq, kind)
+        })
     }
 
     /// [`Self::of_tokens`] by libtorch's operations.
@@ -172,58 +167,6 @@ impl Rotary {
         let exponents = Tensor::arange_start_step(0, head_dim, 2, (Kind::Float, device)) / head_dim as f64;
         Tensor::pow_scalar(theta, &exponents).reciprocal()
     }
-}
-
-/// What a decoding step's layers start from ([`step_inputs`]).
-pub(crate) struct StepInputs {
-    /// The sampled tokens' embeddings (rows, hidden): the residual.
-    pub x: Tensor,
-    /// `x` through the first layer's input norm.
-    pub normed: Tensor,
-    /// The tables of the rows' positions.
-    pub rotary: Rotary,
-    /// The cache's key mask with the step's column open ([`KvCache::step_mask`]).
-    pub mask: Tensor,
-}
-
-/// A decoding step's inputs for the sampled `token` (rows,) int64 at the cache column held by `column`
-/// and the rows' `position` (rows,) (see [`crate::model::DecodeStep::step`]): the tokens' rows of
-/// `embedding` (vocab, hidden) and their norm by `norm`, the rotary tables of the positions at the
-/// frequencies `inv_freq` ([`Rotary::of_tokens`]), and the cache's step mask opened at the column. On
-/// bf16 CUDA tensors one kernel ([`fused::step_inputs`]), started during the sampler, where the
-/// gather, the tables, the mask and the norm took four launches one after another (about 8 us of a
-/// 3B step at batch 64 on an H200); elsewhere those four, with the same values.
-pub(crate) fn step_inputs(
-    embedding: &Tensor,
-    norm: &RmsNorm,
-    inv_freq: &Tensor,
-    cache: &mut KvCache,
-    (token, column, position): (&Tensor, &Tensor, &Tensor),
-) -> StepInputs {
-    let mask = cache.kept_step_mask().shallow_clone();
-    let kernel = fused::step_inputs(
-        (embedding, token),
-        (&norm.weight, norm.eps),
-        (position, inv_freq),
-        (&mask, column),
-    );
-    let fused = kernel.map(|made| {
-        made.map(|(x, normed, tables)| StepInputs {
-            x,
-            normed,
-            rotary: Rotary::of_token_tables(tables),
-            mask: mask.shallow_clone(),
-        })
-    });
-    fused::or_compose(fused, || {
-        let x = Tensor::embedding(embedding, token, -1, false, false);
-        StepInputs {
-            rotary: Rotary::of_tokens(position, inv_freq, x.kind()),
-            mask: cache.step_mask(column),
-            normed: norm.forward(&x),
-            x,
-        }
-    })
 }
 
 /// A decoder layer's MLP, as every family here has it: `down(silu(gate(x)) * up(x))`, parameters

@@ -169,62 +169,6 @@ pub(crate) fn rotary_tables(
     Ok(Some((cos, signed_sin)))
 }
 
-/// A decoding step's embeddings, their norm and the rotary tables (cos, signed_sin), as
-/// [`step_inputs`] makes them.
-type Inputs = (Tensor, Tensor, (Tensor, Tensor));
-
-/// A decoding step's inputs in one kernel (`csrc/kernels.cu`'s `step_inputs`, launched to start during
-/// the sampler that writes `token`): of `token` (rows,) int64 the rows of `table` (vocab, hidden) and
-/// their RMSNorm by `weight` (hidden) with `eps` (as [`rms_norm`], the same bits), the rotary tables
-/// (rows, 2 half) of `positions` (rows,) int64 at `inv_freq` (half,) f32 (as [`rotary_tables`]), and
-/// the additive bf16 `mask` (rows, 1, 1, capacity) opened (0) in place at the column held by
-/// `column` (one int64). Returns (embeddings, normed, (cos, signed_sin)); None where the kernel does
-/// not apply (the module's conditions, hidden a multiple of 256 up to 8192, contiguous tensors,
-/// 16-byte aligned table).
-pub(crate) fn step_inputs(
-    (table, token): (&Tensor, &Tensor),
-    (weight, eps): (&Tensor, f64),
-    (positions, inv_freq): (&Tensor, &Tensor),
-    (mask, column): (&Tensor, &Tensor),
-) -> Result<Option<Inputs>, TchError> {
-    let tensors = [table, token, weight, positions, inv_freq, mask, column];
-    if !applies(&tensors) || !one_launch(&tensors, 0) || !tensors.iter().all(|t| t.is_contiguous()) {
-        return Ok(None);
-    }
-    let kinds = [table, weight, mask].iter().all(|t| t.kind() == Kind::BFloat16)
-        && [token, positions, column].iter().all(|t| t.kind() == Kind::Int64)
-        && inv_freq.kind() == Kind::Float;
-    if !kinds || table.dim() != 2 || token.dim() != 1 || inv_freq.dim() != 1 || mask.dim() != 4 {
-        return Ok(None);
-    }
-    let (rows, hidden, half) = (token.size()[0], table.size()[1], inv_freq.size()[0]);
-    let fits = hidden % 256 == 0
-        && hidden <= 8192
-        && weight.size() == [hidden]
-        && positions.size() == [rows]
-        && mask.size()[..3] == [rows, 1, 1]
-        && column.numel() == 1;
-    if !fits || !aligned(&[table], 16) {
-        return Ok(None);
-    }
-    let activations = (Kind::BFloat16, table.device());
-    let (x, normed) = (
-        Tensor::f_empty([rows, hidden], activations)?,
-        Tensor::f_empty([rows, hidden], activations)?,
-    );
-    let (cos, signed_sin) = (
-        Tensor::f_empty([rows, 2 * half], activations)?,
-        Tensor::f_empty([rows, 2 * half], activations)?,
-    );
-    ffi::step_inputs(
-        (table, token, weight, eps),
-        (&x, &normed),
-        (positions, inv_freq, &cos, &signed_sin),
-        (mask, column),
-    )?;
-    Ok(Some((x, normed, (cos, signed_sin))))
-}
-
 /// One decoding step's rotation and cache write: of `qkv` (rows, heads + 2 kv_heads, dim, see
 /// [`Qkv`]), the query heads rotated by `cos`, `signed_sin` (rows, dim), returned as (rows, heads,
 /// dim); the key heads rotated and the value heads as they are, written at the column held by
@@ -1001,20 +945,6 @@ mod ffi {
             cos: *mut c_void,
             signed_sin: *mut c_void,
         ) -> c_int;
-        fn groundrl_step_inputs(
-            table: *mut c_void,
-            tokens: *mut c_void,
-            weight: *mut c_void,
-            x: *mut c_void,
-            normed: *mut c_void,
-            positions: *mut c_void,
-            inv_freq: *mut c_void,
-            cos: *mut c_void,
-            signed_sin: *mut c_void,
-            mask: *mut c_void,
-            column: *mut c_void,
-            eps: f64,
-        ) -> c_int;
         fn groundrl_select(
             logits: *mut c_void,
             temperature: *mut c_void,
@@ -1306,31 +1236,6 @@ mod ffi {
         })
     }
 
-    pub fn step_inputs(
-        (table, tokens, weight, eps): (&Tensor, &Tensor, &Tensor, f64),
-        (x, normed): (&Tensor, &Tensor),
-        (positions, inv_freq, cos, signed_sin): (&Tensor, &Tensor, &Tensor, &Tensor),
-        (mask, column): (&Tensor, &Tensor),
-    ) -> Result<(), TchError> {
-        // SAFETY: valid tensor handles for the call's duration; the shim checks shapes and dtypes.
-        result("step_inputs", unsafe {
-            groundrl_step_inputs(
-                raw(table),
-                raw(tokens),
-                raw(weight),
-                raw(x),
-                raw(normed),
-                raw(positions),
-                raw(inv_freq),
-                raw(cos),
-                raw(signed_sin),
-                raw(mask),
-                raw(column),
-                eps,
-            )
-        })
-    }
-
     pub fn select(
         logits: &Tensor,
         (temperature, greedy): (&Tensor, &Tensor),
@@ -1525,15 +1430,6 @@ mod ffi {
         unavailable()
     }
 
-    pub fn step_inputs(
-        _: (&Tensor, &Tensor, &Tensor, f64),
-        _: (&Tensor, &Tensor),
-        _: (&Tensor, &Tensor, &Tensor, &Tensor),
-        _: (&Tensor, &Tensor),
-    ) -> Result<(), TchError> {
-        unavailable()
-    }
-
     pub fn select(
         _: &Tensor,
         _: (&Tensor, &Tensor),
@@ -1696,51 +1592,6 @@ mod tests {
             let (bad_cos, bad_sin) = (differ(&cos, &want_cos), differ(&signed_sin, &want_sin));
             eprintln!("theta {theta}: {bad_cos} cos and {bad_sin} sin values differ");
             assert_eq!((bad_cos, bad_sin), (0, 0), "theta {theta}");
-        }
-    }
-
-    /// The step's inputs kernel (`csrc/kernels.cu`'s `step_inputs`) gives bit for bit what the four
-    /// launches it replaces give: the tokens' embeddings, [`rms_norm`]'s kernel on them,
-    /// [`rotary_tables`]' kernel, and the mask opened by `index_fill_`, at the 3B width with 64 rows
-    /// and Qwen3-VL 4B's (2,560) with 5, the column inside a capacity and at its last place. (A token
-    /// outside the table is not tried: its trap would end the test process's CUDA context.)
-    #[test]
-    fn step_inputs_give_what_their_four_launches_give() {
-        let Some(device) = cuda_for_tests() else { return };
-        tch::manual_seed(12);
-        for (rows, hidden, capacity, column) in [(64, 2048, 1400, 1300), (5, 2560, 40, 39)] {
-            let table = random(&[1000, hidden], Kind::BFloat16, device);
-            let token = Tensor::randint(1000, [rows], (Kind::Int64, device));
-            let weight = random(&[hidden], Kind::BFloat16, device);
-            let positions = Tensor::randint(5000, [rows], (Kind::Int64, device));
-            let inv_freq = crate::decoder::Rotary::frequencies(128, 1e6, device);
-            let mask = Tensor::full(
-                [rows, 1, 1, capacity],
-                f64::NEG_INFINITY,
-                (Kind::BFloat16, device),
-            );
-            let _ = mask.narrow(3, 0, column).fill_(0.0);
-            let at = Tensor::from_slice(&[column]).to_device(device);
-            let want_mask = mask.copy().index_fill(3, &at, 0.0);
-            let (x, normed, (cos, signed_sin)) = step_inputs(
-                (&table, &token),
-                (&weight, 1e-6),
-                (&positions, &inv_freq),
-                (&mask, &at),
-            )
-            .unwrap()
-            .expect("the kernel applies");
-            let label = format!("{rows} rows of {hidden}");
-            let want_x = Tensor::embedding(&table, &token, -1, false, false);
-            assert_eq!(max_diff(&x, &want_x), 0.0, "{label}: embeddings");
-            let want_normed = rms_norm(&want_x, &weight, 1e-6).unwrap().expect("kernel applies");
-            assert_eq!(max_diff(&normed, &want_normed), 0.0, "{label}: norm");
-            let (want_cos, want_sin) = rotary_tables(&positions, &inv_freq)
-                .unwrap()
-                .expect("kernel applies");
-            assert_eq!(max_diff(&cos, &want_cos), 0.0, "{label}: cos");
-            assert_eq!(max_diff(&signed_sin, &want_sin), 0.0, "{label}: signed sin");
-            assert!(mask.equal(&want_mask), "{label}: the mask");
         }
     }
 

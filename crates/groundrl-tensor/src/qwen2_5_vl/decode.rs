@@ -6,7 +6,7 @@ use tch::{Device, Kind, Tensor};
 use super::Qwen25Vl;
 use super::model::Batch;
 use super::text::{FusedLayer, Rotary, attend};
-use crate::decoder::{FusedDecoder, StepInputs, step_inputs};
+use crate::decoder::FusedDecoder;
 use crate::model::{CacheLayout, DecodeStep, Decoder, Fused, ImageFeatures, Prefill, VisionIds};
 use crate::model_error::ModelError;
 use crate::rollout::kv_cache::KvCache;
@@ -109,18 +109,10 @@ struct Step<'a> {
 impl DecodeStep for Step<'_> {
     fn step(&self, cache: &mut KvCache, token: &Tensor, column: &Tensor, position: &Tensor, logits: &Tensor) {
         let text = &self.model.text;
-        let StepInputs {
-            mut x,
-            mut normed,
-            rotary,
-            mask,
-        } = step_inputs(
-            text.embedding(),
-            text.decode_norm(0),
-            self.inv_freq,
-            cache,
-            (token, column, position),
-        );
+        let mut x = text.embed(token);
+        let rotary = Rotary::of_tokens(position, self.inv_freq, x.kind());
+        let mask = cache.step_mask(column);
+        let mut normed = text.decode_norm(0).forward(&x);
         for (i, (layer, fused)) in text.layers.iter().zip(self.layers).enumerate() {
             let qkv = layer.decode_qkv(&normed, fused);
             let attn = cache.attend_step(i, column, &qkv, &rotary, &mask);

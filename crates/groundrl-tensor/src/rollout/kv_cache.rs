@@ -153,12 +153,6 @@ impl KvCache {
         self.step_mask.shallow_clone()
     }
 
-    /// The steps' mask as kept, for a kernel that opens the step's column itself as [`Self::step_mask`]
-    /// does ([`crate::decoder::step_inputs`]).
-    pub(crate) fn kept_step_mask(&self) -> &Tensor {
-        &self.step_mask
-    }
-
     /// Writes `k`, `v` (rows, kv_heads, L, head_dim) of layer `layer` at columns `column..column + L`.
     pub fn write(&mut self, layer: usize, column: i64, k: &Tensor, v: &Tensor) {
         let len = k.size()[2];
