@@ -42,7 +42,6 @@ fn main() {
     println!("cargo:rerun-if-changed=csrc/gate_up_swiglu.cu");
     println!("cargo:rerun-if-changed=csrc/prompt_attention.cu");
     println!("cargo:rerun-if-changed=csrc/split_product.cu");
-    println!("cargo:rerun-if-changed=csrc/head_product.cu");
     println!("cargo:rerun-if-changed=csrc/hopper.cuh");
     println!("cargo:rerun-if-changed=csrc/dependent_launch.cuh");
     println!("cargo:rerun-if-changed=csrc/hopper_launch.h");
@@ -113,8 +112,8 @@ fn compile_cuda_shims() {
 /// on the GPU machine). No fast math: the kernels of kernels.cu and adamw.cu round as the PyTorch
 /// operations they replace.
 /// Built for the GPUs the kernels were measured on (sm_90) and A100s (sm_80), with sm_90 PTX for later
-/// ones; `gate_up_swiglu.cu`, `head_product.cu`, `prompt_attention.cu` and `split_product.cu` (with
-/// `hopper.cuh`) for sm_90a alone.
+/// ones; `gate_up_swiglu.cu`, `prompt_attention.cu` and `split_product.cu` (with `hopper.cuh`) for sm_90a
+/// alone.
 #[cfg(feature = "cuda")]
 fn compile_cuda_kernels(args: &mut Vec<String>) {
     if env::var_os("NVCC").is_none() {
@@ -145,7 +144,6 @@ fn compile_cuda_kernels(args: &mut Vec<String>) {
         ("csrc/gate_up_swiglu.cu", "groundrl_cuda_gate_up"),
         ("csrc/prompt_attention.cu", "groundrl_cuda_prompt_attention"),
         ("csrc/split_product.cu", "groundrl_cuda_split_product"),
-        ("csrc/head_product.cu", "groundrl_cuda_head_product"),
     ] {
         cc::Build::new()
             .cuda(true)

@@ -1,6 +1,6 @@
 // A C ABI over the CUDA kernels of kernels.cu, decode_attention.cu (with prompt_attention.cu),
-// sampling.cu, adamw.cu, gated_delta.cu, gate_up_swiglu.cu, split_product.cu and head_product.cu,
-// for tensors (autograd.cpp wraps the kernels that training differentiates):
+// sampling.cu, adamw.cu, gated_delta.cu, gate_up_swiglu.cu and split_product.cu, for
+// tensors (autograd.cpp wraps the kernels that training differentiates):
 // checks devices, dtypes and layouts (a C++ exception, turned into an error message, rather than a
 // kernel reading out of bounds) and launches on libtorch's current stream, so the kernels join
 // captured CUDA graphs like any ATen op.
@@ -285,31 +285,6 @@ int groundrl_split_product(void* x_, void* weight_, void* parts_, int* ran) {
     const int code = groundrl_launch_split_product(x.data_ptr(), x.stride(0), weight.data_ptr(),
                                                    parts.data_ptr<float>(), x.size(0), x.size(1),
                                                    weight.size(0), parts.size(0), stream_of(x));
-    *ran = code != kHopperUnsupported;
-    if (*ran) launched(code);
-  });
-}
-
-// out (rows, n) bf16 = x (rows, k) @ weight (n, k)^T (head_product.cu), x's and out's rows contiguous,
-// weight contiguous, all bf16 on one device; *ran = 0 (nothing launched) where that kernel does not
-// run (not an sm_90 GPU, more than 64 rows, ...).
-int groundrl_head_product(void* x_, void* weight_, void* out_, int* ran) {
-  return guarded([&] {
-    const auto &x = tensor(x_), &weight = tensor(weight_), &out = tensor(out_);
-    check(x, at::kBFloat16, "x");
-    check(weight, at::kBFloat16, "weight");
-    check(out, at::kBFloat16, "out");
-    require(x.dim() == 2 && x.stride(1) == 1, "x must be (rows, k) with contiguous rows");
-    require(weight.dim() == 2 && weight.size(1) == x.size(1) && weight.is_contiguous() &&
-                weight.device() == x.device(),
-            "weight must be contiguous (n, k) for x (rows, k), on x's device");
-    require(out.dim() == 2 && out.size(0) == x.size(0) && out.size(1) == weight.size(0) &&
-                out.stride(1) == 1 && out.device() == x.device(),
-            "out must be (rows, n) with contiguous rows on x's device");
-    c10::cuda::CUDAGuard guard(x.device());
-    const int code = groundrl_launch_head_product(x.data_ptr(), x.stride(0), weight.data_ptr(),
-                                                  out.data_ptr(), out.stride(0), x.size(0), x.size(1),
-                                                  weight.size(0), stream_of(x));
     *ran = code != kHopperUnsupported;
     if (*ran) launched(code);
   });

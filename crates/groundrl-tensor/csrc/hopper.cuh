@@ -85,11 +85,6 @@ __device__ __forceinline__ void fence_operands(float (&d)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
-template <int M, int N>
-__device__ __forceinline__ void fence_operands(float (&d)[M][N]) {
-#pragma unroll
-  for (int i = 0; i < M; ++i) fence_operands(d[i]);
-}
 
 // d (+)= a (64 x 16, at descriptor a) @ b (64 x 16, at descriptor b)^T, both K-major in shared
 // memory, 32 f32 a thread of the warp group: acc[4 j .. 4 j + 3] hold row t's columns 8 j + 2 (lane %
@@ -153,16 +148,14 @@ __device__ __forceinline__ void copy_stages(int steps, uint64_t* full, uint64_t*
   }
 }
 
-// The warp group's side of stages first .. first + steps - 1 (a kernel may run several such runs
-// one after another, each into accumulators of its own): once stage i's copies have landed (`full`),
-// `products(address)` issues its products from the slot at `address`; the slot before it is freed
-// once its products are done (at most one stage's in flight, whose registers `acc` holds), and the
-// run's last slot on return, with every product done.
-template <int kStages, typename Acc, typename Products>
-__device__ __forceinline__ void multiply_stages(Acc& acc, int steps, uint64_t* full, uint64_t* empty,
-                                                uint32_t base, int stage_bytes, int lane,
-                                                Products products, int first = 0) {
-  for (int i = first; i < first + steps; ++i) {
+// The warp group's side: once stage i's copies have landed (`full`), `products(address)` issues its
+// products from the slot at `address`; the slot before it is freed once its products are done (at
+// most one stage's in flight, whose registers `acc` holds). Returns with every product done.
+template <int kStages, int N, typename Products>
+__device__ __forceinline__ void multiply_stages(float (&acc)[N], int steps, uint64_t* full,
+                                                uint64_t* empty, uint32_t base, int stage_bytes,
+                                                int lane, Products products) {
+  for (int i = 0; i < steps; ++i) {
     const int slot = i % kStages;
     barrier_wait(shared_address(&full[slot]), (i / kStages) & 1);
     wgmma_fence();
@@ -170,11 +163,10 @@ __device__ __forceinline__ void multiply_stages(Acc& acc, int steps, uint64_t* f
     wgmma_commit();
     wgmma_wait<1>();
     fence_operands(acc);
-    if (i > first && lane == 0) barrier_arrive(shared_address(&empty[(i - 1) % kStages]));
+    if (i > 0 && lane == 0) barrier_arrive(shared_address(&empty[(i - 1) % kStages]));
   }
   wgmma_wait<0>();
   fence_operands(acc);
-  if (steps > 0 && lane == 0) barrier_arrive(shared_address(&empty[(first + steps - 1) % kStages]));
 }
 
 inline PFN_cuTensorMapEncodeTiled_v12000 encoder() {

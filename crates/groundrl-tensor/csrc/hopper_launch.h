@@ -1,5 +1,4 @@
-// The launchers of the Hopper kernels (gate_up_swiglu.cu, head_product.cu, prompt_attention.cu,
-// split_product.cu; built
+// The launchers of the Hopper kernels (gate_up_swiglu.cu, prompt_attention.cu, split_product.cu; built
 // for sm_90a in libraries of their own) as their callers (fused.cpp, decode_attention.cu) see them, and
 // their answer where the kernel does not apply: kHopperUnsupported, nothing launched, the caller takes
 // its other path. Plain C++, so that the C++ shims include it too.
@@ -19,10 +18,6 @@ int groundrl_launch_gate_up_swiglu(const void* x, int64_t x_row, const void* wei
 // See split_product.cu.
 int groundrl_launch_split_product(const void* x, int64_t x_row, const void* weight, float* parts,
                                   int64_t rows, int64_t k, int64_t n, int64_t splits, void* stream);
-
-// See head_product.cu.
-int groundrl_launch_head_product(const void* x, int64_t x_row, const void* weight, void* out,
-                                 int64_t out_row, int64_t rows, int64_t k, int64_t n, void* stream);
 
 // See prompt_attention.cu.
 int groundrl_launch_prompt_attention(const void* q, const void* keys, const void* values,

@@ -540,49 +540,6 @@ pub(crate) fn split_qkv_product(input: &Tensor, weight: &Tensor) -> Result<Optio
     hopper_parts(input, weight, splits)
 }
 
-/// A decoding step's logits `hidden @ weight^T` written into `out` ((rows, k), (vocab, k) and (rows,
-/// vocab)): on an H100 or H200 with at most 64 rows our kernel (`csrc/head_product.cu`), launched to
-/// start during the final norm and to copy its first weights meanwhile, where cuBLAS's product starts
-/// after that norm and a memset; elsewhere libtorch's `linear_out`. Each logit is rounded once from
-/// its f32 sum as cuBLAS rounds it, but the sums run in another order, so a logit can differ from
-/// cuBLAS's by a bf16 unit.
-pub(crate) fn head_product_into(hidden: &Tensor, weight: &Tensor, out: &Tensor) {
-    let ran = head_kernel(hidden, weight, out).unwrap_or_else(|e| panic!("{e}"));
-    if !ran {
-        let _ = hidden.linear_out(out, weight, None::<Tensor>);
-    }
-}
-
-/// Whether [`head_product_into`]'s kernel ran: not where it does not apply (the module's conditions,
-/// bf16, 1 to 64 rows, k a multiple of 64, an even vocabulary, contiguous 16-byte aligned weight and
-/// rows, or the shim found the GPU is not an sm_90 one); a kernel's error is a bug of ours, as in
-/// [`or_compose`].
-fn head_kernel(hidden: &Tensor, weight: &Tensor, out: &Tensor) -> Result<bool, TchError> {
-    let tensors = [hidden, weight, out];
-    if !applies(&tensors)
-        || tensors.iter().any(|t| t.kind() != Kind::BFloat16 || t.dim() != 2)
-        || !aligned(&tensors, 16)
-        || !one_launch(&tensors, 0)
-    {
-        return Ok(false);
-    }
-    let (rows, k, vocab) = (hidden.size()[0], hidden.size()[1], weight.size()[0]);
-    let fits = (1..=64).contains(&rows)
-        && k % 64 == 0
-        && vocab % 2 == 0
-        && weight.size()[1] == k
-        && out.size() == [rows, vocab];
-    let layout = weight.is_contiguous()
-        && hidden.stride()[1] == 1
-        && hidden.stride()[0] % 8 == 0
-        && out.stride()[1] == 1
-        && out.stride()[0] % 2 == 0;
-    if !fits || !layout {
-        return Ok(false);
-    }
-    ffi::head_product(hidden, weight, out)
-}
-
 /// Tokens (rows,) i64 and their log-probs (rows,) f32 for rows that do not filter by top-k or top-p:
 /// from `logits` (rows, vocab) (f32, or bf16 taken exactly to f32) divided by `temperature` (rows,),
 /// the first allowed maximum where `greedy` (rows,) is set, else an inverse-CDF draw by `uniforms`
@@ -898,12 +855,6 @@ mod ffi {
             parts: *mut c_void,
             ran: *mut c_int,
         ) -> c_int;
-        fn groundrl_head_product(
-            x: *mut c_void,
-            weight: *mut c_void,
-            out: *mut c_void,
-            ran: *mut c_int,
-        ) -> c_int;
         fn groundrl_linear(
             x: *mut c_void,
             weights: *const *mut c_void,
@@ -1110,17 +1061,6 @@ mod ffi {
         // writes `ran`.
         result("split_product", unsafe {
             groundrl_split_product(raw(x), raw(weight), raw(parts), &mut ran)
-        })?;
-        Ok(ran != 0)
-    }
-
-    /// Whether the kernel ran (false: the GPU or the shape is not one it takes; nothing written).
-    pub fn head_product(x: &Tensor, weight: &Tensor, out: &Tensor) -> Result<bool, TchError> {
-        let mut ran: c_int = 0;
-        // SAFETY: valid tensor handles for the call's duration; the shim checks shapes and dtypes and
-        // writes `ran`.
-        result("head_product", unsafe {
-            groundrl_head_product(raw(x), raw(weight), raw(out), &mut ran)
         })?;
         Ok(ran != 0)
     }
@@ -1364,10 +1304,6 @@ mod ffi {
     }
 
     pub fn split_product(_: &Tensor, _: &Tensor, _: &Tensor) -> Result<bool, TchError> {
-        unavailable()
-    }
-
-    pub fn head_product(_: &Tensor, _: &Tensor, _: &Tensor) -> Result<bool, TchError> {
         unavailable()
     }
 
@@ -2107,69 +2043,6 @@ mod tests {
         assert!(grad.unwrap().is_none(), "a gradient wanted");
     }
 
-    /// The output head's kernel (`csrc/head_product.cu`) against the product in f64: Qwen's vocabulary
-    /// at 64 rows of the 3B width; 37 rows of a strided x into logits whose rows lie 2 columns apart
-    /// (those columns left as they were); one row over 264 tiles of 128 words (two a block on a
-    /// 132-SM GPU), the last one 6 words; and 8 rows of 3 tiles. Each logit within half a bf16 unit
-    /// of its f32 sum, itself within 2^-16 of the sum of its terms' magnitudes from the exact one;
-    /// how many differ from cuBLAS's is printed. It must run on an sm_90 GPU; 65 rows take cuBLAS's
-    /// product through [`head_product_into`], equal to `linear` bit for bit.
-    #[test]
-    fn head_product_rounds_the_products_once() {
-        let Some(device) = cuda_for_tests() else { return };
-        let Device::Cuda(index) = device else { return };
-        let hopper = ffi::compute_capability(index) == 90;
-        tch::manual_seed(6);
-        let f64 = |t: &Tensor| t.to_kind(Kind::Double);
-        for (rows, k, n, strided) in [
-            (64, 2048, 151936, false),
-            (37, 2048, 1000, true),
-            (1, 128, 33798, false),
-            (8, 192, 262, false),
-        ] {
-            let weight = random(&[n, k], Kind::BFloat16, device) * 0.02;
-            let wide = random(&[rows, k + 64], Kind::BFloat16, device);
-            let x = if strided {
-                wide.narrow(1, 64, k)
-            } else {
-                wide.narrow(1, 0, k).contiguous()
-            };
-            let pad = if strided { 2 } else { 0 };
-            let out = Tensor::full([rows, n + pad], f64::NAN, (Kind::BFloat16, device));
-            let logits = out.narrow(1, 0, n);
-            let ran = ffi::head_product(&x, &weight, &logits).unwrap();
-            let label = format!("{rows} x {k} -> {n}");
-            assert_eq!(ran, hopper, "{label}: ran on an sm_90 GPU only");
-            if !ran {
-                continue;
-            }
-            let exact = f64(&x).mm(&f64(&weight).tr());
-            let magnitude = f64(&x).abs().mm(&f64(&weight).abs().tr());
-            // The f32 sum's error, and half a bf16 unit of that sum (at most 2^-8 of it).
-            let sum_error = &magnitude * 2f64.powi(-16);
-            let bound = (exact.abs() + &sum_error) * 2f64.powi(-8) + &sum_error;
-            let over = (f64(&logits) - &exact)
-                .abs()
-                .gt_tensor(&bound)
-                .sum(Kind::Int64)
-                .int64_value(&[]);
-            assert_eq!(over, 0, "{label}: logits off their f32 sums");
-            if pad > 0 {
-                let rest = out.narrow(1, n, pad).isnan().all().int64_value(&[]);
-                assert_eq!(rest, 1, "{label}: columns past the vocabulary written");
-            }
-            let cublas = x.linear(&weight, None::<Tensor>);
-            let differ = logits.ne_tensor(&cublas).sum(Kind::Int64).int64_value(&[]);
-            eprintln!("{label}: {differ} of {} logits differ from cuBLAS's", rows * n);
-        }
-        let x = random(&[65, 256], Kind::BFloat16, device);
-        let weight = random(&[1000, 256], Kind::BFloat16, device);
-        let logits = Tensor::empty([65, 1000], (Kind::BFloat16, device));
-        head_product_into(&x, &weight, &logits);
-        let want = x.linear(&weight, None::<Tensor>);
-        assert_eq!(max_diff(&logits, &want), 0.0, "65 rows through cuBLAS");
-    }
-
     /// The Hopper kernel's partial products (`csrc/split_product.cu`) against each slice's product in
     /// f64: the 3B decoder's o_proj and down_proj at 64 rows, 37 rows of a strided x, one row, and
     /// 5 chunks of 64 columns in 3 slices (1, 2 and 2 chunks). Each value within 2^-16 of the sum of
@@ -2439,14 +2312,6 @@ mod tests {
         let tables = || random(&[rows, 128], Kind::BFloat16, device);
         let (cos, signed_sin) = (tables(), tables());
         let o_weight = random(&[2048, 2048], Kind::BFloat16, device) * 0.02;
-        // The output head (`csrc/head_product.cu` on Hopper GPUs) after the norm, as after the last
-        // layer's.
-        let head_weight = random(&[151936, 2048], Kind::BFloat16, device) * 0.02;
-        let head = |normed: &Tensor| {
-            let logits = Tensor::empty([rows, 151936], (Kind::BFloat16, device));
-            head_product_into(normed, &head_weight, &logits);
-            logits
-        };
         // o_proj's product and the norm after it, on the attention's output (rows, 2,048).
         let project = |residual: &Tensor, attended: &Tensor| {
             add_product_rms_norm(
@@ -2473,7 +2338,6 @@ mod tests {
             };
             let chained = attend(&q);
             let projected = project(&residual, &chained);
-            let logits = head(&projected);
             tch::Cuda::synchronize(index as i64);
             let alone = attend(&q.copy());
             assert_eq!(
@@ -2481,16 +2345,10 @@ mod tests {
                 0.0,
                 "attention after the rotation, round {round}"
             );
-            let projected_alone = project(&residual_alone, &alone);
             assert_eq!(
-                max_diff(&projected, &projected_alone),
+                max_diff(&projected, &project(&residual_alone, &alone)),
                 0.0,
                 "o_proj's product after the attention, round {round}"
-            );
-            assert_eq!(
-                max_diff(&logits, &head(&projected_alone)),
-                0.0,
-                "the head's product after the norm, round {round}"
             );
         }
     }

@@ -17,7 +17,6 @@ use super::layers::{INIT_STD, Linear, RmsNorm};
 pub(crate) use crate::decoder::FusedLayer;
 pub use crate::decoder::{AttentionMask, Rotary, attend, repeat_kv};
 use crate::decoder::{LayerProjections, Mlp, Qkv};
-use crate::fused;
 use crate::model_error::ModelError;
 
 #[derive(Debug)]
@@ -279,10 +278,9 @@ impl TextModel {
         hidden.linear(self.output_weight(), None::<Tensor>)
     }
 
-    /// [`Self::logits`] written into `out` (memory the caller keeps) for a decoding step: on Hopper
-    /// GPUs our kernel's product ([`fused::head_product_into`]).
+    /// [`Self::logits`] written into `out` (the same product, into memory the caller keeps).
     pub fn logits_into(&self, hidden: &Tensor, out: &Tensor) {
-        fused::head_product_into(hidden, self.output_weight(), out);
+        let _ = hidden.linear_out(out, self.output_weight(), None::<Tensor>);
     }
 }
 
@@ -291,6 +289,7 @@ mod tests {
     use tch::Device;
 
     use super::*;
+    use crate::fused;
     use crate::hf_folder::tiny_ids;
     use crate::lora::{LLM_TARGETS, LoraSpec};
     use crate::processor::tiny_tokenizer::VOCAB_SIZE;

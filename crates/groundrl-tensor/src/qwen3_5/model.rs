@@ -20,7 +20,6 @@ use super::config::Qwen35Config;
 use super::full_attention::PartialRotary;
 use super::text::{LayerInputs, TextModel};
 use crate::decoder::AttentionMask;
-use crate::fused;
 use crate::layers::INIT_STD;
 use crate::model_error::ModelError;
 use crate::qwen2_5_vl::model::tower_pixels;
@@ -146,10 +145,9 @@ impl Qwen35 {
         hidden.linear(self.output_weight(), None::<Tensor>)
     }
 
-    /// [`Self::head_logits`] written into `out` (memory the caller keeps) for a decoding step: on
-    /// Hopper GPUs our kernel's product ([`fused::head_product_into`]).
+    /// [`Self::head_logits`] written into `out` (the same product, into memory the caller keeps).
     pub fn head_logits_into(&self, hidden: &Tensor, out: &Tensor) {
-        fused::head_product_into(hidden, self.output_weight(), out);
+        let _ = hidden.linear_out(out, self.output_weight(), None::<Tensor>);
     }
 
     fn rope_spec(&self) -> RopeSpec {

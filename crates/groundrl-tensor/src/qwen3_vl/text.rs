@@ -17,7 +17,6 @@ use tch::{Device, Kind, Tensor, nn};
 use super::ModelError;
 use super::config::TextConfig;
 use crate::decoder::{FusedLayer, LayerProjections, Mlp, Qkv};
-use crate::fused;
 use crate::layers::{INIT_STD, Linear, RmsNorm};
 use crate::qwen2_5_vl::text::{AttentionMask, Rotary, attend};
 
@@ -354,10 +353,9 @@ impl TextModel {
         hidden.linear(self.output_weight(), None::<Tensor>)
     }
 
-    /// [`Self::logits`] written into `out` (memory the caller keeps) for a decoding step: on Hopper
-    /// GPUs our kernel's product ([`fused::head_product_into`]).
+    /// [`Self::logits`] written into `out` (the same product, into memory the caller keeps).
     pub fn logits_into(&self, hidden: &Tensor, out: &Tensor) {
-        fused::head_product_into(hidden, self.output_weight(), out);
+        let _ = hidden.linear_out(out, self.output_weight(), None::<Tensor>);
     }
 }
 
