@@ -226,8 +226,9 @@ __device__ int first_crossing(const float* w, int n, float target, float& before
 
 // Where a row's uniform comes from and its result goes: the sampler's own (rows,) vectors. An Out's
 // `ahead(row)` loads what the row's draw and write read and no kernel of the step writes meanwhile,
-// by one thread at the kernel's start, so that those loads (some one after another) wait during the
-// first pass instead of after it; `write(row, ahead, token, log-prob)` uses them. Measured on one
+// by one thread at the kernel's start: its warp waits for those loads (some one after another) while
+// the block's other warps run the first pass, where the row's serial tail waited for them after it;
+// `write(row, ahead, token, log-prob)` uses them. Measured on one
 // H200 (measurements/2026-12-03-sampler-ahead-h200): the kernel alone 1.3-1.6 us shorter at 64 rows,
 // 2.1-2.2 us at 256, than with those loads after the first pass.
 struct RowOut {
