@@ -228,9 +228,9 @@ __device__ int first_crossing(const float* w, int n, float target, float& before
 // `ahead(row)` loads what the row's draw and write read and no kernel of the step writes meanwhile,
 // by one thread at the kernel's start: its warp waits for those loads (some one after another) while
 // the block's other warps run the first pass, where the row's serial tail waited for them after it;
-// `write(row, ahead, token, log-prob)` uses them. Measured on one
-// H200 (measurements/2026-12-03-sampler-ahead-h200): the kernel alone 1.3-1.6 us shorter at 64 rows,
-// 2.1-2.2 us at 256, than with those loads after the first pass.
+// `write(row, ahead, token, log-prob)` uses them. Measured on one H200
+// (measurements/2026-12-03-sampler-ahead-h200): the kernel alone 1.3-1.6 us shorter at 64 rows, 2.1-2.2
+// us at 256, than with those loads after the first pass.
 struct RowOut {
   const float* uniforms;
   int64_t* tokens;
