@@ -4,12 +4,16 @@
 // the 3B decoder's shape (docs/performance.md, "H200, 2026-11-30: a Hopper kernel for the few-row
 // products").
 //
-// Block b takes gate rows [88 b, 88 b + 88) and the same up rows, one block an SM: its warp group
-// (four warps) multiplies x's 64 rows (the 64-row operand of `wgmma.m64n176k16`) by the band's 176
-// rows in 64-column stages; a fifth warp copies each stage into shared memory with the copy engine
+// Block b takes gate rows [band b, band b + band) and the same up rows, one block an SM: its warp
+// group (four warps) multiplies x's 64 rows (the 64-row operand of `wgmma.m64n176k16`) by the band's
+// gate and up rows, each in 88 rows of shared memory, in 64-column stages; a fifth warp copies each stage into shared memory with the copy engine
 // (three `cp.async.bulk.tensor.2d` copies, gate, up and x, through tensor maps with the 128-byte
 // swizzle both operands of `wgmma` read, rows past the end read as zeros), four stages in flight,
-// each freed on an mbarrier once its products are done. The kernel is launched to start while the
+// each freed on an mbarrier once its products are done. The band is the smallest even count of rows,
+// at most 88, that needs no more blocks than the GPU has SMs: 84 at the 3B shape on an H200's 132
+// SMs, where 88 rows a block used 126 of them, the last holding 8 rows; each SM's copies read at a
+// rate of their own (measurements/2026-11-30-weight-reads-h200: 3.83 TB/s with 168 rows an SM, 3.72
+// with 176). The tiles' rows past the band are zeros. The kernel is launched to start while the
 // norm before it runs (dependent_launch.cuh): the first four stages' weights are copied before it
 // waits for that norm, x's rows after. A thread's accumulators hold a token's gate
 // and up sums for the same columns, so SwiGLU runs on them in registers: each rounded to bf16 as the
@@ -30,7 +34,7 @@ using namespace hopper;
 
 constexpr int kRows = 64;         // x's rows a launch (wgmma's m); rows past the count read as zeros
 constexpr int kChunk = 64;        // columns of x (k) a stage: 128 bytes of every row, one swizzle span
-constexpr int kHalf = 88;         // gate (and up) rows a block
+constexpr int kHalf = 88;         // gate (and up) rows a block at most: its tiles' rows in shared memory
 constexpr int kBand = 2 * kHalf;  // wgmma's n
 constexpr int kStages = 4;
 constexpr int kWarps = 4;  // the warp group that multiplies; warp 4 copies
@@ -98,12 +102,13 @@ __device__ __forceinline__ bf16 swiglu(float gate, float up, bool& slow) {
 // The band's outputs from a thread's accumulators: acc[4 j .. 4 j + 3] hold token t's columns 8 j + 2
 // (lane % 4) and the next, then token t + 8's, with t = 16 warp + lane / 4; columns 0-87 are gate
 // rows, 88-175 the same up rows (j + 11). Every value is computed before any is stored, with no
-// branch between them (accumulators past the last column hold zeros), so that their chains overlap;
-// the stores then skip tokens and columns past the end. Whether some value needs `/` (see
-// silu_quotient).
+// branch between them (accumulators past the band or the last column hold zeros), so that their
+// chains overlap; the stores then skip tokens and columns past the band or the end. Whether some
+// value needs `/` (see silu_quotient).
 template <bool kPlain>
 __device__ __forceinline__ bool store_swiglu(const float (&acc)[kBand / 2], bf16* __restrict__ out,
-                                             int first, int rows, int inter, int warp, int lane) {
+                                             int first, int band, int rows, int inter, int warp,
+                                             int lane) {
   bool slow = false;
   __nv_bfloat162 pairs[kHalf / 8][2];
 #pragma unroll
@@ -122,7 +127,7 @@ __device__ __forceinline__ bool store_swiglu(const float (&acc)[kBand / 2], bf16
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int t = warp * 16 + lane / 4 + 8 * h;
-      if (t >= rows || c >= inter) continue;
+      if (t >= rows || c >= inter || c - first >= band) continue;
       bf16* o = out + (int64_t)t * inter + c;
       if (c + 1 < inter) {
         *reinterpret_cast<__nv_bfloat162*>(o) = pairs[j][h];
@@ -134,17 +139,32 @@ __device__ __forceinline__ bool store_swiglu(const float (&acc)[kBand / 2], bf16
   return slow;
 }
 
+// Rows band..87 of every stage's gate and up tiles, which no copy writes, set to zeros by the block's
+// threads (made visible to `wgmma`, which reads shared memory as the copies do, by the proxy fence
+// and init_stages's barrier after it).
+__device__ __forceinline__ void zero_past_band(unsigned char* stages, int band) {
+  const int words = (kHalf - band) * kChunk * 2 / 16;  // 16-byte words a tile
+  for (int i = threadIdx.x; i < kStages * 2 * words; i += kThreads) {
+    const int tile = i / words;  // stage tile / 2, its gate tile or its up tile
+    unsigned char* row = stages + (tile / 2) * kStageBytes + (tile % 2) * kHalfBytes + band * kChunk * 2;
+    reinterpret_cast<uint4*>(row)[i % words] = make_uint4(0, 0, 0, 0);
+  }
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 __global__ void __launch_bounds__(kThreads, 1)
     gate_up_swiglu(const __grid_constant__ CUtensorMap x_map,
                    const __grid_constant__ CUtensorMap gate_map,
-                   const __grid_constant__ CUtensorMap up_map, bf16* __restrict__ out, int rows,
-                   int inter, int hidden) {
+                   const __grid_constant__ CUtensorMap up_map, bf16* __restrict__ out, int band,
+                   int rows, int inter, int hidden) {
   allow_dependents();  // the down projection's kernel copies its weights meanwhile, this output after
   extern __shared__ unsigned char raw[];
   __shared__ __align__(8) uint64_t full[kStages], empty[kStages];
-  const uint32_t base = (shared_address(raw) + 1023) & ~1023u;
-  const int chunks = hidden / kChunk, first = blockIdx.x * kHalf;
+  const uint32_t offset = ((shared_address(raw) + 1023) & ~1023u) - shared_address(raw);
+  const uint32_t base = shared_address(raw) + offset;
+  const int chunks = hidden / kChunk, first = blockIdx.x * band;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  zero_past_band(raw + offset, band);
   init_stages<kStages>(full, empty, kWarps);
 
   if (warp == kWarps) {  // the copies
@@ -159,7 +179,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       const auto copy_x = [&](int i, uint32_t stage, uint32_t bar) {
         copy_tile(stage + 2 * kHalfBytes, &x_map, i * kChunk, 0, bar);
       };
-      copy_stages<kStages>(chunks, full, empty, base, kStageBytes, copy_weights, copy_x);
+      const int bytes = 2 * band * kChunk * 2 + kXBytes;
+      copy_stages<kStages>(chunks, full, empty, base, kStageBytes, bytes, copy_weights, copy_x);
     }
     return;
   }
@@ -179,8 +200,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // them again with it: such a thread pays the branch-free pass and a pass with `/`. How many
   // threads do was not counted; random-init weights give gates of about +-3, real weights' gates
   // below -13.5 were not measured.
-  if (store_swiglu<false>(acc, out, first, rows, inter, warp, lane)) {
-    store_swiglu<true>(acc, out, first, rows, inter, warp, lane);
+  if (store_swiglu<false>(acc, out, first, band, rows, inter, warp, lane)) {
+    store_swiglu<true>(acc, out, first, band, rows, inter, warp, lane);
   }
 }
 
@@ -196,30 +217,33 @@ int groundrl_compute_capability(int device) { return compute_capability(device);
 // hidden) with rows `x_row` elements apart and weight (2 inter, hidden) contiguous, all bf16 on the
 // current device. kHopperUnsupported (nothing launched) unless the device is sm_90 and 1 <= rows <= 64,
 // hidden a multiple of 64, x_row a multiple of 8, inter even, x and weight 16-byte aligned, out 4-byte
-// aligned and the blocks (inter / 88, rounded up) no more than the SMs; else the launch's cudaError_t.
+// aligned and inter at most 88 rows an SM; else the launch's cudaError_t.
 int groundrl_launch_gate_up_swiglu(const void* x, int64_t x_row, const void* weight, void* out,
                                    int64_t rows, int64_t hidden, int64_t inter, void* stream) {
   int sms = 0;
-  const int64_t blocks = (inter + kHalf - 1) / kHalf;
   const bool aligned = reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(weight) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(out) % 4 == 0;
   if (rows < 1 || rows > kRows || hidden % kChunk != 0 || x_row % 8 != 0 || inter % 2 != 0 ||
-      !aligned || !hopper_device(&sms) || blocks > sms) {
+      !aligned || !hopper_device(&sms) || inter > (int64_t)kHalf * sms) {
     return kHopperUnsupported;
   }
+  // The smallest even band of rows a block that needs no more blocks than SMs (see the top).
+  const int64_t least = (inter + sms - 1) / sms;
+  const int band = (int)(least + least % 2);
+  const int64_t blocks = (inter + band - 1) / band;
   CUtensorMap x_map, gate_map, up_map;
   const auto* up = static_cast<const bf16*>(weight) + inter * hidden;
   if (!tile_map(&x_map, x, rows, hidden, x_row, kRows) ||
-      !tile_map(&gate_map, weight, inter, hidden, hidden, kHalf) ||
-      !tile_map(&up_map, up, inter, hidden, hidden, kHalf)) {
+      !tile_map(&gate_map, weight, inter, hidden, hidden, band) ||
+      !tile_map(&up_map, up, inter, hidden, hidden, band)) {
     return kHopperUnsupported;
   }
   cudaError_t e = allow_shared(gate_up_swiglu, kSharedBytes);
   if (e != cudaSuccess) return (int)e;
   e = launch_dependent(gate_up_swiglu, dim3((unsigned)blocks), dim3(kThreads), kSharedBytes,
                        static_cast<cudaStream_t>(stream), x_map, gate_map, up_map, static_cast<bf16*>(out),
-                       (int)rows, (int)inter, (int)hidden);
+                       band, (int)rows, (int)inter, (int)hidden);
   return e != cudaSuccess ? (int)e : (int)cudaGetLastError();
 }
 

@@ -121,17 +121,18 @@ __device__ __forceinline__ void init_stages(uint64_t* full, uint64_t* empty, int
 }
 
 // The copy warp's side of a kernel's stages, on one lane: stage i's copies into slot i % kStages
-// (`stage_bytes` each from `base`), `weights(i, stage, bar)` and `rest(i, stage, bar)` (what the
+// (`stage_bytes` apart from `base`), `weights(i, stage, bar)` and `rest(i, stage, bar)` (what the
 // kernel ahead writes), both completing on the slot's barrier `bar` (`full`), whose expected bytes
-// are set first. The first kStages stages (all of them, when fewer) take their slots unasked, their
+// (`copy_bytes`, the two together) are set first. The first kStages stages (all of them, when fewer) take their slots unasked, their
 // weights copied before waiting for the kernel ahead (dependent_launch.cuh); every later stage once
 // the products have freed its slot (`empty`).
 template <int kStages, typename Weights, typename Rest>
 __device__ __forceinline__ void copy_stages(int steps, uint64_t* full, uint64_t* empty, uint32_t base,
-                                            int stage_bytes, Weights weights, Rest rest) {
+                                            int stage_bytes, int copy_bytes, Weights weights,
+                                            Rest rest) {
   const auto copy_weights = [&](int i) {
     const uint32_t bar = shared_address(&full[i % kStages]);
-    expect_bytes(bar, stage_bytes);
+    expect_bytes(bar, copy_bytes);
     weights(i, base + (i % kStages) * stage_bytes, bar);
   };
   const auto copy_rest = [&](int i) {

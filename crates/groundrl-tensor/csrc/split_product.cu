@@ -67,7 +67,8 @@ __global__ void __launch_bounds__(kThreads)
       const auto copy_x = [&](int i, uint32_t stage, uint32_t bar) {
         copy_tile(stage + kTileBytes, &x_map, (begin + i) * kChunk, 0, bar);
       };
-      copy_stages<kStages>(steps, full, empty, base, kStageBytes, copy_weight, copy_x);
+      copy_stages<kStages>(steps, full, empty, base, kStageBytes, kStageBytes, copy_weight,
+                           copy_x);
     }
     return;
   }
